@@ -1,0 +1,165 @@
+//! Wire types shared by the leaktrace eBPF programs (`leaktrace-ebpf`) and the agent (`leaktrace`).
+//!
+//! Everything here is `#[repr(C)]`, `Copy` and free of pointers so that the kernel side and the
+//! user side agree on the byte layout of every map key and value. Nothing else is shared.
+#![no_std]
+
+/// What kind of allocation a call-stack site holds. Stored in [`SiteKey::kind`].
+pub mod site_kind {
+    /// malloc-family allocation (malloc, calloc, realloc, posix_memalign, ...).
+    pub const MALLOC: u32 = 0;
+    /// Anonymous mapping made outside the allocator (off-heap).
+    pub const MMAP: u32 = 1;
+}
+
+/// Which allocator entry point an in-flight call is for. Stored in [`InFlight::op`].
+pub mod op {
+    pub const MALLOC: u32 = 1;
+    pub const CALLOC: u32 = 2;
+    pub const REALLOC: u32 = 3;
+    pub const REALLOCARRAY: u32 = 4;
+    pub const POSIX_MEMALIGN: u32 = 5;
+    pub const ALIGNED_ALLOC: u32 = 6;
+    pub const MEMALIGN: u32 = 7;
+    pub const VALLOC: u32 = 8;
+    pub const PVALLOC: u32 = 9;
+}
+
+/// Indexes of the loss and event counters in the `COUNTERS` per-CPU array. The agent sums the
+/// per-CPU slots. Every index below [`counter::NUM`] is reported in `report.json` under `drops`
+/// (losses) or `events` (informational).
+pub mod counter {
+    /// An allocation could not be recorded because the live-allocation map was full (loss).
+    pub const ALLOCS_FULL: u32 = 0;
+    /// A call-stack site could not be created because the per-stack map was full (loss).
+    pub const SITES_FULL: u32 = 1;
+    /// `bpf_get_stackid` returned -EEXIST: a different stack already owns that bucket of the
+    /// stack map (hash collision). The allocation is still counted, under "stack lost" (loss of
+    /// attribution, not of bytes).
+    pub const STACK_COLLISION: u32 = 2;
+    /// `bpf_get_stackid` failed for another reason (-EFAULT, -ENOMEM...) (loss of attribution).
+    pub const STACK_ERROR: u32 = 3;
+    /// The per-thread in-flight map was full; the call was not traced (loss).
+    pub const INFLIGHT_FULL: u32 = 4;
+    /// An entry probe found a stale in-flight record of the same thread whose return was never
+    /// seen (longjmp out of the allocator, thread killed mid-call) (loss).
+    pub const MISSED_RETURN: u32 = 5;
+    /// A return probe fired with no in-flight record (attached mid-call) (loss of one call).
+    pub const ORPHAN_RETURN: u32 = 6;
+    /// An allocation returned an address that was already live: the free of the old block was not
+    /// seen (freed through an entry point that is not hooked). The old block is retired (loss).
+    pub const ADDRESS_REUSED: u32 = 7;
+    /// free() of an address allocated before the probes were attached (informational).
+    pub const UNTRACKED_FREE: u32 = 8;
+    /// An allocator call made from inside another hooked allocator call (realloc calling malloc,
+    /// a hooked wrapper calling a hooked function) that was folded into the outer call
+    /// (informational).
+    pub const NESTED_CALL: u32 = 9;
+    /// Allocator calls that returned NULL / an error and were not recorded (informational).
+    pub const FAILED_ALLOC: u32 = 10;
+    /// Allocations recorded (informational).
+    pub const ALLOCS: u32 = 11;
+    /// Frees of tracked blocks (informational).
+    pub const FREES: u32 = 12;
+    /// Number of counters.
+    pub const NUM: u32 = 13;
+}
+
+/// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AllocKey {
+    /// Thread-group id (the process id as the host kernel sees it).
+    pub tgid: u32,
+    pub _pad: u32,
+    /// User-space address returned by the allocator.
+    pub addr: u64,
+}
+
+/// Key of a call-stack site: the stack the allocation was made from.
+///
+/// `stack_id` indexes the `STACKS` stack-trace map (negative: the stack could not be taken, see
+/// [`counter::STACK_COLLISION`]). `caller` is the return address found at the stack pointer on
+/// entry to the allocator function: the kernel's frame-pointer walk at a function's first
+/// instruction skips the direct caller when the function does not begin with `push %rbp`, so the
+/// agent puts `caller` back as the second frame unless the kernel already has it there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SiteKey {
+    pub tgid: u32,
+    pub stack_id: i32,
+    pub caller: u64,
+    /// One of [`site_kind`].
+    pub kind: u32,
+    pub _pad: u32,
+}
+
+/// Value of the live-allocation map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocInfo {
+    /// Requested size in bytes (what the caller asked for, not the allocator's chunk size).
+    pub size: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns) when the allocation returned.
+    pub ts_ns: u64,
+    /// The site that owns the block.
+    pub site: SiteKey,
+}
+
+/// Per-site totals kept in the kernel. All four counters only grow; live bytes and live count are
+/// `alloc_* - free_*`. Updated with atomic adds from any CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteStats {
+    /// Bytes requested by allocations from this site since attach.
+    pub alloc_bytes: u64,
+    /// Number of allocations from this site since attach.
+    pub alloc_count: u64,
+    /// Bytes of this site's allocations that were freed since attach.
+    pub free_bytes: u64,
+    /// Number of this site's allocations that were freed since attach.
+    pub free_count: u64,
+}
+
+impl SiteStats {
+    /// Bytes allocated from this site and not yet freed.
+    pub fn live_bytes(&self) -> u64 {
+        self.alloc_bytes.saturating_sub(self.free_bytes)
+    }
+    /// Blocks allocated from this site and not yet freed.
+    pub fn live_count(&self) -> u64 {
+        self.alloc_count.saturating_sub(self.free_count)
+    }
+}
+
+/// Arguments of an allocator call between its entry and return probes, one per thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InFlight {
+    /// Stack pointer at entry (points at the return address). The matching return probe sees
+    /// `sp + 8`; a hooked call made from inside this one sees a lower stack pointer.
+    pub sp: u64,
+    /// Requested size in bytes.
+    pub size: u64,
+    /// realloc: the old pointer; posix_memalign: the `memptr` out-parameter.
+    pub ptr: u64,
+    /// One of [`op`].
+    pub op: u32,
+    pub _pad: u32,
+    /// Site of the call, taken at entry.
+    pub site: SiteKey,
+}
+
+/// Size of the `STACKS` map's values: the kernel's maximum stack depth.
+pub const MAX_STACK_DEPTH: usize = 127;
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all types are repr(C), Copy, made of integers, and have explicit padding fields.
+    unsafe impl aya::Pod for AllocKey {}
+    unsafe impl aya::Pod for SiteKey {}
+    unsafe impl aya::Pod for AllocInfo {}
+    unsafe impl aya::Pod for SiteStats {}
+    unsafe impl aya::Pod for InFlight {}
+}

@@ -1,0 +1,323 @@
+//! The probe programs and maps (bpf target only).
+
+use aya_ebpf::{
+    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    macros::{map, uprobe, uretprobe},
+    maps::{HashMap, PerCpuArray, StackTrace},
+    programs::{ProbeContext, RetProbeContext},
+};
+use aya_ebpf::programs::tracing::StackIdContext as _;
+use leaktrace_common::{counter, op, site_kind, AllocInfo, AllocKey, InFlight, SiteKey, SiteStats};
+
+/// The agent's own tgid (set at load time): its allocations are never traced.
+#[unsafe(no_mangle)]
+static AGENT_TGID: u32 = 0;
+
+/// Outstanding blocks: (tgid, address) → size, time, site. Sized by the agent (--max-allocs).
+#[map]
+static ALLOCS: HashMap<AllocKey, AllocInfo> = HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
+
+/// Per call-stack totals. Sized by the agent (--max-sites).
+#[map]
+static SITES: HashMap<SiteKey, SiteStats> = HashMap::with_max_entries(1 << 16, BPF_F_NO_PREALLOC);
+
+/// User call stacks, by id (bpf_get_stackid without BPF_F_REUSE_STACKID: a collision is counted,
+/// never silently overwritten). Sized by the agent (--max-stacks).
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(1 << 14, 0);
+
+/// Allocator calls between entry and return, by pid_tgid (one per thread: nested calls are folded
+/// into the outermost one).
+#[map]
+static INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(1 << 14, BPF_F_NO_PREALLOC);
+
+/// Loss and event counters, indexed by `leaktrace_common::counter::*`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::NUM, 0);
+
+const EEXIST: i32 = -17;
+
+#[inline(always)]
+fn count(idx: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn agent_tgid() -> u32 {
+    unsafe { core::ptr::read_volatile(&AGENT_TGID) }
+}
+
+#[inline(always)]
+fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        unsafe { (*regs).rsp }
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        unsafe { (*regs).sp }
+    }
+}
+
+#[inline(always)]
+fn atomic_add(p: *mut u64, v: u64) {
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v)
+    };
+}
+
+/// Entry of an allocating call: remember its arguments and call stack for the return probe.
+#[inline(always)]
+fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == agent_tgid() {
+        return 0;
+    }
+    let sp = stack_pointer(ctx.regs);
+    if let Some(cur) = INFLIGHT.get_ptr(pid_tgid) {
+        if sp < unsafe { (*cur).sp } {
+            // Called from inside an allocator call of this thread: the outer call accounts for it.
+            count(counter::NESTED_CALL);
+            return 0;
+        }
+        // An older call of this thread never returned through its return probe.
+        count(counter::MISSED_RETURN);
+    }
+    let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
+    let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as i32,
+        Err(EEXIST) => {
+            count(counter::STACK_COLLISION);
+            -1
+        }
+        Err(_) => {
+            count(counter::STACK_ERROR);
+            -2
+        }
+    };
+    let rec = InFlight {
+        sp,
+        size,
+        ptr,
+        op,
+        _pad: 0,
+        site: SiteKey { tgid, stack_id, caller, kind: site_kind::MALLOC, _pad: 0 },
+    };
+    if INFLIGHT.insert(pid_tgid, rec, 0).is_err() {
+        count(counter::INFLIGHT_FULL);
+    }
+    0
+}
+
+/// Credit a retired block to its site.
+#[inline(always)]
+fn account_free(info: &AllocInfo) {
+    if let Some(s) = SITES.get_ptr_mut(info.site) {
+        atomic_add(unsafe { &raw mut (*s).free_bytes }, info.size);
+        atomic_add(unsafe { &raw mut (*s).free_count }, 1);
+    }
+    count(counter::FREES);
+}
+
+/// Retire the block at `addr` of process `tgid`, if it is tracked.
+#[inline(always)]
+fn free_addr(tgid: u32, addr: u64) {
+    let key = AllocKey { tgid, _pad: 0, addr };
+    let info = match ALLOCS.get_ptr(key) {
+        Some(p) => unsafe { *p },
+        None => {
+            count(counter::UNTRACKED_FREE);
+            return;
+        }
+    };
+    if ALLOCS.remove(key).is_ok() {
+        account_free(&info);
+    }
+}
+
+/// Record a new outstanding block.
+#[inline(always)]
+fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
+    let key = AllocKey { tgid, _pad: 0, addr };
+    if let Some(old) = ALLOCS.get_ptr(key) {
+        let old = unsafe { *old };
+        count(counter::ADDRESS_REUSED);
+        account_free(&old);
+    }
+    let info = AllocInfo { size, ts_ns: unsafe { bpf_ktime_get_ns() }, site };
+    if ALLOCS.insert(key, info, 0).is_err() {
+        count(counter::ALLOCS_FULL);
+        return;
+    }
+    let mut stats = SITES.get_ptr_mut(site);
+    if stats.is_none() {
+        // Racing creators are fine: BPF_NOEXIST makes one win, the other finds it below.
+        let _ = SITES.insert(site, SiteStats::default(), BPF_NOEXIST as u64);
+        stats = SITES.get_ptr_mut(site);
+    }
+    match stats {
+        Some(s) => {
+            atomic_add(unsafe { &raw mut (*s).alloc_bytes }, size);
+            atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
+            count(counter::ALLOCS);
+        }
+        None => {
+            count(counter::SITES_FULL);
+            let _ = ALLOCS.remove(key);
+        }
+    }
+}
+
+#[uretprobe]
+pub fn alloc_return(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == agent_tgid() {
+        return 0;
+    }
+    let sp = stack_pointer(ctx.regs);
+    let cur = match INFLIGHT.get_ptr(pid_tgid) {
+        Some(p) => unsafe { *p },
+        None => {
+            count(counter::ORPHAN_RETURN);
+            return 0;
+        }
+    };
+    if sp < cur.sp + 8 {
+        // Return of a nested call that was folded into the outer one.
+        return 0;
+    }
+    let _ = INFLIGHT.remove(pid_tgid);
+    if sp != cur.sp + 8 {
+        // The outer call's frame is gone without its return being seen.
+        count(counter::MISSED_RETURN);
+        return 0;
+    }
+    let ret: u64 = ctx.ret();
+    let addr = match cur.op {
+        op::POSIX_MEMALIGN => {
+            if ret as u32 != 0 {
+                count(counter::FAILED_ALLOC);
+                return 0;
+            }
+            match unsafe { bpf_probe_read_user(cur.ptr as *const u64) } {
+                Ok(a) if a != 0 => a,
+                _ => {
+                    count(counter::FAILED_ALLOC);
+                    return 0;
+                }
+            }
+        }
+        op::REALLOC | op::REALLOCARRAY => {
+            if ret == 0 {
+                if cur.size == 0 && cur.ptr != 0 {
+                    // glibc: realloc(p, 0) frees p and returns NULL.
+                    free_addr(tgid, cur.ptr);
+                } else {
+                    // Failed realloc: the old block stays valid and live.
+                    count(counter::FAILED_ALLOC);
+                }
+                return 0;
+            }
+            if cur.ptr != 0 {
+                // Moved or resized in place: the old block is retired either way.
+                free_addr(tgid, cur.ptr);
+            }
+            ret
+        }
+        _ => {
+            if ret == 0 {
+                count(counter::FAILED_ALLOC);
+                return 0;
+            }
+            ret
+        }
+    };
+    record(tgid, addr, cur.size, cur.site);
+    0
+}
+
+#[uprobe]
+pub fn free_enter(ctx: ProbeContext) -> u32 {
+    let addr: u64 = ctx.arg(0).unwrap_or(0);
+    if addr == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == agent_tgid() {
+        return 0;
+    }
+    if let Some(cur) = INFLIGHT.get_ptr(pid_tgid) {
+        if stack_pointer(ctx.regs) < unsafe { (*cur).sp } {
+            // free called by a hooked allocator function: the outer call accounts for it.
+            count(counter::NESTED_CALL);
+            return 0;
+        }
+    }
+    free_addr(tgid, addr);
+    0
+}
+
+#[inline(always)]
+fn arg(ctx: &ProbeContext, n: usize) -> u64 {
+    ctx.arg::<u64>(n).unwrap_or(0)
+}
+
+#[uprobe]
+pub fn malloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::MALLOC, arg(&ctx, 0), 0)
+}
+
+#[uprobe]
+pub fn calloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::CALLOC, arg(&ctx, 0).wrapping_mul(arg(&ctx, 1)), 0)
+}
+
+#[uprobe]
+pub fn realloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::REALLOC, arg(&ctx, 1), arg(&ctx, 0))
+}
+
+#[uprobe]
+pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::REALLOCARRAY, arg(&ctx, 1).wrapping_mul(arg(&ctx, 2)), arg(&ctx, 0))
+}
+
+#[uprobe]
+pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0))
+}
+
+#[uprobe]
+pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::ALIGNED_ALLOC, arg(&ctx, 1), 0)
+}
+
+#[uprobe]
+pub fn memalign_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::MEMALIGN, arg(&ctx, 1), 0)
+}
+
+#[uprobe]
+pub fn valloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::VALLOC, arg(&ctx, 0), 0)
+}
+
+#[uprobe]
+pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::PVALLOC, arg(&ctx, 0), 0)
+}
+
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,29 @@
+//! Builds the eBPF object from `leaktrace-ebpf` (bpfel target, nightly + bpf-linker, via
+//! aya-build) into OUT_DIR, where `src/probes.rs` embeds it with `include_bytes_aligned!`.
+//! `cargo xtask setup` installs what this needs on a fresh machine.
+use anyhow::{Context as _, anyhow};
+use aya_build::{Package, Toolchain};
+
+fn main() -> anyhow::Result<()> {
+    println!("cargo:rerun-if-changed=../leaktrace-common/src");
+    if which_bpf_linker().is_none() {
+        return Err(anyhow!(
+            "bpf-linker is not installed: run `cargo xtask setup` (installs llvm-22-dev, nightly \
+             rust-src and bpf-linker), then build again"
+        ));
+    }
+    let ebpf = Package {
+        name: "leaktrace-ebpf",
+        root_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/../leaktrace-ebpf"),
+        ..Default::default()
+    };
+    aya_build::build_ebpf([ebpf], Toolchain::Nightly).context("building the eBPF object")
+}
+
+fn which_bpf_linker() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain(std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo/bin")))
+        .map(|d| d.join("bpf-linker"))
+        .find(|p| p.is_file())
+}

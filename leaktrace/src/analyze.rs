@@ -1,0 +1,1 @@
+//! Analysis of a recording (to be written).

@@ -1,0 +1,14 @@
+//! leaktrace: an eBPF allocation tracer that answers "is this memory growth a leak, and which
+//! call stacks hold it?" for a live process.
+//!
+//! The data takes one road, and the modules follow it:
+//! target → [`discover`] (objects, allocator entry points) → [`probes`] (load the eBPF object,
+//! attach uprobes) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
+//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] (saved, replayable) →
+//! [`analyze`] (growth per site and per process) → [`report`] (report.md, report.json, flame
+//! graphs).
+pub mod allocators;
+pub mod analyze;
+pub mod output;
+pub mod recording;
+pub mod report;

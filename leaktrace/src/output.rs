@@ -1,0 +1,36 @@
+//! Writing output files atomically: a reader sees the old file or the complete new one, never a
+//! partial write (temporary file in the same directory, fsync, rename).
+
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// Write `data` to `path` atomically. Errors name the file.
+pub fn write_atomic(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().context("output path has no file name")?.to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Create `dir` (and parents) and check that files can be created in it. Used before attaching,
+/// so that an unwritable --out is reported before anything is recorded.
+pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    let probe = dir.join(format!(".leaktrace-write-test.{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("output directory {} is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! The recording: every checkpoint of one traced process, saved as `recording.json`.
+//!
+//! This is the seam between tracing (needs root and a live target) and everything after it
+//! (analysis and outputs are pure functions of a [`Recording`], re-run offline by
+//! `leaktrace report DIR`). Stacks are symbolized while the target is alive and stored here, so
+//! nothing later needs the target or its files.
+//!
+//! Format stability: `format_version` is bumped on any incompatible change; readers refuse a
+//! version they do not know.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Current value of [`Recording::format_version`].
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One recording of one process.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Recording {
+    /// [`FORMAT_VERSION`] of the writer.
+    pub format_version: u32,
+    /// Version of the leaktrace that recorded it.
+    pub leaktrace_version: String,
+    pub target: Target,
+    /// Tracing mode: `"exact"` (every allocator call traced).
+    pub mode: String,
+    /// Wall-clock start of the recording, Unix time in ms.
+    pub started_unix_ms: u64,
+    /// Requested checkpoint interval, seconds.
+    pub interval_s: f64,
+    /// Where each probe was placed (the coverage table).
+    pub probes: Vec<ProbeInfo>,
+    /// Every call stack that some checkpoint refers to, symbolized.
+    pub stacks: Vec<Stack>,
+    /// Checkpoints in time order. The first is taken right after the probes are attached.
+    pub checkpoints: Vec<Checkpoint>,
+    /// Why the recording ended: "duration", "signal", "target-exited".
+    pub end_reason: String,
+    /// Warnings gathered while recording (e.g. a library the target maps but that was not
+    /// probed), shown in the report's caveats.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// The traced process.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Target {
+    /// PID as the host sees it.
+    pub pid: u32,
+    /// PIDs in each nested PID namespace, outermost first (NSpid of /proc/PID/status); just
+    /// `[pid]` outside containers.
+    #[serde(default)]
+    pub nspid: Vec<u32>,
+    /// Command line (argv), from /proc/PID/cmdline or the launch command.
+    pub command: Vec<String>,
+    /// Path of the executable as the target sees it (/proc/PID/exe).
+    pub exe: String,
+    /// True when leaktrace started the command (`record -- CMD`), false with `--pid`.
+    pub launched: bool,
+    /// How the launched command ended: exit code, or 128 + signal number (shell convention).
+    /// None while running or when attached with --pid.
+    pub exit_status: Option<i32>,
+}
+
+/// One uprobe placement.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ProbeInfo {
+    /// Path of the object as the target maps it (e.g. /lib/x86_64-linux-gnu/libc.so.6).
+    pub object: String,
+    /// Hooked function, e.g. "malloc".
+    pub function: String,
+    /// "entry" or "return".
+    pub kind: String,
+    /// File offset of the probe in the object, bytes.
+    pub offset: u64,
+}
+
+/// A symbolized call stack. `frames[0]` is the innermost frame (inside the allocator).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Stack {
+    /// Index used by [`SiteSample::stack`]; unique within the recording.
+    pub id: u32,
+    /// "malloc" (malloc-family allocation) or "mmap" (off-heap mapping).
+    pub kind: String,
+    /// Innermost first. An address with inlined functions yields several frames: the inlined
+    /// callees first (`inlined: true`), then the function the code was inlined into.
+    pub frames: Vec<Frame>,
+    /// True when the kernel could not give the stack (map collision or error): the bytes are
+    /// real, their call stack is unknown.
+    #[serde(default)]
+    pub lost: bool,
+}
+
+/// One frame of a call stack.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Frame {
+    /// Virtual address in the target (a return address, except for frame 0).
+    pub addr: u64,
+    /// Path of the ELF object containing `addr`, as the target maps it.
+    pub object: Option<String>,
+    /// Demangled function name, when known.
+    pub function: Option<String>,
+    /// Source file, when debug info is available.
+    pub file: Option<String>,
+    /// Source line, when debug info is available.
+    pub line: Option<u32>,
+    /// This frame is a function inlined into the next frame (same address).
+    #[serde(default)]
+    pub inlined: bool,
+}
+
+/// Memory of the process at a checkpoint, from /proc/PID/status. All values in bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProcMemory {
+    /// VmRSS: resident set size.
+    pub rss_bytes: u64,
+    /// RssAnon: resident anonymous memory (heap, anonymous mappings, stacks).
+    pub rss_anon_bytes: u64,
+    /// RssFile: resident file-backed memory (code, mapped files).
+    pub rss_file_bytes: u64,
+    /// RssShmem: resident shared memory.
+    pub rss_shmem_bytes: u64,
+    /// VmSize: total virtual size.
+    pub vm_size_bytes: u64,
+}
+
+/// Totals of one call-stack site at a checkpoint (cumulative since attach).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SiteSample {
+    /// [`Stack::id`].
+    pub stack: u32,
+    /// Bytes requested by allocations from this site since attach.
+    pub alloc_bytes: u64,
+    /// Allocations from this site since attach.
+    pub alloc_count: u64,
+    /// Bytes of this site's blocks freed since attach.
+    pub free_bytes: u64,
+    /// This site's blocks freed since attach.
+    pub free_count: u64,
+}
+
+impl SiteSample {
+    /// Outstanding (live) bytes: allocated and not yet freed.
+    pub fn live_bytes(&self) -> u64 {
+        self.alloc_bytes.saturating_sub(self.free_bytes)
+    }
+    /// Outstanding (live) blocks.
+    pub fn live_count(&self) -> u64 {
+        self.alloc_count.saturating_sub(self.free_count)
+    }
+}
+
+/// One checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Checkpoint {
+    /// Seconds since the first checkpoint.
+    pub t_s: f64,
+    /// None when the process had already exited (its maps are still read).
+    pub memory: Option<ProcMemory>,
+    /// Every site with at least one allocation since attach.
+    pub sites: Vec<SiteSample>,
+    /// Kernel-side counters by name (see `leaktrace_common::counter`), cumulative.
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl Recording {
+    /// Read `recording.json`. Errors name the file and, for a version mismatch, both versions.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Recording> {
+        use anyhow::Context as _;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read recording {}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not valid JSON", path.display()))?;
+        let ver = v.get("format_version").and_then(|x| x.as_u64()).unwrap_or(0);
+        if ver != FORMAT_VERSION as u64 {
+            anyhow::bail!(
+                "{}: recording format {} is not supported (this leaktrace reads format {})",
+                path.display(),
+                ver,
+                FORMAT_VERSION
+            );
+        }
+        serde_json::from_value(v).with_context(|| format!("{} is not a leaktrace recording", path.display()))
+    }
+}
