@@ -63,6 +63,28 @@ pub mod counter {
     pub const FREES: u32 = 12;
     /// Number of counters.
     pub const NUM: u32 = 13;
+
+    /// Name of each counter in recordings and reports, by index.
+    pub const NAMES: [&str; NUM as usize] = [
+        "allocs_map_full",
+        "sites_map_full",
+        "stack_collision",
+        "stack_error",
+        "inflight_map_full",
+        "missed_return",
+        "orphan_return",
+        "address_reused",
+        "untracked_free",
+        "nested_call",
+        "failed_alloc",
+        "allocs",
+        "frees",
+    ];
+
+    /// True for the counters that are losses (reported under `drops`); the others are
+    /// informational events.
+    pub const IS_LOSS: [bool; NUM as usize] =
+        [true, true, true, true, true, true, true, true, false, false, false, false, false];
 }
 
 /// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.
