@@ -6,6 +6,7 @@ use aya_build::{Package, Toolchain};
 
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-changed=../leaktrace-common/src");
+    build_demo()?;
     if which_bpf_linker().is_none() {
         return Err(anyhow!(
             "bpf-linker is not installed: run `cargo xtask setup` (installs llvm-22-dev, nightly \
@@ -26,4 +27,19 @@ fn which_bpf_linker() -> Option<std::path::PathBuf> {
         .chain(std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo/bin")))
         .map(|d| d.join("bpf-linker"))
         .find(|p| p.is_file())
+}
+
+/// Compile the bundled demo workload (demo/demo.c) so `leaktrace demo` needs no compiler.
+fn build_demo() -> anyhow::Result<()> {
+    println!("cargo:rerun-if-changed=demo/demo.c");
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR not set")?);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let status = std::process::Command::new(&cc)
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(out.join("leaktrace-demo"))
+        .arg("demo/demo.c")
+        .status()
+        .with_context(|| format!("running the C compiler `{cc}` for the demo (install gcc)"))?;
+    anyhow::ensure!(status.success(), "compiling demo/demo.c failed");
+    Ok(())
 }

@@ -40,6 +40,8 @@ pub const ALLOCATOR_FRAMES: &[&str] = &[
     "__libc_memalign", "__libc_valloc", "__libc_pvalloc", "__posix_memalign", "_int_malloc",
     "_int_realloc", "_int_memalign", "_mid_memalign", "tcache_init", "malloc_hook_ini",
     "strdup", "strndup", "__strdup", "__strndup", "wcsdup",
+    // glibc's internal aliases, as its debug info names them.
+    "__GI___libc_*", "__GI___strdup", "__GI___strndup", "__libc_calloc", "__libc_free",
     "operator new*", "operator delete*",
     "__rust_alloc", "__rust_alloc_zeroed", "__rust_realloc", "__rdl_alloc", "__rdl_alloc_zeroed",
     "__rdl_realloc", "alloc::alloc::*", "<alloc::alloc::Global as core::alloc::Allocator>::*",
@@ -62,6 +64,7 @@ mod tests {
     #[test]
     fn allocator_frames() {
         assert!(is_allocator_frame("malloc"));
+        assert!(is_allocator_frame("__GI___libc_malloc"));
         assert!(is_allocator_frame("operator new(unsigned long)"));
         assert!(is_allocator_frame("operator new[](unsigned long)"));
         assert!(!is_allocator_frame("handle_request(unsigned long)"));

@@ -6,9 +6,15 @@
 //! attach uprobes) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
 //! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] (saved, replayable) →
 //! [`analyze`] (growth per site and per process) → [`report`] (report.md, report.json, flame
-//! graphs).
+//! graphs). [`launch`] starts a command held before exec for `record -- CMD`.
 pub mod allocators;
 pub mod analyze;
+pub mod discover;
+pub mod launch;
 pub mod output;
+pub mod probes;
+pub mod procinfo;
+pub mod record;
 pub mod recording;
 pub mod report;
+pub mod symbolize;

@@ -1,1 +1,185 @@
-fn main(){}
+//! The `leaktrace` command line. Exit codes: 0 success, 2 error (one line on stderr starting
+//! with `leaktrace: error:`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use leaktrace::probes::Limits;
+use leaktrace::record::{self, RecordOptions, TargetSpec};
+use leaktrace::recording::Recording;
+
+#[derive(Parser)]
+#[command(name = "leaktrace", version, about = "Is the memory growth of a live process a leak? eBPF allocation tracer: live bytes by call stack, over time.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Trace a running process (--pid) or a command (-- CMD ARGS...) and write a report.
+    Record(RecordArgs),
+    /// Re-render report.md, report.json and the SVGs of a recording directory (no root needed).
+    Report {
+        /// Directory holding recording.json.
+        dir: PathBuf,
+        /// Sites listed in report.md.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
+    /// Run the bundled demo workload (one leak, a bounded cache, temporary buffers) and record it.
+    Demo {
+        /// Output directory (default ./leaktrace-demo-PID-TIMESTAMP).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// How long the demo runs and is recorded.
+        #[arg(long, default_value = "15s", value_parser = parse_duration)]
+        duration: Duration,
+    },
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    /// PID of the process to trace (as the host sees it).
+    #[arg(long, conflicts_with = "command")]
+    pid: Option<u32>,
+    /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Time between checkpoints (e.g. 1s, 250ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Output directory (default ./leaktrace-PID-TIMESTAMP).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Sites listed in report.md.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Maximum outstanding allocations tracked at once (kernel map size).
+    #[arg(long, default_value_t = Limits::default().max_allocs)]
+    max_allocs: u32,
+    /// Maximum distinct allocation sites (kernel map size).
+    #[arg(long, default_value_t = Limits::default().max_sites)]
+    max_sites: u32,
+    /// Maximum distinct call stacks (kernel map size; ~1 KiB each).
+    #[arg(long, default_value_t = Limits::default().max_stacks)]
+    max_stacks: u32,
+    /// Command to launch and trace (after --).
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs > 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be greater than zero".into()),
+        Err(e) => Err(format!("{e} (examples: 30s, 2m, 250ms)")),
+    }
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("leaktrace: error: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Record(a) => {
+            let spec = match (a.pid, a.command.is_empty()) {
+                (Some(pid), true) => TargetSpec::Pid(pid),
+                (None, false) => TargetSpec::Launch(a.command),
+                _ => anyhow::bail!("give either --pid PID or a command after --"),
+            };
+            let opts = RecordOptions {
+                duration: a.duration,
+                interval: a.interval,
+                out: a.out,
+                top: a.top,
+                limits: Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks },
+                status_line: true,
+            };
+            let outcome = record::record(spec, opts)?;
+            print_outcome(&outcome);
+            Ok(())
+        }
+        Command::Report { dir, top } => {
+            let rec = Recording::load(&dir.join("recording.json"))?;
+            let files = leaktrace::report::write_all(&rec, &dir, &leaktrace::analyze::AnalyzeOptions { top, ..Default::default() })?;
+            for f in files {
+                println!("{}", f.display());
+            }
+            Ok(())
+        }
+        Command::Demo { out, duration } => demo(out, duration),
+    }
+}
+
+fn print_outcome(o: &record::RecordOutcome) {
+    let rec = &o.recording;
+    let cps = rec.checkpoints.len();
+    let dur = rec.checkpoints.last().map(|c| c.t_s).unwrap_or(0.0);
+    if let Some(s) = o.exit_status {
+        println!("leaktrace: command ended: {s}");
+    }
+    println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
+    if let Ok(text) = std::fs::read_to_string(o.dir.join("report.json")) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            if let Some(s) = v.pointer("/verdict/summary").and_then(|s| s.as_str()) {
+                println!("leaktrace: verdict: {s}");
+            }
+        }
+    }
+    for f in &o.files {
+        println!("  {}", f.display());
+    }
+}
+
+/// The bundled demo: write the demo binary (compiled into leaktrace at build time) to a temporary
+/// directory, record it for `duration`, and say where the outputs are.
+fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    static DEMO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaktrace-demo"));
+    let tmp = std::env::temp_dir().join(format!("leaktrace-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let bin = tmp.join("leaktrace-demo");
+    std::fs::write(&bin, DEMO).with_context(|| format!("cannot write {}", bin.display()))?;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))?;
+    let secs = duration.as_secs().max(1);
+    println!(
+        "leaktrace demo: recording a message processor for {secs}s (200 messages/s; it leaks 256 B per \
+         message in remember_message, keeps a bounded cache, and uses temporary buffers)"
+    );
+    let out = out.unwrap_or_else(|| {
+        PathBuf::from(format!("leaktrace-demo-{}", std::process::id()))
+    });
+    let opts = RecordOptions {
+        duration: Some(duration + Duration::from_secs(5)),
+        interval: Duration::from_millis(500),
+        out: Some(out),
+        top: 5,
+        limits: Limits::default(),
+        status_line: true,
+    };
+    let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
+    let result = record::record(TargetSpec::Launch(argv), opts);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let outcome = result?;
+    print_outcome(&outcome);
+    println!(
+        "\nOpen {}/report.md for the verdict and the stacks, live.svg and growth.svg for the flame graphs.",
+        outcome.dir.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! Target discovery: check that a PID is a traceable process, list the ELF objects it maps, and
+//! find the allocator entry points to probe in them.
+//!
+//! Objects are opened through `/proc/PID/map_files/<range>` (the exact file the target mapped,
+//! whatever its mount namespace), falling back to `/proc/PID/root/<path>`; the (device, inode) of
+//! what was opened is checked against `/proc/PID/maps`, so a path inside a container never leads
+//! to a host file of the same name.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+use crate::allocators::{Hook, LIBC_HOOKS, REQUIRED};
+
+/// Why a PID cannot be traced. Each message names the PID and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("no process with PID {0} (check the PID; it may have exited)")]
+    NoSuchProcess(u32),
+    #[error("PID {0} is a kernel thread: it has no user-space allocator to trace")]
+    KernelThread(u32),
+    #[error("PID {0} is a zombie (it exited and waits for its parent to reap it): nothing to trace")]
+    Zombie(u32),
+    #[error("cannot read /proc/{pid}: {source}")]
+    Proc { pid: u32, source: std::io::Error },
+    #[error(
+        "no allocator entry points (malloc and free) found in PID {pid}: searched {searched}. \
+         A fully stripped static binary cannot be traced; rebuild it with symbols or link it dynamically"
+    )]
+    NoAllocator { pid: u32, searched: String },
+}
+
+/// One ELF object mapped by the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedObject {
+    /// Path as the target sees it (from /proc/PID/maps).
+    pub path: PathBuf,
+    /// Device and inode from /proc/PID/maps.
+    pub dev: (i32, i32),
+    pub inode: u64,
+    /// A path through which the agent can open this exact file (map_files or root).
+    pub open_path: PathBuf,
+}
+
+/// An allocator entry point to probe: `hook.function` at file `offset` of `object`.
+#[derive(Clone, Debug)]
+pub struct ProbePoint {
+    pub object: MappedObject,
+    pub hook: Hook,
+    /// File offset of the function's first instruction, bytes.
+    pub offset: u64,
+}
+
+/// Result of scanning a target's objects.
+#[derive(Clone, Debug, Default)]
+pub struct AllocatorScan {
+    pub points: Vec<ProbePoint>,
+    /// Objects that were searched (for error messages and the coverage table).
+    pub searched: Vec<PathBuf>,
+    /// Notes for the report (aliases skipped, functions missing).
+    pub notes: Vec<String>,
+}
+
+/// Check that `pid` is a live user-space process that can be traced.
+pub fn check_pid(pid: u32) -> Result<(), TargetError> {
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let status = match std::fs::read_to_string(proc_dir.join("status")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(TargetError::NoSuchProcess(pid)),
+        Err(source) => return Err(TargetError::Proc { pid, source }),
+    };
+    // A thread id (not a thread-group leader) also has /proc/TID: accept only process ids.
+    let tgid = status_field(&status, "Tgid:").and_then(|v| v.parse::<u32>().ok());
+    if tgid.is_some_and(|t| t != pid) {
+        return Err(TargetError::NoSuchProcess(pid));
+    }
+    if status_field(&status, "State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
+        return Err(TargetError::Zombie(pid));
+    }
+    let maps = std::fs::read_to_string(proc_dir.join("maps")).map_err(|source| TargetError::Proc { pid, source })?;
+    if maps.trim().is_empty() {
+        return Err(TargetError::KernelThread(pid));
+    }
+    Ok(())
+}
+
+fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim)
+}
+
+/// The ELF objects (executable and shared libraries) that `pid` maps, once each.
+pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            TargetError::NoSuchProcess(pid)
+        } else {
+            TargetError::Proc { pid, source }
+        }
+    })?;
+    let mut seen: BTreeMap<(i32, i32, u64), MappedObject> = BTreeMap::new();
+    let mut order = Vec::new();
+    for line in maps.lines() {
+        let mut it = line.split_ascii_whitespace();
+        let (Some(range), Some(_perms), Some(offset), Some(dev), Some(inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        if !path.starts_with('/') {
+            continue;
+        }
+        let inode: u64 = inode.parse().unwrap_or(0);
+        if inode == 0 || offset != "00000000" {
+            continue;
+        }
+        let dev = parse_dev(dev);
+        let key = (dev.0, dev.1, inode);
+        if seen.contains_key(&key) {
+            continue;
+        }
+        let Some(open_path) = open_path(pid, range, Path::new(&path), inode) else { continue };
+        seen.insert(key, MappedObject { path: PathBuf::from(&path), dev, inode, open_path });
+        order.push(key);
+    }
+    Ok(order.into_iter().filter_map(|k| seen.remove(&k)).collect())
+}
+
+fn parse_dev(dev: &str) -> (i32, i32) {
+    let mut it = dev.split(':');
+    let major = it.next().and_then(|s| i32::from_str_radix(s, 16).ok()).unwrap_or(0);
+    let minor = it.next().and_then(|s| i32::from_str_radix(s, 16).ok()).unwrap_or(0);
+    (major, minor)
+}
+
+/// A path to the very file mapped at `range`, checked by inode.
+fn open_path(pid: u32, range: &str, path: &Path, inode: u64) -> Option<PathBuf> {
+    let candidates = [
+        PathBuf::from(format!("/proc/{pid}/map_files/{range}")),
+        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path)),
+    ];
+    candidates.into_iter().find(|p| std::fs::metadata(p).is_ok_and(|m| m.ino() == inode))
+}
+
+/// Defined function symbols of an ELF file: name → file offset of the first instruction.
+/// Reads both the dynamic and the static symbol table. Errors name the file.
+pub fn function_offsets(path: &Path, wanted: &[&str]) -> anyhow::Result<BTreeMap<String, u64>> {
+    use anyhow::Context as _;
+    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file = object::File::parse(&*data).with_context(|| format!("{} is not an ELF object", path.display()))?;
+    let mut out = BTreeMap::new();
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        if sym.is_undefined() || sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        // Versioned names (malloc@@GLIBC_2.2.5) are reported without the version by object.
+        let name = name.split('@').next().unwrap_or(name);
+        if !wanted.contains(&name) || out.contains_key(name) {
+            continue;
+        }
+        let Some(index) = sym.section_index() else { continue };
+        let Ok(section) = file.section_by_index(index) else { continue };
+        let Some((file_off, _)) = section.file_range() else { continue };
+        out.insert(name.to_string(), sym.address() - section.address() + file_off);
+    }
+    Ok(out)
+}
+
+/// Find the malloc-family entry points in the objects `pid` maps. Every object that defines both
+/// `malloc` and `free` is an allocator (glibc, or a statically linked executable). Functions that
+/// share an address with one already chosen (glibc's memalign is aligned_alloc) are probed once.
+pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorScan, TargetError> {
+    let wanted: Vec<&str> = LIBC_HOOKS.iter().map(|h| h.function).collect();
+    let mut scan = AllocatorScan::default();
+    for obj in objects {
+        scan.searched.push(obj.path.clone());
+        let offsets = match function_offsets(&obj.open_path, &wanted) {
+            Ok(o) => o,
+            Err(_) => continue,
+        };
+        if !REQUIRED.iter().all(|f| offsets.contains_key(*f)) {
+            continue;
+        }
+        let mut used: BTreeMap<u64, &str> = BTreeMap::new();
+        for hook in LIBC_HOOKS {
+            let Some(&offset) = offsets.get(hook.function) else {
+                scan.notes.push(format!("{}: {} not defined, not probed", obj.path.display(), hook.function));
+                continue;
+            };
+            if let Some(first) = used.get(&offset) {
+                scan.notes.push(format!(
+                    "{}: {} is the same function as {} (offset {offset:#x}), probed once",
+                    obj.path.display(),
+                    hook.function,
+                    first
+                ));
+                continue;
+            }
+            used.insert(offset, hook.function);
+            scan.points.push(ProbePoint { object: obj.clone(), hook: *hook, offset });
+        }
+    }
+    if scan.points.is_empty() {
+        let searched = if scan.searched.is_empty() {
+            "no mapped ELF objects".to_string()
+        } else {
+            scan.searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        };
+        return Err(TargetError::NoAllocator { pid, searched });
+    }
+    Ok(scan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_libc_has_allocator() {
+        let me = std::process::id();
+        check_pid(me).unwrap();
+        let objs = mapped_objects(me).unwrap();
+        assert!(objs.iter().any(|o| o.path.to_string_lossy().contains("libc.so")));
+        let scan = scan_allocators(me, &objs).unwrap();
+        let names: Vec<_> = scan.points.iter().map(|p| p.hook.function).collect();
+        assert!(names.contains(&"malloc") && names.contains(&"free"), "{names:?}");
+    }
+
+    #[test]
+    fn bad_pids() {
+        assert!(matches!(check_pid(u32::MAX - 1), Err(TargetError::NoSuchProcess(_))));
+        assert!(matches!(check_pid(2), Err(TargetError::KernelThread(2))));
+    }
+}

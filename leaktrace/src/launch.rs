@@ -1,0 +1,194 @@
+//! Launch mode: start a command held just before `execve`, so that probes can be attached to its
+//! PID before its first allocation, then let it run with its stdin, stdout and stderr untouched.
+//!
+//! Must be called before the process starts other threads (the child runs only async-signal-safe
+//! code between fork and exec).
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+
+/// A command forked and waiting for [`HeldChild::release`] to exec.
+pub struct HeldChild {
+    /// PID of the child (the future command).
+    pub pid: u32,
+    /// Executable that will be exec'd (resolved through PATH).
+    pub exe: PathBuf,
+    /// argv of the command.
+    pub argv: Vec<String>,
+    go_write: libc::c_int,
+    err_read: libc::c_int,
+}
+
+/// How a launched command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// exit(code).
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// Shell convention: the code, or 128 + signal number.
+    pub fn as_shell(self) -> i32 {
+        match self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal(s) => 128 + s,
+        }
+    }
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s}"),
+        }
+    }
+}
+
+/// Resolve `cmd` like execvp does: a name with a '/' is used as is, otherwise PATH is searched.
+pub fn resolve_command(cmd: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let is_exec = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if cmd.as_os_str().as_bytes().contains(&b'/') {
+        if is_exec(cmd) {
+            return Ok(cmd.to_path_buf());
+        }
+        bail!("cannot run {}: no such executable file", cmd.display());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| is_exec(p))
+        .with_context(|| format!("cannot run {}: command not found in PATH", cmd.display()))
+}
+
+/// Fork a child that waits, then execs `argv`. Call before any other thread exists.
+pub fn spawn_held(argv: &[OsString]) -> anyhow::Result<HeldChild> {
+    let first = argv.first().context("no command given after --")?;
+    let exe = resolve_command(Path::new(first))?;
+    let c_exe = CString::new(exe.as_os_str().as_bytes()).context("command path contains a NUL byte")?;
+    let c_args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).context("argument contains a NUL byte"))
+        .collect::<anyhow::Result<_>>()?;
+    let mut c_argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    c_argv.push(std::ptr::null());
+
+    let mut go = [0; 2];
+    let mut err = [0; 2];
+    unsafe {
+        if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0 || libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            bail!("pipe2: {}", std::io::Error::last_os_error());
+        }
+    }
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // Child: async-signal-safe calls only.
+        unsafe {
+            libc::close(go[1]);
+            libc::close(err[0]);
+            let mut b = 0u8;
+            let n = libc::read(go[0], (&raw mut b).cast(), 1);
+            if n == 1 {
+                libc::execv(c_exe.as_ptr(), c_argv.as_ptr());
+                let e = *libc::__errno_location();
+                libc::write(err[1], (&raw const e).cast(), std::mem::size_of::<i32>());
+            }
+            libc::_exit(127);
+        }
+    }
+    unsafe {
+        libc::close(go[0]);
+        libc::close(err[1]);
+    }
+    Ok(HeldChild {
+        pid: pid as u32,
+        exe,
+        argv: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        go_write: go[1],
+        err_read: err[0],
+    })
+}
+
+impl HeldChild {
+    /// Let the child exec. Returns once the exec has succeeded; an exec failure is an error.
+    pub fn release(&mut self) -> anyhow::Result<()> {
+        let b = 1u8;
+        unsafe {
+            libc::write(self.go_write, (&raw const b).cast(), 1);
+            libc::close(self.go_write);
+        }
+        self.go_write = -1;
+        let mut e = 0i32;
+        let n = unsafe { libc::read(self.err_read, (&raw mut e).cast(), std::mem::size_of::<i32>()) };
+        unsafe { libc::close(self.err_read) };
+        self.err_read = -1;
+        if n == std::mem::size_of::<i32>() as isize {
+            let _ = wait_blocking(self.pid);
+            bail!("cannot run {}: {}", self.exe.display(), std::io::Error::from_raw_os_error(e));
+        }
+        Ok(())
+    }
+
+    /// Abandon the child before exec (it exits with status 127 and is reaped).
+    pub fn abandon(mut self) {
+        unsafe {
+            if self.go_write >= 0 {
+                libc::close(self.go_write);
+            }
+            if self.err_read >= 0 {
+                libc::close(self.err_read);
+            }
+        }
+        self.go_write = -1;
+        self.err_read = -1;
+        let _ = wait_blocking(self.pid);
+    }
+}
+
+/// Non-blocking reap: Some(status) once the child has exited.
+pub fn try_wait(pid: u32) -> Option<ExitStatus> {
+    let mut status = 0;
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    if r == pid as i32 { Some(decode(status)) } else { None }
+}
+
+fn wait_blocking(pid: u32) -> Option<ExitStatus> {
+    let mut status = 0;
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+    (r == pid as i32).then(|| decode(status))
+}
+
+fn decode(status: i32) -> ExitStatus {
+    if libc::WIFEXITED(status) {
+        ExitStatus::Code(libc::WEXITSTATUS(status))
+    } else {
+        ExitStatus::Signal(libc::WTERMSIG(status))
+    }
+}
+
+/// Stop a launched command that is still running: SIGTERM, then SIGKILL after `grace`.
+/// Returns how it ended.
+pub fn terminate(pid: u32, grace: std::time::Duration) -> Option<ExitStatus> {
+    if let Some(s) = try_wait(pid) {
+        return Some(s);
+    }
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Some(s) = try_wait(pid) {
+            return Some(s);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_blocking(pid)
+}

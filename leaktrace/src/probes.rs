@@ -1,0 +1,175 @@
+//! Loading leaktrace's eBPF object, attaching its uprobes to a target, and reading its maps.
+//!
+//! The object is built from `leaktrace-ebpf` by build.rs and embedded in the binary. Every probe
+//! is attached with a PID filter (the kernel installs breakpoints in that process only) and is
+//! tied to the agent's file descriptors: if the agent dies, the kernel removes every probe.
+
+use std::collections::HashMap as StdHashMap;
+
+use anyhow::Context as _;
+use aya::maps::{HashMap, MapData, PerCpuArray, StackTraceMap};
+use aya::programs::{UProbe, uprobe::UProbeScope};
+use aya::{Ebpf, EbpfLoader};
+use leaktrace_common::{SiteKey, SiteStats, counter};
+
+use crate::discover::ProbePoint;
+use crate::recording::ProbeInfo;
+
+/// Sizes of the kernel maps. A full map loses data; the loss is counted and reported.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Maximum outstanding allocations tracked at once (entries of ALLOCS).
+    pub max_allocs: u32,
+    /// Maximum distinct call-stack sites (entries of SITES).
+    pub max_sites: u32,
+    /// Maximum distinct call stacks (entries of STACKS, ~1 KiB each, preallocated).
+    pub max_stacks: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_allocs: 1 << 20, max_sites: 1 << 16, max_stacks: 1 << 14 }
+    }
+}
+
+/// Errors that stop leaktrace before anything is traced.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("leaktrace must run as root (it loads eBPF programs and places uprobes); try: sudo leaktrace ...")]
+    NotRoot,
+    #[error("this kernel has no uprobe support (/sys/bus/event_source/devices/uprobe is missing): CONFIG_UPROBE_EVENTS is needed")]
+    NoUprobes,
+    #[error("this kernel refused to load leaktrace's eBPF programs (CONFIG_BPF_SYSCALL, BTF and uprobes are needed): {0:#}")]
+    Load(anyhow::Error),
+}
+
+/// The loaded eBPF object and the maps the agent reads.
+pub struct Tracer {
+    ebpf: Ebpf,
+    sites: HashMap<MapData, SiteKey, SiteStats>,
+    stacks: StackTraceMap<MapData>,
+    counters: PerCpuArray<MapData, u64>,
+    /// Probes attached so far, as (object path as the target maps it, offset, program).
+    attached: Vec<(String, u64, &'static str)>,
+}
+
+const PROGRAMS: &[&str] = &[
+    "malloc_enter",
+    "calloc_enter",
+    "realloc_enter",
+    "reallocarray_enter",
+    "posix_memalign_enter",
+    "aligned_alloc_enter",
+    "memalign_enter",
+    "valloc_enter",
+    "pvalloc_enter",
+    "free_enter",
+    "alloc_return",
+];
+
+impl Tracer {
+    /// Load the embedded eBPF object with the given map sizes; the agent's own PID is excluded.
+    pub fn load(limits: Limits) -> Result<Tracer, LoadError> {
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(LoadError::NotRoot);
+        }
+        if !std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+            return Err(LoadError::NoUprobes);
+        }
+        raise_memlock();
+        let agent_tgid: u32 = std::process::id();
+        let mut ebpf = EbpfLoader::new()
+            .override_global("AGENT_TGID", &agent_tgid, true)
+            .map_max_entries("ALLOCS", limits.max_allocs)
+            .map_max_entries("SITES", limits.max_sites)
+            .map_max_entries("STACKS", limits.max_stacks)
+            .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace")))
+            .map_err(|e| LoadError::Load(e.into()))?;
+        for name in PROGRAMS {
+            let prog: &mut UProbe = ebpf
+                .program_mut(name)
+                .with_context(|| format!("eBPF program {name} missing from the object"))
+                .and_then(|p| p.try_into().map_err(anyhow::Error::from))
+                .map_err(LoadError::Load)?;
+            prog.load().with_context(|| format!("loading eBPF program {name}")).map_err(LoadError::Load)?;
+        }
+        let take = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
+        };
+        let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
+        let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
+        Ok(Tracer { ebpf, sites, stacks, counters, attached: Vec::new() })
+    }
+
+    /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
+    /// attached are skipped. Returns the placements made, for the coverage table.
+    pub fn attach(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
+        let scope = UProbeScope::OneProcess(
+            std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?,
+        );
+        let mut placed = Vec::new();
+        for p in points {
+            let object = p.object.path.display().to_string();
+            let programs = std::iter::once((p.hook.entry_program, "entry"))
+                .chain(p.hook.return_program.map(|r| (r, "return")));
+            for (program, kind) in programs {
+                if self.attached.iter().any(|(o, off, pr)| *o == object && *off == p.offset && *pr == program) {
+                    continue;
+                }
+                let prog: &mut UProbe = self
+                    .ebpf
+                    .program_mut(program)
+                    .with_context(|| format!("eBPF program {program} missing"))?
+                    .try_into()?;
+                prog.attach(p.offset, &p.object.open_path, scope).with_context(|| {
+                    format!("cannot place a uprobe on {} in {} (PID {pid})", p.hook.function, object)
+                })?;
+                self.attached.push((object.clone(), p.offset, program));
+                placed.push(ProbeInfo {
+                    object: object.clone(),
+                    function: p.hook.function.to_string(),
+                    kind: kind.to_string(),
+                    offset: p.offset,
+                });
+            }
+        }
+        Ok(placed)
+    }
+
+    /// Per-site totals of process `tgid`, as the kernel holds them now.
+    pub fn read_sites(&self, tgid: u32) -> anyhow::Result<Vec<(SiteKey, SiteStats)>> {
+        let mut out = Vec::new();
+        for item in self.sites.iter() {
+            match item {
+                Ok((k, v)) if k.tgid == tgid => out.push((k, v)),
+                Ok(_) => {}
+                // An entry deleted while iterating: skip it, the next checkpoint sees the rest.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e).context("reading the SITES map"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Instruction pointers of stack `id`, innermost first; None if the stack is not in the map.
+    pub fn stack(&self, id: u32) -> Option<Vec<u64>> {
+        self.stacks.get(&id, 0).ok().map(|s| s.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// Kernel counters (see `leaktrace_common::counter`), summed over CPUs, by name.
+    pub fn counters(&self) -> anyhow::Result<StdHashMap<&'static str, u64>> {
+        let mut out = StdHashMap::new();
+        for i in 0..counter::NUM {
+            let v = self.counters.get(&i, 0).context("reading the COUNTERS map")?;
+            out.insert(counter::NAMES[i as usize], v.iter().sum());
+        }
+        Ok(out)
+    }
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (harmless on newer ones).
+fn raise_memlock() {
+    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}

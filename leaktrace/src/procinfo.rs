@@ -1,0 +1,58 @@
+//! Process facts from /proc: memory figures, command line, executable, namespaced PIDs.
+
+use crate::recording::ProcMemory;
+
+/// Memory of `pid` from /proc/PID/status (VmRSS, RssAnon, RssFile, RssShmem, VmSize, converted
+/// from kB to bytes). None if the process is gone or is a zombie.
+pub fn memory(pid: u32) -> Option<ProcMemory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_ascii_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|v| v * 1024)
+    };
+    Some(ProcMemory {
+        rss_bytes: kb("VmRSS:")?,
+        rss_anon_bytes: kb("RssAnon:").unwrap_or(0),
+        rss_file_bytes: kb("RssFile:").unwrap_or(0),
+        rss_shmem_bytes: kb("RssShmem:").unwrap_or(0),
+        vm_size_bytes: kb("VmSize:").unwrap_or(0),
+    })
+}
+
+/// argv of `pid` (empty if unreadable).
+pub fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Executable path as the target sees it.
+pub fn exe(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+/// NSpid: the PID in each PID namespace, outermost (host) first.
+pub fn nspid(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|v| v.split_ascii_whitespace().filter_map(|x| x.parse().ok()).collect())
+        })
+        .unwrap_or_else(|| vec![pid])
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.split_ascii_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Err(_) => false,
+    }
+}

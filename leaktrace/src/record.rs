@@ -1,0 +1,453 @@
+//! The recorder: attach to a target (running, or launched by us), take a checkpoint every
+//! interval until the end (duration, signal, target exit), then save the recording and render
+//! the outputs. Nothing collected is lost: the outputs are written from every checkpoint taken,
+//! whatever ended the run.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use leaktrace_common::{SiteKey, site_kind};
+
+use crate::discover::{self, MappedObject};
+use crate::launch::{self, ExitStatus, HeldChild};
+use crate::probes::{Limits, Tracer};
+use crate::recording::{Checkpoint, Frame, ProbeInfo, Recording, SiteSample, Stack, Target};
+use crate::symbolize::StackSymbolizer;
+use crate::{analyze::AnalyzeOptions, output, procinfo, report};
+
+/// What to trace.
+#[derive(Clone, Debug)]
+pub enum TargetSpec {
+    /// A running process.
+    Pid(u32),
+    /// A command to start (argv).
+    Launch(Vec<OsString>),
+}
+
+/// Options of `leaktrace record`.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Stop after this long (None: until the target exits or a signal).
+    pub duration: Option<Duration>,
+    /// Time between checkpoints.
+    pub interval: Duration,
+    /// Output directory (None: ./leaktrace-PID-TIMESTAMP).
+    pub out: Option<PathBuf>,
+    /// Sites listed in report.md.
+    pub top: usize,
+    /// Kernel map sizes.
+    pub limits: Limits,
+    /// Show a one-line live status on stderr (only when stderr is a terminal).
+    pub status_line: bool,
+}
+
+/// Result of a recording.
+#[derive(Debug)]
+pub struct RecordOutcome {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    pub exit_status: Option<ExitStatus>,
+    pub recording: Recording,
+}
+
+/// Errors found before anything was attached: a bad target, an unwritable output directory.
+/// The CLI maps them (and every other error) to exit code 2.
+pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOutcome> {
+    // Everything that can be checked before touching the target is checked first.
+    if let TargetSpec::Pid(pid) = &spec {
+        discover::check_pid(*pid)?;
+        if *pid == std::process::id() {
+            anyhow::bail!("PID {pid} is leaktrace itself");
+        }
+    }
+    let mut tracer = Tracer::load(opts.limits)?;
+
+    let mut held: Option<HeldChild> = None;
+    let pid = match &spec {
+        TargetSpec::Pid(pid) => *pid,
+        TargetSpec::Launch(argv) => {
+            let child = launch::spawn_held(argv)?;
+            let pid = child.pid;
+            held = Some(child);
+            pid
+        }
+    };
+    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(pid));
+    if let Err(e) = output::ensure_writable_dir(&dir) {
+        if let Some(c) = held.take() {
+            c.abandon();
+        }
+        return Err(e);
+    }
+
+    // Find and probe the allocator.
+    let (objects, command, exe) = match &held {
+        None => (discover::mapped_objects(pid)?, procinfo::cmdline(pid), procinfo::exe(pid)),
+        Some(c) => (launch_objects(&c.exe)?, c.argv.clone(), c.exe.display().to_string()),
+    };
+    let attach = (|| -> anyhow::Result<(Vec<ProbeInfo>, BTreeSet<(i32, i32, u64)>, Vec<String>)> {
+        let scan = discover::scan_allocators(pid, &objects)?;
+        let probed: BTreeSet<_> = scan.points.iter().map(|p| (p.object.dev.0, p.object.dev.1, p.object.inode)).collect();
+        let placed = tracer.attach(pid, &scan.points)?;
+        Ok((placed, probed, scan.notes))
+    })();
+    let (mut probes, mut probed, notes) = match attach {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(c) = held.take() {
+                c.abandon();
+            }
+            return Err(e);
+        }
+    };
+    let launched = held.is_some();
+    if let Some(c) = held.as_mut() {
+        c.release()?;
+    }
+    let objects_probed: BTreeSet<&str> = probes.iter().map(|p| p.object.as_str()).collect();
+    eprintln!(
+        "leaktrace: attached to PID {pid} ({}): {} probes in {}",
+        command.join(" "),
+        probes.len(),
+        objects_probed.into_iter().collect::<Vec<_>>().join(", ")
+    );
+
+    let mut session = Session {
+        pid,
+        launched,
+        tracer,
+        symbolizer: StackSymbolizer::new(pid),
+        stacks: Vec::new(),
+        stack_index: HashMap::new(),
+        checkpoints: Vec::new(),
+        start: Instant::now(),
+        warnings: notes,
+        status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
+        exit_status: None,
+    };
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let end_reason = rt.block_on(session.run(&opts, &mut probes, &mut probed));
+
+    // In launch mode the command does not outlive the recording.
+    if launched && session.exit_status.is_none() {
+        session.exit_status = launch::terminate(pid, Duration::from_secs(2));
+        if let Some(s) = session.exit_status {
+            eprintln!("leaktrace: stopped {} ({s})", command.join(" "));
+        }
+    }
+    session.clear_status();
+
+    let recording = Recording {
+        format_version: crate::recording::FORMAT_VERSION,
+        leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: Target {
+            pid,
+            nspid: session.nspid(),
+            command,
+            exe,
+            launched,
+            exit_status: session.exit_status.map(ExitStatus::as_shell),
+        },
+        mode: "exact".to_string(),
+        started_unix_ms,
+        interval_s: opts.interval.as_secs_f64(),
+        probes,
+        stacks: std::mem::take(&mut session.stacks),
+        checkpoints: std::mem::take(&mut session.checkpoints),
+        end_reason: end_reason.to_string(),
+        warnings: std::mem::take(&mut session.warnings),
+    };
+    let files = save(&recording, &dir, opts.top)?;
+    Ok(RecordOutcome { dir, files, exit_status: session.exit_status, recording })
+}
+
+/// Write recording.json, then every output rendered from it. Returns the files written.
+pub fn save(recording: &Recording, dir: &Path, top: usize) -> anyhow::Result<Vec<PathBuf>> {
+    let path = dir.join("recording.json");
+    output::write_atomic(&path, &serde_json::to_vec(recording)?)?;
+    let mut files = vec![path];
+    files.extend(report::write_all(recording, dir, &AnalyzeOptions { top, ..Default::default() })?);
+    Ok(files)
+}
+
+fn default_out_dir(pid: u32) -> PathBuf {
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&now, &mut tm) };
+    PathBuf::from(format!(
+        "leaktrace-{pid}-{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    ))
+}
+
+/// Objects a command about to be launched will use: its executable (a static binary is its own
+/// allocator) and the C library of this host, which a dynamically linked command loads.
+fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
+    let mut out = Vec::new();
+    let mut add = |path: &Path| -> anyhow::Result<()> {
+        let m = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
+        let dev = (libc::major(m.dev()) as i32, libc::minor(m.dev()) as i32);
+        if !out.iter().any(|o: &MappedObject| o.dev == dev && o.inode == m.ino()) {
+            out.push(MappedObject { path: path.to_path_buf(), dev, inode: m.ino(), open_path: path.to_path_buf() });
+        }
+        Ok(())
+    };
+    add(&std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf()))?;
+    for o in discover::mapped_objects(std::process::id())? {
+        let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.starts_with("libc.so") || name.starts_with("libc-") || name.starts_with("libc.musl") {
+            add(&o.path)?;
+        }
+    }
+    Ok(out)
+}
+
+struct Session {
+    pid: u32,
+    launched: bool,
+    tracer: Tracer,
+    symbolizer: StackSymbolizer,
+    stacks: Vec<Stack>,
+    /// Kernel site key (tgid cleared) → index in `stacks`.
+    stack_index: HashMap<SiteKey, u32>,
+    checkpoints: Vec<Checkpoint>,
+    start: Instant,
+    warnings: Vec<String>,
+    status_line: bool,
+    exit_status: Option<ExitStatus>,
+}
+
+/// How often the loop looks at the target (exit, new mappings) between checkpoints.
+const POLL: Duration = Duration::from_millis(100);
+
+impl Session {
+    async fn run(
+        &mut self,
+        opts: &RecordOptions,
+        probes: &mut Vec<ProbeInfo>,
+        probed: &mut BTreeSet<(i32, i32, u64)>,
+    ) -> &'static str {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigint = signal(SignalKind::interrupt()).ok();
+        let mut sigterm = signal(SignalKind::terminate()).ok();
+        let mut sighup = signal(SignalKind::hangup()).ok();
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        self.checkpoint();
+        let mut next = Instant::now() + opts.interval;
+        let deadline = opts.duration.map(|d| self.start + d);
+        loop {
+            tokio::select! {
+                _ = recv(&mut sigint) => return "signal",
+                _ = recv(&mut sigterm) => return "signal",
+                _ = recv(&mut sighup) => return "signal",
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            if self.target_gone() {
+                // Its maps still hold everything it allocated: one last checkpoint.
+                self.checkpoint();
+                return "target-exited";
+            }
+            self.symbolizer.refresh();
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                self.checkpoint();
+                return "duration";
+            }
+            if now >= next {
+                self.rescan(probes, probed);
+                self.checkpoint();
+                next += opts.interval;
+                if next < now {
+                    next = now + opts.interval;
+                }
+            }
+        }
+    }
+
+    fn target_gone(&mut self) -> bool {
+        if self.launched {
+            if let Some(s) = launch::try_wait(self.pid) {
+                self.exit_status = Some(s);
+                return true;
+            }
+            false
+        } else {
+            !procinfo::alive(self.pid)
+        }
+    }
+
+    /// Probe allocators the target mapped since attach (e.g. loaded with dlopen).
+    fn rescan(&mut self, probes: &mut Vec<ProbeInfo>, probed: &mut BTreeSet<(i32, i32, u64)>) {
+        let Ok(objects) = discover::mapped_objects(self.pid) else { return };
+        let fresh: Vec<MappedObject> =
+            objects.into_iter().filter(|o| !probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
+        if fresh.is_empty() {
+            return;
+        }
+        for o in &fresh {
+            probed.insert((o.dev.0, o.dev.1, o.inode));
+        }
+        let Ok(scan) = discover::scan_allocators(self.pid, &fresh) else { return };
+        match self.tracer.attach(self.pid, &scan.points) {
+            Ok(placed) if !placed.is_empty() => {
+                let t = self.start.elapsed().as_secs_f64();
+                for p in &placed {
+                    if p.kind == "entry" {
+                        self.warnings.push(format!(
+                            "{} in {} was probed only from t={t:.1}s (the target mapped it after attach)",
+                            p.function, p.object
+                        ));
+                    }
+                }
+                probes.extend(placed);
+            }
+            Ok(_) => {}
+            Err(e) => self.warnings.push(format!("could not probe a newly mapped allocator: {e:#}")),
+        }
+    }
+
+    fn nspid(&self) -> Vec<u32> {
+        let v = procinfo::nspid(self.pid);
+        if v.is_empty() { vec![self.pid] } else { v }
+    }
+
+    /// Read the kernel maps and /proc once; add a checkpoint. Errors become warnings: a
+    /// checkpoint that cannot be read is skipped, never the whole recording.
+    fn checkpoint(&mut self) {
+        let t_s = self.start.elapsed().as_secs_f64();
+        let counters = match self.tracer.counters() {
+            Ok(c) => c,
+            Err(e) => {
+                self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
+                return;
+            }
+        };
+        let sites = match self.tracer.read_sites(self.pid) {
+            Ok(s) => s,
+            Err(e) => {
+                self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
+                return;
+            }
+        };
+        let mut samples = Vec::with_capacity(sites.len());
+        for (key, stats) in sites {
+            let stack = self.stack_for(key);
+            samples.push(SiteSample {
+                stack,
+                alloc_bytes: stats.alloc_bytes,
+                alloc_count: stats.alloc_count,
+                free_bytes: stats.free_bytes,
+                free_count: stats.free_count,
+            });
+        }
+        samples.sort_by_key(|s| s.stack);
+        let memory = procinfo::memory(self.pid);
+        if self.status_line {
+            let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
+            let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
+            eprint!(
+                "\r\x1b[2K[{t_s:6.1}s] live {} in {} sites, RSS {}",
+                human(live),
+                samples.len(),
+                human(rss)
+            );
+            let _ = std::io::stderr().flush();
+        }
+        self.checkpoints.push(Checkpoint {
+            t_s,
+            memory,
+            sites: samples,
+            counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
+        });
+    }
+
+    fn clear_status(&self) {
+        if self.status_line {
+            eprint!("\r\x1b[2K");
+        }
+    }
+
+    /// The recording's stack for a kernel site, symbolized the first time it is seen.
+    fn stack_for(&mut self, mut key: SiteKey) -> u32 {
+        key.tgid = 0;
+        if let Some(&id) = self.stack_index.get(&key) {
+            return id;
+        }
+        let kernel_ips = if key.stack_id >= 0 { self.tracer.stack(key.stack_id as u32) } else { None };
+        let lost = kernel_ips.is_none();
+        let ips = fix_caller(kernel_ips.unwrap_or_default(), key.caller);
+        let frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
+        let id = self.stacks.len() as u32;
+        self.stacks.push(Stack {
+            id,
+            kind: if key.kind == site_kind::MMAP { "mmap" } else { "malloc" }.to_string(),
+            frames,
+            lost,
+        });
+        self.stack_index.insert(key, id);
+        id
+    }
+}
+
+/// Put back the direct caller that the kernel's frame-pointer walk skips at a function's first
+/// instruction: `caller` (read at the stack pointer on entry) becomes frame 1 unless the kernel
+/// already has it there. With no kernel stack, the caller alone is what is known.
+pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
+    if caller == 0 {
+        return ips;
+    }
+    if ips.is_empty() {
+        return vec![caller];
+    }
+    if ips.get(1) != Some(&caller) {
+        ips.insert(1, caller);
+    }
+    ips
+}
+
+fn human(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 { format!("{b} B") } else { format!("{v:.1} {}", U[i]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fix_caller;
+
+    #[test]
+    fn caller_is_restored_once() {
+        assert_eq!(fix_caller(vec![10, 30, 40], 20), vec![10, 20, 30, 40]);
+        assert_eq!(fix_caller(vec![10, 20, 30], 20), vec![10, 20, 30]);
+        assert_eq!(fix_caller(vec![], 20), vec![20]);
+        assert_eq!(fix_caller(vec![10], 0), vec![10]);
+        assert_eq!(fix_caller(vec![10], 20), vec![10, 20]);
+    }
+}
