@@ -44,7 +44,8 @@ pub mod counter {
     /// An entry probe found a stale in-flight record of the same thread whose return was never
     /// seen (longjmp out of the allocator, thread killed mid-call) (loss).
     pub const MISSED_RETURN: u32 = 5;
-    /// A return probe fired with no in-flight record (attached mid-call) (loss of one call).
+    /// A return probe fired with no in-flight record: the call was entered before the probes
+    /// were attached (informational, like allocations made before attach).
     pub const ORPHAN_RETURN: u32 = 6;
     /// An allocation returned an address that was already live: the free of the old block was not
     /// seen (freed through an entry point that is not hooked). The old block is retired (loss).
@@ -84,7 +85,7 @@ pub mod counter {
     /// True for the counters that are losses (reported under `drops`); the others are
     /// informational events.
     pub const IS_LOSS: [bool; NUM as usize] =
-        [true, true, true, true, true, true, true, true, false, false, false, false, false];
+        [true, true, true, true, true, true, false, true, false, false, false, false, false];
 }
 
 /// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.

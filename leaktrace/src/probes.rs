@@ -111,8 +111,14 @@ impl Tracer {
         let mut placed = Vec::new();
         for p in points {
             let object = p.object.path.display().to_string();
-            let programs = std::iter::once((p.hook.entry_program, "entry"))
-                .chain(p.hook.return_program.map(|r| (r, "return")));
+            // Return probe first: a call entered between the two attachments would otherwise
+            // leave an in-flight record whose return is never seen.
+            let programs = p
+                .hook
+                .return_program
+                .map(|r| (r, "return"))
+                .into_iter()
+                .chain(std::iter::once((p.hook.entry_program, "entry")));
             for (program, kind) in programs {
                 if self.attached.iter().any(|(o, off, pr)| *o == object && *off == p.offset && *pr == program) {
                     continue;
