@@ -1,1 +1,444 @@
-fn main(){}
+//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|demo|bench>`.
+//!
+//! Every command this runs is printed first (`xtask: $ ...`, on stderr).
+//!
+//! `setup` installs, when missing, what building the eBPF object needs on a fresh Debian machine:
+//! the nightly toolchain's rust-src (rustup), LLVM 22 (apt: llvm-22-dev, libpolly-22-dev) and
+//! bpf-linker (cargo install); and what the end-to-end tests need: gcc and g++ to build the
+//! fixtures. It skips whatever is already present, so running it again is cheap.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
+const DEFAULT_LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+#[derive(Parser)]
+#[command(
+    name = "xtask",
+    bin_name = "cargo xtask",
+    about = "leaktrace developer tasks",
+    version
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building and testing needs (nightly rust-src, LLVM 22, bpf-linker, gcc/g++),
+    /// skipping what is present.
+    Setup,
+    /// setup, then `cargo build --release -p leaktrace`.
+    Build,
+    /// setup, release build, unit tests, then the end-to-end tests (real eBPF: needs root).
+    /// Extra arguments go to the end-to-end test binaries (e.g. a test name filter).
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// setup, release build, then run `leaktrace demo` with the extra arguments (needs root).
+    Demo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Benchmarks (not yet implemented).
+    Bench,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    prepend_cargo_bin_to_path();
+    let result = match cli.cmd {
+        Cmd::Setup => setup(),
+        Cmd::Build => setup().and_then(|()| build()),
+        Cmd::Test { args } => test(&args),
+        Cmd::Demo { args } => demo(&args),
+        Cmd::Bench => {
+            eprintln!("xtask: bench: not yet implemented");
+            return ExitCode::FAILURE;
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives in `<root>/xtask`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent directory")
+        .to_path_buf()
+}
+
+/// The cargo that runs us (`cargo xtask` sets CARGO), else `cargo` from PATH.
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+/// `$CARGO_HOME/bin` (default `~/.cargo/bin`): where rustup's proxies and `cargo install` live.
+fn cargo_bin_dir() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|h| h.join("bin"))
+}
+
+/// Make sure programs installed by `cargo install` (bpf-linker) are found by the commands we run.
+fn prepend_cargo_bin_to_path() {
+    let Some(bin) = cargo_bin_dir() else { return };
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|p| p == bin) {
+        return;
+    }
+    let joined = std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path)))
+        .expect("PATH entries contain no ':'");
+    // SAFETY: called at the start of main, before any other thread exists.
+    unsafe { std::env::set_var("PATH", joined) };
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `program` as found on PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+fn quote(s: &OsStr) -> String {
+    let s = s.to_string_lossy();
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The command as a shell line, with the environment variables it sets.
+fn show(cmd: &Command) -> String {
+    let mut parts: Vec<String> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v))))
+        .collect();
+    parts.push(quote(cmd.get_program()));
+    parts.extend(cmd.get_args().map(quote));
+    parts.join(" ")
+}
+
+/// Print and run `cmd`; Ok(true) when it exits successfully.
+fn run_status(cmd: &mut Command) -> Result<bool> {
+    eprintln!("xtask: $ {}", show(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {}", quote(cmd.get_program())))?;
+    Ok(status.success())
+}
+
+/// Print and run `cmd`; an error when it fails.
+fn run(cmd: &mut Command) -> Result<()> {
+    if !run_status(cmd)? {
+        bail!("command failed: {}", show(cmd));
+    }
+    Ok(())
+}
+
+/// Run a query command quietly; its stdout when it succeeds.
+fn query(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+// ----------------------------------------------------------------------------------------------
+// setup
+
+fn setup() -> Result<()> {
+    eprintln!("xtask: setup: checking the build and test requirements");
+    let mut apt = Apt::default();
+    ensure_nightly_rust_src()?;
+    ensure_bpf_linker(&mut apt)?;
+    ensure_c_compilers(&mut apt)?;
+    check_python();
+    eprintln!("xtask: setup: done");
+    Ok(())
+}
+
+fn ensure_nightly_rust_src() -> Result<()> {
+    if which("rustup").is_none() {
+        bail!(
+            "rustup is not on PATH: the eBPF object is built with the nightly toolchain's rust-src, \
+             installed through rustup (https://rustup.rs); install rustup, then run `cargo xtask \
+             setup` again"
+        );
+    }
+    let toolchains =
+        query("rustup", &["toolchain", "list"]).context("`rustup toolchain list` failed")?;
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        run(Command::new("rustup")
+            .args([
+                "toolchain",
+                "install",
+                "nightly",
+                "--profile",
+                "minimal",
+                "--component",
+                "rust-src",
+            ])
+            .stdin(Stdio::null()))
+        .context("cannot install the nightly toolchain (needed to build the eBPF object)")?;
+    }
+    let components = query(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+    )
+    .context("`rustup component list --toolchain nightly --installed` failed")?;
+    if !components
+        .lines()
+        .any(|l| l.trim() == "rust-src" || l.starts_with("rust-src"))
+    {
+        run(Command::new("rustup")
+            .args(["component", "add", "rust-src", "--toolchain", "nightly"])
+            .stdin(Stdio::null()))
+        .context(
+            "cannot add rust-src to the nightly toolchain (needed to build the eBPF object)",
+        )?;
+    }
+    eprintln!("xtask: ok: nightly toolchain with rust-src");
+    Ok(())
+}
+
+/// bpf-linker on PATH (which includes ~/.cargo/bin) that runs, with its version line.
+fn working_bpf_linker() -> Option<(PathBuf, String)> {
+    let path = which("bpf-linker")?;
+    let version = query(path.to_str()?, &["--version"])?;
+    Some((path, version.trim().to_string()))
+}
+
+fn ensure_bpf_linker(apt: &mut Apt) -> Result<()> {
+    if let Some((path, version)) = working_bpf_linker() {
+        eprintln!("xtask: ok: {version} ({})", path.display());
+        return Ok(());
+    }
+    let prefix = std::env::var_os("LLVM_PREFIX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_LLVM_PREFIX));
+    let llvm_present =
+        prefix.join("bin/llvm-config").is_file() && prefix.join("lib/libPolly.a").is_file();
+    let install_cmd = format!(
+        "LLVM_PREFIX={} cargo install bpf-linker --version {BPF_LINKER_VERSION} \
+         --no-default-features --features llvm-22",
+        prefix.display()
+    );
+    if !llvm_present {
+        eprintln!(
+            "xtask: bpf-linker is missing, and so is LLVM 22 ({} and {}): installing {}",
+            prefix.join("bin/llvm-config").display(),
+            prefix.join("lib/libPolly.a").display(),
+            LLVM_PACKAGES.join(" ")
+        );
+        apt.install(
+            LLVM_PACKAGES,
+            "LLVM 22 (needed to build bpf-linker)",
+            &[&install_cmd],
+        )?;
+    }
+    run(cargo()
+        .env("LLVM_PREFIX", &prefix)
+        .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
+        .args(["--no-default-features", "--features", "llvm-22"])
+        .stdin(Stdio::null()))
+    .context("cannot install bpf-linker (the linker of the eBPF object)")?;
+    match working_bpf_linker() {
+        Some((path, version)) => {
+            eprintln!("xtask: ok: {version} ({})", path.display());
+            Ok(())
+        }
+        None => bail!(
+            "bpf-linker was installed but `bpf-linker --version` does not run from PATH ({})",
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    }
+}
+
+fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
+    let missing: Vec<&str> = [("gcc", "gcc"), ("g++", "g++")]
+        .into_iter()
+        .filter(|(prog, _)| which(prog).is_none())
+        .map(|(_, pkg)| pkg)
+        .collect();
+    if !missing.is_empty() {
+        apt.install(
+            &missing,
+            "a C or C++ compiler (needed by the end-to-end test fixtures)",
+            &[],
+        )?;
+    }
+    eprintln!("xtask: ok: gcc and g++");
+    Ok(())
+}
+
+/// The Python end-to-end test traces a CPython whose interpreter is in a shared libpython: only
+/// warn here (build and demo do not need it).
+fn check_python() {
+    let shared = query(
+        "python3",
+        &[
+            "-c",
+            "import sysconfig; print(sysconfig.get_config_var('Py_ENABLE_SHARED'))",
+        ],
+    );
+    match shared.as_deref().map(str::trim) {
+        Some("1") => eprintln!("xtask: ok: python3 with a shared libpython"),
+        Some(_) => eprintln!(
+            "xtask: warning: python3 is not built with a shared libpython: the Python end-to-end \
+             test (which looks for libpython frames) will fail"
+        ),
+        None => {
+            eprintln!("xtask: warning: python3 not found: the Python end-to-end test will fail")
+        }
+    }
+}
+
+/// Debian packages through apt-get, non-interactively; `apt-get update` once per run.
+#[derive(Default)]
+struct Apt {
+    updated: bool,
+}
+
+impl Apt {
+    fn install(&mut self, packages: &[&str], what: &str, then: &[&str]) -> Result<()> {
+        let pkgs = packages.join(" ");
+        let mut manual = format!("apt-get update && apt-get install -y {pkgs}");
+        for t in then {
+            manual.push_str(" && ");
+            manual.push_str(t);
+        }
+        if which("apt-get").is_none() {
+            bail!(
+                "{what} is missing and this machine has no apt-get: install the equivalent of the \
+                 Debian packages {pkgs} with your package manager, then run `cargo xtask setup` again"
+            );
+        }
+        if !is_root() {
+            bail!(
+                "{what} is missing, and installing it needs root: run as root\n    {manual}\nor run \
+                 `cargo xtask setup` as root"
+            );
+        }
+        if !self.updated {
+            run(apt_get().arg("update")).context("apt-get update failed")?;
+            self.updated = true;
+        }
+        run(apt_get()
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(packages))
+        .with_context(|| format!("cannot install {pkgs} ({what})"))
+    }
+}
+
+fn apt_get() -> Command {
+    let mut c = Command::new("apt-get");
+    c.env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null());
+    c
+}
+
+// ----------------------------------------------------------------------------------------------
+// build, test, demo
+
+fn release_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_absolute() { p } else { root().join(p) })
+        .unwrap_or_else(|| root().join("target"));
+    target.join("release/leaktrace")
+}
+
+fn build() -> Result<()> {
+    run(cargo().args(["build", "--release", "-p", "leaktrace"]))?;
+    eprintln!("xtask: built {}", release_binary().display());
+    Ok(())
+}
+
+fn test(e2e_args: &[OsString]) -> Result<()> {
+    if !is_root() {
+        bail!(
+            "`cargo xtask test` must run as root: the end-to-end tests load eBPF programs and \
+             attach uprobes for real (they are never skipped). Run it as root (e.g. `sudo -E \
+             cargo xtask test`); as a normal user you can still run the unit tests with `cargo \
+             test --workspace --exclude leaktrace-tests`"
+        );
+    }
+    setup()?;
+    build()?;
+    let unit_ok =
+        run_status(cargo().args(["test", "--workspace", "--exclude", "leaktrace-tests"]))?;
+    let bin = release_binary();
+    let e2e_ok = run_status(
+        cargo()
+            .env("LEAKTRACE_BIN", &bin)
+            .args([
+                "test",
+                "--release",
+                "-p",
+                "leaktrace-tests",
+                "--",
+                "--test-threads=2",
+            ])
+            .args(e2e_args),
+    )?;
+    match (unit_ok, e2e_ok) {
+        (true, true) => {
+            eprintln!("xtask: test: unit and end-to-end tests passed");
+            Ok(())
+        }
+        (u, e) => {
+            let failed: Vec<&str> = [
+                (!u).then_some("unit tests"),
+                (!e).then_some("end-to-end tests"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            bail!("{} failed (see above)", failed.join(" and "))
+        }
+    }
+}
+
+fn demo(args: &[OsString]) -> Result<()> {
+    setup()?;
+    build()?;
+    let mut cmd = Command::new(release_binary());
+    cmd.arg("demo").args(args).current_dir(root());
+    eprintln!("xtask: $ {}", show(&cmd));
+    let err = cmd.exec();
+    Err(err).with_context(|| format!("cannot run {}", release_binary().display()))
+}
