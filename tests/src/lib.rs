@@ -1,1 +1,951 @@
-//! Test harness (to be written).
+//! Harness of leaktrace's end-to-end tests: the real `leaktrace` binary traces real programs
+//! (the fixtures in `tests/fixtures/`, compiled here) with real eBPF, as root, and the tests
+//! assert on the numbers and names of its `report.json`.
+//!
+//! - [`leaktrace_bin`]: the binary under test (`LEAKTRACE_BIN`, else next to the test binary's
+//!   target directory). `cargo xtask test` builds it and sets `LEAKTRACE_BIN`.
+//! - [`fixtures`]: the fixtures, compiled once per test binary into a fresh temporary directory.
+//! - [`Running`] / [`run`]: a leaktrace process with a timeout; on timeout it is killed (with its
+//!   process group) and the test fails showing leaktrace's stderr.
+//! - [`Target`]: a fixture started by the test (attach mode), killed when dropped.
+//! - [`Report`]: `report.json`, with lookups of sites by culprit function.
+//! - [`assert_leaky_report`]: the checks every `leaky` recording must pass.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use serde_json::Value;
+
+/// Bytes leaked per iteration by every leak function of the fixtures.
+pub const LEAK_BYTES: u64 = 1000;
+/// Capacity of `cache_put`'s cache in `leaky.c`: 64 slots of 512 bytes.
+pub const CACHE_SLOTS: u64 = 64;
+pub const CACHE_CAPACITY_BYTES: u64 = CACHE_SLOTS * 512;
+/// Size of `temp_work`'s temporary block in `leaky.c`.
+pub const TEMP_BYTES: u64 = 4096;
+/// Longest a leaktrace run may take before the test kills it and fails.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// The seven files a recording directory holds.
+pub const OUTPUT_FILES: &[&str] = &[
+    "recording.json",
+    "report.json",
+    "report.md",
+    "live.svg",
+    "growth.svg",
+    "stacks.folded",
+    "memory.svg",
+];
+
+// ----------------------------------------------------------------------------------------------
+// The binary and the machine
+
+/// Path of the leaktrace binary under test.
+pub fn leaktrace_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("LEAKTRACE_BIN") {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "LEAKTRACE_BIN={} does not exist: run `cargo xtask test`", p.display());
+            return p;
+        }
+        // The test binary is <target>/<profile>/deps/<name>-<hash>.
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut candidates = Vec::new();
+        if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
+            candidates.push(profile_dir.join("leaktrace"));
+            if let Some(target) = profile_dir.parent() {
+                candidates.push(target.join("release/leaktrace"));
+                candidates.push(target.join("debug/leaktrace"));
+            }
+        }
+        candidates.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
+            panic!(
+                "the leaktrace binary was not found (LEAKTRACE_BIN is not set and there is no \
+                 target/release/leaktrace or target/debug/leaktrace): run the end-to-end tests with \
+                 `cargo xtask test`, which builds it"
+            )
+        })
+    })
+}
+
+/// The end-to-end tests load eBPF for real: fail (never skip) when not root.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the end-to-end tests must run as root (they load eBPF programs and attach uprobes): run \
+         `cargo xtask test` as root"
+    );
+}
+
+// ----------------------------------------------------------------------------------------------
+// Temporary directories
+
+/// This test binary's temporary directory (created once, unique per process).
+pub fn temp_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("leaktrace-tests-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        dir
+    })
+}
+
+/// A not-yet-existing directory for one recording (`--out`). Removed when dropped if the test
+/// passed; kept (and its path printed) when it failed.
+pub struct OutDir {
+    pub path: PathBuf,
+}
+
+impl OutDir {
+    pub fn new(name: &str) -> OutDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        OutDir {
+            path: temp_root().join(format!("out-{name}-{n}")),
+        }
+    }
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for OutDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("recording kept for inspection: {}", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Fixtures
+
+/// Compiled fixtures.
+pub struct Fixtures {
+    pub dir: PathBuf,
+    /// `leaky MODE ITERATIONS RATE_PER_S` (tests/fixtures/leaky.c).
+    pub leaky: PathBuf,
+    /// `leaky_new ITERATIONS RATE_PER_S` (tests/fixtures/leaky_new.cpp).
+    pub leaky_new: PathBuf,
+    /// `python3 grow_list.py [COUNT] [RATE]` (tests/fixtures/grow_list.py).
+    pub grow_list_py: PathBuf,
+}
+
+pub fn fixture_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+fn compile(compiler: &str, source: &Path, output: &Path) {
+    let mut cmd = Command::new(compiler);
+    cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
+        .arg(output)
+        .arg(source);
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("cannot run {compiler} (is it installed? `cargo xtask setup` installs it): {e}")
+    });
+    assert!(
+        out.status.success(),
+        "compiling {} failed ({:?}):\n{}",
+        source.display(),
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The fixtures, compiled on first use (gcc/g++ -O1 -g -fno-omit-frame-pointer).
+pub fn fixtures() -> &'static Fixtures {
+    static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+    FIXTURES.get_or_init(|| {
+        let dir = temp_root().join("fixtures");
+        std::fs::create_dir_all(&dir).expect("create fixtures dir");
+        let leaky = dir.join("leaky");
+        compile("gcc", &fixture_source("leaky.c"), &leaky);
+        let leaky_new = dir.join("leaky_new");
+        compile("g++", &fixture_source("leaky_new.cpp"), &leaky_new);
+        let grow_list_py = dir.join("grow_list.py");
+        std::fs::copy(fixture_source("grow_list.py"), &grow_list_py).expect("copy grow_list.py");
+        Fixtures {
+            dir,
+            leaky,
+            leaky_new,
+            grow_list_py,
+        }
+    })
+}
+
+/// The real python3 executable (not a pyenv shim), which must load a shared libpython.
+pub fn python() -> &'static Path {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sys, sysconfig; print(sys.executable); print(sysconfig.get_config_var('Py_ENABLE_SHARED'))",
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run python3: {e}"));
+        assert!(out.status.success(), "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let exe = PathBuf::from(lines.next().unwrap_or_default());
+        assert_eq!(
+            lines.next().map(str::trim),
+            Some("1"),
+            "python3 ({}) is not built with a shared libpython: this test needs one (e.g. pyenv's \
+             CPython built with --enable-shared)",
+            exe.display()
+        );
+        exe
+    })
+}
+
+/// The culprit function of `leaky MODE`.
+pub fn leak_function(mode: &str) -> String {
+    match mode {
+        "realloc" => "leak_realloc_growth".to_string(),
+        m => format!("leak_{m}"),
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Running leaktrace
+
+/// A `leaktrace` command with these arguments.
+pub fn leaktrace<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new(leaktrace_bin());
+    cmd.args(args);
+    cmd
+}
+
+/// How a process ended, with everything it printed.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub command: String,
+}
+
+impl Output {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    /// For failure messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "command: {}\nstatus: {:?} (code {:?}, signal {:?})\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command,
+            self.status,
+            self.status.code(),
+            self.status.signal(),
+            self.stdout,
+            self.stderr
+        )
+    }
+    /// Panic (showing everything) unless the process exited with status 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "leaktrace failed\n{}",
+            self.describe()
+        );
+        self
+    }
+}
+
+fn show(cmd: &Command) -> String {
+    let mut parts: Vec<String> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())))
+        .collect();
+    parts.push(cmd.get_program().to_string_lossy().into_owned());
+    parts.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    parts.join(" ")
+}
+
+/// A running process (leaktrace) in its own process group, whose stdout and stderr are
+/// collected; stderr lines are also observable while it runs.
+pub struct Running {
+    child: Child,
+    command: String,
+    stdout: Option<JoinHandle<String>>,
+    stderr_lines: Arc<Mutex<Vec<String>>>,
+    stderr_rx: Receiver<String>,
+    stderr_thread: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Spawn `cmd` (stdout and stderr piped, stdin from `stdin` or /dev/null).
+    pub fn spawn(mut cmd: Command, stdin: Option<&[u8]>) -> Running {
+        let command = show(&cmd);
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        if let Some(data) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin piped");
+            let data = data.to_vec();
+            std::thread::spawn(move || {
+                let _ = pipe.write_all(&data);
+                // dropping the pipe closes it: the reader sees end of file
+            });
+        }
+        let mut out = child.stdout.take().expect("stdout piped");
+        let stdout = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = out.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        let err = child.stderr.take().expect("stderr piped");
+        let stderr_lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, stderr_rx) = channel();
+        let lines = Arc::clone(&stderr_lines);
+        let stderr_thread = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Running {
+            child,
+            command,
+            stdout: Some(stdout),
+            stderr_lines,
+            stderr_rx,
+            stderr_thread: Some(stderr_thread),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr_lines.lock().unwrap().join("\n")
+    }
+
+    /// Wait until a stderr line starts with `prefix`. Err (with stderr so far) on timeout or when
+    /// the process closed its stderr first.
+    pub fn wait_for_stderr_line(
+        &mut self,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_rx.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return Ok(line),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "no stderr line starting with {prefix:?} within {timeout:?} from {}\nstderr so far:\n{}",
+                        self.command,
+                        self.stderr_so_far()
+                    ));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().ok();
+                    return Err(format!(
+                        "{} ended ({status:?}) before printing a stderr line starting with {prefix:?}\nstderr:\n{}",
+                        self.command,
+                        self.stderr_so_far()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Send a signal to the process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+    }
+
+    fn kill_group(&mut self) {
+        // SAFETY: as above; the child leads its own process group (process_group(0)).
+        unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
+        let _ = self.child.kill();
+    }
+
+    /// Wait for the end (at most `timeout`, else kill it with its process group and panic with
+    /// its stderr).
+    pub fn wait(mut self, timeout: Duration) -> Output {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match self.child.try_wait().expect("try_wait") {
+                Some(status) => break status,
+                None if Instant::now() >= deadline => {
+                    self.kill_group();
+                    let _ = self.child.wait();
+                    std::thread::sleep(Duration::from_millis(100));
+                    panic!(
+                        "timed out after {timeout:?}, killed: {}\nstderr:\n{}",
+                        self.command,
+                        self.stderr_so_far()
+                    );
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        // A child left behind by leaktrace could hold the pipes open: give the readers a moment,
+        // then kill the group.
+        let grace = Instant::now() + Duration::from_secs(5);
+        while !self.stdout.as_ref().unwrap().is_finished() && Instant::now() < grace {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !self.stdout.as_ref().unwrap().is_finished() {
+            // SAFETY: as above.
+            unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
+        }
+        let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
+        }
+        Output {
+            status,
+            stdout,
+            stderr: self.stderr_so_far(),
+            command: self.command.clone(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill_group();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Run `cmd` to its end (see [`Running::wait`]).
+pub fn run(cmd: Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
+    Running::spawn(cmd, stdin).wait(timeout)
+}
+
+/// `leaktrace record --interval 250ms --out OUT [extra...] -- TARGET...`, to its end.
+pub fn record_launch(out: &OutDir, extra: &[&str], target: Command) -> Output {
+    let mut cmd = leaktrace(["record", "--interval", "250ms", "--out"]);
+    cmd.arg(&out.path).args(extra).arg("--");
+    for (k, v) in target.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.arg(target.get_program()).args(target.get_args());
+    run(cmd, None, TIMEOUT)
+}
+
+/// The "PID <pid>" line every fixture prints first.
+pub fn pid_line(stdout: &str) -> Option<u32> {
+    stdout
+        .lines()
+        .next()?
+        .strip_prefix("PID ")?
+        .trim()
+        .parse()
+        .ok()
+}
+
+// ----------------------------------------------------------------------------------------------
+// A target process started by the test (attach mode)
+
+/// A fixture process started by the test: its stdout lines are read as they come, it is reaped
+/// as soon as it exits (so that it does not linger as a zombie), and killed when dropped.
+pub struct Target {
+    pub pid: u32,
+    lines: Receiver<String>,
+    status: Arc<Mutex<Option<ExitStatus>>>,
+    reaper: Option<JoinHandle<()>>,
+}
+
+impl Target {
+    pub fn spawn(mut cmd: Command) -> Target {
+        let command = show(&cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        let pid = child.id();
+        let out = child.stdout.take().expect("stdout piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let status = Arc::new(Mutex::new(None));
+        let st = Arc::clone(&status);
+        let reaper = std::thread::spawn(move || {
+            let s = child.wait().expect("wait for target");
+            *st.lock().unwrap() = Some(s);
+        });
+        Target {
+            pid,
+            lines,
+            status,
+            reaper: Some(reaper),
+        }
+    }
+
+    /// The next stdout line, within `timeout`.
+    pub fn next_line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Read the "PID <pid>" line and check it names this process.
+    pub fn expect_pid_line(&self) {
+        let line = self
+            .next_line(Duration::from_secs(10))
+            .expect("the target printed no PID line");
+        assert_eq!(line, format!("PID {}", self.pid), "the target's first line");
+    }
+
+    pub fn signal(&self, sig: i32) {
+        if self.status.lock().unwrap().is_none() {
+            // SAFETY: kill has no memory-safety preconditions; the target is not reaped yet.
+            unsafe { libc::kill(self.pid as libc::pid_t, sig) };
+        }
+    }
+
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.status.lock().unwrap()
+    }
+
+    /// Wait for the target's exit, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(s) = self.exit_status() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        {
+            let status = self.status.lock().unwrap();
+            if status.is_none() {
+                // SAFETY: as above.
+                unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+        if let Some(r) = self.reaper.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// report.json
+
+/// A parsed `report.json`.
+pub struct Report {
+    pub dir: PathBuf,
+    pub json: Value,
+}
+
+impl Report {
+    /// Load DIR/report.json.
+    pub fn load(dir: &Path) -> Report {
+        let path = dir.join("report.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let json = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()));
+        Report {
+            dir: dir.to_path_buf(),
+            json,
+        }
+    }
+
+    /// `json[a][b]...`, panicking with the path when absent.
+    pub fn get(&self, path: &[&str]) -> &Value {
+        let mut v = &self.json;
+        for key in path {
+            v = v.get(key).unwrap_or_else(|| {
+                panic!(
+                    "report.json has no {} ({})",
+                    path.join("."),
+                    self.dir.display()
+                )
+            });
+        }
+        v
+    }
+
+    pub fn sites(&self) -> &[Value] {
+        self.get(&["sites"]).as_array().expect("sites is an array")
+    }
+
+    /// Every site whose culprit is `function`, largest live_bytes first.
+    pub fn sites_of(&self, function: &str) -> Vec<&Value> {
+        let mut v: Vec<&Value> = self
+            .sites()
+            .iter()
+            .filter(|s| s["function"] == function)
+            .collect();
+        v.sort_by_key(|s| std::cmp::Reverse(u64_of(s, "live_bytes")));
+        v
+    }
+
+    /// The site (the largest, if several) whose culprit is `function`; panics showing all sites.
+    pub fn site(&self, function: &str) -> &Value {
+        self.sites_of(function)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| {
+                panic!(
+                    "no site has culprit function {function:?}; sites:\n{}",
+                    self.summary()
+                )
+            })
+    }
+
+    /// The site with the largest growth_bytes.
+    pub fn largest_growth(&self) -> &Value {
+        self.sites()
+            .iter()
+            .max_by_key(|s| i64_of(s, "growth_bytes"))
+            .unwrap_or_else(|| panic!("report has no sites ({})", self.dir.display()))
+    }
+
+    /// One line per site, for failure messages.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        for site in self.sites().iter().take(25) {
+            let chain: Vec<String> = site["frames"]
+                .as_array()
+                .map(|fs| {
+                    fs.iter()
+                        .map(|f| {
+                            let name = f["function"]
+                                .as_str()
+                                .filter(|n| !n.is_empty())
+                                .unwrap_or("?");
+                            format!("{name}@{}", object_name(f))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            s.push_str(&format!(
+                "  {:<24} class={:<9} live={}/{} allocated={}/{} freed={}/{} growth={} ({}/s) lost={} frames=[{}]\n",
+                site["function"].as_str().unwrap_or("?"),
+                site["class"].as_str().unwrap_or("?"),
+                site["live_bytes"],
+                site["live_allocations"],
+                site["allocated_bytes"],
+                site["allocations"],
+                site["freed_bytes"],
+                site["frees"],
+                site["growth_bytes"],
+                site["growth_bytes_per_s"],
+                site["stack_lost"],
+                chain.join(" <- ")
+            ));
+        }
+        if self.sites().len() > 25 {
+            s.push_str(&format!("  ... {} sites in all\n", self.sites().len()));
+        }
+        s.push_str(&format!(
+            "  verdict: {}\n  drops: {}\n  events: {}\n",
+            self.json["verdict"], self.json["drops"], self.json["events"]
+        ));
+        s
+    }
+}
+
+fn object_name(frame: &Value) -> &str {
+    frame["object"]
+        .as_str()
+        .and_then(|o| o.rsplit('/').next())
+        .unwrap_or("?")
+}
+
+/// `v[key]` as u64 (panics naming the key and showing `v` when absent or not a non-negative
+/// integer).
+pub fn u64_of(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a non-negative integer in {v}"))
+}
+
+pub fn i64_of(v: &Value, key: &str) -> i64 {
+    v[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{key} is not an integer in {v}"))
+}
+
+pub fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+}
+
+pub fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("{key} is not a string in {v}"))
+}
+
+/// Assert |actual − expected| ≤ tolerance × expected.
+pub fn assert_within(what: &str, actual: f64, expected: f64, tolerance: f64, context: &str) {
+    assert!(
+        (actual - expected).abs() <= tolerance * expected.abs(),
+        "{what}: expected {expected} ± {:.0}%, got {actual}\n{context}",
+        tolerance * 100.0
+    );
+}
+
+/// The checks that every recording of `leaky MODE ITERATIONS RATE` (the whole run traced) must
+/// pass: the leak is found with its exact size and culprit, the decoys are not called leaks.
+pub fn assert_leaky_report(report: &Report, mode: &str, iterations: u64) {
+    let ctx = format!("report {}:\n{}", report.dir.display(), report.summary());
+    let culprit = leak_function(mode);
+
+    // The leak: the site with the largest growth, named after the function that called the
+    // allocator directly, with the exact leaked size.
+    let leak = report.site(&culprit);
+    let top = report.largest_growth();
+    assert_eq!(
+        top["function"],
+        culprit.as_str(),
+        "the site with the largest growth should be {culprit}\n{ctx}"
+    );
+    let expected = (iterations * LEAK_BYTES) as f64;
+    assert_within(
+        &format!("{culprit} live_bytes"),
+        u64_of(leak, "live_bytes") as f64,
+        expected,
+        0.10,
+        &ctx,
+    );
+    assert_within(
+        &format!("{culprit} growth per iteration (growth_bytes / {iterations})"),
+        i64_of(leak, "growth_bytes") as f64 / iterations as f64,
+        LEAK_BYTES as f64,
+        0.10,
+        &ctx,
+    );
+    assert_eq!(str_of(leak, "class"), "leak", "class of {culprit}\n{ctx}");
+    assert!(
+        f64_of(leak, "growth_bytes_per_s") > 0.0,
+        "{culprit} growth_bytes_per_s should be > 0\n{ctx}"
+    );
+    let expected_live_allocations = if mode == "realloc" { 1 } else { iterations };
+    assert_eq!(
+        u64_of(leak, "live_allocations"),
+        expected_live_allocations,
+        "{culprit} live_allocations\n{ctx}"
+    );
+    assert!(
+        !leak["stack_lost"].as_bool().unwrap_or(true),
+        "{culprit} stack_lost should be false\n{ctx}"
+    );
+    assert_culprit_frames(leak, &culprit, "leaky.c", &["run_workload", "main"], &ctx);
+
+    // The bounded cache: full (64 × 512 B) at the end, not a leak.
+    let cache = report.site("cache_put");
+    assert_ne!(
+        str_of(cache, "class"),
+        "leak",
+        "cache_put must not be classed a leak\n{ctx}"
+    );
+    let cache_live = u64_of(cache, "live_bytes");
+    assert!(
+        cache_live as f64 <= CACHE_CAPACITY_BYTES as f64 * 1.10,
+        "cache_put live_bytes {cache_live} exceeds the cache capacity {CACHE_CAPACITY_BYTES} (+10%)\n{ctx}"
+    );
+    assert_within(
+        "cache_put live_bytes (a full cache)",
+        cache_live as f64,
+        CACHE_CAPACITY_BYTES as f64,
+        0.10,
+        &ctx,
+    );
+    assert_eq!(
+        u64_of(cache, "allocations"),
+        iterations,
+        "cache_put allocations\n{ctx}"
+    );
+    assert_eq!(
+        u64_of(cache, "frees"),
+        iterations - CACHE_SLOTS,
+        "cache_put frees (evictions)\n{ctx}"
+    );
+
+    // Temporary blocks: all freed.
+    let temp = report.site("temp_work");
+    assert_ne!(
+        str_of(temp, "class"),
+        "leak",
+        "temp_work must not be classed a leak\n{ctx}"
+    );
+    assert!(
+        u64_of(temp, "live_bytes") <= TEMP_BYTES,
+        "temp_work live_bytes should be 0 (at most one block in flight)\n{ctx}"
+    );
+    assert_eq!(
+        u64_of(temp, "allocations"),
+        iterations,
+        "temp_work allocations\n{ctx}"
+    );
+    assert_eq!(
+        u64_of(temp, "allocated_bytes"),
+        iterations * TEMP_BYTES,
+        "temp_work allocated_bytes\n{ctx}"
+    );
+
+    // Nothing lost, everything counted.
+    assert_eq!(
+        report.get(&["drops", "total"]).as_u64(),
+        Some(0),
+        "drops.total\n{ctx}"
+    );
+    let allocs = report
+        .get(&["events", "allocs"])
+        .as_u64()
+        .expect("events.allocs");
+    assert!(
+        allocs >= 3 * iterations,
+        "events.allocs {allocs} < 3 × {iterations}\n{ctx}"
+    );
+    let frees = report
+        .get(&["events", "frees"])
+        .as_u64()
+        .expect("events.frees");
+    assert!(
+        frees >= 2 * iterations - CACHE_SLOTS,
+        "events.frees {frees} < {}\n{ctx}",
+        2 * iterations - CACHE_SLOTS
+    );
+
+    // Process memory series.
+    let rss = report
+        .get(&["memory", "rss_bytes"])
+        .as_array()
+        .expect("memory.rss_bytes is an array");
+    assert!(!rss.is_empty(), "memory.rss_bytes is empty\n{ctx}");
+    assert!(
+        rss.iter().any(|p| p[1].as_u64().unwrap_or(0) > 0),
+        "memory.rss_bytes has no positive value\n{ctx}"
+    );
+    let native = report
+        .get(&["memory", "native_live_bytes"])
+        .as_array()
+        .expect("memory.native_live_bytes");
+    let native_max = native
+        .iter()
+        .filter_map(|p| p[1].as_u64())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        native_max as f64 >= 0.9 * (expected + CACHE_CAPACITY_BYTES as f64),
+        "memory.native_live_bytes peaks at {native_max}, below the leak + cache\n{ctx}"
+    );
+
+    let verdict = report.get(&["verdict"]);
+    assert!(
+        !str_of(verdict, "class").is_empty() && !str_of(verdict, "summary").is_empty(),
+        "verdict\n{ctx}"
+    );
+}
+
+/// The site's frames: the innermost is in the allocator; the culprit frame (first non-allocator
+/// frame) is `culprit`, in `file` with a line number; `callers` follow it, in this order.
+pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &[&str], ctx: &str) {
+    let frames = site["frames"]
+        .as_array()
+        .unwrap_or_else(|| panic!("site has no frames array\n{ctx}"));
+    assert!(!frames.is_empty(), "{culprit}: empty frames\n{ctx}");
+    assert_eq!(
+        frames[0]["allocator"].as_bool(),
+        Some(true),
+        "{culprit}: frames[0] should be the allocator\n{ctx}"
+    );
+    let idx = frames
+        .iter()
+        .position(|f| f["allocator"].as_bool() == Some(false))
+        .unwrap_or_else(|| panic!("{culprit}: no non-allocator frame\n{ctx}"));
+    let f = &frames[idx];
+    assert_eq!(
+        f["function"].as_str(),
+        Some(culprit),
+        "{culprit}: first non-allocator frame\n{ctx}"
+    );
+    let f_file = f["file"].as_str().unwrap_or("");
+    assert!(
+        f_file.ends_with(file),
+        "{culprit}: frame file {f_file:?} should end with {file}\n{ctx}"
+    );
+    assert!(
+        f["line"].as_u64().unwrap_or(0) > 0,
+        "{culprit}: frame has no line number\n{ctx}"
+    );
+    let names: Vec<&str> = frames[idx + 1..]
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    let mut pos = 0;
+    for caller in callers {
+        match names[pos..].iter().position(|n| n == caller) {
+            Some(p) => pos += p + 1,
+            None => {
+                panic!("{culprit}: caller {caller} missing after it in the stack {names:?}\n{ctx}")
+            }
+        }
+    }
+}
+
+/// Assert the recording directory holds all seven outputs, non-empty.
+pub fn assert_outputs_exist(dir: &Path) {
+    for name in OUTPUT_FILES {
+        let p = dir.join(name);
+        let len = std::fs::metadata(&p)
+            .map(|m| m.len())
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(len > 0, "{} is empty", p.display());
+    }
+}
