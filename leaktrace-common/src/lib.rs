@@ -62,8 +62,15 @@ pub mod counter {
     pub const ALLOCS: u32 = 11;
     /// Frees of tracked blocks (informational).
     pub const FREES: u32 = 12;
+    /// A mapping event could not be queued because the EVENTS ring buffer was full (loss: the
+    /// off-heap and allocator-footprint figures miss that mmap/munmap/mremap/brk).
+    pub const EVENTS_LOST: u32 = 13;
+    /// Anonymous mappings made outside any allocator call (off-heap) (informational).
+    pub const OFFHEAP_MAPS: u32 = 14;
+    /// Anonymous mappings made from inside an allocator call (the allocator's own) (informational).
+    pub const ALLOCATOR_MAPS: u32 = 15;
     /// Number of counters.
-    pub const NUM: u32 = 13;
+    pub const NUM: u32 = 16;
 
     /// Name of each counter in recordings and reports, by index.
     pub const NAMES: [&str; NUM as usize] = [
@@ -80,12 +87,17 @@ pub mod counter {
         "failed_alloc",
         "allocs",
         "frees",
+        "map_events_lost",
+        "offheap_maps",
+        "allocator_maps",
     ];
 
     /// True for the counters that are losses (reported under `drops`); the others are
     /// informational events.
     pub const IS_LOSS: [bool; NUM as usize] =
-        [true, true, true, true, true, true, false, true, false, false, false, false, false];
+        [
+        true, true, true, true, true, true, false, true, false, false, false, false, false, true, false, false,
+    ];
 }
 
 /// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.
@@ -173,6 +185,78 @@ pub struct InFlight {
     pub site: SiteKey,
 }
 
+/// Kinds of [`MapEvent`].
+pub mod map_event {
+    /// An anonymous mmap: `addr`, `len`, `prot`, `flags`.
+    pub const MMAP: u32 = 1;
+    /// munmap of [`addr`, `addr + len`).
+    pub const MUNMAP: u32 = 2;
+    /// mremap of [`old_addr`, `old_addr + old_len`) to [`addr`, `addr + len`).
+    pub const MREMAP: u32 = 3;
+    /// brk: the program break is now `addr`.
+    pub const BRK: u32 = 4;
+}
+
+/// Who made a mapping. Stored in [`MapEvent::owner`].
+pub mod owner {
+    /// Made outside any allocator call: off-heap memory of the program.
+    pub const OFFHEAP: u32 = 0;
+    /// Made from inside a malloc-family call: the allocator's own heap (arenas, large chunks).
+    pub const ALLOCATOR: u32 = 1;
+}
+
+/// One successful mmap/munmap/mremap/brk of a traced process, sent through the `EVENTS` ring
+/// buffer (address-range bookkeeping is done by the agent, which handles partial unmaps and
+/// moves exactly).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MapEvent {
+    /// One of [`map_event`].
+    pub kind: u32,
+    pub tgid: u32,
+    /// Start of the new range (mmap, mremap), start of the removed range (munmap), or the new
+    /// program break (brk).
+    pub addr: u64,
+    /// Length in bytes of the new (mmap, mremap) or removed (munmap) range.
+    pub len: u64,
+    /// mremap: the old range.
+    pub old_addr: u64,
+    pub old_len: u64,
+    /// mmap protection and flags.
+    pub prot: u32,
+    pub flags: u32,
+    /// One of [`owner`].
+    pub owner: u32,
+    pub _pad: u32,
+    /// The call stack of an mmap (kind [`site_kind::MMAP`]); zero for the other kinds.
+    pub site: SiteKey,
+}
+
+/// State of one thread between sys_enter and sys_exit of a tracked syscall.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyscallArgs {
+    pub nr: u32,
+    pub owner: u32,
+    pub a0: u64,
+    pub a1: u64,
+    pub a2: u64,
+    pub a3: u64,
+    pub site: SiteKey,
+}
+
+/// A libc mmap() call in flight on a thread (uprobe at entry), so the syscall tracepoint can use
+/// its call stack (with the direct caller restored) and owner.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MmapCall {
+    /// Stack pointer at entry of mmap().
+    pub sp: u64,
+    pub owner: u32,
+    pub _pad: u32,
+    pub site: SiteKey,
+}
+
 /// Size of the `STACKS` map's values: the kernel's maximum stack depth.
 pub const MAX_STACK_DEPTH: usize = 127;
 
@@ -185,4 +269,7 @@ mod pod {
     unsafe impl aya::Pod for AllocInfo {}
     unsafe impl aya::Pod for SiteStats {}
     unsafe impl aya::Pod for InFlight {}
+    unsafe impl aya::Pod for MapEvent {}
+    unsafe impl aya::Pod for SyscallArgs {}
+    unsafe impl aya::Pod for MmapCall {}
 }

@@ -2,13 +2,16 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
-    macros::{map, uprobe, uretprobe},
-    maps::{HashMap, PerCpuArray, StackTrace},
-    programs::{ProbeContext, RetProbeContext},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::{map, tracepoint, uprobe, uretprobe},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
-use aya_ebpf::programs::tracing::StackIdContext as _;
-use leaktrace_common::{counter, op, site_kind, AllocInfo, AllocKey, InFlight, SiteKey, SiteStats};
+use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
+use leaktrace_common::{
+    counter, map_event, op, owner, site_kind, AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey,
+    SiteStats, SyscallArgs,
+};
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
 #[unsafe(no_mangle)]
@@ -36,7 +39,25 @@ static INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(1 << 14, BPF
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::NUM, 0);
 
+/// Processes whose mmap/munmap/mremap/brk syscalls are tracked (the syscall tracepoints fire for
+/// every process; uprobes are attached per process and need no filter).
+#[map]
+static TARGETS: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+
+/// mmap/munmap/mremap/brk events for the agent, which keeps the address ranges.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Arguments of a tracked syscall between sys_enter and sys_exit, by pid_tgid.
+#[map]
+static SYSCALLS: HashMap<u64, SyscallArgs> = HashMap::with_max_entries(1 << 14, BPF_F_NO_PREALLOC);
+
+/// libc mmap() calls in flight, by pid_tgid.
+#[map]
+static MMAP_CALLS: HashMap<u64, MmapCall> = HashMap::with_max_entries(1 << 14, BPF_F_NO_PREALLOC);
+
 const EEXIST: i32 = -17;
+const MAP_ANONYMOUS: u64 = 0x20;
 
 #[inline(always)]
 fn count(idx: u32) {
@@ -87,26 +108,8 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         // An older call of this thread never returned through its return probe.
         count(counter::MISSED_RETURN);
     }
-    let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
-    let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
-        Ok(id) => id as i32,
-        Err(EEXIST) => {
-            count(counter::STACK_COLLISION);
-            -1
-        }
-        Err(_) => {
-            count(counter::STACK_ERROR);
-            -2
-        }
-    };
-    let rec = InFlight {
-        sp,
-        size,
-        ptr,
-        op,
-        _pad: 0,
-        site: SiteKey { tgid, stack_id, caller, kind: site_kind::MALLOC, _pad: 0 },
-    };
+    let site = site_here(ctx, tgid, sp, site_kind::MALLOC);
+    let rec = InFlight { sp, size, ptr, op, _pad: 0, site };
     if INFLIGHT.insert(pid_tgid, rec, 0).is_err() {
         count(counter::INFLIGHT_FULL);
     }
@@ -311,6 +314,249 @@ pub fn valloc_enter(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
     enter(&ctx, op::PVALLOC, arg(&ctx, 0), 0)
+}
+
+/// Call stack of the current call, with the return address found at `sp` as the direct caller.
+#[inline(always)]
+fn site_here<C: aya_ebpf::programs::tracing::StackIdContext>(ctx: &C, tgid: u32, sp: u64, kind: u32) -> SiteKey {
+    let caller = if sp != 0 { unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0) } else { 0 };
+    let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as i32,
+        Err(EEXIST) => {
+            count(counter::STACK_COLLISION);
+            -1
+        }
+        Err(_) => {
+            count(counter::STACK_ERROR);
+            -2
+        }
+    };
+    SiteKey { tgid, stack_id, caller, kind, _pad: 0 }
+}
+
+/// A thread inside a hooked allocator call: what it maps is the allocator's.
+#[inline(always)]
+fn in_allocator(pid_tgid: u64) -> bool {
+    INFLIGHT.get_ptr(pid_tgid).is_some()
+}
+
+/// User-space stack pointer of the current task (at a syscall tracepoint).
+#[inline(always)]
+fn user_sp() -> u64 {
+    unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const aya_ebpf::bindings::pt_regs;
+        if regs.is_null() {
+            return 0;
+        }
+        bpf_probe_read_kernel(&raw const (*regs).rsp).unwrap_or(0)
+    }
+}
+
+#[inline(always)]
+fn is_target(tgid: u32) -> bool {
+    TARGETS.get_ptr(tgid).is_some()
+}
+
+#[inline(always)]
+fn emit(ev: &MapEvent) {
+    if EVENTS.output::<MapEvent>(ev, 0).is_err() {
+        count(counter::EVENTS_LOST);
+    }
+}
+
+/// libc mmap(): remember the caller's stack for the syscall tracepoint (anonymous mappings only).
+#[uprobe]
+pub fn mmap_enter(ctx: ProbeContext) -> u32 {
+    let flags = arg(&ctx, 3);
+    if flags & MAP_ANONYMOUS == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == agent_tgid() {
+        return 0;
+    }
+    let sp = stack_pointer(ctx.regs);
+    let (own, site) = if in_allocator(pid_tgid) {
+        (owner::ALLOCATOR, SiteKey::default())
+    } else {
+        (owner::OFFHEAP, site_here(&ctx, tgid, sp, site_kind::MMAP))
+    };
+    let _ = MMAP_CALLS.insert(pid_tgid, MmapCall { sp, owner: own, _pad: 0, site }, 0);
+    0
+}
+
+mod nr {
+    pub const MMAP: u32 = 9;
+    pub const MUNMAP: u32 = 11;
+    pub const BRK: u32 = 12;
+    pub const MREMAP: u32 = 25;
+}
+
+#[inline(always)]
+fn save_args(pid_tgid: u64, a: SyscallArgs) {
+    let _ = SYSCALLS.insert(pid_tgid, a, 0);
+}
+
+#[inline(always)]
+fn take_args(pid_tgid: u64, nr: u32) -> Option<SyscallArgs> {
+    let a = unsafe { *SYSCALLS.get_ptr(pid_tgid)? };
+    let _ = SYSCALLS.remove(pid_tgid);
+    if a.nr == nr { Some(a) } else { None }
+}
+
+#[inline(always)]
+fn tp_u64(ctx: &TracePointContext, off: usize) -> u64 {
+    unsafe { ctx.read_at::<u64>(off) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn syscall_ret(ctx: &TracePointContext) -> Option<u64> {
+    let ret = tp_u64(ctx, 16) as i64;
+    if (-4095..0).contains(&ret) { None } else { Some(ret as u64) }
+}
+
+#[tracepoint]
+pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    let flags = tp_u64(&ctx, 40);
+    if flags & MAP_ANONYMOUS == 0 {
+        return 0;
+    }
+    let sp = user_sp();
+    let libc_call = match MMAP_CALLS.get_ptr(pid_tgid) {
+        // The libc wrapper's frame is just below its entry stack pointer.
+        Some(c) => {
+            let c = unsafe { *c };
+            let _ = MMAP_CALLS.remove(pid_tgid);
+            if sp <= c.sp && sp + 512 > c.sp { Some(c) } else { None }
+        }
+        None => None,
+    };
+    let (own, site) = match libc_call {
+        Some(c) => (c.owner, c.site),
+        // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
+        None if in_allocator(pid_tgid) => (owner::ALLOCATOR, SiteKey::default()),
+        None => (owner::OFFHEAP, site_here(&ctx, tgid, sp, site_kind::MMAP)),
+    };
+    save_args(
+        pid_tgid,
+        SyscallArgs { nr: nr::MMAP, owner: own, a0: tp_u64(&ctx, 24), a1: tp_u64(&ctx, 32), a2: flags, a3: 0, site },
+    );
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(a) = take_args(pid_tgid, nr::MMAP) else { return 0 };
+    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    count(if a.owner == owner::OFFHEAP { counter::OFFHEAP_MAPS } else { counter::ALLOCATOR_MAPS });
+    emit(&MapEvent {
+        kind: map_event::MMAP,
+        tgid: (pid_tgid >> 32) as u32,
+        addr,
+        len: a.a0,
+        old_addr: 0,
+        old_len: 0,
+        prot: a.a1 as u32,
+        flags: a.a2 as u32,
+        owner: a.owner,
+        _pad: 0,
+        site: a.site,
+    });
+    0
+}
+
+#[tracepoint]
+pub fn sys_enter_munmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    save_args(
+        pid_tgid,
+        SyscallArgs { nr: nr::MUNMAP, a0: tp_u64(&ctx, 16), a1: tp_u64(&ctx, 24), ..Default::default() },
+    );
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_munmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(a) = take_args(pid_tgid, nr::MUNMAP) else { return 0 };
+    if syscall_ret(&ctx).is_none() {
+        return 0;
+    }
+    emit(&MapEvent {
+        kind: map_event::MUNMAP,
+        tgid: (pid_tgid >> 32) as u32,
+        addr: a.a0,
+        len: a.a1,
+        ..Default::default()
+    });
+    0
+}
+
+#[tracepoint]
+pub fn sys_enter_mremap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    save_args(
+        pid_tgid,
+        SyscallArgs {
+            nr: nr::MREMAP,
+            a0: tp_u64(&ctx, 16),
+            a1: tp_u64(&ctx, 24),
+            a2: tp_u64(&ctx, 32),
+            a3: tp_u64(&ctx, 40),
+            ..Default::default()
+        },
+    );
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_mremap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(a) = take_args(pid_tgid, nr::MREMAP) else { return 0 };
+    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    emit(&MapEvent {
+        kind: map_event::MREMAP,
+        tgid: (pid_tgid >> 32) as u32,
+        addr,
+        len: a.a2,
+        old_addr: a.a0,
+        old_len: a.a1,
+        flags: a.a3 as u32,
+        ..Default::default()
+    });
+    0
+}
+
+#[tracepoint]
+pub fn sys_enter_brk(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    save_args(pid_tgid, SyscallArgs { nr: nr::BRK, a0: tp_u64(&ctx, 16), ..Default::default() });
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_brk(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(_a) = take_args(pid_tgid, nr::BRK) else { return 0 };
+    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    emit(&MapEvent { kind: map_event::BRK, tgid: (pid_tgid >> 32) as u32, addr, ..Default::default() });
+    0
 }
 
 #[panic_handler]

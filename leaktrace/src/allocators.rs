@@ -26,6 +26,8 @@ pub const LIBC_HOOKS: &[Hook] = &[
     Hook { function: "valloc", entry_program: "valloc_enter", return_program: RET },
     Hook { function: "pvalloc", entry_program: "pvalloc_enter", return_program: RET },
     Hook { function: "free", entry_program: "free_enter", return_program: None },
+    // Not an allocation: gives anonymous mappings their caller's stack (see `mappings`).
+    Hook { function: "mmap", entry_program: "mmap_enter", return_program: None },
 ];
 
 /// The functions an object must define (all of them) to be probed as a malloc-family allocator.

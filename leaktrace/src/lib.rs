@@ -11,6 +11,7 @@ pub mod allocators;
 pub mod analyze;
 pub mod discover;
 pub mod launch;
+pub mod mappings;
 pub mod output;
 pub mod probes;
 pub mod procinfo;

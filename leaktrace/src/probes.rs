@@ -7,10 +7,10 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
-use aya::maps::{HashMap, MapData, PerCpuArray, StackTraceMap};
-use aya::programs::{UProbe, uprobe::UProbeScope};
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::programs::{TracePoint, UProbe, uprobe::UProbeScope};
 use aya::{Ebpf, EbpfLoader};
-use leaktrace_common::{SiteKey, SiteStats, counter};
+use leaktrace_common::{MapEvent, SiteKey, SiteStats, counter};
 
 use crate::discover::ProbePoint;
 use crate::recording::ProbeInfo;
@@ -49,6 +49,10 @@ pub struct Tracer {
     sites: HashMap<MapData, SiteKey, SiteStats>,
     stacks: StackTraceMap<MapData>,
     counters: PerCpuArray<MapData, u64>,
+    targets: HashMap<MapData, u32, u32>,
+    events: RingBuf<MapData>,
+    /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
+    pub mappings_unavailable: Option<String>,
     /// Probes attached so far, as (object path as the target maps it, offset, program).
     attached: Vec<(String, u64, &'static str)>,
 }
@@ -65,6 +69,19 @@ const PROGRAMS: &[&str] = &[
     "pvalloc_enter",
     "free_enter",
     "alloc_return",
+    "mmap_enter",
+];
+
+/// Syscall tracepoints for the address-space bookkeeping (see `mappings`).
+const TRACEPOINTS: &[&str] = &[
+    "sys_enter_mmap",
+    "sys_exit_mmap",
+    "sys_enter_munmap",
+    "sys_exit_munmap",
+    "sys_enter_mremap",
+    "sys_exit_mremap",
+    "sys_enter_brk",
+    "sys_exit_brk",
 ];
 
 impl Tracer {
@@ -99,7 +116,10 @@ impl Tracer {
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
         let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
-        Ok(Tracer { ebpf, sites, stacks, counters, attached: Vec::new() })
+        let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let mappings_unavailable = attach_tracepoints(&mut ebpf).err().map(|e| format!("{e:#}"));
+        Ok(Tracer { ebpf, sites, stacks, counters, targets, events, mappings_unavailable, attached: Vec::new() })
     }
 
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
@@ -143,6 +163,23 @@ impl Tracer {
         Ok(placed)
     }
 
+    /// Track the mmap/munmap/mremap/brk syscalls of process `tgid` (the syscall tracepoints are
+    /// system-wide and filter on this set).
+    pub fn add_target(&mut self, tgid: u32) -> anyhow::Result<()> {
+        self.targets.insert(tgid, 1, 0).context("adding the target to the TARGETS map")
+    }
+
+    /// Take every queued mapping event (non-blocking).
+    pub fn drain_map_events(&mut self, mut f: impl FnMut(&MapEvent)) {
+        while let Some(item) = self.events.next() {
+            if item.len() >= std::mem::size_of::<MapEvent>() {
+                // SAFETY: the kernel side writes exactly one MapEvent (repr(C), Pod) per record.
+                let ev: MapEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                f(&ev);
+            }
+        }
+    }
+
     /// Per-site totals of process `tgid`, as the kernel holds them now.
     pub fn read_sites(&self, tgid: u32) -> anyhow::Result<Vec<(SiteKey, SiteStats)>> {
         let mut out = Vec::new();
@@ -172,6 +209,32 @@ impl Tracer {
         }
         Ok(out)
     }
+}
+
+/// Attach the syscall tracepoints, mounting tracefs at /sys/kernel/tracing first if it is not.
+fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    ensure_tracefs()?;
+    for name in TRACEPOINTS {
+        let prog: &mut TracePoint = ebpf.program_mut(name).with_context(|| format!("eBPF program {name} missing"))?.try_into()?;
+        prog.load().with_context(|| format!("loading eBPF program {name}"))?;
+        prog.attach("syscalls", name).with_context(|| format!("attaching to tracepoint syscalls:{name}"))?;
+    }
+    Ok(())
+}
+
+fn ensure_tracefs() -> anyhow::Result<()> {
+    let dir = std::path::Path::new("/sys/kernel/tracing");
+    let populated = |d: &std::path::Path| d.read_dir().map(|mut e| e.next().is_some()).unwrap_or(false);
+    if populated(dir) || populated(std::path::Path::new("/sys/kernel/debug/tracing")) {
+        return Ok(());
+    }
+    let r = unsafe {
+        libc::mount(c"nodev".as_ptr(), c"/sys/kernel/tracing".as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null())
+    };
+    if r != 0 {
+        anyhow::bail!("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (harmless on newer ones).

@@ -16,7 +16,8 @@ use leaktrace_common::{SiteKey, site_kind};
 use crate::discover::{self, MappedObject};
 use crate::launch::{self, ExitStatus, HeldChild};
 use crate::probes::{Limits, Tracer};
-use crate::recording::{Checkpoint, Frame, ProbeInfo, Recording, SiteSample, Stack, Target};
+use crate::mappings::{self, AddressSpace};
+use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, Recording, SiteSample, Stack, Target};
 use crate::symbolize::StackSymbolizer;
 use crate::{analyze::AnalyzeOptions, output, procinfo, report};
 
@@ -94,7 +95,12 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         let scan = discover::scan_allocators(pid, &objects)?;
         let probed: BTreeSet<_> = scan.points.iter().map(|p| (p.object.dev.0, p.object.dev.1, p.object.inode)).collect();
         let placed = tracer.attach(pid, &scan.points)?;
-        Ok((placed, probed, scan.notes))
+        let mut notes = scan.notes;
+        match &tracer.mappings_unavailable {
+            None => tracer.add_target(pid)?,
+            Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
+        }
+        Ok((placed, probed, notes))
     })();
     let (mut probes, mut probed, notes) = match attach {
         Ok(v) => v,
@@ -129,6 +135,7 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         warnings: notes,
         status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
         exit_status: None,
+        space: AddressSpace::default(),
     };
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -230,6 +237,8 @@ struct Session {
     warnings: Vec<String>,
     status_line: bool,
     exit_status: Option<ExitStatus>,
+    /// Anonymous regions made since attach (off-heap and the allocator's).
+    space: AddressSpace,
 }
 
 /// How often the loop looks at the target (exit, new mappings) between checkpoints.
@@ -264,6 +273,7 @@ impl Session {
                 _ = recv(&mut sighup) => return "signal",
                 _ = tokio::time::sleep(POLL) => {}
             }
+            self.drain_map_events();
             if self.target_gone() {
                 // Its maps still hold everything it allocated: one last checkpoint.
                 self.checkpoint();
@@ -284,6 +294,16 @@ impl Session {
                 }
             }
         }
+    }
+
+    fn drain_map_events(&mut self) {
+        let pid = self.pid;
+        let space = &mut self.space;
+        self.tracer.drain_map_events(|ev| {
+            if ev.tgid == pid {
+                space.apply(ev)
+            }
+        });
     }
 
     fn target_gone(&mut self) -> bool {
@@ -360,10 +380,46 @@ impl Session {
                 alloc_count: stats.alloc_count,
                 free_bytes: stats.free_bytes,
                 free_count: stats.free_count,
+                resident_bytes: None,
+            });
+        }
+        self.drain_map_events();
+        let resident = self.space.resident(self.pid);
+        let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
+            self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
+        for (key, stats) in offheap {
+            let stack = self.stack_for(key);
+            samples.push(SiteSample {
+                stack,
+                alloc_bytes: stats.alloc_bytes,
+                alloc_count: stats.alloc_count,
+                free_bytes: stats.free_bytes,
+                free_count: stats.free_count,
+                resident_bytes: resident.as_ref().map(|(per_site, _)| per_site.get(&key).copied().unwrap_or(0)),
             });
         }
         samples.sort_by_key(|s| s.stack);
         let memory = procinfo::memory(self.pid);
+        let allocator = match (&resident, heap_range(self.pid)) {
+            (Some((_, mmap_resident)), Some((start, end))) => {
+                let heap_resident = std::fs::File::open(format!("/proc/{}/pagemap", self.pid))
+                    .ok()
+                    .and_then(|f| mappings::resident_bytes(&f, start, end))
+                    .unwrap_or(0);
+                Some(AllocatorFootprint {
+                    heap_bytes: end - start,
+                    heap_resident_bytes: heap_resident,
+                    mmap_bytes: self.space.allocator_mapped_bytes(),
+                    mmap_resident_bytes: *mmap_resident,
+                })
+            }
+            (Some((_, mmap_resident)), None) => Some(AllocatorFootprint {
+                mmap_bytes: self.space.allocator_mapped_bytes(),
+                mmap_resident_bytes: *mmap_resident,
+                ..Default::default()
+            }),
+            _ => None,
+        };
         if self.status_line {
             let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
             let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
@@ -380,6 +436,7 @@ impl Session {
             memory,
             sites: samples,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
+            allocator,
         });
     }
 
@@ -409,6 +466,14 @@ impl Session {
         self.stack_index.insert(key, id);
         id
     }
+}
+
+/// The brk heap of `pid` ([heap] in /proc/PID/maps), as (start, end).
+fn heap_range(pid: u32) -> Option<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[heap]"))?;
+    let (s, e) = line.split_ascii_whitespace().next()?.split_once('-')?;
+    Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?))
 }
 
 /// Put back the direct caller that the kernel's frame-pointer walk skips at a function's first

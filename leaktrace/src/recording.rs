@@ -138,6 +138,10 @@ pub struct SiteSample {
     pub free_bytes: u64,
     /// This site's blocks freed since attach.
     pub free_count: u64,
+    /// Off-heap ("mmap") sites: bytes of the site's live regions resident in RAM (from
+    /// /proc/PID/pagemap). None for malloc sites, or when the process was gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_bytes: Option<u64>,
 }
 
 impl SiteSample {
@@ -162,6 +166,32 @@ pub struct Checkpoint {
     pub sites: Vec<SiteSample>,
     /// Kernel-side counters by name (see `leaktrace_common::counter`), cumulative.
     pub counters: BTreeMap<String, u64>,
+    /// The allocator's own memory (heap and arenas) at this checkpoint; None when mappings were
+    /// not traced or the process was gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorFootprint>,
+}
+
+/// What the allocator holds from the kernel, whatever is live in it. All values in bytes.
+/// Compared with live malloc bytes it shows retention and fragmentation.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct AllocatorFootprint {
+    /// Program break heap: current break − start of the heap (from brk events and
+    /// /proc/PID/stat start_brk); only the growth since attach is certain to be the allocator's.
+    pub heap_bytes: u64,
+    /// Resident part of the brk heap (pagemap).
+    pub heap_resident_bytes: u64,
+    /// Anonymous mappings made inside allocator calls since attach (arenas, large chunks).
+    pub mmap_bytes: u64,
+    /// Resident part of those mappings (pagemap).
+    pub mmap_resident_bytes: u64,
+}
+
+impl AllocatorFootprint {
+    /// Resident bytes held by the allocator: brk heap plus its own mappings.
+    pub fn resident_bytes(&self) -> u64 {
+        self.heap_resident_bytes + self.mmap_resident_bytes
+    }
 }
 
 impl Recording {

@@ -1,0 +1,229 @@
+//! Address-range bookkeeping of a target's anonymous mappings, fed by the kernel's
+//! mmap/munmap/mremap/brk events (see `leaktrace_common::MapEvent`).
+//!
+//! Each mmap made outside an allocator call is an off-heap region owned by the call stack that
+//! made it; each one made inside an allocator call (glibc's arenas, its mmap'ed large chunks)
+//! belongs to the allocator. Regions are exact address ranges: a partial munmap trims or splits
+//! them, mremap moves or resizes them, MAP_FIXED over an existing region replaces it. Mappings
+//! made before attach are unknown and never counted. Resident bytes come from
+//! /proc/PID/pagemap (present bit of each page).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::unix::fs::FileExt as _;
+
+use leaktrace_common::{MapEvent, SiteKey, SiteStats, map_event, owner};
+
+/// Page size used for resident-byte counts.
+pub const PAGE: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Region {
+    end: u64,
+    owner: u32,
+    /// Site of an off-heap region (tgid cleared); None for the allocator's.
+    site: Option<SiteKey>,
+}
+
+/// Anonymous regions of one process, with per-site totals for off-heap mappings.
+#[derive(Debug, Default)]
+pub struct AddressSpace {
+    regions: BTreeMap<u64, Region>,
+    /// Cumulative totals per off-heap site: alloc_* = mapped, free_* = unmapped (bytes, count).
+    sites: HashMap<SiteKey, SiteStats>,
+    /// Current program break (from brk events).
+    pub brk: Option<u64>,
+}
+
+impl AddressSpace {
+    /// Apply one kernel event.
+    pub fn apply(&mut self, ev: &MapEvent) {
+        match ev.kind {
+            map_event::MMAP if ev.len > 0 => {
+                let len = round_up(ev.len);
+                let site = (ev.owner == owner::OFFHEAP).then(|| SiteKey { tgid: 0, ..ev.site });
+                // MAP_FIXED may replace what was there.
+                self.remove(ev.addr, ev.addr + len, true);
+                self.regions.insert(ev.addr, Region { end: ev.addr + len, owner: ev.owner, site });
+                if let Some(site) = site {
+                    let s = self.sites.entry(site).or_default();
+                    s.alloc_bytes += len;
+                    s.alloc_count += 1;
+                }
+            }
+            map_event::MUNMAP if ev.len > 0 => {
+                self.remove(ev.addr, ev.addr + round_up(ev.len), true);
+            }
+            map_event::MREMAP => self.mremap(ev.old_addr, round_up(ev.old_len), ev.addr, round_up(ev.len)),
+            map_event::BRK => self.brk = Some(ev.addr),
+            _ => {}
+        }
+    }
+
+    fn mremap(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
+        let removed = self.remove(old, old + old_len, false);
+        let Some(&(_, _, first)) = removed.first() else { return };
+        let removed_bytes: u64 = removed.iter().map(|(s, e, _)| e - s).sum();
+        if let Some(site) = first.site {
+            let s = self.sites.entry(site).or_default();
+            s.free_bytes += removed_bytes;
+            s.alloc_bytes += new_len;
+        }
+        self.remove(new, new + new_len, true);
+        self.regions.insert(new, Region { end: new + new_len, ..first });
+    }
+
+    /// Remove [start, end) from the regions, splitting the ones that straddle it. Returns the
+    /// removed pieces; with `account`, credits them to their sites as unmapped.
+    fn remove(&mut self, start: u64, end: u64, account: bool) -> Vec<(u64, u64, Region)> {
+        let mut touched: Vec<(u64, Region)> = Vec::new();
+        if let Some((&s, &r)) = self.regions.range(..start).next_back() {
+            if r.end > start {
+                touched.push((s, r));
+            }
+        }
+        touched.extend(self.regions.range(start..end).map(|(&s, &r)| (s, r)));
+        let mut removed = Vec::new();
+        for (s, r) in touched {
+            self.regions.remove(&s);
+            if s < start {
+                self.regions.insert(s, Region { end: start, ..r });
+            }
+            if r.end > end {
+                self.regions.insert(end, r);
+            }
+            let (cs, ce) = (s.max(start), r.end.min(end));
+            if account {
+                if let Some(site) = r.site {
+                    let st = self.sites.entry(site).or_default();
+                    st.free_bytes += ce - cs;
+                    if cs == s && ce == r.end {
+                        st.free_count += 1;
+                    }
+                }
+            }
+            removed.push((cs, ce, r));
+        }
+        removed
+    }
+
+    /// Cumulative totals of every off-heap site (mapped = alloc, unmapped = free).
+    pub fn offheap_sites(&self) -> impl Iterator<Item = (&SiteKey, &SiteStats)> {
+        self.sites.iter()
+    }
+
+    /// Bytes currently mapped by the allocator itself (arenas, large chunks), not counting brk.
+    pub fn allocator_mapped_bytes(&self) -> u64 {
+        self.regions.values().zip(self.regions.keys()).filter(|(r, _)| r.owner == owner::ALLOCATOR).map(|(r, s)| r.end - s).sum()
+    }
+
+    /// Resident bytes per off-heap site and of the allocator's regions, from /proc/PID/pagemap.
+    /// None when pagemap cannot be read (process gone).
+    pub fn resident(&self, pid: u32) -> Option<(HashMap<SiteKey, u64>, u64)> {
+        let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok()?;
+        let mut per_site: HashMap<SiteKey, u64> = HashMap::new();
+        let mut allocator = 0;
+        for (&start, r) in &self.regions {
+            let bytes = resident_bytes(&pagemap, start, r.end)?;
+            match r.site {
+                Some(site) => *per_site.entry(site).or_default() += bytes,
+                None => allocator += bytes,
+            }
+        }
+        Some((per_site, allocator))
+    }
+}
+
+/// Resident bytes of [start, end), from pagemap entries (bit 63: page present in RAM).
+pub fn resident_bytes(pagemap: &File, start: u64, end: u64) -> Option<u64> {
+    let mut resident = 0;
+    let mut page = start / PAGE;
+    let last = end.div_ceil(PAGE);
+    let mut buf = vec![0u8; 8 * 512];
+    while page < last {
+        let n = ((last - page) as usize).min(512);
+        let bytes = &mut buf[..n * 8];
+        pagemap.read_exact_at(bytes, page * 8).ok()?;
+        resident += bytes.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count() as u64;
+        page += n as u64;
+    }
+    Some(resident * PAGE)
+}
+
+fn round_up(len: u64) -> u64 {
+    len.div_ceil(PAGE) * PAGE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(n: i32) -> SiteKey {
+        SiteKey { stack_id: n, kind: 1, ..Default::default() }
+    }
+    fn mmap(addr: u64, len: u64, own: u32, s: i32) -> MapEvent {
+        MapEvent { kind: map_event::MMAP, addr, len, owner: own, site: site(s), ..Default::default() }
+    }
+    fn munmap(addr: u64, len: u64) -> MapEvent {
+        MapEvent { kind: map_event::MUNMAP, addr, len, ..Default::default() }
+    }
+    fn live(a: &AddressSpace, s: i32) -> u64 {
+        a.sites.get(&site(s)).map(|x| x.live_bytes()).unwrap_or(0)
+    }
+
+    #[test]
+    fn partial_munmap_splits() {
+        let mut a = AddressSpace::default();
+        a.apply(&mmap(0x10000, 4 * PAGE, owner::OFFHEAP, 1));
+        a.apply(&munmap(0x10000 + PAGE, PAGE));
+        assert_eq!(live(&a, 1), 3 * PAGE);
+        assert_eq!(a.regions.len(), 2);
+        a.apply(&munmap(0x10000, 4 * PAGE));
+        assert_eq!(live(&a, 1), 0);
+        assert!(a.regions.is_empty());
+    }
+
+    #[test]
+    fn munmap_across_regions_and_unknown_ranges() {
+        let mut a = AddressSpace::default();
+        a.apply(&mmap(0x10000, 2 * PAGE, owner::OFFHEAP, 1));
+        a.apply(&mmap(0x12000, 2 * PAGE, owner::OFFHEAP, 2));
+        a.apply(&munmap(0x8000, 0x9000)); // covers [0x8000, 0x11000): half of region 1
+        assert_eq!(live(&a, 1), PAGE);
+        assert_eq!(live(&a, 2), 2 * PAGE);
+        a.apply(&munmap(0x100000, PAGE)); // never mapped since attach: ignored
+        assert_eq!(live(&a, 2), 2 * PAGE);
+    }
+
+    #[test]
+    fn mremap_moves_and_grows() {
+        let mut a = AddressSpace::default();
+        a.apply(&mmap(0x10000, PAGE, owner::OFFHEAP, 1));
+        a.apply(&MapEvent { kind: map_event::MREMAP, old_addr: 0x10000, old_len: PAGE, addr: 0x40000, len: 3 * PAGE, ..Default::default() });
+        assert_eq!(live(&a, 1), 3 * PAGE);
+        assert_eq!(a.regions.keys().copied().collect::<Vec<_>>(), vec![0x40000]);
+        a.apply(&munmap(0x40000, 3 * PAGE));
+        assert_eq!(live(&a, 1), 0);
+    }
+
+    #[test]
+    fn allocator_regions_are_not_offheap() {
+        let mut a = AddressSpace::default();
+        a.apply(&mmap(0x10000, 33 * PAGE, owner::ALLOCATOR, 0));
+        assert_eq!(a.allocator_mapped_bytes(), 33 * PAGE);
+        assert_eq!(a.offheap_sites().count(), 0);
+        a.apply(&munmap(0x10000, 33 * PAGE));
+        assert_eq!(a.allocator_mapped_bytes(), 0);
+    }
+
+    #[test]
+    fn resident_of_own_pages() {
+        let mut v = vec![1u8; 64 * 1024];
+        v[0] = 2;
+        let start = v.as_ptr() as u64 / PAGE * PAGE + PAGE;
+        let f = File::open("/proc/self/pagemap").unwrap();
+        // Unprivileged readers see zeroed entries: this test runs as root, like the tracer.
+        let r = resident_bytes(&f, start, start + 8 * PAGE).unwrap();
+        assert_eq!(r, 8 * PAGE, "touched pages must be resident (run the tests as root)");
+    }
+}
