@@ -56,6 +56,10 @@ static SYSCALLS: HashMap<u64, SyscallArgs> = HashMap::with_max_entries(1 << 14, 
 #[map]
 static MMAP_CALLS: HashMap<u64, MmapCall> = HashMap::with_max_entries(1 << 14, BPF_F_NO_PREALLOC);
 
+/// Units of work done by each process: calls of the --work-probe function.
+#[map]
+static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
 const EEXIST: i32 = -17;
 const MAP_ANONYMOUS: u64 = 0x20;
 
@@ -556,6 +560,20 @@ pub fn sys_exit_brk(ctx: TracePointContext) -> u32 {
     let Some(_a) = take_args(pid_tgid, nr::BRK) else { return 0 };
     let Some(addr) = syscall_ret(&ctx) else { return 0 };
     emit(&MapEvent { kind: map_event::BRK, tgid: (pid_tgid >> 32) as u32, addr, ..Default::default() });
+    0
+}
+
+/// Entry of the unit-of-work function (request handler, message callback): count one unit.
+/// No return probe: safe on any function, including Go functions whose stacks move.
+#[uprobe]
+pub fn work_enter(_ctx: ProbeContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if WORK.get_ptr_mut(tgid).is_none() {
+        let _ = WORK.insert(tgid, 0u64, BPF_NOEXIST as u64);
+    }
+    if let Some(p) = WORK.get_ptr_mut(tgid) {
+        atomic_add(p, 1);
+    }
     0
 }
 

@@ -214,6 +214,57 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
     Ok(scan)
 }
 
+/// A function whose calls count as units of work: `SYMBOL` or `SYMBOL@OBJECT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkProbeSpec {
+    /// Symbol as in the object's symbol table (`nm`), e.g. `handle_request` or a mangled name.
+    pub symbol: String,
+    /// Object to look in: a path, or a substring of the path / file name (e.g. `libfoo`).
+    /// None: the executable first, then every mapped object.
+    pub object: Option<String>,
+}
+
+impl std::str::FromStr for WorkProbeSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (symbol, object) = match s.split_once('@') {
+            Some((sym, obj)) => (sym, Some(obj.to_string())),
+            None => (s, None),
+        };
+        if symbol.is_empty() || object.as_deref() == Some("") {
+            return Err(format!("`{s}` is not SYMBOL or SYMBOL@OBJECT"));
+        }
+        Ok(WorkProbeSpec { symbol: symbol.to_string(), object })
+    }
+}
+
+impl std::fmt::Display for WorkProbeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.object {
+            Some(o) => write!(f, "{}@{o}", self.symbol),
+            None => write!(f, "{}", self.symbol),
+        }
+    }
+}
+
+/// Find the work-probe function among `objects` (in order): the object and the file offset of
+/// the function's first instruction.
+pub fn find_work_function(spec: &WorkProbeSpec, objects: &[MappedObject]) -> Option<(MappedObject, u64)> {
+    objects
+        .iter()
+        .filter(|o| match &spec.object {
+            None => true,
+            Some(want) => {
+                let p = o.path.to_string_lossy();
+                p == want.as_str() || p.contains(want.as_str())
+            }
+        })
+        .find_map(|o| {
+            let offsets = function_offsets(&o.open_path, &[spec.symbol.as_str()]).ok()?;
+            offsets.get(&spec.symbol).map(|off| (o.clone(), *off))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -67,6 +67,10 @@ struct RecordArgs {
     /// Maximum distinct call stacks (kernel map size; ~1 KiB each).
     #[arg(long, default_value_t = Limits::default().max_stacks)]
     max_stacks: u32,
+    /// Count calls of this function as units of work (SYMBOL or SYMBOL@OBJECT, e.g.
+    /// handle_request or parse@libfoo.so); growth is then also reported per unit.
+    #[arg(long, value_name = "SYMBOL[@OBJECT]")]
+    work_probe: Option<leaktrace::discover::WorkProbeSpec>,
     /// Command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -109,6 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 top: a.top,
                 limits: Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks },
                 status_line: true,
+                work_probe: a.work_probe,
             };
             let outcome = record::record(spec, opts)?;
             print_outcome(&outcome);
@@ -171,6 +176,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         top: 5,
         limits: Limits::default(),
         status_line: true,
+        work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = record::record(TargetSpec::Launch(argv), opts);

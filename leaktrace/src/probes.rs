@@ -50,6 +50,7 @@ pub struct Tracer {
     stacks: StackTraceMap<MapData>,
     counters: PerCpuArray<MapData, u64>,
     targets: HashMap<MapData, u32, u32>,
+    work: HashMap<MapData, u32, u64>,
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
@@ -70,6 +71,7 @@ const PROGRAMS: &[&str] = &[
     "free_enter",
     "alloc_return",
     "mmap_enter",
+    "work_enter",
 ];
 
 /// Syscall tracepoints for the address-space bookkeeping (see `mappings`).
@@ -118,8 +120,9 @@ impl Tracer {
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
         let mappings_unavailable = attach_tracepoints(&mut ebpf).err().map(|e| format!("{e:#}"));
-        Ok(Tracer { ebpf, sites, stacks, counters, targets, events, mappings_unavailable, attached: Vec::new() })
+        Ok(Tracer { ebpf, sites, stacks, counters, targets, work, events, mappings_unavailable, attached: Vec::new() })
     }
 
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
@@ -161,6 +164,21 @@ impl Tracer {
             }
         }
         Ok(placed)
+    }
+
+    /// Count calls of the function at file `offset` of `object` (opened through `open_path`) in
+    /// process `pid` as units of work.
+    pub fn attach_work_probe(&mut self, pid: u32, object: &str, open_path: &std::path::Path, offset: u64) -> anyhow::Result<ProbeInfo> {
+        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
+        let prog: &mut UProbe = self.ebpf.program_mut("work_enter").context("eBPF program work_enter missing")?.try_into()?;
+        prog.attach(offset, open_path, scope)
+            .with_context(|| format!("cannot place the work probe at offset {offset:#x} of {object}"))?;
+        Ok(ProbeInfo { object: object.to_string(), function: String::new(), kind: "work".to_string(), offset })
+    }
+
+    /// Units of work done by `tgid` since the work probe was attached (0 before the first call).
+    pub fn work_units(&self, tgid: u32) -> u64 {
+        self.work.get(&tgid, 0).unwrap_or(0)
     }
 
     /// Track the mmap/munmap/mremap/brk syscalls of process `tgid` (the syscall tracepoints are

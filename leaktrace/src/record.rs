@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use leaktrace_common::{SiteKey, site_kind};
 
-use crate::discover::{self, MappedObject};
+use crate::discover::{self, MappedObject, WorkProbeSpec};
 use crate::launch::{self, ExitStatus, HeldChild};
 use crate::probes::{Limits, Tracer};
 use crate::mappings::{self, AddressSpace};
@@ -45,6 +45,8 @@ pub struct RecordOptions {
     pub limits: Limits,
     /// Show a one-line live status on stderr (only when stderr is a terminal).
     pub status_line: bool,
+    /// Count calls of this function as units of work.
+    pub work_probe: Option<WorkProbeSpec>,
 }
 
 /// Result of a recording.
@@ -96,6 +98,22 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         let probed: BTreeSet<_> = scan.points.iter().map(|p| (p.object.dev.0, p.object.dev.1, p.object.inode)).collect();
         let placed = tracer.attach(pid, &scan.points)?;
         let mut notes = scan.notes;
+        let mut placed = placed;
+        if let Some(spec) = &opts.work_probe {
+            match discover::find_work_function(spec, &objects) {
+                Some((obj, off)) => {
+                    let mut info = tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
+                    info.function = spec.symbol.clone();
+                    placed.push(info);
+                }
+                None if held.is_some() => {} // may be in a library the command loads: retried at checkpoints
+                None => anyhow::bail!(
+                    "--work-probe {spec}: no function `{}` in the objects PID {pid} maps{}",
+                    spec.symbol,
+                    spec.object.as_ref().map(|o| format!(" matching `{o}`")).unwrap_or_default()
+                ),
+            }
+        }
         match &tracer.mappings_unavailable {
             None => tracer.add_target(pid)?,
             Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
@@ -136,6 +154,8 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
         exit_status: None,
         space: AddressSpace::default(),
+        work_probe: opts.work_probe.clone(),
+        work_attached: probes.iter().any(|p| p.kind == "work"),
     };
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -166,6 +186,7 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
             exit_status: session.exit_status.map(ExitStatus::as_shell),
         },
         mode: "exact".to_string(),
+        work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
         started_unix_ms,
         interval_s: opts.interval.as_secs_f64(),
         probes,
@@ -239,6 +260,8 @@ struct Session {
     exit_status: Option<ExitStatus>,
     /// Anonymous regions made since attach (off-heap and the allocator's).
     space: AddressSpace,
+    work_probe: Option<WorkProbeSpec>,
+    work_attached: bool,
 }
 
 /// How often the loop looks at the target (exit, new mappings) between checkpoints.
@@ -318,9 +341,29 @@ impl Session {
         }
     }
 
-    /// Probe allocators the target mapped since attach (e.g. loaded with dlopen).
+    /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), and place the
+    /// work probe if its object was not mapped before.
     fn rescan(&mut self, probes: &mut Vec<ProbeInfo>, probed: &mut BTreeSet<(i32, i32, u64)>) {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
+        if let (Some(spec), false) = (&self.work_probe, self.work_attached) {
+            if let Some((obj, off)) = discover::find_work_function(spec, &objects) {
+                match self.tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
+                    Ok(mut info) => {
+                        info.function = spec.symbol.clone();
+                        self.warnings.push(format!(
+                            "work probe {spec} placed at t={:.1}s (its object was mapped after attach)",
+                            self.start.elapsed().as_secs_f64()
+                        ));
+                        probes.push(info);
+                        self.work_attached = true;
+                    }
+                    Err(e) => {
+                        self.warnings.push(format!("{e:#}"));
+                        self.work_attached = true;
+                    }
+                }
+            }
+        }
         let fresh: Vec<MappedObject> =
             objects.into_iter().filter(|o| !probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
         if fresh.is_empty() {
@@ -436,6 +479,7 @@ impl Session {
             memory,
             sites: samples,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
+            units_of_work: self.work_probe.as_ref().map(|_| self.tracer.work_units(self.pid)),
             allocator,
         });
     }

@@ -29,6 +29,9 @@ pub struct Recording {
     pub started_unix_ms: u64,
     /// Requested checkpoint interval, seconds.
     pub interval_s: f64,
+    /// The unit-of-work function (`--work-probe SYMBOL[@OBJECT]`), if one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_probe: Option<String>,
     /// Where each probe was placed (the coverage table).
     pub probes: Vec<ProbeInfo>,
     /// Every call stack that some checkpoint refers to, symbolized.
@@ -166,6 +169,9 @@ pub struct Checkpoint {
     pub sites: Vec<SiteSample>,
     /// Kernel-side counters by name (see `leaktrace_common::counter`), cumulative.
     pub counters: BTreeMap<String, u64>,
+    /// Calls of the work-probe function since attach (units of work); None without --work-probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units_of_work: Option<u64>,
     /// The allocator's own memory (heap and arenas) at this checkpoint; None when mappings were
     /// not traced or the process was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
