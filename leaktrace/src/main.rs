@@ -114,6 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 limits: Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks },
                 status_line: true,
                 work_probe: a.work_probe,
+                schedule: Default::default(),
             };
             let outcome = record::record(spec, opts)?;
             print_outcome(&outcome);
@@ -177,6 +178,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         limits: Limits::default(),
         status_line: true,
         work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
+        schedule: Default::default(),
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = record::record(TargetSpec::Launch(argv), opts);

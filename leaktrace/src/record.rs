@@ -30,6 +30,26 @@ pub enum TargetSpec {
     Launch(Vec<OsString>),
 }
 
+/// When checkpoints are taken besides the periodic ones.
+#[derive(Clone, Debug, Default)]
+pub enum Schedule {
+    /// Periodic checkpoints only, until --duration, a signal or the target's exit.
+    #[default]
+    Periodic,
+    /// `leaktrace check`: after `warmup`, a baseline checkpoint (batch 0), then one checkpoint at
+    /// the end of each of `count` batches; the recording ends after the last batch.
+    Batches { warmup: Duration, count: u32, size: BatchSize },
+}
+
+/// Size of one batch of `leaktrace check`.
+#[derive(Clone, Copy, Debug)]
+pub enum BatchSize {
+    /// This many calls of the work-probe function.
+    Units(u64),
+    /// This much time.
+    Seconds(Duration),
+}
+
 /// Options of `leaktrace record`.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -47,6 +67,8 @@ pub struct RecordOptions {
     pub status_line: bool,
     /// Count calls of this function as units of work.
     pub work_probe: Option<WorkProbeSpec>,
+    /// Extra checkpoints (batches of `leaktrace check`).
+    pub schedule: Schedule,
 }
 
 /// Result of a recording.
@@ -264,6 +286,13 @@ struct Session {
     work_attached: bool,
 }
 
+/// Where the current batch of `leaktrace check` ends.
+#[derive(Clone, Copy, Debug)]
+enum BatchMark {
+    Time(Instant),
+    Units(u64),
+}
+
 /// How often the loop looks at the target (exit, new mappings) between checkpoints.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -286,9 +315,14 @@ impl Session {
                 None => std::future::pending().await,
             }
         }
-        self.checkpoint();
+        self.checkpoint(None);
         let mut next = Instant::now() + opts.interval;
         let deadline = opts.duration.map(|d| self.start + d);
+        // Batch state: (next batch number, units or time at which it closes).
+        let mut batch: Option<(u32, BatchMark)> = match &opts.schedule {
+            Schedule::Periodic => None,
+            Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
+        };
         loop {
             tokio::select! {
                 _ = recv(&mut sigint) => return "signal",
@@ -299,18 +333,41 @@ impl Session {
             self.drain_map_events();
             if self.target_gone() {
                 // Its maps still hold everything it allocated: one last checkpoint.
-                self.checkpoint();
+                self.checkpoint(None);
                 return "target-exited";
             }
             self.symbolizer.refresh();
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                self.checkpoint();
+                self.checkpoint(None);
                 return "duration";
+            }
+            if let (Some((n, mark)), Schedule::Batches { count, size, .. }) = (batch, &opts.schedule) {
+                let due = match mark {
+                    BatchMark::Time(t) => now >= t,
+                    BatchMark::Units(u) => self.tracer.work_units(self.pid) >= u,
+                };
+                if due {
+                    self.checkpoint(Some(n));
+                    if self.status_line {
+                        self.clear_status();
+                    }
+                    eprintln!("leaktrace: {} at {:.1}s", if n == 0 { "warm-up done, baseline taken".to_string() } else { format!("batch {n}/{count} done") }, self.start.elapsed().as_secs_f64());
+                    if n >= *count {
+                        return "batches-done";
+                    }
+                    let mark = match size {
+                        BatchSize::Seconds(d) => BatchMark::Time(now + *d),
+                        BatchSize::Units(k) => BatchMark::Units(self.tracer.work_units(self.pid) + k),
+                    };
+                    batch = Some((n + 1, mark));
+                    next = now + opts.interval;
+                    continue;
+                }
             }
             if now >= next {
                 self.rescan(probes, probed);
-                self.checkpoint();
+                self.checkpoint(None);
                 next += opts.interval;
                 if next < now {
                     next = now + opts.interval;
@@ -398,7 +455,7 @@ impl Session {
 
     /// Read the kernel maps and /proc once; add a checkpoint. Errors become warnings: a
     /// checkpoint that cannot be read is skipped, never the whole recording.
-    fn checkpoint(&mut self) {
+    fn checkpoint(&mut self, batch: Option<u32>) {
         let t_s = self.start.elapsed().as_secs_f64();
         let counters = match self.tracer.counters() {
             Ok(c) => c,
@@ -479,6 +536,7 @@ impl Session {
             memory,
             sites: samples,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
+            batch,
             units_of_work: self.work_probe.as_ref().map(|_| self.tracer.work_units(self.pid)),
             allocator,
         });

@@ -169,6 +169,10 @@ pub struct Checkpoint {
     pub sites: Vec<SiteSample>,
     /// Kernel-side counters by name (see `leaktrace_common::counter`), cumulative.
     pub counters: BTreeMap<String, u64>,
+    /// `leaktrace check`: this checkpoint closes batch N (0 = the baseline taken at the end of
+    /// the warm-up). None for the periodic checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
     /// Calls of the work-probe function since attach (units of work); None without --work-probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units_of_work: Option<u64>,
