@@ -1,1 +1,1610 @@
-//! Analysis of a recording (to be written).
+//! Analysis of a recording: how the live (outstanding) bytes of every allocation site and of the
+//! whole process moved over time, and whether that movement is a leak.
+//!
+//! Everything here is a pure function of a [`Recording`]: no root, no target. The method (window
+//! choice, least-squares trend, noise floor, classification rules and confidence) is written down
+//! in `docs/analysis.md`; the constants below are the numbers it quotes.
+//!
+//! Vocabulary: a *site* is one call stack ([`Stack`]) that allocates; its *live bytes* are the
+//! bytes allocated from it and not yet freed (only allocations made after the probes were
+//! attached are seen, so every site starts near zero at the first checkpoint). *Retention* is
+//! live bytes that stay live.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::allocators::is_allocator_frame;
+use crate::recording::{Frame, Recording, Stack};
+
+/// Absolute part of a site's noise floor, bytes per second: growth slower than this is never a
+/// leak (64 B/s is one small allocation a second; over an hour it is 225 KiB).
+pub const SITE_FLOOR_BYTES_PER_S: f64 = 64.0;
+/// Relative part of a site's noise floor: growth that over the whole run adds less than this
+/// fraction of the site's peak live bytes is noise (1 %).
+pub const SITE_FLOOR_FRACTION: f64 = 0.01;
+/// Absolute part of the process (RSS) noise floor, bytes per second: one 4 KiB page a second.
+/// RSS moves in pages, so a smaller slope is not measurable.
+pub const RSS_FLOOR_BYTES_PER_S: f64 = 4096.0;
+/// A site whose cumulative allocated bytes reach this many times its peak live bytes turns its
+/// memory over (short-lived blocks): class `temporary` unless it grows.
+pub const TEMPORARY_TURNOVER: f64 = 4.0;
+/// The steady window needs at least this many checkpoints; with fewer in the last half of the run
+/// all checkpoints are used.
+pub const MIN_WINDOW_POINTS: usize = 3;
+/// The plateau check (last quarter of the run) needs at least this many checkpoints while the
+/// process is active; with fewer it is not made (a single partial interval is no plateau).
+pub const MIN_PLATEAU_POINTS: usize = 5;
+/// A steady-window slope is "plateaued" when the slope over the last quarter of the run is below
+/// this fraction of it and not itself significant growth above the noise floor.
+pub const PLATEAU_RATIO: f64 = 0.5;
+/// Fragmentation: the traced live bytes must grow slower than this fraction of the RSS-anon slope.
+pub const FRAGMENTATION_RATIO: f64 = 0.25;
+/// |t| values are capped at this value (a perfectly straight line has an infinite t).
+pub const T_CAP: f64 = 1e6;
+
+/// Options of [`analyze`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalyzeOptions {
+    /// How many sites the human report lists per table (by growth, by live bytes).
+    pub top: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions { top: 10 }
+    }
+}
+
+/// What one allocation site does with its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum SiteClass {
+    /// Live bytes and live blocks keep growing through the steady window, above the noise floor,
+    /// with no plateau.
+    Leak,
+    /// Live bytes rose (usually early) and then stayed flat: retained, but bounded so far.
+    Cache,
+    /// Many more bytes allocated than ever live at once (turnover ≥ [`TEMPORARY_TURNOVER`]), live
+    /// bytes not growing: short-lived allocations.
+    Temporary,
+    /// Nothing grows beyond noise.
+    Flat,
+}
+
+impl SiteClass {
+    /// Lower-case name used in reports ("leak", "cache", "temporary", "flat").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteClass::Leak => "leak",
+            SiteClass::Cache => "cache",
+            SiteClass::Temporary => "temporary",
+            SiteClass::Flat => "flat",
+        }
+    }
+}
+
+impl std::fmt::Display for SiteClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the process as a whole does with its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessClass {
+    /// At least one site is a [`SiteClass::Leak`].
+    Leak,
+    /// RSS-anon grows significantly while the traced live bytes stay flat: allocator
+    /// fragmentation, or memory that does not come from a traced allocator.
+    Fragmentation,
+    /// Only caches grew (rose, then levelled off).
+    Cache,
+    /// No retained growth, but short-lived allocation churn.
+    Temporary,
+    /// Nothing grows beyond noise (or too little data to tell; see the confidence).
+    Flat,
+}
+
+impl ProcessClass {
+    /// Lower-case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessClass::Leak => "leak",
+            ProcessClass::Fragmentation => "fragmentation",
+            ProcessClass::Cache => "cache",
+            ProcessClass::Temporary => "temporary",
+            ProcessClass::Flat => "flat",
+        }
+    }
+}
+
+impl std::fmt::Display for ProcessClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Ordinary least-squares fit of a byte series against time over a window of checkpoints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Trend {
+    /// Number of checkpoints in the fit.
+    pub n: usize,
+    /// Time of the first checkpoint of the window, seconds since the first checkpoint.
+    pub from_s: f64,
+    /// Time of the last checkpoint of the window, seconds since the first checkpoint.
+    pub to_s: f64,
+    /// Least-squares slope, bytes per second (0 when fewer than 2 distinct times).
+    pub slope_bytes_per_s: f64,
+    /// Standard error of the slope, bytes per second, widened for lag-1 autocorrelation of the
+    /// residuals. None with fewer than 3 checkpoints (no error can be estimated).
+    pub stderr_bytes_per_s: Option<f64>,
+    /// Half-width of the 95 % confidence interval of the slope (Student t with n−2 degrees of
+    /// freedom × standard error), bytes per second.
+    pub ci95_bytes_per_s: Option<f64>,
+    /// slope / standard error, capped at ±[`T_CAP`].
+    pub t_stat: Option<f64>,
+    /// The whole 95 % confidence interval is above zero.
+    pub significant_growth: bool,
+}
+
+/// Numbers behind a site's class.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SiteEvidence {
+    /// Live-bytes trend over the steady window (see [`Analysis::steady_from_s`]).
+    pub steady: Trend,
+    /// Live-bytes trend from the first checkpoint to the start of the steady window (None when
+    /// the steady window is the whole run).
+    pub early: Option<Trend>,
+    /// Live-bytes trend over the last quarter of the run (plateau check; None with fewer than 3
+    /// checkpoints there).
+    pub late: Option<Trend>,
+    /// Growth slower than this is noise, bytes per second: max([`SITE_FLOOR_BYTES_PER_S`],
+    /// [`SITE_FLOOR_FRACTION`] × peak live bytes / run duration).
+    pub noise_floor_bytes_per_s: f64,
+    /// Live blocks at the last checkpoint minus at the start of the steady window.
+    pub steady_growth_allocations: i64,
+    /// Largest live bytes at any checkpoint.
+    pub peak_live_bytes: u64,
+    /// Live bytes at the first checkpoint.
+    pub first_live_bytes: u64,
+    /// Mean live bytes over the steady window minus live bytes at the first checkpoint, bytes.
+    pub rise_bytes: f64,
+    /// Standard deviation of live bytes over the steady window, bytes.
+    pub steady_sd_bytes: f64,
+    /// Allocated bytes / peak live bytes (how many times the site's memory was turned over).
+    /// None when nothing was allocated.
+    pub turnover: Option<f64>,
+    /// The steady-window growth stops in the last quarter of the run.
+    pub plateau: bool,
+    /// One sentence: why this class.
+    pub reason: String,
+}
+
+/// One allocation site (one call stack) over the recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteAnalysis {
+    /// [`Stack::id`].
+    pub id: u32,
+    /// "malloc" or "mmap" ([`Stack::kind`]).
+    pub kind: String,
+    /// Culprit: the innermost frame that is not an allocator frame
+    /// ([`is_allocator_frame`]); else the innermost named frame; else `object+0xaddr`.
+    pub function: String,
+    /// Index into [`SiteAnalysis::frames`] of the culprit frame (None when there are no frames).
+    pub culprit_frame: Option<usize>,
+    /// The call stack, innermost first (copied from the recording).
+    pub frames: Vec<Frame>,
+    /// The kernel could not give this site's stack: the bytes are real, their stack unknown.
+    pub stack_lost: bool,
+    /// Live bytes at the last checkpoint (allocated − freed).
+    pub live_bytes: u64,
+    /// Live blocks at the last checkpoint.
+    pub live_allocations: u64,
+    /// Bytes allocated from this site since attach (cumulative, last checkpoint).
+    pub allocated_bytes: u64,
+    /// Allocations from this site since attach.
+    pub allocations: u64,
+    /// Bytes of this site's blocks freed since attach.
+    pub freed_bytes: u64,
+    /// This site's blocks freed since attach.
+    pub frees: u64,
+    /// Live bytes at the last checkpoint minus at the first, bytes (may be negative).
+    pub growth_bytes: i64,
+    /// Steady-window least-squares slope of live bytes, bytes per second.
+    pub growth_bytes_per_s: f64,
+    /// Half-width of its 95 % confidence interval, bytes per second (None: fewer than 3
+    /// checkpoints in the window).
+    pub growth_ci95_bytes_per_s: Option<f64>,
+    /// Classification.
+    pub class: SiteClass,
+    /// How clear the numbers behind `class` are, 0..1.
+    pub confidence: f64,
+    /// The numbers behind `class`.
+    pub evidence: SiteEvidence,
+}
+
+/// Time series of the process, each point `(t_s, bytes)` with t_s in seconds since the first
+/// checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MemorySeries {
+    /// VmRSS at each checkpoint that has memory figures.
+    pub rss_bytes: Vec<(f64, u64)>,
+    /// RssAnon at each checkpoint that has memory figures.
+    pub rss_anon_bytes: Vec<(f64, u64)>,
+    /// RssFile at each checkpoint that has memory figures.
+    pub rss_file_bytes: Vec<(f64, u64)>,
+    /// Sum of the live bytes of all "malloc" sites, at every checkpoint.
+    pub native_live_bytes: Vec<(f64, u64)>,
+    /// Sum of the live bytes of all "mmap" sites (off-heap mappings), at every checkpoint.
+    pub mmap_live_bytes: Vec<(f64, u64)>,
+}
+
+/// Start and end figures of the process, bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// VmRSS at the first checkpoint with memory figures.
+    pub rss_start_bytes: Option<u64>,
+    /// VmRSS at the last checkpoint with memory figures.
+    pub rss_end_bytes: Option<u64>,
+    /// RssAnon at the first checkpoint with memory figures.
+    pub rss_anon_start_bytes: Option<u64>,
+    /// RssAnon at the last checkpoint with memory figures.
+    pub rss_anon_end_bytes: Option<u64>,
+    /// Live bytes of all malloc sites at the first checkpoint.
+    pub native_live_start_bytes: u64,
+    /// Live bytes of all malloc sites at the last checkpoint.
+    pub native_live_end_bytes: u64,
+    /// Steady-window slope of the malloc live bytes, bytes per second.
+    pub native_growth_bytes_per_s: f64,
+    /// Steady-window slope of RssAnon, bytes per second (None without memory figures).
+    pub rss_anon_growth_bytes_per_s: Option<f64>,
+}
+
+/// The process-level conclusion.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    /// Class of the process.
+    pub class: ProcessClass,
+    /// How clear the numbers are, 0..1.
+    pub confidence: f64,
+    /// One line for humans, naming the culprit function and its rate for a leak.
+    pub summary: String,
+}
+
+/// Everything [`analyze`] finds in a recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Analysis {
+    /// Checkpoints used (those with a finite time).
+    pub checkpoints: usize,
+    /// Last checkpoint time − first checkpoint time, seconds.
+    pub duration_s: f64,
+    /// Start of the analysed span, seconds since the first checkpoint: the last checkpoint before
+    /// the process first allocated or freed (0 unless it was idle at the start).
+    pub span_from_s: f64,
+    /// End of the analysed span, seconds since the first checkpoint: the last checkpoint, or
+    /// when the target exited, the first checkpoint after its last allocation or free.
+    pub span_to_s: f64,
+    /// Start of the steady window, seconds since the first checkpoint: the last half of the
+    /// analysed span, or its start when that half holds fewer than [`MIN_WINDOW_POINTS`]
+    /// checkpoints.
+    pub steady_from_s: f64,
+    /// The steady window fell back to all checkpoints (too few in the last half).
+    pub steady_is_whole_run: bool,
+    /// Every site of the recording, sorted by live bytes at the end, descending (ties: growth).
+    pub sites: Vec<SiteAnalysis>,
+    /// Process series.
+    pub memory: MemorySeries,
+    /// Start/end figures.
+    pub summary: Summary,
+    /// Steady-window trend of the malloc live bytes.
+    pub native_trend: Trend,
+    /// Steady-window trend of RssAnon (None without memory figures).
+    pub rss_anon_trend: Option<Trend>,
+    /// Loss counters (IS_LOSS) at the last checkpoint, by name; every loss counter is present.
+    pub drops: BTreeMap<String, u64>,
+    /// Sum of [`Analysis::drops`].
+    pub drops_total: u64,
+    /// Informational counters at the last checkpoint, by name (including unknown names).
+    pub events: BTreeMap<String, u64>,
+    /// Process conclusion.
+    pub verdict: Verdict,
+    /// Caveats found while analysing (few checkpoints, missing memory figures, losses...).
+    pub warnings: Vec<String>,
+    /// [`AnalyzeOptions::top`].
+    pub top: usize,
+}
+
+impl Analysis {
+    /// Up to `top` sites with positive steady-window growth (bytes per second), fastest first.
+    pub fn top_by_growth(&self) -> Vec<&SiteAnalysis> {
+        let mut v: Vec<&SiteAnalysis> = self
+            .sites
+            .iter()
+            .filter(|s| s.growth_bytes_per_s > 0.0 && (s.growth_bytes > 0 || s.live_bytes > 0))
+            .collect();
+        v.sort_by(|a, b| {
+            class_rank(a.class)
+                .cmp(&class_rank(b.class))
+                .then(b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s))
+        });
+        v.truncate(self.top);
+        v
+    }
+
+    /// Up to `top` sites with live bytes at the end, largest first.
+    pub fn top_by_live(&self) -> Vec<&SiteAnalysis> {
+        self.sites.iter().filter(|s| s.live_bytes > 0).take(self.top).collect()
+    }
+
+    /// Sites of one class, in [`Analysis::sites`] order.
+    pub fn sites_of(&self, class: SiteClass) -> impl Iterator<Item = &SiteAnalysis> {
+        self.sites.iter().filter(move |s| s.class == class)
+    }
+}
+
+fn class_rank(c: SiteClass) -> u8 {
+    match c {
+        SiteClass::Leak => 0,
+        _ => 1,
+    }
+}
+
+/// Label of a frame: its function name, else `basename(object)+0xaddr`, else `0xaddr`.
+pub fn frame_label(f: &Frame) -> String {
+    match (&f.function, &f.object) {
+        (Some(func), _) if !func.is_empty() => func.clone(),
+        (_, Some(obj)) => format!("{}+{:#x}", basename(obj), f.addr),
+        _ => format!("{:#x}", f.addr),
+    }
+}
+
+/// Last path component of `path` (the whole string when it has no '/').
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// True when `f` is an allocator-internal frame (by function name).
+pub fn is_allocator(f: &Frame) -> bool {
+    f.function.as_deref().is_some_and(is_allocator_frame)
+}
+
+/// The culprit frame of a stack: innermost non-allocator named frame; else innermost named frame;
+/// else the innermost frame (labelled by object and address). Returns (index, label).
+pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
+    let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
+    let idx = stack
+        .frames
+        .iter()
+        .position(|f| named(f) && !is_allocator(f))
+        .or_else(|| stack.frames.iter().position(named))
+        .or(if stack.frames.is_empty() { None } else { Some(0) });
+    match idx {
+        Some(i) => (Some(i), frame_label(&stack.frames[i])),
+        None if stack.lost => (None, "[stack lost]".to_string()),
+        None => (None, "[unknown]".to_string()),
+    }
+}
+
+/// Two-sided 95 % quantile of Student's t with `df` degrees of freedom.
+pub fn t_crit95(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
+        2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => TABLE[df - 1],
+        // 1.96 + 2.4/df matches the table within 0.003 at df = 40, 60, 120.
+        _ => 1.96 + 2.4 / df as f64,
+    }
+}
+
+/// Least-squares fit of `(t_s, bytes)` points. See [`Trend`].
+pub fn fit(points: &[(f64, f64)]) -> Trend {
+    let n = points.len();
+    let mut tr = Trend { n, ..Trend::default() };
+    if n == 0 {
+        return tr;
+    }
+    tr.from_s = points[0].0;
+    tr.to_s = points[n - 1].0;
+    let nf = n as f64;
+    let mt = points.iter().map(|p| p.0).sum::<f64>() / nf;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / nf;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mt).powi(2)).sum();
+    if n < 2 || sxx.is_nan() || sxx <= 0.0 || !sxx.is_finite() {
+        return tr;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mt) * (p.1 - my)).sum();
+    let slope = sxy / sxx;
+    if !slope.is_finite() {
+        return tr;
+    }
+    tr.slope_bytes_per_s = slope;
+    if n < 3 {
+        return tr;
+    }
+    let resid: Vec<f64> = points.iter().map(|p| p.1 - (my + slope * (p.0 - mt))).collect();
+    let ssr: f64 = resid.iter().map(|e| e * e).sum();
+    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    // Residuals below float rounding of the data are a perfect fit.
+    let ssr = if ssr <= syy * 1e-18 { 0.0 } else { ssr };
+    let mut se = (ssr / (nf - 2.0) / sxx).sqrt();
+    if n >= 6 && ssr > 0.0 {
+        // Checkpoint series are autocorrelated (a burst stays live for several checkpoints);
+        // widen the error by sqrt((1+r)/(1-r)), r = lag-1 autocorrelation of the residuals.
+        let r: f64 = resid.windows(2).map(|w| w[0] * w[1]).sum::<f64>() / ssr;
+        let r = r.clamp(0.0, 0.9);
+        se *= ((1.0 + r) / (1.0 - r)).sqrt();
+    }
+    if !se.is_finite() {
+        return tr;
+    }
+    let ci = t_crit95(n - 2) * se;
+    let t = if se > 0.0 {
+        (slope / se).clamp(-T_CAP, T_CAP)
+    } else if slope == 0.0 {
+        0.0
+    } else {
+        T_CAP.copysign(slope)
+    };
+    tr.stderr_bytes_per_s = Some(se);
+    tr.ci95_bytes_per_s = Some(ci);
+    tr.t_stat = Some(t);
+    tr.significant_growth = slope > 0.0 && slope - ci > 0.0;
+    tr
+}
+
+/// Checkpoint windows, as index ranges into the time-sorted checkpoints.
+#[derive(Clone, Debug, PartialEq)]
+struct Windows {
+    /// Last half of the analysed span (or all of it, see `whole_run`).
+    steady: std::ops::Range<usize>,
+    /// From the first checkpoint of the span to the first checkpoint of the steady window,
+    /// inclusive.
+    early: Option<std::ops::Range<usize>>,
+    /// Last quarter of the span, up to the last checkpoint at which the process was active.
+    late: Option<std::ops::Range<usize>>,
+    /// The process made no allocation or free during the last quarter: no plateau check was
+    /// possible (a site that stopped growing when the process went idle may be a leak or a
+    /// filled cache).
+    late_idle: bool,
+    whole_run: bool,
+}
+
+/// Windows over `span` (indexes into the time-sorted `times`); `last_active` is the index of the
+/// first checkpoint after the process's last allocation or free (the plateau check ends there:
+/// an idle process cannot show a plateau).
+fn windows(times: &[f64], span: std::ops::Range<usize>, last_active: usize) -> Windows {
+    let (a, b) = (span.start.min(times.len()), span.end.min(times.len()));
+    let ts = &times[a..b];
+    let whole = Windows { steady: a..b, early: None, late: None, late_idle: false, whole_run: true };
+    let (Some(&t0), Some(&t1)) = (ts.first(), ts.last()) else { return whole };
+    let dur = t1 - t0;
+    let start = a + ts.partition_point(|&t| t < t0 + dur / 2.0);
+    if dur.is_nan() || dur <= 0.0 || b - start < MIN_WINDOW_POINTS || start == a {
+        return whole;
+    }
+    let late_start = a + ts.partition_point(|&t| t < t0 + dur * 0.75);
+    let late_end = (last_active + 1).clamp(a, b);
+    let late = (late_end.saturating_sub(late_start) >= MIN_PLATEAU_POINTS && late_start > start)
+        .then_some(late_start..late_end);
+    let late_idle = late.is_none() && b.saturating_sub(late_start) >= MIN_PLATEAU_POINTS;
+    Windows { steady: start..b, early: Some(a..start + 1), late, late_idle, whole_run: false }
+}
+
+/// Index range of the checkpoints whose time lies in `[from, to]` (`times` sorted).
+fn time_range(times: &[f64], from: f64, to: f64) -> std::ops::Range<usize> {
+    times.partition_point(|&t| t < from)..times.partition_point(|&t| t <= to)
+}
+
+fn points(times: &[f64], ys: &[u64], r: std::ops::Range<usize>) -> Vec<(f64, f64)> {
+    r.filter_map(|i| Some((*times.get(i)?, *ys.get(i)? as f64))).collect()
+}
+
+/// Factor for the number of checkpoints in a window: 0.25 below 3, 0.5 at 3, 1 from 10.
+fn f_points(n: usize) -> f64 {
+    if n < MIN_WINDOW_POINTS {
+        0.25
+    } else {
+        (0.5 + 0.5 * (n - MIN_WINDOW_POINTS) as f64 / 7.0).min(1.0)
+    }
+}
+
+/// Factor for the strength of a significant slope: 1 − (t_crit / t)².
+fn f_tstat(tr: &Trend) -> f64 {
+    let crit = t_crit95(tr.n.saturating_sub(2));
+    match tr.t_stat {
+        Some(t) if t > crit => 1.0 - (crit / t).powi(2),
+        _ => 0.0,
+    }
+}
+
+/// A t statistic for humans: one decimal, "> 1000" for (near-)perfect fits, "n/a" without one.
+fn fmt_t(t: Option<f64>) -> String {
+    match t {
+        Some(t) if t.abs() >= 1000.0 => format!("{}> 1000", if t < 0.0 { "-" } else { "" }),
+        Some(t) => format!("= {t:.1}"),
+        None => "n/a".to_string(),
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    if x.is_finite() { (x * 1000.0).round() / 1000.0 } else { 0.0 }
+}
+
+fn clamp_conf(x: f64) -> f64 {
+    round3(if x.is_finite() { x.clamp(0.01, 0.99) } else { 0.01 })
+}
+
+/// Per-site series, one entry per time-sorted checkpoint.
+struct Series {
+    live_bytes: Vec<u64>,
+    live_count: Vec<u64>,
+    last: crate::recording::SiteSample,
+}
+
+/// Analyse a recording. Never panics on odd input (no checkpoint, one checkpoint, zero duration,
+/// missing memory figures, samples that refer to unknown stacks); such cases lower the confidence
+/// and add a warning instead.
+pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
+    let mut warnings = Vec::new();
+
+    // Checkpoints in time order, ignoring any with a non-finite time.
+    let mut order: Vec<usize> =
+        (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
+    if order.len() != rec.checkpoints.len() {
+        warnings.push(format!(
+            "{} checkpoint(s) with an invalid time were ignored",
+            rec.checkpoints.len() - order.len()
+        ));
+    }
+    order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
+    let times: Vec<f64> = order.iter().map(|&i| rec.checkpoints[i].t_s).collect();
+    let n = times.len();
+    let t0 = times.first().copied().unwrap_or(0.0);
+    let duration = times.last().map_or(0.0, |t| t - t0).max(0.0);
+
+    // Sites: one per stack, plus any stack id a sample refers to that the recording lacks.
+    let mut stacks: Vec<Stack> = rec.stacks.clone();
+    let mut index: HashMap<u32, usize> = HashMap::new();
+    for (i, s) in stacks.iter().enumerate() {
+        index.entry(s.id).or_insert(i);
+    }
+    if index.len() != stacks.len() {
+        warnings.push("the recording has duplicate stack ids; only the first is used".into());
+    }
+    let mut unknown = 0usize;
+    for &ci in &order {
+        for s in &rec.checkpoints[ci].sites {
+            if let std::collections::hash_map::Entry::Vacant(e) = index.entry(s.stack) {
+                e.insert(stacks.len());
+                stacks.push(Stack { id: s.stack, kind: "malloc".into(), frames: vec![], lost: false });
+                unknown += 1;
+            }
+        }
+    }
+    if unknown > 0 {
+        warnings.push(format!(
+            "{unknown} site(s) refer to a stack missing from the recording (shown as [unknown])"
+        ));
+    }
+
+    let mut series: Vec<Series> = (0..stacks.len())
+        .map(|_| Series {
+            live_bytes: Vec::with_capacity(n),
+            live_count: Vec::with_capacity(n),
+            last: Default::default(),
+        })
+        .collect();
+    let mut cur: Vec<crate::recording::SiteSample> = vec![Default::default(); stacks.len()];
+    // Allocations + frees of all sites so far, at each checkpoint (process activity).
+    let mut activity: Vec<u64> = Vec::with_capacity(n);
+    for &ci in &order {
+        // Samples are cumulative; a site absent from a later checkpoint keeps its last totals.
+        let mut here: HashMap<usize, crate::recording::SiteSample> = HashMap::new();
+        for s in &rec.checkpoints[ci].sites {
+            let Some(&si) = index.get(&s.stack) else { continue };
+            let e = here.entry(si).or_insert_with(|| crate::recording::SiteSample {
+                stack: s.stack,
+                ..Default::default()
+            });
+            e.alloc_bytes = e.alloc_bytes.saturating_add(s.alloc_bytes);
+            e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
+            e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
+            e.free_count = e.free_count.saturating_add(s.free_count);
+        }
+        for (si, s) in here {
+            cur[si] = s;
+        }
+        for (si, ser) in series.iter_mut().enumerate() {
+            ser.live_bytes.push(cur[si].live_bytes());
+            ser.live_count.push(cur[si].live_count());
+        }
+        activity.push(cur.iter().fold(0u64, |acc, s| {
+            acc.saturating_add(s.alloc_count).saturating_add(s.free_count)
+        }));
+    }
+
+    // The analysed span: from the last idle checkpoint before the first allocation or free to
+    // the end; when the target exited, only up to the first checkpoint after its last allocation
+    // or free (the idle time before exiting says nothing about growth).
+    let changed: Vec<usize> = (1..n).filter(|&k| activity[k] != activity[k - 1]).collect();
+    let last_active = changed.last().copied().unwrap_or(n.saturating_sub(1));
+    let span_start = changed.first().map_or(0, |&k| k - 1);
+    let span_end = if rec.end_reason == "target-exited" && last_active > span_start {
+        last_active + 1
+    } else {
+        n
+    };
+    let span = span_start..span_end;
+    if span_start > 0 {
+        warnings.push(format!(
+            "no allocation or free in the first {:.1} s: rates are measured from {:.1} s",
+            times[span_start] - t0,
+            times[span_start] - t0
+        ));
+    }
+    if span_end < n {
+        warnings.push(format!(
+            "the target made no allocation or free in its last {:.1} s before exiting: rates are \
+             measured up to {:.1} s",
+            times[n - 1] - times[span_end - 1],
+            times[span_end - 1] - t0
+        ));
+    }
+    let win = windows(&times, span.clone(), last_active);
+    let span_duration = match (times.get(span.start), span.end.checked_sub(1).and_then(|e| times.get(e))) {
+        (Some(a), Some(b)) => (b - a).max(0.0),
+        _ => 0.0,
+    };
+    let steady_points = win.steady.len();
+    if n < MIN_WINDOW_POINTS || steady_points < MIN_WINDOW_POINTS {
+        warnings.push(format!(
+            "only {} checkpoint(s) to fit: growth cannot be measured (at least \
+             {MIN_WINDOW_POINTS} are needed); record longer or with a shorter interval",
+            steady_points
+        ));
+    } else if win.whole_run {
+        warnings.push(format!(
+            "the last half of the run holds fewer than {MIN_WINDOW_POINTS} checkpoints: the trend \
+             is fitted over the whole run, start-up growth included"
+        ));
+    }
+    for (si, ser) in series.iter_mut().enumerate() {
+        ser.last = cur[si].clone();
+    }
+
+    // Counters (cumulative: the last checkpoint).
+    let mut drops: BTreeMap<String, u64> = BTreeMap::new();
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, name) in leaktrace_common::counter::NAMES.iter().enumerate() {
+        if leaktrace_common::counter::IS_LOSS[i] {
+            drops.insert(name.to_string(), 0);
+        } else {
+            events.insert(name.to_string(), 0);
+        }
+    }
+    if let Some(&last) = order.last() {
+        for (k, &v) in &rec.checkpoints[last].counters {
+            if let Some(d) = drops.get_mut(k) {
+                *d = v;
+            } else {
+                events.insert(k.clone(), v);
+            }
+        }
+    }
+    let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
+    let allocs = events.get("allocs").copied().unwrap_or(0);
+    let loss_ratio = if drops_total == 0 {
+        0.0
+    } else {
+        drops_total as f64 / (allocs as f64 + drops_total as f64)
+    };
+    let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
+    if drops_total > 0 {
+        let names: Vec<String> =
+            drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        warnings.push(format!(
+            "{drops_total} event(s) were lost ({}; {:.2} % of recorded allocations): figures may \
+             be incomplete",
+            names.join(", "),
+            loss_ratio * 100.0
+        ));
+    }
+
+    // Per-site analysis.
+    let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
+    for (si, st) in stacks.iter().enumerate() {
+        let ser = &series[si];
+        sites.push(analyze_site(st, ser, &times, span_duration, &win, f_drops));
+    }
+    sites.sort_by(|a, b| {
+        b.live_bytes.cmp(&a.live_bytes).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
+    });
+    let lost_bytes: u64 = sites.iter().filter(|s| s.stack_lost).map(|s| s.live_bytes).sum();
+    if lost_bytes > 0 {
+        warnings.push(format!(
+            "{lost_bytes} live bytes at the end have no call stack (stack lost): they are counted \
+             but not attributed"
+        ));
+    }
+
+    // Process series.
+    let mut memory = MemorySeries::default();
+    for &ci in &order {
+        let c = &rec.checkpoints[ci];
+        if let Some(m) = &c.memory {
+            memory.rss_bytes.push((c.t_s, m.rss_bytes));
+            memory.rss_anon_bytes.push((c.t_s, m.rss_anon_bytes));
+            memory.rss_file_bytes.push((c.t_s, m.rss_file_bytes));
+        }
+    }
+    let mut native = vec![0u64; n];
+    let mut mmap = vec![0u64; n];
+    for (si, st) in stacks.iter().enumerate() {
+        let target = if st.kind == "mmap" { &mut mmap } else { &mut native };
+        for (k, v) in series[si].live_bytes.iter().enumerate() {
+            target[k] = target[k].saturating_add(*v);
+        }
+    }
+    memory.native_live_bytes = times.iter().copied().zip(native.iter().copied()).collect();
+    memory.mmap_live_bytes = times.iter().copied().zip(mmap.iter().copied()).collect();
+    if memory.rss_bytes.len() < n {
+        warnings.push(format!(
+            "{} of {n} checkpoint(s) have no memory figures (process gone or /proc unreadable)",
+            n - memory.rss_bytes.len()
+        ));
+    }
+
+    let native_trend = fit(&points(&times, &native, win.steady.clone()));
+    let traced: Vec<u64> = native.iter().zip(&mmap).map(|(a, b)| a.saturating_add(*b)).collect();
+    let traced_trend = fit(&points(&times, &traced, win.steady.clone()));
+    let (span_from, span_to) = (
+        times.get(span.start).copied().unwrap_or(0.0),
+        span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0),
+    );
+    let rss_anon_trend = if memory.rss_anon_bytes.is_empty() {
+        None
+    } else {
+        let mt: Vec<f64> = memory.rss_anon_bytes.iter().map(|p| p.0).collect();
+        let mv: Vec<u64> = memory.rss_anon_bytes.iter().map(|p| p.1).collect();
+        let r = time_range(&mt, span_from, span_to);
+        let w = windows(&mt, r.clone(), r.end.saturating_sub(1));
+        Some(fit(&points(&mt, &mv, w.steady)))
+    };
+
+    let summary = Summary {
+        rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
+        rss_end_bytes: memory.rss_bytes.last().map(|p| p.1),
+        rss_anon_start_bytes: memory.rss_anon_bytes.first().map(|p| p.1),
+        rss_anon_end_bytes: memory.rss_anon_bytes.last().map(|p| p.1),
+        native_live_start_bytes: native.first().copied().unwrap_or(0),
+        native_live_end_bytes: native.last().copied().unwrap_or(0),
+        native_growth_bytes_per_s: native_trend.slope_bytes_per_s,
+        rss_anon_growth_bytes_per_s: rss_anon_trend.map(|t| t.slope_bytes_per_s),
+    };
+
+    let verdict = process_verdict(&ProcessInput {
+        sites: &sites,
+        n: steady_points,
+        win: &win,
+        duration: span_duration,
+        native_trend: &native_trend,
+        traced_trend: &traced_trend,
+        rss_anon_trend: rss_anon_trend.as_ref(),
+        rss_anon: &memory.rss_anon_bytes,
+        f_drops,
+    });
+
+    Analysis {
+        checkpoints: n,
+        duration_s: duration,
+        span_from_s: span_from - t0,
+        span_to_s: span_to - t0,
+        steady_from_s: times.get(win.steady.start).map_or(0.0, |t| t - t0),
+        steady_is_whole_run: win.whole_run,
+        sites,
+        memory,
+        summary,
+        native_trend,
+        rss_anon_trend,
+        drops,
+        drops_total,
+        events,
+        verdict,
+        warnings,
+        top: opts.top,
+    }
+}
+
+fn analyze_site(
+    st: &Stack,
+    ser: &Series,
+    times: &[f64],
+    duration: f64,
+    win: &Windows,
+    f_drops: f64,
+) -> SiteAnalysis {
+    let (culprit_frame, function) = culprit(st);
+    let live = &ser.live_bytes;
+    let count = &ser.live_count;
+    let first_live = live.first().copied().unwrap_or(0);
+    let last_live = live.last().copied().unwrap_or(0);
+    let peak = live.iter().copied().max().unwrap_or(0);
+    let growth_bytes = (last_live as i128 - first_live as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+
+    let steady = fit(&points(times, live, win.steady.clone()));
+    let early = win.early.clone().map(|r| fit(&points(times, live, r)));
+    let late = win.late.clone().map(|r| fit(&points(times, live, r)));
+
+    let floor = if duration > 0.0 {
+        (SITE_FLOOR_FRACTION * peak as f64 / duration).max(SITE_FLOOR_BYTES_PER_S)
+    } else {
+        SITE_FLOOR_BYTES_PER_S
+    };
+    let steady_vals: Vec<f64> = win.steady.clone().filter_map(|i| live.get(i)).map(|&v| v as f64).collect();
+    let mean_steady = if steady_vals.is_empty() {
+        0.0
+    } else {
+        steady_vals.iter().sum::<f64>() / steady_vals.len() as f64
+    };
+    let sd_steady = if steady_vals.len() < 2 {
+        0.0
+    } else {
+        (steady_vals.iter().map(|v| (v - mean_steady).powi(2)).sum::<f64>()
+            / (steady_vals.len() - 1) as f64)
+            .sqrt()
+    };
+    let rise = mean_steady - first_live as f64;
+    let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
+    let count_end = count.last().copied().unwrap_or(0);
+    let steady_growth_allocations =
+        (count_end as i128 - count_at_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    let turnover = (ser.last.alloc_bytes > 0).then(|| ser.last.alloc_bytes as f64 / peak.max(1) as f64);
+
+    let grows = steady.significant_growth && steady.slope_bytes_per_s > floor;
+    let plateau = grows
+        && late.is_some_and(|l| {
+            !(l.significant_growth && l.slope_bytes_per_s > floor)
+                && l.slope_bytes_per_s < PLATEAU_RATIO * steady.slope_bytes_per_s
+        });
+    // Live blocks must not fall: either more blocks, or the same blocks enlarged (realloc).
+    let count_grew = steady_growth_allocations > 0;
+    let enlarged = steady_growth_allocations == 0 && count_end > 0;
+    let count_ok = count_grew || enlarged;
+    let f_n = f_points(steady.n);
+    let f_share = if win.whole_run { 0.6 } else { 1.0 };
+    // Bytes the noise floor allows over the whole run.
+    let floor_bytes = floor * duration.max(1.0);
+
+    let (class, confidence, mut reason);
+    if grows && count_ok && !plateau {
+        class = SiteClass::Leak;
+        let f_margin = 1.0 - 0.5 * floor / steady.slope_bytes_per_s;
+        let f_blocks = if count_grew { 1.0 } else { 0.8 };
+        let f_idle = if win.late_idle { 0.6 } else { 1.0 };
+        confidence = clamp_conf(
+            f_tstat(&steady) * f_n * f_margin * f_share * f_drops * f_blocks * f_idle,
+        );
+        let blocks = if count_grew {
+            format!("live blocks grew by {steady_growth_allocations}")
+        } else {
+            format!("the same {count_end} live block(s) keep being enlarged (realloc)")
+        };
+        reason = format!(
+            "live bytes grow {:.1} B/s (95 % CI ±{:.1}, t {}, {} checkpoints) over the steady \
+             window, above the noise floor of {:.1} B/s, and {blocks}",
+            steady.slope_bytes_per_s,
+            steady.ci95_bytes_per_s.unwrap_or(0.0),
+            fmt_t(steady.t_stat),
+            steady.n,
+            floor,
+        );
+        if win.late_idle {
+            reason.push_str(
+                "; the process made no allocation or free in the last quarter of the run, so \
+                 whether the growth would have levelled off (a cache) is unknown",
+            );
+        }
+    } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows {
+        class = SiteClass::Temporary;
+        let to = turnover.unwrap_or(TEMPORARY_TURNOVER);
+        let f_turn = 1.0 - 2.0 / to;
+        let f_flat = 1.0 - 0.5 * (steady.slope_bytes_per_s.abs() / floor).min(1.0);
+        confidence = clamp_conf(f_turn * f_flat * f_n * f_drops);
+        reason = format!(
+            "allocated {:.1}× its peak live bytes and freed them: short-lived blocks; live bytes do \
+             not grow beyond noise ({:.1} B/s, floor {:.1} B/s)",
+            to, steady.slope_bytes_per_s, floor
+        );
+    } else if (grows && (plateau || !count_ok))
+        || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0)
+    {
+        class = SiteClass::Cache;
+        let retained = (growth_bytes.max(0) as f64).max(rise).max(1.0);
+        let f_rise = (1.0 - 0.5 * floor_bytes / retained).clamp(0.0, 1.0);
+        let steady_span = (steady.to_s - steady.from_s).max(0.0);
+        let f_flat = if plateau || (grows && !count_ok) {
+            0.5
+        } else {
+            1.0 - (steady.slope_bytes_per_s.max(0.0) * steady_span / retained).min(1.0) * 0.8
+        };
+        confidence = clamp_conf(f_rise * f_flat * f_n * f_share * f_drops);
+        reason = if grows && !count_ok {
+            format!(
+                "live bytes grow {:.1} B/s while the number of live blocks falls by {}: fewer, \
+                 larger blocks; check that the size is bounded",
+                steady.slope_bytes_per_s, -steady_growth_allocations
+            )
+        } else if plateau {
+            format!(
+                "live bytes grew ({:.1} B/s over the steady window) but stopped in the last \
+                 quarter ({:.1} B/s): levelled off",
+                steady.slope_bytes_per_s,
+                late.map_or(0.0, |l| l.slope_bytes_per_s)
+            )
+        } else {
+            format!(
+                "live bytes rose by {} ({:.0} B), then stayed flat over the steady window ({:.1} \
+                 B/s: below the noise floor of {:.1} B/s or not significant)",
+                crate::report::human::bytes(rise.max(0.0) as u64),
+                rise,
+                steady.slope_bytes_per_s,
+                floor
+            )
+        };
+    } else {
+        class = SiteClass::Flat;
+        let f_flat = 1.0 - 0.5 * (steady.slope_bytes_per_s.abs() / floor).min(1.0);
+        confidence = clamp_conf(f_flat * f_n * f_drops);
+        reason = format!(
+            "no growth beyond noise ({:.1} B/s over the steady window, floor {:.1} B/s)",
+            steady.slope_bytes_per_s, floor
+        );
+    }
+
+    SiteAnalysis {
+        id: st.id,
+        kind: st.kind.clone(),
+        function,
+        culprit_frame,
+        frames: st.frames.clone(),
+        stack_lost: st.lost,
+        live_bytes: ser.last.live_bytes(),
+        live_allocations: ser.last.live_count(),
+        allocated_bytes: ser.last.alloc_bytes,
+        allocations: ser.last.alloc_count,
+        freed_bytes: ser.last.free_bytes,
+        frees: ser.last.free_count,
+        growth_bytes,
+        growth_bytes_per_s: steady.slope_bytes_per_s,
+        growth_ci95_bytes_per_s: steady.ci95_bytes_per_s,
+        class,
+        confidence,
+        evidence: SiteEvidence {
+            steady,
+            early,
+            late,
+            noise_floor_bytes_per_s: floor,
+            steady_growth_allocations,
+            peak_live_bytes: peak,
+            first_live_bytes: first_live,
+            rise_bytes: rise,
+            steady_sd_bytes: sd_steady,
+            turnover,
+            plateau,
+            reason,
+        },
+    }
+}
+
+struct ProcessInput<'a> {
+    sites: &'a [SiteAnalysis],
+    n: usize,
+    win: &'a Windows,
+    duration: f64,
+    native_trend: &'a Trend,
+    traced_trend: &'a Trend,
+    rss_anon_trend: Option<&'a Trend>,
+    rss_anon: &'a [(f64, u64)],
+    f_drops: f64,
+}
+
+fn process_verdict(p: &ProcessInput) -> Verdict {
+    use crate::report::human::{bytes as hb, rate as hr};
+    let f_n = f_points(p.native_trend.n);
+    let window = format!("{:.0}–{:.0} s", p.native_trend.from_s, p.native_trend.to_s);
+
+    // Leak: the fastest-growing leaking site names the culprit.
+    let mut leaks: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Leak).collect();
+    leaks.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
+    if let Some(top) = leaks.first() {
+        let total: f64 = leaks.iter().map(|s| s.growth_bytes_per_s).sum();
+        let mut summary = format!(
+            "leak: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) over the steady window \
+             ({window}); {} ({} B) live at the end",
+            top.function,
+            hr(top.growth_bytes_per_s),
+            top.growth_bytes_per_s,
+            top.growth_ci95_bytes_per_s.unwrap_or(0.0),
+            hb(top.live_bytes),
+            top.live_bytes,
+        );
+        if leaks.len() > 1 {
+            summary.push_str(&format!(
+                "; {} leaking sites in all, {} in total",
+                leaks.len(),
+                hr(total)
+            ));
+        }
+        return Verdict { class: ProcessClass::Leak, confidence: top.confidence, summary };
+    }
+
+    // Fragmentation: RSS-anon grows significantly, traced live bytes do not.
+    if let Some(rt) = p.rss_anon_trend {
+        let peak = p.rss_anon.iter().map(|x| x.1).max().unwrap_or(0);
+        let floor = if p.duration > 0.0 {
+            (SITE_FLOOR_FRACTION * peak as f64 / p.duration).max(RSS_FLOOR_BYTES_PER_S)
+        } else {
+            RSS_FLOOR_BYTES_PER_S
+        };
+        let traced = p.traced_trend;
+        let traced_flat = !traced.significant_growth
+            || traced.slope_bytes_per_s < FRAGMENTATION_RATIO * rt.slope_bytes_per_s;
+        if rt.significant_growth && rt.slope_bytes_per_s > floor && traced_flat && rt.n >= MIN_WINDOW_POINTS {
+            let gap = 1.0 - (traced.slope_bytes_per_s.max(0.0) / rt.slope_bytes_per_s).min(1.0);
+            let share = if p.win.whole_run { 0.6 } else { 1.0 };
+            let confidence =
+                clamp_conf((f_tstat(rt) * f_points(rt.n) * gap * share * p.f_drops).min(0.8));
+            let summary = format!(
+                "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
+                 traced live bytes stay flat ({:.0} B/s): the allocator holds freed memory \
+                 (fragmentation) or memory comes from an allocator that is not traced — not a \
+                 leak of traced allocations",
+                hr(rt.slope_bytes_per_s),
+                rt.slope_bytes_per_s,
+                rt.ci95_bytes_per_s.unwrap_or(0.0),
+                traced.slope_bytes_per_s
+            );
+            return Verdict { class: ProcessClass::Fragmentation, confidence, summary };
+        }
+    }
+
+    if p.n < MIN_WINDOW_POINTS {
+        return Verdict {
+            class: ProcessClass::Flat,
+            confidence: clamp_conf(0.1 * p.f_drops),
+            summary: format!(
+                "inconclusive: only {} checkpoint(s), growth cannot be measured; no leak found",
+                p.n
+            ),
+        };
+    }
+
+    // Cache: the largest retained growth among caches names it.
+    let mut caches: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Cache).collect();
+    caches.sort_by_key(|s| std::cmp::Reverse(s.growth_bytes));
+    let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
+    if let Some(top) = caches.first() {
+        let total: i64 = caches.iter().map(|s| s.growth_bytes.max(0)).sum();
+        let summary = format!(
+            "no leak: memory rose and levelled off (cache-like retention); largest: {} holds {} \
+             (+{} since the first checkpoint, {:.0} B/s over the steady window); {} cache site(s) \
+             retain {} in all",
+            top.function,
+            hb(top.live_bytes),
+            hb(top.growth_bytes.max(0) as u64),
+            top.growth_bytes_per_s,
+            caches.len(),
+            hb(total as u64)
+        );
+        return Verdict {
+            class: ProcessClass::Cache,
+            confidence: clamp_conf(top.confidence * native_flat_factor),
+            summary,
+        };
+    }
+
+    let floor_native = {
+        let peak = p.sites.iter().map(|s| s.evidence.peak_live_bytes).sum::<u64>();
+        if p.duration > 0.0 {
+            (SITE_FLOOR_FRACTION * peak as f64 / p.duration).max(SITE_FLOOR_BYTES_PER_S)
+        } else {
+            SITE_FLOOR_BYTES_PER_S
+        }
+    };
+    let f_flat = 1.0 - 0.5 * (p.native_trend.slope_bytes_per_s.abs() / floor_native).min(1.0);
+    let temps: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Temporary).collect();
+    if !temps.is_empty() {
+        let churn: u64 = temps.iter().map(|s| s.freed_bytes).sum();
+        let allocs: u64 = temps.iter().map(|s| s.frees).sum();
+        return Verdict {
+            class: ProcessClass::Temporary,
+            confidence: clamp_conf(f_flat * f_n * p.f_drops),
+            summary: format!(
+                "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
+                 blocks; live native bytes stay flat ({:.0} B/s)",
+                temps.len(),
+                hb(churn),
+                allocs,
+                p.native_trend.slope_bytes_per_s
+            ),
+        };
+    }
+    Verdict {
+        class: ProcessClass::Flat,
+        confidence: clamp_conf(f_flat * f_n * p.f_drops),
+        summary: format!(
+            "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
+             steady window)",
+            p.native_trend.slope_bytes_per_s
+        ),
+    }
+}
+
+/// Synthetic recordings with known truth, shared by the analysis and report tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::collections::BTreeMap;
+
+    use crate::recording::{Checkpoint, Frame, ProbeInfo, ProcMemory, Recording, SiteSample, Stack};
+
+    /// A named frame in `object`, optionally with file:line.
+    pub fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> Frame {
+        Frame {
+            addr: 0x1000 + function.len() as u64 * 0x10,
+            object: Some(object.to_string()),
+            function: Some(function.to_string()),
+            file: file.map(|f| f.0.to_string()),
+            line: file.map(|f| f.1),
+            inlined: false,
+        }
+    }
+
+    /// Cumulative (alloc_bytes, alloc_count, free_bytes, free_count) of a site at time t.
+    pub type SiteFn = Box<dyn Fn(f64) -> (u64, u64, u64, u64)>;
+
+    /// A recording with checkpoints at `times`, the given sites and memory figures.
+    pub fn recording(
+        times: &[f64],
+        sites: Vec<(Stack, SiteFn)>,
+        memory: &dyn Fn(f64) -> Option<ProcMemory>,
+        counters: &dyn Fn(f64) -> BTreeMap<String, u64>,
+    ) -> Recording {
+        let checkpoints = times
+            .iter()
+            .map(|&t| Checkpoint {
+                t_s: t,
+                memory: memory(t),
+                sites: sites
+                    .iter()
+                    .map(|(st, f)| {
+                        let (ab, ac, fb, fc) = f(t);
+                        SiteSample {
+                            stack: st.id,
+                            alloc_bytes: ab,
+                            alloc_count: ac,
+                            free_bytes: fb,
+                            free_count: fc,
+                            ..Default::default()
+                        }
+                    })
+                    .filter(|s| s.alloc_count > 0)
+                    .collect(),
+                counters: counters(t),
+                ..Default::default()
+            })
+            .collect();
+        // Built from JSON so that fields added to the format later (with serde defaults) need no
+        // change here.
+        let mut rec: Recording = serde_json::from_value(serde_json::json!({
+            "format_version": crate::recording::FORMAT_VERSION,
+            "leaktrace_version": "test",
+            "target": {
+                "pid": 4242,
+                "nspid": [4242, 7],
+                "command": ["./server", "--port", "8080"],
+                "exe": "/opt/server/bin/server",
+                "launched": true,
+                "exit_status": 0,
+            },
+            "mode": "exact",
+            "started_unix_ms": 1_700_000_000_000u64,
+            "interval_s": 1.0,
+            "probes": [],
+            "stacks": [],
+            "checkpoints": [],
+            "end_reason": "duration",
+        }))
+        .expect("fixture recording");
+        rec.probes = vec![
+            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "malloc".into(), kind: "entry".into(), offset: 0xa0f0 },
+            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "free".into(), kind: "entry".into(), offset: 0xa6e0 },
+        ];
+        rec.stacks = sites.into_iter().map(|(s, _)| s).collect();
+        rec.checkpoints = checkpoints;
+        rec
+    }
+
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+    const STDCXX: &str = "/lib/x86_64-linux-gnu/libstdc++.so.6";
+    const EXE: &str = "/opt/server/bin/server";
+
+    /// 0, 1, ..., 60 s.
+    pub fn times61() -> Vec<f64> {
+        (0..=60).map(|t| t as f64).collect()
+    }
+
+    /// Leak of exactly 1000 B/s through operator new (1500 B/s allocated, 500 B/s freed).
+    pub fn leak_site() -> (Stack, SiteFn) {
+        let mut inl = frame("Session::key", EXE, Some(("src/session.h", 12)));
+        inl.inlined = true;
+        let stack = Stack {
+            id: 1,
+            kind: "malloc".into(),
+            frames: vec![
+                frame("malloc", LIBC, None),
+                frame("operator new(unsigned long)", STDCXX, None),
+                inl,
+                frame("Session::remember(std::string const&)", EXE, Some(("/build/src/session.cc", 42))),
+                frame("handle_request", EXE, Some(("/build/src/server.cc", 80))),
+                frame("main", EXE, Some(("/build/src/main.cc", 10))),
+            ],
+            lost: false,
+        };
+        (stack, Box::new(|t: f64| {
+            let t = t as u64;
+            (1500 * t, 15 * t, 500 * t, 5 * t)
+        }))
+    }
+
+    /// Cache: 50 000 B/s for the first 18 s (30 % of 60 s), then flat. Never freed.
+    pub fn cache_site() -> (Stack, SiteFn) {
+        let stack = Stack {
+            id: 2,
+            kind: "malloc".into(),
+            frames: vec![
+                frame("malloc", LIBC, None),
+                frame("Cache::fill", EXE, Some(("/build/src/cache.cc", 10))),
+                frame("main", EXE, Some(("/build/src/main.cc", 12))),
+            ],
+            lost: false,
+        };
+        (stack, Box::new(|t: f64| {
+            let k = (t as u64).min(18);
+            (50_000 * k, 50 * k, 0, 0)
+        }))
+    }
+
+    /// Temporary: 1 MB/s allocated and freed, 0–2000 B live at any checkpoint.
+    pub fn temp_site() -> (Stack, SiteFn) {
+        let stack = Stack {
+            id: 3,
+            kind: "malloc".into(),
+            frames: vec![
+                frame("malloc", LIBC, None),
+                frame("parse_line", EXE, Some(("/build/src/parse.c", 5))),
+                frame("main", EXE, Some(("/build/src/main.cc", 14))),
+            ],
+            lost: false,
+        };
+        (stack, Box::new(|t: f64| {
+            let t = t as u64;
+            let live = (t % 3) * 1000;
+            (1_000_000 * t + 1000, 1000 * t + 1, 1_000_000 * t + 1000 - live, 1000 * t + 1 - t % 3)
+        }))
+    }
+
+    /// RSS following `anon(t)` with 8 MiB of file-backed pages.
+    pub fn mem(anon: u64) -> Option<ProcMemory> {
+        Some(ProcMemory {
+            rss_bytes: anon + (8 << 20),
+            rss_anon_bytes: anon,
+            rss_file_bytes: 8 << 20,
+            rss_shmem_bytes: 0,
+            vm_size_bytes: 1 << 30,
+        })
+    }
+
+    /// Deterministic pseudo-random numbers in [0, 1).
+    pub fn noise(i: u64) -> f64 {
+        let mut x = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51afd7ed558ccd);
+        x ^= x >> 33;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn no_counters(_: f64) -> BTreeMap<String, u64> {
+        BTreeMap::new()
+    }
+
+    /// Leak + cache + temporary, RSS growing with the leak.
+    pub fn mixed() -> Recording {
+        recording(
+            &times61(),
+            vec![leak_site(), cache_site(), temp_site()],
+            &|t| mem((20 << 20) + (1000.0 * t) as u64 + (t.min(18.0) * 50_000.0) as u64),
+            &no_counters,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    fn site(a: &Analysis, id: u32) -> &SiteAnalysis {
+        a.sites.iter().find(|s| s.id == id).expect("site")
+    }
+
+    #[test]
+    fn leak_cache_temporary() {
+        let a = analyze(&mixed(), &AnalyzeOptions::default());
+        let leak = site(&a, 1);
+        assert_eq!(leak.class, SiteClass::Leak, "{:?}", leak.evidence);
+        assert!((leak.growth_bytes_per_s - 1000.0).abs() <= 10.0, "{}", leak.growth_bytes_per_s);
+        assert_eq!(leak.function, "Session::key", "inlined frame is the innermost non-allocator frame");
+        assert_eq!(leak.culprit_frame, Some(2));
+        assert_eq!(leak.live_bytes, 60_000);
+        assert_eq!(leak.growth_bytes, 60_000);
+        assert!(leak.confidence > 0.8, "{}", leak.confidence);
+
+        let cache = site(&a, 2);
+        assert_eq!(cache.class, SiteClass::Cache, "{:?}", cache.evidence);
+        assert_eq!(cache.live_bytes, 900_000);
+        assert!(cache.growth_bytes_per_s.abs() < 1.0);
+
+        let temp = site(&a, 3);
+        assert_eq!(temp.class, SiteClass::Temporary, "{:?}", temp.evidence);
+
+        assert_eq!(a.verdict.class, ProcessClass::Leak);
+        assert!(a.verdict.summary.contains("Session::key"), "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("+1000 B/s"), "{}", a.verdict.summary);
+        assert!(!a.verdict.summary.contains("malloc"));
+        assert!(!a.verdict.summary.contains("operator new"));
+        assert_eq!(a.duration_s, 60.0);
+        assert_eq!(a.steady_from_s, 30.0);
+        assert_eq!(a.memory.native_live_bytes.len(), 61);
+        assert_eq!(a.summary.native_live_end_bytes, 60_000 + 900_000);
+        assert_eq!(a.summary.rss_start_bytes, Some((20 << 20) + (8 << 20)));
+        // Sorted by live bytes.
+        assert_eq!(a.sites[0].id, 2);
+        assert_eq!(a.top_by_growth()[0].id, 1);
+    }
+
+    #[test]
+    fn culprit_skips_allocator_frames() {
+        let (mut st, _) = leak_site();
+        st.frames.remove(2); // drop the inlined frame
+        assert_eq!(culprit(&st).1, "Session::remember(std::string const&)");
+        // Only allocator frames: the innermost named one.
+        st.frames.truncate(2);
+        assert_eq!(culprit(&st), (Some(0), "malloc".to_string()));
+        // No names: object basename + address.
+        let st = Stack {
+            id: 9,
+            kind: "malloc".into(),
+            frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }],
+            lost: false,
+        };
+        assert_eq!(culprit(&st).1, "app+0x4a2f");
+        let st = Stack { id: 9, kind: "malloc".into(), frames: vec![], lost: true };
+        assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
+    }
+
+    #[test]
+    fn leak_rate_within_one_percent_with_noise() {
+        // 1000 B/s leak in 100-byte blocks at irregular checkpoint times with jitter.
+        let times: Vec<f64> = (0..=120).map(|i| i as f64 * 0.5 + noise(i) * 0.05).collect();
+        let (st, _) = leak_site();
+        let f: SiteFn = Box::new(|t: f64| {
+            let n = (t * 10.0) as u64; // 10 allocations of 100 B per second
+            (100 * n, n, 0, 0)
+        });
+        let r = recording(&times, vec![(st, f)], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let s = &a.sites[0];
+        assert_eq!(s.class, SiteClass::Leak);
+        assert!((s.growth_bytes_per_s - 1000.0).abs() < 10.0, "{}", s.growth_bytes_per_s);
+        assert!(s.growth_ci95_bytes_per_s.unwrap() < 50.0);
+        assert_eq!(a.verdict.class, ProcessClass::Leak);
+        assert!(a.warnings.iter().any(|w| w.contains("no memory figures")));
+    }
+
+    #[test]
+    fn irregular_leak_is_a_leak() {
+        // Each second leaks between 0 and 2000 bytes (mean 1000) in 100-byte blocks.
+        let (st, _) = leak_site();
+        let f: SiteFn = Box::new(|t: f64| {
+            let blocks: u64 = (1..=t as u64).map(|i| (noise(i + 500) * 21.0) as u64).sum();
+            (100 * blocks + 4000, blocks + 40, 4000, 40)
+        });
+        let r = recording(&times61(), vec![(st, f)], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let s = &a.sites[0];
+        assert_eq!(s.class, SiteClass::Leak, "{:?}", s.evidence);
+        assert!((s.growth_bytes_per_s - 1000.0).abs() < 200.0, "{}", s.growth_bytes_per_s);
+        assert_eq!(a.verdict.class, ProcessClass::Leak);
+    }
+
+    #[test]
+    fn cache_only_is_not_a_leak() {
+        let r = recording(&times61(), vec![cache_site()], &|t| mem((10 << 20) + (t.min(18.0) * 50_000.0) as u64), &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.sites[0].class, SiteClass::Cache);
+        assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("Cache::fill"));
+    }
+
+    #[test]
+    fn late_plateau_is_a_cache() {
+        // Grows for the first 65 % of the run, then flat: the steady-window trend is not
+        // significant once the autocorrelation of the residuals is accounted for.
+        let (st, _) = cache_site();
+        let f: SiteFn = Box::new(|t: f64| {
+            let k = (t as u64).min(39);
+            (50_000 * k, 50 * k, 0, 0)
+        });
+        let r = recording(&times61(), vec![(st, f)], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.sites[0].class, SiteClass::Cache, "{:?}", a.sites[0].evidence);
+        assert_ne!(a.verdict.class, ProcessClass::Leak);
+        // Grows for the first 75 % while the process keeps working: the steady window sees
+        // significant growth, the last quarter sees none: a plateau.
+        let grow45 = || -> SiteFn {
+            Box::new(|t: f64| {
+                let k = (t as u64).min(45);
+                (50_000 * k, 50 * k, 0, 0)
+            })
+        };
+        let (st, _) = cache_site();
+        let r = recording(&times61(), vec![(st.clone(), grow45()), temp_site()], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let c = site(&a, 2);
+        assert!(c.evidence.steady.significant_growth);
+        assert!(c.evidence.plateau);
+        assert_eq!(c.class, SiteClass::Cache, "{:?}", c.evidence);
+        assert_eq!(a.verdict.class, ProcessClass::Cache);
+        // The same growth, but the whole process goes idle when it stops: growth per unit of
+        // work never levelled off, so it stays a leak, with a lower confidence and a caveat.
+        let r = recording(&times61(), vec![(st, grow45())], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let c = site(&a, 2);
+        assert_eq!(c.class, SiteClass::Leak, "{:?}", c.evidence);
+        assert!(c.confidence < 0.6, "{}", c.confidence);
+        assert!(c.evidence.reason.contains("no allocation or free in the last quarter"));
+    }
+
+    #[test]
+    fn rss_growth_with_flat_live_is_fragmentation() {
+        let (st, _) = cache_site();
+        let f: SiteFn = Box::new(|_| (1 << 20, 10, 0, 0));
+        let r = recording(
+            &times61(),
+            vec![(st, f)],
+            &|t| mem((50 << 20) + (100_000.0 * t) as u64 + (noise(t as u64) * 8192.0) as u64),
+            &no_counters,
+        );
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
+        assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
+        assert!(a.verdict.confidence <= 0.8);
+    }
+
+    #[test]
+    fn noise_around_flat_line_is_flat() {
+        let (st, _) = cache_site();
+        let f: SiteFn = Box::new(|t: f64| {
+            let i = t as u64;
+            let nz = (noise(i + 1000) * 20_000.0) as u64;
+            (1_000_000 + 20_000 * i + nz, 100 + 2 * i + nz / 10_000, 20_000 * i, 2 * i)
+        });
+        let r = recording(
+            &times61(),
+            vec![(st, f)],
+            &|t| mem((30 << 20) + (noise(t as u64 + 7) * 16384.0) as u64),
+            &no_counters,
+        );
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
+        assert_eq!(a.verdict.class, ProcessClass::Flat, "{}", a.verdict.summary);
+    }
+
+    #[test]
+    fn step_noise_without_trend_is_never_a_leak() {
+        // A live level that goes up and down by whole blocks: did not fall by the end, but does
+        // not grow either.
+        for seed in 0..20u64 {
+            let (st, _) = cache_site();
+            let f: SiteFn = Box::new(move |t: f64| {
+                let i = t as u64;
+                let live_blocks = 50 + (noise(seed * 1000 + i) * 10.0) as u64;
+                let allocs = 100 * i + 60;
+                (allocs * 4096, allocs, (allocs - live_blocks) * 4096, allocs - live_blocks)
+            });
+            let r = recording(&times61(), vec![(st, f)], &|_| None, &no_counters);
+            let a = analyze(&r, &AnalyzeOptions::default());
+            assert_ne!(a.sites[0].class, SiteClass::Leak, "seed {seed}: {:?}", a.sites[0].evidence);
+            assert_ne!(a.verdict.class, ProcessClass::Leak);
+        }
+    }
+
+    #[test]
+    fn drops_and_events() {
+        let r = recording(&times61(), vec![leak_site()], &|_| None, &|t| {
+            let mut m = BTreeMap::new();
+            m.insert("allocs".to_string(), (15.0 * t) as u64);
+            m.insert("frees".to_string(), (5.0 * t) as u64);
+            m.insert("allocs_map_full".to_string(), if t >= 30.0 { 5 } else { 0 });
+            m.insert("stack_collision".to_string(), 2);
+            m.insert("untracked_free".to_string(), 3);
+            m.insert("some_future_counter".to_string(), 1);
+            m
+        });
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.drops_total, 7);
+        assert_eq!(a.drops["allocs_map_full"], 5);
+        assert_eq!(a.drops["missed_return"], 0);
+        assert_eq!(a.drops.len(), 8);
+        assert_eq!(a.events["untracked_free"], 3);
+        assert_eq!(a.events["allocs"], 900);
+        assert_eq!(a.events["some_future_counter"], 1);
+        assert!(a.warnings.iter().any(|w| w.contains("lost")));
+        // Losses lower the confidence of the leak.
+        let clean = analyze(&recording(&times61(), vec![leak_site()], &|_| None, &no_counters), &AnalyzeOptions::default());
+        assert!(a.sites[0].confidence < clean.sites[0].confidence);
+    }
+
+    #[test]
+    fn odd_inputs_do_not_panic() {
+        let empty = recording(&[0.0], vec![], &|_| None, &no_counters);
+        let a = analyze(&empty, &AnalyzeOptions::default());
+        assert_eq!(a.verdict.class, ProcessClass::Flat);
+        assert!(a.verdict.confidence < 0.5);
+        assert_eq!(a.duration_s, 0.0);
+
+        let none = recording(&[], vec![leak_site()], &|_| None, &no_counters);
+        let a = analyze(&none, &AnalyzeOptions::default());
+        assert_eq!(a.checkpoints, 0);
+        assert_eq!(a.sites.len(), 1);
+
+        // Two checkpoints at the same time, one with a NaN time, a sample for an unknown stack.
+        let mut r = recording(&[5.0, 5.0, 6.0], vec![leak_site(), temp_site()], &|t| mem(t as u64), &no_counters);
+        r.checkpoints[2].t_s = f64::NAN;
+        r.checkpoints[1].sites.push(crate::recording::SiteSample { stack: 77, alloc_bytes: 10, alloc_count: 1, ..Default::default() });
+        r.checkpoints[0].memory = None;
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.checkpoints, 2);
+        assert!(a.sites.iter().any(|s| s.id == 77 && s.function == "[unknown]"));
+        assert!(a.sites.iter().all(|s| s.growth_bytes_per_s.is_finite()));
+
+        // Zero duration with many checkpoints.
+        let r = recording(&[1.0; 10], vec![leak_site()], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.sites[0].growth_bytes_per_s, 0.0);
+        assert_ne!(a.verdict.class, ProcessClass::Leak);
+    }
+
+    #[test]
+    fn fit_matches_known_line() {
+        let pts: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 3.0 * i as f64 + 7.0)).collect();
+        let t = fit(&pts);
+        assert!((t.slope_bytes_per_s - 3.0).abs() < 1e-9);
+        assert_eq!(t.ci95_bytes_per_s, Some(0.0));
+        assert!(t.significant_growth);
+        let flat: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 5.0)).collect();
+        let t = fit(&flat);
+        assert_eq!(t.slope_bytes_per_s, 0.0);
+        assert!(!t.significant_growth);
+        assert_eq!(fit(&[(1.0, 2.0)]).slope_bytes_per_s, 0.0);
+        assert_eq!(fit(&[(1.0, 2.0), (2.0, 4.0)]).stderr_bytes_per_s, None);
+        assert_eq!(t_crit95(1), 12.706);
+        assert!((t_crit95(60) - 2.0).abs() < 0.01);
+    }
+}

@@ -1,0 +1,175 @@
+//! `report.json`: the machine-readable report. Field by field description with units in
+//! `docs/report-json.md`; bump [`SCHEMA_VERSION`] on incompatible changes.
+
+use serde_json::{Value, json};
+
+use crate::analyze::{Analysis, SiteAnalysis, Trend, is_allocator};
+use crate::recording::Recording;
+
+/// Version of the report.json layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// At most this many sites are listed in `sites` (largest live bytes first); the count of the
+/// others is in `sites_omitted`.
+pub const MAX_SITES: usize = 200;
+
+/// A finite float, or null (JSON has no NaN/inf).
+fn num(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+fn opt_num(x: Option<f64>) -> Value {
+    x.map_or(Value::Null, num)
+}
+
+fn trend(t: &Trend) -> Value {
+    json!({
+        "n": t.n,
+        "from_s": num(t.from_s),
+        "to_s": num(t.to_s),
+        "slope_bytes_per_s": num(t.slope_bytes_per_s),
+        "stderr_bytes_per_s": opt_num(t.stderr_bytes_per_s),
+        "ci95_bytes_per_s": opt_num(t.ci95_bytes_per_s),
+        "t_stat": opt_num(t.t_stat),
+        "significant_growth": t.significant_growth,
+    })
+}
+
+fn series(pts: &[(f64, u64)]) -> Value {
+    Value::Array(pts.iter().map(|(t, b)| json!([num(*t), b])).collect())
+}
+
+/// The JSON object of one site.
+pub fn site_json(s: &SiteAnalysis) -> Value {
+    let frames: Vec<Value> = s
+        .frames
+        .iter()
+        .map(|f| {
+            json!({
+                "function": f.function,
+                "file": f.file,
+                "line": f.line,
+                "object": f.object,
+                "addr": f.addr,
+                "addr_hex": format!("{:#x}", f.addr),
+                "inlined": f.inlined,
+                "allocator": is_allocator(f),
+            })
+        })
+        .collect();
+    let e = &s.evidence;
+    json!({
+        "id": s.id,
+        "kind": s.kind,
+        "function": s.function,
+        "culprit_frame": s.culprit_frame,
+        "class": s.class.as_str(),
+        "confidence": num(s.confidence),
+        "reason": e.reason,
+        "frames": frames,
+        "live_bytes": s.live_bytes,
+        "live_allocations": s.live_allocations,
+        "allocated_bytes": s.allocated_bytes,
+        "allocations": s.allocations,
+        "freed_bytes": s.freed_bytes,
+        "frees": s.frees,
+        "growth_bytes": s.growth_bytes,
+        "growth_bytes_per_s": num(s.growth_bytes_per_s),
+        "growth_ci95_bytes_per_s": opt_num(s.growth_ci95_bytes_per_s),
+        "stack_lost": s.stack_lost,
+        "evidence": {
+            "steady": trend(&e.steady),
+            "early": e.early.as_ref().map_or(Value::Null, trend),
+            "late": e.late.as_ref().map_or(Value::Null, trend),
+            "noise_floor_bytes_per_s": num(e.noise_floor_bytes_per_s),
+            "steady_growth_allocations": e.steady_growth_allocations,
+            "peak_live_bytes": e.peak_live_bytes,
+            "first_live_bytes": e.first_live_bytes,
+            "rise_bytes": num(e.rise_bytes),
+            "steady_sd_bytes": num(e.steady_sd_bytes),
+            "turnover": opt_num(e.turnover),
+            "plateau": e.plateau,
+        },
+    })
+}
+
+/// Sites listed in report.json: every site with live bytes at the end or positive growth, by live
+/// bytes descending, at most [`MAX_SITES`]. Returns (listed, omitted count).
+pub fn listed_sites(a: &Analysis) -> (Vec<&SiteAnalysis>, usize) {
+    let all: Vec<&SiteAnalysis> = a.sites.iter().filter(|s| s.live_bytes > 0 || s.growth_bytes > 0).collect();
+    let omitted = all.len().saturating_sub(MAX_SITES);
+    (all.into_iter().take(MAX_SITES).collect(), omitted)
+}
+
+/// The whole report.json document.
+pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
+    let t = &rec.target;
+    let (sites, omitted) = listed_sites(a);
+    let mut drops = serde_json::Map::new();
+    for (k, v) in &a.drops {
+        drops.insert(k.clone(), json!(v));
+    }
+    drops.insert("total".into(), json!(a.drops_total));
+    let probes: Vec<Value> = rec
+        .probes
+        .iter()
+        .map(|p| json!({"object": p.object, "function": p.function, "kind": p.kind, "offset": p.offset}))
+        .collect();
+    let mut warnings: Vec<String> = rec.warnings.clone();
+    warnings.extend(a.warnings.iter().cloned());
+    let s = &a.summary;
+    json!({
+        "schema": SCHEMA_VERSION,
+        "leaktrace_version": rec.leaktrace_version,
+        "recording_format_version": rec.format_version,
+        "target": {
+            "pid": t.pid,
+            "nspid": t.nspid,
+            "command": t.command.join(" "),
+            "argv": t.command,
+            "exe": t.exe,
+            "launched": t.launched,
+            "exit_status": t.exit_status,
+        },
+        "mode": rec.mode,
+        "started_unix_ms": rec.started_unix_ms,
+        "duration_s": num(a.duration_s),
+        "interval_s": num(rec.interval_s),
+        "checkpoints": a.checkpoints,
+        "steady_from_s": num(a.steady_from_s),
+        "steady_is_whole_run": a.steady_is_whole_run,
+        "end_reason": rec.end_reason,
+        "verdict": {
+            "class": a.verdict.class.as_str(),
+            "confidence": num(a.verdict.confidence),
+            "summary": a.verdict.summary,
+        },
+        "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),
+        "sites_total": a.sites.len(),
+        "sites_omitted": omitted,
+        "top_growth": a.top_by_growth().iter().map(|s| s.id).collect::<Vec<_>>(),
+        "memory": {
+            "rss_bytes": series(&a.memory.rss_bytes),
+            "rss_anon_bytes": series(&a.memory.rss_anon_bytes),
+            "rss_file_bytes": series(&a.memory.rss_file_bytes),
+            "native_live_bytes": series(&a.memory.native_live_bytes),
+            "mmap_live_bytes": series(&a.memory.mmap_live_bytes),
+        },
+        "summary": {
+            "rss_start_bytes": s.rss_start_bytes,
+            "rss_end_bytes": s.rss_end_bytes,
+            "rss_anon_start_bytes": s.rss_anon_start_bytes,
+            "rss_anon_end_bytes": s.rss_anon_end_bytes,
+            "native_live_start_bytes": s.native_live_start_bytes,
+            "native_live_end_bytes": s.native_live_end_bytes,
+            "native_growth_bytes_per_s": num(s.native_growth_bytes_per_s),
+            "native_growth_ci95_bytes_per_s": opt_num(a.native_trend.ci95_bytes_per_s),
+            "rss_anon_growth_bytes_per_s": opt_num(s.rss_anon_growth_bytes_per_s),
+            "rss_anon_growth_ci95_bytes_per_s": opt_num(a.rss_anon_trend.and_then(|t| t.ci95_bytes_per_s)),
+        },
+        "drops": drops,
+        "events": a.events,
+        "probes": probes,
+        "warnings": warnings,
+    })
+}

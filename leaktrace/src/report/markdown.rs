@@ -1,0 +1,297 @@
+//! `report.md`: the short human report. Verdict first, then the target, the top sites by growth
+//! and by live bytes with their call stacks, what is not a leak, caveats, losses and probes.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use crate::analyze::{Analysis, SiteAnalysis, SiteClass, basename, frame_label, is_allocator};
+use crate::recording::{Frame, Recording};
+
+use super::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
+
+/// Most frames printed per stack (callers beyond are summarised).
+pub const MAX_FRAMES: usize = 16;
+
+/// Last two components of a source path ("src/server.c").
+fn short_file(path: &str) -> &str {
+    let mut it = path.rmatch_indices('/');
+    match (it.next(), it.next()) {
+        (Some(_), Some((i, _))) => &path[i + 1..],
+        _ => path,
+    }
+}
+
+/// `function (file:line) [object]`, with " (inlined)" for an inlined frame.
+pub fn frame_line(f: &Frame) -> String {
+    let mut s = frame_label(f);
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => {
+            let _ = write!(s, " ({}:{line})", short_file(file));
+        }
+        (Some(file), None) => {
+            let _ = write!(s, " ({})", short_file(file));
+        }
+        _ => {}
+    }
+    if let (Some(o), Some(_)) = (&f.object, &f.function) {
+        let _ = write!(s, " [{}]", basename(o));
+    }
+    if f.inlined {
+        s.push_str(" (inlined)");
+    }
+    s
+}
+
+/// The stack of a site for humans: culprit first, then its callers (outward); allocator frames
+/// inside the culprit are summarised on a `via` line.
+pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
+    if site.frames.is_empty() {
+        return vec![if site.stack_lost {
+            "[stack lost: the kernel could not capture this call stack]".into()
+        } else {
+            "[unknown stack]".into()
+        }];
+    }
+    let start = site.culprit_frame.unwrap_or(0).min(site.frames.len() - 1);
+    let mut out = Vec::new();
+    let shown = &site.frames[start..];
+    for f in shown.iter().take(MAX_FRAMES) {
+        out.push(frame_line(f));
+    }
+    if shown.len() > MAX_FRAMES {
+        out.push(format!("… {} more caller frame(s)", shown.len() - MAX_FRAMES));
+    }
+    if start > 0 {
+        let via: Vec<String> = site.frames[..start].iter().rev().map(frame_label).collect();
+        let what = if site.frames[..start].iter().all(is_allocator) { "via" } else { "called into" };
+        out.push(format!("({what} {})", via.join(" → ")));
+    }
+    out
+}
+
+fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis) {
+    let e = &s.evidence;
+    let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, s.class, s.confidence);
+    let ci = s.growth_ci95_bytes_per_s.map_or(String::from("n/a"), |c| format!("{c:.0} B/s"));
+    let _ = writeln!(
+        md,
+        "- growth: {} ({:.1} B/s, ±{ci} at 95 %) over {:.0}–{:.0} s; {} ({}) first → last checkpoint",
+        rate(s.growth_bytes_per_s),
+        s.growth_bytes_per_s,
+        e.steady.from_s,
+        e.steady.to_s,
+        bytes_signed(s.growth_bytes),
+        exact_signed(s.growth_bytes)
+    );
+    let _ = writeln!(
+        md,
+        "- live at end: {} ({}) in {} block(s); allocated {} ({}) in {} call(s), freed {} ({}) in {}",
+        bytes(s.live_bytes),
+        exact(s.live_bytes),
+        s.live_allocations,
+        bytes(s.allocated_bytes),
+        exact(s.allocated_bytes),
+        s.allocations,
+        bytes(s.freed_bytes),
+        exact(s.freed_bytes),
+        s.frees
+    );
+    let kind = if s.kind == "malloc" { String::new() } else { format!(" [{} site]", s.kind) };
+    let _ = writeln!(md, "- why: {}{kind}", e.reason);
+    md.push_str("\n```\n");
+    for l in stack_lines(s) {
+        let _ = writeln!(md, "{l}");
+    }
+    md.push_str("```\n\n");
+}
+
+/// The whole report.md.
+pub fn report_md(rec: &Recording, a: &Analysis) -> String {
+    let mut md = String::new();
+    let v = &a.verdict;
+    let _ = writeln!(md, "# leaktrace report\n");
+    let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {}\n", v.class, v.confidence, v.summary);
+
+    // Target and run.
+    let t = &rec.target;
+    let _ = writeln!(md, "## Target\n");
+    let ns = if t.nspid.len() > 1 {
+        format!(" (in its namespace: {})", t.nspid.last().copied().unwrap_or(t.pid))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(md, "- pid: {}{ns}", t.pid);
+    let _ = writeln!(md, "- command: `{}`", t.command.join(" ").replace('`', "'"));
+    let _ = writeln!(md, "- exe: {}", t.exe);
+    let how = if t.launched {
+        match t.exit_status {
+            Some(st) => format!("launched by leaktrace, exited with status {st}"),
+            None => "launched by leaktrace".to_string(),
+        }
+    } else {
+        "attached to a running process".to_string()
+    };
+    let _ = writeln!(md, "- {how}; mode {}", rec.mode);
+    let _ = writeln!(
+        md,
+        "- duration: {} ({} checkpoints, every {} s), ended by: {}",
+        seconds(a.duration_s),
+        a.checkpoints,
+        rec.interval_s,
+        rec.end_reason
+    );
+    let s = &a.summary;
+    match (s.rss_start_bytes, s.rss_end_bytes) {
+        (Some(b), Some(e)) => {
+            let _ = writeln!(md, "- RSS: {} ({}) → {} ({})", bytes(b), exact(b), bytes(e), exact(e));
+        }
+        _ => {
+            let _ = writeln!(md, "- RSS: not available");
+        }
+    }
+    if let (Some(b), Some(e)) = (s.rss_anon_start_bytes, s.rss_anon_end_bytes) {
+        let tr = a.rss_anon_trend.map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
+        let _ = writeln!(md, "- RSS anon: {} → {}{tr}", bytes(b), bytes(e));
+    }
+    let _ = writeln!(
+        md,
+        "- live native bytes (malloc, allocated since attach): {} ({}) → {} ({}); trend {} ({:.1} B/s, ±{} at 95 %) over {:.0}–{:.0} s",
+        bytes(s.native_live_start_bytes),
+        exact(s.native_live_start_bytes),
+        bytes(s.native_live_end_bytes),
+        exact(s.native_live_end_bytes),
+        rate(s.native_growth_bytes_per_s),
+        s.native_growth_bytes_per_s,
+        a.native_trend.ci95_bytes_per_s.map_or("n/a".to_string(), |c| format!("{c:.0} B/s")),
+        a.native_trend.from_s,
+        a.native_trend.to_s,
+    );
+    md.push('\n');
+
+    // Top sites.
+    let mut shown: HashSet<u32> = HashSet::new();
+    let growth = a.top_by_growth();
+    let _ = writeln!(md, "## Top {} sites by growth (steady-window slope of live bytes)\n", a.top);
+    if growth.is_empty() {
+        md.push_str("No site's live bytes grow.\n\n");
+    }
+    for (i, site) in growth.iter().enumerate() {
+        site_block(&mut md, i + 1, site);
+        shown.insert(site.id);
+    }
+    let live = a.top_by_live();
+    let _ = writeln!(md, "## Top {} sites by live bytes at the end\n", a.top);
+    if live.is_empty() {
+        md.push_str("No traced allocation is live at the end.\n\n");
+    } else {
+        md.push_str("| # | live | blocks | growth | class | function |\n|---|---|---|---|---|---|\n");
+        for (i, site) in live.iter().enumerate() {
+            let _ = writeln!(
+                md,
+                "| {} | {} ({}) | {} | {} | {} | {} |",
+                i + 1,
+                bytes(site.live_bytes),
+                exact(site.live_bytes),
+                site.live_allocations,
+                rate(site.growth_bytes_per_s),
+                site.class,
+                site.function.replace('|', "\\|")
+            );
+        }
+        md.push('\n');
+        for (i, site) in live.iter().enumerate() {
+            if shown.contains(&site.id) {
+                continue;
+            }
+            site_block(&mut md, i + 1, site);
+        }
+    }
+
+    // Not a leak.
+    let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();
+    let temps: Vec<&SiteAnalysis> = {
+        let mut v: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Temporary).collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.allocated_bytes));
+        v.truncate(a.top);
+        v
+    };
+    let _ = writeln!(md, "## Not a leak\n");
+    if caches.is_empty() && temps.is_empty() {
+        md.push_str("No cache or temporary sites.\n\n");
+    }
+    if !caches.is_empty() {
+        md.push_str("Caches (rose, then levelled off):\n\n");
+        for c in &caches {
+            let _ = writeln!(
+                md,
+                "- {}: holds {} ({}); rose {} since the first checkpoint, then {:.1} B/s over the \
+                 steady window",
+                c.function,
+                bytes(c.live_bytes),
+                exact(c.live_bytes),
+                bytes(c.evidence.rise_bytes.max(0.0) as u64),
+                c.growth_bytes_per_s,
+            );
+        }
+        md.push('\n');
+    }
+    if !temps.is_empty() {
+        md.push_str("Temporary churn (allocated and freed):\n\n");
+        for c in &temps {
+            let _ = writeln!(
+                md,
+                "- {}: allocated {} ({}) in {} calls, peak live {}, live at end {} ({:.0}× turnover)",
+                c.function,
+                bytes(c.allocated_bytes),
+                exact(c.allocated_bytes),
+                c.allocations,
+                bytes(c.evidence.peak_live_bytes),
+                bytes(c.live_bytes),
+                c.evidence.turnover.unwrap_or(0.0)
+            );
+        }
+        md.push('\n');
+    }
+
+    // Caveats.
+    let _ = writeln!(md, "## Caveats\n");
+    for w in rec.warnings.iter().chain(a.warnings.iter()) {
+        let _ = writeln!(md, "- {w}");
+    }
+    md.push_str(
+        "- Only allocations made after the probes were attached are seen; blocks allocated before \
+         are invisible (their frees count as untracked_free).\n\
+         - Live bytes are the sizes callers asked for; RSS also holds allocator overhead, freed \
+         memory the allocator keeps, code, stacks and memory from untraced allocators.\n\
+         - A site is called a leak only when its live bytes and live blocks keep growing through \
+         the last half of the run, significantly and above a noise floor; memory that merely did \
+         not fall is not a leak.\n\n",
+    );
+
+    let _ = writeln!(md, "### Losses\n");
+    if a.drops_total == 0 {
+        md.push_str("Nothing was dropped: every loss counter is zero.\n\n");
+    } else {
+        let _ = writeln!(md, "{} event(s) lost in total:\n", a.drops_total);
+        md.push_str("| counter | count |\n|---|---|\n");
+        for (k, v) in &a.drops {
+            let _ = writeln!(md, "| {k} | {v} |");
+        }
+        md.push('\n');
+    }
+    let ev: Vec<String> = a.events.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    if !ev.is_empty() {
+        let _ = writeln!(md, "Events: {}.\n", ev.join(", "));
+    }
+
+    let _ = writeln!(md, "## Probes\n");
+    if rec.probes.is_empty() {
+        md.push_str("No probe recorded.\n");
+    } else {
+        md.push_str("| object | function | kind | offset |\n|---|---|---|---|\n");
+        for p in &rec.probes {
+            let _ = writeln!(md, "| {} | {} | {} | {:#x} |", p.object, p.function, p.kind, p.offset);
+        }
+    }
+    md
+}
