@@ -180,7 +180,10 @@ pub struct InFlight {
     pub ptr: u64,
     /// One of [`op`].
     pub op: u32,
-    pub _pad: u32,
+    /// Hooked functions this call tail-jumped into (entered with the same stack pointer, e.g.
+    /// reallocarray → realloc): their return probes fire first, at the same return, and are
+    /// skipped.
+    pub tail_calls: u32,
     /// Site of the call, taken at entry.
     pub site: SiteKey,
 }

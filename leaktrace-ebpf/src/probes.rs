@@ -103,9 +103,16 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    if let Some(cur) = INFLIGHT.get_ptr(pid_tgid) {
-        if sp < unsafe { (*cur).sp } {
+    if let Some(cur) = INFLIGHT.get_ptr_mut(pid_tgid) {
+        let cur_sp = unsafe { (*cur).sp };
+        if sp < cur_sp {
             // Called from inside an allocator call of this thread: the outer call accounts for it.
+            count(counter::NESTED_CALL);
+            return 0;
+        }
+        if sp == cur_sp {
+            // A tail jump from one hooked function into another: the same call goes on.
+            unsafe { (*cur).tail_calls += 1 };
             count(counter::NESTED_CALL);
             return 0;
         }
@@ -113,7 +120,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         count(counter::MISSED_RETURN);
     }
     let site = site_here(ctx, tgid, sp, site_kind::MALLOC);
-    let rec = InFlight { sp, size, ptr, op, _pad: 0, site };
+    let rec = InFlight { sp, size, ptr, op, tail_calls: 0, site };
     if INFLIGHT.insert(pid_tgid, rec, 0).is_err() {
         count(counter::INFLIGHT_FULL);
     }
@@ -196,6 +203,13 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
     };
     if sp < cur.sp + 8 {
         // Return of a nested call that was folded into the outer one.
+        return 0;
+    }
+    if sp == cur.sp + 8 && cur.tail_calls > 0 {
+        // The return probe of a function tail-jumped into fires first at the same return.
+        if let Some(p) = INFLIGHT.get_ptr_mut(pid_tgid) {
+            unsafe { (*p).tail_calls -= 1 };
+        }
         return 0;
     }
     let _ = INFLIGHT.remove(pid_tgid);

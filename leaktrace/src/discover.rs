@@ -23,8 +23,8 @@ pub enum TargetError {
     KernelThread(u32),
     #[error("PID {0} is a zombie (it exited and waits for its parent to reap it): nothing to trace")]
     Zombie(u32),
-    #[error("cannot read /proc/{pid}: {source}")]
-    Proc { pid: u32, source: std::io::Error },
+    #[error("cannot read /proc/{pid}: {err}")]
+    Proc { pid: u32, err: std::io::Error },
     #[error(
         "no allocator entry points (malloc and free) found in PID {pid}: searched {searched}. \
          A fully stripped static binary cannot be traced; rebuild it with symbols or link it dynamically"
@@ -69,7 +69,7 @@ pub fn check_pid(pid: u32) -> Result<(), TargetError> {
     let status = match std::fs::read_to_string(proc_dir.join("status")) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(TargetError::NoSuchProcess(pid)),
-        Err(source) => return Err(TargetError::Proc { pid, source }),
+        Err(err) => return Err(TargetError::Proc { pid, err }),
     };
     // A thread id (not a thread-group leader) also has /proc/TID: accept only process ids.
     let tgid = status_field(&status, "Tgid:").and_then(|v| v.parse::<u32>().ok());
@@ -79,7 +79,7 @@ pub fn check_pid(pid: u32) -> Result<(), TargetError> {
     if status_field(&status, "State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
         return Err(TargetError::Zombie(pid));
     }
-    let maps = std::fs::read_to_string(proc_dir.join("maps")).map_err(|source| TargetError::Proc { pid, source })?;
+    let maps = std::fs::read_to_string(proc_dir.join("maps")).map_err(|err| TargetError::Proc { pid, err })?;
     if maps.trim().is_empty() {
         return Err(TargetError::KernelThread(pid));
     }
@@ -92,11 +92,11 @@ fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 
 /// The ELF objects (executable and shared libraries) that `pid` maps, once each.
 pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|err| {
+        if err.kind() == std::io::ErrorKind::NotFound {
             TargetError::NoSuchProcess(pid)
         } else {
-            TargetError::Proc { pid, source }
+            TargetError::Proc { pid, err }
         }
     })?;
     let mut seen: BTreeMap<(i32, i32, u64), MappedObject> = BTreeMap::new();

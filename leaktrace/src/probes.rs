@@ -86,15 +86,21 @@ const TRACEPOINTS: &[&str] = &[
     "sys_exit_brk",
 ];
 
+/// Check what tracing needs before anything else is looked at: root, and uprobe support.
+pub fn check_privileges() -> Result<(), LoadError> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LoadError::NotRoot);
+    }
+    if !std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        return Err(LoadError::NoUprobes);
+    }
+    Ok(())
+}
+
 impl Tracer {
     /// Load the embedded eBPF object with the given map sizes; the agent's own PID is excluded.
     pub fn load(limits: Limits) -> Result<Tracer, LoadError> {
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(LoadError::NotRoot);
-        }
-        if !std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-            return Err(LoadError::NoUprobes);
-        }
+        check_privileges()?;
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
         let mut ebpf = EbpfLoader::new()

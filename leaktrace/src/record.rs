@@ -84,6 +84,7 @@ pub struct RecordOutcome {
 /// The CLI maps them (and every other error) to exit code 2.
 pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOutcome> {
     // Everything that can be checked before touching the target is checked first.
+    crate::probes::check_privileges()?;
     if let TargetSpec::Pid(pid) = &spec {
         discover::check_pid(*pid)?;
         if *pid == std::process::id() {
