@@ -136,6 +136,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "duration_s": num(a.duration_s),
         "interval_s": num(rec.interval_s),
         "checkpoints": a.checkpoints,
+        "span_from_s": num(a.span_from_s),
+        "span_to_s": num(a.span_to_s),
         "steady_from_s": num(a.steady_from_s),
         "steady_is_whole_run": a.steady_is_whole_run,
         "end_reason": rec.end_reason,

@@ -7,11 +7,11 @@ use crate::analyze::Analysis;
 use super::flame::xml_escape;
 
 const W: f64 = 800.0;
-const H: f64 = 420.0;
+const H: f64 = 440.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
-const BOTTOM: f64 = 60.0;
+const BOTTOM: f64 = 80.0;
 
 /// One plotted series: legend name, colour, points (t_s, bytes).
 type Line<'a> = (&'a str, &'a str, &'a [(f64, u64)]);
@@ -155,7 +155,7 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
         s,
         "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time since first checkpoint (s)</text>",
         LEFT + pw / 2.0,
-        H - 18.0
+        TOP + ph + 36.0
     );
     let _ = writeln!(
         s,
@@ -192,14 +192,15 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
             );
         }
     }
+    // Legend: one row under the time axis.
+    let ly = H - 16.0;
     for (i, (name, color, _)) in series.iter().enumerate() {
-        let ly = TOP + 12.0 + 16.0 * i as f64;
+        let lx = LEFT + 175.0 * i as f64;
         let _ = writeln!(
             s,
-            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>\n<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            LEFT + 10.0,
-            LEFT + 30.0,
-            LEFT + 36.0,
+            "<line x1=\"{lx:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
+            lx + 18.0,
+            lx + 23.0,
             ly + 4.0,
             xml_escape(name)
         );
