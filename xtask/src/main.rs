@@ -399,8 +399,13 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
     }
     setup()?;
     build()?;
-    let unit_ok =
-        run_status(cargo().args(["test", "--workspace", "--exclude", "leaktrace-tests"]))?;
+    let unit_ok = run_status(cargo().args([
+        "test",
+        "--no-fail-fast",
+        "--workspace",
+        "--exclude",
+        "leaktrace-tests",
+    ]))?;
     let bin = release_binary();
     let e2e_ok = run_status(
         cargo()
