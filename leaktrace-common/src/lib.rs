@@ -10,6 +10,28 @@ pub mod site_kind {
     pub const MALLOC: u32 = 0;
     /// Anonymous mapping made outside the allocator (off-heap).
     pub const MMAP: u32 = 1;
+    /// First-touch page faults (growth mode): each counts one page (4096 bytes) made resident.
+    pub const FAULT: u32 = 2;
+}
+
+/// Sampled mode: entries of the fixed-point tables the agent fills in (`SAMPLING` map).
+pub mod sampling {
+    /// Entries of each table.
+    pub const TABLE: u32 = 1024;
+    /// Fixed-point scale of the tables (values are multiplied by 2^16).
+    pub const SHIFT: u32 = 16;
+    /// Index of the first entry of the exponential table: `-ln((i + 0.5) / TABLE)`, so that
+    /// `mean * table[random] >> SHIFT` is an exponentially distributed byte distance.
+    pub const EXP_BASE: u32 = 0;
+    /// Index of the first entry of the weight table: `g(x) = x / (1 - exp(-x))` for
+    /// `x = i * 8 / TABLE`, so that an allocation of `size` sampled with mean distance `mean`
+    /// stands for `mean * g(size / mean)` bytes (unbiased, as in tcmalloc's heap profiler);
+    /// for `x >= 8`, `g(x) = x` (the weight is the size).
+    pub const WEIGHT_BASE: u32 = TABLE;
+    /// Index of the mean distance in bytes (`--sample-bytes`); 0 = exact mode.
+    pub const MEAN: u32 = 2 * TABLE;
+    /// Size of the `SAMPLING` array.
+    pub const LEN: u32 = 2 * TABLE + 1;
 }
 
 /// Which allocator entry point an in-flight call is for. Stored in [`InFlight::op`].
@@ -69,8 +91,12 @@ pub mod counter {
     pub const OFFHEAP_MAPS: u32 = 14;
     /// Anonymous mappings made from inside an allocator call (the allocator's own) (informational).
     pub const ALLOCATOR_MAPS: u32 = 15;
+    /// Sampled mode: allocations that were sampled (each stands for more bytes) (informational).
+    pub const SAMPLED: u32 = 16;
+    /// Growth mode: first-touch page faults counted (informational).
+    pub const PAGE_FAULTS: u32 = 17;
     /// Number of counters.
-    pub const NUM: u32 = 16;
+    pub const NUM: u32 = 18;
 
     /// Name of each counter in recordings and reports, by index.
     pub const NAMES: [&str; NUM as usize] = [
@@ -90,13 +116,16 @@ pub mod counter {
         "map_events_lost",
         "offheap_maps",
         "allocator_maps",
+        "sampled_allocs",
+        "page_faults",
     ];
 
     /// True for the counters that are losses (reported under `drops`); the others are
     /// informational events.
     pub const IS_LOSS: [bool; NUM as usize] =
         [
-        true, true, true, true, true, true, false, true, false, false, false, false, false, true, false, false,
+        true, true, true, true, true, true, false, true, false, false, false, false, false, true, false, false, false,
+        false,
     ];
 }
 

@@ -4,12 +4,12 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{map, tracepoint, uprobe, uretprobe},
-    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
-use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
+use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_task_pt_regs};
 use leaktrace_common::{
-    counter, map_event, op, owner, site_kind, AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey,
+    counter, map_event, op, owner, sampling, site_kind, AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey,
     SiteStats, SyscallArgs,
 };
 
@@ -59,6 +59,14 @@ static MMAP_CALLS: HashMap<u64, MmapCall> = HashMap::with_max_entries(1 << 14, B
 /// Units of work done by each process: calls of the --work-probe function.
 #[map]
 static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
+/// Sampled mode: the tables and mean distance of `leaktrace_common::sampling`, filled by the agent.
+#[map]
+static SAMPLING: Array<u64> = Array::with_max_entries(sampling::LEN, 0);
+
+/// Sampled mode: bytes each thread still allocates before its next sample, by tid.
+#[map]
+static SAMPLER: LruHashMap<u32, i64> = LruHashMap::with_max_entries(1 << 14, 0);
 
 const EEXIST: i32 = -17;
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -119,12 +127,66 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         // An older call of this thread never returned through its return probe.
         count(counter::MISSED_RETURN);
     }
+    let mean = sampling_mean();
+    let mut size = size;
+    if mean != 0 {
+        match sample(pid_tgid as u32, size, mean) {
+            Some(weight) => size = weight,
+            None => {
+                // Not sampled: no stack walk, no map work. A realloc still retires its old
+                // block, which may have been sampled (a failed realloc, rare, is missed).
+                if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
+                    free_addr(tgid, ptr);
+                }
+                return 0;
+            }
+        }
+    }
     let site = site_here(ctx, tgid, sp, site_kind::MALLOC);
     let rec = InFlight { sp, size, ptr, op, tail_calls: 0, site };
     if INFLIGHT.insert(pid_tgid, rec, 0).is_err() {
         count(counter::INFLIGHT_FULL);
     }
     0
+}
+
+#[inline(always)]
+fn sampling_mean() -> u64 {
+    SAMPLING.get(sampling::MEAN).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+fn table(base: u32, i: u64) -> u64 {
+    SAMPLING.get(base + (i as u32 & (sampling::TABLE - 1))).copied().unwrap_or(1 << sampling::SHIFT)
+}
+
+/// Byte-based Poisson sampling, per thread: each allocated byte is sampled with probability
+/// 1/mean. Returns the estimated bytes a sampled allocation of `size` stands for.
+#[inline(always)]
+fn sample(tid: u32, size: u64, mean: u64) -> Option<u64> {
+    let next_distance = || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
+    let left = match SAMPLER.get_ptr_mut(tid) {
+        Some(p) => p,
+        None => {
+            let _ = SAMPLER.insert(tid, next_distance() as i64, 0);
+            SAMPLER.get_ptr_mut(tid)?
+        }
+    };
+    let remaining = unsafe { *left } - size as i64;
+    if remaining > 0 {
+        unsafe { *left = remaining };
+        return None;
+    }
+    unsafe { *left = next_distance() as i64 };
+    count(counter::SAMPLED);
+    // x = size / mean in table steps of 8 / TABLE.
+    let idx = size * (sampling::TABLE as u64 / 8) / mean;
+    let weight = if idx >= sampling::TABLE as u64 {
+        size
+    } else {
+        (mean * table(sampling::WEIGHT_BASE, idx)) >> sampling::SHIFT
+    };
+    Some(if weight < size { size } else { weight })
 }
 
 /// Credit a retired block to its site.
@@ -144,7 +206,9 @@ fn free_addr(tgid: u32, addr: u64) {
     let info = match ALLOCS.get_ptr(key) {
         Some(p) => unsafe { *p },
         None => {
-            count(counter::UNTRACKED_FREE);
+            if sampling_mean() == 0 {
+                count(counter::UNTRACKED_FREE);
+            }
             return;
         }
     };
@@ -197,7 +261,9 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
     let cur = match INFLIGHT.get_ptr(pid_tgid) {
         Some(p) => unsafe { *p },
         None => {
-            count(counter::ORPHAN_RETURN);
+            if sampling_mean() == 0 {
+                count(counter::ORPHAN_RETURN);
+            }
             return 0;
         }
     };
@@ -587,6 +653,37 @@ pub fn work_enter(_ctx: ProbeContext) -> u32 {
     }
     if let Some(p) = WORK.get_ptr_mut(tgid) {
         atomic_add(p, 1);
+    }
+    0
+}
+
+/// Growth mode: a user page fault on a page that was not present (first touch: the kernel makes
+/// a page resident). Counted per call stack, 4096 bytes each. No allocator probe is involved.
+#[tracepoint]
+pub fn page_fault_user(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    // exceptions:page_fault_user: address @8, ip @16, error_code @24; bit 0 = protection fault.
+    let error_code = tp_u64(&ctx, 24);
+    if error_code & 1 != 0 {
+        return 0;
+    }
+    count(counter::PAGE_FAULTS);
+    let site = site_here(&ctx, tgid, user_sp(), site_kind::FAULT);
+    let mut stats = SITES.get_ptr_mut(site);
+    if stats.is_none() {
+        let _ = SITES.insert(site, SiteStats::default(), BPF_NOEXIST as u64);
+        stats = SITES.get_ptr_mut(site);
+    }
+    match stats {
+        Some(s) => {
+            atomic_add(unsafe { &raw mut (*s).alloc_bytes }, 4096);
+            atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
+        }
+        None => count(counter::SITES_FULL),
     }
     0
 }

@@ -10,24 +10,27 @@ pub struct Hook {
     pub entry_program: &'static str,
     /// eBPF program for the return probe, if the call returns a block.
     pub return_program: Option<&'static str>,
+    /// A call with a NULL first argument does nothing (free): the entry probe may be placed
+    /// after the function's NULL check (see `placement`).
+    pub null_is_noop: bool,
 }
 
 const RET: Option<&str> = Some("alloc_return");
 
 /// The malloc family of glibc (and any libc with the same API). `free` has no return probe.
 pub const LIBC_HOOKS: &[Hook] = &[
-    Hook { function: "malloc", entry_program: "malloc_enter", return_program: RET },
-    Hook { function: "calloc", entry_program: "calloc_enter", return_program: RET },
-    Hook { function: "realloc", entry_program: "realloc_enter", return_program: RET },
-    Hook { function: "reallocarray", entry_program: "reallocarray_enter", return_program: RET },
-    Hook { function: "posix_memalign", entry_program: "posix_memalign_enter", return_program: RET },
-    Hook { function: "aligned_alloc", entry_program: "aligned_alloc_enter", return_program: RET },
-    Hook { function: "memalign", entry_program: "memalign_enter", return_program: RET },
-    Hook { function: "valloc", entry_program: "valloc_enter", return_program: RET },
-    Hook { function: "pvalloc", entry_program: "pvalloc_enter", return_program: RET },
-    Hook { function: "free", entry_program: "free_enter", return_program: None },
+    Hook { function: "malloc", entry_program: "malloc_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "calloc", entry_program: "calloc_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "realloc", entry_program: "realloc_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "reallocarray", entry_program: "reallocarray_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "posix_memalign", entry_program: "posix_memalign_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "aligned_alloc", entry_program: "aligned_alloc_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "memalign", entry_program: "memalign_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "valloc", entry_program: "valloc_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "pvalloc", entry_program: "pvalloc_enter", return_program: RET, null_is_noop: false },
+    Hook { function: "free", entry_program: "free_enter", return_program: None, null_is_noop: true },
     // Not an allocation: gives anonymous mappings their caller's stack (see `mappings`).
-    Hook { function: "mmap", entry_program: "mmap_enter", return_program: None },
+    Hook { function: "mmap", entry_program: "mmap_enter", return_program: None, null_is_noop: false },
 ];
 
 /// The functions an object must define (all of them) to be probed as a malloc-family allocator.

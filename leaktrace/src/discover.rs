@@ -49,8 +49,12 @@ pub struct MappedObject {
 pub struct ProbePoint {
     pub object: MappedObject,
     pub hook: Hook,
-    /// File offset of the function's first instruction, bytes.
+    /// File offset of the function's first instruction, bytes (where a return probe goes).
     pub offset: u64,
+    /// File offset of the entry probe (`offset` + the placement's delta, see `placement`).
+    pub entry_offset: u64,
+    /// Why the entry probe is where it is.
+    pub placement: String,
 }
 
 /// Result of scanning a target's objects.
@@ -169,6 +173,16 @@ pub fn function_offsets(path: &Path, wanted: &[&str]) -> anyhow::Result<BTreeMap
     Ok(out)
 }
 
+/// The first 32 bytes of code at file `offset` of `path`.
+fn read_code(path: &Path, offset: u64) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt as _;
+    let f = std::fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 32];
+    let n = f.read_at(&mut buf, offset).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
 /// Find the malloc-family entry points in the objects `pid` maps. Every object that defines both
 /// `malloc` and `free` is an allocator (glibc, or a statically linked executable). Functions that
 /// share an address with one already chosen (glibc's memalign is aligned_alloc) are probed once.
@@ -200,7 +214,19 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
                 continue;
             }
             used.insert(offset, hook.function);
-            scan.points.push(ProbePoint { object: obj.clone(), hook: *hook, offset });
+            // A return probe must sit on the first instruction (it takes the return address at
+            // the stack pointer); only entry-only hooks may move.
+            let placed = match read_code(&obj.open_path, offset) {
+                Some(code) => crate::placement::place(&code, hook.null_is_noop && hook.return_program.is_none()),
+                None => crate::placement::Placement { delta: 0, note: "entry (code unreadable)".to_string() },
+            };
+            scan.points.push(ProbePoint {
+                object: obj.clone(),
+                hook: *hook,
+                offset,
+                entry_offset: offset + placed.delta,
+                placement: placed.note,
+            });
         }
     }
     if scan.points.is_empty() {

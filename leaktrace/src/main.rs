@@ -1,5 +1,5 @@
-//! The `leaktrace` command line. Exit codes: 0 success, 2 error (one line on stderr starting
-//! with `leaktrace: error:`).
+//! The `leaktrace` command line. Exit codes: 0 success, 1 `check` failed its budget, 2 error (one
+//! line on stderr starting with `leaktrace: error:`).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -39,6 +39,66 @@ enum Command {
         #[arg(long, default_value = "15s", value_parser = parse_duration)]
         duration: Duration,
     },
+    /// Growth test for CI: warm up, run K equal batches, fail when the traced live bytes grow
+    /// faster than --budget. Exit 0 pass, 1 fail, 2 error.
+    Check(CheckArgs),
+    /// Compare two recordings (before/after a fix): growth per site matched by stack, verdict,
+    /// differential flame graph (no root needed).
+    Compare {
+        /// Recording directory (or recording.json) before.
+        before: PathBuf,
+        /// Recording directory (or recording.json) after.
+        after: PathBuf,
+        /// Output directory (default ./leaktrace-compare-TIMESTAMP).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("batch_size").required(true).args(["batch_units", "batch_seconds"])))]
+struct CheckArgs {
+    /// PID of the process to test (as the host sees it).
+    #[arg(long, conflicts_with = "command")]
+    pid: Option<u32>,
+    /// Warm-up before the baseline checkpoint (e.g. 5s, 0 for none).
+    #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
+    warmup: Duration,
+    /// Number of batches after the warm-up.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    batches: u32,
+    /// Batch size in units of work (calls of the --work-probe function).
+    #[arg(long, requires = "work_probe", value_parser = clap::value_parser!(u64).range(1..))]
+    batch_units: Option<u64>,
+    /// Batch size in time (e.g. 2s, 500ms).
+    #[arg(long, value_parser = parse_duration)]
+    batch_seconds: Option<Duration>,
+    /// Largest allowed growth of the traced live bytes: bytes per unit with --work-probe, else
+    /// bytes per second. Plain bytes or with a suffix: B, KB (1000), KiB (1024), MB, MiB.
+    #[arg(long, value_parser = leaktrace::check::parse_bytes)]
+    budget: f64,
+    /// Count calls of this function as units of work (SYMBOL or SYMBOL@OBJECT); the budget is
+    /// then per unit.
+    #[arg(long, value_name = "SYMBOL[@OBJECT]")]
+    work_probe: Option<leaktrace::discover::WorkProbeSpec>,
+    /// Time between the periodic checkpoints taken besides the batch ones.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Output directory (default ./leaktrace-check-PID-TIMESTAMP).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Maximum outstanding allocations tracked at once (kernel map size).
+    #[arg(long, default_value_t = Limits::default().max_allocs)]
+    max_allocs: u32,
+    /// Maximum distinct allocation sites (kernel map size).
+    #[arg(long, default_value_t = Limits::default().max_sites)]
+    max_sites: u32,
+    /// Maximum distinct call stacks (kernel map size; ~1 KiB each).
+    #[arg(long, default_value_t = Limits::default().max_stacks)]
+    max_stacks: u32,
+    /// Command to launch and test (after --); it is stopped when the test ends.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
 }
 
 #[derive(Args)]
@@ -71,9 +131,57 @@ struct RecordArgs {
     /// handle_request or parse@libfoo.so); growth is then also reported per unit.
     #[arg(long, value_name = "SYMBOL[@OBJECT]")]
     work_probe: Option<leaktrace::discover::WorkProbeSpec>,
+    /// Tracing mode: exact (every malloc-family call), sampled (see --sample-bytes), or growth
+    /// (no allocator probes: RSS growth by call stack from first-touch page faults; for production).
+    #[arg(long, value_enum, default_value = "exact")]
+    mode: ModeArg,
+    /// Sampled mode: sample on average one allocation per this many bytes allocated (e.g. 524288,
+    /// 512KiB). Implies --mode sampled.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    sample_bytes: Option<u64>,
     /// Command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    Exact,
+    Sampled,
+    Growth,
+}
+
+/// Default mean sampling distance of --mode sampled without --sample-bytes (as tcmalloc: 512 KiB).
+const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+
+fn mode_of(mode: ModeArg, sample_bytes: Option<u64>) -> anyhow::Result<leaktrace::probes::Mode> {
+    use leaktrace::probes::Mode;
+    Ok(match (mode, sample_bytes) {
+        (ModeArg::Exact, None) => Mode::Exact,
+        (ModeArg::Exact | ModeArg::Sampled, Some(n)) => Mode::Sampled { mean_bytes: n },
+        (ModeArg::Sampled, None) => Mode::Sampled { mean_bytes: DEFAULT_SAMPLE_BYTES },
+        (ModeArg::Growth, None) => Mode::Growth,
+        (ModeArg::Growth, Some(_)) => anyhow::bail!("--sample-bytes goes with --mode sampled, not growth"),
+    })
+}
+
+/// Parse a byte count: plain bytes or with a suffix (KB = 1000, KiB = 1024, MB, MiB, GB, GiB).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a byte count (examples: 4096, 512KiB, 1MB)"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        u => return Err(format!("unknown unit `{u}` in `{s}` (B, KB, KiB, MB, MiB, GB, GiB)")),
+    };
+    Ok((n * mult).round() as u64)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -89,16 +197,27 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
-    if let Err(e) = run(cli) {
-        eprintln!("leaktrace: error: {e:#}");
-        std::process::exit(2);
+    match run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("leaktrace: error: {e:#}");
+            std::process::exit(2);
+        }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a command; Ok(exit code).
+fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
             let spec = match (a.pid, a.command.is_empty()) {
@@ -115,10 +234,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 status_line: true,
                 work_probe: a.work_probe,
                 schedule: Default::default(),
+                mode: mode_of(a.mode, a.sample_bytes)?,
             };
             let outcome = record::record(spec, opts)?;
             print_outcome(&outcome);
-            Ok(())
+            Ok(0)
         }
         Command::Report { dir, top } => {
             let rec = Recording::load(&dir.join("recording.json"))?;
@@ -126,9 +246,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             for f in files {
                 println!("{}", f.display());
             }
-            Ok(())
+            Ok(0)
         }
-        Command::Demo { out, duration } => demo(out, duration),
+        Command::Demo { out, duration } => demo(out, duration).map(|()| 0),
+        Command::Check(a) => {
+            let spec = leaktrace::check::target_spec(a.pid, a.command)?;
+            let size = match (a.batch_units, a.batch_seconds) {
+                (Some(n), None) => record::BatchSize::Units(n),
+                (None, Some(d)) => record::BatchSize::Seconds(d),
+                _ => anyhow::bail!("give exactly one of --batch-units N and --batch-seconds S"),
+            };
+            let opts = leaktrace::check::CheckOptions {
+                warmup: a.warmup,
+                batches: a.batches,
+                size,
+                budget: a.budget,
+                work_probe: a.work_probe,
+                interval: a.interval,
+                out: a.out,
+                limits: Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks },
+            };
+            let outcome = leaktrace::check::check(spec, opts)?;
+            print!("{}", outcome.text);
+            Ok(if outcome.result.pass { 0 } else { 1 })
+        }
+        Command::Compare { before, after, out } => {
+            let outcome = leaktrace::compare::run(&before, &after, out)?;
+            print!("{}", outcome.text);
+            Ok(0)
+        }
     }
 }
 
@@ -179,6 +325,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         status_line: true,
         work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
         schedule: Default::default(),
+        mode: Default::default(),
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = record::record(TargetSpec::Launch(argv), opts);

@@ -32,6 +32,43 @@ impl Default for Limits {
     }
 }
 
+/// What the kernel side traces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Every allocator call: exact live bytes per call stack.
+    #[default]
+    Exact,
+    /// Byte-based Poisson sampling with this mean distance in bytes: each sampled allocation is
+    /// weighted so that totals are unbiased; unsampled calls skip the stack walk and map work.
+    Sampled { mean_bytes: u64 },
+    /// No allocator probe: first-touch page faults (RSS growth) and mappings, by call stack.
+    Growth,
+}
+
+impl Mode {
+    /// Name used in recordings and reports: "exact", "sampled", "growth".
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exact => "exact",
+            Mode::Sampled { .. } => "sampled",
+            Mode::Growth => "growth",
+        }
+    }
+
+    /// What the mode cannot see, for the report's caveats.
+    pub fn blind_spots(self) -> &'static str {
+        match self {
+            Mode::Exact => "allocators other than the hooked malloc family; memory mapped before attach",
+            Mode::Sampled { .. } => {
+                "individual small allocations (figures are estimates from sampled allocations, unbiased on                  average, noisier for sites that allocate little); memory mapped before attach"
+            }
+            Mode::Growth => {
+                "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live                  allocations; memory reused from the allocator's free lists does not show; nothing is ever                  credited back when memory is freed"
+            }
+        }
+    }
+}
+
 /// Errors that stop leaktrace before anything is traced.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -99,7 +136,7 @@ pub fn check_privileges() -> Result<(), LoadError> {
 
 impl Tracer {
     /// Load the embedded eBPF object with the given map sizes; the agent's own PID is excluded.
-    pub fn load(limits: Limits) -> Result<Tracer, LoadError> {
+    pub fn load(limits: Limits, mode: Mode) -> Result<Tracer, LoadError> {
         check_privileges()?;
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
@@ -128,6 +165,11 @@ impl Tracer {
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
         let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
         let mappings_unavailable = attach_tracepoints(&mut ebpf).err().map(|e| format!("{e:#}"));
+        match mode {
+            Mode::Exact => {}
+            Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
+            Mode::Growth => attach_page_faults(&mut ebpf).map_err(LoadError::Load)?,
+        }
         Ok(Tracer { ebpf, sites, stacks, counters, targets, work, events, mappings_unavailable, attached: Vec::new() })
     }
 
@@ -157,7 +199,11 @@ impl Tracer {
                     .program_mut(program)
                     .with_context(|| format!("eBPF program {program} missing"))?
                     .try_into()?;
-                prog.attach(p.offset, &p.object.open_path, scope).with_context(|| {
+                let (offset, placement) = match kind {
+                    "entry" => (p.entry_offset, Some(p.placement.clone())),
+                    _ => (p.offset, None),
+                };
+                prog.attach(offset, &p.object.open_path, scope).with_context(|| {
                     format!("cannot place a uprobe on {} in {} (PID {pid})", p.hook.function, object)
                 })?;
                 self.attached.push((object.clone(), p.offset, program));
@@ -165,7 +211,8 @@ impl Tracer {
                     object: object.clone(),
                     function: p.hook.function.to_string(),
                     kind: kind.to_string(),
-                    offset: p.offset,
+                    offset,
+                    placement,
                 });
             }
         }
@@ -179,7 +226,7 @@ impl Tracer {
         let prog: &mut UProbe = self.ebpf.program_mut("work_enter").context("eBPF program work_enter missing")?.try_into()?;
         prog.attach(offset, open_path, scope)
             .with_context(|| format!("cannot place the work probe at offset {offset:#x} of {object}"))?;
-        Ok(ProbeInfo { object: object.to_string(), function: String::new(), kind: "work".to_string(), offset })
+        Ok(ProbeInfo { object: object.to_string(), function: String::new(), kind: "work".to_string(), offset, placement: None })
     }
 
     /// Units of work done by `tgid` since the work probe was attached (0 before the first call).
@@ -243,6 +290,32 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
         prog.load().with_context(|| format!("loading eBPF program {name}"))?;
         prog.attach("syscalls", name).with_context(|| format!("attaching to tracepoint syscalls:{name}"))?;
     }
+    Ok(())
+}
+
+/// Sampled mode: write the exponential and weight tables and the mean distance.
+fn fill_sampling(ebpf: &mut Ebpf, mean_bytes: u64) -> anyhow::Result<()> {
+    use leaktrace_common::sampling::*;
+    anyhow::ensure!(mean_bytes > 0, "--sample-bytes must be greater than zero");
+    let mut arr: aya::maps::Array<_, u64> = aya::maps::Array::try_from(ebpf.map_mut("SAMPLING").context("SAMPLING map missing")?)?;
+    let scale = (1u64 << SHIFT) as f64;
+    for i in 0..TABLE {
+        let u = (i as f64 + 0.5) / TABLE as f64;
+        arr.set(EXP_BASE + i, (-u.ln() * scale) as u64, 0)?;
+        let x = i as f64 * 8.0 / TABLE as f64;
+        let g = if x == 0.0 { 1.0 } else { x / (1.0 - (-x).exp()) };
+        arr.set(WEIGHT_BASE + i, (g * scale) as u64, 0)?;
+    }
+    arr.set(MEAN, mean_bytes, 0)?;
+    Ok(())
+}
+
+/// Growth mode: count first-touch page faults (exceptions:page_fault_user).
+fn attach_page_faults(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    ensure_tracefs()?;
+    let prog: &mut TracePoint = ebpf.program_mut("page_fault_user").context("eBPF program page_fault_user missing")?.try_into()?;
+    prog.load().context("loading eBPF program page_fault_user")?;
+    prog.attach("exceptions", "page_fault_user").context("attaching to tracepoint exceptions:page_fault_user")?;
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use leaktrace_common::{SiteKey, site_kind};
 
 use crate::discover::{self, MappedObject, WorkProbeSpec};
 use crate::launch::{self, ExitStatus, HeldChild};
-use crate::probes::{Limits, Tracer};
+use crate::probes::{Limits, Mode, Tracer};
 use crate::mappings::{self, AddressSpace};
 use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, Recording, SiteSample, Stack, Target};
 use crate::symbolize::StackSymbolizer;
@@ -69,6 +69,8 @@ pub struct RecordOptions {
     pub work_probe: Option<WorkProbeSpec>,
     /// Extra checkpoints (batches of `leaktrace check`).
     pub schedule: Schedule,
+    /// Exact, sampled or growth mode.
+    pub mode: Mode,
 }
 
 /// Result of a recording.
@@ -91,7 +93,7 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
             anyhow::bail!("PID {pid} is leaktrace itself");
         }
     }
-    let mut tracer = Tracer::load(opts.limits)?;
+    let mut tracer = Tracer::load(opts.limits, opts.mode)?;
 
     let mut held: Option<HeldChild> = None;
     let pid = match &spec {
@@ -117,7 +119,11 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         Some(c) => (launch_objects(&c.exe)?, c.argv.clone(), c.exe.display().to_string()),
     };
     let attach = (|| -> anyhow::Result<(Vec<ProbeInfo>, BTreeSet<(i32, i32, u64)>, Vec<String>)> {
-        let scan = discover::scan_allocators(pid, &objects)?;
+        let mut scan = discover::scan_allocators(pid, &objects)?;
+        if opts.mode == Mode::Growth {
+            // No probe on the allocator's hot path: only mmap, for the stacks of mappings.
+            scan.points.retain(|p| p.hook.return_program.is_none() && p.hook.function != "free");
+        }
         let probed: BTreeSet<_> = scan.points.iter().map(|p| (p.object.dev.0, p.object.dev.1, p.object.inode)).collect();
         let placed = tracer.attach(pid, &scan.points)?;
         let mut notes = scan.notes;
@@ -139,8 +145,10 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         }
         match &tracer.mappings_unavailable {
             None => tracer.add_target(pid)?,
+            Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
             Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
         }
+        notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
         Ok((placed, probed, notes))
     })();
     let (mut probes, mut probed, notes) = match attach {
@@ -179,6 +187,7 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         space: AddressSpace::default(),
         work_probe: opts.work_probe.clone(),
         work_attached: probes.iter().any(|p| p.kind == "work"),
+        mode: opts.mode,
     };
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -208,7 +217,11 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
             launched,
             exit_status: session.exit_status.map(ExitStatus::as_shell),
         },
-        mode: "exact".to_string(),
+        mode: opts.mode.name().to_string(),
+        sample_bytes: match opts.mode {
+            Mode::Sampled { mean_bytes } => Some(mean_bytes),
+            _ => None,
+        },
         work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
         started_unix_ms,
         interval_s: opts.interval.as_secs_f64(),
@@ -285,6 +298,7 @@ struct Session {
     space: AddressSpace,
     work_probe: Option<WorkProbeSpec>,
     work_attached: bool,
+    mode: Mode,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -430,7 +444,10 @@ impl Session {
         for o in &fresh {
             probed.insert((o.dev.0, o.dev.1, o.inode));
         }
-        let Ok(scan) = discover::scan_allocators(self.pid, &fresh) else { return };
+        let Ok(mut scan) = discover::scan_allocators(self.pid, &fresh) else { return };
+        if self.mode == Mode::Growth {
+            scan.points.retain(|p| p.hook.return_program.is_none() && p.hook.function != "free");
+        }
         match self.tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
                 let t = self.start.elapsed().as_secs_f64();
@@ -562,7 +579,12 @@ impl Session {
         let id = self.stacks.len() as u32;
         self.stacks.push(Stack {
             id,
-            kind: if key.kind == site_kind::MMAP { "mmap" } else { "malloc" }.to_string(),
+            kind: match key.kind {
+                site_kind::MMAP => "mmap",
+                site_kind::FAULT => "fault",
+                _ => "malloc",
+            }
+            .to_string(),
             frames,
             lost,
         });

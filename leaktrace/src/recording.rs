@@ -23,8 +23,12 @@ pub struct Recording {
     /// Version of the leaktrace that recorded it.
     pub leaktrace_version: String,
     pub target: Target,
-    /// Tracing mode: `"exact"` (every allocator call traced).
+    /// Tracing mode: "exact" (every allocator call), "sampled" (byte-based sampling, weighted
+    /// estimates) or "growth" (first-touch page faults by stack, no allocator probes).
     pub mode: String,
+    /// Sampled mode: mean distance between samples, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_bytes: Option<u64>,
     /// Wall-clock start of the recording, Unix time in ms.
     pub started_unix_ms: u64,
     /// Requested checkpoint interval, seconds.
@@ -77,6 +81,10 @@ pub struct ProbeInfo {
     pub kind: String,
     /// File offset of the probe in the object, bytes.
     pub offset: u64,
+    /// Entry probes: where in the function the probe sits and why (e.g. "+9: after the NULL
+    /// check ..."), see `placement`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 /// A symbolized call stack. `frames[0]` is the innermost frame (inside the allocator).
@@ -84,7 +92,8 @@ pub struct ProbeInfo {
 pub struct Stack {
     /// Index used by [`SiteSample::stack`]; unique within the recording.
     pub id: u32,
-    /// "malloc" (malloc-family allocation) or "mmap" (off-heap mapping).
+    /// "malloc" (malloc-family allocation), "mmap" (off-heap mapping) or "fault" (growth mode:
+    /// pages made resident by first-touch page faults).
     pub kind: String,
     /// Innermost first. An address with inlined functions yields several frames: the inlined
     /// callees first (`inlined: true`), then the function the code was inlined into.
