@@ -13,6 +13,7 @@ pub mod discover;
 pub mod launch;
 pub mod mappings;
 pub mod output;
+pub mod placement;
 pub mod probes;
 pub mod procinfo;
 pub mod record;
