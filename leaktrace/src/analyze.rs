@@ -1222,8 +1222,8 @@ pub(crate) mod fixtures {
         }))
         .expect("fixture recording");
         rec.probes = vec![
-            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "malloc".into(), kind: "entry".into(), offset: 0xa0f0 },
-            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "free".into(), kind: "entry".into(), offset: 0xa6e0 },
+            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "malloc".into(), kind: "entry".into(), offset: 0xa0f0, placement: None },
+            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "free".into(), kind: "entry".into(), offset: 0xa6e0, placement: None },
         ];
         rec.stacks = sites.into_iter().map(|(s, _)| s).collect();
         rec.checkpoints = checkpoints;
