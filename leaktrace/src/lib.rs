@@ -9,6 +9,8 @@
 //! graphs). [`launch`] starts a command held before exec for `record -- CMD`.
 pub mod allocators;
 pub mod analyze;
+pub mod check;
+pub mod compare;
 pub mod discover;
 pub mod launch;
 pub mod mappings;

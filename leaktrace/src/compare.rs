@@ -1,0 +1,811 @@
+//! `leaktrace compare BEFORE AFTER`: two recordings of the same workload (from `record` or
+//! `check`, e.g. before and after a fix), growth rates overall and per site, sites matched by a
+//! stack signature that survives a rebuild, a verdict per leak, and a differential flame graph.
+//! A pure function of the two recordings: no root, no target.
+//!
+//! Rules (also in `docs/usage.md`):
+//! - Basis: bytes per unit of work when both recordings have a work probe with units counted in
+//!   their window, else bytes per second.
+//! - Window: the batch checkpoints (`batch: Some(_)`) when a recording has at least two, else
+//!   the steady window of [`analyze::analyze`] (last half of the active span).
+//! - Growth of a series: least-squares slope over the window ([`analyze::fit`]) with its 95 %
+//!   CI. It is a *leak* when the slope is at least the floor and significant (CI above zero;
+//!   with only 2 points, positive). Floor: max(1 B/unit or [`analyze::SITE_FLOOR_BYTES_PER_S`]
+//!   B/s, [`analyze::SITE_FLOOR_FRACTION`] × peak live bytes / window length).
+//! - Matching ([`signature`]): kind + the culprit function and up to [`CALLERS`] callers
+//!   (non-allocator frames), by function name only; an unnamed frame counts as `[object
+//!   basename]`. Addresses, line numbers and file names never enter: they change with a
+//!   rebuild (and addresses with every run). Stacks of one recording with the same signature are
+//!   summed.
+//! - Verdict per site that leaked before: "fixed" when it no longer leaks after (or no longer
+//!   allocates), else "still leaking"; a site that leaks only after is a "new leak".
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::analyze::{self, AnalyzeOptions, basename, culprit, is_allocator};
+use crate::check::{live_by_stack, number, rate, stack_index};
+use crate::output::write_atomic;
+use crate::recording::{Recording, Stack};
+
+/// Callers of the culprit that enter a site's signature.
+pub const CALLERS: usize = 6;
+/// Absolute part of the leak floor per unit of work, bytes per unit.
+pub const UNIT_FLOOR: f64 = 1.0;
+
+/// A stack signature: stable across rebuilds and runs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Signature {
+    /// "malloc" or "mmap".
+    pub kind: String,
+    /// Culprit first, then its callers (outwards).
+    pub frames: Vec<String>,
+}
+
+impl Signature {
+    /// One string: `kind:culprit<caller<...`.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.kind, self.frames.join("<"))
+    }
+    pub fn function(&self) -> &str {
+        self.frames.first().map_or("[unknown]", String::as_str)
+    }
+}
+
+fn sig_label(f: &crate::recording::Frame) -> String {
+    match (&f.function, &f.object) {
+        (Some(n), _) if !n.is_empty() => n.clone(),
+        (_, Some(o)) => format!("[{}]", basename(o)),
+        _ => "[unknown]".into(),
+    }
+}
+
+/// The signature of a stack (see the module rules).
+pub fn signature(st: &Stack) -> Signature {
+    let kind = if st.kind.is_empty() { "malloc".to_string() } else { st.kind.clone() };
+    let frames = match culprit(st).0 {
+        Some(i) => {
+            let mut v = vec![sig_label(&st.frames[i])];
+            v.extend(st.frames[i + 1..].iter().filter(|f| !is_allocator(f)).take(CALLERS).map(sig_label));
+            v
+        }
+        None if st.lost => vec!["[stack lost]".into()],
+        None => vec!["[unknown]".into()],
+    };
+    Signature { kind, frames }
+}
+
+/// Growth of one series over a recording's window.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Growth {
+    /// Least-squares slope, bytes per unit (or per second).
+    pub slope: f64,
+    /// Half-width of the 95 % CI (None with 2 points).
+    pub ci95: Option<f64>,
+    /// CI above zero (with 2 points: slope > 0).
+    pub significant: bool,
+    /// Slower growth is noise.
+    pub floor: f64,
+    /// slope ≥ floor and significant.
+    pub leak: bool,
+    /// Live bytes at the end of the window.
+    pub live_bytes: u64,
+}
+
+impl Growth {
+    fn of(xs: &[f64], ys: &[f64], abs_floor: f64) -> Growth {
+        let pts: Vec<(f64, f64)> = xs.iter().copied().zip(ys.iter().copied()).collect();
+        let tr = analyze::fit(&pts);
+        let peak = ys.iter().copied().fold(0.0, f64::max);
+        let span = xs.last().copied().unwrap_or(0.0) - xs.first().copied().unwrap_or(0.0);
+        let rel = if span > 0.0 { analyze::SITE_FLOOR_FRACTION * peak / span } else { 0.0 };
+        let floor = abs_floor.max(rel);
+        let slope = tr.slope_bytes_per_s;
+        let significant = match tr.ci95_bytes_per_s {
+            Some(_) => tr.significant_growth,
+            None => slope > 0.0,
+        };
+        Growth {
+            slope,
+            ci95: tr.ci95_bytes_per_s,
+            significant,
+            floor,
+            leak: significant && slope >= floor,
+            live_bytes: ys.last().copied().unwrap_or(0.0) as u64,
+        }
+    }
+}
+
+/// One recording, as compared.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Side {
+    /// Where it was loaded from.
+    pub path: String,
+    pub command: String,
+    pub work_probe: Option<String>,
+    /// Which checkpoints were fitted, in words.
+    pub window: String,
+    /// Number of checkpoints fitted.
+    pub points: usize,
+    /// Traced live bytes (all sites).
+    pub overall: Growth,
+}
+
+/// Verdict on one signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Leaked before, does not after.
+    Fixed,
+    /// Leaks before and after.
+    StillLeaking,
+    /// Leaks only after.
+    NewLeak,
+    /// Leaks in neither.
+    NoLeak,
+}
+
+/// One signature in either recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteComparison {
+    pub signature: Signature,
+    /// Name for humans: the culprit, with its first caller when another signature has the same
+    /// culprit.
+    pub name: String,
+    /// None: the site is not in that recording (it made no allocation there).
+    pub before: Option<Growth>,
+    pub after: Option<Growth>,
+    pub status: Status,
+}
+
+impl SiteComparison {
+    fn slope_before(&self) -> f64 {
+        self.before.map_or(0.0, |g| g.slope)
+    }
+    fn slope_after(&self) -> f64 {
+        self.after.map_or(0.0, |g| g.slope)
+    }
+}
+
+/// Everything [`compare`] finds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// "B/unit" or "B/s".
+    pub unit: String,
+    /// Why per second when a work probe was given to only one of them, etc.
+    pub notes: Vec<String>,
+    pub before: Side,
+    pub after: Side,
+    /// Signatures in both recordings, largest |growth| first.
+    pub matched: Vec<SiteComparison>,
+    /// Signatures only in BEFORE.
+    pub only_before: Vec<SiteComparison>,
+    /// Signatures only in AFTER.
+    pub only_after: Vec<SiteComparison>,
+    /// One line per site that leaked before or leaks after.
+    pub verdicts: Vec<String>,
+    /// The overall conclusion, one line.
+    pub conclusion: String,
+    /// Nothing grows beyond noise in AFTER (no site leaks, the total does not).
+    pub after_flat: bool,
+}
+
+/// A recording's fitted window.
+struct Window {
+    /// Indexes into `live_by_stack(rec)`.
+    idx: Vec<usize>,
+    desc: String,
+}
+
+fn window(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> anyhow::Result<Window> {
+    let batch: Vec<usize> = (0..live.len()).filter(|&i| rec.checkpoints[live[i].0].batch.is_some()).collect();
+    if batch.len() >= 2 {
+        let n = batch.len();
+        return Ok(Window { idx: batch, desc: format!("batch checkpoints (baseline + {} batches)", n - 1) });
+    }
+    let a = analyze::analyze(rec, &AnalyzeOptions::default());
+    let t0 = live.first().map_or(0.0, |(ci, _)| rec.checkpoints[*ci].t_s);
+    let (from, to) = (a.steady_from_s - 1e-9, a.span_to_s + 1e-9);
+    let idx: Vec<usize> = (0..live.len())
+        .filter(|&i| {
+            let t = rec.checkpoints[live[i].0].t_s - t0;
+            t >= from && t <= to
+        })
+        .collect();
+    anyhow::ensure!(
+        idx.len() >= 2,
+        "{name}: only {} checkpoint(s) in its steady window: no growth rate can be measured (record longer)",
+        idx.len()
+    );
+    Ok(Window {
+        desc: format!("steady window {:.1}–{:.1} s ({} checkpoints)", a.steady_from_s, a.span_to_s, idx.len()),
+        idx,
+    })
+}
+
+/// Units of work at each point of the window, when all are known and they advance.
+fn units(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], w: &Window) -> Option<Vec<f64>> {
+    rec.work_probe.as_ref()?;
+    let xs: Option<Vec<f64>> = w.idx.iter().map(|&i| rec.checkpoints[live[i].0].units_of_work.map(|u| u as f64)).collect();
+    let xs = xs?;
+    (xs.last()? > xs.first()?).then_some(xs)
+}
+
+struct Measured {
+    side: Side,
+    sites: BTreeMap<Signature, Growth>,
+}
+
+fn measure(rec: &Recording, path: &str, live: &[(usize, BTreeMap<u32, u64>)], w: &Window, xs: &[f64], abs_floor: f64) -> Measured {
+    let stacks = stack_index(rec);
+    let mut sig_of: BTreeMap<u32, Signature> = BTreeMap::new();
+    let mut series: BTreeMap<Signature, Vec<f64>> = BTreeMap::new();
+    let n = w.idx.len();
+    let mut total = vec![0.0; n];
+    for (k, &i) in w.idx.iter().enumerate() {
+        for (&id, &b) in &live[i].1 {
+            let sig = sig_of
+                .entry(id)
+                .or_insert_with(|| match stacks.get(&id) {
+                    Some(st) => signature(st),
+                    None => Signature { kind: "malloc".into(), frames: vec!["[unknown]".into()] },
+                })
+                .clone();
+            series.entry(sig).or_insert_with(|| vec![0.0; n])[k] += b as f64;
+            total[k] += b as f64;
+        }
+    }
+    let sites: BTreeMap<Signature, Growth> =
+        series.iter().map(|(s, ys)| (s.clone(), Growth::of(xs, ys, abs_floor))).collect();
+    let side = Side {
+        path: path.to_string(),
+        command: rec.target.command.join(" "),
+        work_probe: rec.work_probe.clone(),
+        window: w.desc.clone(),
+        points: n,
+        overall: Growth::of(xs, &total, abs_floor),
+    };
+    Measured { side, sites }
+}
+
+/// Compare two recordings. `before_path`/`after_path` are only used in messages and outputs.
+pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_path: &str) -> anyhow::Result<Comparison> {
+    if (before.mode == "growth") != (after.mode == "growth") {
+        anyhow::bail!(
+            "BEFORE was recorded in {} mode and AFTER in {} mode: growth mode measures pages made resident, \
+             not live allocations, so the two cannot be compared (record both in the same mode)",
+            before.mode,
+            after.mode
+        );
+    }
+    let lb = live_by_stack(before);
+    let la = live_by_stack(after);
+    let wb = window(before, &lb, "BEFORE")?;
+    let wa = window(after, &la, "AFTER")?;
+    let mut notes = Vec::new();
+    let (ub, ua) = (units(before, &lb, &wb), units(after, &la, &wa));
+    let (xb, xa, unit, abs_floor) = match (ub, ua) {
+        (Some(b), Some(a)) => (b, a, "B/unit", UNIT_FLOOR),
+        (b, a) => {
+            match (before.work_probe.is_some(), after.work_probe.is_some()) {
+                (false, false) => notes.push(
+                    "rates are per second (neither recording has a work probe): they are only comparable if both ran under the same load".into(),
+                ),
+                _ => notes.push(format!(
+                    "rates are per second: units of work are {} (a work probe must count calls in both windows for rates per unit)",
+                    match (b.is_some(), a.is_some()) {
+                        (true, false) => "missing in AFTER",
+                        (false, true) => "missing in BEFORE",
+                        _ => "missing in both",
+                    }
+                )),
+            }
+            let secs = |rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], w: &Window| -> Vec<f64> {
+                w.idx.iter().map(|&i| rec.checkpoints[live[i].0].t_s).collect()
+            };
+            (secs(before, &lb, &wb), secs(after, &la, &wa), "B/s", analyze::SITE_FLOOR_BYTES_PER_S)
+        }
+    };
+    if let (Some(p), Some(q)) = (&before.work_probe, &after.work_probe) {
+        if p != q && unit == "B/unit" {
+            notes.push(format!("the work probes differ ({p} before, {q} after): a unit is not the same work"));
+        }
+    }
+    let mb = measure(before, before_path, &lb, &wb, &xb, abs_floor);
+    let ma = measure(after, after_path, &la, &wa, &xa, abs_floor);
+
+    let all: BTreeSet<&Signature> = mb.sites.keys().chain(ma.sites.keys()).collect();
+    // Culprit names that more than one signature shares get their first caller.
+    let mut by_fn: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in &all {
+        *by_fn.entry(s.function()).or_default() += 1;
+    }
+    let mut matched = Vec::new();
+    let mut only_before = Vec::new();
+    let mut only_after = Vec::new();
+    for sig in all {
+        let (b, a) = (mb.sites.get(sig).copied(), ma.sites.get(sig).copied());
+        let leak_b = b.is_some_and(|g| g.leak);
+        let leak_a = a.is_some_and(|g| g.leak);
+        let status = match (leak_b, leak_a) {
+            (true, false) => Status::Fixed,
+            (true, true) => Status::StillLeaking,
+            (false, true) => Status::NewLeak,
+            (false, false) => Status::NoLeak,
+        };
+        let mut name = sig.function().to_string();
+        if by_fn.get(sig.function()).copied().unwrap_or(0) > 1 {
+            if let Some(c) = sig.frames.get(1) {
+                name = format!("{name} (from {c})");
+            }
+            if sig.kind == "mmap" {
+                name.push_str(" [mmap]");
+            }
+        }
+        let sc = SiteComparison { signature: sig.clone(), name, before: b, after: a, status };
+        match (b, a) {
+            (Some(_), Some(_)) => matched.push(sc),
+            (Some(_), None) => only_before.push(sc),
+            _ => only_after.push(sc),
+        }
+    }
+    let mag = |s: &SiteComparison| s.slope_before().abs().max(s.slope_after().abs());
+    for v in [&mut matched, &mut only_before, &mut only_after] {
+        v.sort_by(|x, y| mag(y).total_cmp(&mag(x)).then(x.signature.cmp(&y.signature)));
+    }
+
+    // Verdicts: leaks before (fastest first), then new leaks.
+    let mut verdicts = Vec::new();
+    let mut leaked: Vec<&SiteComparison> =
+        matched.iter().chain(&only_before).chain(&only_after).filter(|s| s.status != Status::NoLeak).collect();
+    leaked.sort_by(|x, y| {
+        let new = |s: &SiteComparison| s.status == Status::NewLeak;
+        new(x).cmp(&new(y)).then(mag(y).total_cmp(&mag(x)))
+    });
+    for s in &leaked {
+        let b = rate(s.slope_before(), unit);
+        let a = rate(s.slope_after(), unit);
+        let gone = if s.after.is_none() { " (the site no longer allocates)" } else { "" };
+        verdicts.push(match s.status {
+            Status::Fixed => format!("leak in {}: {b} before, {a} after{gone} — fixed", s.name),
+            Status::StillLeaking => {
+                let change = if s.slope_before() > 0.0 {
+                    format!(" ({:+.0} %)", 100.0 * (s.slope_after() - s.slope_before()) / s.slope_before())
+                } else {
+                    String::new()
+                };
+                format!("leak in {}: {b} before, {a} after{change} — still leaking", s.name)
+            }
+            Status::NewLeak => format!("new leak in {}: {b} before, {a} after", s.name),
+            Status::NoLeak => unreachable!(),
+        });
+    }
+    if verdicts.is_empty() {
+        verdicts.push("no site leaks, before or after".into());
+    }
+    let leaking_after: Vec<&str> = leaked
+        .iter()
+        .filter(|s| matches!(s.status, Status::StillLeaking | Status::NewLeak))
+        .map(|s| s.name.as_str())
+        .collect();
+    let (ob, oa) = (&mb.side.overall, &ma.side.overall);
+    let overall = format!("overall {} before, {} after", rate(ob.slope, unit), rate(oa.slope, unit));
+    let after_flat = leaking_after.is_empty() && !oa.leak;
+    let conclusion = if after_flat {
+        format!("PASS — after: flat, no site grows beyond noise ({overall})")
+    } else if leaking_after.is_empty() {
+        format!("FAIL — after: still growing, spread over sites each below the leak floor ({overall})")
+    } else {
+        format!(
+            "FAIL — after: still growing, {} site(s) leak: {} ({overall})",
+            leaking_after.len(),
+            leaking_after.join(", ")
+        )
+    };
+    Ok(Comparison {
+        unit: unit.to_string(),
+        notes,
+        before: mb.side,
+        after: ma.side,
+        matched,
+        only_before,
+        only_after,
+        verdicts,
+        conclusion,
+        after_flat,
+    })
+}
+
+fn growth_cell(g: Option<Growth>, unit: &str) -> String {
+    match g {
+        None => "—".into(),
+        Some(g) => {
+            let ci = g.ci95.map(|c| format!(" ± {}", number(c))).unwrap_or_default();
+            format!("{}{ci}{}", rate(g.slope, unit), if g.leak { " (leak)" } else { "" })
+        }
+    }
+}
+
+fn status_text(s: Status) -> &'static str {
+    match s {
+        Status::Fixed => "fixed",
+        Status::StillLeaking => "still leaking",
+        Status::NewLeak => "new leak",
+        Status::NoLeak => "",
+    }
+}
+
+/// Escape `|` for a markdown table cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// Sites listed per table in compare.md.
+pub const MD_ROWS: usize = 30;
+
+/// `compare.md`.
+pub fn compare_md(c: &Comparison) -> String {
+    let u = &c.unit;
+    let mut md = String::new();
+    md.push_str("# leaktrace compare\n\n");
+    for (name, s) in [("Before", &c.before), ("After", &c.after)] {
+        md.push_str(&format!(
+            "- **{name}**: `{}` — `{}`{}; {}\n",
+            s.path,
+            s.command,
+            s.work_probe.as_ref().map(|w| format!(", work probe `{w}`")).unwrap_or_default(),
+            s.window
+        ));
+    }
+    md.push_str(&format!("- Growth in **{u}**{}\n", if u == "B/unit" { " (bytes per unit of work)" } else { "" }));
+    for n in &c.notes {
+        md.push_str(&format!("- Note: {n}\n"));
+    }
+    md.push_str("\n## Verdict\n\n");
+    for v in &c.verdicts {
+        md.push_str(&format!("- {v}\n"));
+    }
+    md.push_str(&format!("\n**{}**\n\n", c.conclusion));
+    md.push_str("## Overall (traced live bytes)\n\n| | before | after | change |\n|---|---:|---:|---:|\n");
+    md.push_str(&format!(
+        "| growth | {} | {} | {} |\n\n",
+        growth_cell(Some(c.before.overall), u),
+        growth_cell(Some(c.after.overall), u),
+        number(c.after.overall.slope - c.before.overall.slope)
+    ));
+    md.push_str("## Matched sites\n\n");
+    if c.matched.is_empty() {
+        md.push_str("No site is in both recordings.\n\n");
+    } else {
+        md.push_str("| site | kind | callers | before | after | change | |\n|---|---|---|---:|---:|---:|---|\n");
+        for s in c.matched.iter().take(MD_ROWS) {
+            md.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} | {} | {} |\n",
+                cell(&s.name),
+                s.signature.kind,
+                cell(&s.signature.frames[1..].iter().take(3).cloned().collect::<Vec<_>>().join(" < ")),
+                growth_cell(s.before, u),
+                growth_cell(s.after, u),
+                number(s.slope_after() - s.slope_before()),
+                status_text(s.status)
+            ));
+        }
+        if c.matched.len() > MD_ROWS {
+            md.push_str(&format!("\n… and {} more matched sites (see compare.json).\n", c.matched.len() - MD_ROWS));
+        }
+        md.push('\n');
+    }
+    for (title, list, side) in [("Only in before", &c.only_before, true), ("Only in after", &c.only_after, false)] {
+        md.push_str(&format!("## {title}\n\n"));
+        if list.is_empty() {
+            md.push_str("None.\n\n");
+            continue;
+        }
+        md.push_str("| site | kind | callers | growth | |\n|---|---|---|---:|---|\n");
+        for s in list.iter().take(MD_ROWS) {
+            md.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                cell(&s.name),
+                s.signature.kind,
+                cell(&s.signature.frames[1..].iter().take(3).cloned().collect::<Vec<_>>().join(" < ")),
+                growth_cell(if side { s.before } else { s.after }, u),
+                status_text(s.status)
+            ));
+        }
+        if list.len() > MD_ROWS {
+            md.push_str(&format!("\n… and {} more (see compare.json).\n", list.len() - MD_ROWS));
+        }
+        md.push('\n');
+    }
+    md.push_str(
+        "## Method\n\n\
+         Sites are matched by kind and the names of the culprit function and up to 6 callers \
+         (no addresses, lines or files: they change with a rebuild). Growth is the least-squares \
+         slope of live bytes over the batch checkpoints (or the steady window), with its 95 % \
+         confidence interval; a site leaks when the slope is significant and above the noise floor. \
+         `diff.svg`: width = the larger of the before and after growth, red = grows faster after, \
+         blue = grows slower after.\n",
+    );
+    md
+}
+
+/// `compare.json`.
+pub fn compare_json(c: &Comparison) -> serde_json::Value {
+    let site = |s: &SiteComparison| {
+        serde_json::json!({
+            "signature": s.signature.key(),
+            "kind": s.signature.kind,
+            "function": s.signature.function(),
+            "callers": s.signature.frames[1..],
+            "name": s.name,
+            "before": s.before.map(growth_json),
+            "after": s.after.map(growth_json),
+            "change": finite(s.slope_after() - s.slope_before()),
+            "status": s.status,
+        })
+    };
+    let side = |s: &Side| {
+        serde_json::json!({
+            "path": s.path,
+            "command": s.command,
+            "work_probe": s.work_probe,
+            "window": s.window,
+            "points": s.points,
+            "overall": growth_json(s.overall),
+        })
+    };
+    serde_json::json!({
+        "unit": c.unit,
+        "notes": c.notes,
+        "before": side(&c.before),
+        "after": side(&c.after),
+        "matched": c.matched.iter().map(site).collect::<Vec<_>>(),
+        "only_before": c.only_before.iter().map(site).collect::<Vec<_>>(),
+        "only_after": c.only_after.iter().map(site).collect::<Vec<_>>(),
+        "verdicts": c.verdicts,
+        "conclusion": c.conclusion,
+        "after_flat": c.after_flat,
+    })
+}
+
+fn growth_json(g: Growth) -> serde_json::Value {
+    serde_json::json!({
+        "slope": finite(g.slope),
+        "ci95": g.ci95.and_then(finite),
+        "significant": g.significant,
+        "floor": finite(g.floor),
+        "leak": g.leak,
+        "live_bytes": g.live_bytes,
+    })
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+fn fold_clean(s: &str) -> String {
+    let s: String = s.chars().map(|c| if c == ';' { ',' } else if c.is_whitespace() { ' ' } else { c }).collect();
+    if s.trim().is_empty() { "[unknown]".into() } else { s.trim().to_string() }
+}
+
+/// Scale of the folded counts: growth rates are written in thousandths of a byte (inferno wants
+/// integers) and scaled back with `factor` for display.
+const FOLD_SCALE: f64 = 1000.0;
+
+/// Differential folded lines `outer;...;culprit;[kind] FIRST SECOND` for inferno's flame graph
+/// (see `inferno::flamegraph::from_lines`: with two counts, the frame width is SECOND and the
+/// colour is SECOND − FIRST). Growth below zero counts as 0. To keep a fixed leak (after = 0)
+/// visible, SECOND is the larger of the two rates and FIRST = SECOND − (after − before): width =
+/// max(before, after), colour = after − before (red: grows faster after, blue: slower).
+pub fn diff_folded(c: &Comparison) -> String {
+    let mut out = String::new();
+    for s in c.matched.iter().chain(&c.only_before).chain(&c.only_after) {
+        let b = (s.slope_before().max(0.0) * FOLD_SCALE).round() as i64;
+        let a = (s.slope_after().max(0.0) * FOLD_SCALE).round() as i64;
+        let second = a.max(b);
+        if second == 0 {
+            continue;
+        }
+        let first = second - (a - b);
+        let mut frames: Vec<String> = s.signature.frames.iter().rev().map(|f| fold_clean(f)).collect();
+        frames.push(format!("[{}]", s.signature.kind));
+        out.push_str(&format!("{} {first} {second}\n", frames.join(";")));
+    }
+    out
+}
+
+/// `diff.svg`: inferno differential flame graph of [`diff_folded`].
+pub fn diff_svg(c: &Comparison) -> anyhow::Result<Vec<u8>> {
+    use inferno::flamegraph::{self, Options};
+    let folded = diff_folded(c);
+    let title = "Growth before → after";
+    if folded.trim().is_empty() {
+        return Ok(crate::report::flame::placeholder_svg(title, "no site grows, before or after").into_bytes());
+    }
+    let mut opts = Options::default();
+    opts.title = title.to_string();
+    opts.subtitle = Some(format!(
+        "width: larger of before/after growth ({}); red: grows faster after, blue: grows slower after",
+        c.unit
+    ));
+    opts.count_name = c.unit.clone();
+    opts.factor = 1.0 / FOLD_SCALE;
+    opts.deterministic = true;
+    let mut svg = Vec::new();
+    flamegraph::from_lines(&mut opts, folded.lines(), &mut svg).map_err(|e| anyhow::anyhow!("cannot draw diff.svg: {e}"))?;
+    Ok(svg)
+}
+
+/// Load a recording from a directory (its recording.json) or a recording.json path.
+pub fn load(path: &Path) -> anyhow::Result<Recording> {
+    let file = if path.is_dir() { path.join("recording.json") } else { path.to_path_buf() };
+    if !file.exists() {
+        anyhow::bail!("{}: no recording.json there (give a directory written by leaktrace record or check)", path.display());
+    }
+    Recording::load(&file)
+}
+
+/// Result of [`run`].
+#[derive(Debug)]
+pub struct CompareOutcome {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    pub comparison: Comparison,
+    /// What `leaktrace compare` prints.
+    pub text: String,
+}
+
+/// `leaktrace compare BEFORE AFTER [--out DIR]`.
+pub fn run(before: &Path, after: &Path, out: Option<PathBuf>) -> anyhow::Result<CompareOutcome> {
+    let rb = load(before).context("BEFORE")?;
+    let ra = load(after).context("AFTER")?;
+    let c = compare(&rb, &before.display().to_string(), &ra, &after.display().to_string())?;
+    let dir = out.unwrap_or_else(default_out_dir);
+    crate::output::ensure_writable_dir(&dir)?;
+    let mut files = Vec::new();
+    let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
+        let p = dir.join(name);
+        write_atomic(&p, data)?;
+        files.push(p);
+        Ok(())
+    };
+    put("compare.md", compare_md(&c).as_bytes())?;
+    let mut json = serde_json::to_vec_pretty(&compare_json(&c))?;
+    json.push(b'\n');
+    put("compare.json", &json)?;
+    put("diff.svg", &diff_svg(&c)?)?;
+    let mut text = String::new();
+    text.push_str(&format!("growth in {} — before: {}; after: {}\n", c.unit, c.before.window, c.after.window));
+    for n in &c.notes {
+        text.push_str(&format!("note: {n}\n"));
+    }
+    for v in &c.verdicts {
+        text.push_str(&format!("{v}\n"));
+    }
+    text.push_str(&format!("{}\n", c.conclusion));
+    text.push_str(&format!(
+        "{} matched sites, {} only before, {} only after\n",
+        c.matched.len(),
+        c.only_before.len(),
+        c.only_after.len()
+    ));
+    for f in &files {
+        text.push_str(&format!("  {}\n", f.display()));
+    }
+    Ok(CompareOutcome { dir, files, comparison: c, text })
+}
+
+fn default_out_dir() -> PathBuf {
+    // SAFETY: time and localtime_r only write to the given locals.
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&now, &mut tm) };
+    PathBuf::from(format!(
+        "leaktrace-compare-{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+
+    #[test]
+    fn signature_ignores_addresses_lines_and_allocator() {
+        let a = signature(&stack(1, "leak_fn", 0));
+        let b = signature(&stack(7, "leak_fn", 0x5000));
+        assert_eq!(a, b);
+        assert_eq!(a.frames[0], "leak_fn");
+        assert_eq!(a.frames[1..], ["run_workload", "main"]);
+        assert_ne!(a, signature(&stack(1, "other_fn", 0)));
+        let mut m = stack(1, "leak_fn", 0);
+        m.kind = "mmap".into();
+        assert_ne!(a, signature(&m));
+        // An unnamed frame is its object's basename.
+        let mut u = stack(1, "leak_fn", 0);
+        u.frames[2].function = None;
+        assert_eq!(signature(&u).frames[1], "[app]");
+        let lost = Stack { id: 1, kind: "malloc".into(), frames: vec![], lost: true };
+        assert_eq!(signature(&lost).frames, ["[stack lost]"]);
+    }
+
+    #[test]
+    fn leak_fixed_after_rebuild() {
+        let before = batch_recording(100, "leak_fn", 0);
+        let after = batch_recording(0, "leak_fn", 0x2340);
+        let c = compare(&before, "before", &after, "after").unwrap();
+        assert_eq!(c.unit, "B/unit");
+        assert!(c.only_before.is_empty() && c.only_after.is_empty(), "{c:#?}");
+        assert_eq!(c.matched.len(), 3);
+        let leak = c.matched.iter().find(|s| s.signature.function() == "leak_fn").unwrap();
+        assert_eq!(leak.status, Status::Fixed);
+        assert!((leak.before.unwrap().slope - 100.0).abs() < 1.0);
+        assert!(leak.after.unwrap().slope.abs() < 1e-6);
+        assert_eq!(c.verdicts, ["leak in leak_fn: 100 B/unit before, 0 B/unit after — fixed"]);
+        assert!(c.after_flat);
+        assert!(c.conclusion.starts_with("PASS"), "{}", c.conclusion);
+        for s in &c.matched {
+            if s.signature.function() != "leak_fn" {
+                assert_eq!(s.status, Status::NoLeak, "{s:?}");
+            }
+        }
+        let md = compare_md(&c);
+        assert!(md.contains("leak in leak_fn") && md.contains("| `leak_fn` |"), "{md}");
+        let j = compare_json(&c);
+        assert_eq!(j["matched"][0]["status"], "fixed");
+        assert_eq!(j["unit"], "B/unit");
+        // Differential flame graph: the fixed leak is drawn (width = before), coloured blue.
+        let folded = diff_folded(&c);
+        assert_eq!(folded.trim(), "main;run_workload;leak_fn;[malloc] 200000 100000");
+        let svg = String::from_utf8(diff_svg(&c).unwrap()).unwrap();
+        assert!(svg.contains("leak_fn") && svg.contains("<svg"), "{svg}");
+    }
+
+    #[test]
+    fn still_leaking_and_new_leak() {
+        let mut before = batch_recording(100, "leak_fn", 0);
+        let after = batch_recording(60, "leak_fn", 8);
+        let c = compare(&before, "b", &after, "a").unwrap();
+        assert_eq!(c.matched[0].status, Status::StillLeaking);
+        assert!(c.verdicts[0].contains("still leaking") && c.verdicts[0].contains("(-40 %)"), "{:?}", c.verdicts);
+        assert!(!c.after_flat && c.conclusion.starts_with("FAIL"));
+
+        // Per second when BEFORE has no work probe; a leak present only after is new.
+        before.work_probe = None;
+        let flat_after = batch_recording(0, "leak_fn", 0);
+        let c = compare(&flat_after, "b", &batch_recording(100, "other_leak", 0), "a").unwrap();
+        assert_eq!(c.unit, "B/unit");
+        assert_eq!(c.only_before.len(), 1);
+        assert_eq!(c.only_after.len(), 1);
+        assert_eq!(c.only_after[0].status, Status::NewLeak);
+        assert!(c.verdicts.iter().any(|v| v.starts_with("new leak in other_leak")), "{:?}", c.verdicts);
+        let c = compare(&before, "b", &after, "a").unwrap();
+        assert_eq!(c.unit, "B/s");
+        assert!(c.notes[0].contains("per second"), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn periodic_recordings_use_the_steady_window() {
+        let strip = |mut r: Recording| {
+            for c in &mut r.checkpoints {
+                c.batch = None;
+            }
+            r.work_probe = None;
+            r
+        };
+        let c = compare(&strip(batch_recording(100, "leak_fn", 0)), "b", &strip(batch_recording(0, "leak_fn", 4)), "a").unwrap();
+        assert_eq!(c.unit, "B/s");
+        assert!(c.before.window.starts_with("steady window"), "{}", c.before.window);
+        assert_eq!(c.verdicts.len(), 1);
+        assert!(c.verdicts[0].starts_with("leak in leak_fn: 20,000 B/s before, 0 B/s after"), "{:?}", c.verdicts);
+    }
+}
