@@ -21,4 +21,5 @@ pub mod procinfo;
 pub mod record;
 pub mod recording;
 pub mod report;
+pub mod runtimes;
 pub mod symbolize;

@@ -188,7 +188,12 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         work_probe: opts.work_probe.clone(),
         work_attached: probes.iter().any(|p| p.kind == "work"),
         mode: opts.mode,
+        runtime: None,
+        gauge: None,
     };
+    if !launched {
+        session.detect_runtime(&objects);
+    }
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -211,6 +216,8 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
         target: Target {
             pid,
+            runtime: session.runtime.as_ref().map(|r| r.name.clone()),
+            runtime_version: session.runtime.as_ref().and_then(|r| r.version.clone()),
             nspid: session.nspid(),
             command,
             exe,
@@ -299,6 +306,10 @@ struct Session {
     work_probe: Option<WorkProbeSpec>,
     work_attached: bool,
     mode: Mode,
+    /// Managed runtime of the target, once detected.
+    runtime: Option<crate::runtimes::RuntimeInfo>,
+    /// The runtime's own heap figures, sampled at every checkpoint.
+    gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -413,10 +424,23 @@ impl Session {
         }
     }
 
-    /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), and place the
-    /// work probe if its object was not mapped before.
+    /// Detect the target's runtime (once) from the objects it maps.
+    fn detect_runtime(&mut self, objects: &[MappedObject]) {
+        if self.runtime.is_some() {
+            return;
+        }
+        if let Some(rt) = crate::runtimes::detect(self.pid, objects) {
+            self.warnings.extend(rt.notes.iter().cloned());
+            self.gauge = crate::runtimes::gauge(self.pid, &rt);
+            self.runtime = Some(rt);
+        }
+    }
+
+    /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
+    /// work probe if its object was not mapped before, and detect the runtime.
     fn rescan(&mut self, probes: &mut Vec<ProbeInfo>, probed: &mut BTreeSet<(i32, i32, u64)>) {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
+        self.detect_runtime(&objects);
         if let (Some(spec), false) = (&self.work_probe, self.work_attached) {
             if let Some((obj, off)) = discover::find_work_function(spec, &objects) {
                 match self.tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
@@ -555,6 +579,7 @@ impl Session {
             sites: samples,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
             batch,
+            managed: self.gauge.as_mut().and_then(|g| g.sample()),
             units_of_work: self.work_probe.as_ref().map(|_| self.tracer.work_units(self.pid)),
             allocator,
         });

@@ -65,6 +65,12 @@ pub struct Target {
     pub exe: String,
     /// True when leaktrace started the command (`record -- CMD`), false with `--pid`.
     pub launched: bool,
+    /// Managed runtime detected in the target ("python", "jvm", "go", "node"); None: native.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Runtime version when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
     /// How the launched command ended: exit code, or 128 + signal number (shell convention).
     /// None while running or when attached with --pid.
     pub exit_status: Option<i32>,
@@ -185,10 +191,27 @@ pub struct Checkpoint {
     /// Calls of the work-probe function since attach (units of work); None without --work-probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units_of_work: Option<u64>,
+    /// The runtime's own figure for its managed heap (e.g. the JVM's hsperfdata), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed: Option<ManagedHeap>,
     /// The allocator's own memory (heap and arenas) at this checkpoint; None when mappings were
     /// not traced or the process was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<AllocatorFootprint>,
+}
+
+/// A runtime's managed heap as the runtime itself reports it. Bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ManagedHeap {
+    /// Bytes in use (live objects and garbage not yet collected).
+    pub used_bytes: u64,
+    /// Bytes the runtime has reserved from the OS for its heap.
+    pub committed_bytes: u64,
+    /// Per-generation or per-space detail, name → used bytes (e.g. "old" → ...).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spaces: BTreeMap<String, u64>,
+    /// Where the figures come from, e.g. "hsperfdata /tmp/hsperfdata_root/1".
+    pub source: String,
 }
 
 /// What the allocator holds from the kernel, whatever is live in it. All values in bytes.
