@@ -161,7 +161,8 @@ pub struct SiteEvidence {
     /// checkpoints there).
     pub late: Option<Trend>,
     /// Growth slower than this is noise, bytes per second: max([`SITE_FLOOR_BYTES_PER_S`],
-    /// [`SITE_FLOOR_FRACTION`] × peak live bytes / run duration).
+    /// [`SITE_FLOOR_FRACTION`] × peak live bytes / span duration, and in sampled mode 2 × the
+    /// mean sample distance / span duration).
     pub noise_floor_bytes_per_s: f64,
     /// Live blocks at the last checkpoint minus at the start of the steady window.
     pub steady_growth_allocations: i64,
@@ -239,6 +240,9 @@ pub struct MemorySeries {
     pub native_live_bytes: Vec<(f64, u64)>,
     /// Sum of the live bytes of all "mmap" sites (off-heap mappings), at every checkpoint.
     pub mmap_live_bytes: Vec<(f64, u64)>,
+    /// Growth mode: sum of the bytes of all "fault" sites (pages made resident by first-touch
+    /// page faults), at every checkpoint; empty when the recording has no such site.
+    pub fault_bytes: Vec<(f64, u64)>,
 }
 
 /// Start and end figures of the process, bytes.
@@ -716,11 +720,20 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         ));
     }
 
+    // Sampled mode: a site's figures move in steps of about one sample.
+    let sample_bytes = if rec.mode == "sampled" { rec.sample_bytes.unwrap_or(0) } else { 0 };
+    if sample_bytes > 0 {
+        warnings.push(format!(
+            "sampled mode: per-site figures are estimates from one sample every {sample_bytes} \
+             bytes on average; growth below about 2 samples over the run is treated as noise"
+        ));
+    }
+
     // Per-site analysis.
     let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
     for (si, st) in stacks.iter().enumerate() {
         let ser = &series[si];
-        sites.push(analyze_site(st, ser, &times, span_duration, &win, f_drops));
+        sites.push(analyze_site(st, ser, &times, span_duration, &win, f_drops, sample_bytes));
     }
     sites.sort_by(|a, b| {
         b.live_bytes.cmp(&a.live_bytes).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
@@ -745,11 +758,19 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
     let mut native = vec![0u64; n];
     let mut mmap = vec![0u64; n];
+    let mut fault = vec![0u64; n];
     for (si, st) in stacks.iter().enumerate() {
-        let target = if st.kind == "mmap" { &mut mmap } else { &mut native };
+        let target = match st.kind.as_str() {
+            "mmap" => &mut mmap,
+            "fault" => &mut fault,
+            _ => &mut native,
+        };
         for (k, v) in series[si].live_bytes.iter().enumerate() {
             target[k] = target[k].saturating_add(*v);
         }
+    }
+    if stacks.iter().any(|s| s.kind == "fault") {
+        memory.fault_bytes = times.iter().copied().zip(fault.iter().copied()).collect();
     }
     memory.native_live_bytes = times.iter().copied().zip(native.iter().copied()).collect();
     memory.mmap_live_bytes = times.iter().copied().zip(mmap.iter().copied()).collect();
@@ -761,7 +782,9 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
 
     let native_trend = fit(&points(&times, &native, win.steady.clone()));
-    let traced: Vec<u64> = native.iter().zip(&mmap).map(|(a, b)| a.saturating_add(*b)).collect();
+    let traced: Vec<u64> = (0..n)
+        .map(|k| native[k].saturating_add(mmap[k]).saturating_add(fault[k]))
+        .collect();
     let traced_trend = fit(&points(&times, &traced, win.steady.clone()));
     let (span_from, span_to) = (
         times.get(span.start).copied().unwrap_or(0.0),
@@ -828,6 +851,7 @@ fn analyze_site(
     duration: f64,
     win: &Windows,
     f_drops: f64,
+    sample_bytes: u64,
 ) -> SiteAnalysis {
     let (culprit_frame, function) = culprit(st);
     let live = &ser.live_bytes;
@@ -842,7 +866,9 @@ fn analyze_site(
     let late = win.late.clone().map(|r| fit(&points(times, live, r)));
 
     let floor = if duration > 0.0 {
-        (SITE_FLOOR_FRACTION * peak as f64 / duration).max(SITE_FLOOR_BYTES_PER_S)
+        (SITE_FLOOR_FRACTION * peak as f64 / duration)
+            .max(2.0 * sample_bytes as f64 / duration)
+            .max(SITE_FLOOR_BYTES_PER_S)
     } else {
         SITE_FLOOR_BYTES_PER_S
     };
@@ -1151,7 +1177,7 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
 pub(crate) mod fixtures {
     use std::collections::BTreeMap;
 
-    use crate::recording::{Checkpoint, Frame, ProbeInfo, ProcMemory, Recording, SiteSample, Stack};
+    use crate::recording::{Checkpoint, Frame, ProcMemory, Recording, SiteSample, Stack};
 
     /// A named frame in `object`, optionally with file:line.
     pub fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> Frame {
@@ -1221,10 +1247,11 @@ pub(crate) mod fixtures {
             "end_reason": "duration",
         }))
         .expect("fixture recording");
-        rec.probes = vec![
-            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "malloc".into(), kind: "entry".into(), offset: 0xa0f0, placement: None },
-            ProbeInfo { object: "/lib/x86_64-linux-gnu/libc.so.6".into(), function: "free".into(), kind: "entry".into(), offset: 0xa6e0, placement: None },
-        ];
+        rec.probes = serde_json::from_value(serde_json::json!([
+            {"object": "/lib/x86_64-linux-gnu/libc.so.6", "function": "malloc", "kind": "entry", "offset": 0xa0f0},
+            {"object": "/lib/x86_64-linux-gnu/libc.so.6", "function": "free", "kind": "entry", "offset": 0xa6e0},
+        ]))
+        .expect("fixture probes");
         rec.stacks = sites.into_iter().map(|(s, _)| s).collect();
         rec.checkpoints = checkpoints;
         rec

@@ -113,7 +113,15 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
     let probes: Vec<Value> = rec
         .probes
         .iter()
-        .map(|p| json!({"object": p.object, "function": p.function, "kind": p.kind, "offset": p.offset}))
+        .map(|p| {
+            json!({
+                "object": p.object,
+                "function": p.function,
+                "kind": p.kind,
+                "offset": p.offset,
+                "placement": p.placement,
+            })
+        })
         .collect();
     let mut warnings: Vec<String> = rec.warnings.clone();
     warnings.extend(a.warnings.iter().cloned());
@@ -132,6 +140,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "exit_status": t.exit_status,
         },
         "mode": rec.mode,
+        "sample_bytes": rec.sample_bytes,
         "started_unix_ms": rec.started_unix_ms,
         "duration_s": num(a.duration_s),
         "interval_s": num(rec.interval_s),
@@ -156,6 +165,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "rss_file_bytes": series(&a.memory.rss_file_bytes),
             "native_live_bytes": series(&a.memory.native_live_bytes),
             "mmap_live_bytes": series(&a.memory.mmap_live_bytes),
+            "fault_bytes": series(&a.memory.fault_bytes),
         },
         "summary": {
             "rss_start_bytes": s.rss_start_bytes,

@@ -131,7 +131,11 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     } else {
         "attached to a running process".to_string()
     };
-    let _ = writeln!(md, "- {how}; mode {}", rec.mode);
+    let mode = match (rec.mode.as_str(), rec.sample_bytes) {
+        ("sampled", Some(b)) => format!("sampled (one sample every {b} B on average: figures are estimates)"),
+        (m, _) => m.to_string(),
+    };
+    let _ = writeln!(md, "- {how}; mode {mode}");
     let _ = writeln!(
         md,
         "- duration: {} ({} checkpoints, every {} s), ended by: {}",
@@ -288,9 +292,17 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     if rec.probes.is_empty() {
         md.push_str("No probe recorded.\n");
     } else {
-        md.push_str("| object | function | kind | offset |\n|---|---|---|---|\n");
+        md.push_str("| object | function | kind | offset | placement |\n|---|---|---|---|---|\n");
         for p in &rec.probes {
-            let _ = writeln!(md, "| {} | {} | {} | {:#x} |", p.object, p.function, p.kind, p.offset);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:#x} | {} |",
+                p.object,
+                p.function,
+                p.kind,
+                p.offset,
+                p.placement.as_deref().unwrap_or("").replace('|', "\\|")
+            );
         }
     }
     md

@@ -182,7 +182,7 @@ mod tests {
         assert!(md.contains("Nothing was dropped"));
         assert!(md.contains("Cache::fill"));
         assert!(md.contains("parse_line"));
-        assert!(md.contains("| /lib/x86_64-linux-gnu/libc.so.6 | malloc | entry |"));
+        assert!(md.contains("| /lib/x86_64-linux-gnu/libc.so.6 | malloc | entry | 0xa0f0 |"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -67,9 +67,12 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
         ("RSS anon (RssAnon)", "#ff7f0e", a.memory.rss_anon_bytes.as_slice()),
         ("live native bytes (malloc)", "#2ca02c", a.memory.native_live_bytes.as_slice()),
         ("live mmap bytes (off-heap)", "#9467bd", a.memory.mmap_live_bytes.as_slice()),
+        ("first-touch fault bytes", "#8c564b", a.memory.fault_bytes.as_slice()),
     ]
     .into_iter()
-    .filter(|(name, _, pts)| !pts.is_empty() && (!name.starts_with("live mmap") || pts.iter().any(|p| p.1 > 0)))
+    .filter(|(name, _, pts)| {
+        !pts.is_empty() && (!name.starts_with("live mmap") || pts.iter().any(|p| p.1 > 0))
+    })
     .collect();
 
     let t_max = series
