@@ -271,6 +271,41 @@ fn measure(rec: &Recording, path: &str, live: &[(usize, BTreeMap<u32, u64>)], w:
     Measured { side, sites }
 }
 
+/// Names for humans: the culprit alone when no other signature has the same culprit; else the
+/// culprit with the fewest callers that tell it apart (`f (from a < b)`), and the kind when
+/// only the kind differs.
+fn display_names(all: &BTreeSet<&Signature>) -> BTreeMap<Signature, String> {
+    let mut groups: BTreeMap<&str, Vec<&Signature>> = BTreeMap::new();
+    for s in all {
+        groups.entry(s.function()).or_default().push(s);
+    }
+    let mut out = BTreeMap::new();
+    for (f, group) in groups {
+        for s in &group {
+            if group.len() == 1 {
+                out.insert((*s).clone(), f.to_string());
+                continue;
+            }
+            let callers = &s.frames[1..];
+            let k = (0..=callers.len())
+                .find(|&k| group.iter().filter(|o| o.frames[1..].starts_with(&callers[..k])).count() == 1)
+                .unwrap_or(callers.len());
+            // Callers that repeat the culprit's name (inlined copies) say nothing.
+            let shown: Vec<&str> = callers[..k].iter().map(String::as_str).filter(|c| *c != f).collect();
+            let mut name = f.to_string();
+            if !shown.is_empty() {
+                name = format!("{name} (from {})", shown.join(" < "));
+            }
+            let same_callers = group.iter().filter(|o| o.frames == s.frames).count();
+            if same_callers > 1 || k == callers.len() && shown.is_empty() {
+                name = format!("{name} [{}]", s.kind);
+            }
+            out.insert((*s).clone(), name);
+        }
+    }
+    out
+}
+
 /// Compare two recordings. `before_path`/`after_path` are only used in messages and outputs.
 pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_path: &str) -> anyhow::Result<Comparison> {
     if (before.mode == "growth") != (after.mode == "growth") {
@@ -309,20 +344,17 @@ pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_p
             (secs(before, &lb, &wb), secs(after, &la, &wa), "B/s", analyze::SITE_FLOOR_BYTES_PER_S)
         }
     };
-    if let (Some(p), Some(q)) = (&before.work_probe, &after.work_probe) {
-        if p != q && unit == "B/unit" {
-            notes.push(format!("the work probes differ ({p} before, {q} after): a unit is not the same work"));
-        }
+    if let (Some(p), Some(q)) = (&before.work_probe, &after.work_probe)
+        && p != q
+        && unit == "B/unit"
+    {
+        notes.push(format!("the work probes differ ({p} before, {q} after): a unit is not the same work"));
     }
     let mb = measure(before, before_path, &lb, &wb, &xb, abs_floor);
     let ma = measure(after, after_path, &la, &wa, &xa, abs_floor);
 
     let all: BTreeSet<&Signature> = mb.sites.keys().chain(ma.sites.keys()).collect();
-    // Culprit names that more than one signature shares get their first caller.
-    let mut by_fn: BTreeMap<&str, usize> = BTreeMap::new();
-    for s in &all {
-        *by_fn.entry(s.function()).or_default() += 1;
-    }
+    let names = display_names(&all);
     let mut matched = Vec::new();
     let mut only_before = Vec::new();
     let mut only_after = Vec::new();
@@ -336,15 +368,7 @@ pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_p
             (false, true) => Status::NewLeak,
             (false, false) => Status::NoLeak,
         };
-        let mut name = sig.function().to_string();
-        if by_fn.get(sig.function()).copied().unwrap_or(0) > 1 {
-            if let Some(c) = sig.frames.get(1) {
-                name = format!("{name} (from {c})");
-            }
-            if sig.kind == "mmap" {
-                name.push_str(" [mmap]");
-            }
-        }
+        let name = names.get(sig).cloned().unwrap_or_else(|| sig.function().to_string());
         let sc = SiteComparison { signature: sig.clone(), name, before: b, after: a, status };
         match (b, a) {
             (Some(_), Some(_)) => matched.push(sc),
@@ -526,8 +550,8 @@ pub fn compare_md(c: &Comparison) -> String {
          (no addresses, lines or files: they change with a rebuild). Growth is the least-squares \
          slope of live bytes over the batch checkpoints (or the steady window), with its 95 % \
          confidence interval; a site leaks when the slope is significant and above the noise floor. \
-         `diff.svg`: width = the larger of the before and after growth, red = grows faster after, \
-         blue = grows slower after.\n",
+         `diff.svg`: width = the larger of the before and after growth; the culprit frame is red \
+         when it grows faster after, blue when slower.\n",
     );
     md
 }
@@ -591,27 +615,26 @@ fn fold_clean(s: &str) -> String {
     if s.trim().is_empty() { "[unknown]".into() } else { s.trim().to_string() }
 }
 
-/// Scale of the folded counts: growth rates are written in thousandths of a byte (inferno wants
-/// integers) and scaled back with `factor` for display.
-const FOLD_SCALE: f64 = 1000.0;
-
-/// Differential folded lines `outer;...;culprit;[kind] FIRST SECOND` for inferno's flame graph
-/// (see `inferno::flamegraph::from_lines`: with two counts, the frame width is SECOND and the
-/// colour is SECOND − FIRST). Growth below zero counts as 0. To keep a fixed leak (after = 0)
-/// visible, SECOND is the larger of the two rates and FIRST = SECOND − (after − before): width =
-/// max(before, after), colour = after − before (red: grows faster after, blue: slower).
+/// Differential folded lines `[kind];outer;...;culprit FIRST SECOND` for inferno's flame graph.
+/// Read from `inferno::flamegraph::from_lines` and `merge::frames` (0.12): with two counts on a
+/// line, the frame width is SECOND and the colour of the line's leaf frame is SECOND − FIRST (red
+/// positive, blue negative); counts must be integers. Here the counts are growth rates in whole
+/// bytes per unit (or per second), growth below zero counting as 0. To keep a fixed leak
+/// (after = 0) visible, SECOND is the larger of the two rates and FIRST = SECOND − (after −
+/// before): width = max(before, after), colour of the culprit = after − before. The kind is the
+/// root frame; signatures hold at most [`CALLERS`] callers, so towers start there.
 pub fn diff_folded(c: &Comparison) -> String {
     let mut out = String::new();
     for s in c.matched.iter().chain(&c.only_before).chain(&c.only_after) {
-        let b = (s.slope_before().max(0.0) * FOLD_SCALE).round() as i64;
-        let a = (s.slope_after().max(0.0) * FOLD_SCALE).round() as i64;
+        let b = s.slope_before().max(0.0).round() as i64;
+        let a = s.slope_after().max(0.0).round() as i64;
         let second = a.max(b);
         if second == 0 {
             continue;
         }
         let first = second - (a - b);
-        let mut frames: Vec<String> = s.signature.frames.iter().rev().map(|f| fold_clean(f)).collect();
-        frames.push(format!("[{}]", s.signature.kind));
+        let mut frames = vec![format!("[{}]", s.signature.kind)];
+        frames.extend(s.signature.frames.iter().rev().map(|f| fold_clean(f)));
         out.push_str(&format!("{} {first} {second}\n", frames.join(";")));
     }
     out
@@ -623,16 +646,15 @@ pub fn diff_svg(c: &Comparison) -> anyhow::Result<Vec<u8>> {
     let folded = diff_folded(c);
     let title = "Growth before → after";
     if folded.trim().is_empty() {
-        return Ok(crate::report::flame::placeholder_svg(title, "no site grows, before or after").into_bytes());
+        return Ok(crate::report::flame::placeholder_svg(title, "no site grows by 1 byte or more, before or after").into_bytes());
     }
     let mut opts = Options::default();
     opts.title = title.to_string();
     opts.subtitle = Some(format!(
-        "width: larger of before/after growth ({}); red: grows faster after, blue: grows slower after",
+        "width: larger of before/after growth ({}); culprit red: grows faster after, blue: grows slower after",
         c.unit
     ));
     opts.count_name = c.unit.clone();
-    opts.factor = 1.0 / FOLD_SCALE;
     opts.deterministic = true;
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut opts, folded.lines(), &mut svg).map_err(|e| anyhow::anyhow!("cannot draw diff.svg: {e}"))?;
@@ -739,6 +761,24 @@ mod tests {
     }
 
     #[test]
+    fn names_tell_signatures_apart() {
+        let sig = |kind: &str, frames: &[&str]| Signature {
+            kind: kind.into(),
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+        };
+        let a = sig("mmap", &["__mmap64", "__mmap64", "__minimal_malloc"]);
+        let b = sig("mmap", &["__mmap64", "__mmap64", "_dl_map_segments", "_dl_map_object_from_fd"]);
+        let c = sig("malloc", &["__mmap64", "__mmap64", "__minimal_malloc"]);
+        let d = sig("malloc", &["handle", "main"]);
+        let all: BTreeSet<&Signature> = [&a, &b, &c, &d].into_iter().collect();
+        let n = display_names(&all);
+        assert_eq!(n[&a], "__mmap64 (from __minimal_malloc) [mmap]");
+        assert_eq!(n[&b], "__mmap64 (from _dl_map_segments)");
+        assert_eq!(n[&c], "__mmap64 (from __minimal_malloc) [malloc]");
+        assert_eq!(n[&d], "handle");
+    }
+
+    #[test]
     fn leak_fixed_after_rebuild() {
         let before = batch_recording(100, "leak_fn", 0);
         let after = batch_recording(0, "leak_fn", 0x2340);
@@ -765,7 +805,7 @@ mod tests {
         assert_eq!(j["unit"], "B/unit");
         // Differential flame graph: the fixed leak is drawn (width = before), coloured blue.
         let folded = diff_folded(&c);
-        assert_eq!(folded.trim(), "main;run_workload;leak_fn;[malloc] 200000 100000");
+        assert_eq!(folded.trim(), "[malloc];main;run_workload;leak_fn 200 100");
         let svg = String::from_utf8(diff_svg(&c).unwrap()).unwrap();
         assert!(svg.contains("leak_fn") && svg.contains("<svg"), "{svg}");
     }
