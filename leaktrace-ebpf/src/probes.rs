@@ -375,6 +375,12 @@ pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
     enter(&ctx, op::REALLOCARRAY, arg(&ctx, 1).wrapping_mul(arg(&ctx, 2)), arg(&ctx, 0))
 }
 
+/// `__rust_realloc(ptr, old_size, align, new_size)`.
+#[uprobe]
+pub fn rust_realloc_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::REALLOC, arg(&ctx, 3), arg(&ctx, 0))
+}
+
 #[uprobe]
 pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
     enter(&ctx, op::POSIX_MEMALIGN, arg(&ctx, 2), arg(&ctx, 0))

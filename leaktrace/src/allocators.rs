@@ -1,12 +1,12 @@
 //! What leaktrace knows about allocators: which entry points it hooks, with which eBPF program,
 //! and which function names are allocator internals (never shown as the culprit of a site).
 
-/// One hooked allocator entry point.
+/// One hooked allocator entry point (a template: families add their symbol prefix).
 #[derive(Clone, Copy, Debug)]
 pub struct Hook {
-    /// Symbol in the allocator's ELF object (dynamic or static symbol table).
+    /// Symbol without the family's prefix (e.g. "malloc"; with prefix "je_": "je_malloc").
     pub function: &'static str,
-    /// eBPF program for the entry probe (`leaktrace-ebpf`).
+    /// eBPF program for the entry probe (`leaktrace-ebpf`); its argument layout must match.
     pub entry_program: &'static str,
     /// eBPF program for the return probe, if the call returns a block.
     pub return_program: Option<&'static str>,
@@ -17,24 +17,123 @@ pub struct Hook {
 
 const RET: Option<&str> = Some("alloc_return");
 
-/// The malloc family of glibc (and any libc with the same API). `free` has no return probe.
-pub const LIBC_HOOKS: &[Hook] = &[
-    Hook { function: "malloc", entry_program: "malloc_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "calloc", entry_program: "calloc_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "realloc", entry_program: "realloc_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "reallocarray", entry_program: "reallocarray_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "posix_memalign", entry_program: "posix_memalign_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "aligned_alloc", entry_program: "aligned_alloc_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "memalign", entry_program: "memalign_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "valloc", entry_program: "valloc_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "pvalloc", entry_program: "pvalloc_enter", return_program: RET, null_is_noop: false },
-    Hook { function: "free", entry_program: "free_enter", return_program: None, null_is_noop: true },
-    // Not an allocation: gives anonymous mappings their caller's stack (see `mappings`).
-    Hook { function: "mmap", entry_program: "mmap_enter", return_program: None, null_is_noop: false },
+const fn alloc(function: &'static str, entry_program: &'static str) -> Hook {
+    Hook { function, entry_program, return_program: RET, null_is_noop: false }
+}
+const fn dealloc(function: &'static str) -> Hook {
+    Hook { function, entry_program: "free_enter", return_program: None, null_is_noop: true }
+}
+
+/// The malloc API (C standard, POSIX and GNU), hooked under each family prefix. `free` has no
+/// return probe.
+pub const MALLOC_API: &[Hook] = &[
+    alloc("malloc", "malloc_enter"),
+    alloc("calloc", "calloc_enter"),
+    alloc("realloc", "realloc_enter"),
+    alloc("reallocarray", "reallocarray_enter"),
+    alloc("posix_memalign", "posix_memalign_enter"),
+    alloc("aligned_alloc", "aligned_alloc_enter"),
+    alloc("memalign", "memalign_enter"),
+    alloc("valloc", "valloc_enter"),
+    alloc("pvalloc", "pvalloc_enter"),
+    dealloc("free"),
+    dealloc("cfree"),
+    // jemalloc's non-standard API: mallocx(size, flags), rallocx(ptr, size, flags),
+    // dallocx(ptr, flags), sdallocx(ptr, size, flags). (xallocx resizes in place: not traced.)
+    alloc("mallocx", "malloc_enter"),
+    alloc("rallocx", "realloc_enter"),
+    dealloc("dallocx"),
+    dealloc("sdallocx"),
+    // tcmalloc's and mimalloc's extra names.
+    dealloc("free_sized"),
+    dealloc("free_size"),
+    dealloc("free_aligned"),
+    alloc("zalloc", "malloc_enter"),
+    alloc("malloc_aligned", "malloc_enter"),
+    alloc("zalloc_aligned", "malloc_enter"),
+    alloc("realloc_aligned", "realloc_enter"),
+    alloc("new", "malloc_enter"),
+    alloc("newarray", "malloc_enter"),
+    alloc("new_nothrow", "malloc_enter"),
+    alloc("newarray_nothrow", "malloc_enter"),
+    alloc("new_aligned", "malloc_enter"),
+    alloc("newarray_aligned", "malloc_enter"),
+    alloc("new_aligned_nothrow", "malloc_enter"),
+    alloc("newarray_aligned_nothrow", "malloc_enter"),
+    dealloc("delete"),
+    dealloc("deletearray"),
+    dealloc("delete_nothrow"),
+    dealloc("deletearray_nothrow"),
+    dealloc("delete_sized"),
+    dealloc("deletearray_sized"),
+    dealloc("delete_aligned"),
+    dealloc("deletearray_aligned"),
+    dealloc("delete_aligned_nothrow"),
+    dealloc("deletearray_aligned_nothrow"),
+    dealloc("delete_sized_aligned"),
+    dealloc("deletearray_sized_aligned"),
 ];
 
-/// The functions an object must define (all of them) to be probed as a malloc-family allocator.
-pub const REQUIRED: &[&str] = &["malloc", "free"];
+/// An allocator family: objects defining `{prefix}malloc` and `{prefix}free` are probed for
+/// [`MALLOC_API`] under that prefix.
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    /// Name in the coverage table.
+    pub name: &'static str,
+    /// Symbol prefix: "" (glibc, musl, and allocators that replace malloc: jemalloc, tcmalloc,
+    /// mimalloc), "je_" (jemalloc built with a prefix), "_rjem_" (Rust's tikv-jemallocator),
+    /// "tc_" (tcmalloc), "mi_" (mimalloc).
+    pub prefix: &'static str,
+}
+
+/// Families, most common first.
+pub const FAMILIES: &[Family] = &[
+    Family { name: "malloc", prefix: "" },
+    Family { name: "jemalloc (je_)", prefix: "je_" },
+    Family { name: "jemalloc (_rjem_)", prefix: "_rjem_" },
+    Family { name: "tcmalloc (tc_)", prefix: "tc_" },
+    Family { name: "mimalloc (mi_)", prefix: "mi_" },
+];
+
+/// C++ operator new/delete in all their forms (plain, array, nothrow, sized, aligned). Hooked in
+/// objects that are allocators themselves (tcmalloc, jemalloc, mimalloc define their own); the
+/// C++ runtime's operator new (libstdc++, libc++) calls malloc, which is hooked already.
+pub const CXX_API: &[Hook] = &[
+    alloc("_Znwm", "malloc_enter"),
+    alloc("_Znam", "malloc_enter"),
+    alloc("_ZnwmRKSt9nothrow_t", "malloc_enter"),
+    alloc("_ZnamRKSt9nothrow_t", "malloc_enter"),
+    alloc("_ZnwmSt11align_val_t", "malloc_enter"),
+    alloc("_ZnamSt11align_val_t", "malloc_enter"),
+    alloc("_ZnwmSt11align_val_tRKSt9nothrow_t", "malloc_enter"),
+    alloc("_ZnamSt11align_val_tRKSt9nothrow_t", "malloc_enter"),
+    dealloc("_ZdlPv"),
+    dealloc("_ZdaPv"),
+    dealloc("_ZdlPvm"),
+    dealloc("_ZdaPvm"),
+    dealloc("_ZdlPvRKSt9nothrow_t"),
+    dealloc("_ZdaPvRKSt9nothrow_t"),
+    dealloc("_ZdlPvSt11align_val_t"),
+    dealloc("_ZdaPvSt11align_val_t"),
+    dealloc("_ZdlPvmSt11align_val_t"),
+    dealloc("_ZdaPvmSt11align_val_t"),
+    dealloc("_ZdlPvSt11align_val_tRKSt9nothrow_t"),
+    dealloc("_ZdaPvSt11align_val_tRKSt9nothrow_t"),
+];
+
+/// Rust's allocator shims, hooked only when a process has no other allocator family (they
+/// forward to the global allocator, which is normally malloc or a hooked jemalloc).
+/// `__rust_realloc(ptr, old_size, align, new_size)` has its own argument layout.
+pub const RUST_API: &[Hook] = &[
+    alloc("__rust_alloc", "malloc_enter"),
+    alloc("__rust_alloc_zeroed", "malloc_enter"),
+    alloc("__rust_realloc", "rust_realloc_enter"),
+    dealloc("__rust_dealloc"),
+];
+
+/// Not an allocation: libc's mmap gives anonymous mappings their caller's stack (see
+/// `mappings`). Hooked in objects of the unprefixed family.
+pub const MMAP_HOOK: Hook = Hook { function: "mmap", entry_program: "mmap_enter", return_program: None, null_is_noop: false };
 
 /// Function names (demangled, as blazesym reports them) that belong to the allocator or to thin
 /// wrappers around it: a site's culprit is the first frame, innermost first, that is not one of
@@ -45,6 +144,9 @@ pub const ALLOCATOR_FRAMES: &[&str] = &[
     "__libc_memalign", "__libc_valloc", "__libc_pvalloc", "__posix_memalign", "_int_malloc",
     "_int_realloc", "_int_memalign", "_mid_memalign", "tcache_init", "malloc_hook_ini",
     "strdup", "strndup", "__strdup", "__strndup", "wcsdup",
+    "je_*", "_rjem_*", "tc_*", "mi_*", "_mi_*", "mallocx", "rallocx", "dallocx", "sdallocx",
+    "tcmalloc::*", "(anonymous namespace)::do_malloc*", "(anonymous namespace)::cpp_alloc*",
+    "__rust_dealloc",
     // glibc's internal aliases, as its debug info names them.
     "__GI___libc_*", "__GI___strdup", "__GI___strndup", "__libc_calloc", "__libc_free",
     "operator new*", "operator delete*",

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use crate::allocators::{Hook, LIBC_HOOKS, REQUIRED};
+use crate::allocators::{CXX_API, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, RUST_API};
 
 /// Why a PID cannot be traced. Each message names the PID and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,8 @@ pub struct MappedObject {
 #[derive(Clone, Debug)]
 pub struct ProbePoint {
     pub object: MappedObject,
+    /// The symbol probed (with its family prefix, e.g. "je_malloc").
+    pub function: String,
     pub hook: Hook,
     /// File offset of the function's first instruction, bytes (where a return probe goes).
     pub offset: u64,
@@ -63,8 +65,10 @@ pub struct AllocatorScan {
     pub points: Vec<ProbePoint>,
     /// Objects that were searched (for error messages and the coverage table).
     pub searched: Vec<PathBuf>,
-    /// Notes for the report (aliases skipped, functions missing).
+    /// Notes for the report (aliases skipped).
     pub notes: Vec<String>,
+    /// Allocator families found, as "object: family".
+    pub families: Vec<String>,
 }
 
 /// Check that `pid` is a live user-space process that can be traced.
@@ -151,6 +155,7 @@ fn open_path(pid: u32, range: &str, path: &Path, inode: u64) -> Option<PathBuf> 
 /// Defined function symbols of an ELF file: name → file offset of the first instruction.
 /// Reads both the dynamic and the static symbol table. Errors name the file.
 pub fn function_offsets(path: &Path, wanted: &[&str]) -> anyhow::Result<BTreeMap<String, u64>> {
+    let wanted: std::collections::HashSet<&str> = wanted.iter().copied().collect();
     use anyhow::Context as _;
     let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let file = object::File::parse(&*data).with_context(|| format!("{} is not an ELF object", path.display()))?;
@@ -183,50 +188,89 @@ fn read_code(path: &Path, offset: u64) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// Find the malloc-family entry points in the objects `pid` maps. Every object that defines both
-/// `malloc` and `free` is an allocator (glibc, or a statically linked executable). Functions that
-/// share an address with one already chosen (glibc's memalign is aligned_alloc) are probed once.
+/// Find the allocator entry points in the objects `pid` maps. An object that defines
+/// `{prefix}malloc` and `{prefix}free` for a family of [`FAMILIES`] is an allocator (glibc, musl,
+/// jemalloc, tcmalloc, mimalloc, or a statically linked executable): its malloc API is probed,
+/// and its own C++ operator new/delete if it defines them. Without any family, Rust's allocator
+/// shims are probed. Functions that share an address with one already chosen (glibc's memalign
+/// is aligned_alloc, tcmalloc's malloc is tc_malloc) are probed once.
 pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorScan, TargetError> {
-    let wanted: Vec<&str> = LIBC_HOOKS.iter().map(|h| h.function).collect();
+    let mut names: Vec<String> = Vec::new();
+    for fam in FAMILIES {
+        names.extend(MALLOC_API.iter().map(|h| format!("{}{}", fam.prefix, h.function)));
+    }
+    names.extend(CXX_API.iter().chain(RUST_API).chain([&MMAP_HOOK]).map(|h| h.function.to_string()));
+    let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut scan = AllocatorScan::default();
+    let mut rust_candidates = Vec::new();
     for obj in objects {
         scan.searched.push(obj.path.clone());
-        let offsets = match function_offsets(&obj.open_path, &wanted) {
-            Ok(o) => o,
-            Err(_) => continue,
-        };
-        if !REQUIRED.iter().all(|f| offsets.contains_key(*f)) {
-            continue;
-        }
-        let mut used: BTreeMap<u64, &str> = BTreeMap::new();
-        for hook in LIBC_HOOKS {
-            let Some(&offset) = offsets.get(hook.function) else {
-                scan.notes.push(format!("{}: {} not defined, not probed", obj.path.display(), hook.function));
-                continue;
-            };
+        let Ok(offsets) = function_offsets(&obj.open_path, &wanted) else { continue };
+        let mut used: BTreeMap<u64, String> = BTreeMap::new();
+        let mut add = |scan: &mut AllocatorScan, hook: &Hook, function: String| {
+            let Some(&offset) = offsets.get(&function) else { return };
             if let Some(first) = used.get(&offset) {
-                scan.notes.push(format!(
-                    "{}: {} is the same function as {} (offset {offset:#x}), probed once",
-                    obj.path.display(),
-                    hook.function,
-                    first
-                ));
-                continue;
+                if first != &function {
+                    scan.notes.push(format!(
+                        "{}: {function} is the same function as {first} (offset {offset:#x}), probed once",
+                        obj.path.display()
+                    ));
+                }
+                return;
             }
-            used.insert(offset, hook.function);
-            // A return probe must sit on the first instruction (it takes the return address at
-            // the stack pointer); only entry-only hooks may move.
+            used.insert(offset, function.clone());
             let placed = match read_code(&obj.open_path, offset) {
                 Some(code) => crate::placement::place(&code, hook.null_is_noop && hook.return_program.is_none()),
                 None => crate::placement::Placement { delta: 0, note: "entry (code unreadable)".to_string() },
             };
             scan.points.push(ProbePoint {
                 object: obj.clone(),
+                function,
                 hook: *hook,
                 offset,
                 entry_offset: offset + placed.delta,
                 placement: placed.note,
             });
+        };
+        let mut is_allocator = false;
+        for fam in FAMILIES {
+            let (m, f) = (format!("{}malloc", fam.prefix), format!("{}free", fam.prefix));
+            if !(offsets.contains_key(&m) && offsets.contains_key(&f)) {
+                continue;
+            }
+            is_allocator = true;
+            scan.families.push(format!("{}: {}", obj.path.display(), fam.name));
+            for hook in MALLOC_API {
+                add(&mut scan, hook, format!("{}{}", fam.prefix, hook.function));
+            }
+            if fam.prefix.is_empty() {
+                add(&mut scan, &MMAP_HOOK, MMAP_HOOK.function.to_string());
+            }
+        }
+        if is_allocator {
+            for hook in CXX_API {
+                add(&mut scan, hook, hook.function.to_string());
+            }
+        } else if RUST_API.iter().all(|h| offsets.contains_key(h.function)) {
+            rust_candidates.push((obj.clone(), offsets.clone()));
+        }
+    }
+    if scan.points.is_empty() {
+        // No malloc family anywhere: a Rust program with its own global allocator.
+        for (obj, offsets) in rust_candidates {
+            scan.families.push(format!("{}: Rust allocator shims", obj.path.display()));
+            for hook in RUST_API {
+                if let Some(&offset) = offsets.get(hook.function) {
+                    scan.points.push(ProbePoint {
+                        object: obj.clone(),
+                        function: hook.function.to_string(),
+                        hook: *hook,
+                        offset,
+                        entry_offset: offset,
+                        placement: "entry".to_string(),
+                    });
+                }
+            }
         }
     }
     if scan.points.is_empty() {
@@ -302,8 +346,11 @@ mod tests {
         let objs = mapped_objects(me).unwrap();
         assert!(objs.iter().any(|o| o.path.to_string_lossy().contains("libc.so")));
         let scan = scan_allocators(me, &objs).unwrap();
-        let names: Vec<_> = scan.points.iter().map(|p| p.hook.function).collect();
+        let names: Vec<_> = scan.points.iter().map(|p| p.function.as_str()).collect();
         assert!(names.contains(&"malloc") && names.contains(&"free"), "{names:?}");
+        // glibc's free is probed after its NULL check, on an emulated instruction.
+        let free = scan.points.iter().find(|p| p.function == "free").unwrap();
+        assert!(free.entry_offset > free.offset, "{}", free.placement);
     }
 
     #[test]

@@ -109,6 +109,7 @@ const PROGRAMS: &[&str] = &[
     "alloc_return",
     "mmap_enter",
     "work_enter",
+    "rust_realloc_enter",
 ];
 
 /// Syscall tracepoints for the address-space bookkeeping (see `mappings`).
@@ -204,12 +205,12 @@ impl Tracer {
                     _ => (p.offset, None),
                 };
                 prog.attach(offset, &p.object.open_path, scope).with_context(|| {
-                    format!("cannot place a uprobe on {} in {} (PID {pid})", p.hook.function, object)
+                    format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object)
                 })?;
                 self.attached.push((object.clone(), p.offset, program));
                 placed.push(ProbeInfo {
                     object: object.clone(),
-                    function: p.hook.function.to_string(),
+                    function: p.function.clone(),
                     kind: kind.to_string(),
                     offset,
                     placement,

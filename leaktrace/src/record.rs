@@ -122,7 +122,10 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         let mut scan = discover::scan_allocators(pid, &objects)?;
         if opts.mode == Mode::Growth {
             // No probe on the allocator's hot path: only mmap, for the stacks of mappings.
-            scan.points.retain(|p| p.hook.return_program.is_none() && p.hook.function != "free");
+            scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
+        }
+        for f in &scan.families {
+            eprintln!("leaktrace: allocator {f}");
         }
         let probed: BTreeSet<_> = scan.points.iter().map(|p| (p.object.dev.0, p.object.dev.1, p.object.inode)).collect();
         let placed = tracer.attach(pid, &scan.points)?;
@@ -266,8 +269,10 @@ fn default_out_dir(pid: u32) -> PathBuf {
     ))
 }
 
-/// Objects a command about to be launched will use: its executable (a static binary is its own
-/// allocator) and the C library of this host, which a dynamically linked command loads.
+/// Objects a command about to be launched will use, so that its allocator is probed before its
+/// first allocation: its executable (a static binary is its own allocator; a script's
+/// interpreter), the shared libraries its dynamic loader will load (asked with `ld.so --list`,
+/// honouring LD_PRELOAD and LD_LIBRARY_PATH), and this host's C library as a fallback.
 fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
     let mut out = Vec::new();
     let mut add = |path: &Path| -> anyhow::Result<()> {
@@ -278,7 +283,15 @@ fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
         }
         Ok(())
     };
-    add(&std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf()))?;
+    let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+    let program = script_interpreter(&exe).unwrap_or(exe.clone());
+    add(&exe)?;
+    if program != exe {
+        add(&program)?;
+    }
+    for lib in loader_list(&program) {
+        let _ = add(&lib);
+    }
     for o in discover::mapped_objects(std::process::id())? {
         let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if name.starts_with("libc.so") || name.starts_with("libc-") || name.starts_with("libc.musl") {
@@ -286,6 +299,53 @@ fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
         }
     }
     Ok(out)
+}
+
+/// The interpreter of a `#!` script (resolved through PATH for `#!/usr/bin/env NAME`).
+fn script_interpreter(exe: &Path) -> Option<PathBuf> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(exe).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line.split(|c| *c == b'\n').next()?).into_owned();
+    let mut words = line.split_ascii_whitespace();
+    let interp = PathBuf::from(words.next()?);
+    let interp = if interp.file_name().is_some_and(|n| n == "env") {
+        launch::resolve_command(Path::new(words.next()?)).ok()?
+    } else {
+        interp
+    };
+    Some(std::fs::canonicalize(&interp).unwrap_or(interp))
+}
+
+/// Shared libraries the dynamic loader will load for `exe` (PT_INTERP run with `--list`, which
+/// resolves without running the program). Empty for static executables or on any failure.
+fn loader_list(exe: &Path) -> Vec<PathBuf> {
+    use object::read::elf::ProgramHeader as _;
+    let Ok(data) = std::fs::read(exe) else { return Vec::new() };
+    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else { return Vec::new() };
+    let endian = elf.endian();
+    let interp = elf.elf_program_headers().iter().find_map(|ph| {
+        (ph.p_type(endian) == object::elf::PT_INTERP)
+            .then(|| ph.data(endian, &*data).ok())
+            .flatten()
+            .map(|d| String::from_utf8_lossy(d.split(|c| *c == 0).next().unwrap_or(d)).into_owned())
+    });
+    let Some(interp) = interp else { return Vec::new() };
+    let Ok(out) = std::process::Command::new(&interp).arg("--list").arg(exe).stderr(std::process::Stdio::null()).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let path = match l.split_once("=> ") {
+                Some((_, rest)) => rest,
+                None => l.trim_start(),
+            };
+            let path = path.split(" (").next()?.trim();
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
 }
 
 struct Session {
@@ -470,7 +530,7 @@ impl Session {
         }
         let Ok(mut scan) = discover::scan_allocators(self.pid, &fresh) else { return };
         if self.mode == Mode::Growth {
-            scan.points.retain(|p| p.hook.return_program.is_none() && p.hook.function != "free");
+            scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
         }
         match self.tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
