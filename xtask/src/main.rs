@@ -412,6 +412,7 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
             .env("LEAKTRACE_BIN", &bin)
             .args([
                 "test",
+                "--no-fail-fast",
                 "--release",
                 "-p",
                 "leaktrace-tests",
