@@ -14,7 +14,14 @@ fn attach_mode(mode: &str) {
     target.expect_pid_line();
 
     let out = OutDir::new(&format!("attach-{mode}"));
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms", "--out"]);
+    let mut lt = leaktrace([
+        "record",
+        "--pid",
+        &target.pid.to_string(),
+        "--interval",
+        "250ms",
+        "--out",
+    ]);
     lt.arg(&out.path);
     let mut running = Running::spawn(lt, None);
     running
@@ -22,7 +29,9 @@ fn attach_mode(mode: &str) {
         .unwrap_or_else(|e| panic!("{e}"));
     target.signal(libc::SIGUSR1);
 
-    let status = target.wait(Duration::from_secs(20)).expect("the target did not finish within 20 s");
+    let status = target
+        .wait(Duration::from_secs(20))
+        .expect("the target did not finish within 20 s");
     let target_exit = SystemTime::now();
     assert!(status.success(), "target exit status {status:?}");
     let o = running.wait(TIMEOUT);
@@ -40,16 +49,30 @@ fn attach_mode(mode: &str) {
         "report.json was written {write_lag:?} after the target exited\n{}",
         o.describe()
     );
-    assert!(lag < Duration::from_secs(15), "leaktrace exited {lag:?} after the target\n{}", o.describe());
+    assert!(
+        lag < Duration::from_secs(15),
+        "leaktrace exited {lag:?} after the target\n{}",
+        o.describe()
+    );
 
     assert_outputs_exist(&out.path);
     let r = Report::load(&out.path);
     assert_eq!(r.get(&["end_reason"]), "target-exited", "end_reason");
     let t = r.get(&["target"]);
-    assert_eq!(t["pid"].as_u64(), Some(target.pid as u64), "target.pid: {t}");
+    assert_eq!(
+        t["pid"].as_u64(),
+        Some(target.pid as u64),
+        "target.pid: {t}"
+    );
     assert_eq!(t["launched"].as_bool(), Some(false), "target.launched: {t}");
-    assert!(t["exit_status"].is_null(), "target.exit_status is null when attached: {t}");
-    assert!(str_of(t, "command").contains("leaky"), "target.command: {t}");
+    assert!(
+        t["exit_status"].is_null(),
+        "target.exit_status is null when attached: {t}"
+    );
+    assert!(
+        str_of(t, "command").contains("leaky"),
+        "target.command: {t}"
+    );
     assert_leaky_report(&r, mode, 400);
 }
 
