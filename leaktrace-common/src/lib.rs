@@ -227,6 +227,9 @@ pub mod map_event {
     pub const MREMAP: u32 = 3;
     /// brk: the program break is now `addr`.
     pub const BRK: u32 = 4;
+    /// A traced process (`tgid`) forked: `addr` is the new task's PID (a process, or a thread:
+    /// the agent tells them apart).
+    pub const FORK: u32 = 5;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].

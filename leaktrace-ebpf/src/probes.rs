@@ -663,6 +663,19 @@ pub fn work_enter(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// A traced process forked (or made a thread): tell the agent, which follows new processes
+/// with --follow-forks. sched:sched_process_fork: child_pid @20.
+#[tracepoint]
+pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    let child = unsafe { ctx.read_at::<u32>(20) }.unwrap_or(0);
+    emit(&MapEvent { kind: map_event::FORK, tgid, addr: child as u64, ..Default::default() });
+    0
+}
+
 /// Growth mode: a user page fault on a page that was not present (first touch: the kernel makes
 /// a page resident). Counted per call stack, 4096 bytes each. No allocator probe is involved.
 #[tracepoint]

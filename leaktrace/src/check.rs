@@ -541,6 +541,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         schedule: Schedule::Batches { warmup: opts.warmup, count: opts.batches, size: opts.size },
         // The test compares exact live bytes against a budget: no sampling.
         mode: Mode::Exact,
+        follow_forks: false,
     };
     let outcome = record::record(spec, ropts)?;
     let mut dir = outcome.dir.clone();

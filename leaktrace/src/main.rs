@@ -103,9 +103,20 @@ struct CheckArgs {
 
 #[derive(Args)]
 struct RecordArgs {
-    /// PID of the process to trace (as the host sees it).
+    /// PID of a process to trace (as the host sees it). Repeat for several processes: one report
+    /// per process and a summary.
     #[arg(long, conflicts_with = "command")]
-    pid: Option<u32>,
+    pid: Vec<u32>,
+    /// Trace every process of this cgroup (v2 path, absolute or relative to /sys/fs/cgroup).
+    #[arg(long, conflicts_with_all = ["command", "pid"])]
+    cgroup: Option<PathBuf>,
+    /// Trace every process of this container (an ID, or its first characters, as it appears
+    /// in the processes' cgroup paths).
+    #[arg(long, conflicts_with_all = ["command", "pid", "cgroup"])]
+    container: Option<String>,
+    /// Also trace the processes the traced ones fork (from their fork on).
+    #[arg(long)]
+    follow_forks: bool,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -220,10 +231,13 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
-            let spec = match (a.pid, a.command.is_empty()) {
-                (Some(pid), true) => TargetSpec::Pid(pid),
-                (None, false) => TargetSpec::Launch(a.command),
-                _ => anyhow::bail!("give either --pid PID or a command after --"),
+            let spec = match (a.pid.as_slice(), a.cgroup, a.container, a.command.is_empty()) {
+                ([pid], None, None, true) => TargetSpec::Pid(*pid),
+                ([_, ..], None, None, true) => TargetSpec::Pids(a.pid.clone()),
+                ([], Some(cg), None, true) => TargetSpec::Cgroup(cg),
+                ([], None, Some(id), true) => TargetSpec::Container(id),
+                ([], None, None, false) => TargetSpec::Launch(a.command),
+                _ => anyhow::bail!("give --pid PID (repeatable), --cgroup PATH, --container ID, or a command after --"),
             };
             let opts = RecordOptions {
                 duration: a.duration,
@@ -235,9 +249,15 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 work_probe: a.work_probe,
                 schedule: Default::default(),
                 mode: mode_of(a.mode, a.sample_bytes)?,
+                follow_forks: a.follow_forks,
             };
-            let outcome = record::record(spec, opts)?;
-            print_outcome(&outcome);
+            let multi = record::record_all(spec, opts)?;
+            for outcome in &multi.outcomes {
+                print_outcome(outcome);
+            }
+            for f in &multi.summary_files {
+                println!("  {}", f.display());
+            }
             Ok(0)
         }
         Command::Report { dir, top } => {
@@ -326,6 +346,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
         schedule: Default::default(),
         mode: Default::default(),
+        follow_forks: false,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = record::record(TargetSpec::Launch(argv), opts);

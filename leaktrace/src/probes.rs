@@ -91,8 +91,8 @@ pub struct Tracer {
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
-    /// Probes attached so far, as (object path as the target maps it, offset, program).
-    attached: Vec<(String, u64, &'static str)>,
+    /// Probes attached so far, as (PID, object path as the target maps it, offset, program).
+    attached: Vec<(u32, String, u64, &'static str)>,
 }
 
 const PROGRAMS: &[&str] = &[
@@ -192,7 +192,7 @@ impl Tracer {
                 .into_iter()
                 .chain(std::iter::once((p.hook.entry_program, "entry")));
             for (program, kind) in programs {
-                if self.attached.iter().any(|(o, off, pr)| *o == object && *off == p.offset && *pr == program) {
+                if self.attached.iter().any(|(pi, o, off, pr)| *pi == pid && *o == object && *off == p.offset && *pr == program) {
                     continue;
                 }
                 let prog: &mut UProbe = self
@@ -207,7 +207,7 @@ impl Tracer {
                 prog.attach(offset, &p.object.open_path, scope).with_context(|| {
                     format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object)
                 })?;
-                self.attached.push((object.clone(), p.offset, program));
+                self.attached.push((pid, object.clone(), p.offset, program));
                 placed.push(ProbeInfo {
                     object: object.clone(),
                     function: p.function.clone(),
@@ -291,6 +291,10 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
         prog.load().with_context(|| format!("loading eBPF program {name}"))?;
         prog.attach("syscalls", name).with_context(|| format!("attaching to tracepoint syscalls:{name}"))?;
     }
+    let prog: &mut TracePoint =
+        ebpf.program_mut("sched_process_fork").context("eBPF program sched_process_fork missing")?.try_into()?;
+    prog.load().context("loading eBPF program sched_process_fork")?;
+    prog.attach("sched", "sched_process_fork").context("attaching to tracepoint sched:sched_process_fork")?;
     Ok(())
 }
 

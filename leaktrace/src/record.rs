@@ -26,6 +26,12 @@ use crate::{analyze::AnalyzeOptions, output, procinfo, report};
 pub enum TargetSpec {
     /// A running process.
     Pid(u32),
+    /// Several running processes (`--pid` repeated).
+    Pids(Vec<u32>),
+    /// The processes of a cgroup (v2 path, absolute or relative to /sys/fs/cgroup).
+    Cgroup(PathBuf),
+    /// The processes of a container: every process whose /proc/PID/cgroup mentions this ID.
+    Container(String),
     /// A command to start (argv).
     Launch(Vec<OsString>),
 }
@@ -71,6 +77,25 @@ pub struct RecordOptions {
     pub schedule: Schedule,
     /// Exact, sampled or growth mode.
     pub mode: Mode,
+    /// Also trace processes forked by the traced ones (from their fork on).
+    pub follow_forks: bool,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            duration: None,
+            interval: Duration::from_secs(1),
+            out: None,
+            top: 10,
+            limits: Limits::default(),
+            status_line: false,
+            work_probe: None,
+            schedule: Schedule::Periodic,
+            mode: Mode::Exact,
+            follow_forks: false,
+        }
+    }
 }
 
 /// Result of a recording.
@@ -82,30 +107,95 @@ pub struct RecordOutcome {
     pub recording: Recording,
 }
 
-/// Errors found before anything was attached: a bad target, an unwritable output directory.
-/// The CLI maps them (and every other error) to exit code 2.
+/// Result of recording several processes (`--pid` repeated, `--cgroup`, `--container`).
+#[derive(Debug)]
+pub struct MultiOutcome {
+    /// The top output directory (one subdirectory `pid-N` per process when there are several).
+    pub dir: PathBuf,
+    pub outcomes: Vec<RecordOutcome>,
+    /// summary.md and summary.json across processes (several processes only).
+    pub summary_files: Vec<PathBuf>,
+}
+
+/// Record exactly one process. Errors found before anything was attached (a bad target, an
+/// unwritable output directory) and any other failure are returned; the CLI maps them to exit
+/// code 2.
 pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOutcome> {
-    // Everything that can be checked before touching the target is checked first.
+    let mut multi = record_all(spec, opts)?;
+    anyhow::ensure!(multi.outcomes.len() == 1, "this command traces one process; {} were selected", multi.outcomes.len());
+    Ok(multi.outcomes.remove(0))
+}
+
+/// The PIDs a target specification selects (not for launch mode). Errors when none.
+pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
+    let mut pids = match spec {
+        TargetSpec::Pid(p) => vec![*p],
+        TargetSpec::Pids(v) => v.clone(),
+        TargetSpec::Cgroup(path) => {
+            let dir = if path.is_absolute() { path.clone() } else { Path::new("/sys/fs/cgroup").join(path) };
+            let procs = dir.join("cgroup.procs");
+            let text = std::fs::read_to_string(&procs)
+                .with_context(|| format!("cannot read {} (is {} a cgroup v2 directory?)", procs.display(), dir.display()))?;
+            let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            anyhow::ensure!(!pids.is_empty(), "cgroup {} has no processes", dir.display());
+            pids
+        }
+        TargetSpec::Container(id) => {
+            anyhow::ensure!(id.len() >= 4, "container ID `{id}` is too short to match safely (give at least 4 characters)");
+            let mut pids = Vec::new();
+            for entry in std::fs::read_dir("/proc")?.flatten() {
+                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+                if pid == std::process::id() {
+                    continue;
+                }
+                if std::fs::read_to_string(entry.path().join("cgroup")).is_ok_and(|c| c.contains(id.as_str())) {
+                    pids.push(pid);
+                }
+            }
+            anyhow::ensure!(!pids.is_empty(), "no process belongs to a cgroup matching container ID `{id}`");
+            pids
+        }
+        TargetSpec::Launch(_) => Vec::new(),
+    };
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// Record every process the specification selects; one recording and report per process, and
+/// a summary across them when there are several.
+pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<MultiOutcome> {
+    // Everything that can be checked before touching a target is checked first.
     crate::probes::check_privileges()?;
-    if let TargetSpec::Pid(pid) = &spec {
-        discover::check_pid(*pid)?;
-        if *pid == std::process::id() {
+    let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_));
+    let mut pids = resolve_pids(&spec)?;
+    let mut skipped = Vec::new();
+    for &pid in &pids {
+        if pid == std::process::id() {
             anyhow::bail!("PID {pid} is leaktrace itself");
         }
+        if let Err(e) = discover::check_pid(pid) {
+            if by_group {
+                skipped.push(format!("PID {pid} skipped: {e}"));
+            } else {
+                return Err(e.into());
+            }
+        }
+    }
+    if by_group {
+        pids.retain(|p| discover::check_pid(*p).is_ok());
+        anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
     }
     let mut tracer = Tracer::load(opts.limits, opts.mode)?;
 
     let mut held: Option<HeldChild> = None;
-    let pid = match &spec {
-        TargetSpec::Pid(pid) => *pid,
-        TargetSpec::Launch(argv) => {
-            let child = launch::spawn_held(argv)?;
-            let pid = child.pid;
-            held = Some(child);
-            pid
-        }
-    };
-    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(pid));
+    if let TargetSpec::Launch(argv) = &spec {
+        let child = launch::spawn_held(argv)?;
+        pids = vec![child.pid];
+        held = Some(child);
+    }
+    let several = pids.len() > 1 || opts.follow_forks;
+    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(pids[0], several));
     if let Err(e) = output::ensure_writable_dir(&dir) {
         if let Some(c) = held.take() {
             c.abandon();
@@ -113,136 +203,163 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
         return Err(e);
     }
 
-    // Find and probe the allocator.
-    let (objects, command, exe) = match &held {
-        None => (discover::mapped_objects(pid)?, procinfo::cmdline(pid), procinfo::exe(pid)),
-        Some(c) => (launch_objects(&c.exe)?, c.argv.clone(), c.exe.display().to_string()),
-    };
-    let attach = (|| -> anyhow::Result<(Vec<ProbeInfo>, BTreeSet<(i32, i32, u64)>, Vec<String>)> {
-        let mut scan = discover::scan_allocators(pid, &objects)?;
-        if opts.mode == Mode::Growth {
-            // No probe on the allocator's hot path: only mmap, for the stacks of mappings.
-            scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
-        }
-        for f in &scan.families {
-            eprintln!("leaktrace: allocator {f}");
-        }
-        let probed: BTreeSet<_> = scan.points.iter().map(|p| (p.object.dev.0, p.object.dev.1, p.object.inode)).collect();
-        let placed = tracer.attach(pid, &scan.points)?;
-        let mut notes = scan.notes;
-        let mut placed = placed;
-        if let Some(spec) = &opts.work_probe {
-            match discover::find_work_function(spec, &objects) {
-                Some((obj, off)) => {
-                    let mut info = tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
-                    info.function = spec.symbol.clone();
-                    placed.push(info);
+    let start = Instant::now();
+    let mut targets = Vec::new();
+    for &pid in &pids {
+        let (objects, command, exe) = match &held {
+            None => match discover::mapped_objects(pid) {
+                Ok(o) => (o, procinfo::cmdline(pid), procinfo::exe(pid)),
+                Err(e) if by_group => {
+                    skipped.push(format!("PID {pid} skipped: {e}"));
+                    continue;
                 }
-                None if held.is_some() => {} // may be in a library the command loads: retried at checkpoints
-                None => anyhow::bail!(
-                    "--work-probe {spec}: no function `{}` in the objects PID {pid} maps{}",
-                    spec.symbol,
-                    spec.object.as_ref().map(|o| format!(" matching `{o}`")).unwrap_or_default()
-                ),
+                Err(e) => return Err(e.into()),
+            },
+            Some(c) => match launch_objects(&c.exe) {
+                Ok(o) => (o, c.argv.clone(), c.exe.display().to_string()),
+                Err(e) => {
+                    held.take().map(HeldChild::abandon);
+                    return Err(e);
+                }
+            },
+        };
+        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), &opts, start) {
+            Ok(t) => targets.push(t),
+            Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
+            Err(e) => {
+                held.take().map(HeldChild::abandon);
+                // A process that vanished while probes were placed says so plainly.
+                if !held_is_launch(&spec) && !procinfo::alive(pid) {
+                    anyhow::bail!("PID {pid} exited while leaktrace was attaching");
+                }
+                return Err(e);
             }
         }
-        match &tracer.mappings_unavailable {
-            None => tracer.add_target(pid)?,
-            Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
-            Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
-        }
-        notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
-        Ok((placed, probed, notes))
-    })();
-    let (mut probes, mut probed, notes) = match attach {
-        Ok(v) => v,
-        Err(e) => {
-            if let Some(c) = held.take() {
-                c.abandon();
-            }
-            return Err(e);
-        }
-    };
-    let launched = held.is_some();
+    }
+    anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
     if let Some(c) = held.as_mut() {
         c.release()?;
     }
-    let objects_probed: BTreeSet<&str> = probes.iter().map(|p| p.object.as_str()).collect();
-    eprintln!(
-        "leaktrace: attached to PID {pid} ({}): {} probes in {}",
-        command.join(" "),
-        probes.len(),
-        objects_probed.into_iter().collect::<Vec<_>>().join(", ")
-    );
+    for t in &targets {
+        let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
+        eprintln!(
+            "leaktrace: attached to PID {} ({}): {} probes in {}",
+            t.pid,
+            t.command.join(" "),
+            t.probes.len(),
+            objs.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    for s in &skipped {
+        eprintln!("leaktrace: {s}");
+    }
 
     let mut session = Session {
-        pid,
-        launched,
         tracer,
-        symbolizer: StackSymbolizer::new(pid),
-        stacks: Vec::new(),
-        stack_index: HashMap::new(),
-        checkpoints: Vec::new(),
-        start: Instant::now(),
-        warnings: notes,
+        targets,
+        start,
         status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
-        exit_status: None,
-        space: AddressSpace::default(),
-        work_probe: opts.work_probe.clone(),
-        work_attached: probes.iter().any(|p| p.kind == "work"),
         mode: opts.mode,
-        runtime: None,
-        gauge: None,
+        work_probe: opts.work_probe.clone(),
+        follow_forks: opts.follow_forks,
     };
-    if !launched {
-        session.detect_runtime(&objects);
-    }
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let end_reason = rt.block_on(session.run(&opts, &mut probes, &mut probed));
-
-    // In launch mode the command does not outlive the recording.
-    if launched && session.exit_status.is_none() {
-        session.exit_status = launch::terminate(pid, Duration::from_secs(2));
-        if let Some(s) = session.exit_status {
-            eprintln!("leaktrace: stopped {} ({s})", command.join(" "));
-        }
-    }
+    let end_reason = rt.block_on(session.run(&opts));
     session.clear_status();
 
-    let recording = Recording {
-        format_version: crate::recording::FORMAT_VERSION,
-        leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
-        target: Target {
-            pid,
-            runtime: session.runtime.as_ref().map(|r| r.name.clone()),
-            runtime_version: session.runtime.as_ref().and_then(|r| r.version.clone()),
-            nspid: session.nspid(),
-            command,
-            exe,
-            launched,
-            exit_status: session.exit_status.map(ExitStatus::as_shell),
-        },
-        mode: opts.mode.name().to_string(),
-        sample_bytes: match opts.mode {
-            Mode::Sampled { mean_bytes } => Some(mean_bytes),
-            _ => None,
-        },
-        work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
-        started_unix_ms,
-        interval_s: opts.interval.as_secs_f64(),
-        probes,
-        stacks: std::mem::take(&mut session.stacks),
-        checkpoints: std::mem::take(&mut session.checkpoints),
-        end_reason: end_reason.to_string(),
-        warnings: std::mem::take(&mut session.warnings),
-    };
-    let files = save(&recording, &dir, opts.top)?;
-    Ok(RecordOutcome { dir, files, exit_status: session.exit_status, recording })
+    // In launch mode the command does not outlive the recording.
+    for t in session.targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
+        t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
+        if let Some(s) = t.exit_status {
+            eprintln!("leaktrace: stopped {} ({s})", t.command.join(" "));
+        }
+    }
+
+    let several = session.targets.len() > 1 || several;
+    let mut outcomes = Vec::new();
+    for mut t in std::mem::take(&mut session.targets) {
+        let recording = Recording {
+            format_version: crate::recording::FORMAT_VERSION,
+            leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
+            target: Target {
+                pid: t.pid,
+                runtime: t.runtime.as_ref().map(|r| r.name.clone()),
+                runtime_version: t.runtime.as_ref().and_then(|r| r.version.clone()),
+                nspid: if t.nspid.is_empty() { vec![t.pid] } else { t.nspid.clone() },
+                command: t.command.clone(),
+                exe: t.exe.clone(),
+                launched: t.launched,
+                exit_status: t.exit_status.map(ExitStatus::as_shell),
+            },
+            mode: opts.mode.name().to_string(),
+            sample_bytes: match opts.mode {
+                Mode::Sampled { mean_bytes } => Some(mean_bytes),
+                _ => None,
+            },
+            work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
+            started_unix_ms,
+            interval_s: opts.interval.as_secs_f64(),
+            probes: std::mem::take(&mut t.probes),
+            stacks: std::mem::take(&mut t.stacks),
+            checkpoints: std::mem::take(&mut t.checkpoints),
+            end_reason: t.end_reason.unwrap_or(end_reason).to_string(),
+            warnings: std::mem::take(&mut t.warnings),
+        };
+        let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
+        output::ensure_writable_dir(&tdir)?;
+        let files = save(&recording, &tdir, opts.top)?;
+        outcomes.push(RecordOutcome { dir: tdir, files, exit_status: t.exit_status, recording });
+    }
+    let summary_files = if several { write_summary(&dir, &outcomes, &skipped)? } else { Vec::new() };
+    Ok(MultiOutcome { dir, outcomes, summary_files })
+}
+
+fn held_is_launch(spec: &TargetSpec) -> bool {
+    matches!(spec, TargetSpec::Launch(_))
+}
+
+/// summary.md and summary.json: one line per process with its verdict.
+fn write_summary(dir: &Path, outcomes: &[RecordOutcome], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut rows = Vec::new();
+    let mut md = String::from("# leaktrace summary\n\n| PID | PID in container | command | verdict | native live at end | report |\n|---|---|---|---|---|---|\n");
+    for o in outcomes {
+        let a = crate::analyze::analyze(&o.recording, &AnalyzeOptions::default());
+        let t = &o.recording.target;
+        let rel = o.dir.strip_prefix(dir).unwrap_or(&o.dir).display().to_string();
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {}/report.md |\n",
+            t.pid,
+            t.nspid.last().copied().unwrap_or(t.pid),
+            t.command.join(" ").replace('|', "\\|"),
+            a.verdict.summary.replace('|', "\\|"),
+            human(a.summary.native_live_end_bytes),
+            rel
+        ));
+        rows.push(serde_json::json!({
+            "pid": t.pid,
+            "nspid": t.nspid,
+            "command": t.command.join(" "),
+            "verdict": { "class": a.verdict.class.as_str(), "confidence": a.verdict.confidence, "summary": a.verdict.summary },
+            "native_live_end_bytes": a.summary.native_live_end_bytes,
+            "dir": rel,
+        }));
+    }
+    if !skipped.is_empty() {
+        md.push_str("\nNot traced:\n\n");
+        for s in skipped {
+            md.push_str(&format!("- {s}\n"));
+        }
+    }
+    let md_path = dir.join("summary.md");
+    let json_path = dir.join("summary.json");
+    output::write_atomic(&md_path, md.as_bytes())?;
+    output::write_atomic(&json_path, &serde_json::to_vec_pretty(&serde_json::json!({ "processes": rows, "skipped": skipped }))?)?;
+    Ok(vec![md_path, json_path])
 }
 
 /// Write recording.json, then every output rendered from it. Returns the files written.
@@ -254,12 +371,13 @@ pub fn save(recording: &Recording, dir: &Path, top: usize) -> anyhow::Result<Vec
     Ok(files)
 }
 
-fn default_out_dir(pid: u32) -> PathBuf {
+fn default_out_dir(pid: u32, several: bool) -> PathBuf {
     let now = unsafe { libc::time(std::ptr::null_mut()) };
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     unsafe { libc::localtime_r(&now, &mut tm) };
     PathBuf::from(format!(
-        "leaktrace-{pid}-{:04}{:02}{:02}-{:02}{:02}{:02}",
+        "leaktrace-{}{pid}-{:04}{:02}{:02}-{:02}{:02}{:02}",
+        if several { "multi-" } else { "" },
         tm.tm_year + 1900,
         tm.tm_mon + 1,
         tm.tm_mday,
@@ -348,131 +466,105 @@ fn loader_list(exe: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-struct Session {
+/// One traced process and everything recorded about it.
+struct Traced {
     pid: u32,
     launched: bool,
-    tracer: Tracer,
+    command: Vec<String>,
+    exe: String,
+    nspid: Vec<u32>,
     symbolizer: StackSymbolizer,
     stacks: Vec<Stack>,
     /// Kernel site key (tgid cleared) → index in `stacks`.
     stack_index: HashMap<SiteKey, u32>,
     checkpoints: Vec<Checkpoint>,
-    start: Instant,
     warnings: Vec<String>,
-    status_line: bool,
     exit_status: Option<ExitStatus>,
     /// Anonymous regions made since attach (off-heap and the allocator's).
     space: AddressSpace,
-    work_probe: Option<WorkProbeSpec>,
     work_attached: bool,
-    mode: Mode,
     /// Managed runtime of the target, once detected.
     runtime: Option<crate::runtimes::RuntimeInfo>,
     /// The runtime's own heap figures, sampled at every checkpoint.
     gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
+    probes: Vec<ProbeInfo>,
+    /// Objects already scanned for allocators, by (device major, minor, inode).
+    probed: BTreeSet<(i32, i32, u64)>,
+    /// Set when this process's recording ended before the run (it exited).
+    end_reason: Option<&'static str>,
 }
 
-/// Where the current batch of `leaktrace check` ends.
-#[derive(Clone, Copy, Debug)]
-enum BatchMark {
-    Time(Instant),
-    Units(u64),
-}
-
-/// How often the loop looks at the target (exit, new mappings) between checkpoints.
-const POLL: Duration = Duration::from_millis(100);
-
-impl Session {
-    async fn run(
-        &mut self,
+impl Traced {
+    /// Find and probe the allocator of `pid` in `objects`, place the work probe, and start
+    /// tracking its mappings.
+    #[allow(clippy::too_many_arguments)]
+    fn attach(
+        tracer: &mut Tracer,
+        pid: u32,
+        objects: Vec<MappedObject>,
+        command: Vec<String>,
+        exe: String,
+        launched: bool,
         opts: &RecordOptions,
-        probes: &mut Vec<ProbeInfo>,
-        probed: &mut BTreeSet<(i32, i32, u64)>,
-    ) -> &'static str {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut sigint = signal(SignalKind::interrupt()).ok();
-        let mut sigterm = signal(SignalKind::terminate()).ok();
-        let mut sighup = signal(SignalKind::hangup()).ok();
-        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-            match s {
-                Some(s) => {
-                    s.recv().await;
+        _start: Instant,
+    ) -> anyhow::Result<Traced> {
+        let mut scan = discover::scan_allocators(pid, &objects)?;
+        if opts.mode == Mode::Growth {
+            // No probe on the allocator's hot path: only mmap, for the stacks of mappings.
+            scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
+        }
+        print_coverage(pid, &scan);
+        let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
+        let mut probes = tracer.attach(pid, &scan.points)?;
+        let mut notes = scan.notes;
+        if let Some(spec) = &opts.work_probe {
+            match discover::find_work_function(spec, &objects) {
+                Some((obj, off)) => {
+                    let mut info = tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
+                    info.function = spec.symbol.clone();
+                    probes.push(info);
                 }
-                None => std::future::pending().await,
+                None if launched => {} // may be in a library the command loads: retried at checkpoints
+                None => anyhow::bail!(
+                    "--work-probe {spec}: no function `{}` in the objects PID {pid} maps{}",
+                    spec.symbol,
+                    spec.object.as_ref().map(|o| format!(" matching `{o}`")).unwrap_or_default()
+                ),
             }
         }
-        self.checkpoint(None);
-        let mut next = Instant::now() + opts.interval;
-        let deadline = opts.duration.map(|d| self.start + d);
-        // Batch state: (next batch number, units or time at which it closes).
-        let mut batch: Option<(u32, BatchMark)> = match &opts.schedule {
-            Schedule::Periodic => None,
-            Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
+        match &tracer.mappings_unavailable {
+            None => tracer.add_target(pid)?,
+            Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
+            Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
+        }
+        notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
+        let mut t = Traced {
+            pid,
+            launched,
+            command,
+            exe,
+            nspid: procinfo::nspid(pid),
+            symbolizer: StackSymbolizer::new(pid),
+            stacks: Vec::new(),
+            stack_index: HashMap::new(),
+            checkpoints: Vec::new(),
+            warnings: notes,
+            exit_status: None,
+            space: AddressSpace::default(),
+            work_attached: probes.iter().any(|p| p.kind == "work"),
+            runtime: None,
+            gauge: None,
+            probes,
+            probed,
+            end_reason: None,
         };
-        loop {
-            tokio::select! {
-                _ = recv(&mut sigint) => return "signal",
-                _ = recv(&mut sigterm) => return "signal",
-                _ = recv(&mut sighup) => return "signal",
-                _ = tokio::time::sleep(POLL) => {}
-            }
-            self.drain_map_events();
-            if self.target_gone() {
-                // Its maps still hold everything it allocated: one last checkpoint.
-                self.checkpoint(None);
-                return "target-exited";
-            }
-            self.symbolizer.refresh();
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                self.checkpoint(None);
-                return "duration";
-            }
-            if let (Some((n, mark)), Schedule::Batches { count, size, .. }) = (batch, &opts.schedule) {
-                let due = match mark {
-                    BatchMark::Time(t) => now >= t,
-                    BatchMark::Units(u) => self.tracer.work_units(self.pid) >= u,
-                };
-                if due {
-                    self.checkpoint(Some(n));
-                    if self.status_line {
-                        self.clear_status();
-                    }
-                    eprintln!("leaktrace: {} at {:.1}s", if n == 0 { "warm-up done, baseline taken".to_string() } else { format!("batch {n}/{count} done") }, self.start.elapsed().as_secs_f64());
-                    if n >= *count {
-                        return "batches-done";
-                    }
-                    let mark = match size {
-                        BatchSize::Seconds(d) => BatchMark::Time(now + *d),
-                        BatchSize::Units(k) => BatchMark::Units(self.tracer.work_units(self.pid) + k),
-                    };
-                    batch = Some((n + 1, mark));
-                    next = now + opts.interval;
-                    continue;
-                }
-            }
-            if now >= next {
-                self.rescan(probes, probed);
-                self.checkpoint(None);
-                next += opts.interval;
-                if next < now {
-                    next = now + opts.interval;
-                }
-            }
+        if !launched {
+            t.detect_runtime(&objects);
         }
+        Ok(t)
     }
 
-    fn drain_map_events(&mut self) {
-        let pid = self.pid;
-        let space = &mut self.space;
-        self.tracer.drain_map_events(|ev| {
-            if ev.tgid == pid {
-                space.apply(ev)
-            }
-        });
-    }
-
-    fn target_gone(&mut self) -> bool {
+    fn gone(&mut self) -> bool {
         if self.launched {
             if let Some(s) = launch::try_wait(self.pid) {
                 self.exit_status = Some(s);
@@ -498,84 +590,72 @@ impl Session {
 
     /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
     /// work probe if its object was not mapped before, and detect the runtime.
-    fn rescan(&mut self, probes: &mut Vec<ProbeInfo>, probed: &mut BTreeSet<(i32, i32, u64)>) {
+    fn rescan(&mut self, tracer: &mut Tracer, mode: Mode, work_probe: Option<&WorkProbeSpec>, t_s: f64) {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
+        if self.nspid.is_empty() {
+            self.nspid = procinfo::nspid(self.pid);
+        }
         self.detect_runtime(&objects);
-        if let (Some(spec), false) = (&self.work_probe, self.work_attached) {
+        if let (Some(spec), false) = (work_probe, self.work_attached) {
             if let Some((obj, off)) = discover::find_work_function(spec, &objects) {
-                match self.tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
+                self.work_attached = true;
+                match tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
                     Ok(mut info) => {
                         info.function = spec.symbol.clone();
-                        self.warnings.push(format!(
-                            "work probe {spec} placed at t={:.1}s (its object was mapped after attach)",
-                            self.start.elapsed().as_secs_f64()
-                        ));
-                        probes.push(info);
-                        self.work_attached = true;
+                        self.warnings.push(format!("work probe {spec} placed at t={t_s:.1}s (its object was mapped after attach)"));
+                        self.probes.push(info);
                     }
-                    Err(e) => {
-                        self.warnings.push(format!("{e:#}"));
-                        self.work_attached = true;
-                    }
+                    Err(e) => self.warnings.push(format!("{e:#}")),
                 }
             }
         }
         let fresh: Vec<MappedObject> =
-            objects.into_iter().filter(|o| !probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
+            objects.into_iter().filter(|o| !self.probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
         if fresh.is_empty() {
             return;
         }
         for o in &fresh {
-            probed.insert((o.dev.0, o.dev.1, o.inode));
+            self.probed.insert((o.dev.0, o.dev.1, o.inode));
         }
         let Ok(mut scan) = discover::scan_allocators(self.pid, &fresh) else { return };
-        if self.mode == Mode::Growth {
+        if mode == Mode::Growth {
             scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
         }
-        match self.tracer.attach(self.pid, &scan.points) {
+        match tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
-                let t = self.start.elapsed().as_secs_f64();
-                for p in &placed {
-                    if p.kind == "entry" {
-                        self.warnings.push(format!(
-                            "{} in {} was probed only from t={t:.1}s (the target mapped it after attach)",
-                            p.function, p.object
-                        ));
-                    }
+                let objs: BTreeSet<&str> = placed.iter().map(|p| p.object.as_str()).collect();
+                for o in objs {
+                    self.warnings.push(format!(
+                        "allocator in {o} probed only from t={t_s:.1}s (the target mapped it after attach, e.g. with dlopen)"
+                    ));
                 }
-                probes.extend(placed);
+                self.probes.extend(placed);
             }
             Ok(_) => {}
             Err(e) => self.warnings.push(format!("could not probe a newly mapped allocator: {e:#}")),
         }
     }
 
-    fn nspid(&self) -> Vec<u32> {
-        let v = procinfo::nspid(self.pid);
-        if v.is_empty() { vec![self.pid] } else { v }
-    }
-
-    /// Read the kernel maps and /proc once; add a checkpoint. Errors become warnings: a
-    /// checkpoint that cannot be read is skipped, never the whole recording.
-    fn checkpoint(&mut self, batch: Option<u32>) {
-        let t_s = self.start.elapsed().as_secs_f64();
-        let counters = match self.tracer.counters() {
+    /// Read the kernel maps and /proc once for this process; add a checkpoint. Errors become
+    /// warnings: a checkpoint that cannot be read is skipped, never the whole recording.
+    fn checkpoint(&mut self, tracer: &Tracer, t_s: f64, batch: Option<u32>, work: bool) -> Option<(u64, u64)> {
+        let counters = match tracer.counters() {
             Ok(c) => c,
             Err(e) => {
                 self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
-                return;
+                return None;
             }
         };
-        let sites = match self.tracer.read_sites(self.pid) {
+        let sites = match tracer.read_sites(self.pid) {
             Ok(s) => s,
             Err(e) => {
                 self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
-                return;
+                return None;
             }
         };
         let mut samples = Vec::with_capacity(sites.len());
         for (key, stats) in sites {
-            let stack = self.stack_for(key);
+            let stack = self.stack_for(tracer, key);
             samples.push(SiteSample {
                 stack,
                 alloc_bytes: stats.alloc_bytes,
@@ -585,12 +665,11 @@ impl Session {
                 resident_bytes: None,
             });
         }
-        self.drain_map_events();
         let resident = self.space.resident(self.pid);
         let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
             self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
         for (key, stats) in offheap {
-            let stack = self.stack_for(key);
+            let stack = self.stack_for(tracer, key);
             samples.push(SiteSample {
                 stack,
                 alloc_bytes: stats.alloc_bytes,
@@ -602,37 +681,23 @@ impl Session {
         }
         samples.sort_by_key(|s| s.stack);
         let memory = procinfo::memory(self.pid);
-        let allocator = match (&resident, heap_range(self.pid)) {
-            (Some((_, mmap_resident)), Some((start, end))) => {
-                let heap_resident = std::fs::File::open(format!("/proc/{}/pagemap", self.pid))
-                    .ok()
-                    .and_then(|f| mappings::resident_bytes(&f, start, end))
-                    .unwrap_or(0);
-                Some(AllocatorFootprint {
-                    heap_bytes: end - start,
-                    heap_resident_bytes: heap_resident,
-                    mmap_bytes: self.space.allocator_mapped_bytes(),
-                    mmap_resident_bytes: *mmap_resident,
-                })
-            }
-            (Some((_, mmap_resident)), None) => Some(AllocatorFootprint {
+        let allocator = resident.as_ref().map(|(_, mmap_resident)| {
+            let mut f = AllocatorFootprint {
                 mmap_bytes: self.space.allocator_mapped_bytes(),
                 mmap_resident_bytes: *mmap_resident,
                 ..Default::default()
-            }),
-            _ => None,
-        };
-        if self.status_line {
-            let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
-            let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
-            eprint!(
-                "\r\x1b[2K[{t_s:6.1}s] live {} in {} sites, RSS {}",
-                human(live),
-                samples.len(),
-                human(rss)
-            );
-            let _ = std::io::stderr().flush();
-        }
+            };
+            if let Some((start, end)) = heap_range(self.pid) {
+                f.heap_bytes = end - start;
+                f.heap_resident_bytes = std::fs::File::open(format!("/proc/{}/pagemap", self.pid))
+                    .ok()
+                    .and_then(|pm| mappings::resident_bytes(&pm, start, end))
+                    .unwrap_or(0);
+            }
+            f
+        });
+        let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
+        let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
         self.checkpoints.push(Checkpoint {
             t_s,
             memory,
@@ -640,24 +705,19 @@ impl Session {
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
             batch,
             managed: self.gauge.as_mut().and_then(|g| g.sample()),
-            units_of_work: self.work_probe.as_ref().map(|_| self.tracer.work_units(self.pid)),
+            units_of_work: work.then(|| tracer.work_units(self.pid)),
             allocator,
         });
-    }
-
-    fn clear_status(&self) {
-        if self.status_line {
-            eprint!("\r\x1b[2K");
-        }
+        Some((live, rss))
     }
 
     /// The recording's stack for a kernel site, symbolized the first time it is seen.
-    fn stack_for(&mut self, mut key: SiteKey) -> u32 {
+    fn stack_for(&mut self, tracer: &Tracer, mut key: SiteKey) -> u32 {
         key.tgid = 0;
         if let Some(&id) = self.stack_index.get(&key) {
             return id;
         }
-        let kernel_ips = if key.stack_id >= 0 { self.tracer.stack(key.stack_id as u32) } else { None };
+        let kernel_ips = if key.stack_id >= 0 { tracer.stack(key.stack_id as u32) } else { None };
         let lost = kernel_ips.is_none();
         let ips = fix_caller(kernel_ips.unwrap_or_default(), key.caller);
         let frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
@@ -675,6 +735,206 @@ impl Session {
         });
         self.stack_index.insert(key, id);
         id
+    }
+}
+
+/// Print the coverage table: per object, which allocator family and functions are probed where.
+fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
+    let mut by_object: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in &scan.points {
+        let at = if p.entry_offset != p.offset { format!("{}+{}", p.function, p.entry_offset - p.offset) } else { p.function.clone() };
+        by_object.entry(p.object.path.display().to_string()).or_default().push(at);
+    }
+    for (object, functions) in by_object {
+        let fams: Vec<&str> = scan
+            .families
+            .iter()
+            .filter_map(|f| f.strip_prefix(object.as_str()).and_then(|r| r.strip_prefix(": ")))
+            .collect();
+        eprintln!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
+    }
+}
+
+struct Session {
+    tracer: Tracer,
+    targets: Vec<Traced>,
+    start: Instant,
+    status_line: bool,
+    mode: Mode,
+    work_probe: Option<WorkProbeSpec>,
+    follow_forks: bool,
+}
+
+/// Where the current batch of `leaktrace check` ends.
+#[derive(Clone, Copy, Debug)]
+enum BatchMark {
+    Time(Instant),
+    Units(u64),
+}
+
+/// How often the loop looks at the targets (exit, new mappings, forks) between checkpoints.
+const POLL: Duration = Duration::from_millis(100);
+
+impl Session {
+    async fn run(&mut self, opts: &RecordOptions) -> &'static str {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigint = signal(SignalKind::interrupt()).ok();
+        let mut sigterm = signal(SignalKind::terminate()).ok();
+        let mut sighup = signal(SignalKind::hangup()).ok();
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        self.checkpoint_all(None);
+        let mut next = Instant::now() + opts.interval;
+        let deadline = opts.duration.map(|d| self.start + d);
+        // Batch state (first target only): (next batch number, units or time at which it closes).
+        let mut batch: Option<(u32, BatchMark)> = match &opts.schedule {
+            Schedule::Periodic => None,
+            Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
+        };
+        loop {
+            tokio::select! {
+                _ = recv(&mut sigint) => { self.checkpoint_all(None); return "signal" }
+                _ = recv(&mut sigterm) => { self.checkpoint_all(None); return "signal" }
+                _ = recv(&mut sighup) => { self.checkpoint_all(None); return "signal" }
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            self.drain_events();
+            let t_s = self.start.elapsed().as_secs_f64();
+            for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
+                if t.gone() {
+                    // Its maps still hold everything it allocated: one last checkpoint.
+                    t.checkpoint(&self.tracer, t_s, None, self.work_probe.is_some());
+                    t.end_reason = Some("target-exited");
+                } else {
+                    t.symbolizer.refresh();
+                }
+            }
+            if self.targets.iter().all(|t| t.end_reason.is_some()) {
+                return "target-exited";
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                self.checkpoint_all(None);
+                return "duration";
+            }
+            if let (Some((n, mark)), Schedule::Batches { count, size, .. }) = (batch, &opts.schedule) {
+                let first = self.targets[0].pid;
+                let due = match mark {
+                    BatchMark::Time(t) => now >= t,
+                    BatchMark::Units(u) => self.tracer.work_units(first) >= u,
+                };
+                if due {
+                    self.checkpoint_all(Some(n));
+                    self.clear_status();
+                    eprintln!(
+                        "leaktrace: {} at {:.1}s",
+                        if n == 0 { "warm-up done, baseline taken".to_string() } else { format!("batch {n}/{count} done") },
+                        self.start.elapsed().as_secs_f64()
+                    );
+                    if n >= *count {
+                        return "batches-done";
+                    }
+                    let mark = match size {
+                        BatchSize::Seconds(d) => BatchMark::Time(now + *d),
+                        BatchSize::Units(k) => BatchMark::Units(self.tracer.work_units(first) + k),
+                    };
+                    batch = Some((n + 1, mark));
+                    next = now + opts.interval;
+                    continue;
+                }
+            }
+            if now >= next {
+                let t_s = self.start.elapsed().as_secs_f64();
+                for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
+                    t.rescan(&mut self.tracer, self.mode, self.work_probe.as_ref(), t_s);
+                }
+                self.checkpoint_all(None);
+                next += opts.interval;
+                if next < now {
+                    next = now + opts.interval;
+                }
+            }
+        }
+    }
+
+    /// Apply queued mapping events to their process; with --follow-forks, attach to new children
+    /// of traced processes.
+    fn drain_events(&mut self) {
+        let mut forks = Vec::new();
+        let targets = &mut self.targets;
+        self.tracer.drain_map_events(|ev| {
+            if ev.kind == leaktrace_common::map_event::FORK {
+                forks.push((ev.tgid, ev.addr as u32));
+                return;
+            }
+            if let Some(t) = targets.iter_mut().find(|t| t.pid == ev.tgid && t.end_reason.is_none()) {
+                t.space.apply(ev);
+            }
+        });
+        if !self.follow_forks {
+            return;
+        }
+        for (parent, child) in forks {
+            // sched_process_fork also fires for new threads: keep new processes only.
+            let is_process = std::fs::read_to_string(format!("/proc/{child}/status"))
+                .ok()
+                .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).map(|v| v.trim() == child.to_string()))
+                .unwrap_or(false);
+            if !is_process || self.targets.iter().any(|t| t.pid == child) {
+                continue;
+            }
+            let Ok(objects) = discover::mapped_objects(child) else { continue };
+            let opts = RecordOptions {
+                work_probe: self.work_probe.clone(),
+                mode: self.mode,
+                ..RecordOptions::default()
+            };
+            match Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), procinfo::exe(child), false, &opts, self.start) {
+                Ok(mut t) => {
+                    let t_s = self.start.elapsed().as_secs_f64();
+                    t.warnings.push(format!("forked by PID {parent}; traced from t={t_s:.1}s"));
+                    self.clear_status();
+                    eprintln!("leaktrace: following PID {child}, forked by PID {parent}");
+                    t.checkpoint(&self.tracer, t_s, None, self.work_probe.is_some());
+                    self.targets.push(t);
+                }
+                Err(e) => {
+                    if let Some(p) = self.targets.iter_mut().find(|t| t.pid == parent) {
+                        p.warnings.push(format!("could not follow child PID {child}: {e:#}"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn checkpoint_all(&mut self, batch: Option<u32>) {
+        self.drain_events();
+        let t_s = self.start.elapsed().as_secs_f64();
+        let (mut live, mut rss, mut n) = (0, 0, 0);
+        for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
+            if let Some((l, r)) = t.checkpoint(&self.tracer, t_s, batch, self.work_probe.is_some()) {
+                live += l;
+                rss += r;
+                n += 1;
+            }
+        }
+        if self.status_line {
+            let who = if n == 1 { format!("PID {}", self.targets[0].pid) } else { format!("{n} processes") };
+            eprint!("\r\x1b[2K[{t_s:6.1}s] {who}: live {}, RSS {}", human(live), human(rss));
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    fn clear_status(&self) {
+        if self.status_line {
+            eprint!("\r\x1b[2K");
+        }
     }
 }
 
