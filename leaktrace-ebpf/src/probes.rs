@@ -33,7 +33,7 @@ static STACKS: StackTrace = StackTrace::with_max_entries(1 << 14, 0);
 /// Allocator calls between entry and return, by pid_tgid (one per thread: nested calls are folded
 /// into the outermost one).
 #[map]
-static INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(1 << 14, BPF_F_NO_PREALLOC);
+static INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(1 << 14, 0);
 
 /// Loss and event counters, indexed by `leaktrace_common::counter::*`.
 #[map]
@@ -221,15 +221,22 @@ fn free_addr(tgid: u32, addr: u64) {
 #[inline(always)]
 fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
     let key = AllocKey { tgid, _pad: 0, addr };
-    if let Some(old) = ALLOCS.get_ptr(key) {
-        let old = unsafe { *old };
-        count(counter::ADDRESS_REUSED);
-        account_free(&old);
-    }
     let info = AllocInfo { size, ts_ns: unsafe { bpf_ktime_get_ns() }, site };
-    if ALLOCS.insert(key, info, 0).is_err() {
-        count(counter::ALLOCS_FULL);
-        return;
+    match ALLOCS.insert(key, info, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(EEXIST) => {
+            // The address is live already: the free of the old block was not seen.
+            if let Some(old) = ALLOCS.get_ptr_mut(key) {
+                let prev = unsafe { *old };
+                count(counter::ADDRESS_REUSED);
+                account_free(&prev);
+                unsafe { *old = info };
+            }
+        }
+        Err(_) => {
+            count(counter::ALLOCS_FULL);
+            return;
+        }
     }
     let mut stats = SITES.get_ptr_mut(site);
     if stats.is_none() {

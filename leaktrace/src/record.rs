@@ -653,6 +653,9 @@ impl Traced {
                 return None;
             }
         };
+        // Everything that moves is read together, before the slow part (symbolizing new stacks).
+        let units_of_work = work.then(|| tracer.work_units(self.pid));
+        let memory = procinfo::memory(self.pid);
         let mut samples = Vec::with_capacity(sites.len());
         for (key, stats) in sites {
             let stack = self.stack_for(tracer, key);
@@ -680,7 +683,6 @@ impl Traced {
             });
         }
         samples.sort_by_key(|s| s.stack);
-        let memory = procinfo::memory(self.pid);
         let allocator = resident.as_ref().map(|(_, mmap_resident)| {
             let mut f = AllocatorFootprint {
                 mmap_bytes: self.space.allocator_mapped_bytes(),
@@ -705,7 +707,7 @@ impl Traced {
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
             batch,
             managed: self.gauge.as_mut().and_then(|g| g.sample()),
-            units_of_work: work.then(|| tracer.work_units(self.pid)),
+            units_of_work,
             allocator,
         });
         Some((live, rss))
