@@ -4,10 +4,25 @@
 //! Runtime knowledge lives here, in one module per runtime, not in conditionals across the code.
 //! The recorder calls [`detect`] on the target's mapped objects and, at every checkpoint, the
 //! [`HeapGauge`] of the runtime if it has one (the JVM's hsperfdata). Site classification
-//! ([`classify_site`]) is a pure function of a recorded stack, applied at analysis time.
+//! ([`classify_site`]) is a pure function of a recorded stack, applied at analysis time, so
+//! `leaktrace report DIR` redoes it. The rules, and how each was checked on a real runtime, are
+//! written down in `docs/runtimes.md`.
+//!
+//! Frames: `frames[0]` is inside the allocator (or libc's mmap), `frames[1]` is the direct caller
+//! (read at the stack pointer on entry: always right), deeper frames come from a frame-pointer
+//! walk that may stop early or be wrong in code built without frame pointers (libpython, cgo's C
+//! wrappers). Every rule therefore decides on the nearest frames it can.
 
+use std::path::Path;
+
+use crate::allocators::is_allocator_frame;
 use crate::discover::MappedObject;
-use crate::recording::{ManagedHeap, Stack};
+use crate::recording::{Frame, ManagedHeap, Recording, Stack};
+
+pub mod go;
+pub mod jvm;
+pub mod node;
+pub mod python;
 
 /// What kind of memory a site holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -22,6 +37,24 @@ pub enum MemoryKind {
     OffHeap,
     /// The runtime's own bookkeeping (JVM's native memory, interpreter internals).
     Runtime,
+}
+
+impl MemoryKind {
+    /// Name used in reports: "managed", "native", "off-heap", "runtime".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Managed => "managed",
+            MemoryKind::Native => "native",
+            MemoryKind::OffHeap => "off-heap",
+            MemoryKind::Runtime => "runtime",
+        }
+    }
+}
+
+impl std::fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The runtime of a target.
@@ -41,20 +74,271 @@ pub trait HeapGauge: Send {
     fn sample(&mut self) -> Option<ManagedHeap>;
 }
 
-/// Detect the runtime of `pid` from the objects it maps (and its executable).
-pub fn detect(_pid: u32, _objects: &[MappedObject]) -> Option<RuntimeInfo> {
-    None
+/// Detect the runtime of `pid` from the objects it maps (and its executable). The first rule
+/// that recognises an object wins, in the order JVM, Python, Node, Go (a JVM or Node embedding
+/// Python is rare; a Go program never maps libjvm or libpython).
+pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
+    jvm::detect(pid, objects)
+        .or_else(|| python::detect(pid, objects))
+        .or_else(|| node::detect(pid, objects))
+        .or_else(|| go::detect(pid, objects))
 }
 
 /// The heap gauge of a detected runtime, if it has one.
-pub fn gauge(_pid: u32, _runtime: &RuntimeInfo) -> Option<Box<dyn HeapGauge>> {
-    None
+pub fn gauge(pid: u32, runtime: &RuntimeInfo) -> Option<Box<dyn HeapGauge>> {
+    match runtime.name.as_str() {
+        "jvm" => Some(Box::new(jvm::HsPerfGauge::new(pid))),
+        _ => None,
+    }
 }
 
 /// Classify a recorded site of a target running `runtime` ("native" when none).
-pub fn classify_site(_runtime: &str, stack: &Stack) -> MemoryKind {
-    match stack.kind.as_str() {
+pub fn classify_site(runtime: &str, stack: &Stack) -> MemoryKind {
+    if stack.kind == "mmap" && is_malloc_arena_mapping(stack) {
+        // glibc's own arenas, mapped inside free() (tcache set-up on a thread's first call),
+        // where no allocator call is in flight: what lives there is counted at malloc sites.
+        return MemoryKind::Runtime;
+    }
+    let rule = match runtime {
+        "python" => python::classify(stack),
+        "jvm" => jvm::classify(stack),
+        "go" => go::classify(stack),
+        "node" => node::classify(stack),
+        _ => None,
+    };
+    rule.unwrap_or(match stack.kind.as_str() {
         "mmap" => MemoryKind::OffHeap,
         _ => MemoryKind::Native,
+    })
+}
+
+/// Human name of a runtime's managed heap ("Python heap", "Java heap", ...).
+pub fn heap_name(runtime: &str) -> &'static str {
+    match runtime {
+        "python" => "Python heap",
+        "jvm" => "Java heap",
+        "go" => "Go heap",
+        "node" => "V8 heap",
+        _ => "managed heap",
+    }
+}
+
+/// What native and off-heap memory usually is in a runtime, for verdicts ("C extension").
+pub fn kind_origin(runtime: &str, kind: MemoryKind) -> &'static str {
+    match (runtime, kind) {
+        ("python", MemoryKind::Native) => "C extension",
+        ("python", MemoryKind::OffHeap) => "anonymous mapping",
+        ("python", MemoryKind::Runtime) => "interpreter internals",
+        ("jvm", MemoryKind::Native) => "JNI code",
+        ("jvm", MemoryKind::OffHeap) => "direct buffers / Unsafe",
+        ("jvm", MemoryKind::Runtime) => "the JVM's own native memory",
+        ("go", MemoryKind::Native) => "C code through cgo",
+        ("go", MemoryKind::OffHeap) => "mapping outside the Go heap",
+        ("go", MemoryKind::Runtime) => "Go runtime internals",
+        ("node", MemoryKind::Native) => "native addon",
+        ("node", MemoryKind::OffHeap) => "ArrayBuffer/Buffer backing stores",
+        ("node", MemoryKind::Runtime) => "V8/Node internals",
+        (_, MemoryKind::Managed) => "managed heap",
+        (_, MemoryKind::Native) => "native code",
+        (_, MemoryKind::OffHeap) => "anonymous mapping",
+        (_, MemoryKind::Runtime) => "allocator internals",
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Frame helpers shared by the per-runtime rules
+
+/// Last path component of a frame's object ("" when unknown).
+pub(crate) fn object_name(f: &Frame) -> &str {
+    f.object.as_deref().map(|o| o.rsplit('/').next().unwrap_or(o)).unwrap_or("")
+}
+
+/// The frame's function name ("" when unknown).
+pub(crate) fn function(f: &Frame) -> &str {
+    f.function.as_deref().unwrap_or("")
+}
+
+/// The C library (glibc or musl) or the dynamic loader.
+pub(crate) fn is_libc(f: &Frame) -> bool {
+    let o = object_name(f);
+    o.starts_with("libc.so") || o.starts_with("libc-") || o.starts_with("libc.musl") || o.starts_with("ld-linux") || o.starts_with("ld-musl")
+}
+
+/// The dynamic loader (ld.so): mappings of loaded objects' .bss and its own allocations.
+pub(crate) fn is_loader(f: &Frame) -> bool {
+    object_name(f).starts_with("ld-linux") || object_name(f).starts_with("ld-musl")
+}
+
+/// The callers of the allocation, nearest first: every frame after frame 0 that is not an
+/// allocator frame or wrapper (malloc, operator new, strdup, ...). For mmap sites libc frames
+/// are kept (pthread_create, the allocator's arena code tell where a mapping comes from).
+pub(crate) fn callers(stack: &Stack) -> impl Iterator<Item = &Frame> {
+    stack.frames.iter().skip(1).filter(|f| !f.function.as_deref().is_some_and(is_allocator_frame))
+}
+
+/// The nearest caller outside libc and the loader: the code that asked for the memory.
+pub(crate) fn first_caller(stack: &Stack) -> Option<&Frame> {
+    callers(stack).find(|f| !is_libc(f))
+}
+
+/// glibc malloc's own mappings (arena heaps), recognised by their nearest frames.
+fn is_malloc_arena_mapping(stack: &Stack) -> bool {
+    const ARENA: &[&str] = &["alloc_new_heap", "new_heap", "_int_new_arena", "arena_get2", "sysmalloc", "tcache_init"];
+    callers(stack).take(3).any(|f| is_libc(f) && ARENA.contains(&function(f)))
+}
+
+/// A thread stack (glibc's allocate_stack under pthread_create).
+pub(crate) fn is_thread_stack(stack: &Stack) -> bool {
+    callers(stack).take(3).any(|f| is_libc(f) && matches!(function(f), "allocate_stack" | "__pthread_create_2_1" | "pthread_create"))
+}
+
+/// Last path component of `path`.
+pub(crate) fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+// ----------------------------------------------------------------------------------------------
+// Series by kind
+
+/// Bytes of each kind at every checkpoint (time order, as [`crate::analyze::analyze`] sorts them),
+/// `(t_s, bytes)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KindSeries {
+    /// Managed-kind sites; for the JVM use [`gauge_series`] instead.
+    pub managed: Vec<(f64, u64)>,
+    /// Native-kind malloc sites (live bytes).
+    pub native: Vec<(f64, u64)>,
+    /// Off-heap sites.
+    pub offheap: Vec<(f64, u64)>,
+    /// Runtime-kind sites.
+    pub runtime: Vec<(f64, u64)>,
+}
+
+/// What a site holds at a checkpoint: a malloc site its live bytes; a mapping its resident
+/// bytes (virtual sizes of runtimes' reservations, e.g. the JVM's 1 GiB class space or Go's
+/// 64 MiB arenas, say nothing about memory use), falling back to the last resident figure known,
+/// then to its live (mapped) bytes when none was ever read.
+pub fn memory_by_kind(rec: &Recording) -> KindSeries {
+    use std::collections::HashMap;
+    let runtime = rec.target.runtime.as_deref().unwrap_or("native");
+    let kinds: HashMap<u32, (MemoryKind, bool)> =
+        rec.stacks.iter().map(|s| (s.id, (classify_site(runtime, s), s.kind == "mmap"))).collect();
+    let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
+    order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
+    // Per stack: (live bytes, last resident bytes known).
+    let mut held: HashMap<u32, (u64, Option<u64>)> = HashMap::new();
+    let mut out = KindSeries::default();
+    for ci in order {
+        let c = &rec.checkpoints[ci];
+        let mut here: HashMap<u32, (u64, Option<u64>)> = HashMap::new();
+        for s in &c.sites {
+            let e = here.entry(s.stack).or_insert((0, None));
+            e.0 = e.0.saturating_add(s.live_bytes());
+            if let Some(r) = s.resident_bytes {
+                e.1 = Some(e.1.unwrap_or(0).saturating_add(r));
+            }
+        }
+        for (id, (live, res)) in here {
+            let e = held.entry(id).or_insert((0, None));
+            e.0 = live;
+            if res.is_some() {
+                e.1 = res;
+            }
+        }
+        let mut sums = [0u64; 4];
+        for (id, (live, res)) in &held {
+            let (kind, is_map) = kinds.get(id).copied().unwrap_or((MemoryKind::Native, false));
+            let bytes = if is_map { res.unwrap_or(*live) } else { *live };
+            let k = match kind {
+                MemoryKind::Managed => 0,
+                MemoryKind::Native if !is_map => 1,
+                MemoryKind::Native | MemoryKind::OffHeap => 2,
+                MemoryKind::Runtime => 3,
+            };
+            sums[k] = sums[k].saturating_add(bytes);
+        }
+        out.managed.push((c.t_s, sums[0]));
+        out.native.push((c.t_s, sums[1]));
+        out.offheap.push((c.t_s, sums[2]));
+        out.runtime.push((c.t_s, sums[3]));
+    }
+    out
+}
+
+/// The runtime's own managed-heap figures (used bytes) at the checkpoints that have them, in time
+/// order. Empty when the runtime has no gauge.
+pub fn gauge_series(rec: &Recording) -> Vec<(f64, u64)> {
+    let mut v: Vec<(f64, u64)> = rec
+        .checkpoints
+        .iter()
+        .filter(|c| c.t_s.is_finite())
+        .filter_map(|c| c.managed.as_ref().map(|m| (c.t_s, m.used_bytes)))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A frame of `function` in `object`.
+    pub fn fr(function: &str, object: &str) -> Frame {
+        Frame { addr: 0x1000, object: Some(object.into()), function: Some(function.into()), ..Default::default() }
+    }
+
+    /// A stack of `kind` with these (function, object) frames, innermost first.
+    pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
+        Stack { id: 1, kind: kind.into(), frames: frames.iter().map(|(f, o)| fr(f, o)).collect(), lost: false }
+    }
+
+    pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    #[test]
+    fn native_targets_keep_the_simple_rule() {
+        let m = st("malloc", &[("malloc", LIBC), ("parse", "/usr/bin/app")]);
+        assert_eq!(classify_site("native", &m), MemoryKind::Native);
+        let o = st("mmap", &[("__GI___mmap64", LIBC), ("map_buffers", "/usr/bin/app")]);
+        assert_eq!(classify_site("native", &o), MemoryKind::OffHeap);
+    }
+
+    #[test]
+    fn glibc_arenas_mapped_inside_free_are_not_off_heap() {
+        let s = st("mmap", &[("__GI___mmap64", LIBC), ("alloc_new_heap", LIBC)]);
+        for rt in ["native", "python", "jvm", "go", "node"] {
+            assert_eq!(classify_site(rt, &s), MemoryKind::Runtime, "{rt}");
+        }
+    }
+
+    #[test]
+    fn series_use_resident_bytes_of_mappings() {
+        use crate::recording::{Checkpoint, SiteSample};
+        let mut rec: Recording = serde_json::from_value(serde_json::json!({
+            "format_version": crate::recording::FORMAT_VERSION, "leaktrace_version": "t",
+            "target": {"pid": 1, "command": [], "exe": "/usr/bin/python3.11", "launched": true,
+                       "exit_status": null, "runtime": "python"},
+            "mode": "exact", "started_unix_ms": 0, "interval_s": 1.0, "probes": [], "stacks": [],
+            "checkpoints": [], "end_reason": "duration"
+        }))
+        .unwrap();
+        let mut arena = st("mmap", &[("__GI___mmap64", LIBC), ("_PyObject_ArenaMmap", "/usr/lib/libpython3.11.so.1.0")]);
+        arena.id = 1;
+        let mut ext = st("malloc", &[("malloc", LIBC), ("parse_record", "/tmp/libx.so")]);
+        ext.id = 2;
+        rec.stacks = vec![arena, ext];
+        for (t, res) in [(0.0, Some(4096u64)), (1.0, Some(8192)), (2.0, None)] {
+            rec.checkpoints.push(Checkpoint {
+                t_s: t,
+                sites: vec![
+                    SiteSample { stack: 1, alloc_bytes: 1 << 20, alloc_count: 1, resident_bytes: res, ..Default::default() },
+                    SiteSample { stack: 2, alloc_bytes: 1000 * (t as u64 + 1), alloc_count: 1, ..Default::default() },
+                ],
+                ..Default::default()
+            });
+        }
+        let k = memory_by_kind(&rec);
+        assert_eq!(k.managed, vec![(0.0, 4096), (1.0, 8192), (2.0, 8192)]);
+        assert_eq!(k.native, vec![(0.0, 1000), (1.0, 2000), (2.0, 3000)]);
+        assert!(k.offheap.iter().all(|p| p.1 == 0));
     }
 }
