@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::allocators::is_allocator_frame;
 use crate::recording::{Frame, Recording, Stack};
+use crate::runtimes::MemoryKind;
 
 /// Absolute part of a site's noise floor, bytes per second: growth slower than this is never a
 /// leak (64 B/s is one small allocation a second; over an hour it is 225 KiB).
@@ -42,6 +43,9 @@ pub const PLATEAU_RATIO: f64 = 0.5;
 pub const FRAGMENTATION_RATIO: f64 = 0.25;
 /// |t| values are capped at this value (a perfectly straight line has an infinite t).
 pub const T_CAP: f64 = 1e6;
+/// Absolute part of the noise floor of a kind's series (managed, off-heap, ...), bytes per
+/// second: one page a second (mapped heaps move in pages).
+pub const KIND_FLOOR_BYTES_PER_S: f64 = 4096.0;
 
 /// Options of [`analyze`].
 #[derive(Clone, Debug, PartialEq)]
@@ -190,6 +194,9 @@ pub struct SiteAnalysis {
     pub id: u32,
     /// "malloc" or "mmap" ([`Stack::kind`]).
     pub kind: String,
+    /// What kind of memory the site holds under the target's runtime
+    /// ([`crate::runtimes::classify_site`]): managed, native, off-heap or runtime.
+    pub memory_kind: MemoryKind,
     /// Culprit: the innermost frame that is not an allocator frame
     /// ([`is_allocator_frame`]); else the innermost named frame; else `object+0xaddr`.
     pub function: String,
@@ -236,13 +243,41 @@ pub struct MemorySeries {
     pub rss_anon_bytes: Vec<(f64, u64)>,
     /// RssFile at each checkpoint that has memory figures.
     pub rss_file_bytes: Vec<(f64, u64)>,
-    /// Sum of the live bytes of all "malloc" sites, at every checkpoint.
+    /// Sum of the live bytes of the "malloc" sites of native kind (all malloc sites of a target
+    /// without a managed runtime), at every checkpoint.
     pub native_live_bytes: Vec<(f64, u64)>,
     /// Sum of the live bytes of all "mmap" sites (off-heap mappings), at every checkpoint.
     pub mmap_live_bytes: Vec<(f64, u64)>,
     /// Growth mode: sum of the bytes of all "fault" sites (pages made resident by first-touch
     /// page faults), at every checkpoint; empty when the recording has no such site.
     pub fault_bytes: Vec<(f64, u64)>,
+    /// The runtime's managed heap: the runtime's own used bytes where it has a gauge (the JVM's
+    /// hsperfdata, at the checkpoints that have it), else the bytes of the managed-kind sites
+    /// (live bytes of malloc sites, resident bytes of mappings). Empty without a runtime.
+    pub managed_bytes: Vec<(f64, u64)>,
+    /// Off-heap sites: resident bytes of off-heap mappings plus live bytes of off-heap malloc
+    /// sites (direct buffers, ArrayBuffer backing stores), at every checkpoint.
+    pub offheap_live_bytes: Vec<(f64, u64)>,
+    /// Runtime-kind sites (the runtime's and the allocator's own memory), same measure.
+    pub runtime_live_bytes: Vec<(f64, u64)>,
+}
+
+/// How one kind of memory moved over the run (the runtime split of the process series).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KindGrowth {
+    /// Managed, native, off-heap or runtime.
+    pub kind: MemoryKind,
+    /// Where the figures come from: "hsperfdata" (the runtime's gauge) or "sites".
+    pub source: String,
+    /// Bytes at the first and last point of the series.
+    pub start_bytes: u64,
+    pub end_bytes: u64,
+    /// Steady-window trend of the series.
+    pub trend: Trend,
+    /// max([`KIND_FLOOR_BYTES_PER_S`], [`SITE_FLOOR_FRACTION`] × peak / span duration).
+    pub noise_floor_bytes_per_s: f64,
+    /// The trend is significant growth above the noise floor.
+    pub grows: bool,
 }
 
 /// Start and end figures of the process, bytes.
@@ -318,6 +353,11 @@ pub struct Analysis {
     pub warnings: Vec<String>,
     /// [`AnalyzeOptions::top`].
     pub top: usize,
+    /// Managed runtime of the target ([`crate::recording::Target::runtime`]); None: native.
+    pub runtime: Option<String>,
+    /// Each kind of memory (managed, native, off-heap, runtime) over the run; the managed entry
+    /// only with a runtime.
+    pub kinds: Vec<KindGrowth>,
 }
 
 impl Analysis {
@@ -567,7 +607,10 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         ));
     }
     order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
-    let times: Vec<f64> = order.iter().map(|&i| rec.checkpoints[i].t_s).collect();
+    // Times rounded to the nanosecond: the analysis of a recording in memory and of the same
+    // recording read back from JSON must agree to the last bit.
+    let times: Vec<f64> =
+        order.iter().map(|&i| (rec.checkpoints[i].t_s * 1e9).round() / 1e9).collect();
     let n = times.len();
     let t0 = times.first().copied().unwrap_or(0.0);
     let duration = times.last().map_or(0.0, |t| t - t0).max(0.0);
@@ -729,11 +772,15 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         ));
     }
 
+    // What kind of memory each site holds under the target's runtime.
+    let runtime = rec.target.runtime.as_deref().unwrap_or("native");
+    let kinds: Vec<MemoryKind> = stacks.iter().map(|st| crate::runtimes::classify_site(runtime, st)).collect();
+
     // Per-site analysis.
     let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
     for (si, st) in stacks.iter().enumerate() {
         let ser = &series[si];
-        sites.push(analyze_site(st, ser, &times, span_duration, &win, f_drops, sample_bytes));
+        sites.push(analyze_site(st, ser, &times, span_duration, &win, f_drops, sample_bytes, kinds[si]));
     }
     sites.sort_by(|a, b| {
         b.live_bytes.cmp(&a.live_bytes).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
@@ -751,19 +798,23 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     for &ci in &order {
         let c = &rec.checkpoints[ci];
         if let Some(m) = &c.memory {
-            memory.rss_bytes.push((c.t_s, m.rss_bytes));
-            memory.rss_anon_bytes.push((c.t_s, m.rss_anon_bytes));
-            memory.rss_file_bytes.push((c.t_s, m.rss_file_bytes));
+            let t = (c.t_s * 1e9).round() / 1e9;
+            memory.rss_bytes.push((t, m.rss_bytes));
+            memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
+            memory.rss_file_bytes.push((t, m.rss_file_bytes));
         }
     }
     let mut native = vec![0u64; n];
     let mut mmap = vec![0u64; n];
     let mut fault = vec![0u64; n];
+    // malloc sites of a runtime that are not native (managed, off-heap, runtime kinds).
+    let mut other_malloc = vec![0u64; n];
     for (si, st) in stacks.iter().enumerate() {
         let target = match st.kind.as_str() {
             "mmap" => &mut mmap,
             "fault" => &mut fault,
-            _ => &mut native,
+            _ if kinds[si] == MemoryKind::Native => &mut native,
+            _ => &mut other_malloc,
         };
         for (k, v) in series[si].live_bytes.iter().enumerate() {
             target[k] = target[k].saturating_add(*v);
@@ -783,13 +834,53 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
 
     let native_trend = fit(&points(&times, &native, win.steady.clone()));
     let traced: Vec<u64> = (0..n)
-        .map(|k| native[k].saturating_add(mmap[k]).saturating_add(fault[k]))
+        .map(|k| native[k].saturating_add(mmap[k]).saturating_add(fault[k]).saturating_add(other_malloc[k]))
         .collect();
     let traced_trend = fit(&points(&times, &traced, win.steady.clone()));
     let (span_from, span_to) = (
         times.get(span.start).copied().unwrap_or(0.0),
         span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0),
     );
+    // The runtime split: managed, native, off-heap and runtime series and their trends.
+    let by_kind = crate::runtimes::memory_by_kind(rec);
+    let with_times = |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
+    let gauge: Vec<(f64, u64)> =
+        crate::runtimes::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
+    let managed_source = if !gauge.is_empty() { "hsperfdata" } else { "sites" };
+    if rec.target.runtime.is_some() {
+        memory.managed_bytes = if gauge.is_empty() { with_times(&by_kind.managed) } else { gauge };
+    }
+    memory.offheap_live_bytes = with_times(&by_kind.offheap);
+    memory.runtime_live_bytes = with_times(&by_kind.runtime);
+    let steady_from = times.get(win.steady.start).copied().unwrap_or(0.0);
+    let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
+        let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
+        let trend = fit(&points(&ts, &vs, time_range(&ts, steady_from, span_to)));
+        let peak = vs.iter().copied().max().unwrap_or(0);
+        let floor = if span_duration > 0.0 {
+            (SITE_FLOOR_FRACTION * peak as f64 / span_duration).max(KIND_FLOOR_BYTES_PER_S)
+        } else {
+            KIND_FLOOR_BYTES_PER_S
+        };
+        KindGrowth {
+            kind,
+            source: source.to_string(),
+            start_bytes: vs.first().copied().unwrap_or(0),
+            end_bytes: vs.last().copied().unwrap_or(0),
+            grows: trend.significant_growth && trend.slope_bytes_per_s > floor,
+            trend,
+            noise_floor_bytes_per_s: floor,
+        }
+    };
+    let mut kind_list = Vec::new();
+    if rec.target.runtime.is_some() {
+        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &memory.managed_bytes));
+    }
+    kind_list.push(kind_growth(MemoryKind::Native, "sites", &memory.native_live_bytes));
+    kind_list.push(kind_growth(MemoryKind::OffHeap, "sites", &memory.offheap_live_bytes));
+    kind_list.push(kind_growth(MemoryKind::Runtime, "sites", &memory.runtime_live_bytes));
+
     let rss_anon_trend = if memory.rss_anon_bytes.is_empty() {
         None
     } else {
@@ -822,6 +913,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         rss_anon: &memory.rss_anon_bytes,
         f_drops,
     });
+    let verdict = kind_verdict(verdict, rec.target.runtime.as_deref(), &kind_list, &sites, f_drops);
 
     Analysis {
         checkpoints: n,
@@ -841,6 +933,8 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         verdict,
         warnings,
         top: opts.top,
+        runtime: rec.target.runtime.clone(),
+        kinds: kind_list,
     }
 }
 
@@ -852,6 +946,7 @@ fn analyze_site(
     win: &Windows,
     f_drops: f64,
     sample_bytes: u64,
+    memory_kind: MemoryKind,
 ) -> SiteAnalysis {
     let (culprit_frame, function) = culprit(st);
     let live = &ser.live_bytes;
@@ -996,6 +1091,7 @@ fn analyze_site(
     SiteAnalysis {
         id: st.id,
         kind: st.kind.clone(),
+        memory_kind,
         function,
         culprit_frame,
         frames: st.frames.clone(),
@@ -1169,6 +1265,118 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
              steady window)",
             p.native_trend.slope_bytes_per_s
         ),
+    }
+}
+
+/// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
+/// not the code that keeps the objects reachable).
+fn heap_tool(runtime: &str) -> &'static str {
+    match runtime {
+        "python" => "tracemalloc or a heap dump (objgraph, guppy) shows which objects",
+        "jvm" => "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects",
+        "go" => "the heap profile (pprof) shows which allocations",
+        "node" => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
+        _ => "the runtime's heap tools show which objects",
+    }
+}
+
+/// For a target with a managed runtime, name the kind of memory that grows ("native leak in
+/// parse_record (C extension), Python heap flat"), with the other kinds' trends; a managed heap
+/// that grows significantly is a leak even without a leaking site (the JVM's heap is seen only
+/// through its gauge). Without a runtime the verdict is unchanged.
+fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: &[SiteAnalysis], f_drops: f64) -> Verdict {
+    use crate::report::human::{bytes as hb, rate as hr};
+    let Some(rt) = runtime else { return v };
+    let heap = crate::runtimes::heap_name(rt);
+    let label = |k: MemoryKind| if k == MemoryKind::Managed { heap.to_string() } else { k.as_str().to_string() };
+    let state = |g: &KindGrowth| {
+        if g.grows {
+            format!("{} grows {}", label(g.kind), hr(g.trend.slope_bytes_per_s))
+        } else {
+            format!("{} flat ({})", label(g.kind), hr(g.trend.slope_bytes_per_s))
+        }
+    };
+    let others = |except: MemoryKind| -> String {
+        kinds
+            .iter()
+            .filter(|g| g.kind != except && (g.kind != MemoryKind::Runtime || g.grows))
+            .map(state)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // The kind that leaks: the one whose leaking sites grow fastest in all.
+    let mut rates: Vec<(MemoryKind, f64)> = Vec::new();
+    for s in sites.iter().filter(|s| s.class == SiteClass::Leak) {
+        match rates.iter_mut().find(|(k, _)| *k == s.memory_kind) {
+            Some((_, r)) => *r += s.growth_bytes_per_s,
+            None => rates.push((s.memory_kind, s.growth_bytes_per_s)),
+        }
+    }
+    rates.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let managed = kinds.iter().find(|g| g.kind == MemoryKind::Managed);
+    let leak_kind = match (rates.first(), managed) {
+        (Some((k, _)), _) => Some(*k),
+        (None, Some(m)) if m.grows => Some(MemoryKind::Managed),
+        _ => None,
+    };
+    match leak_kind {
+        Some(MemoryKind::Managed) => {
+            let Some(m) = managed else { return v };
+            let site_conf = sites
+                .iter()
+                .filter(|s| s.class == SiteClass::Leak && s.memory_kind == MemoryKind::Managed)
+                .map(|s| s.confidence)
+                .fold(0.0f64, f64::max);
+            let gauge_conf = if m.grows { f_tstat(&m.trend) * f_points(m.trend.n) * f_drops } else { 0.0 };
+            let source = if m.source == "sites" { String::new() } else { format!(", {}", m.source) };
+            Verdict {
+                class: ProcessClass::Leak,
+                confidence: clamp_conf(site_conf.max(gauge_conf)),
+                summary: format!(
+                    "managed leak: the {heap} grows {} ({:.0} B/s ± {:.0} at 95 %{source}) over the \
+                     steady window to {}; {}. leaktrace sees the runtime's allocator, not the code \
+                     that keeps the objects: {}",
+                    hr(m.trend.slope_bytes_per_s),
+                    m.trend.slope_bytes_per_s,
+                    m.trend.ci95_bytes_per_s.unwrap_or(0.0),
+                    hb(m.end_bytes),
+                    others(MemoryKind::Managed),
+                    heap_tool(rt)
+                ),
+            }
+        }
+        Some(k) => {
+            let mut of_kind: Vec<&SiteAnalysis> =
+                sites.iter().filter(|s| s.class == SiteClass::Leak && s.memory_kind == k).collect();
+            of_kind.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
+            let Some(top) = of_kind.first() else { return v };
+            let mut summary = format!(
+                "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
+                 over the steady window; {} ({} B) live at the end",
+                top.function,
+                crate::runtimes::kind_origin(rt, k),
+                others(k),
+                top.function,
+                hr(top.growth_bytes_per_s),
+                top.growth_bytes_per_s,
+                top.growth_ci95_bytes_per_s.unwrap_or(0.0),
+                hb(top.live_bytes),
+                top.live_bytes
+            );
+            if of_kind.len() > 1 {
+                summary.push_str(&format!("; {} leaking {k} sites in all", of_kind.len()));
+            }
+            Verdict { class: ProcessClass::Leak, confidence: top.confidence, summary }
+        }
+        None => {
+            let all = kinds
+                .iter()
+                .filter(|g| g.kind != MemoryKind::Runtime || g.grows)
+                .map(state)
+                .collect::<Vec<_>>()
+                .join(", ");
+            Verdict { summary: format!("{}; by kind: {all}", v.summary), ..v }
+        }
     }
 }
 
