@@ -407,7 +407,10 @@ fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
     if program != exe {
         add(&program)?;
     }
-    for lib in loader_list(&program) {
+    // A static executable maps no shared library: it is its own allocator (or, fully stripped,
+    // has none to find, which must be said rather than probing a libc it never maps).
+    let Some(libs) = loader_list(&program) else { return Ok(out) };
+    for lib in libs {
         let _ = add(&lib);
     }
     for o in discover::mapped_objects(std::process::id())? {
@@ -437,11 +440,12 @@ fn script_interpreter(exe: &Path) -> Option<PathBuf> {
 }
 
 /// Shared libraries the dynamic loader will load for `exe` (PT_INTERP run with `--list`, which
-/// resolves without running the program). Empty for static executables or on any failure.
-fn loader_list(exe: &Path) -> Vec<PathBuf> {
+/// resolves without running the program). None for a static executable (an ELF file without
+/// PT_INTERP); empty on any other failure.
+fn loader_list(exe: &Path) -> Option<Vec<PathBuf>> {
     use object::read::elf::ProgramHeader as _;
-    let Ok(data) = std::fs::read(exe) else { return Vec::new() };
-    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else { return Vec::new() };
+    let Ok(data) = std::fs::read(exe) else { return Some(Vec::new()) };
+    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else { return Some(Vec::new()) };
     let endian = elf.endian();
     let interp = elf.elf_program_headers().iter().find_map(|ph| {
         (ph.p_type(endian) == object::elf::PT_INTERP)
@@ -449,11 +453,11 @@ fn loader_list(exe: &Path) -> Vec<PathBuf> {
             .flatten()
             .map(|d| String::from_utf8_lossy(d.split(|c| *c == 0).next().unwrap_or(d)).into_owned())
     });
-    let Some(interp) = interp else { return Vec::new() };
+    let interp = interp?;
     let Ok(out) = std::process::Command::new(&interp).arg("--list").arg(exe).stderr(std::process::Stdio::null()).output() else {
-        return Vec::new();
+        return Some(Vec::new());
     };
-    String::from_utf8_lossy(&out.stdout)
+    let libs = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let path = match l.split_once("=> ") {
@@ -463,7 +467,8 @@ fn loader_list(exe: &Path) -> Vec<PathBuf> {
             let path = path.split(" (").next()?.trim();
             path.starts_with('/').then(|| PathBuf::from(path))
         })
-        .collect()
+        .collect();
+    Some(libs)
 }
 
 /// One traced process and everything recorded about it.
