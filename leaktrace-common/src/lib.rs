@@ -45,6 +45,10 @@ pub mod op {
     pub const MEMALIGN: u32 = 7;
     pub const VALLOC: u32 = 8;
     pub const PVALLOC: u32 = 9;
+    /// A wrapper that allocates through a hooked function (strdup → malloc): its size is taken
+    /// from the nested call, its call stack from its own entry (where the frame-pointer walk is
+    /// still intact; glibc's strdup reuses %rbp before it calls malloc).
+    pub const WRAPPER: u32 = 10;
 }
 
 /// Indexes of the loss and event counters in the `COUNTERS` per-CPU array. The agent sums the

@@ -114,7 +114,13 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     if let Some(cur) = INFLIGHT.get_ptr_mut(pid_tgid) {
         let cur_sp = unsafe { (*cur).sp };
         if sp < cur_sp {
-            // Called from inside an allocator call of this thread: the outer call accounts for it.
+            // Called from inside an allocator call of this thread: the outer call accounts for
+            // it. A wrapper (strdup) learns its size from the call it makes.
+            unsafe {
+                if (*cur).op == op::WRAPPER && (*cur).size == 0 {
+                    (*cur).size = size;
+                }
+            }
             count(counter::NESTED_CALL);
             return 0;
         }
@@ -380,6 +386,12 @@ pub fn realloc_enter(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
     enter(&ctx, op::REALLOCARRAY, arg(&ctx, 1).wrapping_mul(arg(&ctx, 2)), arg(&ctx, 0))
+}
+
+/// An allocating wrapper (strdup, strndup, wcsdup): size from the nested allocator call.
+#[uprobe]
+pub fn wrapper_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx, op::WRAPPER, 0, 0)
 }
 
 /// `__rust_realloc(ptr, old_size, align, new_size)`.

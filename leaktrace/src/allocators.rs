@@ -95,10 +95,11 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "mimalloc (mi_)", prefix: "mi_" },
 ];
 
-/// C++ operator new/delete in all their forms (plain, array, nothrow, sized, aligned). Hooked in
-/// objects that are allocators themselves (tcmalloc, jemalloc, mimalloc define their own); the
-/// C++ runtime's operator new (libstdc++, libc++) calls malloc, which is hooked already.
-pub const CXX_API: &[Hook] = &[
+/// C++ operator new in all its forms (plain, array, nothrow, aligned). Hooked wherever defined:
+/// the C++ runtime's operator new (libstdc++) calls malloc without a frame of its own, so a probe
+/// on malloc alone would lose the function that called `new`; with operator new hooked, the
+/// malloc inside is folded into it.
+pub const CXX_NEW: &[Hook] = &[
     alloc("_Znwm", "malloc_enter"),
     alloc("_Znam", "malloc_enter"),
     alloc("_ZnwmRKSt9nothrow_t", "malloc_enter"),
@@ -107,6 +108,12 @@ pub const CXX_API: &[Hook] = &[
     alloc("_ZnamSt11align_val_t", "malloc_enter"),
     alloc("_ZnwmSt11align_val_tRKSt9nothrow_t", "malloc_enter"),
     alloc("_ZnamSt11align_val_tRKSt9nothrow_t", "malloc_enter"),
+];
+
+/// C++ operator delete in all its forms (plain, array, sized, nothrow, aligned). Hooked in
+/// objects that are allocators themselves (tcmalloc, jemalloc, mimalloc define their own); the
+/// C++ runtime's operator delete calls free, which is hooked already.
+pub const CXX_DELETE: &[Hook] = &[
     dealloc("_ZdlPv"),
     dealloc("_ZdaPv"),
     dealloc("_ZdlPvm"),
@@ -119,6 +126,15 @@ pub const CXX_API: &[Hook] = &[
     dealloc("_ZdaPvmSt11align_val_t"),
     dealloc("_ZdlPvSt11align_val_tRKSt9nothrow_t"),
     dealloc("_ZdaPvSt11align_val_tRKSt9nothrow_t"),
+];
+
+/// C library functions that allocate through malloc but break the frame-pointer chain before
+/// calling it (glibc's strdup keeps the length in %rbp): hooked at their own entry, where the
+/// caller's stack is intact; the size comes from the malloc they call.
+pub const WRAPPERS: &[Hook] = &[
+    alloc("strdup", "wrapper_enter"),
+    alloc("strndup", "wrapper_enter"),
+    alloc("wcsdup", "wrapper_enter"),
 ];
 
 /// Rust's allocator shims, hooked only when a process has no other allocator family (they

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use crate::allocators::{CXX_API, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, RUST_API};
+use crate::allocators::{CXX_DELETE, CXX_NEW, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, RUST_API, WRAPPERS};
 
 /// Why a PID cannot be traced. Each message names the PID and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -199,7 +199,9 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
     for fam in FAMILIES {
         names.extend(MALLOC_API.iter().map(|h| format!("{}{}", fam.prefix, h.function)));
     }
-    names.extend(CXX_API.iter().chain(RUST_API).chain([&MMAP_HOOK]).map(|h| h.function.to_string()));
+    names.extend(
+        CXX_NEW.iter().chain(CXX_DELETE).chain(WRAPPERS).chain(RUST_API).chain([&MMAP_HOOK]).map(|h| h.function.to_string()),
+    );
     let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut scan = AllocatorScan::default();
     let mut rust_candidates = Vec::new();
@@ -245,12 +247,29 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
             }
             if fam.prefix.is_empty() {
                 add(&mut scan, &MMAP_HOOK, MMAP_HOOK.function.to_string());
+                for hook in WRAPPERS {
+                    add(&mut scan, hook, hook.function.to_string());
+                }
+            }
+        }
+        // The C++ runtime's operator new (libstdc++, libc++) calls malloc from code built without
+        // frame pointers: at malloc's entry the frame-pointer walk skips operator new's caller,
+        // the function that did `new`. So operator new is probed wherever it is defined (the
+        // malloc inside is folded into it); operator delete only where the object is the
+        // allocator (elsewhere the free inside it is enough).
+        let mut cxx_new = false;
+        for hook in CXX_NEW {
+            if offsets.contains_key(hook.function) {
+                cxx_new = true;
+                add(&mut scan, hook, hook.function.to_string());
             }
         }
         if is_allocator {
-            for hook in CXX_API {
+            for hook in CXX_DELETE {
                 add(&mut scan, hook, hook.function.to_string());
             }
+        } else if cxx_new {
+            scan.families.push(format!("{}: C++ runtime operator new", obj.path.display()));
         } else if RUST_API.iter().all(|h| offsets.contains_key(h.function)) {
             rust_candidates.push((obj.clone(), offsets.clone()));
         }

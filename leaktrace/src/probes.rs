@@ -8,7 +8,7 @@ use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
-use aya::programs::{TracePoint, UProbe, uprobe::UProbeScope};
+use aya::programs::{TracePoint, UProbe, uprobe::{UProbeLinkId, UProbeScope}};
 use aya::{Ebpf, EbpfLoader};
 use leaktrace_common::{MapEvent, SiteKey, SiteStats, counter};
 
@@ -93,6 +93,8 @@ pub struct Tracer {
     pub mappings_unavailable: Option<String>,
     /// Probes attached so far, as (PID, object path as the target maps it, offset, program).
     attached: Vec<(u32, String, u64, &'static str)>,
+    /// Every uprobe link, to detach them all at once at the end (see [`Tracer::shutdown`]).
+    links: Vec<(&'static str, UProbeLinkId)>,
 }
 
 const PROGRAMS: &[&str] = &[
@@ -110,6 +112,7 @@ const PROGRAMS: &[&str] = &[
     "mmap_enter",
     "work_enter",
     "rust_realloc_enter",
+    "wrapper_enter",
 ];
 
 /// Syscall tracepoints for the address-space bookkeeping (see `mappings`).
@@ -171,7 +174,7 @@ impl Tracer {
             Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
             Mode::Growth => attach_page_faults(&mut ebpf).map_err(LoadError::Load)?,
         }
-        Ok(Tracer { ebpf, sites, stacks, counters, targets, work, events, mappings_unavailable, attached: Vec::new() })
+        Ok(Tracer { ebpf, sites, stacks, counters, targets, work, events, mappings_unavailable, attached: Vec::new(), links: Vec::new() })
     }
 
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
@@ -204,9 +207,10 @@ impl Tracer {
                     "entry" => (p.entry_offset, Some(p.placement.clone())),
                     _ => (p.offset, None),
                 };
-                prog.attach(offset, &p.object.open_path, scope).with_context(|| {
+                let link = prog.attach(offset, &p.object.open_path, scope).with_context(|| {
                     format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object)
                 })?;
+                self.links.push((program, link));
                 self.attached.push((pid, object.clone(), p.offset, program));
                 placed.push(ProbeInfo {
                     object: object.clone(),
@@ -225,9 +229,35 @@ impl Tracer {
     pub fn attach_work_probe(&mut self, pid: u32, object: &str, open_path: &std::path::Path, offset: u64) -> anyhow::Result<ProbeInfo> {
         let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
         let prog: &mut UProbe = self.ebpf.program_mut("work_enter").context("eBPF program work_enter missing")?.try_into()?;
-        prog.attach(offset, open_path, scope)
+        let link = prog
+            .attach(offset, open_path, scope)
             .with_context(|| format!("cannot place the work probe at offset {offset:#x} of {object}"))?;
+        self.links.push(("work_enter", link));
         Ok(ProbeInfo { object: object.to_string(), function: String::new(), kind: "work".to_string(), offset, placement: None })
+    }
+
+    /// Detach every probe and unload the programs. Removing a uprobe waits for an RCU grace
+    /// period (~0.1–0.25 s here); done one after another that is seconds for tens of probes, so
+    /// the links are dropped from several threads at once and their grace periods overlap.
+    pub fn shutdown(mut self) {
+        let mut links = Vec::with_capacity(self.links.len());
+        for (program, id) in std::mem::take(&mut self.links) {
+            if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()) {
+                if let Ok(link) = prog.take_link(id) {
+                    links.push(link);
+                }
+            }
+        }
+        let threads = links.len().clamp(1, 32);
+        let per = links.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            let mut rest = links;
+            while !rest.is_empty() {
+                let chunk: Vec<_> = rest.drain(..per.min(rest.len())).collect();
+                s.spawn(move || drop(chunk));
+            }
+        });
+        drop(self);
     }
 
     /// Units of work done by `tgid` since the work probe was attached (0 before the first call).

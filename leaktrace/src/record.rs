@@ -271,18 +271,22 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(&opts));
     session.clear_status();
+    let Session { tracer, targets, .. } = session;
+    // Detach in the background while the outputs are written.
+    let detach = std::thread::spawn(move || tracer.shutdown());
+    let mut session_targets = targets;
 
     // In launch mode the command does not outlive the recording.
-    for t in session.targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
+    for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
         t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
         if let Some(s) = t.exit_status {
             eprintln!("leaktrace: stopped {} ({s})", t.command.join(" "));
         }
     }
 
-    let several = session.targets.len() > 1 || several;
+    let several = session_targets.len() > 1 || several;
     let mut outcomes = Vec::new();
-    for mut t in std::mem::take(&mut session.targets) {
+    for mut t in session_targets {
         let recording = Recording {
             format_version: crate::recording::FORMAT_VERSION,
             leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -316,6 +320,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
         outcomes.push(RecordOutcome { dir: tdir, files, exit_status: t.exit_status, recording });
     }
     let summary_files = if several { write_summary(&dir, &outcomes, &skipped)? } else { Vec::new() };
+    let _ = detach.join();
     Ok(MultiOutcome { dir, outcomes, summary_files })
 }
 
@@ -497,6 +502,8 @@ struct Traced {
     probed: BTreeSet<(i32, i32, u64)>,
     /// Set when this process's recording ended before the run (it exited).
     end_reason: Option<&'static str>,
+    /// `exe` was read from /proc/PID/exe (launched commands: after their exec).
+    exe_resolved: bool,
 }
 
 impl Traced {
@@ -562,6 +569,7 @@ impl Traced {
             probes,
             probed,
             end_reason: None,
+            exe_resolved: !launched,
         };
         if !launched {
             t.detect_runtime(&objects);
@@ -599,6 +607,14 @@ impl Traced {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
         if self.nspid.is_empty() {
             self.nspid = procinfo::nspid(self.pid);
+        }
+        if self.launched && !self.exe_resolved {
+            // Launched commands: the executable as the running process sees it (/proc/PID/exe).
+            let exe = procinfo::exe(self.pid);
+            if !exe.is_empty() {
+                self.exe = exe;
+                self.exe_resolved = true;
+            }
         }
         self.detect_runtime(&objects);
         if let (Some(spec), false) = (work_probe, self.work_attached) {
