@@ -1175,8 +1175,9 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
             RSS_FLOOR_BYTES_PER_S
         };
         let traced = p.traced_trend;
-        let traced_flat = !traced.significant_growth
-            || traced.slope_bytes_per_s < FRAGMENTATION_RATIO * rt.slope_bytes_per_s;
+        // Flat means slow compared with RSS, whatever its significance: a noisy traced slope
+        // close to the RSS slope is not evidence of fragmentation.
+        let traced_flat = traced.slope_bytes_per_s < FRAGMENTATION_RATIO * rt.slope_bytes_per_s;
         if rt.significant_growth && rt.slope_bytes_per_s > floor && traced_flat && rt.n >= MIN_WINDOW_POINTS {
             let gap = 1.0 - (traced.slope_bytes_per_s.max(0.0) / rt.slope_bytes_per_s).min(1.0);
             let share = if p.win.whole_run { 0.6 } else { 1.0 };
