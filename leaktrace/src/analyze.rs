@@ -260,6 +260,9 @@ pub struct MemorySeries {
     pub offheap_live_bytes: Vec<(f64, u64)>,
     /// Runtime-kind sites (the runtime's and the allocator's own memory), same measure.
     pub runtime_live_bytes: Vec<(f64, u64)>,
+    /// Resident bytes the malloc allocator holds from the kernel (brk heap + its own mappings),
+    /// at each checkpoint that has the figure (`Checkpoint::allocator`); empty otherwise.
+    pub allocator_resident_bytes: Vec<(f64, u64)>,
 }
 
 /// How one kind of memory moved over the run (the runtime split of the process series).
@@ -299,6 +302,12 @@ pub struct Summary {
     pub native_growth_bytes_per_s: f64,
     /// Steady-window slope of RssAnon, bytes per second (None without memory figures).
     pub rss_anon_growth_bytes_per_s: Option<f64>,
+    /// Allocator resident bytes at the first checkpoint that has the figure.
+    pub allocator_resident_start_bytes: Option<u64>,
+    /// Allocator resident bytes at the last checkpoint that has the figure.
+    pub allocator_resident_end_bytes: Option<u64>,
+    /// Steady-window slope of the allocator resident bytes, bytes per second.
+    pub allocator_resident_growth_bytes_per_s: Option<f64>,
 }
 
 /// The process-level conclusion.
@@ -341,6 +350,8 @@ pub struct Analysis {
     pub native_trend: Trend,
     /// Steady-window trend of RssAnon (None without memory figures).
     pub rss_anon_trend: Option<Trend>,
+    /// Steady-window trend of the allocator's resident bytes (None without the figure).
+    pub allocator_trend: Option<Trend>,
     /// Loss counters (IS_LOSS) at the last checkpoint, by name; every loss counter is present.
     pub drops: BTreeMap<String, u64>,
     /// Sum of [`Analysis::drops`].
@@ -777,10 +788,11 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let kinds: Vec<MemoryKind> = stacks.iter().map(|st| crate::runtimes::classify_site(runtime, st)).collect();
 
     // Per-site analysis.
+    let ctx = SiteContext { times: &times, duration: span_duration, win: &win, f_drops, sample_bytes };
     let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
     for (si, st) in stacks.iter().enumerate() {
         let ser = &series[si];
-        sites.push(analyze_site(st, ser, &times, span_duration, &win, f_drops, sample_bytes, kinds[si]));
+        sites.push(analyze_site(st, ser, &ctx, kinds[si]));
     }
     sites.sort_by(|a, b| {
         b.live_bytes.cmp(&a.live_bytes).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
@@ -802,6 +814,10 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
             memory.rss_bytes.push((t, m.rss_bytes));
             memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
             memory.rss_file_bytes.push((t, m.rss_file_bytes));
+        }
+        if let Some(al) = &c.allocator {
+            let t = (c.t_s * 1e9).round() / 1e9;
+            memory.allocator_resident_bytes.push((t, al.resident_bytes()));
         }
     }
     let mut native = vec![0u64; n];
@@ -881,15 +897,19 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     kind_list.push(kind_growth(MemoryKind::OffHeap, "sites", &memory.offheap_live_bytes));
     kind_list.push(kind_growth(MemoryKind::Runtime, "sites", &memory.runtime_live_bytes));
 
-    let rss_anon_trend = if memory.rss_anon_bytes.is_empty() {
-        None
-    } else {
-        let mt: Vec<f64> = memory.rss_anon_bytes.iter().map(|p| p.0).collect();
-        let mv: Vec<u64> = memory.rss_anon_bytes.iter().map(|p| p.1).collect();
+    // Steady-window trend of a process series, over the analysed span.
+    let series_trend = |pts: &[(f64, u64)]| -> Option<Trend> {
+        if pts.is_empty() {
+            return None;
+        }
+        let mt: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        let mv: Vec<u64> = pts.iter().map(|p| p.1).collect();
         let r = time_range(&mt, span_from, span_to);
         let w = windows(&mt, r.clone(), r.end.saturating_sub(1));
         Some(fit(&points(&mt, &mv, w.steady)))
     };
+    let rss_anon_trend = series_trend(&memory.rss_anon_bytes);
+    let allocator_trend = series_trend(&memory.allocator_resident_bytes);
 
     let summary = Summary {
         rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
@@ -900,6 +920,9 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         native_live_end_bytes: native.last().copied().unwrap_or(0),
         native_growth_bytes_per_s: native_trend.slope_bytes_per_s,
         rss_anon_growth_bytes_per_s: rss_anon_trend.map(|t| t.slope_bytes_per_s),
+        allocator_resident_start_bytes: memory.allocator_resident_bytes.first().map(|p| p.1),
+        allocator_resident_end_bytes: memory.allocator_resident_bytes.last().map(|p| p.1),
+        allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
     };
 
     let verdict = process_verdict(&ProcessInput {
@@ -911,6 +934,8 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         traced_trend: &traced_trend,
         rss_anon_trend: rss_anon_trend.as_ref(),
         rss_anon: &memory.rss_anon_bytes,
+        allocator_trend: allocator_trend.as_ref(),
+        allocator: &memory.allocator_resident_bytes,
         f_drops,
     });
     let verdict = kind_verdict(verdict, rec.target.runtime.as_deref(), &kind_list, &sites, f_drops);
@@ -927,6 +952,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         summary,
         native_trend,
         rss_anon_trend,
+        allocator_trend,
         drops,
         drops_total,
         events,
@@ -938,16 +964,21 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
 }
 
-fn analyze_site(
-    st: &Stack,
-    ser: &Series,
-    times: &[f64],
+/// What every site's analysis shares.
+struct SiteContext<'a> {
+    /// Checkpoint times, sorted, seconds.
+    times: &'a [f64],
+    /// Duration of the analysed span, seconds.
     duration: f64,
-    win: &Windows,
+    win: &'a Windows,
+    /// Confidence factor for losses.
     f_drops: f64,
+    /// Sampled mode: mean distance between samples, bytes (0 otherwise).
     sample_bytes: u64,
-    memory_kind: MemoryKind,
-) -> SiteAnalysis {
+}
+
+fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: MemoryKind) -> SiteAnalysis {
+    let SiteContext { times, duration, win, f_drops, sample_bytes } = *ctx;
     let (culprit_frame, function) = culprit(st);
     let live = &ser.live_bytes;
     let count = &ser.live_count;
@@ -1133,7 +1164,20 @@ struct ProcessInput<'a> {
     traced_trend: &'a Trend,
     rss_anon_trend: Option<&'a Trend>,
     rss_anon: &'a [(f64, u64)],
+    allocator_trend: Option<&'a Trend>,
+    allocator: &'a [(f64, u64)],
     f_drops: f64,
+}
+
+/// Noise floor of a process series (RSS, allocator footprint), bytes per second:
+/// max([`RSS_FLOOR_BYTES_PER_S`], [`SITE_FLOOR_FRACTION`] × its peak / span duration).
+fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
+    let peak = series.iter().map(|x| x.1).max().unwrap_or(0);
+    if duration > 0.0 {
+        (SITE_FLOOR_FRACTION * peak as f64 / duration).max(RSS_FLOOR_BYTES_PER_S)
+    } else {
+        RSS_FLOOR_BYTES_PER_S
+    }
 }
 
 fn process_verdict(p: &ProcessInput) -> Verdict {
@@ -1166,35 +1210,70 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
         return Verdict { class: ProcessClass::Leak, confidence: top.confidence, summary };
     }
 
-    // Fragmentation: RSS-anon grows significantly, traced live bytes do not.
-    if let Some(rt) = p.rss_anon_trend {
-        let peak = p.rss_anon.iter().map(|x| x.1).max().unwrap_or(0);
-        let floor = if p.duration > 0.0 {
-            (SITE_FLOOR_FRACTION * peak as f64 / p.duration).max(RSS_FLOOR_BYTES_PER_S)
+    let share = if p.win.whole_run { 0.6 } else { 1.0 };
+    // `grows` grows significantly above its floor while `live` grows slower than a quarter of
+    // it. Flat means slow compared with `grows`, whatever its significance: a noisy live slope
+    // close to it is not evidence of fragmentation.
+    let outgrows = |grows: &Trend, floor: f64, live: &Trend| {
+        grows.n >= MIN_WINDOW_POINTS
+            && grows.significant_growth
+            && grows.slope_bytes_per_s > floor
+            && live.slope_bytes_per_s < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
+    };
+    let gap = |grows: &Trend, live: &Trend| {
+        1.0 - (live.slope_bytes_per_s.max(0.0) / grows.slope_bytes_per_s).min(1.0)
+    };
+
+    // Fragmentation, measured: the allocator's own resident memory (brk heap and arenas) grows,
+    // live malloc bytes do not.
+    let alloc_grows = p
+        .allocator_trend
+        .filter(|at| outgrows(at, process_floor(p.allocator, p.duration), p.native_trend));
+    if let Some(at) = alloc_grows {
+        let confidence = clamp_conf(
+            f_tstat(at) * f_points(at.n) * gap(at, p.native_trend) * share * p.f_drops,
+        );
+        let summary = format!(
+            "fragmentation: the allocator's resident memory (heap and arenas) grows {} ({:.0} B/s \
+             ± {:.0}) over the steady window while live native bytes stay flat ({:.0} B/s): freed \
+             memory is kept by the allocator (fragmentation or retention), not leaked",
+            hr(at.slope_bytes_per_s),
+            at.slope_bytes_per_s,
+            at.ci95_bytes_per_s.unwrap_or(0.0),
+            p.native_trend.slope_bytes_per_s
+        );
+        return Verdict { class: ProcessClass::Fragmentation, confidence, summary };
+    }
+
+    // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
+    let rss_grows = p
+        .rss_anon_trend
+        .filter(|rt| outgrows(rt, process_floor(p.rss_anon, p.duration), p.traced_trend));
+    if let Some(rt) = rss_grows {
+        // With the allocator's footprint measured (and not growing), the growth is not the
+        // malloc heap's.
+        let heap_flat = p.allocator_trend.is_some_and(|t| t.n >= MIN_WINDOW_POINTS);
+        let cause = if heap_flat {
+            "the malloc heap's own footprint does not grow, so the memory comes from elsewhere \
+             (an allocator that is not traced, thread stacks, mappings made before attach)"
         } else {
-            RSS_FLOOR_BYTES_PER_S
+            "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
+             that is not traced"
         };
-        let traced = p.traced_trend;
-        // Flat means slow compared with RSS, whatever its significance: a noisy traced slope
-        // close to the RSS slope is not evidence of fragmentation.
-        let traced_flat = traced.slope_bytes_per_s < FRAGMENTATION_RATIO * rt.slope_bytes_per_s;
-        if rt.significant_growth && rt.slope_bytes_per_s > floor && traced_flat && rt.n >= MIN_WINDOW_POINTS {
-            let gap = 1.0 - (traced.slope_bytes_per_s.max(0.0) / rt.slope_bytes_per_s).min(1.0);
-            let share = if p.win.whole_run { 0.6 } else { 1.0 };
-            let confidence =
-                clamp_conf((f_tstat(rt) * f_points(rt.n) * gap * share * p.f_drops).min(0.8));
-            let summary = format!(
-                "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
-                 traced live bytes stay flat ({:.0} B/s): the allocator holds freed memory \
-                 (fragmentation) or memory comes from an allocator that is not traced — not a \
-                 leak of traced allocations",
-                hr(rt.slope_bytes_per_s),
-                rt.slope_bytes_per_s,
-                rt.ci95_bytes_per_s.unwrap_or(0.0),
-                traced.slope_bytes_per_s
-            );
-            return Verdict { class: ProcessClass::Fragmentation, confidence, summary };
-        }
+        let f_heap = if heap_flat { 0.7 } else { 1.0 };
+        let confidence = clamp_conf(
+            (f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend) * share * p.f_drops * f_heap)
+                .min(0.8),
+        );
+        let summary = format!(
+            "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
+             traced live bytes stay flat ({:.0} B/s): {cause} — not a leak of traced allocations",
+            hr(rt.slope_bytes_per_s),
+            rt.slope_bytes_per_s,
+            rt.ci95_bytes_per_s.unwrap_or(0.0),
+            p.traced_trend.slope_bytes_per_s
+        );
+        return Verdict { class: ProcessClass::Fragmentation, confidence, summary };
     }
 
     if p.n < MIN_WINDOW_POINTS {
@@ -1730,6 +1809,38 @@ mod tests {
         let a = analyze(&r, &AnalyzeOptions::default());
         assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
         assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
+        assert!(a.verdict.confidence <= 0.8);
+    }
+
+    #[test]
+    fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
+        // Churn with flat live bytes; the allocator's resident heap grows 50 KB/s, RSS does not.
+        let mut r = recording(&times61(), vec![temp_site()], &|_| mem(40 << 20), &no_counters);
+        for c in &mut r.checkpoints {
+            c.allocator = Some(crate::recording::AllocatorFootprint {
+                heap_bytes: 1 << 30,
+                heap_resident_bytes: (1 << 20) + (50_000.0 * c.t_s) as u64,
+                ..Default::default()
+            });
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("allocator's resident memory"));
+        assert!(a.verdict.confidence > 0.8, "{}", a.verdict.confidence);
+        assert_eq!(a.memory.allocator_resident_bytes.len(), 61);
+        assert_eq!(a.summary.allocator_resident_end_bytes, Some((1 << 20) + 3_000_000));
+
+        // RSS grows but the allocator's footprint is flat: memory from elsewhere.
+        let mut r = recording(&times61(), vec![temp_site()], &|t| mem((40 << 20) + (100_000.0 * t) as u64), &no_counters);
+        for c in &mut r.checkpoints {
+            c.allocator = Some(crate::recording::AllocatorFootprint {
+                heap_resident_bytes: 1 << 20,
+                ..Default::default()
+            });
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("footprint does not grow"), "{}", a.verdict.summary);
         assert!(a.verdict.confidence <= 0.8);
     }
 

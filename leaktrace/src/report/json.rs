@@ -166,6 +166,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "native_live_bytes": series(&a.memory.native_live_bytes),
             "mmap_live_bytes": series(&a.memory.mmap_live_bytes),
             "fault_bytes": series(&a.memory.fault_bytes),
+            "allocator_resident_bytes": series(&a.memory.allocator_resident_bytes),
         },
         "summary": {
             "rss_start_bytes": s.rss_start_bytes,
@@ -178,6 +179,9 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "native_growth_ci95_bytes_per_s": opt_num(a.native_trend.ci95_bytes_per_s),
             "rss_anon_growth_bytes_per_s": opt_num(s.rss_anon_growth_bytes_per_s),
             "rss_anon_growth_ci95_bytes_per_s": opt_num(a.rss_anon_trend.and_then(|t| t.ci95_bytes_per_s)),
+            "allocator_resident_start_bytes": s.allocator_resident_start_bytes,
+            "allocator_resident_end_bytes": s.allocator_resident_end_bytes,
+            "allocator_resident_growth_bytes_per_s": opt_num(s.allocator_resident_growth_bytes_per_s),
         },
         "drops": drops,
         "events": a.events,

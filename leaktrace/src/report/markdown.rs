@@ -157,6 +157,15 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         let tr = a.rss_anon_trend.map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
         let _ = writeln!(md, "- RSS anon: {} → {}{tr}", bytes(b), bytes(e));
     }
+    if let (Some(b), Some(e)) = (s.allocator_resident_start_bytes, s.allocator_resident_end_bytes) {
+        let _ = writeln!(
+            md,
+            "- allocator resident (heap + arenas): {} → {}; trend {} over the steady window",
+            bytes(b),
+            bytes(e),
+            rate(s.allocator_resident_growth_bytes_per_s.unwrap_or(0.0))
+        );
+    }
     let _ = writeln!(
         md,
         "- live native bytes (malloc, allocated since attach): {} ({}) → {} ({}); trend {} ({:.1} B/s, ±{} at 95 %) over {:.0}–{:.0} s",

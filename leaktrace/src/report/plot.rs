@@ -68,6 +68,7 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
         ("live native bytes (malloc)", "#2ca02c", a.memory.native_live_bytes.as_slice()),
         ("live mmap bytes (off-heap)", "#9467bd", a.memory.mmap_live_bytes.as_slice()),
         ("first-touch fault bytes", "#8c564b", a.memory.fault_bytes.as_slice()),
+        ("allocator resident", "#d62728", a.memory.allocator_resident_bytes.as_slice()),
     ]
     .into_iter()
     .filter(|(name, _, pts)| {
