@@ -1068,10 +1068,15 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         let f_turn = 1.0 - 2.0 / to;
         let f_flat = 1.0 - 0.5 * (steady.slope_bytes_per_s.abs() / floor).min(1.0);
         confidence = clamp_conf(f_turn * f_flat * f_n * f_drops);
+        let churn = if peak == 0 {
+            "every block was freed before the next checkpoint".to_string()
+        } else {
+            format!("allocated {to:.1}× its peak live bytes and freed them")
+        };
         reason = format!(
-            "allocated {:.1}× its peak live bytes and freed them: short-lived blocks; live bytes do \
-             not grow beyond noise ({:.1} B/s, floor {:.1} B/s)",
-            to, steady.slope_bytes_per_s, floor
+            "{churn}: short-lived blocks; live bytes do not grow beyond noise ({:.1} B/s, floor \
+             {:.1} B/s)",
+            steady.slope_bytes_per_s, floor
         );
     } else if (grows && (plateau || !count_ok))
         || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0)

@@ -251,16 +251,23 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     if !temps.is_empty() {
         md.push_str("Temporary churn (allocated and freed):\n\n");
         for c in &temps {
+            let held = if c.evidence.peak_live_bytes == 0 {
+                "never live at a checkpoint".to_string()
+            } else {
+                format!(
+                    "peak live {}, live at end {} ({:.0}× turnover)",
+                    bytes(c.evidence.peak_live_bytes),
+                    bytes(c.live_bytes),
+                    c.evidence.turnover.unwrap_or(0.0)
+                )
+            };
             let _ = writeln!(
                 md,
-                "- {}: allocated {} ({}) in {} calls, peak live {}, live at end {} ({:.0}× turnover)",
+                "- {}: allocated {} ({}) in {} calls, {held}",
                 c.function,
                 bytes(c.allocated_bytes),
                 exact(c.allocated_bytes),
                 c.allocations,
-                bytes(c.evidence.peak_live_bytes),
-                bytes(c.live_bytes),
-                c.evidence.turnover.unwrap_or(0.0)
             );
         }
         md.push('\n');
