@@ -1,5 +1,8 @@
 //! Developer tasks for leaktrace: `cargo xtask <setup|build|test|demo|bench>`.
 //!
+//! `bench` (bench.rs) measures what tracing costs and writes docs/benchmarks.md; it installs its
+//! own tools (bpftrace, heaptrack, redis) and is not part of CI.
+//!
 //! Every command this runs is printed first (`xtask: $ ...`, on stderr).
 //!
 //! `setup` installs, when missing, what building the eBPF object needs on a fresh Debian machine:
@@ -14,6 +17,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
+
+mod bench;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
@@ -49,8 +54,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Benchmarks (not yet implemented).
-    Bench,
+    /// setup, release build, then measure what tracing costs (microbenchmark against empty probes,
+    /// a naive bpftrace script and heaptrack; redis and Python workloads; the agent at 1 M live
+    /// allocations) and write docs/benchmarks.md (needs root; installs bpftrace, heaptrack, redis).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,10 +68,7 @@ fn main() -> ExitCode {
         Cmd::Build => setup().and_then(|()| build()),
         Cmd::Test { args } => test(&args),
         Cmd::Demo { args } => demo(&args),
-        Cmd::Bench => {
-            eprintln!("xtask: bench: not yet implemented");
-            return ExitCode::FAILURE;
-        }
+        Cmd::Bench(args) => bench::bench(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
