@@ -277,7 +277,8 @@ pub struct KindGrowth {
     pub end_bytes: u64,
     /// Steady-window trend of the series.
     pub trend: Trend,
-    /// max([`KIND_FLOOR_BYTES_PER_S`], [`SITE_FLOOR_FRACTION`] × peak / span duration).
+    /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
+    /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
     pub noise_floor_bytes_per_s: f64,
     /// The trend is significant growth above the noise floor.
     pub grows: bool,
@@ -874,10 +875,12 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
         let trend = fit(&points(&ts, &vs, time_range(&ts, steady_from, span_to)));
         let peak = vs.iter().copied().max().unwrap_or(0);
+        // Native bytes are exact malloc sizes (a site's floor); the other series hold pages.
+        let abs_floor = if kind == MemoryKind::Native { SITE_FLOOR_BYTES_PER_S } else { KIND_FLOOR_BYTES_PER_S };
         let floor = if span_duration > 0.0 {
-            (SITE_FLOOR_FRACTION * peak as f64 / span_duration).max(KIND_FLOOR_BYTES_PER_S)
+            (SITE_FLOOR_FRACTION * peak as f64 / span_duration).max(abs_floor)
         } else {
-            KIND_FLOOR_BYTES_PER_S
+            abs_floor
         };
         KindGrowth {
             kind,
@@ -1435,10 +1438,12 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
                 sites.iter().filter(|s| s.class == SiteClass::Leak && s.memory_kind == k).collect();
             of_kind.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
             let Some(top) = of_kind.first() else { return v };
+            let stack = Stack { id: top.id, kind: top.kind.clone(), frames: top.frames.clone(), lost: top.stack_lost };
+            let name = crate::runtimes::site_label(rt, k, &stack).unwrap_or_else(|| top.function.clone());
             let mut summary = format!(
                 "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
                  over the steady window; {} ({} B) live at the end",
-                top.function,
+                name,
                 crate::runtimes::kind_origin(rt, k),
                 others(k),
                 top.function,
@@ -1941,6 +1946,44 @@ mod tests {
         let a = analyze(&r, &AnalyzeOptions::default());
         assert_eq!(a.sites[0].growth_bytes_per_s, 0.0);
         assert_ne!(a.verdict.class, ProcessClass::Leak);
+    }
+
+    #[test]
+    fn runtime_split_names_the_growing_kind() {
+        const LIBPY: &str = "/usr/lib/libpython3.11.so.1.0";
+        let ext = Stack {
+            id: 1,
+            kind: "malloc".into(),
+            frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("parse_record", "/tmp/libcleak.so", None)],
+            lost: false,
+        };
+        let objs = Stack {
+            id: 2,
+            kind: "malloc".into(),
+            frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("_PyObject_Malloc", LIBPY, None)],
+            lost: false,
+        };
+        let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
+        let steady: SiteFn = Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
+        let mut r = recording(&times61(), vec![(ext, leak), (objs, steady)], &|t| mem((10 << 20) + (1000.0 * t) as u64), &no_counters);
+        r.target.runtime = Some("python".into());
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(site(&a, 1).memory_kind, MemoryKind::Native);
+        assert_eq!(site(&a, 2).memory_kind, MemoryKind::Managed);
+        assert_eq!(a.verdict.class, ProcessClass::Leak);
+        assert!(a.verdict.summary.starts_with("native leak in parse_record (C extension), Python heap flat"), "{}", a.verdict.summary);
+        assert_eq!(a.memory.managed_bytes.last().map(|p| p.1), Some(50_000));
+        assert_eq!(a.memory.native_live_bytes.last().map(|p| p.1), Some(61_000));
+        let managed = a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).unwrap();
+        assert!(!managed.grows);
+        assert!(a.kinds.iter().find(|k| k.kind == MemoryKind::Native).unwrap().grows);
+
+        // The same recording without a runtime: no managed series, verdict as before.
+        r.target.runtime = None;
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert!(a.memory.managed_bytes.is_empty());
+        assert!(a.verdict.summary.starts_with("leak: "), "{}", a.verdict.summary);
+        assert_eq!(a.summary.native_live_end_bytes, 61_000 + 50_000);
     }
 
     #[test]

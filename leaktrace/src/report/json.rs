@@ -61,6 +61,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
     json!({
         "id": s.id,
         "kind": s.kind,
+        "memory_kind": s.memory_kind.as_str(),
         "function": s.function,
         "culprit_frame": s.culprit_frame,
         "class": s.class.as_str(),
@@ -126,6 +127,22 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
     let mut warnings: Vec<String> = rec.warnings.clone();
     warnings.extend(a.warnings.iter().cloned());
     let s = &a.summary;
+    let by_kind: Vec<Value> = a
+        .kinds
+        .iter()
+        .map(|k| {
+            json!({
+                "kind": k.kind.as_str(),
+                "source": k.source,
+                "start_bytes": k.start_bytes,
+                "end_bytes": k.end_bytes,
+                "growth_bytes_per_s": num(k.trend.slope_bytes_per_s),
+                "growth_ci95_bytes_per_s": opt_num(k.trend.ci95_bytes_per_s),
+                "noise_floor_bytes_per_s": num(k.noise_floor_bytes_per_s),
+                "grows": k.grows,
+            })
+        })
+        .collect();
     json!({
         "schema": SCHEMA_VERSION,
         "leaktrace_version": rec.leaktrace_version,
@@ -138,6 +155,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "exe": t.exe,
             "launched": t.launched,
             "exit_status": t.exit_status,
+            "runtime": t.runtime,
+            "runtime_version": t.runtime_version,
         },
         "mode": rec.mode,
         "sample_bytes": rec.sample_bytes,
@@ -166,6 +185,9 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "native_live_bytes": series(&a.memory.native_live_bytes),
             "mmap_live_bytes": series(&a.memory.mmap_live_bytes),
             "fault_bytes": series(&a.memory.fault_bytes),
+            "managed_bytes": series(&a.memory.managed_bytes),
+            "offheap_live_bytes": series(&a.memory.offheap_live_bytes),
+            "runtime_live_bytes": series(&a.memory.runtime_live_bytes),
             "allocator_resident_bytes": series(&a.memory.allocator_resident_bytes),
         },
         "summary": {
@@ -179,6 +201,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "native_growth_ci95_bytes_per_s": opt_num(a.native_trend.ci95_bytes_per_s),
             "rss_anon_growth_bytes_per_s": opt_num(s.rss_anon_growth_bytes_per_s),
             "rss_anon_growth_ci95_bytes_per_s": opt_num(a.rss_anon_trend.and_then(|t| t.ci95_bytes_per_s)),
+            "by_kind": by_kind,
             "allocator_resident_start_bytes": s.allocator_resident_start_bytes,
             "allocator_resident_end_bytes": s.allocator_resident_end_bytes,
             "allocator_resident_growth_bytes_per_s": opt_num(s.allocator_resident_growth_bytes_per_s),

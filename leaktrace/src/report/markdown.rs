@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use crate::analyze::{Analysis, SiteAnalysis, SiteClass, basename, frame_label, is_allocator};
 use crate::recording::{Frame, Recording};
+use crate::runtimes::MemoryKind;
 
 use super::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
 
@@ -69,7 +70,7 @@ pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
     out
 }
 
-fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis) {
+fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&str>) {
     let e = &s.evidence;
     let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, s.class, s.confidence);
     let ci = s.growth_ci95_bytes_per_s.map_or(String::from("n/a"), |c| format!("{c:.0} B/s"));
@@ -98,11 +99,50 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis) {
     );
     let kind = if s.kind == "malloc" { String::new() } else { format!(" [{} site]", s.kind) };
     let _ = writeln!(md, "- why: {}{kind}", e.reason);
+    if let Some(rt) = runtime {
+        let _ = writeln!(md, "- memory kind: {} ({})", s.memory_kind, crate::runtimes::kind_origin(rt, s.memory_kind));
+    }
     md.push_str("\n```\n");
     for l in stack_lines(s) {
         let _ = writeln!(md, "{l}");
     }
     md.push_str("```\n\n");
+}
+
+/// The runtime split, side by side with RSS: which kind of memory grows, with numbers.
+fn memory_by_kind(md: &mut String, a: &Analysis) {
+    let Some(rt) = a.runtime.as_deref() else { return };
+    let heap = crate::runtimes::heap_name(rt);
+    let _ = writeln!(md, "## Memory by kind ({rt})\n");
+    md.push_str("| memory | start | end | trend over the steady window | grows |\n|---|---|---|---|---|\n");
+    let row = |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, grows: Option<bool>| {
+        let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
+        let trend = tr.map_or("n/a".to_string(), |t| {
+            format!("{} ({:.0} B/s, ±{} at 95 %)", rate(t.slope_bytes_per_s), t.slope_bytes_per_s, t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s")))
+        });
+        let g = match grows {
+            Some(true) => "**yes**",
+            Some(false) => "no",
+            None => "",
+        };
+        let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
+    };
+    row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, None);
+    row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), None);
+    for k in &a.kinds {
+        let (name, pts) = match k.kind {
+            MemoryKind::Managed if k.source == "sites" => (format!("managed: {heap} (its sites)"), &a.memory.managed_bytes),
+            MemoryKind::Managed => (format!("managed: {heap} (used, {})", k.source), &a.memory.managed_bytes),
+            MemoryKind::Native => ("native: malloc from native code".to_string(), &a.memory.native_live_bytes),
+            MemoryKind::OffHeap => (format!("off-heap: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.offheap_live_bytes),
+            MemoryKind::Runtime => (format!("runtime: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.runtime_live_bytes),
+        };
+        row(md, &name, pts, Some(&k.trend), Some(k.grows));
+    }
+    md.push_str(
+        "\nMappings count their resident bytes, malloc sites their live bytes; only memory \
+         allocated since attach is seen at sites.\n\n",
+    );
 }
 
 /// The whole report.md.
@@ -123,6 +163,10 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let _ = writeln!(md, "- pid: {}{ns}", t.pid);
     let _ = writeln!(md, "- command: `{}`", t.command.join(" ").replace('`', "'"));
     let _ = writeln!(md, "- exe: {}", t.exe);
+    if let Some(rt) = &t.runtime {
+        let v = t.runtime_version.as_deref().map(|v| format!(" {v}")).unwrap_or_default();
+        let _ = writeln!(md, "- runtime: {rt}{v}");
+    }
     let how = if t.launched {
         match t.exit_status {
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
@@ -180,6 +224,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         a.native_trend.to_s,
     );
     md.push('\n');
+    memory_by_kind(&mut md, a);
 
     // Top sites.
     let mut shown: HashSet<u32> = HashSet::new();
@@ -189,7 +234,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         md.push_str("No site's live bytes grow.\n\n");
     }
     for (i, site) in growth.iter().enumerate() {
-        site_block(&mut md, i + 1, site);
+        site_block(&mut md, i + 1, site, a.runtime.as_deref());
         shown.insert(site.id);
     }
     let live = a.top_by_live();
@@ -216,7 +261,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             if shown.contains(&site.id) {
                 continue;
             }
-            site_block(&mut md, i + 1, site);
+            site_block(&mut md, i + 1, site, a.runtime.as_deref());
         }
     }
 

@@ -59,7 +59,8 @@ fn fmt_tick(v: f64, step: f64) -> String {
 }
 
 /// The plot as an SVG document. Series: VmRSS, RssAnon (when memory figures exist) and the live
-/// bytes of malloc sites (always), plus off-heap mmap live bytes when any. `subtitle` is shown
+/// bytes of native malloc sites (always), plus off-heap mmap live bytes when any; with a managed
+/// runtime, the managed heap and the off-heap bytes of the runtime split. `subtitle` is shown
 /// under the title (e.g. the command).
 pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
     let series: Vec<Line> = [
@@ -68,11 +69,17 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
         ("live native bytes (malloc)", "#2ca02c", a.memory.native_live_bytes.as_slice()),
         ("live mmap bytes (off-heap)", "#9467bd", a.memory.mmap_live_bytes.as_slice()),
         ("first-touch fault bytes", "#8c564b", a.memory.fault_bytes.as_slice()),
-        ("allocator resident", "#d62728", a.memory.allocator_resident_bytes.as_slice()),
+        ("managed heap", "#d62728", a.memory.managed_bytes.as_slice()),
+        ("off-heap (resident mappings, direct buffers)", "#17becf", a.memory.offheap_live_bytes.as_slice()),
+        ("allocator resident", "#e377c2", a.memory.allocator_resident_bytes.as_slice()),
     ]
     .into_iter()
+    // With a managed runtime, mapped (virtual) bytes are dominated by reservations (a JVM's
+    // class space, Go's arenas): the runtime split shows resident off-heap bytes instead.
+    .filter(|(name, _, _)| !(name.starts_with("live mmap") && a.runtime.is_some()))
+    .filter(|(name, _, _)| !(name.starts_with("off-heap") && a.runtime.is_none()))
     .filter(|(name, _, pts)| {
-        !pts.is_empty() && (!name.starts_with("live mmap") || pts.iter().any(|p| p.1 > 0))
+        !pts.is_empty() && (!(name.starts_with("live mmap") || name.starts_with("off-heap")) || pts.iter().any(|p| p.1 > 0))
     })
     .collect();
 

@@ -69,6 +69,23 @@ const JDK_LIBS: &[&str] = &[
     "liblcms.so", "libjavajpeg.so", "libmlib_image.so", "libsplashscreen.so", "libjsound.so", "libsaproc.so",
 ];
 
+/// The os::malloc/os::realloc overloads that Unsafe's native methods call.
+fn is_unsafe_wrapper(name: &str) -> bool {
+    name == "os::malloc(unsigned long, MEMFLAGS)" || name == "os::realloc(void*, unsigned long, MEMFLAGS)"
+}
+
+/// A better name than the innermost frame for a site of `kind` (e.g. the Unsafe entry point
+/// rather than os::malloc).
+pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
+    if kind != MemoryKind::OffHeap || stack.kind != "malloc" {
+        return None;
+    }
+    match callers(stack).find(|f| function(f).starts_with("Unsafe_")) {
+        Some(f) => Some(format!("{} (Unsafe.allocateMemory: direct buffers)", function(f))),
+        None => Some("Unsafe.allocateMemory (direct buffers; stack lost after os::malloc)".to_string()),
+    }
+}
+
 fn is_jvm_code(f: &Frame) -> bool {
     let o = object_name(f);
     o == "libjvm.so" || JDK_LIBS.contains(&o) || f.object.as_deref().is_some_and(|p| p.contains("/lib/jvm/"))
@@ -85,6 +102,14 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
                 return Some(MemoryKind::OffHeap);
             }
             let f = first_caller(stack)?;
+            if stack.lost && is_unsafe_wrapper(function(f)) {
+                // Only the direct caller is known. The two-argument os::malloc (os::realloc) with
+                // the three-argument one inlined is what Unsafe_AllocateMemory0
+                // (Unsafe_ReallocateMemory0) calls; few other callers use it. Stacks are lost
+                // when the walk runs into JIT code without frame pointers
+                // (-XX:+PreserveFramePointer keeps most of them).
+                return Some(MemoryKind::OffHeap);
+            }
             Some(if is_jvm_code(f) { MemoryKind::Runtime } else { MemoryKind::Native })
         }
         "mmap" => {
@@ -280,6 +305,11 @@ mod tests {
         assert_eq!(classify(&code), Some(MemoryKind::Runtime));
         let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
         assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
+        let mut lost = st("malloc", &[("os::malloc(unsigned long, MEMFLAGS)", JVM)]);
+        lost.lost = true;
+        assert_eq!(classify(&lost), Some(MemoryKind::OffHeap));
+        assert!(site_label(MemoryKind::OffHeap, &lost).unwrap().contains("Unsafe.allocateMemory"));
+        assert_eq!(site_label(MemoryKind::OffHeap, &direct).as_deref(), Some("Unsafe_AllocateMemory0 (Unsafe.allocateMemory: direct buffers)"));
     }
 
     /// A PerfData buffer with the given counters, in the JVM's layout.

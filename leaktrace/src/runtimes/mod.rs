@@ -112,6 +112,15 @@ pub fn classify_site(runtime: &str, stack: &Stack) -> MemoryKind {
     })
 }
 
+/// A better label than the culprit frame for a site of `kind`, where a runtime knows one (the
+/// JVM's Unsafe entry point instead of os::malloc). None: the culprit frame is the label.
+pub fn site_label(runtime: &str, kind: MemoryKind, stack: &Stack) -> Option<String> {
+    match runtime {
+        "jvm" => jvm::site_label(kind, stack),
+        _ => None,
+    }
+}
+
 /// Human name of a runtime's managed heap ("Python heap", "Java heap", ...).
 pub fn heap_name(runtime: &str) -> &'static str {
     match runtime {
@@ -171,9 +180,11 @@ pub(crate) fn is_loader(f: &Frame) -> bool {
 
 /// The callers of the allocation, nearest first: every frame after frame 0 that is not an
 /// allocator frame or wrapper (malloc, operator new, strdup, ...). For mmap sites libc frames
-/// are kept (pthread_create, the allocator's arena code tell where a mapping comes from).
+/// are kept (pthread_create, the allocator's arena code tell where a mapping comes from). A lost
+/// stack holds only the direct caller, as its frame 0.
 pub(crate) fn callers(stack: &Stack) -> impl Iterator<Item = &Frame> {
-    stack.frames.iter().skip(1).filter(|f| !f.function.as_deref().is_some_and(is_allocator_frame))
+    let skip = if stack.lost { 0 } else { 1 };
+    stack.frames.iter().skip(skip).filter(|f| !f.function.as_deref().is_some_and(is_allocator_frame))
 }
 
 /// The nearest caller outside libc and the loader: the code that asked for the memory.
@@ -293,6 +304,13 @@ pub(crate) mod tests {
     }
 
     pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    #[test]
+    fn lost_stacks_are_classified_by_their_direct_caller() {
+        let mut s = st("malloc", &[("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0")]);
+        s.lost = true;
+        assert_eq!(classify_site("python", &s), MemoryKind::Managed);
+    }
 
     #[test]
     fn native_targets_keep_the_simple_rule() {
