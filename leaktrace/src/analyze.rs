@@ -1392,7 +1392,16 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
             .collect::<Vec<_>>()
             .join(", ")
     };
-    // The kind that leaks: the one whose leaking sites grow fastest in all.
+    // The kind that leaks: the fastest-growing series among managed, native and off-heap (runtime
+    // only when nothing else grows: glibc's arenas, counted there, fill as native leaks grow);
+    // without a growing series, the kind whose leaking sites grow fastest in all.
+    let managed = kinds.iter().find(|g| g.kind == MemoryKind::Managed);
+    let mut growing: Vec<&KindGrowth> = kinds.iter().filter(|g| g.grows && g.kind != MemoryKind::Runtime).collect();
+    if growing.is_empty() {
+        growing = kinds.iter().filter(|g| g.grows).collect();
+    }
+    growing.sort_by(|a, b| b.trend.slope_bytes_per_s.total_cmp(&a.trend.slope_bytes_per_s));
+    let has_leak_site = |k: MemoryKind| sites.iter().any(|s| s.class == SiteClass::Leak && s.memory_kind == k);
     let mut rates: Vec<(MemoryKind, f64)> = Vec::new();
     for s in sites.iter().filter(|s| s.class == SiteClass::Leak) {
         match rates.iter_mut().find(|(k, _)| *k == s.memory_kind) {
@@ -1401,11 +1410,9 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
         }
     }
     rates.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let managed = kinds.iter().find(|g| g.kind == MemoryKind::Managed);
-    let leak_kind = match (rates.first(), managed) {
-        (Some((k, _)), _) => Some(*k),
-        (None, Some(m)) if m.grows => Some(MemoryKind::Managed),
-        _ => None,
+    let leak_kind = match growing.iter().find(|g| g.kind == MemoryKind::Managed || has_leak_site(g.kind)) {
+        Some(g) => Some(g.kind),
+        None => rates.first().map(|(k, _)| *k),
     };
     match leak_kind {
         Some(MemoryKind::Managed) => {

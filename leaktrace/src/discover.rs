@@ -293,6 +293,16 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
         }
     }
     if scan.points.is_empty() {
+        // A Go program without cgo has no malloc: its heap is mapped by the runtime with raw
+        // mmap syscalls, which the syscall tracepoints see without any allocator probe.
+        if let Some(go) = objects.iter().find(|o| crate::runtimes::go::is_go_binary(&o.open_path)) {
+            scan.notes.push(format!(
+                "{}: a Go program without a C allocator (no cgo): no malloc probe; the Go heap is \
+                 traced through its mmap/munmap syscalls",
+                go.path.display()
+            ));
+            return Ok(scan);
+        }
         let searched = if scan.searched.is_empty() {
             "no mapped ELF objects".to_string()
         } else {
