@@ -8,7 +8,9 @@
 //! `setup` installs, when missing, what building the eBPF object needs on a fresh Debian machine:
 //! the nightly toolchain's rust-src (rustup), LLVM 22 (apt: llvm-22-dev, libpolly-22-dev) and
 //! bpf-linker (cargo install); and what the end-to-end tests need: gcc and g++ to build the
-//! fixtures. It skips whatever is already present, so running it again is cheap.
+//! fixtures, jemalloc and tcmalloc (libjemalloc-dev, libgoogle-perftools-dev) and the static C
+//! library to link some of them with, bpftool, unshare and setpriv. It skips whatever is
+//! already present, so running it again is cheap.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt as _;
@@ -190,6 +192,7 @@ fn setup() -> Result<()> {
     ensure_nightly_rust_src()?;
     ensure_bpf_linker(&mut apt)?;
     ensure_c_compilers(&mut apt)?;
+    ensure_production_test_tools(&mut apt)?;
     check_python();
     eprintln!("xtask: setup: done");
     Ok(())
@@ -306,6 +309,47 @@ fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
         )?;
     }
     eprintln!("xtask: ok: gcc and g++");
+    Ok(())
+}
+
+/// What the production end-to-end tests (tests/tests/production.rs) need besides the compilers:
+/// jemalloc and tcmalloc to link fixtures with, the static C library (`gcc -static`), bpftool
+/// (to see that a killed agent leaves no eBPF program behind), and util-linux's unshare and
+/// setpriv (a container, a non-root run).
+fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
+    // gcc prints the full path of a library it can link with, else only the name given.
+    let gcc_finds = |file: &str| {
+        query("gcc", &[&format!("-print-file-name={file}")])
+            .is_some_and(|p| Path::new(p.trim()).is_absolute())
+    };
+    let sbin_or_path = |prog: &str| {
+        which(prog).is_some()
+            || ["/usr/sbin", "/sbin"]
+                .iter()
+                .any(|d| Path::new(d).join(prog).is_file())
+    };
+    let mut missing: Vec<&str> = Vec::new();
+    for (ok, pkg) in [
+        (gcc_finds("libjemalloc.so"), "libjemalloc-dev"),
+        (gcc_finds("libtcmalloc.so"), "libgoogle-perftools-dev"),
+        (gcc_finds("libc.a"), "libc6-dev"),
+        (sbin_or_path("bpftool"), "bpftool"),
+        (sbin_or_path("unshare") && sbin_or_path("setpriv"), "util-linux"),
+        (which("strip").is_some(), "binutils"),
+    ] {
+        if !ok && !missing.contains(&pkg) {
+            missing.push(pkg);
+        }
+    }
+    if !missing.is_empty() {
+        apt.install(
+            &missing,
+            "jemalloc, tcmalloc, the static C library, bpftool or util-linux (needed by the \
+             production end-to-end tests)",
+            &[],
+        )?;
+    }
+    eprintln!("xtask: ok: jemalloc, tcmalloc, static libc, bpftool, unshare and setpriv");
     Ok(())
 }
 
