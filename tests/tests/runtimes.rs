@@ -1,0 +1,304 @@
+//! Managed runtimes: for Python, the JVM, Go and Node, two workloads each whose truth is known —
+//! one grows the runtime's managed heap, the other native or off-heap memory — traced by
+//! `leaktrace record -- CMD`. Each test asserts the runtime detected, that the right kind of
+//! memory grows (at the expected rate where the bytes are known exactly) and that the other kinds
+//! stay flat: their steady-window slope below [`FLAT_SHARE`] of the growing kind's.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use leaktrace_tests::*;
+
+/// Recording length of every test.
+const DURATION: &str = "8s";
+/// A kind that should not grow may move by at most this share of the growing kind's slope
+/// (what the workload itself adds there: the Java objects of direct buffers, the V8 objects of
+/// Buffers, the Go slice of C pointers).
+const FLAT_SHARE: f64 = 0.10;
+
+fn src(name: &str) -> PathBuf {
+    fixture_source("runtimes").join(name)
+}
+
+fn build_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = temp_root().join("runtimes");
+        std::fs::create_dir_all(&d).expect("create runtimes fixture dir");
+        d
+    })
+}
+
+fn check(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what} (`cargo xtask setup` installs it): {e}"));
+    assert!(out.status.success(), "{what} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// libcleak.so: parse_record mallocs and never frees.
+fn cleak() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let out = build_dir().join("libcleak.so");
+        check(
+            Command::new("gcc").args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"]).arg(&out).arg(src("cleak.c")),
+            "gcc",
+        );
+        out
+    })
+}
+
+/// The directory holding Grow.class.
+fn java_classes() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let out = build_dir().join("java");
+        std::fs::create_dir_all(&out).unwrap();
+        check(Command::new("javac").arg("-d").arg(&out).arg(src("Grow.java")), "javac");
+        out
+    })
+}
+
+/// A Go fixture built with `go build` (cgo on or off).
+fn go_build(dir: &str, cgo: bool) -> PathBuf {
+    let out = build_dir().join(dir);
+    let cache = build_dir().join("gocache");
+    check(
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(&out)
+            .arg(".")
+            .current_dir(src(dir))
+            .env("CGO_ENABLED", if cgo { "1" } else { "0" })
+            .env("GOCACHE", &cache)
+            .env("GOFLAGS", "-mod=mod")
+            .env("GO111MODULE", "on"),
+        "go build",
+    );
+    out
+}
+
+fn go_cgo() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| go_build("go-cgo", true))
+}
+
+fn go_pure() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| go_build("go-pure", false))
+}
+
+/// Record `cmd` for [`DURATION`]; the report, and a context string for failure messages.
+fn record(name: &str, cmd: Command) -> (Report, String, OutDir) {
+    let out = OutDir::new(name);
+    let o = record_launch(&out, &["--duration", DURATION], cmd);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let kinds = r.get(&["summary", "by_kind"]).clone();
+    let ctx = format!(
+        "report {}:\nverdict: {}\nby kind: {kinds:#}\n{}\nleaktrace stderr:\n{}",
+        out.path.display(),
+        r.json["verdict"],
+        r.summary(),
+        o.stderr
+    );
+    // The measured numbers, for the log (`--nocapture`).
+    let slopes: Vec<String> = kinds
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| format!("{} {:.0} B/s{}", k["kind"].as_str().unwrap_or("?"), k["growth_bytes_per_s"].as_f64().unwrap_or(0.0), if k["grows"] == true { " (grows)" } else { "" }))
+        .collect();
+    eprintln!("{name}: {}; verdict: {}", slopes.join(", "), r.json["verdict"]["summary"].as_str().unwrap_or(""));
+    (r, ctx, out)
+}
+
+fn kind<'a>(r: &'a Report, k: &str, ctx: &str) -> &'a Value {
+    r.get(&["summary", "by_kind"])
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["kind"] == k))
+        .unwrap_or_else(|| panic!("summary.by_kind has no {k}\n{ctx}"))
+}
+
+/// Assert `k` grows (significantly, above its floor) at least `min_rate` B/s; returns its slope.
+fn assert_grows(r: &Report, k: &str, min_rate: f64, ctx: &str) -> f64 {
+    let v = kind(r, k, ctx);
+    let slope = f64_of(v, "growth_bytes_per_s");
+    assert_eq!(v["grows"].as_bool(), Some(true), "{k} should grow\n{ctx}");
+    assert!(slope >= min_rate, "{k} grows {slope:.0} B/s, expected at least {min_rate:.0}\n{ctx}");
+    slope
+}
+
+/// Assert each of `kinds` moves by less than FLAT_SHARE of `growing` B/s.
+fn assert_flat(r: &Report, kinds: &[&str], growing: f64, ctx: &str) {
+    for k in kinds {
+        let slope = f64_of(kind(r, k, ctx), "growth_bytes_per_s");
+        assert!(
+            slope.abs() < FLAT_SHARE * growing,
+            "{k} should stay flat: {slope:.0} B/s is not below {:.0}% of the growing kind's {growing:.0} B/s\n{ctx}",
+            FLAT_SHARE * 100.0
+        );
+    }
+}
+
+fn assert_runtime(r: &Report, name: &str, ctx: &str) {
+    assert_eq!(r.get(&["target", "runtime"]).as_str(), Some(name), "target.runtime\n{ctx}");
+    let managed = r.get(&["memory", "managed_bytes"]).as_array().expect("memory.managed_bytes");
+    assert!(!managed.is_empty(), "memory.managed_bytes is empty\n{ctx}");
+    for s in ["native_live_bytes", "offheap_live_bytes", "rss_bytes"] {
+        assert!(r.get(&["memory", s]).as_array().is_some_and(|a| !a.is_empty()), "memory.{s}\n{ctx}");
+    }
+    let md = std::fs::read_to_string(r.dir.join("report.md")).unwrap();
+    assert!(md.contains("## Memory by kind"), "report.md has no memory-by-kind table\n{ctx}");
+}
+
+fn assert_verdict_starts(r: &Report, prefix: &str, ctx: &str) {
+    assert_eq!(r.json["verdict"]["class"], "leak", "verdict class\n{ctx}");
+    let s = str_of(&r.json["verdict"], "summary");
+    assert!(s.starts_with(prefix), "the verdict should start with {prefix:?}: {s}\n{ctx}");
+}
+
+/// The site with the largest growth among those of memory kind `k`.
+fn top_site_of_kind<'a>(r: &'a Report, k: &str, ctx: &str) -> &'a Value {
+    r.sites()
+        .iter()
+        .filter(|s| s["memory_kind"] == k)
+        .max_by(|a, b| f64_of(a, "growth_bytes_per_s").total_cmp(&f64_of(b, "growth_bytes_per_s")))
+        .unwrap_or_else(|| panic!("no site of kind {k}\n{ctx}"))
+}
+
+// ----------------------------------------------------------------------------------------------
+// Python
+
+#[test]
+fn python_objects_grow_the_python_heap() {
+    require_root();
+    let mut cmd = Command::new(python());
+    cmd.arg(src("grow.py")).args(["managed", "6000"]);
+    let (r, ctx, _out) = record("py-managed", cmd);
+    assert_runtime(&r, "python", &ctx);
+    // A dict with a string, an int list: several hundred bytes per iteration.
+    let g = assert_grows(&r, "managed", 500_000.0, &ctx);
+    assert_flat(&r, &["native", "off-heap"], g, &ctx);
+    assert_verdict_starts(&r, "managed leak: the Python heap grows", &ctx);
+}
+
+#[test]
+fn python_c_library_leak_is_native() {
+    require_root();
+    let mut cmd = Command::new(python());
+    cmd.arg(src("grow.py")).args(["native", "5000"]).env("CLEAK", cleak());
+    let (r, ctx, _out) = record("py-native", cmd);
+    assert_runtime(&r, "python", &ctx);
+    let g = assert_grows(&r, "native", 0.8 * 5_000_000.0, &ctx);
+    assert!(g < 1.2 * 5_000_000.0, "native grows {g:.0} B/s, expected 5000 × 1000 B/s ± 20%\n{ctx}");
+    assert_flat(&r, &["managed", "off-heap"], g, &ctx);
+    let top = top_site_of_kind(&r, "native", &ctx);
+    assert_eq!(top["function"], "parse_record", "the top native site\n{ctx}");
+    assert_eq!(top["class"], "leak", "parse_record's class\n{ctx}");
+    assert_verdict_starts(&r, "native leak in parse_record (C extension), Python heap flat", &ctx);
+}
+
+// ----------------------------------------------------------------------------------------------
+// JVM
+
+fn java(mode: &str, rate: &str, size: &str) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args(["-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp"])
+        .arg(java_classes())
+        .args(["Grow", mode, rate, size]);
+    cmd
+}
+
+#[test]
+fn jvm_array_list_grows_the_java_heap() {
+    require_root();
+    let (r, ctx, _out) = record("jvm-managed", java("managed", "5000", "1000"));
+    assert_runtime(&r, "jvm", &ctx);
+    let m = kind(&r, "managed", &ctx);
+    assert_eq!(m["source"], "hsperfdata", "the Java heap is measured from hsperfdata\n{ctx}");
+    // 5000 × (1000 + 16 header) B/s of arrays, with young-generation garbage on top.
+    let g = assert_grows(&r, "managed", 0.5 * 5_000_000.0, &ctx);
+    assert_flat(&r, &["native", "off-heap"], g, &ctx);
+    assert_verdict_starts(&r, "managed leak: the Java heap grows", &ctx);
+}
+
+#[test]
+fn jvm_direct_buffers_are_off_heap() {
+    require_root();
+    let (r, ctx, _out) = record("jvm-offheap", java("offheap", "500", "16384"));
+    assert_runtime(&r, "jvm", &ctx);
+    let g = assert_grows(&r, "off-heap", 0.8 * 500.0 * 16384.0, &ctx);
+    assert!(g < 1.2 * 500.0 * 16384.0, "off-heap grows {g:.0} B/s, expected 500 × 16 KiB/s ± 20%\n{ctx}");
+    assert_flat(&r, &["managed", "native"], g, &ctx);
+    assert_verdict_starts(&r, "off-heap leak in Unsafe", &ctx);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Go
+
+#[test]
+fn go_map_grows_the_go_heap() {
+    require_root();
+    let mut cmd = Command::new(go_cgo());
+    cmd.args(["managed", "5000"]);
+    let (r, ctx, _out) = record("go-managed", cmd);
+    assert_runtime(&r, "go", &ctx);
+    let g = assert_grows(&r, "managed", 0.4 * 5_000_000.0, &ctx);
+    assert_flat(&r, &["native", "off-heap"], g, &ctx);
+    assert_verdict_starts(&r, "managed leak: the Go heap grows", &ctx);
+}
+
+#[test]
+fn go_cstring_never_freed_is_native() {
+    require_root();
+    let mut cmd = Command::new(go_cgo());
+    cmd.args(["native", "5000"]);
+    let (r, ctx, _out) = record("go-native", cmd);
+    assert_runtime(&r, "go", &ctx);
+    let g = assert_grows(&r, "native", 0.8 * 5_000_000.0, &ctx);
+    assert!(g < 1.2 * 5_000_000.0, "native grows {g:.0} B/s, expected 5000 × 1000 B/s ± 20%\n{ctx}");
+    assert_flat(&r, &["managed", "off-heap"], g, &ctx);
+    let top = top_site_of_kind(&r, "native", &ctx);
+    assert!(str_of(top, "function").contains("Cfunc__Cmalloc"), "C.CString's cgo wrapper is the culprit\n{ctx}");
+    assert_verdict_starts(&r, "native leak in", &ctx);
+}
+
+#[test]
+fn go_without_cgo_is_traced_through_its_mappings() {
+    require_root();
+    let mut cmd = Command::new(go_pure());
+    cmd.arg("5000");
+    let (r, ctx, _out) = record("go-pure", cmd);
+    assert_runtime(&r, "go", &ctx);
+    assert!(r.json["probes"].as_array().is_some_and(|p| p.is_empty()), "no malloc to probe in a pure-Go binary\n{ctx}");
+    let g = assert_grows(&r, "managed", 0.4 * 5_000_000.0, &ctx);
+    assert_flat(&r, &["native", "off-heap"], g, &ctx);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Node
+
+#[test]
+fn node_objects_grow_the_v8_heap() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.arg(src("grow.js")).args(["managed", "20000", "0"]);
+    let (r, ctx, _out) = record("node-managed", cmd);
+    assert_runtime(&r, "node", &ctx);
+    let g = assert_grows(&r, "managed", 1_000_000.0, &ctx);
+    assert_flat(&r, &["native", "off-heap"], g, &ctx);
+    assert_verdict_starts(&r, "managed leak: the V8 heap grows", &ctx);
+}
+
+#[test]
+fn node_retained_buffers_are_off_heap() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.arg(src("grow.js")).args(["offheap", "500", "16384"]);
+    let (r, ctx, _out) = record("node-offheap", cmd);
+    assert_runtime(&r, "node", &ctx);
+    let g = assert_grows(&r, "off-heap", 0.8 * 500.0 * 16384.0, &ctx);
+    assert!(g < 1.2 * 500.0 * 16384.0, "off-heap grows {g:.0} B/s, expected 500 × 16 KiB/s ± 20%\n{ctx}");
+    assert_flat(&r, &["managed", "native"], g, &ctx);
+    assert_verdict_starts(&r, "off-heap leak in", &ctx);
+}
