@@ -193,8 +193,30 @@ fn setup() -> Result<()> {
     ensure_bpf_linker(&mut apt)?;
     ensure_c_compilers(&mut apt)?;
     ensure_production_test_tools(&mut apt)?;
+    ensure_runtimes(&mut apt)?;
     check_python();
     eprintln!("xtask: setup: done");
+    Ok(())
+}
+
+/// The managed runtimes the runtime-split end-to-end tests trace (tests/tests/runtimes.rs): a JDK
+/// (java, javac), Go (go, with cgo through gcc) and Node.js, from Debian's packages, installed
+/// only when the command is missing.
+fn ensure_runtimes(apt: &mut Apt) -> Result<()> {
+    let missing: Vec<&str> = [("java", "default-jdk-headless"), ("javac", "default-jdk-headless"), ("go", "golang-go"), ("node", "nodejs")]
+        .into_iter()
+        .filter(|(prog, _)| which(prog).is_none())
+        .map(|(_, pkg)| pkg)
+        .fold(Vec::new(), |mut v, p| {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+            v
+        });
+    if !missing.is_empty() {
+        apt.install(&missing, "a managed runtime (needed by the runtime end-to-end tests)", &[])?;
+    }
+    eprintln!("xtask: ok: java, javac, go, node");
     Ok(())
 }
 
