@@ -239,6 +239,14 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
     if let Some(c) = held.as_mut() {
         c.release()?;
+        // The exec has happened: the executable as the process sees it (/proc/PID/exe).
+        for t in targets.iter_mut().filter(|t| t.pid == c.pid) {
+            let exe = procinfo::exe(t.pid);
+            if !exe.is_empty() {
+                t.exe = exe;
+                t.exe_resolved = true;
+            }
+        }
     }
     for t in &targets {
         let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();

@@ -1,5 +1,6 @@
 //! A real program nobody here wrote: CPython (with a shared libpython) growing a list of 1 KiB
-//! bytes objects, traced by `leaktrace record --pid PID --duration 4s`.
+//! bytes objects, traced by `leaktrace record --pid PID` until the script says it is done (then
+//! SIGINT ends the recording: the test does not depend on how fast a loaded machine runs it).
 use std::process::Command;
 use std::time::Duration;
 
@@ -24,8 +25,6 @@ fn python_list_growth_traced_into_libpython() {
         "record",
         "--pid",
         &target.pid.to_string(),
-        "--duration",
-        "4s",
         "--interval",
         "500ms",
         "--out",
@@ -36,6 +35,11 @@ fn python_list_growth_traced_into_libpython() {
         .wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
     target.signal(libc::SIGUSR1);
+    let done = wait_for(Duration::from_secs(90), || target.next_line(Duration::from_millis(500)).filter(|l| l.starts_with("done")));
+    assert!(done.is_some(), "the python script did not finish growing its list in 90 s");
+    // One more checkpoint with everything live, then stop.
+    std::thread::sleep(Duration::from_millis(1200));
+    running.signal(libc::SIGINT);
     let o = running.wait(TIMEOUT);
     o.assert_success();
     assert!(
