@@ -620,20 +620,18 @@ impl Report {
         self.get(&["sites"]).as_array().expect("sites is an array")
     }
 
-    /// Every site whose culprit is `function`, largest live_bytes first. A demangled C++ name
-    /// matches without its parameter list (`leak_new` matches `leak_new(int)`).
+    /// Every site whose culprit is `function`, largest live_bytes first.
     pub fn sites_of(&self, function: &str) -> Vec<&Value> {
         let mut v: Vec<&Value> = self
             .sites()
             .iter()
-            .filter(|s| s["function"].as_str().is_some_and(|f| same_function(f, function)))
+            .filter(|s| s["function"] == function)
             .collect();
         v.sort_by_key(|s| std::cmp::Reverse(u64_of(s, "live_bytes")));
         v
     }
 
-    /// The site (the largest, if several) whose culprit is `function` (see [`Report::sites_of`]);
-    /// panics showing all sites.
+    /// The site (the largest, if several) whose culprit is `function`; panics showing all sites.
     pub fn site(&self, function: &str) -> &Value {
         self.sites_of(function)
             .into_iter()
@@ -965,8 +963,11 @@ pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &
         .position(|f| f["allocator"].as_bool() == Some(false))
         .unwrap_or_else(|| panic!("{culprit}: no non-allocator frame\n{ctx}"));
     let f = &frames[idx];
-    let name = f["function"].as_str().unwrap_or("");
-    assert!(same_function(name, culprit), "{culprit}: first non-allocator frame is {name:?}\n{ctx}");
+    assert_eq!(
+        f["function"].as_str(),
+        Some(culprit),
+        "{culprit}: first non-allocator frame\n{ctx}"
+    );
     let f_file = f["file"].as_str().unwrap_or("");
     assert!(
         f_file.ends_with(file),
@@ -982,7 +983,7 @@ pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &
         .collect();
     let mut pos = 0;
     for caller in callers {
-        match names[pos..].iter().position(|n| same_function(n, caller)) {
+        match names[pos..].iter().position(|n| n == caller) {
             Some(p) => pos += p + 1,
             None => {
                 panic!("{culprit}: caller {caller} missing after it in the stack {names:?}\n{ctx}")
@@ -1001,7 +1002,6 @@ pub fn assert_outputs_exist(dir: &Path) {
         assert!(len > 0, "{} is empty", p.display());
     }
 }
-
 // ----------------------------------------------------------------------------------------------
 // The modes fixture (tests/fixtures/modes.c)
 
@@ -1110,10 +1110,30 @@ pub fn site_named<'a>(report: &'a Report, base: &str) -> &'a Value {
 /// approximation of leaktrace's own list): the frames a stack's culprit is searched past.
 fn looks_like_allocator(function: &str) -> bool {
     const PREFIXES: &[&str] = &[
-        "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
-        "valloc", "pvalloc", "__libc_", "__GI___libc_", "_int_", "_mid_memalign",
-        "__posix_memalign", "tcache_", "strdup", "__strdup", "strndup", "__strndup",
-        "operator new", "operator delete", "tc_", "je_", "tcmalloc::",
+        "malloc",
+        "calloc",
+        "realloc",
+        "free",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "__libc_",
+        "__GI___libc_",
+        "_int_",
+        "_mid_memalign",
+        "__posix_memalign",
+        "tcache_",
+        "strdup",
+        "__strdup",
+        "strndup",
+        "__strndup",
+        "operator new",
+        "operator delete",
+        "tc_",
+        "je_",
+        "tcmalloc::",
     ];
     PREFIXES.iter().any(|p| function.starts_with(p))
 }
@@ -1183,10 +1203,15 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
 /// The children of process `pid` (of all its threads), from /proc/PID/task/*/children.
 pub fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
     for t in tasks.flatten() {
         if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
-            out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            out.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     out.sort_unstable();
@@ -1292,7 +1317,9 @@ impl Drop for TempCgroup {
 /// /proc/PID/fdinfo/N).
 pub fn bpf_prog_ids_of(pid: u32) -> Vec<u32> {
     let mut ids = Vec::new();
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return ids };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
     for fd in fds.flatten() {
         if let Ok(text) = std::fs::read_to_string(fd.path()) {
             ids.extend(
@@ -1341,10 +1368,4 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// True when the reported function name `reported` is `wanted`, or is the demangled C++ name of
-/// `wanted` with its parameter list (`leak_new(int)`, `ns::f(char const*) const`).
-pub fn same_function(reported: &str, wanted: &str) -> bool {
-    reported == wanted || reported.strip_prefix(wanted).is_some_and(|rest| rest.starts_with('('))
 }

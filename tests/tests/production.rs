@@ -159,9 +159,12 @@ fn attach_run(name: &str, mut cmd: Command, extra: &[&str]) -> (OutDir, Output, 
     let mut running = record_pid(target.pid, &out, extra);
     wait_attached(&mut running);
     target.signal(libc::SIGUSR1);
-    let status = target
-        .wait(Duration::from_secs(40))
-        .unwrap_or_else(|| panic!("the target did not finish within 40 s\n{}", running.stderr_so_far()));
+    let status = target.wait(Duration::from_secs(40)).unwrap_or_else(|| {
+        panic!(
+            "the target did not finish within 40 s\n{}",
+            running.stderr_so_far()
+        )
+    });
     assert!(status.success(), "target exit status {status:?}");
     let o = running.wait(TIMEOUT);
     o.assert_success();
@@ -332,7 +335,10 @@ fn container_leak_found_through_host_pid() {
     let line = outer
         .next_line(Duration::from_secs(10))
         .expect("the fixture in the container printed no PID line");
-    assert_eq!(line, "PID 1", "inside its PID namespace the fixture is PID 1");
+    assert_eq!(
+        line, "PID 1",
+        "inside its PID namespace the fixture is PID 1"
+    );
     let host_pid = wait_for(Duration::from_secs(10), || {
         children_of(outer.pid)
             .into_iter()
@@ -448,7 +454,11 @@ fn assert_leaky_checks(r: &Report, n: u64) {
     let ctx = format!("report {}:\n{}", r.dir.display(), r.summary());
     assert_leak(r, "leak_malloc", n, "leaky.c", &["run_workload", "main"]);
     let cache = r.site("cache_put");
-    assert_ne!(str_of(cache, "class"), "leak", "cache_put is no leak\n{ctx}");
+    assert_ne!(
+        str_of(cache, "class"),
+        "leak",
+        "cache_put is no leak\n{ctx}"
+    );
     assert_within(
         "cache_put live_bytes (a full cache)",
         u64_of(cache, "live_bytes") as f64,
@@ -456,8 +466,16 @@ fn assert_leaky_checks(r: &Report, n: u64) {
         0.10,
         &ctx,
     );
-    assert_eq!(u64_of(cache, "allocations"), n, "cache_put allocations\n{ctx}");
-    assert_eq!(u64_of(cache, "frees"), n - CACHE_SLOTS, "cache_put frees\n{ctx}");
+    assert_eq!(
+        u64_of(cache, "allocations"),
+        n,
+        "cache_put allocations\n{ctx}"
+    );
+    assert_eq!(
+        u64_of(cache, "frees"),
+        n - CACHE_SLOTS,
+        "cache_put frees\n{ctx}"
+    );
     assert_eq!(
         recorded_totals_named(&r.dir, "temp_work"),
         SiteTotals {
@@ -551,14 +569,24 @@ fn static_binary_leak_found_launched() {
 /// (delete on eviction); temp_objects does new[]/delete[] of 4000 B.
 fn assert_cxx_report(r: &Report, allocator: &str) {
     let ctx = format!("report {}:\n{}", r.dir.display(), r.summary());
-    let leak = assert_leak(r, "leak_object", N, "leaky_cxx.cpp", &["run_workload", "main"]);
+    let leak = assert_leak(
+        r,
+        "leak_object",
+        N,
+        "leaky_cxx.cpp",
+        &["run_workload", "main"],
+    );
     let obj = allocator_object(&leak);
     assert!(
         obj.contains(allocator),
         "the allocator frame of leak_object should be in {allocator}, not {obj}\n{ctx}"
     );
     let cache = site_named(r, "cache_object");
-    assert_ne!(str_of(cache, "class"), "leak", "cache_object is no leak\n{ctx}");
+    assert_ne!(
+        str_of(cache, "class"),
+        "leak",
+        "cache_object is no leak\n{ctx}"
+    );
     assert_within(
         "cache_object live_bytes (64 blocks)",
         u64_of(cache, "live_bytes") as f64,
@@ -566,8 +594,16 @@ fn assert_cxx_report(r: &Report, allocator: &str) {
         0.10,
         &ctx,
     );
-    assert_eq!(u64_of(cache, "allocations"), N, "cache_object allocations\n{ctx}");
-    assert_eq!(u64_of(cache, "frees"), N - 64, "cache_object deletes\n{ctx}");
+    assert_eq!(
+        u64_of(cache, "allocations"),
+        N,
+        "cache_object allocations\n{ctx}"
+    );
+    assert_eq!(
+        u64_of(cache, "frees"),
+        N - 64,
+        "cache_object deletes\n{ctx}"
+    );
     assert_eq!(
         recorded_totals_named(&r.dir, "temp_objects"),
         SiteTotals {
@@ -673,7 +709,10 @@ fn forked_children_followed() {
     let (out, o, target) = attach_run("forks", cmd, &["--follow-forks"]);
     let mut children = BTreeSet::new();
     while let Some(line) = target.next_line(Duration::from_millis(200)) {
-        if let Some(pid) = line.strip_prefix("child ").and_then(|r| r.parse::<u32>().ok()) {
+        if let Some(pid) = line
+            .strip_prefix("child ")
+            .and_then(|r| r.parse::<u32>().ok())
+        {
             children.insert(pid);
         }
     }
@@ -702,11 +741,18 @@ fn forked_children_followed() {
     assert_eq!(listed, expected, "summary.json processes: {summary}");
     let md = std::fs::read_to_string(out.file("summary.md")).expect("summary.md");
     for c in &children {
-        assert!(md.contains(&format!("| {c} |")), "summary.md does not list {c}:\n{md}");
+        assert!(
+            md.contains(&format!("| {c} |")),
+            "summary.md does not list {c}:\n{md}"
+        );
         let dir = out.path.join(format!("pid-{c}"));
         assert_outputs_exist(&dir);
         let r = Report::load(&dir);
-        assert_eq!(r.get(&["target", "pid"]).as_u64(), Some(*c as u64), "target.pid");
+        assert_eq!(
+            r.get(&["target", "pid"]).as_u64(),
+            Some(*c as u64),
+            "target.pid"
+        );
         assert_leak(&r, "child_leak", N, "forker.c", &["child_main", "main"]);
     }
     // The parent allocated nothing after attach: its report is there, with nothing to draw.
@@ -756,7 +802,10 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
     let progs = bpftool_progs();
     let listed: BTreeSet<u32> = progs.iter().map(|(id, _)| *id).collect();
     for id in &ids {
-        assert!(listed.contains(id), "program {id} of the agent is not listed by bpftool");
+        assert!(
+            listed.contains(id),
+            "program {id} of the agent is not listed by bpftool"
+        );
     }
     if progs.iter().any(|(_, pids)| !pids.is_empty()) {
         let by_bpftool: Vec<u32> = progs
@@ -764,7 +813,10 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
             .filter(|(_, pids)| pids.contains(&agent))
             .map(|(id, _)| *id)
             .collect();
-        assert_eq!(by_bpftool, ids, "the agent's programs per bpftool and per /proc");
+        assert_eq!(
+            by_bpftool, ids,
+            "the agent's programs per bpftool and per /proc"
+        );
     } else {
         let _ = writeln!(
             std::io::stderr(),
@@ -775,7 +827,9 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
 
     target.signal(libc::SIGUSR1);
     let first = wait_for(Duration::from_secs(10), || {
-        target.next_line(Duration::from_millis(100)).filter(|l| l.starts_with("progress"))
+        target
+            .next_line(Duration::from_millis(100))
+            .filter(|l| l.starts_with("progress"))
     })
     .expect("no progress line from the traced target");
     // The kernel removes each uprobe as the dead agent's file descriptors are closed, which
@@ -811,7 +865,9 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
         match target.next_line(Duration::from_secs(20)) {
             Some(l) if l.starts_with("done ") => break l,
             Some(l) => later.push(l),
-            None => panic!("the target stopped printing after the agent was killed ({first}, then {later:?})"),
+            None => panic!(
+                "the target stopped printing after the agent was killed ({first}, then {later:?})"
+            ),
         }
     };
     assert!(
@@ -845,7 +901,10 @@ fn signal_ends_recording(sig: i32, name: &str) {
     let lag = sent.elapsed();
     o.assert_success();
     assert_no_panic(&o);
-    assert!(lag < Duration::from_secs(20), "leaktrace took {lag:?} to end after {name}");
+    assert!(
+        lag < Duration::from_secs(20),
+        "leaktrace took {lag:?} to end after {name}"
+    );
     assert_outputs_exist(&out.path);
     let r = Report::load(&out.path);
     assert_eq!(r.get(&["end_reason"]), "signal", "end_reason");
@@ -859,7 +918,9 @@ fn signal_ends_recording(sig: i32, name: &str) {
     assert!(process_alive(target.pid), "the target died");
     assert!(
         wait_for(Duration::from_secs(5), || {
-            target.next_line(Duration::from_millis(100)).filter(|l| l.starts_with("progress"))
+            target
+                .next_line(Duration::from_millis(100))
+                .filter(|l| l.starts_with("progress"))
         })
         .is_some(),
         "the target stopped working after leaktrace ended"
@@ -892,7 +953,14 @@ fn exited_pid_is_an_error() {
     let pid = child.id();
     child.wait().expect("wait true");
     let out = OutDir::new("exited");
-    let mut cmd = leaktrace(["record", "--pid", &pid.to_string(), "--duration", "2s", "--out"]);
+    let mut cmd = leaktrace([
+        "record",
+        "--pid",
+        &pid.to_string(),
+        "--duration",
+        "2s",
+        "--out",
+    ]);
     cmd.arg(&out.path);
     let o = run(cmd, None, TIMEOUT);
     assert_error(&o, &[&pid.to_string()]);
@@ -912,16 +980,28 @@ fn kernel_thread_is_an_error() {
                 let status = std::fs::read_to_string(e.path().join("status")).ok()?;
                 status
                     .lines()
-                    .any(|l| l.starts_with("PPid:") && l.split_ascii_whitespace().nth(1) == Some("2"))
+                    .any(|l| {
+                        l.starts_with("PPid:") && l.split_ascii_whitespace().nth(1) == Some("2")
+                    })
                     .then_some(pid)
             })
         })
     };
     let Some(pid) = pid else {
-        return skip("kernel_thread_is_an_error", "no kernel thread is visible from here");
+        return skip(
+            "kernel_thread_is_an_error",
+            "no kernel thread is visible from here",
+        );
     };
     let out = OutDir::new("kthread");
-    let mut cmd = leaktrace(["record", "--pid", &pid.to_string(), "--duration", "2s", "--out"]);
+    let mut cmd = leaktrace([
+        "record",
+        "--pid",
+        &pid.to_string(),
+        "--duration",
+        "2s",
+        "--out",
+    ]);
     cmd.arg(&out.path);
     let o = run(cmd, None, TIMEOUT);
     assert_error(&o, &[&format!("PID {pid} "), "kernel thread"]);
@@ -945,7 +1025,14 @@ fn zombie_is_an_error() {
         "PID {zombie} should still exist (a zombie)"
     );
     let out = OutDir::new("zombie");
-    let mut cmd = leaktrace(["record", "--pid", &zombie.to_string(), "--duration", "2s", "--out"]);
+    let mut cmd = leaktrace([
+        "record",
+        "--pid",
+        &zombie.to_string(),
+        "--duration",
+        "2s",
+        "--out",
+    ]);
     cmd.arg(&out.path);
     let o = run(cmd, None, TIMEOUT);
     assert_error(&o, &[&zombie.to_string(), "zombie"]);
@@ -964,7 +1051,14 @@ fn pid_exiting_during_attach() {
         let target = Target::spawn(cmd);
         let pid = target.pid;
         let out = OutDir::new(&format!("exiting-{linger_ms}"));
-        let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "100ms", "--out"]);
+        let mut lt = leaktrace([
+            "record",
+            "--pid",
+            &pid.to_string(),
+            "--interval",
+            "100ms",
+            "--out",
+        ]);
         lt.arg(&out.path);
         let o = run(lt, None, TIMEOUT);
         assert_no_panic(&o);
@@ -987,21 +1081,33 @@ fn pid_exiting_during_attach() {
         }
         drop(target);
     }
-    let _ = writeln!(std::io::stderr(), "pid_exiting_during_attach: {}", outcomes.join(", "));
+    let _ = writeln!(
+        std::io::stderr(),
+        "pid_exiting_during_attach: {}",
+        outcomes.join(", ")
+    );
 }
 
 #[test]
 fn not_root_is_an_error() {
     require_root();
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "10", "100"])
+        .env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let out = OutDir::new("not-root");
     let mut lt = Command::new("setpriv");
     lt.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(leaktrace_bin())
-        .args(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"])
+        .args([
+            "record",
+            "--pid",
+            &target.pid.to_string(),
+            "--duration",
+            "2s",
+            "--out",
+        ])
         .arg(&out.path);
     let o = run(lt, None, TIMEOUT);
     assert_error(&o, &["root"]);
@@ -1015,16 +1121,28 @@ fn stripped_static_binary_is_an_error() {
     require_root();
     let exe = fixture("leaky_stripped");
     let mut cmd = Command::new(&exe);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "10", "100"])
+        .env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let out = OutDir::new("stripped");
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"]);
+    let mut lt = leaktrace([
+        "record",
+        "--pid",
+        &target.pid.to_string(),
+        "--duration",
+        "2s",
+        "--out",
+    ]);
     lt.arg(&out.path);
     let o = run(lt, None, TIMEOUT);
     let line = assert_error(
         &o,
-        &[&target.pid.to_string(), "searched", &exe.display().to_string()],
+        &[
+            &target.pid.to_string(),
+            "searched",
+            &exe.display().to_string(),
+        ],
     );
     assert!(
         line.contains("symbols") && line.contains("link it dynamically"),
@@ -1054,7 +1172,8 @@ fn stripped_static_binary_launched_is_an_error() {
 fn read_only_out_is_an_error() {
     require_root();
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "10", "100"])
+        .env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let ro = temp_root().join("read-only");
@@ -1066,7 +1185,14 @@ fn read_only_out_is_an_error() {
         .arg("sh")
         .arg(&ro)
         .arg(leaktrace_bin())
-        .args(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"])
+        .args([
+            "record",
+            "--pid",
+            &target.pid.to_string(),
+            "--duration",
+            "2s",
+            "--out",
+        ])
         .arg(&rec);
     let o = run(lt, None, TIMEOUT);
     assert_error(&o, &[&rec.display().to_string(), "Read-only"]);

@@ -88,9 +88,5 @@ fn python_list_growth_traced_into_libpython() {
     let t = r.get(&["target"]);
     assert_eq!(t["pid"].as_u64(), Some(target.pid as u64));
     assert_eq!(t["launched"].as_bool(), Some(false));
-    let duration = r.get(&["duration_s"]).as_f64().expect("duration_s");
-    assert!(
-        (3.0..8.0).contains(&duration),
-        "duration_s {duration} with --duration 4s\n{ctx}"
-    );
+    assert_eq!(r.get(&["end_reason"]).as_str(), Some("signal"), "ended by SIGINT\n{ctx}");
 }
