@@ -828,7 +828,9 @@ impl Session {
             Schedule::Periodic => None,
             Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
         };
+        let mut polls: u64 = 0;
         loop {
+            polls += 1;
             tokio::select! {
                 _ = recv(&mut sigint) => { self.checkpoint_all(None); return "signal" }
                 _ = recv(&mut sigterm) => { self.checkpoint_all(None); return "signal" }
@@ -844,6 +846,13 @@ impl Session {
                     t.end_reason = Some("target-exited");
                 } else {
                     t.symbolizer.refresh();
+                    if t.runtime.is_none() && t.exe_resolved && polls % 5 == 0 {
+                        // A launched runtime maps its libraries right after exec: detect it
+                        // early (twice a second) rather than at the first periodic checkpoint.
+                        if let Ok(objects) = discover::mapped_objects(t.pid) {
+                            t.detect_runtime(&objects);
+                        }
+                    }
                 }
             }
             if self.targets.iter().all(|t| t.end_reason.is_some()) {
