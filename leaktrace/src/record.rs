@@ -846,9 +846,10 @@ impl Session {
                     t.end_reason = Some("target-exited");
                 } else {
                     t.symbolizer.refresh();
-                    if t.runtime.is_none() && t.exe_resolved && polls % 5 == 0 {
+                    if t.runtime.is_none() && t.exe_resolved && polls % 5 == 0 && polls <= 100 {
                         // A launched runtime maps its libraries right after exec: detect it
-                        // early (twice a second) rather than at the first periodic checkpoint.
+                        // early (twice a second, for 10 s) rather than at the first periodic
+                        // checkpoint only; later libraries are seen by the periodic rescan.
                         if let Ok(objects) = discover::mapped_objects(t.pid) {
                             t.detect_runtime(&objects);
                         }
