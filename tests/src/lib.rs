@@ -620,18 +620,20 @@ impl Report {
         self.get(&["sites"]).as_array().expect("sites is an array")
     }
 
-    /// Every site whose culprit is `function`, largest live_bytes first.
+    /// Every site whose culprit is `function`, largest live_bytes first. A demangled C++ name
+    /// matches without its parameter list (`leak_new` matches `leak_new(int)`).
     pub fn sites_of(&self, function: &str) -> Vec<&Value> {
         let mut v: Vec<&Value> = self
             .sites()
             .iter()
-            .filter(|s| s["function"] == function)
+            .filter(|s| s["function"].as_str().is_some_and(|f| same_function(f, function)))
             .collect();
         v.sort_by_key(|s| std::cmp::Reverse(u64_of(s, "live_bytes")));
         v
     }
 
-    /// The site (the largest, if several) whose culprit is `function`; panics showing all sites.
+    /// The site (the largest, if several) whose culprit is `function` (see [`Report::sites_of`]);
+    /// panics showing all sites.
     pub fn site(&self, function: &str) -> &Value {
         self.sites_of(function)
             .into_iter()
@@ -963,11 +965,8 @@ pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &
         .position(|f| f["allocator"].as_bool() == Some(false))
         .unwrap_or_else(|| panic!("{culprit}: no non-allocator frame\n{ctx}"));
     let f = &frames[idx];
-    assert_eq!(
-        f["function"].as_str(),
-        Some(culprit),
-        "{culprit}: first non-allocator frame\n{ctx}"
-    );
+    let name = f["function"].as_str().unwrap_or("");
+    assert!(same_function(name, culprit), "{culprit}: first non-allocator frame is {name:?}\n{ctx}");
     let f_file = f["file"].as_str().unwrap_or("");
     assert!(
         f_file.ends_with(file),
@@ -983,7 +982,7 @@ pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &
         .collect();
     let mut pos = 0;
     for caller in callers {
-        match names[pos..].iter().position(|n| n == caller) {
+        match names[pos..].iter().position(|n| same_function(n, caller)) {
             Some(p) => pos += p + 1,
             None => {
                 panic!("{culprit}: caller {caller} missing after it in the stack {names:?}\n{ctx}")
@@ -1002,6 +1001,7 @@ pub fn assert_outputs_exist(dir: &Path) {
         assert!(len > 0, "{} is empty", p.display());
     }
 }
+
 // ----------------------------------------------------------------------------------------------
 // The modes fixture (tests/fixtures/modes.c)
 
@@ -1368,4 +1368,10 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// True when the reported function name `reported` is `wanted`, or is the demangled C++ name of
+/// `wanted` with its parameter list (`leak_new(int)`, `ns::f(char const*) const`).
+pub fn same_function(reported: &str, wanted: &str) -> bool {
+    reported == wanted || reported.strip_prefix(wanted).is_some_and(|rest| rest.starts_with('('))
 }
