@@ -99,6 +99,12 @@ pub fn classify_site(runtime: &str, stack: &Stack) -> MemoryKind {
         // where no allocator call is in flight: what lives there is counted at malloc sites.
         return MemoryKind::Runtime;
     }
+    if stack.kind == "mmap" && is_loader_mapping(stack) {
+        // The dynamic loader's own mappings: zero-filled .bss of the objects it loads
+        // (_dl_map_segments under _dl_map_object), its start-up allocator (__minimal_malloc).
+        // Made once per loaded object, whatever the runtime: not the program's off-heap memory.
+        return MemoryKind::Runtime;
+    }
     let rule = match runtime {
         "python" => python::classify(stack),
         "jvm" => jvm::classify(stack),
@@ -150,7 +156,7 @@ pub fn kind_origin(runtime: &str, kind: MemoryKind) -> &'static str {
         (_, MemoryKind::Managed) => "managed heap",
         (_, MemoryKind::Native) => "native code",
         (_, MemoryKind::OffHeap) => "anonymous mapping",
-        (_, MemoryKind::Runtime) => "allocator internals",
+        (_, MemoryKind::Runtime) => "allocator and loader internals",
     }
 }
 
@@ -196,6 +202,16 @@ pub(crate) fn first_caller(stack: &Stack) -> Option<&Frame> {
 fn is_malloc_arena_mapping(stack: &Stack) -> bool {
     const ARENA: &[&str] = &["alloc_new_heap", "new_heap", "_int_new_arena", "arena_get2", "sysmalloc", "tcache_init"];
     callers(stack).take(3).any(|f| is_libc(f) && ARENA.contains(&function(f)))
+}
+
+/// A mapping made by the dynamic loader (ld.so), recognised by its nearest frames: the mmap
+/// wrapper or a caller in ld.so (the loader has its own mmap), or the loader's mapping functions
+/// by name (_dl_map_segments, _dl_map_object*, __minimal_malloc) where the object is unknown.
+fn is_loader_mapping(stack: &Stack) -> bool {
+    stack.frames.iter().take(4).any(|f| {
+        let name = function(f);
+        is_loader(f) || name == "__minimal_malloc" || name.starts_with("_dl_map_")
+    })
 }
 
 /// A thread stack (glibc's allocate_stack under pthread_create).
@@ -326,6 +342,31 @@ pub(crate) mod tests {
         for rt in ["native", "python", "jvm", "go", "node"] {
             assert_eq!(classify_site(rt, &s), MemoryKind::Runtime, "{rt}");
         }
+    }
+
+    #[test]
+    fn loader_mappings_are_not_off_heap() {
+        const LD: &str = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+        // .bss of a library loaded by dlopen: ld.so's own mmap, under _dl_map_segments.
+        let bss = st("mmap", &[("__mmap64", LD), ("_dl_map_segments", LD), ("_dl_map_object_from_fd", LD), ("_dl_map_object", LD)]);
+        // The loader's start-up allocator.
+        let minimal = st("mmap", &[("__mmap64", LD), ("__minimal_malloc", LD), ("_dl_important_hwcaps", LD)]);
+        // Symbols only (object unknown).
+        let mut named = st("mmap", &[("mmap64", ""), ("_dl_map_object_from_fd", "")]);
+        for f in &mut named.frames {
+            f.object = None;
+        }
+        for rt in ["native", "python", "jvm", "go", "node"] {
+            for s in [&bss, &minimal, &named] {
+                assert_eq!(classify_site(rt, s), MemoryKind::Runtime, "{rt}: {s:?}");
+            }
+        }
+        // The program's own mapping, through libc, stays off-heap; a malloc site from the loader
+        // is not a mapping.
+        let own = st("mmap", &[("mmap64", LIBC), ("map_buffers", "/usr/bin/app"), ("main", "/usr/bin/app")]);
+        assert_eq!(classify_site("native", &own), MemoryKind::OffHeap);
+        let tls = st("malloc", &[("malloc", LIBC), ("_dl_allocate_tls", LD), ("pthread_create", LIBC)]);
+        assert_eq!(classify_site("native", &tls), MemoryKind::Native);
     }
 
     #[test]
