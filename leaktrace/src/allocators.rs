@@ -172,6 +172,19 @@ pub const ALLOCATOR_FRAMES: &[&str] = &[
     "std::allocator_traits*", "std::allocator*",
 ];
 
+/// libc's wrappers of the mapping system calls, as blazesym names them: an "mmap" site's frame 0
+/// is one of these (the libc mmap probe) or syscall(2) (a raw `syscall(SYS_mmap, ...)` seen at
+/// the system call), and its culprit is the first frame after them.
+pub const MAPPING_FRAMES: &[&str] = &[
+    "mmap", "mmap64", "__mmap", "__mmap64", "__GI___mmap", "__GI___mmap64", "syscall", "__syscall",
+    "__GI_syscall",
+];
+
+/// True when `function` is a libc wrapper of the mapping system calls ([`MAPPING_FRAMES`]).
+pub fn is_mapping_frame(function: &str) -> bool {
+    MAPPING_FRAMES.contains(&function)
+}
+
 /// True when `function` is an allocator internal or a thin allocation wrapper.
 pub fn is_allocator_frame(function: &str) -> bool {
     ALLOCATOR_FRAMES.iter().any(|pat| match pat.strip_suffix('*') {
@@ -192,5 +205,7 @@ mod tests {
         assert!(is_allocator_frame("operator new[](unsigned long)"));
         assert!(!is_allocator_frame("handle_request(unsigned long)"));
         assert!(!is_allocator_frame("mallocate_things"));
+        assert!(is_mapping_frame("mmap64") && is_mapping_frame("syscall"));
+        assert!(!is_mapping_frame("map_buffers"));
     }
 }

@@ -426,14 +426,18 @@ pub fn is_allocator(f: &Frame) -> bool {
     f.function.as_deref().is_some_and(is_allocator_frame)
 }
 
-/// The culprit frame of a stack: innermost non-allocator named frame; else innermost named frame;
-/// else the innermost frame (labelled by object and address). Returns (index, label).
+/// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
+/// libc's mmap or syscall wrapper: [`crate::allocators::is_mapping_frame`]); else innermost named
+/// frame; else the innermost frame (labelled by object and address). Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
     let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
+    let wrapper = |f: &Frame| {
+        stack.kind == "mmap" && f.function.as_deref().is_some_and(crate::allocators::is_mapping_frame)
+    };
     let idx = stack
         .frames
         .iter()
-        .position(|f| named(f) && !is_allocator(f))
+        .position(|f| named(f) && !is_allocator(f) && !wrapper(f))
         .or_else(|| stack.frames.iter().position(named))
         .or(if stack.frames.is_empty() { None } else { Some(0) });
     match idx {
@@ -1728,6 +1732,16 @@ mod tests {
         assert_eq!(culprit(&st).1, "app+0x4a2f");
         let st = Stack { id: 9, kind: "malloc".into(), frames: vec![], lost: true };
         assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
+        // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the
+        // culprit, its caller is.
+        for wrapper in ["__GI___mmap64", "mmap64", "syscall"] {
+            let frames = vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
+            let st = Stack { id: 9, kind: "mmap".into(), frames: frames.clone(), lost: false };
+            assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
+            // In a malloc site they are functions like others.
+            let st = Stack { id: 9, kind: "malloc".into(), frames, lost: false };
+            assert_eq!(culprit(&st), (Some(0), wrapper.to_string()));
+        }
     }
 
     #[test]
