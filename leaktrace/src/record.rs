@@ -512,6 +512,8 @@ struct Traced {
     end_reason: Option<&'static str>,
     /// `exe` was read from /proc/PID/exe (launched commands: after their exec).
     exe_resolved: bool,
+    /// The last sample recorded for each stack (checkpoints keep only changed sites).
+    last_samples: HashMap<u32, SiteSample>,
 }
 
 impl Traced {
@@ -578,6 +580,7 @@ impl Traced {
             probed,
             end_reason: None,
             exe_resolved: !launched,
+            last_samples: HashMap::new(),
         };
         if !launched {
             t.detect_runtime(&objects);
@@ -712,6 +715,14 @@ impl Traced {
             });
         }
         samples.sort_by_key(|s| s.stack);
+        let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
+        // Sparse: only the sites whose totals changed since the previous checkpoint are kept (a
+        // site absent from a checkpoint keeps its last totals), so memory grows with activity,
+        // not with sites × checkpoints.
+        samples.retain(|s| self.last_samples.get(&s.stack) != Some(s));
+        for s in &samples {
+            self.last_samples.insert(s.stack, s.clone());
+        }
         let allocator = resident.as_ref().map(|(_, mmap_resident)| {
             let mut f = AllocatorFootprint {
                 mmap_bytes: self.space.allocator_mapped_bytes(),
@@ -727,7 +738,6 @@ impl Traced {
             }
             f
         });
-        let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
         let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
         self.checkpoints.push(Checkpoint {
             t_s,
@@ -739,6 +749,7 @@ impl Traced {
             units_of_work,
             allocator,
         });
+        thin(&mut self.checkpoints, MAX_CHECKPOINTS);
         Some((live, rss))
     }
 
@@ -979,6 +990,43 @@ impl Session {
     }
 }
 
+/// Checkpoints kept per process. Past this, every other periodic checkpoint of the run so far
+/// is merged into the next one (the first, the last and `check`'s batch checkpoints stay), so a
+/// long recording keeps its whole time span at a coarser step, in bounded memory.
+pub const MAX_CHECKPOINTS: usize = 2000;
+
+/// Halve the number of checkpoints when there are more than `max` (see [`MAX_CHECKPOINTS`]).
+/// A dropped checkpoint's site samples move to the next checkpoint when that one has no newer
+/// sample of the same site, so sparse totals stay right.
+pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
+    if checkpoints.len() <= max || checkpoints.len() < 3 {
+        return;
+    }
+    let last = checkpoints.len() - 1;
+    let old = std::mem::take(checkpoints);
+    let mut carry: Vec<SiteSample> = Vec::new();
+    let mut periodic = 0usize;
+    for (i, mut c) in old.into_iter().enumerate() {
+        let keep = i == 0 || i == last || c.batch.is_some() || {
+            periodic += 1;
+            periodic % 2 == 0
+        };
+        if !carry.is_empty() {
+            for s in carry.drain(..) {
+                if !c.sites.iter().any(|x| x.stack == s.stack) {
+                    c.sites.push(s);
+                }
+            }
+            c.sites.sort_by_key(|s| s.stack);
+        }
+        if keep {
+            checkpoints.push(c);
+        } else {
+            carry = c.sites;
+        }
+    }
+}
+
 /// The brk heap of `pid` ([heap] in /proc/PID/maps), as (start, end).
 fn heap_range(pid: u32) -> Option<(u64, u64)> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
@@ -1017,6 +1065,34 @@ fn human(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::fix_caller;
+
+    #[test]
+    fn thinning_keeps_sparse_totals_and_batches() {
+        use crate::recording::{Checkpoint, SiteSample};
+        let sample = |stack: u32, a: u64| SiteSample { stack, alloc_bytes: a, alloc_count: 1, ..Default::default() };
+        let mut cps: Vec<Checkpoint> = (0..10)
+            .map(|i| Checkpoint {
+                t_s: i as f64,
+                // Site 1 changes at every checkpoint, site 2 only at checkpoint 3.
+                sites: if i == 3 { vec![sample(1, i), sample(2, 7)] } else { vec![sample(1, i)] },
+                batch: (i == 5).then_some(1),
+                ..Default::default()
+            })
+            .collect();
+        super::thin(&mut cps, 6);
+        assert!(cps.len() <= 7, "{}", cps.len());
+        assert_eq!(cps.first().unwrap().t_s, 0.0);
+        assert_eq!(cps.last().unwrap().t_s, 9.0);
+        assert!(cps.iter().any(|c| c.batch == Some(1)));
+        // Site 2's only sample survives, at or after t = 3.
+        let with2: Vec<f64> = cps.iter().filter(|c| c.sites.iter().any(|s| s.stack == 2)).map(|c| c.t_s).collect();
+        assert_eq!(with2.len(), 1, "{with2:?}");
+        assert!(with2[0] >= 3.0);
+        // Site 1 keeps its latest value at every kept checkpoint.
+        for c in &cps {
+            assert_eq!(c.sites.iter().find(|s| s.stack == 1).unwrap().alloc_bytes, c.t_s as u64);
+        }
+    }
 
     #[test]
     fn caller_is_restored_once() {

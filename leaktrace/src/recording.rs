@@ -180,7 +180,9 @@ pub struct Checkpoint {
     pub t_s: f64,
     /// None when the process had already exited (its maps are still read).
     pub memory: Option<ProcMemory>,
-    /// Every site with at least one allocation since attach.
+    /// The sites whose totals changed since the previous checkpoint (every site with an
+    /// allocation since attach at the first one): a site absent from a checkpoint keeps its last
+    /// totals. Readers carry totals forward.
     pub sites: Vec<SiteSample>,
     /// Kernel-side counters by name (see `leaktrace_common::counter`), cumulative.
     pub counters: BTreeMap<String, u64>,

@@ -932,12 +932,8 @@ pub fn recorded_totals(dir: &Path, function: &str) -> SiteTotals {
         })
         .filter_map(|st| st["id"].as_u64())
         .collect();
-    let last = rec["checkpoints"]
-        .as_array()
-        .and_then(|c| c.last())
-        .expect("recording has checkpoints");
     let mut t = SiteTotals::default();
-    for s in last["sites"].as_array().expect("checkpoint.sites") {
+    for s in latest_samples(&rec).values() {
         if ids.contains(&s["stack"].as_u64().unwrap_or(u64::MAX)) {
             t.alloc_bytes += u64_of(s, "alloc_bytes");
             t.alloc_count += u64_of(s, "alloc_count");
@@ -1170,12 +1166,8 @@ pub fn recorded_totals_named(dir: &Path, base: &str) -> SiteTotals {
         })
         .filter_map(|st| st["id"].as_u64())
         .collect();
-    let last = rec["checkpoints"]
-        .as_array()
-        .and_then(|c| c.last())
-        .expect("recording has checkpoints");
     let mut t = SiteTotals::default();
-    for s in last["sites"].as_array().expect("checkpoint.sites") {
+    for s in latest_samples(&rec).values() {
         if ids.contains(&s["stack"].as_u64().unwrap_or(u64::MAX)) {
             t.alloc_bytes += u64_of(s, "alloc_bytes");
             t.alloc_count += u64_of(s, "alloc_count");
@@ -1374,4 +1366,16 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
 /// `wanted` with its parameter list (`leak_new(int)`, `ns::f(char const*) const`).
 pub fn same_function(reported: &str, wanted: &str) -> bool {
     reported == wanted || reported.strip_prefix(wanted).is_some_and(|rest| rest.starts_with('('))
+}
+
+/// The latest sample of every stack in a recording: checkpoints list only the sites whose totals
+/// changed, so a site's totals at the end are its last sample in any checkpoint.
+pub fn latest_samples(rec: &Value) -> std::collections::BTreeMap<u64, Value> {
+    let mut out = std::collections::BTreeMap::new();
+    for c in rec["checkpoints"].as_array().expect("recording has checkpoints") {
+        for s in c["sites"].as_array().expect("checkpoint.sites") {
+            out.insert(s["stack"].as_u64().unwrap_or(u64::MAX), s.clone());
+        }
+    }
+    out
 }
