@@ -103,6 +103,10 @@ pub enum ProcessClass {
     /// RSS-anon grows significantly while the traced live bytes stay flat: allocator
     /// fragmentation, or memory that does not come from a traced allocator.
     Fragmentation,
+    /// The leaking sites are (mostly) off-heap mappings: anonymous regions the program maps and
+    /// never unmaps (not the allocator's, the loader's or a runtime's).
+    #[serde(rename = "off-heap")]
+    OffHeap,
     /// Only caches grew (rose, then levelled off).
     Cache,
     /// No retained growth, but short-lived allocation churn.
@@ -117,6 +121,7 @@ impl ProcessClass {
         match self {
             ProcessClass::Leak => "leak",
             ProcessClass::Fragmentation => "fragmentation",
+            ProcessClass::OffHeap => "off-heap",
             ProcessClass::Cache => "cache",
             ProcessClass::Temporary => "temporary",
             ProcessClass::Flat => "flat",
@@ -225,6 +230,16 @@ pub struct SiteAnalysis {
     /// Half-width of its 95 % confidence interval, bytes per second (None: fewer than 3
     /// checkpoints in the window).
     pub growth_ci95_bytes_per_s: Option<f64>,
+    /// Steady-window least-squares slope of live bytes against units of work (calls of the work
+    /// probe), bytes per unit. None without a work probe, or when it counted no call in the
+    /// window.
+    pub growth_bytes_per_unit: Option<f64>,
+    /// Half-width of its 95 % confidence interval, bytes per unit (None with fewer than 3
+    /// checkpoints).
+    pub growth_ci95_bytes_per_unit: Option<f64>,
+    /// "mmap" sites: bytes of the site's live regions resident in RAM at the last checkpoint
+    /// that had the figure (pagemap); `live_bytes` is what is mapped. None for other kinds.
+    pub resident_bytes: Option<u64>,
     /// Classification.
     pub class: SiteClass,
     /// How clear the numbers behind `class` are, 0..1.
@@ -309,6 +324,26 @@ pub struct Summary {
     pub allocator_resident_end_bytes: Option<u64>,
     /// Steady-window slope of the allocator resident bytes, bytes per second.
     pub allocator_resident_growth_bytes_per_s: Option<f64>,
+    /// Steady-window slope of the traced live bytes (every site, malloc and mappings), bytes per
+    /// second.
+    pub growth_bytes_per_s: f64,
+    /// The same against units of work, bytes per unit (None without units of work).
+    pub growth_bytes_per_unit: Option<f64>,
+    /// Steady-window slope of the native live bytes against units of work, bytes per unit.
+    pub native_growth_bytes_per_unit: Option<f64>,
+    /// Off-heap bytes ([`MemorySeries::offheap_live_bytes`]) at the first and last checkpoint.
+    pub offheap_live_start_bytes: u64,
+    pub offheap_live_end_bytes: u64,
+    /// Steady-window slope of the off-heap bytes, bytes per second.
+    pub offheap_growth_bytes_per_s: f64,
+    /// The same against units of work, bytes per unit.
+    pub offheap_growth_bytes_per_unit: Option<f64>,
+    /// Steady-window slope of RssAnon against units of work, bytes per unit.
+    pub rss_anon_growth_bytes_per_unit: Option<f64>,
+    /// Occupied heap to RSS: native live bytes / RssAnon at the last checkpoint with memory
+    /// figures (None without them). Low values with a growing RSS point at memory the allocator
+    /// keeps (fragmentation) or memory that is not traced.
+    pub occupied_heap_to_rss_ratio: Option<f64>,
 }
 
 /// The process-level conclusion.
@@ -370,6 +405,16 @@ pub struct Analysis {
     /// Each kind of memory (managed, native, off-heap, runtime) over the run; the managed entry
     /// only with a runtime.
     pub kinds: Vec<KindGrowth>,
+    /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
+    pub work_probe: Option<String>,
+    /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None
+    /// without a work probe.
+    pub units_of_work: Option<u64>,
+    /// Steady-window trend of all traced live bytes (every site), bytes per second.
+    pub traced_trend: Trend,
+    /// Steady-window trend of all traced live bytes against units of work (the slope and its
+    /// interval are in bytes per unit, `from_s`/`to_s` in units); None without units of work.
+    pub traced_unit_trend: Option<Trend>,
 }
 
 impl Analysis {
@@ -394,10 +439,22 @@ impl Analysis {
         self.sites.iter().filter(|s| s.live_bytes > 0).take(self.top).collect()
     }
 
+    /// "call of FUNCTION": what one unit of work is (the work probe without its object), or None
+    /// without a work probe.
+    pub fn unit_name(&self) -> Option<String> {
+        unit_name(self.work_probe.as_deref())
+    }
+
     /// Sites of one class, in [`Analysis::sites`] order.
     pub fn sites_of(&self, class: SiteClass) -> impl Iterator<Item = &SiteAnalysis> {
         self.sites.iter().filter(move |s| s.class == class)
     }
+}
+
+/// "call of FUNCTION" for a work probe `SYMBOL[@OBJECT]`.
+pub fn unit_name(work_probe: Option<&str>) -> Option<String> {
+    let w = work_probe?;
+    Some(format!("call of {}", w.split('@').next().unwrap_or(w)))
 }
 
 fn class_rank(c: SiteClass) -> u8 {
@@ -565,6 +622,16 @@ fn points(times: &[f64], ys: &[u64], r: std::ops::Range<usize>) -> Vec<(f64, f64
     r.filter_map(|i| Some((*times.get(i)?, *ys.get(i)? as f64))).collect()
 }
 
+/// Least-squares fit of `ys` against units of work over the checkpoints `r` that counted them
+/// (slope in bytes per unit). None when the window holds fewer than 2 distinct unit counts: no
+/// work was done, so no per-unit growth can be measured.
+fn unit_fit(units: &[Option<u64>], ys: &[u64], r: std::ops::Range<usize>) -> Option<Trend> {
+    let pts: Vec<(f64, f64)> =
+        r.filter_map(|i| Some(((*units.get(i)?)? as f64, *ys.get(i)? as f64))).collect();
+    let first = pts.first()?.0;
+    pts.iter().any(|p| p.0 != first).then(|| fit(&pts))
+}
+
 /// Factor for the number of checkpoints in a window: 0.25 below 3, 0.5 at 3, 1 from 10.
 fn f_points(n: usize) -> f64 {
     if n < MIN_WINDOW_POINTS {
@@ -605,6 +672,8 @@ struct Series {
     live_bytes: Vec<u64>,
     live_count: Vec<u64>,
     last: crate::recording::SiteSample,
+    /// Mappings: resident bytes at the last checkpoint that had the figure.
+    resident: Option<u64>,
 }
 
 /// Analyse a recording. Never panics on odd input (no checkpoint, one checkpoint, zero duration,
@@ -661,8 +730,10 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
             live_bytes: Vec::with_capacity(n),
             live_count: Vec::with_capacity(n),
             last: Default::default(),
+            resident: None,
         })
         .collect();
+    let mut resident: Vec<Option<u64>> = vec![None; stacks.len()];
     let mut cur: Vec<crate::recording::SiteSample> = vec![Default::default(); stacks.len()];
     // Allocations + frees of all sites so far, at each checkpoint (process activity).
     let mut activity: Vec<u64> = Vec::with_capacity(n);
@@ -679,8 +750,14 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
             e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
             e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
             e.free_count = e.free_count.saturating_add(s.free_count);
+            if let Some(r) = s.resident_bytes {
+                e.resident_bytes = Some(e.resident_bytes.unwrap_or(0).saturating_add(r));
+            }
         }
         for (si, s) in here {
+            if s.resident_bytes.is_some() {
+                resident[si] = s.resident_bytes;
+            }
             cur[si] = s;
         }
         for (si, ser) in series.iter_mut().enumerate() {
@@ -739,6 +816,27 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
     for (si, ser) in series.iter_mut().enumerate() {
         ser.last = cur[si].clone();
+        ser.resident = resident[si];
+    }
+
+    // Units of work (calls of the work probe since attach) at each checkpoint.
+    let units: Vec<Option<u64>> = order.iter().map(|&i| rec.checkpoints[i].units_of_work).collect();
+    let units_of_work = if rec.work_probe.is_some() || units.iter().any(Option::is_some) {
+        units.iter().rev().find_map(|u| *u)
+    } else {
+        None
+    };
+    if let Some(w) = &rec.work_probe {
+        let counted = units.get(win.steady.clone()).is_some_and(|u| {
+            let c: Vec<u64> = u.iter().flatten().copied().collect();
+            c.first() != c.last()
+        });
+        if !counted {
+            warnings.push(format!(
+                "the work probe {w} counted no call over the steady window: growth is given per \
+                 second only"
+            ));
+        }
     }
 
     // Counters (cumulative: the last checkpoint).
@@ -793,7 +891,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let kinds: Vec<MemoryKind> = stacks.iter().map(|st| crate::runtimes::classify_site(runtime, st)).collect();
 
     // Per-site analysis.
-    let ctx = SiteContext { times: &times, duration: span_duration, win: &win, f_drops, sample_bytes };
+    let ctx = SiteContext { times: &times, units: &units, duration: span_duration, win: &win, f_drops, sample_bytes };
     let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
     for (si, st) in stacks.iter().enumerate() {
         let ser = &series[si];
@@ -918,6 +1016,22 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let rss_anon_trend = series_trend(&memory.rss_anon_bytes);
     let allocator_trend = series_trend(&memory.allocator_resident_bytes);
 
+    // Per unit of work, over the same steady window; off-heap bytes; occupied heap to RSS.
+    let traced_unit_trend = unit_fit(&units, &traced, win.steady.clone());
+    let native_unit_trend = unit_fit(&units, &native, win.steady.clone());
+    let offheap: Vec<u64> = memory.offheap_live_bytes.iter().map(|p| p.1).collect();
+    let offheap_trend = fit(&points(&times, &offheap, win.steady.clone()));
+    let offheap_unit_trend = unit_fit(&units, &offheap, win.steady.clone());
+    let anon: Vec<Option<u64>> =
+        order.iter().map(|&i| rec.checkpoints[i].memory.as_ref().map(|m| m.rss_anon_bytes)).collect();
+    let anon_units: Vec<Option<u64>> = units.iter().zip(&anon).map(|(u, a)| a.and(*u)).collect();
+    let anon_vals: Vec<u64> = anon.iter().map(|a| a.unwrap_or(0)).collect();
+    let rss_anon_unit_trend = unit_fit(&anon_units, &anon_vals, win.steady.clone());
+    let occupied_heap_to_rss_ratio = (0..n)
+        .rev()
+        .find_map(|k| anon[k].map(|a| (k, a)))
+        .and_then(|(k, a)| (a > 0).then(|| (native[k] as f64 / a as f64 * 1e4).round() / 1e4));
+
     let summary = Summary {
         rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
         rss_end_bytes: memory.rss_bytes.last().map(|p| p.1),
@@ -930,7 +1044,17 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         allocator_resident_start_bytes: memory.allocator_resident_bytes.first().map(|p| p.1),
         allocator_resident_end_bytes: memory.allocator_resident_bytes.last().map(|p| p.1),
         allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
+        growth_bytes_per_s: traced_trend.slope_bytes_per_s,
+        growth_bytes_per_unit: traced_unit_trend.map(|t| t.slope_bytes_per_s),
+        native_growth_bytes_per_unit: native_unit_trend.map(|t| t.slope_bytes_per_s),
+        offheap_live_start_bytes: offheap.first().copied().unwrap_or(0),
+        offheap_live_end_bytes: offheap.last().copied().unwrap_or(0),
+        offheap_growth_bytes_per_s: offheap_trend.slope_bytes_per_s,
+        offheap_growth_bytes_per_unit: offheap_unit_trend.map(|t| t.slope_bytes_per_s),
+        rss_anon_growth_bytes_per_unit: rss_anon_unit_trend.map(|t| t.slope_bytes_per_s),
+        occupied_heap_to_rss_ratio,
     };
+    let unit = unit_name(rec.work_probe.as_deref());
 
     let verdict = process_verdict(&ProcessInput {
         sites: &sites,
@@ -944,6 +1068,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         allocator_trend: allocator_trend.as_ref(),
         allocator: &memory.allocator_resident_bytes,
         f_drops,
+        unit: unit.as_deref(),
     });
     let verdict = kind_verdict(verdict, rec.target.runtime.as_deref(), &kind_list, &sites, f_drops);
 
@@ -968,6 +1093,10 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         top: opts.top,
         runtime: rec.target.runtime.clone(),
         kinds: kind_list,
+        work_probe: rec.work_probe.clone(),
+        units_of_work,
+        traced_trend,
+        traced_unit_trend,
     }
 }
 
@@ -975,6 +1104,8 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
 struct SiteContext<'a> {
     /// Checkpoint times, sorted, seconds.
     times: &'a [f64],
+    /// Units of work at each checkpoint (None: not counted).
+    units: &'a [Option<u64>],
     /// Duration of the analysed span, seconds.
     duration: f64,
     win: &'a Windows,
@@ -985,7 +1116,7 @@ struct SiteContext<'a> {
 }
 
 fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: MemoryKind) -> SiteAnalysis {
-    let SiteContext { times, duration, win, f_drops, sample_bytes } = *ctx;
+    let SiteContext { times, units, duration, win, f_drops, sample_bytes } = *ctx;
     let (culprit_frame, function) = culprit(st);
     let live = &ser.live_bytes;
     let count = &ser.live_count;
@@ -995,6 +1126,7 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
     let growth_bytes = (last_live as i128 - first_live as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
 
     let steady = fit(&points(times, live, win.steady.clone()));
+    let per_unit = unit_fit(units, live, win.steady.clone());
     let early = win.early.clone().map(|r| fit(&points(times, live, r)));
     let late = win.late.clone().map(|r| fit(&points(times, live, r)));
 
@@ -1148,6 +1280,9 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         growth_bytes,
         growth_bytes_per_s: steady.slope_bytes_per_s,
         growth_ci95_bytes_per_s: steady.ci95_bytes_per_s,
+        growth_bytes_per_unit: per_unit.map(|t| t.slope_bytes_per_s),
+        growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
+        resident_bytes: if st.kind == "mmap" { ser.resident } else { None },
         class,
         confidence,
         evidence: SiteEvidence {
@@ -1179,6 +1314,54 @@ struct ProcessInput<'a> {
     allocator_trend: Option<&'a Trend>,
     allocator: &'a [(f64, u64)],
     f_drops: f64,
+    /// What one unit of work is ("call of handle_message"), None without a work probe.
+    unit: Option<&'a str>,
+}
+
+/// Off-heap program memory: an anonymous mapping that is neither the allocator's, the loader's
+/// nor a runtime's ([`crate::runtimes::classify_site`]).
+fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
+    s.kind == "mmap" && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
+}
+
+/// How a leaking site grows, for the verdict: per unit of work first when measured, then per
+/// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
+/// mapping).
+fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
+    use crate::report::human::{bytes as hb, rate as hr};
+    let per_s = format!(
+        "{} ({:.0} B/s ± {:.0} at 95 %)",
+        hr(s.growth_bytes_per_s),
+        s.growth_bytes_per_s,
+        s.growth_ci95_bytes_per_s.unwrap_or(0.0)
+    );
+    let map = s.kind == "mmap";
+    let growth = match (s.growth_bytes_per_unit, unit, map) {
+        (Some(u), Some(unit), false) => format!(
+            "{} holds {u:.0} B more live bytes per {unit} (± {:.0} at 95 %), {per_s} over the \
+             steady window ({window})",
+            s.function,
+            s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
+        ),
+        (Some(u), Some(unit), true) => format!(
+            "{} maps {u:.0} B per {unit} (± {:.0} at 95 %) in anonymous mappings it never unmaps, \
+             {per_s} over the steady window ({window})",
+            s.function,
+            s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
+        ),
+        (_, _, false) => format!("{} holds {per_s} more live bytes over the steady window ({window})", s.function),
+        (_, _, true) => format!(
+            "{} maps {per_s} more in anonymous mappings it never unmaps over the steady window \
+             ({window})",
+            s.function
+        ),
+    };
+    let held = match (map, s.resident_bytes) {
+        (true, Some(r)) => format!("{} ({} B) mapped, {} resident at the end", hb(s.live_bytes), s.live_bytes, hb(r)),
+        (true, None) => format!("{} ({} B) mapped at the end", hb(s.live_bytes), s.live_bytes),
+        _ => format!("{} ({} B) live at the end", hb(s.live_bytes), s.live_bytes),
+    };
+    format!("{growth}; {held}")
 }
 
 /// Noise floor of a process series (RSS, allocator footprint), bytes per second:
@@ -1197,29 +1380,38 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
     let f_n = f_points(p.native_trend.n);
     let window = format!("{:.0}–{:.0} s", p.native_trend.from_s, p.native_trend.to_s);
 
-    // Leak: the fastest-growing leaking site names the culprit.
+    // Leak: the fastest-growing leaking site names the culprit. Off-heap mappings and malloc-heap
+    // sites are told apart; the class is the one that grows faster in all, the other is named too.
     let mut leaks: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Leak).collect();
     leaks.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
-    if let Some(top) = leaks.first() {
-        let total: f64 = leaks.iter().map(|s| s.growth_bytes_per_s).sum();
-        let mut summary = format!(
-            "leak: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) over the steady window \
-             ({window}); {} ({} B) live at the end",
-            top.function,
-            hr(top.growth_bytes_per_s),
-            top.growth_bytes_per_s,
-            top.growth_ci95_bytes_per_s.unwrap_or(0.0),
-            hb(top.live_bytes),
-            top.live_bytes,
-        );
-        if leaks.len() > 1 {
+    if !leaks.is_empty() {
+        let (maps, heap): (Vec<&SiteAnalysis>, Vec<&SiteAnalysis>) =
+            leaks.iter().partition(|s| is_offheap_mapping(s));
+        let sum = |v: &[&SiteAnalysis]| v.iter().map(|s| s.growth_bytes_per_s).sum::<f64>();
+        let offheap = sum(&maps) > sum(&heap);
+        let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };
+        let top = first[0];
+        let (class, name, other) = if offheap {
+            (ProcessClass::OffHeap, "off-heap", "a leak in the malloc heap")
+        } else {
+            (ProcessClass::Leak, "leak", "an off-heap leak")
+        };
+        let mut summary = format!("{name}: {}", leak_phrase(top, p.unit, &window));
+        if first.len() > 1 {
             summary.push_str(&format!(
-                "; {} leaking sites in all, {} in total",
-                leaks.len(),
-                hr(total)
+                "; {} leaking {}sites in all, {} in total",
+                first.len(),
+                if offheap { "mapping " } else { "" },
+                hr(sum(first))
             ));
         }
-        return Verdict { class: ProcessClass::Leak, confidence: top.confidence, summary };
+        if let Some(o) = second.first() {
+            summary.push_str(&format!("; also {other}: {}", leak_phrase(o, p.unit, &window)));
+            if second.len() > 1 {
+                summary.push_str(&format!(" ({} sites, {} in total)", second.len(), hr(sum(second))));
+            }
+        }
+        return Verdict { class, confidence: top.confidence, summary };
     }
 
     let share = if p.win.whole_run { 0.6 } else { 1.0 };
@@ -1467,7 +1659,13 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
             if of_kind.len() > 1 {
                 summary.push_str(&format!("; {} leaking {k} sites in all", of_kind.len()));
             }
-            Verdict { class: ProcessClass::Leak, confidence: top.confidence, summary }
+            // Off-heap mappings that leak keep their class (the runtime split names the kind).
+            let class = if k == MemoryKind::OffHeap && v.class == ProcessClass::OffHeap {
+                ProcessClass::OffHeap
+            } else {
+                ProcessClass::Leak
+            };
+            Verdict { class, confidence: top.confidence, summary }
         }
         None => {
             let all = kinds
@@ -2005,6 +2203,169 @@ mod tests {
         assert!(a.memory.managed_bytes.is_empty());
         assert!(a.verdict.summary.starts_with("leak: "), "{}", a.verdict.summary);
         assert_eq!(a.summary.native_live_end_bytes, 61_000 + 50_000);
+    }
+
+    /// Units of work at time t: an accelerating load (5 t² calls), so the rate per second
+    /// varies while the growth per call does not.
+    fn units_at(t: f64) -> u64 {
+        (5.0 * t * t) as u64
+    }
+
+    /// A recording whose leak is exactly 20 B per unit of work, with `handle_request` as the
+    /// work probe.
+    fn per_unit_recording() -> Recording {
+        let (st, _) = leak_site();
+        let f: SiteFn = Box::new(|t: f64| {
+            let u = units_at(t);
+            (20 * u, u, 0, 0)
+        });
+        let mut r = recording(&times61(), vec![(st, f), cache_site()], &|t| mem((20 << 20) + 25 * units_at(t)), &no_counters);
+        r.work_probe = Some("handle_request@/opt/server/bin/server".into());
+        for c in &mut r.checkpoints {
+            c.units_of_work = Some(units_at(c.t_s));
+        }
+        r
+    }
+
+    #[test]
+    fn growth_per_unit_of_work() {
+        let a = analyze(&per_unit_recording(), &AnalyzeOptions::default());
+        let leak = site(&a, 1);
+        assert_eq!(leak.class, SiteClass::Leak, "{:?}", leak.evidence);
+        let per_unit = leak.growth_bytes_per_unit.expect("per unit");
+        assert!((per_unit - 20.0).abs() < 0.01, "{per_unit}");
+        assert!(leak.growth_ci95_bytes_per_unit.unwrap() < 0.1);
+        // Per second, the same leak grows with the load: 20 × 10 t B/s, about 9 KB/s at 45 s.
+        assert!(leak.growth_bytes_per_s > 5000.0, "{}", leak.growth_bytes_per_s);
+        assert_eq!(site(&a, 2).growth_bytes_per_unit.map(|u| u.abs() < 0.01), Some(true));
+        assert_eq!(a.units_of_work, Some(18_000));
+        assert_eq!(a.unit_name().as_deref(), Some("call of handle_request"));
+        let s = &a.summary;
+        assert!((s.growth_bytes_per_unit.unwrap() - 20.0).abs() < 0.01);
+        assert!((s.native_growth_bytes_per_unit.unwrap() - 20.0).abs() < 0.01);
+        assert!((s.rss_anon_growth_bytes_per_unit.unwrap() - 25.0).abs() < 0.1);
+        assert_eq!(s.offheap_growth_bytes_per_unit, Some(0.0));
+        assert_eq!(a.verdict.class, ProcessClass::Leak);
+        assert!(
+            a.verdict.summary.starts_with("leak: Session::key holds 20 B more live bytes per call of handle_request (± 0 at 95 %), +"),
+            "{}",
+            a.verdict.summary
+        );
+        // Occupied heap: 360 000 + 900 000 live bytes in 20 MiB + 450 000 B of RSS anon.
+        let ratio = s.occupied_heap_to_rss_ratio.unwrap();
+        assert!((ratio - 1_260_000.0 / (20_971_520.0 + 450_000.0)).abs() < 1e-4, "{ratio}");
+
+        // Without a work probe: per second only.
+        let mut r = per_unit_recording();
+        r.work_probe = None;
+        for c in &mut r.checkpoints {
+            c.units_of_work = None;
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert!(a.sites.iter().all(|s| s.growth_bytes_per_unit.is_none()));
+        assert_eq!(a.summary.growth_bytes_per_unit, None);
+        assert_eq!(a.units_of_work, None);
+        assert!(a.verdict.summary.starts_with("leak: Session::key holds +"), "{}", a.verdict.summary);
+
+        // A work probe that counted nothing in the steady window: per second, with a warning.
+        let mut r = per_unit_recording();
+        for c in &mut r.checkpoints {
+            c.units_of_work = Some(7);
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert!(a.sites.iter().all(|s| s.growth_bytes_per_unit.is_none()));
+        assert!(a.warnings.iter().any(|w| w.contains("counted no call")), "{:?}", a.warnings);
+    }
+
+    /// An off-heap mapping site: `function` maps `bytes_per_s` (in 16 KiB regions) and never
+    /// unmaps, through `wrapper` (libc's mmap64 or syscall).
+    fn mapping_site(id: u32, function: &str, wrapper: &str, bytes_per_s: u64) -> (Stack, SiteFn) {
+        const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+        const EXE: &str = "/opt/server/bin/server";
+        let stack = Stack {
+            id,
+            kind: "mmap".into(),
+            frames: vec![frame(wrapper, LIBC, None), frame(function, EXE, Some(("/build/src/buf.c", 7))), frame("main", EXE, None)],
+            lost: false,
+        };
+        (stack, Box::new(move |t: f64| {
+            let n = (t as u64) * bytes_per_s / 16384;
+            (n * 16384, n, 0, 0)
+        }))
+    }
+
+    /// The dynamic loader's mapping of a library's .bss at start: 1 MiB, never unmapped.
+    fn loader_site() -> (Stack, SiteFn) {
+        const LD: &str = "/lib64/ld-linux-x86-64.so.2";
+        let stack = Stack {
+            id: 9,
+            kind: "mmap".into(),
+            frames: vec![frame("__mmap64", LD, None), frame("_dl_map_segments", LD, None), frame("_dl_map_object", LD, None)],
+            lost: false,
+        };
+        (stack, Box::new(|_| (1 << 20, 1, 0, 0)))
+    }
+
+    #[test]
+    fn growing_mappings_are_off_heap() {
+        let mut r = recording(
+            &times61(),
+            vec![mapping_site(5, "map_buffers", "mmap64", 32768), mapping_site(6, "map_raw", "syscall", 16384), loader_site(), temp_site()],
+            &|t| mem((20 << 20) + 49152 * t as u64),
+            &no_counters,
+        );
+        // Resident: half of map_buffers' pages, all of map_raw's.
+        for c in &mut r.checkpoints {
+            for s in &mut c.sites {
+                s.resident_bytes = Some(if s.stack == 5 { s.alloc_bytes / 2 } else { s.alloc_bytes });
+            }
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let m = site(&a, 5);
+        assert_eq!(m.function, "map_buffers", "the culprit is the caller of libc's mmap");
+        assert_eq!(m.culprit_frame, Some(1));
+        assert_eq!(m.class, SiteClass::Leak, "{:?}", m.evidence);
+        assert!((m.growth_bytes_per_s - 32768.0).abs() < 400.0, "{}", m.growth_bytes_per_s);
+        assert_eq!(m.resident_bytes, Some(60 * 32768 / 2));
+        let raw = site(&a, 6);
+        assert_eq!(raw.function, "map_raw", "the caller of syscall(SYS_mmap, ...)");
+        assert_eq!(raw.class, SiteClass::Leak);
+        let ld = site(&a, 9);
+        assert_eq!(ld.memory_kind, MemoryKind::Runtime);
+        assert_ne!(ld.class, SiteClass::Leak);
+        assert!(site(&a, 3).resident_bytes.is_none(), "malloc sites have no resident figure");
+        // Off-heap bytes are the program's mappings, resident: not the loader's.
+        assert_eq!(a.memory.offheap_live_bytes.last().map(|p| p.1), Some(60 * 32768 / 2 + 60 * 16384));
+        assert_eq!(a.memory.mmap_live_bytes.last().map(|p| p.1), Some(60 * 49152 + (1 << 20)));
+
+        assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", a.verdict.summary);
+        assert_eq!(serde_json::to_value(a.verdict.class).unwrap(), "off-heap");
+        assert!(
+            a.verdict.summary.starts_with("off-heap: map_buffers maps +32.0 KiB/s (32768 B/s ± "),
+            "{}",
+            a.verdict.summary
+        );
+        assert!(a.verdict.summary.contains("in anonymous mappings it never unmaps"), "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("1.9 MiB (1966080 B) mapped, 960.0 KiB resident at the end"), "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("2 leaking mapping sites in all, +48.0 KiB/s in total"), "{}", a.verdict.summary);
+        assert!(!a.verdict.summary.contains("also"), "{}", a.verdict.summary);
+
+        // A native leak next to it: the faster one gives the class, the other is named too.
+        let r = recording(&times61(), vec![mapping_site(5, "map_buffers", "mmap64", 16384), leak_site()], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.verdict.class, ProcessClass::OffHeap);
+        assert!(a.verdict.summary.contains("; also a leak in the malloc heap: Session::key holds +1000 B/s"), "{}", a.verdict.summary);
+        // The native leak the larger: 100 B blocks at 50 000 B/s.
+        let big: SiteFn = Box::new(|t: f64| {
+            let n = 500 * t as u64;
+            (100 * n, n, 0, 0)
+        });
+        let (st, _) = leak_site();
+        let r = recording(&times61(), vec![mapping_site(5, "map_buffers", "mmap64", 16384), (st, big)], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.verdict.class, ProcessClass::Leak);
+        assert!(a.verdict.summary.starts_with("leak: Session::key holds"), "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("; also an off-heap leak: map_buffers maps +16.0 KiB/s"), "{}", a.verdict.summary);
     }
 
     #[test]
