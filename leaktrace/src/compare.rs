@@ -721,19 +721,7 @@ pub fn run(before: &Path, after: &Path, out: Option<PathBuf>) -> anyhow::Result<
 }
 
 fn default_out_dir() -> PathBuf {
-    // SAFETY: time and localtime_r only write to the given locals.
-    let now = unsafe { libc::time(std::ptr::null_mut()) };
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    unsafe { libc::localtime_r(&now, &mut tm) };
-    PathBuf::from(format!(
-        "leaktrace-compare-{:04}{:02}{:02}-{:02}{:02}{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    ))
+    crate::output::timestamped_dir("compare")
 }
 
 #[cfg(test)]

@@ -34,3 +34,21 @@ pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
+
+/// A default output directory name: `leaktrace-{what}-YYYYmmdd-HHMMSS` in local time, relative to
+/// the current directory (e.g. `leaktrace-1234-20261130-002600`).
+pub fn timestamped_dir(what: &str) -> std::path::PathBuf {
+    // SAFETY: time and localtime_r only write to the given locals.
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&now, &mut tm) };
+    std::path::PathBuf::from(format!(
+        "leaktrace-{what}-{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    ))
+}

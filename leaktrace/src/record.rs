@@ -385,19 +385,7 @@ pub fn save(recording: &Recording, dir: &Path, top: usize) -> anyhow::Result<Vec
 }
 
 fn default_out_dir(pid: u32, several: bool) -> PathBuf {
-    let now = unsafe { libc::time(std::ptr::null_mut()) };
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    unsafe { libc::localtime_r(&now, &mut tm) };
-    PathBuf::from(format!(
-        "leaktrace-{}{pid}-{:04}{:02}{:02}-{:02}{:02}{:02}",
-        if several { "multi-" } else { "" },
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    ))
+    output::timestamped_dir(&if several { format!("multi-{pid}") } else { pid.to_string() })
 }
 
 /// Objects a command about to be launched will use, so that its allocator is probed before its
@@ -688,30 +676,24 @@ impl Traced {
         // Everything that moves is read together, before the slow part (symbolizing new stacks).
         let units_of_work = work.then(|| tracer.work_units(self.pid));
         let memory = procinfo::memory(self.pid);
-        let mut samples = Vec::with_capacity(sites.len());
-        for (key, stats) in sites {
-            let stack = self.stack_for(tracer, key);
-            samples.push(SiteSample {
-                stack,
-                alloc_bytes: stats.alloc_bytes,
-                alloc_count: stats.alloc_count,
-                free_bytes: stats.free_bytes,
-                free_count: stats.free_count,
-                resident_bytes: None,
-            });
-        }
+        // Kernel-side sites (malloc family, page faults), then off-heap mappings with their
+        // resident bytes.
         let resident = self.space.resident(self.pid);
         let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
             self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
-        for (key, stats) in offheap {
-            let stack = self.stack_for(tracer, key);
+        let all = sites.into_iter().map(|(k, v)| (k, v, None)).chain(offheap.into_iter().map(|(k, v)| {
+            let res = resident.as_ref().map(|(per_site, _)| per_site.get(&k).copied().unwrap_or(0));
+            (k, v, Some(res))
+        }));
+        let mut samples = Vec::new();
+        for (key, stats, res) in all.collect::<Vec<_>>() {
             samples.push(SiteSample {
-                stack,
+                stack: self.stack_for(tracer, key),
                 alloc_bytes: stats.alloc_bytes,
                 alloc_count: stats.alloc_count,
                 free_bytes: stats.free_bytes,
                 free_count: stats.free_count,
-                resident_bytes: resident.as_ref().map(|(per_site, _)| per_site.get(&key).copied().unwrap_or(0)),
+                resident_bytes: res.flatten(),
             });
         }
         samples.sort_by_key(|s| s.stack);
