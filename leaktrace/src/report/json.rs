@@ -77,6 +77,10 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "growth_bytes": s.growth_bytes,
         "growth_bytes_per_s": num(s.growth_bytes_per_s),
         "growth_ci95_bytes_per_s": opt_num(s.growth_ci95_bytes_per_s),
+        "growth_bytes_per_unit": opt_num(s.growth_bytes_per_unit),
+        "growth_ci95_bytes_per_unit": opt_num(s.growth_ci95_bytes_per_unit),
+        "mapped_bytes": if s.kind == "mmap" { json!(s.live_bytes) } else { Value::Null },
+        "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
         "evidence": {
             "steady": trend(&e.steady),
@@ -143,7 +147,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut doc = json!({
         "schema": SCHEMA_VERSION,
         "leaktrace_version": rec.leaktrace_version,
         "recording_format_version": rec.format_version,
@@ -169,6 +173,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "steady_from_s": num(a.steady_from_s),
         "steady_is_whole_run": a.steady_is_whole_run,
         "end_reason": rec.end_reason,
+        "work_probe": a.work_probe,
+        "units_of_work": a.units_of_work,
         "verdict": {
             "class": a.verdict.class.as_str(),
             "confidence": num(a.verdict.confidence),
@@ -189,6 +195,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "offheap_live_bytes": series(&a.memory.offheap_live_bytes),
             "runtime_live_bytes": series(&a.memory.runtime_live_bytes),
             "allocator_resident_bytes": series(&a.memory.allocator_resident_bytes),
+            "allocator_footprint_bytes": series(&a.memory.allocator_resident_bytes),
         },
         "summary": {
             "rss_start_bytes": s.rss_start_bytes,
@@ -210,5 +217,24 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "events": a.events,
         "probes": probes,
         "warnings": warnings,
-    })
+    });
+    // Growth of the traced live bytes, per second and per unit of work; off-heap; occupied heap
+    // (a second object: one json! of everything exceeds the macro recursion limit).
+    let more = json!({
+        "growth_bytes_per_s": num(s.growth_bytes_per_s),
+        "growth_ci95_bytes_per_s": opt_num(a.traced_trend.ci95_bytes_per_s),
+        "growth_bytes_per_unit": opt_num(s.growth_bytes_per_unit),
+        "growth_ci95_bytes_per_unit": opt_num(a.traced_unit_trend.and_then(|t| t.ci95_bytes_per_s)),
+        "native_growth_bytes_per_unit": opt_num(s.native_growth_bytes_per_unit),
+        "offheap_live_start_bytes": s.offheap_live_start_bytes,
+        "offheap_live_end_bytes": s.offheap_live_end_bytes,
+        "offheap_growth_bytes_per_s": num(s.offheap_growth_bytes_per_s),
+        "offheap_growth_bytes_per_unit": opt_num(s.offheap_growth_bytes_per_unit),
+        "rss_anon_growth_bytes_per_unit": opt_num(s.rss_anon_growth_bytes_per_unit),
+        "occupied_heap_to_rss_ratio": opt_num(s.occupied_heap_to_rss_ratio),
+    });
+    if let (Some(summary), Value::Object(more)) = (doc.get_mut("summary").and_then(Value::as_object_mut), more) {
+        summary.extend(more);
+    }
+    doc
 }

@@ -70,13 +70,21 @@ pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
     out
 }
 
-fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&str>) {
+fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&str>, unit: Option<&str>) {
     let e = &s.evidence;
     let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, s.class, s.confidence);
     let ci = s.growth_ci95_bytes_per_s.map_or(String::from("n/a"), |c| format!("{c:.0} B/s"));
+    // Per unit of work first, when the recording counted units.
+    let per_unit = match (s.growth_bytes_per_unit, unit) {
+        (Some(u), Some(unit)) => format!(
+            "{u:+.0} B per {unit} (±{} at 95 %); ",
+            s.growth_ci95_bytes_per_unit.map_or("n/a".to_string(), |c| format!("{c:.0} B"))
+        ),
+        _ => String::new(),
+    };
     let _ = writeln!(
         md,
-        "- growth: {} ({:.1} B/s, ±{ci} at 95 %) over {:.0}–{:.0} s; {} ({}) first → last checkpoint",
+        "- growth: {per_unit}{} ({:.1} B/s, ±{ci} at 95 %) over {:.0}–{:.0} s; {} ({}) first → last checkpoint",
         rate(s.growth_bytes_per_s),
         s.growth_bytes_per_s,
         e.steady.from_s,
@@ -97,6 +105,10 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&s
         exact(s.freed_bytes),
         s.frees
     );
+    if s.kind == "mmap" {
+        let res = s.resident_bytes.map_or("unknown".to_string(), |r| format!("{} ({})", bytes(r), exact(r)));
+        let _ = writeln!(md, "- mapped at end: {} ({}), resident {res}", bytes(s.live_bytes), exact(s.live_bytes));
+    }
     let kind = if s.kind == "malloc" { String::new() } else { format!(" [{} site]", s.kind) };
     let _ = writeln!(md, "- why: {}{kind}", e.reason);
     if let Some(rt) = runtime {
@@ -145,16 +157,97 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
     );
 }
 
+/// Growth per unit of work (the work probe's calls), when the recording counted units.
+fn per_unit_lines(md: &mut String, a: &Analysis) {
+    let Some(unit) = a.unit_name() else { return };
+    let s = &a.summary;
+    let calls = a.units_of_work.map_or(String::new(), |u| format!("; {u} units counted"));
+    let Some(total) = s.growth_bytes_per_unit else {
+        let _ = writeln!(md, "- per unit of work (1 unit = 1 {unit}{calls}): no unit counted over the steady window, growth is per second only");
+        return;
+    };
+    let ci = a.traced_unit_trend.and_then(|t| t.ci95_bytes_per_s).map_or("n/a".to_string(), |c| format!("{c:.0} B"));
+    let fmt = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:+.0} B"));
+    let _ = writeln!(
+        md,
+        "- per unit of work (1 unit = 1 {unit}{calls}): traced live bytes {total:+.0} B per {unit} (±{ci} at 95 %) over the steady window; native {}, off-heap {}, RSS anon {} per {unit}",
+        fmt(s.native_growth_bytes_per_unit),
+        fmt(s.offheap_growth_bytes_per_unit),
+        fmt(s.rss_anon_growth_bytes_per_unit),
+    );
+}
+
+/// Off-heap mappings and the occupied heap to RSS ratio.
+fn offheap_lines(md: &mut String, a: &Analysis) {
+    let s = &a.summary;
+    if s.offheap_live_start_bytes > 0 || s.offheap_live_end_bytes > 0 {
+        let _ = writeln!(
+            md,
+            "- off-heap (anonymous mappings made by the program, resident): {} → {}; trend {} over the steady window",
+            bytes(s.offheap_live_start_bytes),
+            bytes(s.offheap_live_end_bytes),
+            rate(s.offheap_growth_bytes_per_s)
+        );
+    }
+    if let Some(r) = s.occupied_heap_to_rss_ratio {
+        let _ = writeln!(md, "- occupied heap to RSS (live native bytes / RSS anon at the end): {:.1} %", r * 100.0);
+    }
+}
+
+/// What RSS anon holds beyond the traced sites, at the end.
+fn untraced_line(md: &mut String, a: &Analysis) {
+    let s = &a.summary;
+    let Some(anon) = s.rss_anon_end_bytes else {
+        md.push_str("- Memory outside what was traced: unknown (no memory figures at the end).\n");
+        return;
+    };
+    let native = s.native_live_end_bytes;
+    let offheap = s.offheap_live_end_bytes;
+    let mut parts = vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
+    let mut accounted = native.saturating_add(offheap);
+    // A runtime's managed heap and the runtime-kind sites (arenas mapped in free(), the loader's
+    // and the runtime's own mappings) are traced too.
+    let last = |v: &[(f64, u64)]| v.last().map_or(0, |p| p.1);
+    let (managed, runtime) = (last(&a.memory.managed_bytes), last(&a.memory.runtime_live_bytes));
+    if managed > 0 {
+        parts.push(format!("the managed heap {}", bytes(managed)));
+    }
+    if runtime > 0 {
+        parts.push(format!("runtime, allocator and loader mappings {}", bytes(runtime)));
+    }
+    accounted = accounted.saturating_add(managed).saturating_add(runtime);
+    if let Some(fp) = s.allocator_resident_end_bytes {
+        // The allocator's footprint holds the live native bytes and what it keeps free.
+        parts.push(format!("memory the allocator keeps free or for overhead {}", bytes(fp.saturating_sub(native))));
+        accounted = accounted.saturating_add(fp.saturating_sub(native));
+    }
+    let _ = writeln!(
+        md,
+        "- Memory outside what was traced: RSS anon is {} at the end; {} account for {}; the other {} \
+         (thread stacks, memory allocated before attach or by untraced allocators, runtime memory) \
+         is not attributed to any stack.",
+        bytes(anon),
+        parts.join(", "),
+        bytes(accounted.min(anon)),
+        bytes(anon.saturating_sub(accounted))
+    );
+}
+
 /// The whole report.md.
 pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let mut md = String::new();
     let v = &a.verdict;
     let _ = writeln!(md, "# leaktrace report\n");
-    let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {}\n", v.class, v.confidence, v.summary);
+    // Summaries may start with the class ("leak: ..."): said once.
+    let class_prefix = format!("{}: ", v.class);
+    let said = v.summary.strip_prefix(class_prefix.as_str()).unwrap_or(&v.summary);
+    let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
+    let unit = a.unit_name();
 
     // Target and run.
     let t = &rec.target;
-    let _ = writeln!(md, "## Target\n");
+    let _ = writeln!(md, "## Measurement\n");
+    per_unit_lines(&mut md, a);
     let ns = if t.nspid.len() > 1 {
         format!(" (in its namespace: {})", t.nspid.last().copied().unwrap_or(t.pid))
     } else {
@@ -223,22 +316,23 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         a.native_trend.from_s,
         a.native_trend.to_s,
     );
+    offheap_lines(&mut md, a);
     md.push('\n');
     memory_by_kind(&mut md, a);
 
     // Top sites.
     let mut shown: HashSet<u32> = HashSet::new();
     let growth = a.top_by_growth();
-    let _ = writeln!(md, "## Top {} sites by growth (steady-window slope of live bytes)\n", a.top);
+    let _ = writeln!(md, "## Retaining stacks: top {} sites by growth (steady-window slope of live bytes)\n", a.top);
     if growth.is_empty() {
         md.push_str("No site's live bytes grow.\n\n");
     }
     for (i, site) in growth.iter().enumerate() {
-        site_block(&mut md, i + 1, site, a.runtime.as_deref());
+        site_block(&mut md, i + 1, site, a.runtime.as_deref(), unit.as_deref());
         shown.insert(site.id);
     }
     let live = a.top_by_live();
-    let _ = writeln!(md, "## Top {} sites by live bytes at the end\n", a.top);
+    let _ = writeln!(md, "## Retaining stacks: top {} sites by live bytes at the end\n", a.top);
     if live.is_empty() {
         md.push_str("No traced allocation is live at the end.\n\n");
     } else {
@@ -261,7 +355,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             if shown.contains(&site.id) {
                 continue;
             }
-            site_block(&mut md, i + 1, site, a.runtime.as_deref());
+            site_block(&mut md, i + 1, site, a.runtime.as_deref(), unit.as_deref());
         }
     }
 
@@ -320,6 +414,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
 
     // Caveats.
     let _ = writeln!(md, "## Caveats\n");
+    untraced_line(&mut md, a);
     for w in rec.warnings.iter().chain(a.warnings.iter()) {
         let _ = writeln!(md, "- {w}");
     }

@@ -187,6 +187,93 @@ mod tests {
     }
 
     #[test]
+    fn per_unit_off_heap_and_sections() {
+        let dir = tempdir("per-unit");
+        let mut rec = mixed();
+        rec.work_probe = Some("handle_request".into());
+        for c in &mut rec.checkpoints {
+            c.units_of_work = Some(c.t_s as u64 * 10);
+        }
+        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        let j = read_json(&dir);
+        assert_eq!(j["work_probe"], "handle_request");
+        assert_eq!(j["units_of_work"], 600);
+        let leak = j["sites"].as_array().unwrap().iter().find(|s| s["id"] == 1).unwrap();
+        // 1000 B/s at 10 units/s.
+        assert!((leak["growth_bytes_per_unit"].as_f64().unwrap() - 100.0).abs() < 0.01, "{leak}");
+        assert!(leak["growth_ci95_bytes_per_unit"].is_number());
+        assert!(leak["mapped_bytes"].is_null() && leak["resident_bytes"].is_null());
+        // The process: the leak plus the temporary site's 0–2000 B in flight.
+        assert!((j["summary"]["growth_bytes_per_unit"].as_f64().unwrap() - 100.0).abs() < 5.0, "{}", j["summary"]);
+        assert!((j["summary"]["growth_bytes_per_s"].as_f64().unwrap() - 1000.0).abs() < 50.0, "{}", j["summary"]);
+        assert!(j["summary"]["occupied_heap_to_rss_ratio"].as_f64().unwrap() > 0.0);
+        for k in ["rss_anon_bytes", "offheap_live_bytes", "allocator_footprint_bytes", "native_live_bytes"] {
+            assert!(j["memory"][k].is_array(), "memory.{k}");
+        }
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let verdict_line = md.lines().find(|l| l.starts_with("**Verdict")).unwrap();
+        assert!(
+            verdict_line.contains("— Session::key holds 100 B more live bytes per call of handle_request"),
+            "the class is said once: {verdict_line}"
+        );
+        assert!(md.contains("- growth: +100 B per call of handle_request (±0 B at 95 %); +1000 B/s"), "{md}");
+        assert!(md.contains("traced live bytes +100 B per call of handle_request"), "{md}");
+        // Verdict, measurement, retaining stacks, what is not a leak, caveats.
+        let at = |h: &str| md.find(h).unwrap_or_else(|| panic!("no {h} in\n{md}"));
+        let order = [
+            at("**Verdict"),
+            at("## Measurement"),
+            at("## Retaining stacks"),
+            at("## Not a leak"),
+            at("## Caveats"),
+            at("- Memory outside what was traced: RSS anon is"),
+            at("### Losses"),
+        ];
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}\n{md}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // An off-heap mapping that grows.
+        let dir = tempdir("off-heap");
+        let map = crate::recording::Stack {
+            id: 7,
+            kind: "mmap".into(),
+            frames: vec![
+                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None),
+                frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))),
+            ],
+            lost: false,
+        };
+        let mut rec = recording(
+            &times61(),
+            vec![(map, Box::new(|t: f64| (16384 * t as u64, t as u64, 0, 0)))],
+            &|t| mem((1 << 20) + 16384 * t as u64),
+            &no_counters,
+        );
+        for c in &mut rec.checkpoints {
+            for s in &mut c.sites {
+                s.resident_bytes = Some(s.alloc_bytes);
+            }
+        }
+        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        let j = read_json(&dir);
+        assert_eq!(j["verdict"]["class"], "off-heap");
+        let s = &j["sites"][0];
+        assert_eq!(s["function"], "map_buffers");
+        assert_eq!(s["kind"], "mmap");
+        assert_eq!(s["class"], "leak");
+        assert_eq!(s["mapped_bytes"], 60 * 16384);
+        assert_eq!(s["resident_bytes"], 60 * 16384);
+        assert_eq!(j["summary"]["offheap_live_end_bytes"], 60 * 16384);
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let verdict_line = md.lines().find(|l| l.starts_with("**Verdict")).unwrap();
+        assert!(verdict_line.starts_with("**Verdict: off-heap** (confidence"), "{verdict_line}");
+        assert!(verdict_line.contains("— map_buffers maps +16.0 KiB/s"), "{verdict_line}");
+        assert!(md.contains("- mapped at end: 960.0 KiB (983,040 B), resident 960.0 KiB (983,040 B)"), "{md}");
+        assert!(md.contains("- off-heap (anonymous mappings made by the program, resident): "), "{md}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn drops_in_report_json() {
         let dir = tempdir("drops");
         let rec = recording(&times61(), vec![leak_site()], &|_| None, &|_| {
