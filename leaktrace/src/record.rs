@@ -813,6 +813,9 @@ impl Session {
                 None => std::future::pending().await,
             }
         }
+        // Time 0 is the first checkpoint, taken now that every probe is in place (attaching can
+        // take seconds); --duration counts from here too.
+        self.start = Instant::now();
         self.checkpoint_all(None);
         let mut next = Instant::now() + opts.interval;
         let deadline = opts.duration.map(|d| self.start + d);
