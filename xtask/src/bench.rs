@@ -239,8 +239,8 @@ impl Bench {
 
     fn run(&self) -> Result<()> {
         let started = Instant::now();
-        let date = query_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
         let waited = wait_for_quiet(self.args.max_load, Duration::from_secs(self.args.max_wait));
+        let date = query_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
 
         let micro = self.micro()?;
         let stats = self.kernel_breakdown().unwrap_or_else(|e| {
@@ -733,8 +733,10 @@ impl Bench {
             .map(|x| x.median() / rbase)
             .unwrap_or(f64::NAN);
         s.push_str(&format!(
-            "| growth mode keeps redis's throughput ≥ 98 % of untraced | {} | {} |\n",
+            "| growth mode keeps redis's throughput ≥ 98 % of untraced | {} (median of medians; untraced runs spread {:.0} %–{:.0} % of their median) | {} |\n",
             pct(rgrowth),
+            spread(&r.redis[0]).0 * 100.0,
+            spread(&r.redis[0]).1 * 100.0,
             yes(rgrowth >= 0.98)
         ));
         let sampled: Vec<String> = r
@@ -857,8 +859,22 @@ impl Bench {
             s.push_str(&format!("| {name} | {ty} | {max} | {bytes} |\n"));
         }
         s.push('\n');
-        s
+        // Paths relative to the workspace, so that the commands read the same on any machine.
+        let bin_dir = self.leaktrace.parent().map(|d| format!("{}/", d.display()));
+        let s = match bin_dir {
+            Some(d) => s.replace(&d, "target/release/"),
+            None => s,
+        };
+        s.replace(&format!("{}/", root().display()), "")
     }
+}
+
+/// (min, max) of a series' runs over its median.
+fn spread(x: &Series) -> (f64, f64) {
+    let m = x.median();
+    let min = x.values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = x.values.iter().copied().fold(0.0, f64::max);
+    (min / m, max / m)
 }
 
 fn yes(b: bool) -> &'static str {
