@@ -1071,6 +1071,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         unit: unit.as_deref(),
     });
     let verdict = kind_verdict(verdict, rec.target.runtime.as_deref(), &kind_list, &sites, f_drops);
+    let verdict = losses_verdict(verdict, &drops, &events);
 
     Analysis {
         checkpoints: n,
@@ -1171,9 +1172,32 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
     let f_share = if win.whole_run { 0.6 } else { 1.0 };
     // Bytes the noise floor allows over the whole run.
     let floor_bytes = floor * duration.max(1.0);
+    // A cache is growth that levels off: the steady window must be clearly slower than the
+    // first part. A steady slope that is merely not significant (few checkpoints) while it
+    // keeps the early pace is no evidence of a plateau.
+    let flattened = steady.slope_bytes_per_s <= floor
+        || early.is_none_or(|e| steady.slope_bytes_per_s < PLATEAU_RATIO * e.slope_bytes_per_s.max(0.0));
+    let unresolved = !grows
+        && !flattened
+        && count_ok
+        && steady.slope_bytes_per_s > floor
+        && early.is_some_and(|e| e.significant_growth && e.slope_bytes_per_s > floor);
 
     let (class, confidence, mut reason);
-    if grows && count_ok && !plateau {
+    if unresolved {
+        // Grows through the whole run at a steady pace; too few checkpoints in the steady window
+        // for significance there: a leak, with the confidence that evidence gives.
+        class = SiteClass::Leak;
+        let e = early.unwrap_or_default();
+        confidence = clamp_conf(0.5 * f_tstat(&e) * f_n * f_share * f_drops);
+        reason = format!(
+            "live bytes grow through the whole run without levelling off: {:.1} B/s in the first part (t {}), {:.1} B/s over the steady window ({} checkpoints: too few for significance there); record longer or with a shorter --interval to be sure",
+            e.slope_bytes_per_s,
+            fmt_t(e.t_stat),
+            steady.slope_bytes_per_s,
+            steady.n
+        );
+    } else if grows && count_ok && !plateau {
         class = SiteClass::Leak;
         let f_margin = 1.0 - 0.5 * floor / steady.slope_bytes_per_s;
         let f_blocks = if count_grew { 1.0 } else { 0.8 };
@@ -1218,7 +1242,7 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
             steady.slope_bytes_per_s, floor
         );
     } else if (grows && (plateau || !count_ok))
-        || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0)
+        || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened)
     {
         class = SiteClass::Cache;
         let retained = (growth_bytes.max(0) as f64).max(rise).max(1.0);
@@ -1322,6 +1346,47 @@ struct ProcessInput<'a> {
 /// nor a runtime's ([`crate::runtimes::classify_site`]).
 fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
     s.kind == "mmap" && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
+}
+
+/// Loss counters after which live bytes are incomplete (allocations or frees not recorded); the
+/// other losses (stack collisions and errors) lose call stacks, never bytes.
+pub const BYTE_LOSSES: &[&str] =
+    &["allocs_map_full", "sites_map_full", "inflight_map_full", "missed_return", "address_reused", "map_events_lost"];
+
+/// Share of traced allocator calls whose bytes were lost (0..1), from the loss counters.
+pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
+    let lost: u64 = BYTE_LOSSES.iter().filter_map(|k| drops.get(*k)).sum();
+    let seen = events.get("allocs").copied().unwrap_or(0) + lost;
+    if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
+}
+
+/// When more than 1 % of the allocations were lost (a full map), what looks flat or like
+/// fragmentation may be untraced memory: such a verdict becomes "inconclusive", and a leak found
+/// anyway is said to be a lower bound. The losses are named on the verdict line.
+fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> Verdict {
+    let share = lost_share(drops, events);
+    if share <= 0.01 {
+        return v;
+    }
+    let named: Vec<String> =
+        BYTE_LOSSES.iter().filter_map(|k| drops.get(*k).filter(|n| **n > 0).map(|n| format!("{k} {n}"))).collect();
+    let why = format!(
+        "{:.0} % of allocator calls were not traced ({}; raise --max-allocs / --max-sites)",
+        share * 100.0,
+        named.join(", ")
+    );
+    match v.class {
+        ProcessClass::Leak | ProcessClass::OffHeap => Verdict {
+            summary: format!("{}; {why}: the growth is a lower bound", v.summary),
+            confidence: clamp_conf(v.confidence * (1.0 - share)),
+            ..v
+        },
+        _ => Verdict {
+            class: ProcessClass::Flat,
+            confidence: clamp_conf(0.1 * (1.0 - share)),
+            summary: format!("inconclusive: {why}; without them: {}", v.summary),
+        },
+    }
 }
 
 /// How a leaking site grows, for the verdict: per unit of work first when measured, then per
@@ -1975,6 +2040,32 @@ mod tests {
         assert_eq!(s.class, SiteClass::Leak, "{:?}", s.evidence);
         assert!((s.growth_bytes_per_s - 1000.0).abs() < 200.0, "{}", s.growth_bytes_per_s);
         assert_eq!(a.verdict.class, ProcessClass::Leak);
+    }
+
+    #[test]
+    fn short_steady_growth_is_a_leak_not_a_cache() {
+        // Five checkpoints of a short run (as with the default 1 s interval): the leak keeps its
+        // pace, the steady window has three points with a slight slowdown at the end. Not a cache.
+        let times = [0.0, 1.83, 2.85, 3.87, 4.37];
+        let (stack, _) = leak_site();
+        let live = |t: f64| -> u64 { if t < 4.0 { (t * 500_000.0) as u64 } else { 2_000_000 } };
+        let f: SiteFn = Box::new(move |t| (live(t) + 1000, (live(t) / 1000) + 1, 0, 0));
+        let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.sites[0].class, SiteClass::Leak, "{:?}", a.sites[0].evidence);
+        assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", a.verdict.summary);
+        assert!(a.verdict.confidence < 0.6, "little evidence, modest confidence: {}", a.verdict.confidence);
+    }
+
+    #[test]
+    fn allocations_lost_make_a_flat_verdict_inconclusive() {
+        let r = recording(&times61(), vec![cache_site()], &|_| mem(10 << 20), &|_| {
+            BTreeMap::from([("allocs".to_string(), 100), ("allocs_map_full".to_string(), 900)])
+        });
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(a.verdict.class, ProcessClass::Flat);
+        assert!(a.verdict.summary.starts_with("inconclusive: 90 %"), "{}", a.verdict.summary);
+        assert!(a.verdict.summary.contains("allocs_map_full 900"), "{}", a.verdict.summary);
     }
 
     #[test]

@@ -686,6 +686,7 @@ pub fn run(before: &Path, after: &Path, out: Option<PathBuf>) -> anyhow::Result<
     let ra = load(after).context("AFTER")?;
     let c = compare(&rb, &before.display().to_string(), &ra, &after.display().to_string())?;
     let dir = out.unwrap_or_else(default_out_dir);
+    crate::output::ensure_fresh_dir(&dir)?;
     crate::output::ensure_writable_dir(&dir)?;
     let mut files = Vec::new();
     let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {

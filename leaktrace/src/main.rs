@@ -82,19 +82,20 @@ struct CheckArgs {
     #[arg(long, value_name = "SYMBOL[@OBJECT]")]
     work_probe: Option<leaktrace::discover::WorkProbeSpec>,
     /// Time between the periodic checkpoints taken besides the batch ones.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
     /// Output directory (default ./leaktrace-check-PID-TIMESTAMP).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Maximum outstanding allocations tracked at once (kernel map size).
-    #[arg(long, default_value_t = Limits::default().max_allocs)]
+    /// Maximum outstanding allocations tracked at once (kernel map size, 1 to 67108864; ~150
+    /// bytes of kernel memory each, allocated as used).
+    #[arg(long, default_value_t = Limits::default().max_allocs, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
     max_allocs: u32,
-    /// Maximum distinct allocation sites (kernel map size).
-    #[arg(long, default_value_t = Limits::default().max_sites)]
+    /// Maximum distinct allocation sites (kernel map size, 1 to 4194304).
+    #[arg(long, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     max_sites: u32,
-    /// Maximum distinct call stacks (kernel map size; ~1 KiB each).
-    #[arg(long, default_value_t = Limits::default().max_stacks)]
+    /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, preallocated).
+    #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
     /// Command to launch and test (after --); it is stopped when the test ends.
     #[arg(last = true, value_name = "CMD")]
@@ -121,7 +122,7 @@ struct RecordArgs {
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Time between checkpoints (e.g. 1s, 250ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
     /// Output directory (default ./leaktrace-PID-TIMESTAMP).
     #[arg(long)]
@@ -129,14 +130,15 @@ struct RecordArgs {
     /// Sites listed in report.md.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// Maximum outstanding allocations tracked at once (kernel map size).
-    #[arg(long, default_value_t = Limits::default().max_allocs)]
+    /// Maximum outstanding allocations tracked at once (kernel map size, 1 to 67108864; ~150
+    /// bytes of kernel memory each, allocated as used).
+    #[arg(long, default_value_t = Limits::default().max_allocs, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
     max_allocs: u32,
-    /// Maximum distinct allocation sites (kernel map size).
-    #[arg(long, default_value_t = Limits::default().max_sites)]
+    /// Maximum distinct allocation sites (kernel map size, 1 to 4194304).
+    #[arg(long, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     max_sites: u32,
-    /// Maximum distinct call stacks (kernel map size; ~1 KiB each).
-    #[arg(long, default_value_t = Limits::default().max_stacks)]
+    /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, preallocated).
+    #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
     /// Count calls of this function as units of work (SYMBOL or SYMBOL@OBJECT, e.g.
     /// handle_request or parse@libfoo.so); growth is then also reported per unit.
@@ -148,7 +150,7 @@ struct RecordArgs {
     mode: ModeArg,
     /// Sampled mode: sample on average one allocation per this many bytes allocated (e.g. 524288,
     /// 512KiB). Implies --mode sampled.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_sample_bytes)]
     sample_bytes: Option<u64>,
     /// Command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
@@ -193,6 +195,22 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         u => return Err(format!("unknown unit `{u}` in `{s}` (B, KB, KiB, MB, MiB, GB, GiB)")),
     };
     Ok((n * mult).round() as u64)
+}
+
+/// Checkpoint intervals: at least the recorder's polling period (100 ms).
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("{s} is shorter than the smallest checkpoint interval, 100ms"));
+    }
+    Ok(d)
+}
+
+fn parse_sample_bytes(s: &str) -> Result<u64, String> {
+    match parse_bytes(s)? {
+        0 => Err("the sampling distance must be at least 1 byte".to_string()),
+        n => Ok(n),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

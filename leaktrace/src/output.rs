@@ -23,6 +23,22 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> anyhow::Result<()> {
     result.with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Output files that mark a directory as holding a recording (or a comparison) already.
+pub const RECORDING_MARKERS: &[&str] = &["recording.json", "report.json", "check.json", "compare.json", "summary.json"];
+
+/// Error if `dir` already holds the outputs of an earlier run: leaktrace never overwrites a
+/// recording, nor leaves old and new files side by side.
+pub fn ensure_fresh_dir(dir: &Path) -> anyhow::Result<()> {
+    if let Some(old) = RECORDING_MARKERS.iter().map(|m| dir.join(m)).find(|p| p.exists()) {
+        anyhow::bail!(
+            "output directory {} already holds an earlier run ({}): choose another --out or remove it",
+            dir.display(),
+            old.display()
+        );
+    }
+    Ok(())
+}
+
 /// Create `dir` (and parents) and check that files can be created in it. Used before attaching,
 /// so that an unwritable --out is reported before anything is recorded.
 pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {

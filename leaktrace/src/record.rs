@@ -196,7 +196,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     }
     let several = pids.len() > 1 || opts.follow_forks;
     let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(pids[0], several));
-    if let Err(e) = output::ensure_writable_dir(&dir) {
+    if let Err(e) = output::ensure_fresh_dir(&dir).and_then(|()| output::ensure_writable_dir(&dir)) {
         if let Some(c) = held.take() {
             c.abandon();
         }
@@ -320,7 +320,15 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
             stacks: std::mem::take(&mut t.stacks),
             checkpoints: std::mem::take(&mut t.checkpoints),
             end_reason: t.end_reason.unwrap_or(end_reason).to_string(),
-            warnings: std::mem::take(&mut t.warnings),
+            warnings: {
+                if t.untraced_children > 0 {
+                    t.warnings.push(format!(
+                        "this process forked {} child process(es) that were not traced: their memory is not in this report (record with --follow-forks)",
+                        t.untraced_children
+                    ));
+                }
+                std::mem::take(&mut t.warnings)
+            },
         };
         let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
         output::ensure_writable_dir(&tdir)?;
@@ -329,6 +337,13 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     }
     let summary_files = if several { write_summary(&dir, &outcomes, &skipped)? } else { Vec::new() };
     let _ = detach.join();
+    if end_reason == "work-probe-missing" {
+        let spec = opts.work_probe.as_ref().map(|w| w.to_string()).unwrap_or_default();
+        anyhow::bail!(
+            "--work-probe {spec}: the function was not found in the objects the command maps, so no unit of work can be counted (the recording is in {})",
+            dir.display()
+        );
+    }
     Ok(MultiOutcome { dir, outcomes, summary_files })
 }
 
@@ -502,6 +517,8 @@ struct Traced {
     exe_resolved: bool,
     /// The last sample recorded for each stack (checkpoints keep only changed sites).
     last_samples: HashMap<u32, SiteSample>,
+    /// Child processes it forked that are not traced (no --follow-forks).
+    untraced_children: u32,
 }
 
 impl Traced {
@@ -569,6 +586,7 @@ impl Traced {
             end_reason: None,
             exe_resolved: !launched,
             last_samples: HashMap::new(),
+            untraced_children: 0,
         };
         if !launched {
             t.detect_runtime(&objects);
@@ -607,12 +625,17 @@ impl Traced {
         if self.nspid.is_empty() {
             self.nspid = procinfo::nspid(self.pid);
         }
-        if self.launched && !self.exe_resolved {
-            // Launched commands: the executable as the running process sees it (/proc/PID/exe).
+        if self.launched {
+            // Launched commands: the executable as the running process sees it (/proc/PID/exe),
+            // followed through an exec chain (env → python3).
             let exe = procinfo::exe(self.pid);
             if !exe.is_empty() {
                 self.exe = exe;
                 self.exe_resolved = true;
+                let argv = procinfo::cmdline(self.pid);
+                if !argv.is_empty() {
+                    self.command = argv;
+                }
             }
         }
         self.detect_runtime(&objects);
@@ -796,6 +819,10 @@ enum BatchMark {
     Units(u64),
 }
 
+/// Seconds after which a work probe that could not be placed is reported (a launched command
+/// loads its libraries first).
+const WORK_PROBE_GRACE_S: f64 = 2.0;
+
 /// How often the loop looks at the targets (exit, new mappings, forks) between checkpoints.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -825,6 +852,7 @@ impl Session {
             Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
         };
         let mut polls: u64 = 0;
+        let mut work_missing_told = false;
         loop {
             polls += 1;
             tokio::select! {
@@ -891,6 +919,22 @@ impl Session {
                 for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
                     t.rescan(&mut self.tracer, self.mode, self.work_probe.as_ref(), t_s);
                 }
+                // A work probe that cannot be placed once the command has loaded its libraries
+                // is a mistake to report, not to wait on: `check` by units would never end.
+                if let (Some(spec), false) = (&self.work_probe, self.targets[0].work_attached) {
+                    if t_s >= WORK_PROBE_GRACE_S && !work_missing_told {
+                        work_missing_told = true;
+                        self.clear_status();
+                        eprintln!(
+                            "leaktrace: warning: --work-probe {spec}: no function `{}` in the objects PID {} maps after {t_s:.0} s",
+                            spec.symbol, self.targets[0].pid
+                        );
+                        if matches!(opts.schedule, Schedule::Batches { size: BatchSize::Units(_), .. }) {
+                            self.checkpoint_all(None);
+                            return "work-probe-missing";
+                        }
+                    }
+                }
                 self.checkpoint_all(None);
                 next += opts.interval;
                 if next < now {
@@ -914,9 +958,6 @@ impl Session {
                 t.space.apply(ev);
             }
         });
-        if !self.follow_forks {
-            return;
-        }
         for (parent, child) in forks {
             // sched_process_fork also fires for new threads: keep new processes only.
             let is_process = std::fs::read_to_string(format!("/proc/{child}/status"))
@@ -924,6 +965,19 @@ impl Session {
                 .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).map(|v| v.trim() == child.to_string()))
                 .unwrap_or(false);
             if !is_process || self.targets.iter().any(|t| t.pid == child) {
+                continue;
+            }
+            if !self.follow_forks {
+                // A wrapper script or a forking server: say plainly that the children are not traced.
+                if let Some(p) = self.targets.iter_mut().find(|t| t.pid == parent) {
+                    p.untraced_children += 1;
+                    if p.untraced_children == 1 {
+                        self.clear_status();
+                        eprintln!(
+                            "leaktrace: warning: PID {parent} forked PID {child}, which is not traced (add --follow-forks to trace children)"
+                        );
+                    }
+                }
                 continue;
             }
             let Ok(objects) = discover::mapped_objects(child) else { continue };
