@@ -214,11 +214,10 @@ fn parse_sample_bytes(s: &str) -> Result<u64, String> {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() && secs > 0.0 {
+    if let Ok(secs) = s.parse::<f64>()
+        && secs.is_finite() && secs > 0.0 {
             return Ok(Duration::from_secs_f64(secs));
         }
-    }
     match humantime::parse_duration(s) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be greater than zero".into()),
@@ -280,7 +279,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Report { dir, top } => {
             let rec = Recording::load(&dir.join("recording.json"))?;
-            let files = leaktrace::report::write_all(&rec, &dir, &leaktrace::analyze::AnalyzeOptions { top, ..Default::default() })?;
+            let files = leaktrace::report::write_all(&rec, &dir, &leaktrace::analyze::AnalyzeOptions { top })?;
             for f in files {
                 println!("{}", f.display());
             }
@@ -324,13 +323,11 @@ fn print_outcome(o: &record::RecordOutcome) {
         println!("leaktrace: command ended: {s}");
     }
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
-    if let Ok(text) = std::fs::read_to_string(o.dir.join("report.json")) {
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-            if let Some(s) = v.pointer("/verdict/summary").and_then(|s| s.as_str()) {
+    if let Ok(text) = std::fs::read_to_string(o.dir.join("report.json"))
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            && let Some(s) = v.pointer("/verdict/summary").and_then(|s| s.as_str()) {
                 println!("leaktrace: verdict: {s}");
             }
-        }
-    }
     for f in &o.files {
         println!("  {}", f.display());
     }

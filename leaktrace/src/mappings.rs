@@ -41,7 +41,7 @@ impl AddressSpace {
         match ev.kind {
             map_event::MMAP if ev.len > 0 => {
                 let len = round_up(ev.len);
-                let site = (ev.owner == owner::OFFHEAP).then(|| SiteKey { tgid: 0, ..ev.site });
+                let site = (ev.owner == owner::OFFHEAP).then_some(SiteKey { tgid: 0, ..ev.site });
                 // MAP_FIXED may replace what was there.
                 self.remove(ev.addr, ev.addr + len, true);
                 self.regions.insert(ev.addr, Region { end: ev.addr + len, owner: ev.owner, site });
@@ -77,11 +77,10 @@ impl AddressSpace {
     /// removed pieces; with `account`, credits them to their sites as unmapped.
     fn remove(&mut self, start: u64, end: u64, account: bool) -> Vec<(u64, u64, Region)> {
         let mut touched: Vec<(u64, Region)> = Vec::new();
-        if let Some((&s, &r)) = self.regions.range(..start).next_back() {
-            if r.end > start {
+        if let Some((&s, &r)) = self.regions.range(..start).next_back()
+            && r.end > start {
                 touched.push((s, r));
             }
-        }
         touched.extend(self.regions.range(start..end).map(|(&s, &r)| (s, r)));
         let mut removed = Vec::new();
         for (s, r) in touched {
@@ -93,15 +92,14 @@ impl AddressSpace {
                 self.regions.insert(end, r);
             }
             let (cs, ce) = (s.max(start), r.end.min(end));
-            if account {
-                if let Some(site) = r.site {
+            if account
+                && let Some(site) = r.site {
                     let st = self.sites.entry(site).or_default();
                     st.free_bytes += ce - cs;
                     if cs == s && ce == r.end {
                         st.free_count += 1;
                     }
                 }
-            }
             removed.push((cs, ce, r));
         }
         removed

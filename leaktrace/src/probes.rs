@@ -242,11 +242,10 @@ impl Tracer {
     pub fn shutdown(mut self) {
         let mut links = Vec::with_capacity(self.links.len());
         for (program, id) in std::mem::take(&mut self.links) {
-            if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()) {
-                if let Ok(link) = prog.take_link(id) {
+            if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
+                && let Ok(link) = prog.take_link(id) {
                     links.push(link);
                 }
-            }
         }
         let threads = links.len().clamp(1, 32);
         let per = links.len().div_ceil(threads).max(1);

@@ -218,7 +218,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
             Some(c) => match launch_objects(&c.exe) {
                 Ok(o) => (o, c.argv.clone(), c.exe.display().to_string()),
                 Err(e) => {
-                    held.take().map(HeldChild::abandon);
+                    if let Some(a) = held.take() { HeldChild::abandon(a) }
                     return Err(e);
                 }
             },
@@ -227,7 +227,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
             Ok(t) => targets.push(t),
             Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
             Err(e) => {
-                held.take().map(HeldChild::abandon);
+                if let Some(a) = held.take() { HeldChild::abandon(a) }
                 // A process that vanished while probes were placed says so plainly.
                 if !held_is_launch(&spec) && !procinfo::alive(pid) {
                     anyhow::bail!("PID {pid} exited while leaktrace was attaching");
@@ -395,7 +395,7 @@ pub fn save(recording: &Recording, dir: &Path, top: usize) -> anyhow::Result<Vec
     let path = dir.join("recording.json");
     output::write_atomic(&path, &serde_json::to_vec(recording)?)?;
     let mut files = vec![path];
-    files.extend(report::write_all(recording, dir, &AnalyzeOptions { top, ..Default::default() })?);
+    files.extend(report::write_all(recording, dir, &AnalyzeOptions { top })?);
     Ok(files)
 }
 
@@ -639,8 +639,8 @@ impl Traced {
             }
         }
         self.detect_runtime(&objects);
-        if let (Some(spec), false) = (work_probe, self.work_attached) {
-            if let Some((obj, off)) = discover::find_work_function(spec, &objects) {
+        if let (Some(spec), false) = (work_probe, self.work_attached)
+            && let Some((obj, off)) = discover::find_work_function(spec, &objects) {
                 self.work_attached = true;
                 match tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
                     Ok(mut info) => {
@@ -651,7 +651,6 @@ impl Traced {
                     Err(e) => self.warnings.push(format!("{e:#}")),
                 }
             }
-        }
         let fresh: Vec<MappedObject> =
             objects.into_iter().filter(|o| !self.probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
         if fresh.is_empty() {
@@ -870,7 +869,7 @@ impl Session {
                     t.end_reason = Some("target-exited");
                 } else {
                     t.symbolizer.refresh();
-                    if t.runtime.is_none() && t.exe_resolved && polls % 5 == 0 && polls <= 100 {
+                    if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
                         // A launched runtime maps its libraries right after exec: detect it
                         // early (twice a second, for 10 s) rather than at the first periodic
                         // checkpoint only; later libraries are seen by the periodic rescan.
@@ -921,8 +920,8 @@ impl Session {
                 }
                 // A work probe that cannot be placed once the command has loaded its libraries
                 // is a mistake to report, not to wait on: `check` by units would never end.
-                if let (Some(spec), false) = (&self.work_probe, self.targets[0].work_attached) {
-                    if t_s >= WORK_PROBE_GRACE_S && !work_missing_told {
+                if let (Some(spec), false) = (&self.work_probe, self.targets[0].work_attached)
+                    && t_s >= WORK_PROBE_GRACE_S && !work_missing_told {
                         work_missing_told = true;
                         self.clear_status();
                         eprintln!(
@@ -934,7 +933,6 @@ impl Session {
                             return "work-probe-missing";
                         }
                     }
-                }
                 self.checkpoint_all(None);
                 next += opts.interval;
                 if next < now {
@@ -1048,7 +1046,7 @@ pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
     for (i, mut c) in old.into_iter().enumerate() {
         let keep = i == 0 || i == last || c.batch.is_some() || {
             periodic += 1;
-            periodic % 2 == 0
+            periodic.is_multiple_of(2)
         };
         if !carry.is_empty() {
             for s in carry.drain(..) {

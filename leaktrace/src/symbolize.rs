@@ -105,7 +105,7 @@ impl StackSymbolizer {
             fresh.push(Mapping { start, end, offset, key });
         }
         // Newest snapshot first; older mappings stay behind it for unmapped libraries.
-        fresh.extend(self.maps.drain(..));
+        fresh.append(&mut self.maps);
         self.maps = fresh;
         self.last_maps = text;
     }
