@@ -188,11 +188,17 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
     for ((ci, sites), &x) in points.iter().zip(&xs) {
         let c = &rec.checkpoints[*ci];
         let (mut native, mut offheap) = (0u64, 0u64);
+        let runtime = rec.target.runtime.as_deref().unwrap_or("native");
         for (&id, &b) in sites {
-            if kind_of(&stacks, id) == "mmap" {
-                offheap = offheap.saturating_add(b);
-            } else {
-                native = native.saturating_add(b);
+            match stacks.get(&id) {
+                // Off-heap: program mappings only (not the loader's, the allocator's arenas or a
+                // runtime's heap), as in the report.
+                Some(st) if st.kind == "mmap" => {
+                    if crate::runtimes::classify_site(runtime, st) == crate::runtimes::MemoryKind::OffHeap {
+                        offheap = offheap.saturating_add(b);
+                    }
+                }
+                _ => native = native.saturating_add(b),
             }
         }
         batches.push(BatchRow {

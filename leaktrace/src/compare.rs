@@ -104,10 +104,8 @@ impl Growth {
         let rel = if span > 0.0 { analyze::SITE_FLOOR_FRACTION * peak / span } else { 0.0 };
         let floor = abs_floor.max(rel);
         let slope = tr.slope_bytes_per_s;
-        let significant = match tr.ci95_bytes_per_s {
-            Some(_) => tr.significant_growth,
-            None => slope > 0.0,
-        };
+        // Two points give no confidence interval: no evidence of a leak either way.
+        let significant = tr.ci95_bytes_per_s.is_some() && tr.significant_growth;
         Growth {
             slope,
             ci95: tr.ci95_bytes_per_s,

@@ -12,6 +12,10 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 80.0;
+/// Legend entries per row, their width and the row height, px.
+const LEGEND_COLUMNS: usize = 3;
+const LEGEND_WIDTH: f64 = 233.0;
+const LEGEND_ROW: f64 = 18.0;
 
 /// One plotted series: legend name, colour, points (t_s, bytes).
 type Line<'a> = (&'a str, &'a str, &'a [(f64, u64)]);
@@ -67,7 +71,7 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
         ("RSS (VmRSS)", "#1f77b4", a.memory.rss_bytes.as_slice()),
         ("RSS anon (RssAnon)", "#ff7f0e", a.memory.rss_anon_bytes.as_slice()),
         ("live native bytes (malloc)", "#2ca02c", a.memory.native_live_bytes.as_slice()),
-        ("live mmap bytes (off-heap)", "#9467bd", a.memory.mmap_live_bytes.as_slice()),
+        ("live mmap bytes (all traced mappings)", "#9467bd", a.memory.mmap_live_bytes.as_slice()),
         ("first-touch fault bytes", "#8c564b", a.memory.fault_bytes.as_slice()),
         ("managed heap", "#d62728", a.memory.managed_bytes.as_slice()),
         ("off-heap (resident mappings, direct buffers)", "#17becf", a.memory.offheap_live_bytes.as_slice()),
@@ -77,7 +81,8 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
     // With a managed runtime, mapped (virtual) bytes are dominated by reservations (a JVM's
     // class space, Go's arenas): the runtime split shows resident off-heap bytes instead.
     .filter(|(name, _, _)| !(name.starts_with("live mmap") && a.runtime.is_some()))
-    .filter(|(name, _, _)| !(name.starts_with("off-heap") && a.runtime.is_none()))
+    // Without a runtime, off-heap bytes (program mappings, not the loader's) are plotted when
+    // there are any, besides all traced mappings.
     .filter(|(name, _, pts)| {
         !pts.is_empty() && (!(name.starts_with("live mmap") || name.starts_with("off-heap")) || pts.iter().any(|p| p.1 > 0))
     })
@@ -102,13 +107,15 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
     let x = |t: f64| LEFT + (t / x_right).clamp(0.0, 1.0) * pw;
     let y = |b: f64| TOP + ph - ((b / div) / y_top).clamp(0.0, 1.0) * ph;
 
+    let legend_rows = series.len().div_ceil(LEGEND_COLUMNS).max(1);
+    let total_h = H + LEGEND_ROW * (legend_rows - 1) as f64;
     let mut s = String::new();
     let _ = writeln!(s, "<?xml version=\"1.0\" standalone=\"no\"?>");
     let _ = writeln!(
         s,
-        "<svg version=\"1.1\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"12\">"
+        "<svg version=\"1.1\" width=\"{W}\" height=\"{total_h}\" viewBox=\"0 0 {W} {total_h}\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"12\">"
     );
-    let _ = writeln!(s, "<rect x=\"0\" y=\"0\" width=\"{W}\" height=\"{H}\" fill=\"white\"/>");
+    let _ = writeln!(s, "<rect x=\"0\" y=\"0\" width=\"{W}\" height=\"{total_h}\" fill=\"white\"/>");
     let _ = writeln!(
         s,
         "<text x=\"{}\" y=\"18\" text-anchor=\"middle\" font-size=\"15\">Process memory over time</text>",
@@ -203,10 +210,11 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
             );
         }
     }
-    // Legend: one row under the time axis.
-    let ly = H - 16.0;
+    // Legend under the time axis, LEGEND_COLUMNS entries a row (the picture grows by a row's
+    // height for each row past the first).
     for (i, (name, color, _)) in series.iter().enumerate() {
-        let lx = LEFT + 175.0 * i as f64;
+        let lx = LEFT + LEGEND_WIDTH * (i % LEGEND_COLUMNS) as f64;
+        let ly = H - 16.0 + LEGEND_ROW * (i / LEGEND_COLUMNS) as f64;
         let _ = writeln!(
             s,
             "<line x1=\"{lx:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
