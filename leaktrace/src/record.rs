@@ -850,6 +850,12 @@ impl Session {
             Schedule::Periodic => None,
             Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
         };
+        // Batches counted in units of work end at a call count: look more often, so a batch
+        // overshoots by few calls.
+        let poll = match opts.schedule {
+            Schedule::Batches { size: BatchSize::Units(_), .. } => POLL / 5,
+            _ => POLL,
+        };
         let mut polls: u64 = 0;
         let mut work_missing_told = false;
         loop {
@@ -858,7 +864,7 @@ impl Session {
                 _ = recv(&mut sigint) => { self.checkpoint_all(None); return "signal" }
                 _ = recv(&mut sigterm) => { self.checkpoint_all(None); return "signal" }
                 _ = recv(&mut sighup) => { self.checkpoint_all(None); return "signal" }
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(poll) => {}
             }
             self.drain_events();
             let t_s = self.start.elapsed().as_secs_f64();
@@ -904,9 +910,14 @@ impl Session {
                     if n >= *count {
                         return "batches-done";
                     }
+                    // The next batch starts where the checkpoint just taken measured, not after it
+                    // (symbolizing new stacks can take a while).
+                    let cp = self.targets[0].checkpoints.last();
                     let mark = match size {
                         BatchSize::Seconds(d) => BatchMark::Time(now + *d),
-                        BatchSize::Units(k) => BatchMark::Units(self.tracer.work_units(first) + k),
+                        BatchSize::Units(k) => BatchMark::Units(
+                            cp.and_then(|c| c.units_of_work).unwrap_or_else(|| self.tracer.work_units(first)) + k,
+                        ),
                     };
                     batch = Some((n + 1, mark));
                     next = now + opts.interval;
