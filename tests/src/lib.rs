@@ -626,7 +626,11 @@ impl Report {
         let mut v: Vec<&Value> = self
             .sites()
             .iter()
-            .filter(|s| s["function"].as_str().is_some_and(|f| same_function(f, function)))
+            .filter(|s| {
+                s["function"]
+                    .as_str()
+                    .is_some_and(|f| same_function(f, function))
+            })
             .collect();
         v.sort_by_key(|s| std::cmp::Reverse(u64_of(s, "live_bytes")));
         v
@@ -910,6 +914,19 @@ pub struct SiteTotals {
 /// Sum, over the stacks of DIR/recording.json whose first frame outside the allocator's object
 /// is `function`, of their totals at the last checkpoint.
 pub fn recorded_totals(dir: &Path, function: &str) -> SiteTotals {
+    totals_where(dir, |frames| {
+        let alloc_obj = frames.first().and_then(|f| f["object"].as_str());
+        frames
+            .iter()
+            .find(|f| f["object"].as_str() != alloc_obj)
+            .and_then(|f| f["function"].as_str())
+            == Some(function)
+    })
+}
+
+/// Totals at the end of the recording in `dir`, summed over the stacks whose frames satisfy
+/// `select` (frames innermost first, as in recording.json).
+pub fn totals_where(dir: &Path, select: impl Fn(&[Value]) -> bool) -> SiteTotals {
     let path = dir.join("recording.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rec: Value =
@@ -919,16 +936,12 @@ pub fn recorded_totals(dir: &Path, function: &str) -> SiteTotals {
         .expect("recording.stacks")
         .iter()
         .filter(|st| {
-            let frames = st["frames"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let alloc_obj = frames.first().and_then(|f| f["object"].as_str());
-            frames
-                .iter()
-                .find(|f| f["object"].as_str() != alloc_obj)
-                .and_then(|f| f["function"].as_str())
-                == Some(function)
+            select(
+                st["frames"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+            )
         })
         .filter_map(|st| st["id"].as_u64())
         .collect();
@@ -962,7 +975,10 @@ pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &
         .unwrap_or_else(|| panic!("{culprit}: no non-allocator frame\n{ctx}"));
     let f = &frames[idx];
     let name = f["function"].as_str().unwrap_or("");
-    assert!(same_function(name, culprit), "{culprit}: first non-allocator frame is {name:?}\n{ctx}");
+    assert!(
+        same_function(name, culprit),
+        "{culprit}: first non-allocator frame is {name:?}\n{ctx}"
+    );
     let f_file = f["file"].as_str().unwrap_or("");
     assert!(
         f_file.ends_with(file),
@@ -1139,43 +1155,19 @@ fn looks_like_allocator(function: &str) -> bool {
 /// allocator's object or, in the same object (a static executable), not named like an
 /// allocator function.
 pub fn recorded_totals_named(dir: &Path, base: &str) -> SiteTotals {
-    let path = dir.join("recording.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let rec: Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let ids: Vec<u64> = rec["stacks"]
-        .as_array()
-        .expect("recording.stacks")
-        .iter()
-        .filter(|st| {
-            let frames = st["frames"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let alloc_obj = frames.first().and_then(|f| f["object"].as_str());
-            frames
-                .iter()
-                .skip(1)
-                .find(|f| {
-                    f["object"].as_str() != alloc_obj
-                        || !f["function"].as_str().is_some_and(looks_like_allocator)
-                })
-                .and_then(|f| f["function"].as_str())
-                .map(function_base)
-                == Some(base)
-        })
-        .filter_map(|st| st["id"].as_u64())
-        .collect();
-    let mut t = SiteTotals::default();
-    for s in latest_samples(&rec).values() {
-        if ids.contains(&s["stack"].as_u64().unwrap_or(u64::MAX)) {
-            t.alloc_bytes += u64_of(s, "alloc_bytes");
-            t.alloc_count += u64_of(s, "alloc_count");
-            t.free_bytes += u64_of(s, "free_bytes");
-            t.free_count += u64_of(s, "free_count");
-        }
-    }
-    t
+    totals_where(dir, |frames| {
+        let alloc_obj = frames.first().and_then(|f| f["object"].as_str());
+        frames
+            .iter()
+            .skip(1)
+            .find(|f| {
+                f["object"].as_str() != alloc_obj
+                    || !f["function"].as_str().is_some_and(looks_like_allocator)
+            })
+            .and_then(|f| f["function"].as_str())
+            .map(function_base)
+            == Some(base)
+    })
 }
 
 /// Call `f` every 20 ms until it returns Some, at most `timeout`.
@@ -1365,14 +1357,20 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
 /// True when the reported function name `reported` is `wanted`, or is the demangled C++ name of
 /// `wanted` with its parameter list (`leak_new(int)`, `ns::f(char const*) const`).
 pub fn same_function(reported: &str, wanted: &str) -> bool {
-    reported == wanted || reported.strip_prefix(wanted).is_some_and(|rest| rest.starts_with('('))
+    reported == wanted
+        || reported
+            .strip_prefix(wanted)
+            .is_some_and(|rest| rest.starts_with('('))
 }
 
 /// The latest sample of every stack in a recording: checkpoints list only the sites whose totals
 /// changed, so a site's totals at the end are its last sample in any checkpoint.
 pub fn latest_samples(rec: &Value) -> std::collections::BTreeMap<u64, Value> {
     let mut out = std::collections::BTreeMap::new();
-    for c in rec["checkpoints"].as_array().expect("recording has checkpoints") {
+    for c in rec["checkpoints"]
+        .as_array()
+        .expect("recording has checkpoints")
+    {
         for s in c["sites"].as_array().expect("checkpoint.sites") {
             out.insert(s["stack"].as_u64().unwrap_or(u64::MAX), s.clone());
         }

@@ -952,17 +952,7 @@ fn exited_pid_is_an_error() {
     let mut child = Command::new("true").spawn().expect("run true");
     let pid = child.id();
     child.wait().expect("wait true");
-    let out = OutDir::new("exited");
-    let mut cmd = leaktrace([
-        "record",
-        "--pid",
-        &pid.to_string(),
-        "--duration",
-        "2s",
-        "--out",
-    ]);
-    cmd.arg(&out.path);
-    let o = run(cmd, None, TIMEOUT);
+    let (out, o) = record_pid_2s("exited", &pid.to_string());
     assert_error(&o, &[&pid.to_string()]);
     assert!(!out.path.exists(), "an output directory was created");
 }
@@ -993,17 +983,7 @@ fn kernel_thread_is_an_error() {
             "no kernel thread is visible from here",
         );
     };
-    let out = OutDir::new("kthread");
-    let mut cmd = leaktrace([
-        "record",
-        "--pid",
-        &pid.to_string(),
-        "--duration",
-        "2s",
-        "--out",
-    ]);
-    cmd.arg(&out.path);
-    let o = run(cmd, None, TIMEOUT);
+    let (_out, o) = record_pid_2s("kthread", &pid.to_string());
     assert_error(&o, &[&format!("PID {pid} "), "kernel thread"]);
 }
 
@@ -1024,17 +1004,7 @@ fn zombie_is_an_error() {
         std::path::Path::new(&format!("/proc/{zombie}")).exists(),
         "PID {zombie} should still exist (a zombie)"
     );
-    let out = OutDir::new("zombie");
-    let mut cmd = leaktrace([
-        "record",
-        "--pid",
-        &zombie.to_string(),
-        "--duration",
-        "2s",
-        "--out",
-    ]);
-    cmd.arg(&out.path);
-    let o = run(cmd, None, TIMEOUT);
+    let (_out, o) = record_pid_2s("zombie", &zombie.to_string());
     assert_error(&o, &[&zombie.to_string(), "zombie"]);
 }
 
@@ -1198,4 +1168,14 @@ fn read_only_out_is_an_error() {
     assert_error(&o, &[&rec.display().to_string(), "Read-only"]);
     assert!(!rec.exists(), "{} was created", rec.display());
     assert!(process_alive(target.pid), "the target died");
+}
+
+/// `leaktrace record --pid PID --duration 2s --out DIR`, run to completion: the output
+/// directory and the result.
+fn record_pid_2s(name: &str, pid: &str) -> (OutDir, Output) {
+    let out = OutDir::new(name);
+    let mut cmd = leaktrace(["record", "--pid", pid, "--duration", "2s", "--out"]);
+    cmd.arg(&out.path);
+    let o = run(cmd, None, TIMEOUT);
+    (out, o)
 }
