@@ -469,9 +469,11 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
     }
     setup()?;
     build()?;
+    // Release, like the build above and the end-to-end tests: one set of compiled dependencies.
     let unit_ok = run_status(cargo().args([
         "test",
         "--no-fail-fast",
+        "--release",
         "--workspace",
         "--exclude",
         "leaktrace-tests",
