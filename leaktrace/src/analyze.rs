@@ -357,6 +357,15 @@ pub struct Verdict {
     pub summary: String,
 }
 
+impl Verdict {
+    /// True when the numbers cannot tell (too few checkpoints, too many allocations lost): the
+    /// class is then `flat` only for want of evidence, and the summary starts with
+    /// "inconclusive".
+    pub fn is_inconclusive(&self) -> bool {
+        self.summary.starts_with("inconclusive")
+    }
+}
+
 /// Everything [`analyze`] finds in a recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Analysis {

@@ -27,7 +27,7 @@ enum Command {
         /// Directory holding recording.json.
         dir: PathBuf,
         /// Sites listed in report.md.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         top: usize,
     },
     /// Run the bundled demo workload (one leak, a bounded cache, temporary buffers) and record it.
@@ -128,7 +128,7 @@ struct RecordArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Sites listed in report.md.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     top: usize,
     /// Maximum outstanding allocations tracked at once (kernel map size, 1 to 67108864; ~150
     /// bytes of kernel memory each, allocated as used).
