@@ -262,6 +262,11 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     }
     let how = if t.launched {
         match t.exit_status {
+            // The recording ended first (duration, signal, check's last batch): leaktrace stopped
+            // the command (SIGTERM, then SIGKILL), which is what the status says.
+            Some(st) if rec.end_reason != "target-exited" && st > 128 => {
+                format!("launched by leaktrace and stopped by it when the recording ended (killed by signal {})", st - 128)
+            }
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
             None => "launched by leaktrace".to_string(),
         }
