@@ -163,6 +163,9 @@ pub const ALLOCATOR_FRAMES: &[&str] = &[
     "je_*", "_rjem_*", "tc_*", "mi_*", "_mi_*", "mallocx", "rallocx", "dallocx", "sdallocx",
     "tcmalloc::*", "(anonymous namespace)::do_malloc*", "(anonymous namespace)::cpp_alloc*",
     "__rust_dealloc",
+    // musl's (mallocng) names for the same entry points, as its symbol table has them.
+    "default_malloc", "default_calloc", "default_realloc", "default_free", "__libc_malloc_impl",
+    "__libc_realloc_impl", "__simple_malloc", "__malloc_donate",
     // glibc's internal aliases, as its debug info names them.
     "__GI___libc_*", "__GI___strdup", "__GI___strndup", "__libc_calloc", "__libc_free",
     "operator new*", "operator delete*",
@@ -201,6 +204,7 @@ mod tests {
     fn allocator_frames() {
         assert!(is_allocator_frame("malloc"));
         assert!(is_allocator_frame("__GI___libc_malloc"));
+        assert!(is_allocator_frame("default_malloc"), "musl's malloc");
         assert!(is_allocator_frame("operator new(unsigned long)"));
         assert!(is_allocator_frame("operator new[](unsigned long)"));
         assert!(!is_allocator_frame("handle_request(unsigned long)"));

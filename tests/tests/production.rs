@@ -33,6 +33,8 @@ fn fixture(name: &str) -> PathBuf {
         "leaky_jemalloc" => compile_with("gcc", &[&src("leaky.c")], &out, &["-ljemalloc"]),
         "leaky_tcmalloc" => compile_with("gcc", &[&src("leaky.c")], &out, &["-ltcmalloc"]),
         "leaky_static" => compile_with("gcc", &[&src("leaky.c")], &out, &["-static"]),
+        "leaky_mimalloc" => compile_with("gcc", &[&src("leaky.c")], &out, &["-lmimalloc"]),
+        "leaky_musl" => compile_with("musl-gcc", &[&src("leaky.c")], &out, &["-static"]),
         "leaky_stripped" => {
             compile_with("gcc", &[&src("leaky.c")], &out, &["-static"]);
             let st = Command::new("strip")
@@ -551,6 +553,26 @@ fn tcmalloc_leak_found_attached() {
 #[test]
 fn tcmalloc_leak_found_launched() {
     allocator_launched("leaky_tcmalloc", "libtcmalloc");
+}
+
+#[test]
+fn mimalloc_leak_found_attached() {
+    assert_links(&fixture("leaky_mimalloc"), "libmimalloc");
+    allocator_attached("leaky_mimalloc", "libmimalloc");
+}
+
+#[test]
+fn mimalloc_leak_found_launched() {
+    allocator_launched("leaky_mimalloc", "libmimalloc");
+}
+
+/// A static binary with musl's malloc (mallocng), whose entry points are aliases of
+/// `default_malloc` & co.
+#[test]
+fn musl_static_leak_found_launched() {
+    let exe = fixture("leaky_musl");
+    assert!(ldd(&exe).is_empty(), "{} should be static", exe.display());
+    allocator_launched("leaky_musl", "leaky_musl");
 }
 
 #[test]

@@ -354,6 +354,8 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     for (ok, pkg) in [
         (gcc_finds("libjemalloc.so"), "libjemalloc-dev"),
         (gcc_finds("libtcmalloc.so"), "libgoogle-perftools-dev"),
+        (gcc_finds("libmimalloc.so"), "libmimalloc-dev"),
+        (which("musl-gcc").is_some(), "musl-tools"),
         (gcc_finds("libc.a"), "libc6-dev"),
         (sbin_or_path("bpftool"), "bpftool"),
         (sbin_or_path("unshare") && sbin_or_path("setpriv"), "util-linux"),
@@ -366,12 +368,12 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     if !missing.is_empty() {
         apt.install(
             &missing,
-            "jemalloc, tcmalloc, the static C library, bpftool or util-linux (needed by the \
-             production end-to-end tests)",
+            "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool or util-linux \
+             (needed by the production end-to-end tests)",
             &[],
         )?;
     }
-    eprintln!("xtask: ok: jemalloc, tcmalloc, static libc, bpftool, unshare and setpriv");
+    eprintln!("xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare and setpriv");
     Ok(())
 }
 
