@@ -87,6 +87,16 @@ struct CheckArgs {
     /// Output directory (default ./leaktrace-check-PID-TIMESTAMP).
     #[arg(long)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Command to launch and test (after --); it is stopped when the test ends.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// Kernel map sizes, shared by `record` and `check`.
+#[derive(Args)]
+struct LimitArgs {
     /// Maximum outstanding allocations tracked at once (kernel map size, 1 to 67108864; ~150
     /// bytes of kernel memory each, allocated as used).
     #[arg(long, default_value_t = Limits::default().max_allocs, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
@@ -97,9 +107,12 @@ struct CheckArgs {
     /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, preallocated).
     #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
-    /// Command to launch and test (after --); it is stopped when the test ends.
-    #[arg(last = true, value_name = "CMD")]
-    command: Vec<OsString>,
+}
+
+impl From<LimitArgs> for Limits {
+    fn from(a: LimitArgs) -> Limits {
+        Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks }
+    }
 }
 
 #[derive(Args)]
@@ -130,16 +143,8 @@ struct RecordArgs {
     /// Sites listed in report.md.
     #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     top: usize,
-    /// Maximum outstanding allocations tracked at once (kernel map size, 1 to 67108864; ~150
-    /// bytes of kernel memory each, allocated as used).
-    #[arg(long, default_value_t = Limits::default().max_allocs, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
-    max_allocs: u32,
-    /// Maximum distinct allocation sites (kernel map size, 1 to 4194304).
-    #[arg(long, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
-    max_sites: u32,
-    /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, preallocated).
-    #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
-    max_stacks: u32,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Count calls of this function as units of work (SYMBOL or SYMBOL@OBJECT, e.g.
     /// handle_request or parse@libfoo.so); growth is then also reported per unit.
     #[arg(long, value_name = "SYMBOL[@OBJECT]")]
@@ -178,23 +183,13 @@ fn mode_of(mode: ModeArg, sample_bytes: Option<u64>) -> anyhow::Result<leaktrace
     })
 }
 
-/// Parse a byte count: plain bytes or with a suffix (KB = 1000, KiB = 1024, MB, MiB, GB, GiB).
+/// Parse a byte count (plain bytes or B, KB, KiB, MB, MiB, GB, GiB), as `check --budget` does.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a byte count (examples: 4096, 512KiB, 1MB)"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("unknown unit `{u}` in `{s}` (B, KB, KiB, MB, MiB, GB, GiB)")),
-    };
-    Ok((n * mult).round() as u64)
+    let b = leaktrace::check::parse_bytes(s)?;
+    if b > u64::MAX as f64 {
+        return Err(format!("`{s}` is too large"));
+    }
+    Ok(b.round() as u64)
 }
 
 /// Checkpoint intervals: at least the recorder's polling period (100 ms).
@@ -261,7 +256,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 interval: a.interval,
                 out: a.out,
                 top: a.top,
-                limits: Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks },
+                limits: a.limits.into(),
                 status_line: true,
                 work_probe: a.work_probe,
                 schedule: Default::default(),
@@ -301,7 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 work_probe: a.work_probe,
                 interval: a.interval,
                 out: a.out,
-                limits: Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks },
+                limits: a.limits.into(),
             };
             let outcome = leaktrace::check::check(spec, opts)?;
             print!("{}", outcome.text);
