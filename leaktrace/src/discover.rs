@@ -109,28 +109,17 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
     })?;
     let mut seen: BTreeMap<(i32, i32, u64), MappedObject> = BTreeMap::new();
     let mut order = Vec::new();
-    for line in maps.lines() {
-        let mut it = line.split_ascii_whitespace();
-        let (Some(range), Some(_perms), Some(offset), Some(dev), Some(inode)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        let path: String = it.collect::<Vec<_>>().join(" ");
-        if !path.starts_with('/') {
+    for l in maps.lines().filter_map(crate::procinfo::parse_maps_line) {
+        if !l.path.starts_with('/') || l.inode == 0 || l.offset != 0 {
             continue;
         }
-        let inode: u64 = inode.parse().unwrap_or(0);
-        if inode == 0 || offset != "00000000" {
-            continue;
-        }
-        let dev = parse_dev(dev);
-        let key = (dev.0, dev.1, inode);
+        let dev = parse_dev(l.dev);
+        let key = (dev.0, dev.1, l.inode);
         if seen.contains_key(&key) {
             continue;
         }
-        let Some(open_path) = open_path(pid, range, Path::new(&path), inode) else { continue };
-        seen.insert(key, MappedObject { path: PathBuf::from(&path), dev, inode, open_path });
+        let Some(open_path) = open_path(pid, l.range, Path::new(&l.path), l.inode) else { continue };
+        seen.insert(key, MappedObject { path: PathBuf::from(&l.path), dev, inode: l.inode, open_path });
         order.push(key);
     }
     Ok(order.into_iter().filter_map(|k| seen.remove(&k)).collect())

@@ -56,3 +56,54 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// One line of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapsLine<'a> {
+    /// "start-end" as written (the name of the mapping in /proc/PID/map_files).
+    pub range: &'a str,
+    /// Virtual addresses [start, end).
+    pub start: u64,
+    pub end: u64,
+    /// "r-xp" and the like.
+    pub perms: &'a str,
+    /// File offset mapped at `start`, bytes.
+    pub offset: u64,
+    /// Device as "major:minor" in hex.
+    pub dev: &'a str,
+    pub inode: u64,
+    /// Path or pseudo-name ("[heap]"); empty for anonymous mappings.
+    pub path: String,
+}
+
+/// Parse one line of /proc/PID/maps; None for a malformed line.
+pub fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
+    let mut it = line.split_ascii_whitespace();
+    let (range, perms, offset, dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+    let (s, e) = range.split_once('-')?;
+    Some(MapsLine {
+        range,
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        perms,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev,
+        inode: inode.parse().ok()?,
+        path: it.collect::<Vec<_>>().join(" "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines() {
+        let l = parse_maps_line("7f00-7f10 r-xp 00001000 fe:01 1234   /usr/lib/a b.so").unwrap();
+        assert_eq!((l.start, l.end, l.offset, l.inode), (0x7f00, 0x7f10, 0x1000, 1234));
+        assert_eq!((l.range, l.perms, l.dev, l.path.as_str()), ("7f00-7f10", "r-xp", "fe:01", "/usr/lib/a b.so"));
+        assert_eq!(parse_maps_line("5000-6000 rw-p 00000000 00:00 0").unwrap().path, "");
+        assert_eq!(parse_maps_line("5000-6000 rw-p 00000000 00:00 0 [heap]").unwrap().path, "[heap]");
+        assert!(parse_maps_line("garbage").is_none());
+    }
+}

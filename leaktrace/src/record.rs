@@ -223,7 +223,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
                 }
             },
         };
-        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), &opts, start) {
+        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), &opts) {
             Ok(t) => targets.push(t),
             Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
             Err(e) => {
@@ -533,13 +533,8 @@ impl Traced {
         exe: String,
         launched: bool,
         opts: &RecordOptions,
-        _start: Instant,
     ) -> anyhow::Result<Traced> {
-        let mut scan = discover::scan_allocators(pid, &objects)?;
-        if opts.mode == Mode::Growth {
-            // No probe on the allocator's hot path: only mmap, for the stacks of mappings.
-            scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
-        }
+        let scan = scan_for_mode(pid, &objects, opts.mode)?;
         print_coverage(pid, &scan);
         let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
         let mut probes = tracer.attach(pid, &scan.points)?;
@@ -659,10 +654,7 @@ impl Traced {
         for o in &fresh {
             self.probed.insert((o.dev.0, o.dev.1, o.inode));
         }
-        let Ok(mut scan) = discover::scan_allocators(self.pid, &fresh) else { return };
-        if mode == Mode::Growth {
-            scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
-        }
+        let Ok(scan) = scan_for_mode(self.pid, &fresh, mode) else { return };
         match tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
                 let objs: BTreeSet<&str> = placed.iter().map(|p| p.object.as_str()).collect();
@@ -782,6 +774,16 @@ impl Traced {
         self.stack_index.insert(key, id);
         id
     }
+}
+
+/// The allocator entry points to probe in `objects` for `mode`: growth mode puts no probe on
+/// the allocator's hot path, only on mmap (for the stacks of mappings).
+fn scan_for_mode(pid: u32, objects: &[MappedObject], mode: Mode) -> Result<discover::AllocatorScan, discover::TargetError> {
+    let mut scan = discover::scan_allocators(pid, objects)?;
+    if mode == Mode::Growth {
+        scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
+    }
+    Ok(scan)
 }
 
 /// Print the coverage table: per object, which allocator family and functions are probed where.
@@ -995,7 +997,7 @@ impl Session {
                 mode: self.mode,
                 ..RecordOptions::default()
             };
-            match Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), procinfo::exe(child), false, &opts, self.start) {
+            match Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), procinfo::exe(child), false, &opts) {
                 Ok(mut t) => {
                     let t_s = self.start.elapsed().as_secs_f64();
                     t.warnings.push(format!("forked by PID {parent}; traced from t={t_s:.1}s"));
@@ -1078,9 +1080,8 @@ pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
 /// The brk heap of `pid` ([heap] in /proc/PID/maps), as (start, end).
 fn heap_range(pid: u32) -> Option<(u64, u64)> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[heap]"))?;
-    let (s, e) = line.split_ascii_whitespace().next()?.split_once('-')?;
-    Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?))
+    let heap = maps.lines().filter_map(procinfo::parse_maps_line).find(|l| l.path == "[heap]")?;
+    Some((heap.start, heap.end))
 }
 
 /// Put back the direct caller that the kernel's frame-pointer walk skips at a function's first

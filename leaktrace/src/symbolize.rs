@@ -70,39 +70,24 @@ impl StackSymbolizer {
             return;
         }
         let mut fresh = Vec::new();
-        for line in text.lines() {
-            let mut it = line.split_ascii_whitespace();
-            let (Some(range), Some(perms), Some(offset), Some(dev), Some(inode)) =
-                (it.next(), it.next(), it.next(), it.next(), it.next())
-            else {
-                continue;
-            };
-            let path = it.collect::<Vec<_>>().join(" ");
-            if !perms.contains('x') || !path.starts_with('/') {
+        for l in text.lines().filter_map(crate::procinfo::parse_maps_line) {
+            if !l.perms.contains('x') || !l.path.starts_with('/') {
                 continue;
             }
-            let Some((s, e)) = range.split_once('-') else { continue };
-            let (Ok(start), Ok(end), Ok(offset), Ok(inode)) = (
-                u64::from_str_radix(s, 16),
-                u64::from_str_radix(e, 16),
-                u64::from_str_radix(offset, 16),
-                inode.parse::<u64>(),
-            ) else {
-                continue;
-            };
-            let key = (dev.to_string(), inode);
+            let (range, path) = (l.range, &l.path);
+            let key = (l.dev.to_string(), l.inode);
             if !self.objects.contains_key(&key) {
                 let file = File::open(format!("/proc/{}/map_files/{range}", self.pid)).or_else(|_| {
                     File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)")))
                 });
                 match file {
                     Ok(file) => {
-                        self.objects.insert(key.clone(), Object { path: path.clone(), file });
+                        self.objects.insert(key.clone(), Object { path: l.path.clone(), file });
                     }
                     Err(_) => continue,
                 }
             }
-            fresh.push(Mapping { start, end, offset, key });
+            fresh.push(Mapping { start: l.start, end: l.end, offset: l.offset, key });
         }
         // Newest snapshot first; older mappings stay behind it for unmapped libraries.
         fresh.append(&mut self.maps);
