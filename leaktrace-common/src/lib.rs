@@ -59,11 +59,11 @@ pub mod counter {
     pub const ALLOCS_FULL: u32 = 0;
     /// A call-stack site could not be created because the per-stack map was full (loss).
     pub const SITES_FULL: u32 = 1;
-    /// `bpf_get_stackid` returned -EEXIST: a different stack already owns that bucket of the
-    /// stack map (hash collision). The allocation is still counted, under "stack lost" (loss of
-    /// attribution, not of bytes).
-    pub const STACK_COLLISION: u32 = 2;
-    /// `bpf_get_stackid` failed for another reason (-EFAULT, -ENOMEM...) (loss of attribution).
+    /// A new call stack could not be stored because the stack map was full. The allocation is
+    /// still counted, under its direct caller only (loss of attribution, not of bytes).
+    pub const STACKS_FULL: u32 = 2;
+    /// A new call stack was not stored because the walk's per-CPU buffer was reused before it
+    /// was copied (the program was preempted) (loss of attribution, not of bytes).
     pub const STACK_ERROR: u32 = 3;
     /// The per-thread in-flight map was full; the call was not traced (loss).
     pub const INFLIGHT_FULL: u32 = 4;
@@ -106,7 +106,7 @@ pub mod counter {
     pub const NAMES: [&str; NUM as usize] = [
         "allocs_map_full",
         "sites_map_full",
-        "stack_collision",
+        "stacks_map_full",
         "stack_error",
         "inflight_map_full",
         "missed_return",
@@ -146,20 +146,20 @@ pub struct AllocKey {
 
 /// Key of a call-stack site: the stack the allocation was made from.
 ///
-/// `stack_id` indexes the `STACKS` stack-trace map (negative: the stack could not be taken, see
-/// [`counter::STACK_COLLISION`]). `caller` is the return address found at the stack pointer on
-/// entry to the allocator function: the kernel's frame-pointer walk at a function's first
-/// instruction skips the direct caller when the function does not begin with `push %rbp`, so the
-/// agent puts `caller` back as the second frame unless the kernel already has it there.
+/// `stack` is the hash of the walked frames and the key of the `STACKS` map (0: no stack was
+/// stored, see [`counter::STACKS_FULL`]; the bytes stay with `caller`). `caller` is the return
+/// address found at the stack pointer (at an entry probe: the direct caller, which a
+/// frame-pointer walk from a function's first instruction skips); the agent puts it back as the
+/// second frame unless the walk already has it there.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SiteKey {
     pub tgid: u32,
-    pub stack_id: i32,
-    pub caller: u64,
     /// One of [`site_kind`].
     pub kind: u32,
-    pub _pad: u32,
+    /// Key of the frames in `STACKS` (a 64-bit hash of them); 0 = no stack.
+    pub stack: u64,
+    pub caller: u64,
 }
 
 /// Value of the live-allocation map.
@@ -168,8 +168,6 @@ pub struct SiteKey {
 pub struct AllocInfo {
     /// Requested size in bytes (what the caller asked for, not the allocator's chunk size).
     pub size: u64,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns) when the allocation returned.
-    pub ts_ns: u64,
     /// The site that owns the block.
     pub site: SiteKey,
 }
@@ -296,8 +294,30 @@ pub struct MmapCall {
     pub site: SiteKey,
 }
 
-/// Size of the `STACKS` map's values: the kernel's maximum stack depth.
+/// Deepest user call stack kept, in frames (the kernel's default `perf_event_max_stack`).
 pub const MAX_STACK_DEPTH: usize = 127;
+
+/// A user call stack as the eBPF frame-pointer walk found it: value of the `STACKS` map.
+///
+/// `ips[0]` is the instruction pointer where the probe fired; `ips[1..len]` are the return
+/// addresses found by following the frame-pointer chain from `%rbp` (innermost first).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackFrames {
+    /// Bumped by each walk that uses the per-CPU buffer; a walk that finds it changed before its
+    /// copy is stored was interrupted by another, and stores nothing.
+    pub generation: u64,
+    /// Number of valid entries of `ips`.
+    pub len: u64,
+    pub ips: [u64; MAX_STACK_DEPTH],
+}
+
+impl StackFrames {
+    /// The valid frames, innermost first.
+    pub fn frames(&self) -> &[u64] {
+        &self.ips[..(self.len as usize).min(MAX_STACK_DEPTH)]
+    }
+}
 
 #[cfg(feature = "user")]
 mod pod {
@@ -311,4 +331,5 @@ mod pod {
     unsafe impl aya::Pod for MapEvent {}
     unsafe impl aya::Pod for SyscallArgs {}
     unsafe impl aya::Pod for MmapCall {}
+    unsafe impl aya::Pod for StackFrames {}
 }

@@ -2218,7 +2218,7 @@ mod tests {
             m.insert("allocs".to_string(), (15.0 * t) as u64);
             m.insert("frees".to_string(), (5.0 * t) as u64);
             m.insert("allocs_map_full".to_string(), if t >= 30.0 { 5 } else { 0 });
-            m.insert("stack_collision".to_string(), 2);
+            m.insert("stacks_map_full".to_string(), 2);
             m.insert("untracked_free".to_string(), 3);
             m.insert("some_future_counter".to_string(), 1);
             m

@@ -157,7 +157,7 @@ mod tests {
     use super::*;
 
     fn site(n: i32) -> SiteKey {
-        SiteKey { stack_id: n, kind: 1, ..Default::default() }
+        SiteKey { stack: n as u64, kind: 1, ..Default::default() }
     }
     fn mmap(addr: u64, len: u64, own: u32, s: i32) -> MapEvent {
         MapEvent { kind: map_event::MMAP, addr, len, owner: own, site: site(s), ..Default::default() }

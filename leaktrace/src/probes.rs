@@ -7,10 +7,10 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{TracePoint, UProbe, uprobe::{UProbeLinkId, UProbeScope}};
 use aya::{Ebpf, EbpfLoader};
-use leaktrace_common::{MapEvent, SiteKey, SiteStats, counter};
+use leaktrace_common::{MapEvent, SiteKey, SiteStats, StackFrames, counter};
 
 use crate::discover::ProbePoint;
 use crate::recording::ProbeInfo;
@@ -22,7 +22,7 @@ pub struct Limits {
     pub max_allocs: u32,
     /// Maximum distinct call-stack sites (entries of SITES).
     pub max_sites: u32,
-    /// Maximum distinct call stacks (entries of STACKS, ~1 KiB each, preallocated).
+    /// Maximum distinct call stacks (entries of STACKS, ~1 KiB each, allocated as stacks are found).
     pub max_stacks: u32,
 }
 
@@ -84,7 +84,7 @@ pub enum LoadError {
 pub struct Tracer {
     ebpf: Ebpf,
     sites: HashMap<MapData, SiteKey, SiteStats>,
-    stacks: StackTraceMap<MapData>,
+    stacks: HashMap<MapData, u64, StackFrames>,
     counters: PerCpuArray<MapData, u64>,
     targets: HashMap<MapData, u32, u32>,
     work: HashMap<MapData, u32, u64>,
@@ -163,7 +163,7 @@ impl Tracer {
             ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
         };
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
-        let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -296,9 +296,10 @@ impl Tracer {
         Ok(out)
     }
 
-    /// Instruction pointers of stack `id`, innermost first; None if the stack is not in the map.
-    pub fn stack(&self, id: u32) -> Option<Vec<u64>> {
-        self.stacks.get(&id, 0).ok().map(|s| s.frames().iter().map(|f| f.ip).collect())
+    /// Instruction pointers of the stack stored under `key` (`SiteKey::stack`), innermost first;
+    /// None if it is not in the map.
+    pub fn stack(&self, key: u64) -> Option<Vec<u64>> {
+        self.stacks.get(&key, 0).ok().map(|s| s.frames().to_vec())
     }
 
     /// Kernel counters (see `leaktrace_common::counter`), summed over CPUs, by name.

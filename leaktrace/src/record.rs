@@ -755,7 +755,7 @@ impl Traced {
         if let Some(&id) = self.stack_index.get(&key) {
             return id;
         }
-        let kernel_ips = if key.stack_id >= 0 { tracer.stack(key.stack_id as u32) } else { None };
+        let kernel_ips = if key.stack != 0 { tracer.stack(key.stack) } else { None };
         let lost = kernel_ips.is_none();
         let ips = fix_caller(kernel_ips.unwrap_or_default(), key.caller);
         let frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
