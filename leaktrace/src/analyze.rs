@@ -1191,9 +1191,24 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         && count_ok
         && steady.slope_bytes_per_s > floor
         && early.is_some_and(|e| e.significant_growth && e.slope_bytes_per_s > floor);
+    // Too few checkpoints for any fit (a process traced late, a short run), but live bytes rose
+    // at every one of them, beyond what the noise floor allows: not "no growth".
+    let rising = live.len() >= 2 && live.windows(2).all(|w| w[1] >= w[0]);
+    let too_short =
+        !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
 
     let (class, confidence, mut reason);
-    if unresolved {
+    if too_short {
+        class = SiteClass::Leak;
+        confidence = clamp_conf(0.5 * f_n * f_share * f_drops);
+        reason = format!(
+            "live bytes rose at every checkpoint, by {} in all, but {} checkpoint(s) are too few \
+             to tell a leak from a cache that is still filling; record longer or with a shorter \
+             --interval to be sure",
+            crate::report::human::bytes(growth_bytes.max(0) as u64),
+            live.len()
+        );
+    } else if unresolved {
         // Grows through the whole run at a steady pace; too few checkpoints in the steady window
         // for significance there: a leak, with the confidence that evidence gives.
         class = SiteClass::Leak;
@@ -2064,6 +2079,41 @@ mod tests {
         assert_eq!(a.sites[0].class, SiteClass::Leak, "{:?}", a.sites[0].evidence);
         assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", a.verdict.summary);
         assert!(a.verdict.confidence < 0.6, "little evidence, modest confidence: {}", a.verdict.confidence);
+    }
+
+    #[test]
+    fn growth_seen_at_too_few_checkpoints_is_a_low_confidence_leak_not_flat() {
+        // A child traced late: three checkpoints, 400 KB more at the last one (the steady window,
+        // the last half, has two points). No fit can be significant, but "no growth" would be
+        // wrong.
+        let times = [0.0, 1.0, 2.0];
+        let (stack, _) = leak_site();
+        let f: SiteFn = Box::new(|t| if t < 1.5 { (400_000, 400, 0, 0) } else { (800_000, 800, 0, 0) });
+        let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let s = &a.sites[0];
+        assert_eq!(s.class, SiteClass::Leak, "{}", s.evidence.reason);
+        assert!(s.evidence.reason.contains("too few"), "{}", s.evidence.reason);
+        assert!(s.confidence < 0.3, "{}", s.confidence);
+        assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", a.verdict.summary);
+        assert!(a.verdict.confidence < 0.3, "{} {}", a.verdict.confidence, a.verdict.summary);
+
+        // The same three checkpoints with nothing growing, or growth that went back down, or
+        // bytes that grew while live blocks fell (fewer, larger blocks): not a leak.
+        for f in [
+            Box::new(|_t: f64| (400_000u64, 400u64, 0u64, 0u64)) as SiteFn,
+            Box::new(|t: f64| match t as u64 {
+                0 => (400_000, 400, 0, 0),
+                1 => (800_000, 800, 0, 0),
+                _ => (802_000, 802, 400_000, 400),
+            }),
+            Box::new(|t: f64| if t < 1.5 { (400_000, 400, 0, 0) } else { (1_000_000, 500, 200_000, 400) }),
+        ] {
+            let (stack, _) = leak_site();
+            let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
+            let a = analyze(&r, &AnalyzeOptions::default());
+            assert_ne!(a.sites[0].class, SiteClass::Leak, "{}", a.sites[0].evidence.reason);
+        }
     }
 
     #[test]
