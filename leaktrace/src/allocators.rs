@@ -15,6 +15,22 @@ pub struct Hook {
     pub null_is_noop: bool,
 }
 
+impl Hook {
+    /// How many integer argument registers the entry program reads (%rdi, %rsi, ... in that
+    /// order): probe placement must not skip an instruction that changes one of them. Unknown
+    /// programs count as reading all six.
+    pub fn args_read(&self) -> usize {
+        match self.entry_program {
+            "wrapper_enter" => 0,
+            "malloc_enter" | "valloc_enter" | "pvalloc_enter" | "free_enter" => 1,
+            "calloc_enter" | "realloc_enter" | "aligned_alloc_enter" | "memalign_enter" => 2,
+            "reallocarray_enter" | "posix_memalign_enter" => 3,
+            "rust_realloc_enter" | "mmap_enter" => 4,
+            _ => 6,
+        }
+    }
+}
+
 const RET: Option<&str> = Some("alloc_return");
 
 const fn alloc(function: &'static str, entry_program: &'static str) -> Hook {

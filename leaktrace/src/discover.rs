@@ -51,11 +51,12 @@ pub struct ProbePoint {
     /// The symbol probed (with its family prefix, e.g. "je_malloc").
     pub function: String,
     pub hook: Hook,
-    /// File offset of the function's first instruction, bytes (where a return probe goes).
+    /// File offset of the function's first instruction, bytes.
     pub offset: u64,
-    /// File offset of the entry probe (`offset` + the placement's delta, see `placement`).
+    /// File offset of the entry probe and of the return probe (`offset` + the placement's delta,
+    /// see `placement`).
     pub entry_offset: u64,
-    /// Why the entry probe is where it is.
+    /// Why the probes are where they are.
     pub placement: String,
 }
 
@@ -171,7 +172,7 @@ pub fn function_offsets(path: &Path, wanted: &[&str]) -> anyhow::Result<BTreeMap
 fn read_code(path: &Path, offset: u64) -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt as _;
     let f = std::fs::File::open(path).ok()?;
-    let mut buf = vec![0u8; 32];
+    let mut buf = vec![0u8; 64];
     let n = f.read_at(&mut buf, offset).ok()?;
     buf.truncate(n);
     Some(buf)
@@ -211,7 +212,11 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
             }
             used.insert(offset, function.clone());
             let placed = match read_code(&obj.open_path, offset) {
-                Some(code) => crate::placement::place(&code, hook.null_is_noop && hook.return_program.is_none()),
+                // The NULL-check rule only for functions without a return probe: the return probe
+                // goes where the entry probe goes, and must see every call.
+                Some(code) => {
+                    crate::placement::place(&code, hook.null_is_noop && hook.return_program.is_none(), hook.args_read())
+                }
                 None => crate::placement::Placement { delta: 0, note: "entry (code unreadable)".to_string() },
             };
             scan.points.push(ProbePoint {

@@ -203,10 +203,9 @@ impl Tracer {
                     .program_mut(program)
                     .with_context(|| format!("eBPF program {program} missing"))?
                     .try_into()?;
-                let (offset, placement) = match kind {
-                    "entry" => (p.entry_offset, Some(p.placement.clone())),
-                    _ => (p.offset, None),
-                };
+                // Both probes at the placement: it only skips instructions every call runs and
+                // that leave the return address at the stack pointer (see `placement`).
+                let (offset, placement) = (p.entry_offset, Some(p.placement.clone()));
                 let link = prog.attach(offset, &p.object.open_path, scope).with_context(|| {
                     format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object)
                 })?;
