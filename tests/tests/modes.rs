@@ -1,6 +1,10 @@
 //! The tracing modes and probe placement, on deterministic workloads (tests/fixtures/modes.c):
 //! sampled mode's estimates agree with exact mode, growth mode names the function whose pages
-//! grow, and free's probe after its NULL check (and the realloc paths) lose no call.
+//! grow, and probes moved by placement (free after its NULL check, jemalloc past its
+//! side-effect-free first instructions) and the realloc paths lose no call.
+use std::path::Path;
+use std::process::Command;
+
 use leaktrace_tests::*;
 
 /// Sampled mode's live bytes and growth of the top sites are within 15 % of exact mode's.
@@ -158,6 +162,33 @@ fn every_free_seen_with_free_probed_after_null_check() {
     require_root();
     const N: u64 = 20_000;
     let (out, o) = record_modes("pairs", &[], "pairs", N);
+    assert_every_pair_seen(&out, &o, N, "libc.so", &["free+"]);
+}
+
+/// jemalloc's `malloc` (`cmp $0x1000,%rdi; ja`) and `free` (register-only instructions, then
+/// `jne`) start with instructions the kernel single-steps; placement moves their probes — the
+/// malloc return probe too — past them onto the first emulated instruction. Every call is still
+/// seen, with its size and the block it returned.
+#[test]
+fn every_call_seen_with_jemalloc_probes_moved() {
+    require_root();
+    const N: u64 = 20_000;
+    let lib = ["/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib64/libjemalloc.so.2"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("libjemalloc.so.2 is not installed (`cargo xtask setup` installs libjemalloc-dev)");
+    let out = OutDir::new("jemalloc-pairs");
+    let mut target = Command::new(modes_fixture());
+    target.args(["pairs", &N.to_string()]).env("LD_PRELOAD", lib);
+    let o = record_launch(&out, &[], target);
+    o.assert_success();
+    assert_every_pair_seen(&out, &o, N, "libjemalloc", &["malloc+", "free+"]);
+}
+
+/// The `pairs` workload of tests/fixtures/modes.c, recorded in exact mode: `N` allocations of
+/// pair_alloc, every one freed, none lost; the coverage line of `allocator` shows the probes of
+/// `moved` (e.g. "free+") placed past the function's first instruction.
+fn assert_every_pair_seen(out: &OutDir, o: &Output, n: u64, allocator: &str, moved: &[&str]) {
     let r = Report::load(&out.path);
     let ctx = format!(
         "report {}:\n{}\n{}",
@@ -165,20 +196,22 @@ fn every_free_seen_with_free_probed_after_null_check() {
         r.summary(),
         o.stderr
     );
-    assert!(
-        o.stderr
-            .lines()
-            .any(|l| l.contains("libc.so") && l.split_whitespace().any(|t| t.starts_with("free+"))),
-        "free is not probed after its NULL check in libc (coverage lines)\n{ctx}"
-    );
+    for m in moved {
+        assert!(
+            o.stderr
+                .lines()
+                .any(|l| l.contains(allocator) && l.split_whitespace().any(|t| t.starts_with(m))),
+            "{allocator}: no probe {m}N past the function's first instruction (coverage lines)\n{ctx}"
+        );
+    }
     let t = recorded_totals(&out.path, "pair_alloc");
-    assert_eq!(t.alloc_count, N, "pair_alloc allocations\n{ctx}");
-    assert_eq!(t.free_count, N, "pair_alloc frees\n{ctx}");
+    assert_eq!(t.alloc_count, n, "pair_alloc allocations\n{ctx}");
+    assert_eq!(t.free_count, n, "pair_alloc frees\n{ctx}");
     assert_eq!(
         t.free_bytes, t.alloc_bytes,
         "pair_alloc live bytes at the end\n{ctx}"
     );
-    let expected_bytes: u64 = (0..N).map(|i| 64 + (i % 16) * 32).sum();
+    let expected_bytes: u64 = (0..n).map(|i| 64 + (i % 16) * 32).sum();
     assert_eq!(t.alloc_bytes, expected_bytes, "pair_alloc bytes\n{ctx}");
     assert!(
         r.sites_of("pair_alloc")
