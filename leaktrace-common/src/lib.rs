@@ -65,7 +65,8 @@ pub mod counter {
     /// A new call stack was not stored because the walk's per-CPU buffer was reused before it
     /// was copied (the program was preempted) (loss of attribution, not of bytes).
     pub const STACK_ERROR: u32 = 3;
-    /// The per-thread in-flight map was full; the call was not traced (loss).
+    /// No in-flight slot could be had for the thread (the kernel could not allocate its task
+    /// storage); the call was not traced (loss).
     pub const INFLIGHT_FULL: u32 = 4;
     /// An entry probe found a stale in-flight record of the same thread whose return was never
     /// seen (longjmp out of the allocator, thread killed mid-call) (loss).

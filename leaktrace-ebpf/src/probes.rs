@@ -3,8 +3,8 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::{map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    macros::{btf_map, map, tracepoint, uprobe, uretprobe},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_task_pt_regs};
@@ -42,12 +42,55 @@ const STACKS_SEEN_SLOTS: u32 = 256;
 #[map]
 static WALK: PerCpuArray<StackFrames> = PerCpuArray::with_max_entries(1, 0);
 
-/// Allocator calls between entry and return, by pid_tgid (one per thread: nested calls are folded
-/// into the outermost one). A thread's slot stays in the map between calls (`sp == 0`: no call
-/// in flight), so a call costs two lookups and no insert or delete; slots of threads that exited
-/// are evicted first when the map is full (LRU).
-#[map]
-static INFLIGHT: LruHashMap<u64, InFlight> = LruHashMap::with_max_entries(1 << 14, 0);
+/// A BTF map definition of a task-local storage map (aya-ebpf 0.2 has none): one value per
+/// thread, created on first use, freed by the kernel when the thread exits; a lookup is a few
+/// loads from the task struct, no hashing.
+#[repr(C)]
+pub struct TaskStorage<T> {
+    r#type: *const [i32; aya_ebpf::bindings::bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: placeholder pointers the loader reads from BTF; never dereferenced.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    pub const fn new() -> Self {
+        TaskStorage {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The current thread's value; with `create`, a zeroed one is made if there is none. None
+    /// when there is none, or when it cannot be made (no memory, or the storage is busy in a
+    /// program this one interrupted).
+    #[inline(always)]
+    fn current(&self, create: bool) -> Option<*mut T> {
+        let flags = if create { aya_ebpf::bindings::BPF_LOCAL_STORAGE_GET_F_CREATE as u64 } else { 0 };
+        let p = unsafe {
+            aya_ebpf::helpers::generated::bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                bpf_get_current_task_btf().cast(),
+                core::ptr::null_mut(),
+                flags,
+            )
+        };
+        (!p.is_null()).then_some(p.cast())
+    }
+}
+
+/// Allocator calls between entry and return, one slot per thread (nested calls are folded into
+/// the outermost one). A thread's slot lives as long as the thread (`sp == 0`: no call in
+/// flight), so a call costs two task-storage lookups and no map insert or delete.
+#[btf_map]
+static INFLIGHT: TaskStorage<InFlight> = TaskStorage::new();
 
 /// Loss and event counters, indexed by `leaktrace_common::counter::*`.
 #[map]
@@ -78,9 +121,9 @@ static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
 #[map]
 static SAMPLING: Array<u64> = Array::with_max_entries(sampling::LEN, 0);
 
-/// Sampled mode: bytes each thread still allocates before its next sample, by tid.
-#[map]
-static SAMPLER: LruHashMap<u32, i64> = LruHashMap::with_max_entries(1 << 14, 0);
+/// Sampled mode: bytes each thread still allocates before its next sample (0: not drawn yet).
+#[btf_map]
+static SAMPLER: TaskStorage<i64> = TaskStorage::new();
 
 const EEXIST: i32 = -17;
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -125,7 +168,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    let slot = INFLIGHT.get_ptr_mut(pid_tgid);
+    let slot = INFLIGHT.current(true);
     if let Some(cur) = slot
         && unsafe { (*cur).sp } != 0
     {
@@ -154,7 +197,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     let mean = sampling_mean();
     let mut size = size;
     if mean != 0 {
-        match sample(pid_tgid as u32, size, mean) {
+        match sample(size, mean) {
             Some(weight) => size = weight,
             None => {
                 // Not sampled: no stack walk, no map work. A realloc still retires its old
@@ -170,11 +213,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     let rec = InFlight { sp, size, ptr, op, tail_calls: 0, site };
     match slot {
         Some(p) => unsafe { *p = rec },
-        None => {
-            if INFLIGHT.insert(pid_tgid, rec, 0).is_err() {
-                count(counter::INFLIGHT_FULL);
-            }
-        }
+        None => count(counter::INFLIGHT_FULL),
     }
     0
 }
@@ -192,15 +231,12 @@ fn table(base: u32, i: u64) -> u64 {
 /// Byte-based Poisson sampling, per thread: each allocated byte is sampled with probability
 /// 1/mean. Returns the estimated bytes a sampled allocation of `size` stands for.
 #[inline(always)]
-fn sample(tid: u32, size: u64, mean: u64) -> Option<u64> {
+fn sample(size: u64, mean: u64) -> Option<u64> {
     let next_distance = || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
-    let left = match SAMPLER.get_ptr_mut(tid) {
-        Some(p) => p,
-        None => {
-            let _ = SAMPLER.insert(tid, next_distance() as i64, 0);
-            SAMPLER.get_ptr_mut(tid)?
-        }
-    };
+    let left = SAMPLER.current(true)?;
+    if unsafe { *left } == 0 {
+        unsafe { *left = next_distance() as i64 };
+    }
     let remaining = unsafe { *left } - size as i64;
     if remaining > 0 {
         unsafe { *left = remaining };
@@ -294,7 +330,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    let (slot, cur) = match INFLIGHT.get_ptr_mut(pid_tgid) {
+    let (slot, cur) = match INFLIGHT.current(false) {
         Some(p) if unsafe { (*p).sp } != 0 => (p, unsafe { *p }),
         _ => {
             if sampling_mean() == 0 {
@@ -373,7 +409,7 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
     if tgid == agent_tgid() {
         return 0;
     }
-    if let Some(cur) = INFLIGHT.get_ptr(pid_tgid) {
+    if let Some(cur) = INFLIGHT.current(false) {
         let cur_sp = unsafe { (*cur).sp };
         if cur_sp != 0 && stack_pointer(ctx.regs) < cur_sp {
             // free called by a hooked allocator function: the outer call accounts for it.
@@ -575,8 +611,8 @@ fn site_here(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
 
 /// A thread inside a hooked allocator call: what it maps is the allocator's.
 #[inline(always)]
-fn in_allocator(pid_tgid: u64) -> bool {
-    INFLIGHT.get_ptr(pid_tgid).is_some_and(|c| unsafe { (*c).sp } != 0)
+fn in_allocator() -> bool {
+    INFLIGHT.current(false).is_some_and(|c| unsafe { (*c).sp } != 0)
 }
 
 #[inline(always)]
@@ -604,7 +640,7 @@ pub fn mmap_enter(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    let (own, site) = if in_allocator(pid_tgid) {
+    let (own, site) = if in_allocator() {
         (owner::ALLOCATOR, SiteKey::default())
     } else {
         (owner::OFFHEAP, site_here(probe_regs(&ctx), tgid, site_kind::MMAP))
@@ -668,7 +704,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     let (own, site) = match libc_call {
         Some(c) => (c.owner, c.site),
         // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
-        None if in_allocator(pid_tgid) => (owner::ALLOCATOR, SiteKey::default()),
+        None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
         None => (owner::OFFHEAP, site_here(regs, tgid, site_kind::MMAP)),
     };
     save_args(

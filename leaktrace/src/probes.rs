@@ -145,6 +145,9 @@ impl Tracer {
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
         let mut ebpf = EbpfLoader::new()
+            // INFLIGHT is a task-storage map, which aya 0.14 creates but has no user-side type for
+            // (the agent never reads it).
+            .allow_unsupported_maps()
             .override_global("AGENT_TGID", &agent_tgid, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
