@@ -232,7 +232,13 @@ impl Bench {
             .transpose()?
             .unwrap_or(0);
         self.free_placement = free.to_string();
-        self.malloc_off = symbol_file_offset(&self.libc, "malloc")?;
+        let malloc_delta: u64 = funcs
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("malloc+"))
+            .map(|d| d.parse())
+            .transpose()?
+            .unwrap_or(0);
+        self.malloc_off = symbol_file_offset(&self.libc, "malloc")? + malloc_delta;
         self.free_off = symbol_file_offset(&self.libc, "free")? + delta;
         Ok(())
     }
@@ -1004,7 +1010,22 @@ fn wait_for_quiet(max: f64, max_wait: Duration) -> String {
 }
 
 /// Run a command to its end; its stdout (an error with its stderr when it fails).
+/// A `leaktrace record` run of the bench reuses its `--out` directory from one repetition to the
+/// next; leaktrace refuses to overwrite an earlier run, so the directory is removed first.
+fn clear_out_dir(cmd: &Command) {
+    let mut args = cmd.get_args();
+    while let Some(a) = args.next() {
+        if a == "--out" {
+            if let Some(dir) = args.next() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return;
+        }
+    }
+}
+
 fn capture(cmd: &mut Command) -> Result<String> {
+    clear_out_dir(cmd);
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -1167,6 +1188,7 @@ struct Spawned {
 
 impl Spawned {
     fn new(mut cmd: Command) -> Result<Spawned> {
+        clear_out_dir(&cmd);
         let command = show(&cmd);
         eprintln!("xtask: $ {command}");
         let mut child = cmd
