@@ -1,8 +1,8 @@
 //! Where exactly to put an entry uprobe.
 //!
 //! On x86-64 the kernel runs the probed instruction either by emulating it (cheap: push, nop,
-//! jmp/call/jcc) or by single-stepping a copy of it out of line (expensive: ~15 µs per hit here,
-//! against ~0.45 µs emulated). glibc's `free` starts with `test %rdi,%rdi; je ...`, which is
+//! jmp/call/jcc) or by single-stepping a copy of it out of line (expensive: ~5.5 µs per hit on the
+//! VM the benchmarks ran on, against ~0.8 µs emulated). glibc's `free` starts with `test %rdi,%rdi; je ...`, which is
 //! stepped out of line; its next instruction, after the NULL check, is `push %rbp`. For functions
 //! whose NULL-pointer call is a no-op (free), the probe goes on the first emulated instruction
 //! after such a check: only free(NULL) is skipped, which needs no tracing.
