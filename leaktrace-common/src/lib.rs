@@ -49,6 +49,9 @@ pub mod op {
     /// from the nested call, its call stack from its own entry (where the frame-pointer walk is
     /// still intact; glibc's strdup reuses %rbp before it calls malloc).
     pub const WRAPPER: u32 = 10;
+    /// Sampled mode: a call that was not sampled. It is still in flight (so the calls it makes
+    /// are folded into it and its mappings are the allocator's), and its return records nothing.
+    pub const UNSAMPLED: u32 = 11;
 }
 
 /// Indexes of the loss and event counters in the `COUNTERS` per-CPU array. The agent sums the
@@ -62,11 +65,13 @@ pub mod counter {
     /// A new call stack could not be stored because the stack map was full. The allocation is
     /// still counted, under its direct caller only (loss of attribution, not of bytes).
     pub const STACKS_FULL: u32 = 2;
-    /// A new call stack was not stored because the walk's per-CPU buffer was reused before it
-    /// was copied (the program was preempted) (loss of attribution, not of bytes).
+    /// A call stack was not stored because the walk's per-CPU buffer was reused before it was
+    /// copied (the program was preempted), or because a different stack already has its 64-bit
+    /// key (loss of attribution, not of bytes: they stay with the direct caller).
     pub const STACK_ERROR: u32 = 3;
     /// No in-flight slot could be had for the thread (the kernel could not allocate its task
-    /// storage); the call was not traced (loss).
+    /// storage, or it was busy in a BPF program this one interrupted); the call was not traced
+    /// (loss).
     pub const INFLIGHT_FULL: u32 = 4;
     /// An entry probe found a stale in-flight record of the same thread whose return was never
     /// seen (longjmp out of the allocator, thread killed mid-call) (loss).

@@ -32,8 +32,8 @@ static SITES: HashMap<SiteKey, SiteStats> = HashMap::with_max_entries(1 << 16, B
 static STACKS: HashMap<u64, StackFrames> = HashMap::with_max_entries(1 << 14, BPF_F_NO_PREALLOC);
 
 /// Keys of stacks already in `STACKS`, per CPU, direct-mapped by their low bits: a walk that finds
-/// its key here skips the `STACKS` lookup (the agent never removes stacks, so a hit is always
-/// right; a miss only costs the lookup).
+/// its key here skips the `STACKS` lookup (stacks stay in `STACKS` once a walk has checked them,
+/// so a hit is right; a miss only costs the lookup).
 #[map]
 static STACKS_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(STACKS_SEEN_SLOTS, 0);
 const STACKS_SEEN_SLOTS: u32 = 256;
@@ -168,17 +168,29 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    let slot = INFLIGHT.current(true);
-    if let Some(cur) = slot
-        && unsafe { (*cur).sp } != 0
-    {
+    let Some(cur) = INFLIGHT.current(true) else {
+        // No slot for this thread (its task storage could not be allocated, or is busy in a
+        // program this one interrupted): the call cannot be followed to its return.
+        count(counter::INFLIGHT_FULL);
+        return 0;
+    };
+    let mean = sampling_mean();
+    if unsafe { (*cur).sp } != 0 {
         let cur_sp = unsafe { (*cur).sp };
         if sp < cur_sp {
             // Called from inside an allocator call of this thread: the outer call accounts for
-            // it. A wrapper (strdup) learns its size from the call it makes.
+            // it. A wrapper (strdup) learns its size from the call it makes, and in sampled
+            // mode is sampled on that size.
             unsafe {
                 if (*cur).op == op::WRAPPER && (*cur).size == 0 {
-                    (*cur).size = size;
+                    if mean == 0 {
+                        (*cur).size = size;
+                    } else {
+                        match sample(size, mean) {
+                            Some(weight) => (*cur).size = weight,
+                            None => (*cur).op = op::UNSAMPLED,
+                        }
+                    }
                 }
             }
             count(counter::NESTED_CALL);
@@ -194,27 +206,26 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         count(counter::MISSED_RETURN);
         unsafe { (*cur).sp = 0 };
     }
-    let mean = sampling_mean();
     let mut size = size;
-    if mean != 0 {
+    // A wrapper's size is known only at the call it makes: sampled there (above).
+    if mean != 0 && op != op::WRAPPER {
         match sample(size, mean) {
             Some(weight) => size = weight,
             None => {
-                // Not sampled: no stack walk, no map work. A realloc still retires its old
-                // block, which may have been sampled (a failed realloc, rare, is missed).
+                // Not sampled: no stack walk, no map work, but the call is marked in flight so
+                // that the calls it makes are folded into it (not sampled a second time) and its
+                // mappings are the allocator's. A realloc still retires its old block, which may
+                // have been sampled (a failed realloc, rare, is missed).
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
                     free_addr(tgid, ptr);
                 }
+                unsafe { *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() } };
                 return 0;
             }
         }
     }
     let site = site_here(probe_regs(ctx), tgid, site_kind::MALLOC);
-    let rec = InFlight { sp, size, ptr, op, tail_calls: 0, site };
-    match slot {
-        Some(p) => unsafe { *p = rec },
-        None => count(counter::INFLIGHT_FULL),
-    }
+    unsafe { *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site } };
     0
 }
 
@@ -349,6 +360,9 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     unsafe { (*slot).sp = 0 };
+    if cur.op == op::UNSAMPLED {
+        return 0;
+    }
     if sp != cur.sp + 8 {
         // The outer call's frame is gone without its return being seen.
         count(counter::MISSED_RETURN);
@@ -526,6 +540,16 @@ fn task_regs() -> UserRegs {
 /// Largest distance between two frame pointers that the walk follows (bytes): a default thread
 /// stack is 8 MiB, so no real frame is larger.
 const MAX_FRAME_BYTES: u64 = 8 << 20;
+/// End of the x86-64 user address space (47-bit): return addresses are below it.
+const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
+
+/// A 64-bit mixing step (multiply, then fold the high half down), so that every input bit
+/// reaches every output bit before the next frame is combined.
+#[inline(always)]
+fn mix(x: u64) -> u64 {
+    let h = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 32)
+}
 
 /// Walk the user stack by frame pointers, store the frames in `STACKS` the first time they are
 /// seen, and return their key (a 64-bit hash; 0 when they could not be stored).
@@ -543,7 +567,7 @@ fn walk_stack(r: UserRegs) -> u64 {
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
     buf.ips[0] = r.ip;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ r.ip;
+    let mut hash: u64 = mix(0xcbf2_9ce4_8422_2325 ^ r.ip);
     let mut n: usize = 1;
     let mut fp = r.fp;
     let mut floor = r.sp;
@@ -553,21 +577,18 @@ fn walk_stack(r: UserRegs) -> u64 {
         }
         let Ok(frame) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else { break };
         let ret = frame[1];
-        if ret == 0 {
+        if !(0x1000..USER_SPACE_END).contains(&ret) {
+            // Not a user-space code address: the chain is garbage from here on.
             break;
         }
         buf.ips[n] = ret;
-        hash = (hash ^ ret).wrapping_mul(0x0000_0100_0000_01b3);
+        hash = mix(hash ^ ret);
         n += 1;
         floor = fp + 16;
         fp = frame[0];
     }
     buf.len = n as u64;
-    // splitmix64's finalizer, over the length too.
-    hash ^= n as u64;
-    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    hash ^= hash >> 31;
+    hash = mix(hash ^ n as u64);
     if hash == 0 {
         hash = 1;
     }
@@ -577,10 +598,19 @@ fn walk_stack(r: UserRegs) -> u64 {
     {
         return hash;
     }
-    if STACKS.get_ptr(hash).is_none() {
+    if let Some(stored) = STACKS.get_ptr(hash) {
+        // A different stack under the same key (64-bit hashes: not expected in practice):
+        // attribution is lost rather than given to the other stack.
+        if unsafe { (*stored).len != buf.len || (*stored).ips[1] != buf.ips[1] } {
+            count(counter::STACK_ERROR);
+            return 0;
+        }
+    } else {
         match STACKS.insert(hash, &*buf, BPF_NOEXIST as u64) {
             Ok(()) => {
-                if buf.generation != generation {
+                // Read through a volatile load: another run of this program on this CPU may
+                // have changed it since (the reason for the check).
+                if unsafe { core::ptr::read_volatile(&raw const buf.generation) } != generation {
                     // Another walk reused the buffer before the copy: what was stored may be
                     // its frames.
                     let _ = STACKS.remove(hash);

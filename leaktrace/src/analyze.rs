@@ -1202,7 +1202,7 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         class = SiteClass::Leak;
         confidence = clamp_conf(0.5 * f_n * f_share * f_drops);
         reason = format!(
-            "live bytes rose at every checkpoint, by {} in all, but {} checkpoint(s) are too few \
+            "live bytes never fell and grew by {} in all, but {} checkpoint(s) are too few \
              to tell a leak from a cache that is still filling; record longer or with a shorter \
              --interval to be sure",
             crate::report::human::bytes(growth_bytes.max(0) as u64),
@@ -1373,7 +1373,7 @@ fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
 }
 
 /// Loss counters after which live bytes are incomplete (allocations or frees not recorded); the
-/// other losses (stack collisions and errors) lose call stacks, never bytes.
+/// other losses (stacks not stored: stacks_map_full, stack_error) lose call stacks, never bytes.
 pub const BYTE_LOSSES: &[&str] =
     &["allocs_map_full", "sites_map_full", "inflight_map_full", "missed_return", "address_reused", "map_events_lost"];
 

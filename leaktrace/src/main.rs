@@ -104,7 +104,8 @@ struct LimitArgs {
     /// Maximum distinct allocation sites (kernel map size, 1 to 4194304).
     #[arg(long, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     max_sites: u32,
-    /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, preallocated).
+    /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, allocated as
+    /// stacks are found).
     #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
 }

@@ -73,6 +73,10 @@ fn is_skippable(ins: &Instruction, factory: &mut InstructionInfoFactory, args: u
 /// plenty). `null_is_noop`: calling the function with a NULL first argument does nothing, and it
 /// has no return probe. `args`: how many integer argument registers its probes read.
 pub fn place(code: &[u8], null_is_noop: bool, args: usize) -> Placement {
+    if !cfg!(target_arch = "x86_64") {
+        // The decoding and the emulation rules below are x86-64's.
+        return Placement { delta: 0, note: "entry".to_string() };
+    }
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut ins = Vec::new();
     while decoder.can_decode() && ins.len() < MAX_PREFIX + 1 {
