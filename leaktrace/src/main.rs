@@ -32,7 +32,7 @@ enum Command {
     },
     /// Run the bundled demo workload (one leak, a bounded cache, temporary buffers) and record it.
     Demo {
-        /// Output directory (default ./leaktrace-demo-PID-TIMESTAMP).
+        /// Output directory (default ./leaktrace-demo-PID).
         #[arg(long)]
         out: Option<PathBuf>,
         /// How long the demo runs and is recorded.
@@ -334,7 +334,9 @@ fn print_outcome(o: &record::RecordOutcome) {
 fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     static DEMO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaktrace-demo"));
-    let tmp = std::env::temp_dir().join(format!("leaktrace-demo-{}", std::process::id()));
+    // Not named like the default output directory: run from the temporary directory itself, the
+    // two would be one, and removing this one would remove the report.
+    let tmp = std::env::temp_dir().join(format!("leaktrace-demo-program-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let bin = tmp.join("leaktrace-demo");
     std::fs::write(&bin, DEMO).with_context(|| format!("cannot write {}", bin.display()))?;

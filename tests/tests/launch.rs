@@ -136,3 +136,25 @@ fn cpp_operator_new_leak_found() {
     );
     assert_eq!(r.get(&["target", "exit_status"]).as_i64(), Some(0));
 }
+
+/// `leaktrace demo` unpacks its program into the temporary directory and removes it at the end;
+/// run from that directory, its report (default ./leaktrace-demo-PID) must survive, and name the
+/// demo's leak.
+#[test]
+fn demo_run_from_the_temp_dir_keeps_its_report() {
+    require_root();
+    let mut cmd = leaktrace(["demo", "--duration", "4s"]);
+    cmd.current_dir(std::env::temp_dir());
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    let dir = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Open ")?.split("/report.md").next())
+        .unwrap_or_else(|| panic!("demo printed no report path\n{}", o.describe()));
+    let dir = std::env::temp_dir().join(dir);
+    let report = std::fs::read_to_string(dir.join("report.md"))
+        .unwrap_or_else(|e| panic!("{}/report.md: {e}\n{}", dir.display(), o.describe()));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(report.contains("remember_message"), "the demo's leak is not in its report:\n{report}");
+}
