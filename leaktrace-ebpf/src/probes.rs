@@ -142,14 +142,7 @@ fn agent_tgid() -> u32 {
 
 #[inline(always)]
 fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
-    #[cfg(not(bpf_target_arch = "aarch64"))]
-    {
-        unsafe { (*regs).rsp }
-    }
-    #[cfg(bpf_target_arch = "aarch64")]
-    {
-        unsafe { (*regs).sp }
-    }
+    user_regs(unsafe { &*regs }).sp
 }
 
 #[inline(always)]
@@ -505,18 +498,24 @@ struct UserRegs {
     fp: u64,
 }
 
-/// The registers of a uprobe's context (the user registers at the probed instruction).
+/// Instruction, stack and frame pointer of a register set: the one place that names the
+/// architecture's registers.
 #[inline(always)]
-fn probe_regs(ctx: &ProbeContext) -> UserRegs {
-    let r = ctx.regs;
+fn user_regs(r: &aya_ebpf::bindings::pt_regs) -> UserRegs {
     #[cfg(not(bpf_target_arch = "aarch64"))]
     {
-        unsafe { UserRegs { ip: (*r).rip, sp: (*r).rsp, fp: (*r).rbp } }
+        UserRegs { ip: r.rip, sp: r.rsp, fp: r.rbp }
     }
     #[cfg(bpf_target_arch = "aarch64")]
     {
-        unsafe { UserRegs { ip: (*r).pc, sp: (*r).sp, fp: (*r).regs[29] } }
+        UserRegs { ip: r.pc, sp: r.sp, fp: r.regs[29] }
     }
+}
+
+/// The registers of a uprobe's context (the user registers at the probed instruction).
+#[inline(always)]
+fn probe_regs(ctx: &ProbeContext) -> UserRegs {
+    user_regs(unsafe { &*ctx.regs })
 }
 
 /// The current task's user registers (at a tracepoint: where it entered the kernel).
@@ -528,10 +527,7 @@ fn task_regs() -> UserRegs {
             return UserRegs { ip: 0, sp: 0, fp: 0 };
         }
         match bpf_probe_read_kernel(regs) {
-            #[cfg(not(bpf_target_arch = "aarch64"))]
-            Ok(r) => UserRegs { ip: r.rip, sp: r.rsp, fp: r.rbp },
-            #[cfg(bpf_target_arch = "aarch64")]
-            Ok(r) => UserRegs { ip: r.pc, sp: r.sp, fp: r.regs[29] },
+            Ok(r) => user_regs(&r),
             Err(_) => UserRegs { ip: 0, sp: 0, fp: 0 },
         }
     }
