@@ -389,23 +389,9 @@ impl Bench {
         let mut child = Spawned::new(cmd)?;
         child.wait_stdout_line("ns_per_pair", Duration::from_secs(120))?;
         std::thread::sleep(Duration::from_millis(300));
-        let ids = fd_ids(child.pid(), "prog_id")?;
-        let progs: serde_json::Value = serde_json::from_str(&capture(
-            Command::new("bpftool").args(["prog", "show", "-j"]),
-        )?)?;
+        let mut out = programs_of(child.pid())?;
         child.wait(Duration::from_secs(60))?;
-        let mut out = Vec::new();
-        for p in progs.as_array().into_iter().flatten() {
-            let id = p["id"].as_u64().unwrap_or(0);
-            let cnt = p["run_cnt"].as_u64().unwrap_or(0);
-            if ids.contains(&id) && cnt > 0 {
-                out.push((
-                    p["name"].as_str().unwrap_or("?").to_string(),
-                    cnt,
-                    p["run_time_ns"].as_u64().unwrap_or(0),
-                ));
-            }
-        }
+        out.retain(|(_, cnt, _)| *cnt > 0);
         out.sort_by_key(|(_, _, ns)| std::cmp::Reverse(*ns));
         Ok(out)
     }
@@ -1265,8 +1251,9 @@ fn fd_ids(pid: u32, key: &str) -> Result<Vec<u64>> {
     Ok(ids)
 }
 
-/// Sum of run_time_ns (kernel.bpf_stats_enabled) of the eBPF programs whose ids `pid` holds.
-fn prog_run_ns(pid: u32) -> Result<u64> {
+/// The eBPF programs whose ids `pid` holds: (name, run_cnt, run_time_ns), from `bpftool prog
+/// show` (the counts need kernel.bpf_stats_enabled).
+fn programs_of(pid: u32) -> Result<Vec<(String, u64, u64)>> {
     let ids = fd_ids(pid, "prog_id")?;
     let progs: serde_json::Value =
         serde_json::from_str(&capture(Command::new("bpftool").args(["prog", "show", "-j"]))?)?;
@@ -1275,8 +1262,28 @@ fn prog_run_ns(pid: u32) -> Result<u64> {
         .into_iter()
         .flatten()
         .filter(|p| ids.contains(&p["id"].as_u64().unwrap_or(0)))
-        .map(|p| p["run_time_ns"].as_u64().unwrap_or(0))
-        .sum())
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or("?").to_string(),
+                p["run_cnt"].as_u64().unwrap_or(0),
+                p["run_time_ns"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect())
+}
+
+/// Sum of run_time_ns of the eBPF programs whose ids `pid` holds.
+fn prog_run_ns(pid: u32) -> Result<u64> {
+    Ok(programs_of(pid)?.iter().map(|(_, _, ns)| ns).sum())
+}
+
+/// The sum of fields of /proc/PID/stat, numbered as in proc(5) (utime is 14).
+fn stat_sum(pid: u32, fields: &[usize]) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which may hold spaces) start after the last ')', at field 3.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok(fields.iter().filter_map(|n| f.get(n.checked_sub(3)?)?.parse::<u64>().ok()).sum())
 }
 
 /// Read- and write-type system calls (/proc/PID/io syscr + syscw) and page faults (minor +
@@ -1289,24 +1296,15 @@ fn syscalls_and_faults(pid: u32) -> Result<(u64, u64)> {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest[0] is field 3; minflt is field 10, majflt 12.
-    let faults = f.get(7).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(9).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // minflt, majflt.
+    let faults = stat_sum(pid, &[10, 12])?;
     Ok((field("syscr:") + field("syscw:"), faults))
 }
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest[0] is field 3 (state); utime is field 14, stime 15.
-    let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime, stime.
+    let ticks = stat_sum(pid, &[14, 15])?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     Ok(ticks as f64 / hz)
@@ -1455,5 +1453,16 @@ impl Spawned {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stat_sum_reads_fields_by_their_proc5_number() {
+        // Field 4 is the parent's PID (after the command in parentheses).
+        let ppid = u64::from(std::os::unix::process::parent_id());
+        assert_eq!(super::stat_sum(std::process::id(), &[4]).unwrap(), ppid);
+        assert_eq!(super::stat_sum(std::process::id(), &[4, 4]).unwrap(), 2 * ppid);
     }
 }
