@@ -55,7 +55,7 @@ pub struct ProbePoint {
     pub offset: u64,
     /// File offset of the entry probe and of the return probe (`offset` + the placement's delta,
     /// see `placement`).
-    pub entry_offset: u64,
+    pub probe_offset: u64,
     /// Why the probes are where they are.
     pub placement: String,
 }
@@ -224,7 +224,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
                 function,
                 hook: *hook,
                 offset,
-                entry_offset: offset + placed.delta,
+                probe_offset: offset + placed.delta,
                 placement: placed.note,
             });
         };
@@ -279,7 +279,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
                         function: hook.function.to_string(),
                         hook: *hook,
                         offset,
-                        entry_offset: offset,
+                        probe_offset: offset,
                         placement: "entry".to_string(),
                     });
                 }
@@ -373,7 +373,7 @@ mod tests {
         assert!(names.contains(&"malloc") && names.contains(&"free"), "{names:?}");
         // glibc's free is probed after its NULL check, on an emulated instruction.
         let free = scan.points.iter().find(|p| p.function == "free").unwrap();
-        assert!(free.entry_offset > free.offset, "{}", free.placement);
+        assert!(free.probe_offset > free.offset, "{}", free.placement);
     }
 
     #[test]

@@ -145,8 +145,8 @@ impl Tracer {
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
         let mut ebpf = EbpfLoader::new()
-            // INFLIGHT is a task-storage map, which aya 0.14 creates but has no user-side type for
-            // (the agent never reads it).
+            // INFLIGHT and SAMPLER are task-storage maps, which aya 0.14 creates but has no
+            // user-side type for (the agent never reads them).
             .allow_unsupported_maps()
             .override_global("AGENT_TGID", &agent_tgid, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
@@ -208,7 +208,7 @@ impl Tracer {
                     .try_into()?;
                 // Both probes at the placement: it only skips instructions every call runs and
                 // that leave the return address at the stack pointer (see `placement`).
-                let (offset, placement) = (p.entry_offset, Some(p.placement.clone()));
+                let (offset, placement) = (p.probe_offset, Some(p.placement.clone()));
                 let link = prog.attach(offset, &p.object.open_path, scope).with_context(|| {
                     format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object)
                 })?;

@@ -790,7 +790,7 @@ fn scan_for_mode(pid: u32, objects: &[MappedObject], mode: Mode) -> Result<disco
 fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
     let mut by_object: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &scan.points {
-        let at = if p.entry_offset != p.offset { format!("{}+{}", p.function, p.entry_offset - p.offset) } else { p.function.clone() };
+        let at = if p.probe_offset != p.offset { format!("{}+{}", p.function, p.probe_offset - p.offset) } else { p.function.clone() };
         by_object.entry(p.object.path.display().to_string()).or_default().push(at);
     }
     for (object, functions) in by_object {
