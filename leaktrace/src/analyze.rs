@@ -1191,8 +1191,8 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         && count_ok
         && steady.slope_bytes_per_s > floor
         && early.is_some_and(|e| e.significant_growth && e.slope_bytes_per_s > floor);
-    // Too few checkpoints for any fit (a process traced late, a short run), but live bytes rose
-    // at every one of them, beyond what the noise floor allows: not "no growth".
+    // Too few checkpoints for any fit (a process traced late, a short run), but live bytes never
+    // fell and grew beyond what the noise floor allows: not "no growth".
     let rising = live.len() >= 2 && live.windows(2).all(|w| w[1] >= w[0]);
     let too_short =
         !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
