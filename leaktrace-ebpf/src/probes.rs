@@ -596,8 +596,9 @@ fn walk_stack(r: UserRegs) -> u64 {
     }
     if let Some(stored) = STACKS.get_ptr(hash) {
         // A different stack under the same key (64-bit hashes: not expected in practice):
-        // attribution is lost rather than given to the other stack.
-        if unsafe { (*stored).len != buf.len || (*stored).ips[1] != buf.ips[1] } {
+        // attribution is lost rather than given to the other stack. (Entries past `len` are
+        // left over from earlier walks: a one-frame stack has no ips[1] to compare.)
+        if unsafe { (*stored).len != buf.len || (buf.len > 1 && (*stored).ips[1] != buf.ips[1]) } {
             count(counter::STACK_ERROR);
             return 0;
         }
