@@ -105,8 +105,18 @@ pub mod counter {
     pub const SAMPLED: u32 = 16;
     /// Growth mode: first-touch page faults counted (informational).
     pub const PAGE_FAULTS: u32 = 17;
+    /// Stack walks that ended before the outermost frame (no unwind info, depth limit, bad frame,
+    /// unreadable stack): the stack's outer callers are unknown; each stored stack says why in
+    /// its `end` (loss of attribution, not of bytes).
+    pub const STACK_TRUNCATED: u32 = 18;
+    /// Frames found by the frame-pointer chain because their code had no unwind row
+    /// (informational).
+    pub const FP_FRAMES: u32 = 19;
+    /// Unwind-rule lookups that found the program counter's VMA but no table for its object
+    /// (not loaded yet, or it did not fit in the rows map) (informational).
+    pub const UNWIND_NO_TABLE: u32 = 20;
     /// Number of counters.
-    pub const NUM: u32 = 18;
+    pub const NUM: u32 = 21;
 
     /// Name of each counter in recordings and reports, by index.
     pub const NAMES: [&str; NUM as usize] = [
@@ -128,6 +138,9 @@ pub mod counter {
         "allocator_maps",
         "sampled_allocs",
         "page_faults",
+        "stack_truncated",
+        "fp_frames",
+        "unwind_no_table",
     ];
 
     /// True for the counters that are losses (reported under `drops`); the others are
@@ -135,7 +148,7 @@ pub mod counter {
     pub const IS_LOSS: [bool; NUM as usize] =
         [
         true, true, true, true, true, true, false, true, false, false, false, false, false, true, false, false, false,
-        false,
+        false, false, false, false,
     ];
 }
 
@@ -303,10 +316,11 @@ pub struct MmapCall {
 /// Deepest user call stack kept, in frames (the kernel's default `perf_event_max_stack`).
 pub const MAX_STACK_DEPTH: usize = 127;
 
-/// A user call stack as the eBPF frame-pointer walk found it: value of the `STACKS` map.
+/// A user call stack as the eBPF walk found it: value of the `STACKS` map.
 ///
 /// `ips[0]` is the instruction pointer where the probe fired; `ips[1..len]` are the return
-/// addresses found by following the frame-pointer chain from `%rbp` (innermost first).
+/// addresses of the callers (innermost first), found frame by frame with the objects' unwind
+/// tables (see [`unwind`]) or, in code without a table, by the frame-pointer chain.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StackFrames {
@@ -314,8 +328,119 @@ pub struct StackFrames {
     /// copy is stored was interrupted by another, and stores nothing.
     pub generation: u64,
     /// Number of valid entries of `ips`.
-    pub len: u64,
+    pub len: u32,
+    /// Why the walk ended: one of [`walk_end`].
+    pub end: u32,
     pub ips: [u64; MAX_STACK_DEPTH],
+}
+
+/// Why a stack walk ended. Stored in [`StackFrames::end`]; every value but
+/// [`walk_end::COMPLETE`] means the stack is truncated (its outer callers are unknown).
+pub mod walk_end {
+    /// The outermost frame was reached (its return address is undefined in the unwind table,
+    /// e.g. `_start` or a thread's start routine, or is 0, or the frame-pointer chain ended at 0).
+    pub const COMPLETE: u32 = 0;
+    /// [`super::MAX_STACK_DEPTH`] frames were walked.
+    pub const DEPTH: u32 = 1;
+    /// The last frame's code has no unwind table row (no table for its object, JIT or anonymous
+    /// code, an unsupported CFA expression) and its frame pointer does not continue the chain.
+    pub const NO_UNWIND_INFO: u32 = 2;
+    /// The unwind rule gave an impossible frame (a CFA not above the stack pointer, a return
+    /// address outside user space).
+    pub const BAD_FRAME: u32 = 3;
+    /// The stack memory at the computed CFA could not be read.
+    pub const READ_FAULT: u32 = 4;
+}
+
+/// Unwind tables for the kernel-side walk, built by the agent from the objects' `.eh_frame` /
+/// `.debug_frame` (x86-64 only).
+///
+/// One table per ELF object (not per process): the rows of every object are stored in one array
+/// (`UNWIND_ROWS`), and `UNWIND_OBJECTS` maps an object's identity (device and inode of the
+/// mapped file, as the kernel's VMA has them) to its slice of rows. The eBPF walk finds the VMA
+/// of a program counter with `bpf_find_vma`, turns the address into the object's virtual address
+/// (`pc - vm_start + vm_pgoff * 4096 + vaddr_minus_offset`), binary-searches the slice for the
+/// last row at or below it, and applies the rule.
+pub mod unwind {
+    /// Code with no rule (a gap between functions, the end of a function's range, or a CFA
+    /// expression the walk does not evaluate): the walk tries the frame-pointer chain.
+    pub const NO_RULE: u8 = 0;
+    /// CFA = %rsp + cfa_offset.
+    pub const CFA_RSP: u8 = 1;
+    /// CFA = %rbp + cfa_offset.
+    pub const CFA_RBP: u8 = 2;
+    /// PLT entry (the expression compilers emit for .plt): CFA = %rsp + cfa_offset, plus 8 when
+    /// `(pc & 15) >= rbp_offset as u8` (rbp_offset holds the threshold, 10 or 11).
+    pub const PLT: u8 = 3;
+    /// The outermost frame: the return address is undefined (`_start`, thread start).
+    pub const END: u8 = 4;
+    /// Stack realigned through a DRAP register (gcc): CFA = *(%rbp + 8 × rbp_offset), and the
+    /// caller's %rbp is saved at [%rbp].
+    pub const CFA_DEREF_RBP: u8 = 5;
+    /// Largest `cfa_offset` a row can hold, in bytes (u16 in 8-byte units).
+    pub const MAX_CFA_OFFSET: u64 = (u16::MAX as u64) * 8;
+}
+
+/// One row of an unwind table: from `pc` (the object's virtual address) up to the next row's
+/// `pc`, how to find the caller's frame. x86-64: the return address is at CFA − 8.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRow {
+    /// First virtual address (in the ELF object's address space) the row covers.
+    pub pc: u32,
+    /// CFA offset in 8-byte units (from %rsp or %rbp, see [`unwind`]).
+    pub cfa_offset: u16,
+    /// Where the caller's %rbp is saved, as CFA + 8 × rbp_offset; 0: %rbp is not saved (the
+    /// caller's value is still in the register). For [`unwind::PLT`]: the threshold.
+    pub rbp_offset: i8,
+    /// One of [`unwind`]'s kinds.
+    pub kind: u8,
+}
+
+/// Identity of a mapped file as the kernel sees it: key of `UNWIND_OBJECTS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ObjectId {
+    /// The superblock's device number (`s_dev`: major << 20 | minor, as /proc/PID/maps prints
+    /// it split in two).
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+}
+
+/// Where an object's unwind table is: value of `UNWIND_OBJECTS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectTable {
+    /// Index of the object's first row in `UNWIND_ROWS`.
+    pub first_row: u32,
+    /// Number of rows (sorted by `pc`).
+    pub rows: u32,
+    /// ELF virtual address minus file offset of the executable segment: the object's virtual
+    /// address of a file offset `o` is `o + vaddr_minus_offset`.
+    pub vaddr_minus_offset: i64,
+}
+
+/// Kernel structure field offsets the walk needs to identify a VMA's file (found by the agent
+/// in the running kernel's BTF, /sys/kernel/btf/vmlinux): index into the `KERNEL_OFFSETS`
+/// global. All in bytes.
+pub mod kernel_offset {
+    /// `vm_area_struct.vm_start`.
+    pub const VM_START: usize = 0;
+    /// `vm_area_struct.vm_pgoff`.
+    pub const VM_PGOFF: usize = 1;
+    /// `vm_area_struct.vm_file`.
+    pub const VM_FILE: usize = 2;
+    /// `file.f_inode`.
+    pub const F_INODE: usize = 3;
+    /// `inode.i_ino`.
+    pub const I_INO: usize = 4;
+    /// `inode.i_sb`.
+    pub const I_SB: usize = 5;
+    /// `super_block.s_dev`.
+    pub const S_DEV: usize = 6;
+    /// Number of offsets.
+    pub const NUM: usize = 7;
 }
 
 impl StackFrames {
@@ -338,4 +463,7 @@ mod pod {
     unsafe impl aya::Pod for SyscallArgs {}
     unsafe impl aya::Pod for MmapCall {}
     unsafe impl aya::Pod for StackFrames {}
+    unsafe impl aya::Pod for UnwindRow {}
+    unsafe impl aya::Pod for ObjectId {}
+    unsafe impl aya::Pod for ObjectTable {}
 }

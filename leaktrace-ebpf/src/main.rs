@@ -20,3 +20,5 @@ fn main() {}
 
 #[cfg(target_arch = "bpf")]
 mod probes;
+#[cfg(target_arch = "bpf")]
+mod unwind;

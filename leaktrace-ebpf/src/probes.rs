@@ -10,7 +10,7 @@ use aya_ebpf::{
 use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_task_pt_regs};
 use leaktrace_common::{
     counter, map_event, op, owner, sampling, site_kind, AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey,
-    SiteStats, StackFrames, SyscallArgs, MAX_STACK_DEPTH,
+    SiteStats, StackFrames, SyscallArgs,
 };
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
@@ -129,7 +129,7 @@ const EEXIST: i32 = -17;
 const MAP_ANONYMOUS: u64 = 0x20;
 
 #[inline(always)]
-fn count(idx: u32) {
+pub(crate) fn count(idx: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(idx) {
         unsafe { *p += 1 };
     }
@@ -533,61 +533,27 @@ fn task_regs() -> UserRegs {
     }
 }
 
-/// Largest distance between two frame pointers that the walk follows (bytes): a default thread
-/// stack is 8 MiB, so no real frame is larger.
-const MAX_FRAME_BYTES: u64 = 8 << 20;
-/// End of the x86-64 user address space (47-bit): return addresses are below it.
-const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
-
-/// A 64-bit mixing step (multiply, then fold the high half down), so that every input bit
-/// reaches every output bit before the next frame is combined.
+/// This CPU's walk buffer (see `WALK`).
 #[inline(always)]
-fn mix(x: u64) -> u64 {
-    let h = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^ (h >> 32)
+pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
+    WALK.get_ptr_mut(0)
 }
 
-/// Walk the user stack by frame pointers, store the frames in `STACKS` the first time they are
-/// seen, and return their key (a 64-bit hash; 0 when they could not be stored).
+/// Walk the user stack (`unwind::walk`: unwind tables, frame pointers where there are none),
+/// store the frames in `STACKS` the first time they are seen, and return their key (a 64-bit
+/// hash; 0 when they could not be stored).
 ///
-/// Why not `bpf_get_stackid`: the kernel's walk follows the chain until a read faults, and on
-/// glibc programs the outermost saved `%rbp` (in `__libc_start_call_main`, built without frame
-/// pointers) is not a frame pointer, so every walk ended in a page fault taken inside the kernel
-/// (~0.4 µs here, a third of the whole probe). This walk stops before reading a pointer that
-/// cannot be a frame: one that is not above the previous frame, more than `MAX_FRAME_BYTES`
-/// above it, or misaligned. Each frame costs one 16-byte `bpf_probe_read_user`.
+/// Why not `bpf_get_stackid`: it follows frame pointers only (most libraries and release builds
+/// have none), and the kernel's walk goes on until a read faults: on glibc programs the
+/// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
+/// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack(r: UserRegs) -> u64 {
-    let Some(buf) = WALK.get_ptr_mut(0) else { return 0 };
+fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
+    let Some(buf) = walk_buffer() else { return 0 };
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
-    buf.ips[0] = r.ip;
-    let mut hash: u64 = mix(0xcbf2_9ce4_8422_2325 ^ r.ip);
-    let mut n: usize = 1;
-    let mut fp = r.fp;
-    let mut floor = r.sp;
-    while n < MAX_STACK_DEPTH {
-        if fp < floor || fp - floor > MAX_FRAME_BYTES || fp & 7 != 0 {
-            break;
-        }
-        let Ok(frame) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else { break };
-        let ret = frame[1];
-        if !(0x1000..USER_SPACE_END).contains(&ret) {
-            // Not a user-space code address: the chain is garbage from here on.
-            break;
-        }
-        buf.ips[n] = ret;
-        hash = mix(hash ^ ret);
-        n += 1;
-        floor = fp + 16;
-        fp = frame[0];
-    }
-    buf.len = n as u64;
-    hash = mix(hash ^ n as u64);
-    if hash == 0 {
-        hash = 1;
-    }
+    let hash = crate::unwind::walk(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
     if let Some(slot) = seen
         && unsafe { *slot } == hash
@@ -633,7 +599,7 @@ fn walk_stack(r: UserRegs) -> u64 {
 #[inline(always)]
 fn site_here(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
     let caller = if r.sp != 0 { unsafe { bpf_probe_read_user(r.sp as *const u64) }.unwrap_or(0) } else { 0 };
-    SiteKey { tgid, kind, stack: walk_stack(r), caller }
+    SiteKey { tgid, kind, stack: walk_stack(r, tgid), caller }
 }
 
 /// A thread inside a hooked allocator call: what it maps is the allocator's.

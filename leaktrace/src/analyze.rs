@@ -211,6 +211,9 @@ pub struct SiteAnalysis {
     pub frames: Vec<Frame>,
     /// The kernel could not give this site's stack: the bytes are real, their stack unknown.
     pub stack_lost: bool,
+    /// Why the stack walk stopped before the outermost frame, when it did (the recording's
+    /// `Stack::truncated`): its outer callers are unknown.
+    pub stack_truncated: Option<String>,
     /// Live bytes at the last checkpoint (allocated − freed).
     pub live_bytes: u64,
     /// Live blocks at the last checkpoint.
@@ -473,11 +476,14 @@ fn class_rank(c: SiteClass) -> u8 {
     }
 }
 
-/// Label of a frame: its function name, else `basename(object)+0xaddr`, else `0xaddr`.
+/// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
+/// and objdump take), else `basename(object)+0xaddr` (recordings made before file offsets were
+/// kept), else `0xaddr`.
 pub fn frame_label(f: &Frame) -> String {
-    match (&f.function, &f.object) {
-        (Some(func), _) if !func.is_empty() => func.clone(),
-        (_, Some(obj)) => format!("{}+{:#x}", basename(obj), f.addr),
+    match (&f.function, &f.object, f.file_offset) {
+        (Some(func), _, _) if !func.is_empty() => func.clone(),
+        (_, Some(obj), Some(off)) => format!("{}+{:#x}", basename(obj), off),
+        (_, Some(obj), None) => format!("{}+{:#x}", basename(obj), f.addr),
         _ => format!("{:#x}", f.addr),
     }
 }
@@ -492,18 +498,57 @@ pub fn is_allocator(f: &Frame) -> bool {
     f.function.as_deref().is_some_and(is_allocator_frame)
 }
 
+/// True for a frame of system or standard-library code: a shared library installed in a system
+/// library directory (libc, libstdc++, libz, libssl, libsqlite3, ...: /lib, /usr/lib, /lib64,
+/// /usr/lib64), or a function of the C++ or Rust standard library (`std::`, `__gnu_cxx::`,
+/// `alloc::`, `core::`), inlined into user code or not.
+pub fn is_system_frame(f: &Frame) -> bool {
+    let in_system_lib = f.object.as_deref().is_some_and(|o| {
+        let name = basename(o);
+        ["/lib/", "/usr/lib/", "/lib64/", "/usr/lib64/"].iter().any(|d| o.starts_with(d))
+            && (name.ends_with(".so") || name.contains(".so."))
+    });
+    let std_function = f.function.as_deref().is_some_and(|n| {
+        // A C++ name may start with its return type ("void std::vector<...>::...").
+        let n = n.trim_start_matches('<');
+        let n = match n.split_once(' ') {
+            Some((ret, rest)) if !ret.contains('(') && !ret.contains('<') => rest.trim_start_matches('<'),
+            _ => n,
+        };
+        ["std::", "__gnu_cxx::", "alloc::", "core::"].iter().any(|p| n.starts_with(p))
+    });
+    in_system_lib || std_function
+}
+
+/// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
+/// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
+fn is_runtime_frame(f: &Frame) -> bool {
+    f.object.as_deref().map(basename).is_some_and(|b| {
+        ["libpython", "python", "libjvm", "libjli", "java", "node", "libnode"].iter().any(|p| b.starts_with(p))
+    })
+}
+
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
-/// libc's mmap or syscall wrapper: [`crate::allocators::is_mapping_frame`]); else innermost named
-/// frame; else the innermost frame (labelled by object and address). Returns (index, label).
+/// libc's mmap or syscall wrapper: [`crate::allocators::is_mapping_frame`]); when that frame is
+/// system or standard-library code ([`is_system_frame`]: a leak made inside libc, libz, libssl,
+/// libstdc++) and the stack goes on into the user's code, the first named frame there (the
+/// function that called into the library), unless the stack passes through a managed runtime's
+/// own object; else the innermost named frame; else the innermost frame (labelled by object and
+/// file offset). Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
     let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
     let wrapper = |f: &Frame| {
         stack.kind == "mmap" && f.function.as_deref().is_some_and(crate::allocators::is_mapping_frame)
     };
-    let idx = stack
-        .frames
-        .iter()
-        .position(|f| named(f) && !is_allocator(f) && !wrapper(f))
+    let first = stack.frames.iter().position(|f| named(f) && !is_allocator(f) && !wrapper(f));
+    let user = first.filter(|&i| is_system_frame(&stack.frames[i])).and_then(|i| {
+        if stack.frames.iter().any(is_runtime_frame) {
+            return None;
+        }
+        stack.frames[i..].iter().position(|f| named(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
+    });
+    let idx = user
+        .or(first)
         .or_else(|| stack.frames.iter().position(named))
         .or(if stack.frames.is_empty() { None } else { Some(0) });
     match idx {
@@ -723,7 +768,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         for s in &rec.checkpoints[ci].sites {
             if let std::collections::hash_map::Entry::Vacant(e) = index.entry(s.stack) {
                 e.insert(stacks.len());
-                stacks.push(Stack { id: s.stack, kind: "malloc".into(), frames: vec![], lost: false });
+                stacks.push(Stack { id: s.stack, kind: "malloc".into(), frames: vec![], lost: false, truncated: None });
                 unknown += 1;
             }
         }
@@ -1319,6 +1364,7 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         culprit_frame,
         frames: st.frames.clone(),
         stack_lost: st.lost,
+        stack_truncated: st.truncated.clone(),
         live_bytes: ser.last.live_bytes(),
         live_allocations: ser.last.live_count(),
         allocated_bytes: ser.last.alloc_bytes,
@@ -1730,7 +1776,13 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
                 sites.iter().filter(|s| s.class == SiteClass::Leak && s.memory_kind == k).collect();
             of_kind.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
             let Some(top) = of_kind.first() else { return v };
-            let stack = Stack { id: top.id, kind: top.kind.clone(), frames: top.frames.clone(), lost: top.stack_lost };
+            let stack = Stack {
+                id: top.id,
+                kind: top.kind.clone(),
+                frames: top.frames.clone(),
+                lost: top.stack_lost,
+                truncated: top.stack_truncated.clone(),
+            };
             let name = crate::runtimes::site_label(rt, k, &stack).unwrap_or_else(|| top.function.clone());
             let mut summary = format!(
                 "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
@@ -1784,6 +1836,7 @@ pub(crate) mod fixtures {
             file: file.map(|f| f.0.to_string()),
             line: file.map(|f| f.1),
             inlined: false,
+            ..Default::default()
         }
     }
 
@@ -1878,6 +1931,7 @@ pub(crate) mod fixtures {
                 frame("main", EXE, Some(("/build/src/main.cc", 10))),
             ],
             lost: false,
+            truncated: None,
         };
         (stack, Box::new(|t: f64| {
             let t = t as u64;
@@ -1896,6 +1950,7 @@ pub(crate) mod fixtures {
                 frame("main", EXE, Some(("/build/src/main.cc", 12))),
             ],
             lost: false,
+            truncated: None,
         };
         (stack, Box::new(|t: f64| {
             let k = (t as u64).min(18);
@@ -1914,6 +1969,7 @@ pub(crate) mod fixtures {
                 frame("main", EXE, Some(("/build/src/main.cc", 14))),
             ],
             lost: false,
+            truncated: None,
         };
         (stack, Box::new(|t: f64| {
             let t = t as u64;
@@ -2015,18 +2071,49 @@ mod tests {
             kind: "malloc".into(),
             frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }],
             lost: false,
+            truncated: None,
         };
         assert_eq!(culprit(&st).1, "app+0x4a2f");
-        let st = Stack { id: 9, kind: "malloc".into(), frames: vec![], lost: true };
+        // A leak made inside libc (asprintf) and libstdc++ names the user's function that called
+        // into them; a stack entirely in libc keeps libc's function.
+        let lib = |func: &str, object: &str| frame(func, object, None);
+        let st = Stack {
+            id: 9,
+            kind: "malloc".into(),
+            frames: vec![
+                lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("__vasprintf_internal", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("___asprintf", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("std::__cxx11::basic_string<char>::_M_construct(unsigned long, char)", "/tmp/app"),
+                lib("build_page", "/tmp/app"),
+                lib("main", "/tmp/app"),
+            ],
+            lost: false,
+            truncated: None,
+        };
+        assert_eq!(culprit(&st), (Some(4), "build_page".to_string()));
+        let only_libc = Stack { frames: st.frames[..3].to_vec(), ..st.clone() };
+        assert_eq!(culprit(&only_libc).1, "__vasprintf_internal");
+        let python = Stack {
+            frames: vec![
+                lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("strdup", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"),
+                lib("main", "/usr/bin/python3.11"),
+            ],
+            ..st.clone()
+        };
+        assert_eq!(culprit(&python).1, "_PyEval_EvalFrameDefault");
+        let st = Stack { id: 9, kind: "malloc".into(), frames: vec![], lost: true, truncated: None };
         assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
         // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the
         // culprit, its caller is.
         for wrapper in ["__GI___mmap64", "mmap64", "syscall"] {
             let frames = vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
-            let st = Stack { id: 9, kind: "mmap".into(), frames: frames.clone(), lost: false };
+            let st = Stack { id: 9, kind: "mmap".into(), frames: frames.clone(), lost: false, truncated: None };
             assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
             // In a malloc site they are functions like others.
-            let st = Stack { id: 9, kind: "malloc".into(), frames, lost: false };
+            let st = Stack { id: 9, kind: "malloc".into(), frames, lost: false, truncated: None };
             assert_eq!(culprit(&st), (Some(0), wrapper.to_string()));
         }
     }
@@ -2325,12 +2412,14 @@ mod tests {
             kind: "malloc".into(),
             frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("parse_record", "/tmp/libcleak.so", None)],
             lost: false,
+            truncated: None,
         };
         let objs = Stack {
             id: 2,
             kind: "malloc".into(),
             frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("_PyObject_Malloc", LIBPY, None)],
             lost: false,
+            truncated: None,
         };
         let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
         let steady: SiteFn = Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
@@ -2437,6 +2526,7 @@ mod tests {
             kind: "mmap".into(),
             frames: vec![frame(wrapper, LIBC, None), frame(function, EXE, Some(("/build/src/buf.c", 7))), frame("main", EXE, None)],
             lost: false,
+            truncated: None,
         };
         (stack, Box::new(move |t: f64| {
             let n = (t as u64) * bytes_per_s / 16384;
@@ -2452,6 +2542,7 @@ mod tests {
             kind: "mmap".into(),
             frames: vec![frame("__mmap64", LD, None), frame("_dl_map_segments", LD, None), frame("_dl_map_object", LD, None)],
             lost: false,
+            truncated: None,
         };
         (stack, Box::new(|_| (1 << 20, 1, 0, 0)))
     }

@@ -642,7 +642,7 @@ pub(crate) mod test_support {
         for f in &mut frames {
             f.addr += shift;
         }
-        Stack { id, kind: "malloc".into(), frames, lost: false }
+        Stack { id, kind: "malloc".into(), frames, lost: false, truncated: None }
     }
 
     /// A check-like recording: units go 0, 100, ... (one checkpoint per 0.5 s, 200 units/s);

@@ -743,7 +743,7 @@ mod tests {
         let mut u = stack(1, "leak_fn", 0);
         u.frames[2].function = None;
         assert_eq!(signature(&u).frames[1], "[app]");
-        let lost = Stack { id: 1, kind: "malloc".into(), frames: vec![], lost: true };
+        let lost = Stack { id: 1, kind: "malloc".into(), frames: vec![], lost: true, truncated: None };
         assert_eq!(signature(&lost).frames, ["[stack lost]"]);
     }
 

@@ -3,12 +3,13 @@
 //!
 //! The data takes one road, and the modules follow it:
 //! target → [`discover`] (objects, allocator entry points) → [`probes`] (load the eBPF object,
-//! attach uprobes) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
+//! attach uprobes; [`unwind`] tables for the stack walk, [`btf`] offsets) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
 //! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] (saved, replayable) →
 //! [`analyze`] (growth per site and per process) → [`report`] (report.md, report.json, flame
 //! graphs). [`launch`] starts a command held before exec for `record -- CMD`.
 pub mod allocators;
 pub mod analyze;
+pub mod btf;
 pub mod check;
 pub mod compare;
 pub mod discover;
@@ -23,3 +24,4 @@ pub mod recording;
 pub mod report;
 pub mod runtimes;
 pub mod symbolize;
+pub mod unwind;

@@ -53,6 +53,14 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Build the unwind table the stack walk would use for each ELF object and print its size:
+    /// rows, kernel bytes, build time, the section it comes from, rules the walk cannot use
+    /// (no root needed). Exit 2 if an object has no usable table.
+    UnwindTable {
+        /// ELF objects (executables, shared libraries).
+        #[arg(required = true)]
+        objects: Vec<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -108,11 +116,27 @@ struct LimitArgs {
     /// stacks are found).
     #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
+    /// Unwind-table rows for the stack walk, over all objects the targets map (kernel map size,
+    /// 1024 to 67108864; 8 bytes each, allocated at start: the default is 16 MiB). An object
+    /// whose table does not fit is walked by frame pointers only, and the report says so.
+    #[arg(long, default_value_t = Limits::default().max_unwind_rows, value_parser = clap::value_parser!(u32).range(1024..=1 << 26))]
+    max_unwind_rows: u32,
+    /// Print, from the kernel side, why each stack walk that stopped early stopped (no unwind
+    /// info, depth, unreadable stack), with its process and address (eBPF logs through aya-log;
+    /// off by default, and then the log statements are removed by the verifier).
+    #[arg(long)]
+    debug_unwind: bool,
 }
 
 impl From<LimitArgs> for Limits {
     fn from(a: LimitArgs) -> Limits {
-        Limits { max_allocs: a.max_allocs, max_sites: a.max_sites, max_stacks: a.max_stacks }
+        Limits {
+            max_allocs: a.max_allocs,
+            max_sites: a.max_sites,
+            max_stacks: a.max_stacks,
+            max_unwind_rows: a.max_unwind_rows,
+            debug_unwind: a.debug_unwind,
+        }
     }
 }
 
@@ -306,6 +330,26 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Compare { before, after, out } => {
             let outcome = leaktrace::compare::run(&before, &after, out)?;
             print!("{}", outcome.text);
+            Ok(0)
+        }
+        Command::UnwindTable { objects } => {
+            let mut failed = Vec::new();
+            for o in &objects {
+                let started = std::time::Instant::now();
+                match leaktrace::unwind::build(o) {
+                    Ok(t) => println!(
+                        "{}: {} rows, {} bytes, built in {:.1} ms from {}; {} rules not usable by the walk",
+                        o.display(),
+                        t.rows.len(),
+                        t.rows.len() * std::mem::size_of::<leaktrace_common::UnwindRow>(),
+                        started.elapsed().as_secs_f64() * 1e3,
+                        t.section,
+                        t.unsupported_rows
+                    ),
+                    Err(e) => failed.push(format!("{}: {e:#}", o.display())),
+                }
+            }
+            anyhow::ensure!(failed.is_empty(), "no unwind table for {}", failed.join("; "));
             Ok(0)
         }
     }

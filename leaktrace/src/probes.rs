@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{TracePoint, UProbe, uprobe::{UProbeLinkId, UProbeScope}};
 use aya::{Ebpf, EbpfLoader};
-use leaktrace_common::{MapEvent, SiteKey, SiteStats, StackFrames, counter};
+use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter};
 
 use crate::discover::ProbePoint;
 use crate::recording::ProbeInfo;
@@ -24,11 +24,17 @@ pub struct Limits {
     pub max_sites: u32,
     /// Maximum distinct call stacks (entries of STACKS, ~1 KiB each, allocated as stacks are found).
     pub max_stacks: u32,
+    /// Unwind-table rows over all objects (entries of UNWIND_ROWS, 8 bytes each, allocated at
+    /// load time).
+    pub max_unwind_rows: u32,
+    /// Not a size: log why stack walks stop early, from the kernel side (aya-log, debug level).
+    /// Off, the log statements are dead code the verifier removes.
+    pub debug_unwind: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_allocs: 1 << 20, max_sites: 1 << 16, max_stacks: 1 << 14 }
+        Limits { max_allocs: 1 << 20, max_sites: 1 << 16, max_stacks: 1 << 14, max_unwind_rows: 1 << 21, debug_unwind: false }
     }
 }
 
@@ -95,6 +101,46 @@ pub struct Tracer {
     attached: Vec<(u32, String, u64, &'static str)>,
     /// Every uprobe link, to detach them all at once at the end (see [`Tracer::shutdown`]).
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// Unwind tables loaded so far, shared by every target that maps the same file.
+    unwind: UnwindTables,
+    /// The kernel side's log (--debug-unwind), printed at each poll.
+    log: Option<aya_log::EbpfLogger<StderrLog>>,
+}
+
+/// Prints the kernel side's log records on stderr, one `leaktrace: kernel: ...` line each.
+pub struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        eprintln!("leaktrace: kernel: {}", record.args());
+    }
+    fn flush(&self) {}
+}
+
+/// The unwind tables in the kernel maps (see `unwind` and leaktrace-ebpf's unwind.rs).
+struct UnwindTables {
+    objects: HashMap<MapData, ObjectId, ObjectTable>,
+    rows: aya::maps::Array<MapData, UnwindRow>,
+    generation: aya::maps::Array<MapData, u64>,
+    /// Rows used so far (the next object's rows go here) and the map's size.
+    next_row: u32,
+    capacity: u32,
+    /// Every object looked at, by identity: its outcome (shared between targets).
+    done: StdHashMap<ObjectId, UnwindOutcome>,
+    /// Why tables are off altogether (no BTF offsets), if so.
+    disabled: Option<String>,
+}
+
+/// What became of one object's unwind table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UnwindOutcome {
+    /// Loaded: rows, and the section they came from.
+    Loaded { rows: u32, section: &'static str },
+    /// Not loaded (no CFI, unreadable, did not fit): frames in it are walked by frame pointers.
+    Missing(String),
 }
 
 const PROGRAMS: &[&str] = &[
@@ -144,6 +190,8 @@ impl Tracer {
         check_privileges()?;
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
+        // Field offsets for the walk's VMA → file lookup; without them, frame pointers only.
+        let offsets = crate::btf::kernel_offsets();
         let mut ebpf = EbpfLoader::new()
             // INFLIGHT and SAMPLER are task-storage maps, which aya 0.14 creates but has no
             // user-side type for (the agent never reads them).
@@ -152,6 +200,9 @@ impl Tracer {
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
             .map_max_entries("STACKS", limits.max_stacks)
+            .map_max_entries("UNWIND_ROWS", if offsets.is_ok() { limits.max_unwind_rows } else { 1 })
+            .override_global("KERNEL_OFFSETS", offsets.as_ref().unwrap_or(&[0; leaktrace_common::kernel_offset::NUM]), true)
+            .override_global(aya_log::LEVEL, &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }), true)
             .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace")))
             .map_err(|e| LoadError::Load(e.into()))?;
         for name in PROGRAMS {
@@ -171,13 +222,39 @@ impl Tracer {
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
         let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
+        let unwind = UnwindTables {
+            objects: HashMap::try_from(take(&mut ebpf, "UNWIND_OBJECTS")?).map_err(|e| LoadError::Load(e.into()))?,
+            rows: aya::maps::Array::try_from(take(&mut ebpf, "UNWIND_ROWS")?).map_err(|e| LoadError::Load(e.into()))?,
+            generation: aya::maps::Array::try_from(take(&mut ebpf, "UNWIND_GEN")?).map_err(|e| LoadError::Load(e.into()))?,
+            next_row: 0,
+            capacity: if offsets.is_ok() { limits.max_unwind_rows } else { 0 },
+            done: StdHashMap::new(),
+            disabled: offsets.err().map(|e| format!("{e:#}")),
+        };
+        let log = match limits.debug_unwind {
+            true => Some(aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog).map_err(|e| LoadError::Load(e.into()))?),
+            false => None,
+        };
         let mappings_unavailable = attach_tracepoints(&mut ebpf).err().map(|e| format!("{e:#}"));
         match mode {
             Mode::Exact => {}
             Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
             Mode::Growth => attach_page_faults(&mut ebpf).map_err(LoadError::Load)?,
         }
-        Ok(Tracer { ebpf, sites, stacks, counters, targets, work, events, mappings_unavailable, attached: Vec::new(), links: Vec::new() })
+        Ok(Tracer {
+            ebpf,
+            sites,
+            stacks,
+            counters,
+            targets,
+            work,
+            events,
+            mappings_unavailable,
+            attached: Vec::new(),
+            links: Vec::new(),
+            unwind,
+            log,
+        })
     }
 
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
@@ -272,6 +349,13 @@ impl Tracer {
         self.targets.insert(tgid, 1, 0).context("adding the target to the TARGETS map")
     }
 
+    /// Print what the kernel side logged since the last call (--debug-unwind; else nothing).
+    pub fn flush_log(&mut self) {
+        if let Some(l) = self.log.as_mut() {
+            l.flush();
+        }
+    }
+
     /// Take every queued mapping event (non-blocking).
     pub fn drain_map_events(&mut self, mut f: impl FnMut(&MapEvent)) {
         while let Some(item) = self.events.next() {
@@ -298,10 +382,63 @@ impl Tracer {
         Ok(out)
     }
 
-    /// Instruction pointers of the stack stored under `key` (`SiteKey::stack`), innermost first;
-    /// None if it is not in the map.
-    pub fn stack(&self, key: u64) -> Option<Vec<u64>> {
-        self.stacks.get(&key, 0).ok().map(|s| s.frames().to_vec())
+    /// Instruction pointers of the stack stored under `key` (`SiteKey::stack`), innermost first,
+    /// and why the walk ended (`leaktrace_common::walk_end`); None if it is not in the map.
+    pub fn stack(&self, key: u64) -> Option<(Vec<u64>, u32)> {
+        self.stacks.get(&key, 0).ok().map(|s| (s.frames().to_vec(), s.end))
+    }
+
+    /// Why unwind tables are off altogether (the kernel's BTF lacks what the walk needs), if so.
+    pub fn unwind_disabled(&self) -> Option<&str> {
+        self.unwind.disabled.as_deref()
+    }
+
+    /// Build and load the unwind tables of `objects` not loaded yet (each file once, whichever
+    /// target maps it). Returns each object's outcome, in order. Loading makes the kernel forget
+    /// its cached rules, so frames in these objects use their tables from now on.
+    pub fn load_unwind_tables(&mut self, objects: &[crate::discover::MappedObject]) -> Vec<UnwindOutcome> {
+        let u = &mut self.unwind;
+        let mut out = Vec::with_capacity(objects.len());
+        let mut loaded_any = false;
+        for o in objects {
+            let id = ObjectId { dev: ((o.dev.0 as u64) << 20) | o.dev.1 as u64, ino: o.inode };
+            if let Some(done) = u.done.get(&id) {
+                out.push(done.clone());
+                continue;
+            }
+            let outcome = match &u.disabled {
+                Some(why) => UnwindOutcome::Missing(format!("unwind tables are off: {why}")),
+                None => match crate::unwind::build(&o.open_path) {
+                    Err(e) => UnwindOutcome::Missing(format!("{e:#}")),
+                    Ok(t) if t.rows.len() as u64 > (u.capacity - u.next_row) as u64 => UnwindOutcome::Missing(format!(
+                        "its {} unwind rows do not fit in the {} left of --max-unwind-rows {}",
+                        t.rows.len(),
+                        u.capacity - u.next_row,
+                        u.capacity
+                    )),
+                    Ok(t) => {
+                        let first = u.next_row;
+                        let written = t.rows.iter().enumerate().try_for_each(|(i, r)| u.rows.set(first + i as u32, *r, 0));
+                        let table = ObjectTable { first_row: first, rows: t.rows.len() as u32, vaddr_minus_offset: t.vaddr_minus_offset };
+                        match written.and_then(|()| u.objects.insert(id, table, 0)) {
+                            Ok(()) => {
+                                u.next_row += t.rows.len() as u32;
+                                loaded_any = true;
+                                UnwindOutcome::Loaded { rows: t.rows.len() as u32, section: t.section }
+                            }
+                            Err(e) => UnwindOutcome::Missing(format!("loading its unwind table: {e}")),
+                        }
+                    }
+                },
+            };
+            u.done.insert(id, outcome.clone());
+            out.push(outcome);
+        }
+        if loaded_any {
+            let g = u.generation.get(&0, 0).unwrap_or(0);
+            let _ = u.generation.set(0, g + 1, 0);
+        }
+        out
     }
 
     /// Kernel counters (see `leaktrace_common::counter`), summed over CPUs, by name.

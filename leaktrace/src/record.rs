@@ -537,8 +537,10 @@ impl Traced {
         let scan = scan_for_mode(pid, &objects, opts.mode)?;
         print_coverage(pid, &scan);
         let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
+        // Unwind tables before the probes, so the first calls are walked in full.
+        let mut notes = unwind_notes(tracer, &objects);
         let mut probes = tracer.attach(pid, &scan.points)?;
-        let mut notes = scan.notes;
+        notes.extend(scan.notes);
         if let Some(spec) = &opts.work_probe {
             match discover::find_work_function(spec, &objects) {
                 Some((obj, off)) => {
@@ -654,6 +656,9 @@ impl Traced {
         for o in &fresh {
             self.probed.insert((o.dev.0, o.dev.1, o.inode));
         }
+        for note in unwind_notes(tracer, &fresh) {
+            self.warnings.push(format!("{note} (mapped after attach, at t={t_s:.1}s)"));
+        }
         let Ok(scan) = scan_for_mode(self.pid, &fresh, mode) else { return };
         match tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
@@ -755,10 +760,12 @@ impl Traced {
         if let Some(&id) = self.stack_index.get(&key) {
             return id;
         }
-        let kernel_ips = if key.stack != 0 { tracer.stack(key.stack) } else { None };
-        let lost = kernel_ips.is_none();
-        let ips = fix_caller(kernel_ips.unwrap_or_default(), key.caller);
+        let kernel = if key.stack != 0 { tracer.stack(key.stack) } else { None };
+        let lost = kernel.is_none();
+        let (kernel_ips, end) = kernel.unwrap_or_default();
+        let ips = fix_caller(kernel_ips, key.caller);
         let frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
+        let truncated = if lost { None } else { truncation(end, &frames) };
         let id = self.stacks.len() as u32;
         self.stacks.push(Stack {
             id,
@@ -770,9 +777,49 @@ impl Traced {
             .to_string(),
             frames,
             lost,
+            truncated,
         });
         self.stack_index.insert(key, id);
         id
+    }
+}
+
+/// Load the unwind tables of `objects` (those not loaded yet); one note per object that has
+/// none, since frames in it are walked by frame pointers only.
+fn unwind_notes(tracer: &mut Tracer, objects: &[MappedObject]) -> Vec<String> {
+    if let Some(why) = tracer.unwind_disabled() {
+        return vec![format!("stacks are walked by frame pointers only (no unwind tables: {why})")];
+    }
+    let outcomes = tracer.load_unwind_tables(objects);
+    objects
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(o, r)| match r {
+            crate::probes::UnwindOutcome::Missing(why) => Some(format!(
+                "no unwind table for {} ({why}): stacks through it continue only where it keeps frame pointers",
+                o.path.display()
+            )),
+            crate::probes::UnwindOutcome::Loaded { .. } => None,
+        })
+        .collect()
+}
+
+/// Why a walk that ended with `end` (`leaktrace_common::walk_end`) is truncated, naming where,
+/// from the symbolized `frames`; None for a complete walk.
+fn truncation(end: u32, frames: &[Frame]) -> Option<String> {
+    use leaktrace_common::walk_end;
+    let last = frames.iter().rev().find(|f| !f.inlined).or(frames.last());
+    let at = || last.map(crate::symbolize::frame_location).unwrap_or_else(|| "the first frame".into());
+    let after = || match last.and_then(|f| f.function.as_deref()) {
+        Some(func) => format!("{func} ({})", at()),
+        None => at(),
+    };
+    match end {
+        walk_end::COMPLETE => None,
+        walk_end::DEPTH => Some(format!("depth limit ({} frames)", leaktrace_common::MAX_STACK_DEPTH)),
+        walk_end::NO_UNWIND_INFO => Some(format!("no unwind info for {} (and no frame pointer)", after())),
+        walk_end::READ_FAULT => Some(format!("stack unreadable after {}", after())),
+        _ => Some(format!("implausible frame after {}", after())),
     }
 }
 
@@ -958,6 +1005,7 @@ impl Session {
     /// Apply queued mapping events to their process; with --follow-forks, attach to new children
     /// of traced processes.
     fn drain_events(&mut self) {
+        self.tracer.flush_log();
         let mut forks = Vec::new();
         let targets = &mut self.targets;
         self.tracer.drain_map_events(|ev| {

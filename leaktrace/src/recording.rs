@@ -108,6 +108,11 @@ pub struct Stack {
     /// real, their call stack is unknown.
     #[serde(default)]
     pub lost: bool,
+    /// Why the walk stopped before the outermost frame, when it did: "no unwind info for
+    /// libfoo.so+0x1234", "depth limit (127 frames)", "unreadable stack after …", "implausible
+    /// frame after …". None: the stack is complete (or lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
 }
 
 /// One frame of a call stack.
@@ -126,6 +131,14 @@ pub struct Frame {
     /// This frame is a function inlined into the next frame (same address).
     #[serde(default)]
     pub inlined: bool,
+    /// Offset of `addr` in the object's file (what addr2line and objdump take), when the object
+    /// is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_offset: Option<u64>,
+    /// GNU build id of the object (hex), when it has one: finds its debug file
+    /// (/usr/lib/debug/.build-id/xx/yyyy.debug) on another machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
 }
 
 /// Memory of the process at a checkpoint, from /proc/PID/status. All values in bytes.

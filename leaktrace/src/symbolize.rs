@@ -36,6 +36,8 @@ struct Object {
     path: String,
     /// Open handle, so the file can be read after the target exits or unmaps it.
     file: File,
+    /// GNU build id (hex), read once when the object is first symbolized.
+    build_id: Option<Option<String>>,
 }
 
 /// Symbolizes user addresses of one process.
@@ -82,7 +84,7 @@ impl StackSymbolizer {
                 });
                 match file {
                     Ok(file) => {
-                        self.objects.insert(key.clone(), Object { path: l.path.clone(), file });
+                        self.objects.insert(key.clone(), Object { path: l.path.clone(), file, build_id: None });
                     }
                     Err(_) => continue,
                 }
@@ -120,14 +122,20 @@ impl StackSymbolizer {
             .map(|&ip| vec![Frame { addr: ip, ..Default::default() }])
             .collect();
         for (key, items) in by_object {
-            let Some(obj) = self.objects.get(&key) else { continue };
+            let Some(obj) = self.objects.get_mut(&key) else { continue };
             let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
+            let build_id = obj.build_id.get_or_insert_with(|| read_build_id(&fd_path)).clone();
+            let obj = &*obj;
             let offsets: Vec<u64> = items.iter().map(|(_, o)| *o).collect();
             let src = Source::Elf(Elf::new(fd_path));
             let results = self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)).unwrap_or_default();
-            for (j, (i, _)) in items.iter().enumerate() {
+            for (j, (i, off)) in items.iter().enumerate() {
                 let ip = ips[*i];
                 let object = Some(obj.path.clone());
+                // The offset of the instruction itself (a return address's frame is looked up
+                // one byte back, inside the call; the label gives the return address's offset).
+                let file_offset = Some(if *i == 0 { *off } else { off + 1 });
+                let build_id = build_id.clone();
                 let frames = match results.get(j) {
                     Some(Symbolized::Sym(sym)) => {
                         let mut v = Vec::new();
@@ -142,13 +150,24 @@ impl StackSymbolizer {
                                 file,
                                 line,
                                 inlined: true,
+                                file_offset,
+                                build_id: build_id.clone(),
                             });
                         }
                         let (file, line) = code_location(sym.code_info.as_deref());
-                        v.push(Frame { addr: ip, object, function: Some(sym.name.to_string()), file, line, inlined: false });
+                        v.push(Frame {
+                            addr: ip,
+                            object,
+                            function: Some(sym.name.to_string()),
+                            file,
+                            line,
+                            inlined: false,
+                            file_offset,
+                            build_id,
+                        });
                         v
                     }
-                    _ => vec![Frame { addr: ip, object, ..Default::default() }],
+                    _ => vec![Frame { addr: ip, object, file_offset, build_id, ..Default::default() }],
                 };
                 per_ip[*i] = frames;
             }
@@ -161,5 +180,24 @@ fn code_location(ci: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
     match ci {
         Some(ci) => (Some(ci.to_path().display().to_string()), ci.line),
         None => (None, None),
+    }
+}
+
+/// The GNU build id of the ELF file at `path`, as lowercase hex (None: unreadable, not ELF, or
+/// no build-id note).
+fn read_build_id(path: &str) -> Option<String> {
+    use object::Object as _;
+    let data = std::fs::read(path).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let id = obj.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Where a frame's object and offset are, as `object+0xOFFSET`, for messages.
+pub fn frame_location(f: &Frame) -> String {
+    let object = f.object.as_deref().map(|o| o.rsplit('/').next().unwrap_or(o)).unwrap_or("[unknown object]");
+    match f.file_offset {
+        Some(off) => format!("{object}+{off:#x}"),
+        None => format!("{object}@{:#x}", f.addr),
     }
 }

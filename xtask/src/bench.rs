@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// Where to write the results (default docs/benchmarks.md).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Measure only the stack walk without frame pointers (bench_unwind.rs) and update its
+    /// section of the results.
+    #[arg(long)]
+    pub unwind_only: bool,
 }
 
 /// Debian packages the bench needs, by the program that shows each is there.
@@ -80,9 +84,16 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     crate::setup()?;
     crate::build()?;
-    ensure_packages()?;
-    let b = Bench::prepare(args)?;
-    b.run()
+    let out = args.out.clone().unwrap_or_else(|| root().join("docs/benchmarks.md"));
+    let (reps, pairs) = (args.reps, args.pairs);
+    if !args.unwind_only {
+        ensure_packages()?;
+        Bench::prepare(args)?.run()?;
+    }
+    let section = crate::bench_unwind::measure(reps, pairs)?;
+    crate::bench_unwind::write_section(&out, &section)?;
+    eprintln!("xtask: bench: wrote the stack-walk section of {}", out.display());
+    Ok(())
 }
 
 fn ensure_packages() -> Result<()> {

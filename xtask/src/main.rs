@@ -21,6 +21,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_unwind;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
@@ -360,6 +361,10 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (sbin_or_path("bpftool"), "bpftool"),
         (sbin_or_path("unshare") && sbin_or_path("setpriv"), "util-linux"),
         (which("strip").is_some(), "binutils"),
+        // Distro libraries built without frame pointers, for the unwinding tests.
+        (gcc_finds("libz.so"), "zlib1g-dev"),
+        (gcc_finds("libssl.so"), "libssl-dev"),
+        (gcc_finds("libsqlite3.so"), "libsqlite3-dev"),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);
@@ -368,12 +373,15 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     if !missing.is_empty() {
         apt.install(
             &missing,
-            "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool or util-linux \
-             (needed by the production end-to-end tests)",
+            "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool, util-linux, zlib, \
+             OpenSSL or SQLite (needed by the production and unwinding end-to-end tests)",
             &[],
         )?;
     }
-    eprintln!("xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare and setpriv");
+    eprintln!(
+        "xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare, setpriv, \
+         libz, libssl, libsqlite3"
+    );
     Ok(())
 }
 

@@ -54,6 +54,8 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
                 "addr_hex": format!("{:#x}", f.addr),
                 "inlined": f.inlined,
                 "allocator": is_allocator(f),
+                "file_offset": f.file_offset,
+                "build_id": f.build_id,
             })
         })
         .collect();
@@ -82,6 +84,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "mapped_bytes": if s.kind == "mmap" { json!(s.live_bytes) } else { Value::Null },
         "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
+        "stack_truncated": s.stack_truncated,
         "evidence": {
             "steady": trend(&e.steady),
             "early": e.early.as_ref().map_or(Value::Null, trend),

@@ -62,6 +62,9 @@ pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
     if shown.len() > MAX_FRAMES {
         out.push(format!("… {} more caller frame(s)", shown.len() - MAX_FRAMES));
     }
+    if let Some(why) = &site.stack_truncated {
+        out.push(format!("[stack truncated: {why}]"));
+    }
     if start > 0 {
         let via: Vec<String> = site.frames[..start].iter().rev().map(frame_label).collect();
         let what = if site.frames[..start].iter().all(is_allocator) { "via" } else { "called into" };

@@ -242,6 +242,7 @@ mod tests {
                 frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))),
             ],
             lost: false,
+            truncated: None,
         };
         let mut rec = recording(
             &times61(),
@@ -327,7 +328,7 @@ mod tests {
     #[test]
     fn lost_and_unnamed_frames_fold() {
         let dir = tempdir("lost");
-        let lost = crate::recording::Stack { id: 5, kind: "malloc".into(), frames: vec![], lost: true };
+        let lost = crate::recording::Stack { id: 5, kind: "malloc".into(), frames: vec![], lost: true, truncated: None };
         let unnamed = crate::recording::Stack {
             id: 6,
             kind: "mmap".into(),
@@ -336,6 +337,7 @@ mod tests {
                 crate::recording::Frame { addr: 0x20, function: Some("f; [u8; 8]".into()), ..Default::default() },
             ],
             lost: false,
+            truncated: None,
         };
         let rec = recording(
             &times61(),

@@ -316,7 +316,7 @@ pub(crate) mod tests {
 
     /// A stack of `kind` with these (function, object) frames, innermost first.
     pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
-        Stack { id: 1, kind: kind.into(), frames: frames.iter().map(|(f, o)| fr(f, o)).collect(), lost: false }
+        Stack { id: 1, kind: kind.into(), frames: frames.iter().map(|(f, o)| fr(f, o)).collect(), lost: false, truncated: None }
     }
 
     pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";

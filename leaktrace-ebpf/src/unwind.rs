@@ -1,0 +1,405 @@
+//! The user stack walk: frame by frame with the objects' unwind tables (CFI from `.eh_frame` /
+//! `.debug_frame`, turned into compact rows by the agent), and by the frame-pointer chain in
+//! code that has no table. See docs/ARCHITECTURE.md ("Stack walk").
+//!
+//! Per frame: the rule for the program counter comes from a per-CPU direct-mapped cache keyed by
+//! (tgid, pc); on a miss, `bpf_find_vma` gives the VMA of the pc, its file's (device, inode) is
+//! looked up in `UNWIND_OBJECTS`, and the object's rows (a slice of `UNWIND_ROWS`) are
+//! binary-searched. The rule gives the CFA (%rsp or %rbp plus an offset, or the PLT form); the
+//! return address is read at CFA − 8 and the caller's %rbp where the rule says it was saved.
+//! Frames are walked in a `bpf_loop` callback, so the verifier checks one frame's code, not 127
+//! copies of it.
+
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use aya_ebpf::helpers::generated::{bpf_find_vma, bpf_get_current_task_btf, bpf_loop};
+use leaktrace_common::{
+    counter, kernel_offset, unwind, walk_end, ObjectId, ObjectTable, StackFrames, UnwindRow, MAX_STACK_DEPTH,
+};
+
+use crate::probes::count;
+
+/// Kernel structure field offsets (`leaktrace_common::kernel_offset`), set by the agent from the
+/// running kernel's BTF at load time. All zero: the agent found none, unwind tables are off and
+/// every frame is walked by frame pointers.
+#[unsafe(no_mangle)]
+static KERNEL_OFFSETS: [u32; kernel_offset::NUM] = [0; kernel_offset::NUM];
+
+/// Object identity → its slice of `UNWIND_ROWS`. Filled by the agent for every object a target
+/// maps (shared by all processes that map the same file).
+#[map]
+static UNWIND_OBJECTS: HashMap<ObjectId, ObjectTable> = HashMap::with_max_entries(4096, 0);
+
+/// Every object's rows, one after another (each object's sorted by pc). Sized by the agent
+/// (--max-unwind-rows); rows of objects that do not fit are not loaded (counted by the agent).
+#[map]
+static UNWIND_ROWS: Array<UnwindRow> = Array::with_max_entries(1, 0);
+
+/// Bumped by the agent whenever it loads tables: cached rules of an older generation are stale
+/// (a pc cached as "no table" may have one now).
+#[map]
+static UNWIND_GEN: Array<u64> = Array::with_max_entries(1, 0);
+
+/// A cached rule for (tgid, pc): the row's fields, or `NO_RULE` with `no_table` set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CachedRule {
+    pc: u64,
+    generation: u32,
+    tgid: u32,
+    row: UnwindRow,
+}
+
+const CACHE_SLOTS: u32 = 4096;
+
+/// Per-CPU direct-mapped cache of rules by (tgid, pc): a stack walked before costs one lookup and
+/// one or two stack reads per frame.
+#[map]
+static UNWIND_CACHE: PerCpuArray<CachedRule> = PerCpuArray::with_max_entries(CACHE_SLOTS, 0);
+
+/// Largest distance between two frames that the walk follows (bytes): a default thread stack is
+/// 8 MiB, so no real frame is larger.
+const MAX_FRAME_BYTES: u64 = 8 << 20;
+/// End of the x86-64 user address space (47-bit): return addresses are below it.
+const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
+/// Steps of the row binary search: objects have at most 2^24 rows.
+const ROW_SEARCH_STEPS: u32 = 24;
+const PAGE_SHIFT: u64 = 12;
+
+/// The registers the walk starts from.
+#[derive(Clone, Copy)]
+pub struct Regs {
+    pub ip: u64,
+    pub sp: u64,
+    pub fp: u64,
+}
+
+/// State of a walk between frames (the `bpf_loop` context).
+#[repr(C)]
+struct Walk {
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    hash: u64,
+    n: u64,
+    tgid: u32,
+    end: u32,
+    generation: u64,
+}
+
+/// A 64-bit mixing step (multiply, then fold the high half down), so that every input bit
+/// reaches every output bit before the next frame is combined.
+#[inline(always)]
+pub fn mix(x: u64) -> u64 {
+    let h = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 32)
+}
+
+#[inline(always)]
+fn offset(i: usize) -> u64 {
+    // Read through a volatile load: the agent sets the global at load time.
+    unsafe { core::ptr::read_volatile(&KERNEL_OFFSETS[i]) as u64 }
+}
+
+/// Walk the user stack from `r` into `buf` (frames, count, why it ended); returns the hash of the
+/// frames (never 0).
+#[inline(always)]
+pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
+    buf.ips[0] = r.ip;
+    let mut w = Walk {
+        pc: r.ip,
+        sp: r.sp,
+        fp: r.fp,
+        hash: mix(0xcbf2_9ce4_8422_2325 ^ r.ip),
+        n: 1,
+        tgid,
+        end: walk_end::DEPTH,
+        generation: UNWIND_GEN.get(0).copied().unwrap_or(0),
+    };
+    let callback = step as extern "C" fn(u64, *mut Walk) -> i64;
+    // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
+    unsafe {
+        bpf_loop(
+            (MAX_STACK_DEPTH - 1) as u32,
+            callback as *mut core::ffi::c_void,
+            (&raw mut w).cast(),
+            0,
+        )
+    };
+    buf.len = w.n as u32;
+    buf.end = w.end;
+    if w.end != walk_end::COMPLETE {
+        count(counter::STACK_TRUNCATED);
+        // --debug-unwind only: AYA_LOG_LEVEL is 0 otherwise, a constant the verifier folds.
+        aya_log_ebpf::debug!(
+            &(),
+            "walk of pid {} stopped after {} frames at {:x} (end {}: 1 depth, 2 no unwind info, 3 bad frame, 4 unreadable)",
+            tgid,
+            w.n,
+            w.pc,
+            w.end
+        );
+    }
+    let hash = mix(w.hash ^ w.n);
+    if hash == 0 { 1 } else { hash }
+}
+
+/// One frame: find the caller of `w.pc` and append its return address. Returns 1 to stop.
+///
+/// Iteration `index` has `index + 1` frames so far (each iteration adds one or stops). The
+/// position comes from `index`, which the verifier sees as an unknown number, not from a count
+/// kept in `w`: a count it can follow exactly would make each iteration a new state to verify.
+extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
+    // SAFETY: bpf_loop passes the context given to it: `walk`'s `Walk` on its stack.
+    let w = unsafe { &mut *w };
+    let n = index + 1;
+    if n >= MAX_STACK_DEPTH as u64 {
+        w.end = walk_end::DEPTH;
+        return 1;
+    }
+    // A return address points after its call: look its rule up at the call (pc − 1), which is
+    // still inside the caller even when the call was the function's last instruction.
+    let lookup = if index == 0 { w.pc } else { w.pc - 1 };
+    let row = rule(w.tgid, lookup, w.generation);
+    let (ret, cfa) = match row.kind {
+        unwind::END => {
+            w.end = walk_end::COMPLETE;
+            return 1;
+        }
+        unwind::CFA_RSP | unwind::CFA_RBP | unwind::PLT => {
+            let base = if row.kind == unwind::CFA_RBP { w.fp } else { w.sp };
+            let mut cfa = base + row.cfa_offset as u64 * 8;
+            if row.kind == unwind::PLT && (w.pc & 15) >= row.rbp_offset as u8 as u64 {
+                cfa += 8;
+            }
+            if cfa <= w.sp || cfa - w.sp > MAX_FRAME_BYTES {
+                w.end = walk_end::BAD_FRAME;
+                return 1;
+            }
+            let Ok(ret) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
+                w.end = walk_end::READ_FAULT;
+                return 1;
+            };
+            if row.kind != unwind::PLT && row.rbp_offset != 0 {
+                let at = cfa.wrapping_add((row.rbp_offset as i64 * 8) as u64);
+                match unsafe { bpf_probe_read_user(at as *const u64) } {
+                    Ok(fp) => w.fp = fp,
+                    Err(_) => {
+                        w.end = walk_end::READ_FAULT;
+                        return 1;
+                    }
+                }
+            }
+            (ret, cfa)
+        }
+        unwind::CFA_DEREF_RBP => {
+            let at = w.fp.wrapping_add((row.rbp_offset as i64 * 8) as u64);
+            let (Ok(cfa), Ok(fp)) =
+                (unsafe { bpf_probe_read_user(at as *const u64) }, unsafe { bpf_probe_read_user(w.fp as *const u64) })
+            else {
+                w.end = walk_end::READ_FAULT;
+                return 1;
+            };
+            if cfa <= w.sp || cfa - w.sp > MAX_FRAME_BYTES {
+                w.end = walk_end::BAD_FRAME;
+                return 1;
+            }
+            let Ok(ret) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
+                w.end = walk_end::READ_FAULT;
+                return 1;
+            };
+            w.fp = fp;
+            (ret, cfa)
+        }
+        _ => {
+            // No rule: the frame-pointer chain, when %rbp looks like a frame of this stack.
+            let fp = w.fp;
+            if fp == 0 && index > 0 {
+                // The ABI's mark of the outermost frame (_start clears %rbp): hand-written entry
+                // code without CFI (ld.so's _start, _dl_start_user) ends here.
+                w.end = walk_end::COMPLETE;
+                return 1;
+            }
+            if fp < w.sp || fp - w.sp > MAX_FRAME_BYTES || fp & 7 != 0 {
+                w.end = walk_end::NO_UNWIND_INFO;
+                return 1;
+            }
+            let Ok(frame) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
+                w.end = walk_end::NO_UNWIND_INFO;
+                return 1;
+            };
+            count(counter::FP_FRAMES);
+            w.fp = frame[0];
+            (frame[1], fp + 16)
+        }
+    };
+    if ret == 0 {
+        // A zero return address ends the chain (the outermost frame of some runtimes).
+        w.end = walk_end::COMPLETE;
+        return 1;
+    }
+    if !(0x1000..USER_SPACE_END).contains(&ret) {
+        w.end = walk_end::BAD_FRAME;
+        return 1;
+    }
+    let Some(buf) = crate::probes::walk_buffer() else {
+        w.end = walk_end::READ_FAULT;
+        return 1;
+    };
+    let i = n as usize;
+    if i < MAX_STACK_DEPTH {
+        unsafe { (*buf).ips[i] = ret };
+    }
+    w.hash = mix(w.hash ^ ret);
+    w.n = n + 1;
+    w.sp = cfa;
+    w.pc = ret;
+    0
+}
+
+/// The unwind rule for `pc` of process `tgid`: from the per-CPU cache, else found and cached.
+#[inline(always)]
+fn rule(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
+    let slot = (mix(pc ^ ((tgid as u64) << 47)) as u32) & (CACHE_SLOTS - 1);
+    let cached = UNWIND_CACHE.get_ptr_mut(slot);
+    if let Some(c) = cached {
+        let c = unsafe { &*c };
+        if c.pc == pc && c.tgid == tgid && c.generation == generation as u32 {
+            return c.row;
+        }
+    }
+    let Some(row) = lookup(pc) else {
+        // The VMA could not be looked at now (its lock was busy): no rule, not cached.
+        return UnwindRow::default();
+    };
+    if let Some(c) = cached {
+        unsafe { *c = CachedRule { pc, generation: generation as u32, tgid, row } };
+    }
+    row
+}
+
+/// What `bpf_find_vma`'s callback reports about the VMA of a pc.
+#[repr(C)]
+struct VmaInfo {
+    start: u64,
+    pgoff: u64,
+    dev: u64,
+    ino: u64,
+    found: u64,
+}
+
+/// `bpf_find_vma` callback: the VMA's start, page offset and file identity.
+extern "C" fn vma_info(_task: *mut core::ffi::c_void, vma: *mut core::ffi::c_void, out: *mut VmaInfo) -> i64 {
+    // SAFETY: bpf_find_vma passes the context given to it: `lookup`'s `VmaInfo`.
+    let out = unsafe { &mut *out };
+    let vma = vma as u64;
+    let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0);
+    let file = read(vma + offset(kernel_offset::VM_FILE));
+    if file == 0 {
+        return 0; // anonymous memory (JIT code): no object
+    }
+    let inode = read(file + offset(kernel_offset::F_INODE));
+    if inode == 0 {
+        return 0;
+    }
+    let sb = read(inode + offset(kernel_offset::I_SB));
+    out.start = read(vma + offset(kernel_offset::VM_START));
+    out.pgoff = read(vma + offset(kernel_offset::VM_PGOFF));
+    out.ino = read(inode + offset(kernel_offset::I_INO));
+    // s_dev is a 32-bit dev_t.
+    out.dev = if sb != 0 {
+        unsafe { bpf_probe_read_kernel((sb + offset(kernel_offset::S_DEV)) as *const u32) }.unwrap_or(0) as u64
+    } else {
+        0
+    };
+    out.found = 1;
+    0
+}
+
+/// Find the row for `pc` in the current task's address space: its VMA, the VMA's object, the
+/// object's rows. None when the VMA could not be looked at (busy); a default (no-rule) row when
+/// there is no VMA, no file, no table or no row.
+#[inline(always)]
+fn lookup(pc: u64) -> Option<UnwindRow> {
+    if offset(kernel_offset::VM_FILE) == 0 {
+        return Some(UnwindRow::default());
+    }
+    let mut info = VmaInfo { start: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
+    let callback = vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
+    // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
+    let r = unsafe {
+        bpf_find_vma(bpf_get_current_task_btf().cast(), pc, callback as *mut core::ffi::c_void, (&raw mut info).cast(), 0)
+    };
+    if r == -16 {
+        // -EBUSY: the address space's lock is taken.
+        return None;
+    }
+    if r != 0 || info.found == 0 {
+        return Some(UnwindRow::default());
+    }
+    let id = ObjectId { dev: info.dev, ino: info.ino };
+    let Some(table) = (unsafe { UNWIND_OBJECTS.get(&id) }).copied() else {
+        count(counter::UNWIND_NO_TABLE);
+        return Some(UnwindRow::default());
+    };
+    let file_offset = pc - info.start + (info.pgoff << PAGE_SHIFT);
+    let vaddr = (file_offset as i64 + table.vaddr_minus_offset) as u64;
+    if vaddr > u32::MAX as u64 {
+        return Some(UnwindRow::default());
+    }
+    Some(search(table.first_row, table.rows, vaddr as u32))
+}
+
+/// State of a row binary search (the `bpf_loop` context of `search_step`): the answer, if any,
+/// is in `[lo, lo + len)`.
+#[repr(C)]
+struct Search {
+    lo: u64,
+    len: u64,
+    pc: u64,
+}
+
+/// One halving step of the row search. Returns 1 to stop.
+extern "C" fn search_step(_index: u64, s: *mut Search) -> i64 {
+    // SAFETY: bpf_loop passes the context given to it: `search`'s `Search` on its stack.
+    let s = unsafe { &mut *s };
+    if s.len <= 1 {
+        return 1;
+    }
+    let half = s.len / 2;
+    let mid = s.lo + half;
+    match UNWIND_ROWS.get(mid as u32) {
+        Some(r) if r.pc as u64 <= s.pc => s.lo = mid,
+        Some(_) => {}
+        None => {
+            s.len = 0;
+            return 1;
+        }
+    }
+    s.len -= half;
+    0
+}
+
+/// The last row of `rows[first..first + count]` whose pc is at or below `pc` (no-rule when none).
+/// The halving steps run in a `bpf_loop` callback: as a plain loop, the verifier explores every
+/// branch of every step.
+#[inline(always)]
+fn search(first: u32, count: u32, pc: u32) -> UnwindRow {
+    if count == 0 {
+        return UnwindRow::default();
+    }
+    let mut s = Search { lo: first as u64, len: count as u64, pc: pc as u64 };
+    let callback = search_step as extern "C" fn(u64, *mut Search) -> i64;
+    // SAFETY: `search_step` has bpf_loop's callback signature; `s` outlives the call.
+    unsafe { bpf_loop(ROW_SEARCH_STEPS, callback as *mut core::ffi::c_void, (&raw mut s).cast(), 0) };
+    if s.len == 0 {
+        return UnwindRow::default();
+    }
+    match UNWIND_ROWS.get(s.lo as u32) {
+        Some(r) if r.pc <= pc => *r,
+        _ => UnwindRow::default(),
+    }
+}

@@ -1,0 +1,379 @@
+//! Unwind tables for the kernel-side stack walk, built from an object's call frame information.
+//!
+//! For every object a target maps, `.eh_frame` (or `.debug_frame` when there is no `.eh_frame`)
+//! is read with gimli and each FDE's rows are turned into compact [`UnwindRow`]s sorted by
+//! address: CFA = %rsp + N or %rbp + N, the PLT expression, the stack-realignment (DRAP)
+//! expression, where the caller's %rbp is saved, and "outermost frame" where the return address
+//! is undefined. Anything else (other CFA registers or expressions) becomes a no-rule row, where
+//! the kernel walk falls back to frame pointers. Rows are 8 bytes; consecutive rows with the same
+//! rule are merged. x86-64 only: on other architectures no table is built.
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection,
+};
+use leaktrace_common::{UnwindRow, unwind};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+
+const RSP: Register = Register(7);
+const RBP: Register = Register(6);
+const RA: Register = Register(16);
+
+/// Most rows one object's table may have (the kernel's binary search takes 24 steps).
+pub const MAX_ROWS_PER_OBJECT: usize = 1 << 24;
+
+/// An object's unwind table, ready to load.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// Rows sorted by `pc` (the object's virtual addresses).
+    pub rows: Vec<UnwindRow>,
+    /// Virtual address minus file offset of the executable segment.
+    pub vaddr_minus_offset: i64,
+    /// Which section the rows come from: ".eh_frame" or ".debug_frame".
+    pub section: &'static str,
+    /// FDE rows whose rule the walk does not evaluate (become no-rule rows).
+    pub unsupported_rows: usize,
+}
+
+/// Build the table of the ELF object at `path`. Errors: unreadable or not ELF, no CFI at all,
+/// addresses above 4 GiB, or more than [`MAX_ROWS_PER_OBJECT`] rows.
+pub fn build(path: &Path) -> anyhow::Result<Table> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    build_from(&data)
+}
+
+/// [`build`] for the object's bytes.
+pub fn build_from(data: &[u8]) -> anyhow::Result<Table> {
+    if !cfg!(target_arch = "x86_64") {
+        bail!("unwind tables are built for x86-64 only");
+    }
+    let obj = object::File::parse(data).context("not an ELF object")?;
+    let exec_segment = obj
+        .segments()
+        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .context("no executable segment")?;
+    let (file_off, _) = exec_segment.file_range();
+    let vaddr_minus_offset = exec_segment.address() as i64 - file_off as i64;
+    let mut bases = BaseAddresses::default();
+    if let Some(s) = obj.section_by_name(".text") {
+        bases = bases.set_text(s.address());
+    }
+    if let Some(s) = obj.section_by_name(".got") {
+        bases = bases.set_got(s.address());
+    }
+    let mut raw = Vec::new();
+    let mut unsupported = 0;
+    let section = if let Some(s) = obj.section_by_name(".eh_frame").filter(|s| s.size() > 0) {
+        let bytes = s.data().context("reading .eh_frame")?;
+        let bases = bases.set_eh_frame(s.address());
+        let eh = EhFrame::new(bytes, LittleEndian);
+        collect(&eh, &bases, &mut raw, &mut unsupported)?;
+        ".eh_frame"
+    } else if let Some(s) = obj.section_by_name(".debug_frame").filter(|s| s.size() > 0) {
+        let bytes = s.data().context("reading .debug_frame")?;
+        let df = DebugFrame::new(bytes, LittleEndian);
+        collect(&df, &bases, &mut raw, &mut unsupported)?;
+        ".debug_frame"
+    } else {
+        bail!("no .eh_frame or .debug_frame");
+    };
+    let rows = compact(raw);
+    if rows.len() > MAX_ROWS_PER_OBJECT {
+        bail!(
+            "{} unwind rows (at most {MAX_ROWS_PER_OBJECT} per object)",
+            rows.len()
+        );
+    }
+    Ok(Table {
+        rows,
+        vaddr_minus_offset,
+        section,
+        unsupported_rows: unsupported,
+    })
+}
+
+/// A row before compaction: (address, rule, is the end of an FDE's range).
+type RawRow = (u64, UnwindRow, bool);
+
+fn collect<R, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    out: &mut Vec<RawRow>,
+    unsupported: &mut usize,
+) -> anyhow::Result<()>
+where
+    R: gimli::Reader<Offset = usize>,
+    S: UnwindSection<R>,
+{
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut entries = section.entries(bases);
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            // A malformed entry ends what can be read; the rows so far stay usable.
+            Err(_) => break,
+        };
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(S::cie_from_offset) else {
+            continue;
+        };
+        if fde.len() == 0 {
+            continue;
+        }
+        let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
+            continue;
+        };
+        let mut last_end = fde.initial_address();
+        while let Ok(Some(row)) = table.next_row() {
+            let rule = convert(section, row, unsupported);
+            out.push((row.start_address(), rule, false));
+            last_end = row.end_address();
+        }
+        out.push((
+            last_end.max(fde.initial_address() + fde.len()),
+            UnwindRow::default(),
+            true,
+        ));
+    }
+    Ok(())
+}
+
+/// One gimli row as a compact rule (no-rule when the walk cannot evaluate it).
+fn convert<R, S>(
+    section: &S,
+    row: &gimli::UnwindTableRow<usize>,
+    unsupported: &mut usize,
+) -> UnwindRow
+where
+    R: gimli::Reader<Offset = usize>,
+    S: UnwindSection<R>,
+{
+    let none = UnwindRow::default();
+    // No rule for the return address: the x86-64 ABI's, at CFA - 8.
+    match row.register(RA).unwrap_or(RegisterRule::Offset(-8)) {
+        RegisterRule::Undefined => {
+            return UnwindRow {
+                kind: unwind::END,
+                ..none
+            };
+        }
+        RegisterRule::Offset(-8) => {}
+        _ => {
+            *unsupported += 1;
+            return none;
+        }
+    }
+    let rbp_offset = match row.register(RBP).unwrap_or(RegisterRule::SameValue) {
+        RegisterRule::Offset(o)
+            if o % 8 == 0 && (i8::MIN as i64..=i8::MAX as i64).contains(&(o / 8)) && o != 0 =>
+        {
+            (o / 8) as i8
+        }
+        _ => 0,
+    };
+    let units = |off: i64| -> Option<u16> {
+        (off > 0 && off % 8 == 0 && off as u64 <= unwind::MAX_CFA_OFFSET)
+            .then_some((off / 8) as u16)
+    };
+    match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let kind = match *register {
+                RSP => unwind::CFA_RSP,
+                RBP => unwind::CFA_RBP,
+                _ => {
+                    *unsupported += 1;
+                    return none;
+                }
+            };
+            match units(*offset) {
+                Some(cfa_offset) => UnwindRow {
+                    pc: 0,
+                    cfa_offset,
+                    rbp_offset,
+                    kind,
+                },
+                None => {
+                    *unsupported += 1;
+                    none
+                }
+            }
+        }
+        CfaRule::Expression(e) => {
+            let bytes: Vec<u8> = match e.get(section) {
+                Ok(expr) => expr.0.to_slice().map(|c| c.to_vec()).unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            match expression_rule(&bytes) {
+                Some(r) => r,
+                None => {
+                    *unsupported += 1;
+                    none
+                }
+            }
+        }
+    }
+}
+
+/// The two CFA expressions x86-64 compilers and linkers emit.
+fn expression_rule(e: &[u8]) -> Option<UnwindRow> {
+    // PLT entries: DW_OP_breg7 (rsp) 8; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and;
+    // DW_OP_lit11 (or lit10); DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus.
+    // CFA = rsp + 8, plus 8 once the entry's push has run ((rip & 15) >= 11).
+    if let [
+        0x77,
+        0x08,
+        0x80,
+        0x00,
+        0x3f,
+        0x1a,
+        lit,
+        0x2a,
+        0x33,
+        0x24,
+        0x22,
+    ] = e
+        && (0x30..=0x4f).contains(lit)
+    {
+        return Some(UnwindRow {
+            pc: 0,
+            cfa_offset: 1,
+            rbp_offset: (lit - 0x30) as i8,
+            kind: unwind::PLT,
+        });
+    }
+    // Stack realignment through a DRAP register (gcc): DW_OP_breg6 (rbp) -8; DW_OP_deref:
+    // CFA = *(rbp - 8), and the caller's rbp is saved at [rbp].
+    if let [0x76, 0x78, 0x06] = e {
+        return Some(UnwindRow {
+            pc: 0,
+            cfa_offset: 0,
+            rbp_offset: -1,
+            kind: unwind::CFA_DEREF_RBP,
+        });
+    }
+    None
+}
+
+/// Sort rows by address, let a function's first row win over the end marker of the function
+/// before it at the same address, and merge runs of the same rule.
+fn compact(mut raw: Vec<RawRow>) -> Vec<UnwindRow> {
+    // At one address: end markers first, then rules (the last one at an address wins below).
+    raw.sort_by_key(|&(pc, _, is_end)| (pc, !is_end));
+    let mut out: Vec<UnwindRow> = Vec::with_capacity(raw.len());
+    for (pc, mut row, _) in raw {
+        let Ok(pc) = u32::try_from(pc) else { continue };
+        row.pc = pc;
+        if let Some(last) = out.last_mut()
+            && last.pc == pc
+        {
+            *last = row;
+            continue;
+        }
+        out.push(row);
+    }
+    // Merge a row into the one before it when the rule is the same.
+    out.dedup_by(|b, a| {
+        a.kind == b.kind && a.cfa_offset == b.cfa_offset && a.rbp_offset == b.rbp_offset
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn libc() -> Option<std::path::PathBuf> {
+        [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+    }
+
+    /// Debian's libc (no frame pointers): thousands of rows, sorted, most of them evaluable, the
+    /// PLT form recognised, and `_start`-like outermost rows present.
+    #[test]
+    fn distro_libc_table() {
+        let Some(path) = libc() else { return };
+        let t = build(&path).unwrap();
+        assert_eq!(t.section, ".eh_frame");
+        assert!(t.rows.len() > 5_000, "{} rows", t.rows.len());
+        assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
+        let rsp = t.rows.iter().filter(|r| r.kind == unwind::CFA_RSP).count();
+        assert!(
+            rsp * 2 > t.rows.len(),
+            "{rsp} of {} rows are rsp-based",
+            t.rows.len()
+        );
+        assert!(
+            t.rows.iter().any(|r| r.kind == unwind::END),
+            "no outermost-frame row (clone3, start_thread)"
+        );
+        assert!(
+            t.unsupported_rows * 100 < t.rows.len(),
+            "{} unsupported rows",
+            t.unsupported_rows
+        );
+    }
+
+    #[test]
+    fn plt_and_drap_expressions() {
+        let plt = expression_rule(&[
+            0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22,
+        ])
+        .unwrap();
+        assert_eq!(
+            (plt.kind, plt.cfa_offset, plt.rbp_offset),
+            (unwind::PLT, 1, 11)
+        );
+        let drap = expression_rule(&[0x76, 0x78, 0x06]).unwrap();
+        assert_eq!(drap.kind, unwind::CFA_DEREF_RBP);
+        assert!(expression_rule(&[0x77, 0x10]).is_none());
+    }
+
+    #[test]
+    fn compaction_keeps_function_starts_and_gaps() {
+        let rule = |off| UnwindRow {
+            pc: 0,
+            cfa_offset: off,
+            rbp_offset: 0,
+            kind: unwind::CFA_RSP,
+        };
+        let rows = compact(vec![
+            (0x100, rule(1), false),
+            (0x104, rule(2), false),
+            (0x110, UnwindRow::default(), true),
+            (0x110, rule(1), false), // next function starts where the last ended
+            (0x120, UnwindRow::default(), true),
+            (0x200, rule(1), false),
+            (0x201, rule(1), false), // same rule: merged
+            (0x210, UnwindRow::default(), true),
+        ]);
+        let pcs: Vec<(u32, u16)> = rows.iter().map(|r| (r.pc, r.cfa_offset)).collect();
+        assert_eq!(
+            pcs,
+            vec![
+                (0x100, 1),
+                (0x104, 2),
+                (0x110, 1),
+                (0x120, 0),
+                (0x200, 1),
+                (0x210, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn not_elf_is_an_error() {
+        assert!(build_from(b"\x7fELF garbage").is_err());
+        assert!(build_from(b"").is_err());
+    }
+}

@@ -1,0 +1,372 @@
+//! Full call stacks through code without frame pointers: leaks made inside Debian's libc, libz,
+//! libssl, libsqlite3 and libstdc++ (none keep frame pointers) from fixtures built `-O2
+//! -fomit-frame-pointer`, and a Rust release build. Each test names the user's function that
+//! holds the bug, checks its live bytes against the fixture's own count, and checks that the
+//! balanced decoy taking the same library path is a separate site that does not grow.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use leaktrace_tests::*;
+use serde_json::Value;
+
+/// The three fixtures, built the way distributions and cargo build: -O2 without frame pointers.
+struct NoFp {
+    c: PathBuf,
+    cxx: PathBuf,
+    rust: PathBuf,
+}
+
+fn nofp() -> &'static NoFp {
+    static BIN: OnceLock<NoFp> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = temp_root().join("fixtures-nofp");
+        std::fs::create_dir_all(&dir).expect("create fixtures-nofp");
+        let build = |cmd: &mut Command, what: &str| {
+            let o = cmd.output().unwrap_or_else(|e| panic!("cannot build {what}: {e}"));
+            assert!(
+                o.status.success(),
+                "building {what} failed (`cargo xtask setup` installs zlib1g-dev, libssl-dev, libsqlite3-dev):\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        let c = dir.join("nofp");
+        build(
+            Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+                .arg(&c)
+                .arg(fixture_source("nofp.c"))
+                .args(["-lz", "-lssl", "-lcrypto", "-lsqlite3"]),
+            "nofp.c",
+        );
+        let cxx = dir.join("nofp_cxx");
+        build(
+            Command::new("g++")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+                .arg(&cxx)
+                .arg(fixture_source("nofp_cxx.cpp")),
+            "nofp_cxx.cpp",
+        );
+        let rust = dir.join("nofp_rust");
+        build(
+            Command::new("rustc")
+                .args(["-C", "opt-level=3", "-C", "debuginfo=1", "--edition", "2021", "-o"])
+                .arg(&rust)
+                .arg(fixture_source("nofp_rust.rs")),
+            "nofp_rust.rs",
+        );
+        NoFp { c, cxx, rust }
+    })
+}
+
+/// A recorded fixture run: its recording directory, report, and the bytes it says it leaked.
+struct Run {
+    out: OutDir,
+    report: Report,
+    leaked: f64,
+    /// `leaked` is in glibc chunk bytes (mallinfo2), not requested bytes.
+    chunk_truth: bool,
+    ctx: String,
+}
+
+fn record(name: &str, extra: &[&str], bin: &Path, args: &[&str]) -> Run {
+    let out = OutDir::new(name);
+    let mut target = Command::new(bin);
+    // nofp.c's mallinfo2 truth needs freed chunks out of glibc's in-use count (no tcache, no
+    // fastbins); leaktrace's own figures do not depend on it.
+    target.args(args).env(
+        "GLIBC_TUNABLES",
+        "glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0",
+    );
+    let o = record_launch(&out, extra, target);
+    o.assert_success();
+    assert!(
+        o.stdout.contains("done "),
+        "{name}: the fixture did not run to its end\n{}",
+        o.describe()
+    );
+    let truth = |prefix: &str| {
+        o.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let (leaked, chunk_truth) = match (truth("leaked_bytes "), truth("leaked_chunk_bytes ")) {
+        (Some(b), _) => (b, false),
+        (None, Some(b)) => (b, true),
+        _ => panic!("{name}: no leaked_bytes line\n{}", o.describe()),
+    };
+    let report = Report::load(&out.path);
+    let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
+    Run {
+        out,
+        report,
+        leaked,
+        chunk_truth,
+        ctx,
+    }
+}
+
+fn names(frames: &[Value]) -> Vec<&str> {
+    frames
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect()
+}
+
+fn has(frames: &[Value], function: &str) -> bool {
+    names(frames)
+        .iter()
+        .any(|n| function_base(n) == function || n.ends_with(&format!("::{function}")))
+}
+
+/// Live bytes at the end, over the stacks whose frames include `function`.
+fn live_through(run: &Run, function: &str) -> f64 {
+    let t = totals_where(&run.out.path, |f| has(f, function));
+    t.alloc_bytes as f64 - t.free_bytes as f64
+}
+
+/// Bytes allocated over the run, over the stacks whose frames include `function`.
+fn allocated_through(run: &Run, function: &str) -> f64 {
+    totals_where(&run.out.path, |f| has(f, function)).alloc_bytes as f64
+}
+
+/// The recording's stacks (symbolized frames, truncation) whose frames include `function`.
+fn stacks_through(run: &Run, function: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(run.out.file("recording.json")).expect("recording.json");
+    let rec: Value = serde_json::from_str(&text).expect("recording.json parses");
+    rec["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter(|s| s["frames"].as_array().is_some_and(|f| has(f, function)))
+        .cloned()
+        .collect()
+}
+
+/// The leak is found through `culprit` down to `main`, with its bytes within 10 % of the
+/// fixture's count; the decoy's stacks are other stacks and hold (almost) nothing at the end.
+fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
+    let ctx = &run.ctx;
+    let stacks = stacks_through(run, culprit);
+    assert!(!stacks.is_empty(), "no stack goes through {culprit}\n{ctx}");
+    for s in &stacks {
+        let frames = s["frames"].as_array().unwrap();
+        assert!(
+            has(frames, "main"),
+            "{culprit}'s stack does not reach main: {:?}\n{ctx}",
+            names(frames)
+        );
+        assert!(
+            !has(frames, decoy),
+            "a stack holds both {culprit} and the decoy {decoy}\n{ctx}"
+        );
+        assert!(
+            s.get("truncated").is_none(),
+            "{culprit}'s stack is truncated: {}\n{ctx}",
+            s["truncated"]
+        );
+        assert!(
+            frames
+                .iter()
+                .any(|f| f["object"].as_str().is_some_and(|o| o.contains(library))),
+            "{culprit}'s stack has no frame in {library}: {:?}\n{ctx}",
+            names(frames)
+        );
+    }
+    if run.chunk_truth {
+        // glibc chunk bytes: each block's requested size + 8, rounded up to 16 (at least 32),
+        // i.e. between +8 and +23 bytes a block: +15.5 on average.
+        let t = totals_where(&run.out.path, |f| has(f, culprit));
+        let blocks = t.alloc_count as f64 - t.free_count as f64;
+        let chunk_bytes = t.alloc_bytes as f64 - t.free_bytes as f64 + 15.5 * blocks;
+        assert_within(
+            &format!("live chunk bytes through {culprit}"),
+            chunk_bytes,
+            run.leaked,
+            0.10,
+            ctx,
+        );
+    } else {
+        assert_within(
+            &format!("live bytes through {culprit}"),
+            live_through(run, culprit),
+            run.leaked,
+            0.10,
+            ctx,
+        );
+    }
+    let decoy_alloc = allocated_through(run, decoy);
+    assert!(decoy_alloc > 0.0, "the decoy {decoy} was not seen\n{ctx}");
+    let decoy_live = live_through(run, decoy);
+    assert!(
+        decoy_live <= 0.02 * decoy_alloc.max(run.leaked),
+        "the balanced decoy {decoy} holds {decoy_live} bytes at the end (allocated {decoy_alloc})\n{ctx}"
+    );
+    // The report's leaking sites name the user's function, not the library.
+    let leak_sites: Vec<&Value> = run
+        .report
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "class") == "leak")
+        .collect();
+    assert!(!leak_sites.is_empty(), "no site classified leak\n{ctx}");
+    for s in leak_sites {
+        let frames = s["frames"].as_array().unwrap();
+        assert!(
+            has(frames, culprit),
+            "a leak site does not go through {culprit}: {:?}\n{ctx}",
+            names(frames)
+        );
+    }
+}
+
+#[test]
+fn asprintf_leak_in_libc_names_build_page() {
+    require_root();
+    let run = record("unwind-asprintf", &[], &nofp().c, &["asprintf", "700"]);
+    assert_found(&run, "build_page", "format_line", "libc.so");
+}
+
+/// Case 26 of the shared cases, rebuilt: inflateInit2 without inflateEnd on a truncated message.
+#[test]
+fn zlib_inflate_without_end_names_decode_message() {
+    require_root();
+    let run = record("unwind-zlib", &[], &nofp().c, &["zlib", "700"]);
+    assert_found(&run, "decode_message", "read_header", "libz.so");
+    // Both leaked blocks (the inflate state from inflateInit2_ and the window from inflate) are
+    // attributed to decode_message, not merged with uncompress's balanced inflateInit2_.
+    let stacks = stacks_through(&run, "decode_message");
+    assert!(
+        stacks
+            .iter()
+            .any(|s| has(s["frames"].as_array().unwrap(), "inflate")),
+        "no window stack\n{}",
+        run.ctx
+    );
+}
+
+#[test]
+fn ssl_new_without_free_names_open_session() {
+    require_root();
+    let run = record("unwind-ssl", &[], &nofp().c, &["ssl", "600"]);
+    assert_found(&run, "open_session", "probe_session", "libssl.so");
+}
+
+#[test]
+fn sqlite_prepare_without_finalize_names_run_query() {
+    require_root();
+    let run = record("unwind-sqlite", &[], &nofp().c, &["sqlite", "600"]);
+    assert_found(&run, "run_query", "count_rows", "libsqlite3.so");
+}
+
+#[test]
+fn libstdcxx_growth_names_append_record() {
+    require_root();
+    let run = record("unwind-cxx", &[], &nofp().cxx, &["700"]);
+    assert_found(&run, "append_record", "render_temp", "libstdc++.so");
+}
+
+#[test]
+fn rust_release_leak_has_its_caller_and_main() {
+    require_root();
+    let run = record("unwind-rust", &[], &nofp().rust, &["700"]);
+    let ctx = &run.ctx;
+    let stacks = stacks_through(&run, "remember_request");
+    assert!(
+        !stacks.is_empty(),
+        "no stack through remember_request\n{ctx}"
+    );
+    for s in &stacks {
+        let frames = s["frames"].as_array().unwrap();
+        let n = names(frames);
+        let at = |f: &str| {
+            n.iter()
+                .position(|x| x.ends_with(f) || function_base(x) == f)
+        };
+        let (Some(r), Some(h), Some(m)) =
+            (at("remember_request"), at("handle_request"), at("main"))
+        else {
+            panic!("remember_request ← handle_request ← main not all in {n:?}\n{ctx}");
+        };
+        assert!(r < h && h < m, "frames out of order: {n:?}\n{ctx}");
+        assert!(
+            s.get("truncated").is_none(),
+            "truncated: {}\n{ctx}",
+            s["truncated"]
+        );
+    }
+    assert_within(
+        "live bytes through remember_request",
+        live_through(&run, "remember_request"),
+        run.leaked,
+        0.10,
+        ctx,
+    );
+}
+
+#[test]
+fn twenty_calls_deep_without_frame_pointers_reaches_main() {
+    require_root();
+    let run = record("unwind-deep", &[], &nofp().c, &["deep", "500"]);
+    let ctx = &run.ctx;
+    let stacks = stacks_through(&run, "leak_deep");
+    assert!(!stacks.is_empty(), "no stack through leak_deep\n{ctx}");
+    for s in &stacks {
+        let frames = s["frames"].as_array().unwrap();
+        for k in 1..=20 {
+            assert!(
+                has(frames, &format!("level_{k}")),
+                "level_{k} missing: {:?}\n{ctx}",
+                names(frames)
+            );
+        }
+        assert!(
+            has(frames, "main"),
+            "main missing: {:?}\n{ctx}",
+            names(frames)
+        );
+        assert!(
+            s.get("truncated").is_none(),
+            "truncated: {}\n{ctx}",
+            s["truncated"]
+        );
+    }
+    assert_within(
+        "live bytes through leak_deep",
+        live_through(&run, "leak_deep"),
+        run.leaked,
+        0.10,
+        ctx,
+    );
+}
+
+/// Growth mode: the first touch of a fresh heap page happens inside glibc's _int_malloc (it
+/// writes the next chunk's header); the full stack names the user's function that keeps the
+/// small blocks.
+#[test]
+fn growth_mode_names_the_user_function_not_int_malloc() {
+    require_root();
+    let run = record(
+        "unwind-growth",
+        &["--mode", "growth"],
+        &nofp().c,
+        &["small", "400"],
+    );
+    let ctx = &run.ctx;
+    let top = run.report.largest_growth();
+    assert_eq!(
+        str_of(top, "function"),
+        "remember_small",
+        "top growing site\n{ctx}"
+    );
+    // One 64-byte chunk per 48-byte block: the blocks fill n * 64 * 64 bytes of fresh pages.
+    let resident = totals_where(&run.out.path, |f| has(f, "remember_small")).alloc_bytes as f64;
+    assert_within(
+        "pages made resident through remember_small",
+        resident,
+        400.0 * 64.0 * 64.0,
+        0.10,
+        ctx,
+    );
+}
