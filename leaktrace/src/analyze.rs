@@ -531,21 +531,31 @@ fn is_runtime_frame(f: &Frame) -> bool {
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
 /// libc's mmap or syscall wrapper: [`crate::allocators::is_mapping_frame`]); when that frame is
 /// system or standard-library code ([`is_system_frame`]: a leak made inside libc, libz, libssl,
-/// libstdc++) and the stack goes on into the user's code, the first named frame there (the
-/// function that called into the library), unless the stack passes through a managed runtime's
-/// own object; else the innermost named frame; else the innermost frame (labelled by object and
-/// file offset). Returns (index, label).
+/// libstdc++) and the stack goes on into the user's code, the first frame there (the function
+/// that called into the library), unless the stack passes through a managed runtime's own
+/// object; else the innermost named frame; else the innermost frame. A frame without a function
+/// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
+/// Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
     let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
     let wrapper = |f: &Frame| {
         stack.kind == "mmap" && f.function.as_deref().is_some_and(crate::allocators::is_mapping_frame)
     };
-    let first = stack.frames.iter().position(|f| named(f) && !is_allocator(f) && !wrapper(f));
+    // A frame that can be named: by its function, or by its object and file offset (stripped
+    // code); frames with neither (JIT code) cannot.
+    let nameable = |f: &Frame| named(f) || f.object.is_some();
+    // Frame 0 of an allocation is the probed allocator function itself, named or not (a
+    // stripped allocator has no name to recognise it by).
+    let entry = |i: usize| i == 0 && stack.kind == "malloc";
+    let first = (0..stack.frames.len()).find(|&i| {
+        let f = &stack.frames[i];
+        nameable(f) && !is_allocator(f) && !wrapper(f) && !(entry(i) && !named(f))
+    });
     let user = first.filter(|&i| is_system_frame(&stack.frames[i])).and_then(|i| {
         if stack.frames.iter().any(is_runtime_frame) {
             return None;
         }
-        stack.frames[i..].iter().position(|f| named(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
+        stack.frames[i..].iter().position(|f| nameable(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
     });
     let idx = user
         .or(first)
@@ -2112,9 +2122,10 @@ mod tests {
             let frames = vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
             let st = Stack { id: 9, kind: "mmap".into(), frames: frames.clone(), lost: false, truncated: None };
             assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
-            // In a malloc site they are functions like others.
+            // In a malloc site they are functions like others: libc's give way to the user's
+            // code that called them.
             let st = Stack { id: 9, kind: "malloc".into(), frames, lost: false, truncated: None };
-            assert_eq!(culprit(&st), (Some(0), wrapper.to_string()));
+            assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
         }
     }
 

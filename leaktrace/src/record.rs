@@ -239,9 +239,13 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
     if let Some(c) = held.as_mut() {
         c.release()?;
-        // The exec has happened: the executable as the process sees it (/proc/PID/exe).
+        // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
+        // when it has already exited (a zombie has no exe link), the resolved path it exec'd.
         for t in targets.iter_mut().filter(|t| t.pid == c.pid) {
-            let exe = procinfo::exe(t.pid);
+            let mut exe = procinfo::exe(t.pid);
+            if exe.is_empty() {
+                exe = std::fs::canonicalize(&c.exe).map(|p| p.display().to_string()).unwrap_or_default();
+            }
             if !exe.is_empty() {
                 t.exe = exe;
                 t.exe_resolved = true;

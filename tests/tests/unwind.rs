@@ -211,6 +211,11 @@ fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
         .filter(|s| str_of(s, "class") == "leak")
         .collect();
     assert!(!leak_sites.is_empty(), "no site classified leak\n{ctx}");
+    assert_eq!(
+        function_base(str_of(run.report.largest_growth(), "function")),
+        culprit,
+        "the top growing site's culprit\n{ctx}"
+    );
     for s in leak_sites {
         let frames = s["frames"].as_array().unwrap();
         assert!(
@@ -226,6 +231,20 @@ fn asprintf_leak_in_libc_names_build_page() {
     require_root();
     let run = record("unwind-asprintf", &[], &nofp().c, &["asprintf", "700"]);
     assert_found(&run, "build_page", "format_line", "libc.so");
+    // libc's own frames are named with file and line from its separate debug file
+    // (/usr/lib/debug/.build-id/…, Debian's libc6-dbg, which `cargo xtask setup` installs).
+    let stacks = stacks_through(&run, "build_page");
+    let vasprintf = stacks[0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"].as_str() == Some("__vasprintf_internal"))
+        .unwrap_or_else(|| panic!("no __vasprintf_internal frame\n{}", run.ctx));
+    assert!(
+        vasprintf["file"].as_str().is_some_and(|f| f.ends_with("vasprintf.c")),
+        "libc frame without its source file: {vasprintf}\n{}",
+        run.ctx
+    );
 }
 
 /// Case 26 of the shared cases, rebuilt: inflateInit2 without inflateEnd on a truncated message.
@@ -369,4 +388,88 @@ fn growth_mode_names_the_user_function_not_int_malloc() {
         0.10,
         ctx,
     );
+}
+
+/// `nofp` with its `.eh_frame` removed (and no frame pointers): the user's frames have no unwind
+/// info, so the walk stops in them; the report says where and why, and --debug-unwind prints
+/// the kernel side's reason as it happens.
+#[test]
+fn stack_without_unwind_info_is_truncated_honestly() {
+    require_root();
+    let bin = temp_root().join("fixtures-nofp/nofp-no-eh-frame");
+    let o = Command::new("objcopy")
+        .args(["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"])
+        .arg(&nofp().c)
+        .arg(&bin)
+        .output()
+        .expect("objcopy (binutils)");
+    assert!(o.status.success(), "objcopy: {}", String::from_utf8_lossy(&o.stderr));
+    let out = OutDir::new("unwind-truncated");
+    let mut target = Command::new(&bin);
+    target.args(["deep", "300"]);
+    let o = record_launch(&out, &["--debug-unwind"], target);
+    o.assert_success();
+    let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
+    assert!(
+        o.stderr.contains("leaktrace: kernel: walk of pid"),
+        "--debug-unwind printed no kernel-side reason\n{ctx}"
+    );
+    let run = Run { report: Report::load(&out.path), out, leaked: 0.0, chunk_truth: false, ctx };
+    let stacks = stacks_through(&run, "leak_deep");
+    assert!(!stacks.is_empty(), "no stack through leak_deep\n{}", run.ctx);
+    for s in &stacks {
+        let why = s["truncated"].as_str().unwrap_or_else(|| panic!("not marked truncated: {s}\n{}", run.ctx));
+        assert!(
+            why.starts_with("no unwind info for") && why.contains("nofp-no-eh-frame+0x"),
+            "truncation reason {why:?}\n{}",
+            run.ctx
+        );
+        assert!(!has(s["frames"].as_array().unwrap(), "main"), "reached main without unwind info?\n{}", run.ctx);
+    }
+    let md = std::fs::read_to_string(run.out.file("report.md")).unwrap();
+    assert!(md.contains("[stack truncated: no unwind info for"), "report.md does not say the stack is truncated\n{}", run.ctx);
+    assert!(
+        run.report.get(&["events"])["stack_truncated"].as_u64().unwrap_or(0) > 0,
+        "stack_truncated not counted\n{}",
+        run.ctx
+    );
+}
+
+/// A stripped executable: its frames have no names, and each is labelled by its object and file
+/// offset, which addr2line on the unstripped build turns back into the function.
+#[test]
+fn stripped_frames_are_object_and_file_offset() {
+    require_root();
+    let bin = temp_root().join("fixtures-nofp/nofp-stripped");
+    let o = Command::new("strip").arg("--strip-all").arg("-o").arg(&bin).arg(&nofp().c).output().expect("strip");
+    assert!(o.status.success(), "strip: {}", String::from_utf8_lossy(&o.stderr));
+    let out = OutDir::new("unwind-stripped");
+    let mut target = Command::new(&bin);
+    target.args(["deep", "300"]);
+    let o = record_launch(&out, &[], target);
+    o.assert_success();
+    let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
+    let top = Report::load(&out.path).largest_growth().clone();
+    let function = str_of(&top, "function").to_string();
+    let off = function
+        .strip_prefix("nofp-stripped+0x")
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or_else(|| panic!("top site {function:?} is not labelled nofp-stripped+0xOFFSET\n{ctx}"));
+    let frame = top["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["object"].as_str().is_some_and(|o| o.ends_with("nofp-stripped")))
+        .unwrap_or_else(|| panic!("no frame in the stripped executable\n{ctx}"));
+    assert_eq!(frame["file_offset"].as_u64(), Some(off), "label and file_offset differ\n{ctx}");
+    assert!(frame["build_id"].as_str().is_some_and(|b| b.len() >= 16), "no build id\n{ctx}");
+    // The offset of a return address: addr2line takes the call's address (offset - 1).
+    let a2l = Command::new("addr2line")
+        .args(["-f", "-e"])
+        .arg(&nofp().c)
+        .arg(format!("{:#x}", off - 1))
+        .output()
+        .expect("addr2line (binutils)");
+    let name = String::from_utf8_lossy(&a2l.stdout).lines().next().unwrap_or("").to_string();
+    assert_eq!(name, "leak_deep", "addr2line on the unstripped build names {name:?}\n{ctx}");
 }

@@ -365,6 +365,8 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (gcc_finds("libz.so"), "zlib1g-dev"),
         (gcc_finds("libssl.so"), "libssl-dev"),
         (gcc_finds("libsqlite3.so"), "libsqlite3-dev"),
+        // libc's separate debug file: names and lines of glibc's internal functions.
+        (Path::new("/usr/share/doc/libc6-dbg").exists(), "libc6-dbg"),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);

@@ -1,7 +1,7 @@
 //! `report.md`: the short human report. Verdict first, then the target, the top sites by growth
 //! and by live bytes with their call stacks, what is not a leak, caveats, losses and probes.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::analyze::{Analysis, SiteAnalysis, SiteClass, basename, frame_label, is_allocator};
@@ -444,6 +444,26 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         md.push_str("| counter | count |\n|---|---|\n");
         for (k, v) in &a.drops {
             let _ = writeln!(md, "| {k} | {v} |");
+        }
+        md.push('\n');
+    }
+    // Truncated stacks lose attribution, not bytes: the sites whose walk stopped early, with
+    // their live bytes and why.
+    let truncated: Vec<&SiteAnalysis> = a.sites.iter().filter(|s| s.stack_truncated.is_some()).collect();
+    if !truncated.is_empty() {
+        let live: u64 = truncated.iter().map(|s| s.live_bytes).sum();
+        let _ = writeln!(
+            md,
+            "{} site(s) have a truncated stack (their outer callers are unknown), holding {} live at the end:\n",
+            truncated.len(),
+            bytes(live)
+        );
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in &truncated {
+            *reasons.entry(s.stack_truncated.as_deref().unwrap_or_default()).or_default() += 1;
+        }
+        for (why, n) in reasons.iter().take(10) {
+            let _ = writeln!(md, "- {n} × {why}");
         }
         md.push('\n');
     }
