@@ -155,11 +155,9 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
 extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
     // SAFETY: bpf_loop passes the context given to it: `walk`'s `Walk` on its stack.
     let w = unsafe { &mut *w };
-    let n = index + 1;
-    if n >= MAX_STACK_DEPTH as u64 {
-        w.end = walk_end::DEPTH;
-        return 1;
-    }
+    // (bpf_loop runs at most MAX_STACK_DEPTH - 1 iterations; `push` checks the buffer's bound
+    // where it writes: a check here would let the compiler drop that one, which the verifier
+    // needs.)
     // A return address points after its call: look its rule up at the call (pc − 1), which is
     // still inside the caller even when the call was the function's last instruction.
     let lookup = if index == 0 { w.pc } else { w.pc - 1 };
@@ -178,6 +176,16 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
             if cfa <= w.sp || cfa - w.sp > MAX_FRAME_BYTES {
                 w.end = walk_end::BAD_FRAME;
                 return 1;
+            }
+            if row.kind != unwind::PLT && row.rbp_offset == -2 {
+                // The usual frame (push %rbp after the call): saved %rbp and return address
+                // side by side, one read.
+                let Ok(pair) = (unsafe { bpf_probe_read_user((cfa - 16) as *const [u64; 2]) }) else {
+                    w.end = walk_end::READ_FAULT;
+                    return 1;
+                };
+                w.fp = pair[0];
+                return push(w, index, pair[1], cfa);
             }
             let Ok(ret) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
                 w.end = walk_end::READ_FAULT;
@@ -236,6 +244,14 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
             (frame[1], fp + 16)
         }
     };
+    push(w, index, ret, cfa)
+}
+
+/// Append the caller found by iteration `index` (its return address `ret`, the stack pointer
+/// after the return `cfa`), or end the walk when `ret` cannot be one. Returns 1 to stop.
+#[inline(always)]
+fn push(w: &mut Walk, index: u64, ret: u64, cfa: u64) -> i64 {
+    let n = index + 1;
     if ret == 0 {
         // A zero return address ends the chain (the outermost frame of some runtimes).
         w.end = walk_end::COMPLETE;
@@ -249,9 +265,17 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
         w.end = walk_end::READ_FAULT;
         return 1;
     };
+    // Bounds-checked on the very value used as the index, which the verifier needs: read back
+    // through a volatile load, so the compiler cannot turn the check into one on `index` and
+    // compute the index again after it.
     let i = n as usize;
-    if i < MAX_STACK_DEPTH {
-        unsafe { (*buf).ips[i] = ret };
+    let i = unsafe { core::ptr::read_volatile(&i) };
+    match unsafe { (*buf).ips.get_mut(i) } {
+        Some(slot) => *slot = ret,
+        None => {
+            w.end = walk_end::DEPTH;
+            return 1;
+        }
     }
     w.hash = mix(w.hash ^ ret);
     w.n = n + 1;
