@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::allocators::is_allocator_frame;
+use crate::allocator_frames::is_allocator_frame;
 use crate::recording::{Frame, Recording, Stack};
 use crate::runtimes::MemoryKind;
 
@@ -493,12 +493,12 @@ pub fn is_allocator(f: &Frame) -> bool {
 }
 
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
-/// libc's mmap or syscall wrapper: [`crate::allocators::is_mapping_frame`]); else innermost named
+/// libc's mmap or syscall wrapper: [`crate::allocator_frames::is_mapping_frame`]); else innermost named
 /// frame; else the innermost frame (labelled by object and address). Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
     let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
     let wrapper = |f: &Frame| {
-        stack.kind == "mmap" && f.function.as_deref().is_some_and(crate::allocators::is_mapping_frame)
+        stack.kind == "mmap" && f.function.as_deref().is_some_and(crate::allocator_frames::is_mapping_frame)
     };
     let idx = stack
         .frames

@@ -1,0 +1,19 @@
+//! leaktrace-analysis: everything after the recording, as pure functions of it. No eBPF, no
+//! root, no /proc: `leaktrace report DIR` and `leaktrace compare` run here, offline, and the
+//! compiler checks that the analysis reads nothing but the [`recording::Recording`].
+//!
+//! The rooms, in the order the data goes through them:
+//! [`recording`] (the model of recording.json, the seam with the recorder) → [`analyze`] (growth
+//! per site and per process, classes, the verdict), with [`runtimes`] (which memory a stack holds
+//! in a managed runtime) and [`allocator_frames`] (which frames are the allocator's) →
+//! [`report`] (report.md, report.json, flame graphs, memory plot, byte formatting) →
+//! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`output`] writes
+//! files atomically.
+pub mod allocator_frames;
+pub mod analyze;
+pub mod check;
+pub mod compare;
+pub mod output;
+pub mod recording;
+pub mod report;
+pub mod runtimes;
