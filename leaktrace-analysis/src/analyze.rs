@@ -355,14 +355,16 @@ pub struct Verdict {
     pub confidence: f64,
     /// One line for humans, naming the culprit function and its rate for a leak.
     pub summary: String,
+    /// True when the numbers cannot tell (too few checkpoints, too many allocations lost): the
+    /// class is then `flat` only for want of evidence, and the summary starts with
+    /// "inconclusive". Set where the verdict is decided.
+    pub inconclusive: bool,
 }
 
 impl Verdict {
-    /// True when the numbers cannot tell (too few checkpoints, too many allocations lost): the
-    /// class is then `flat` only for want of evidence, and the summary starts with
-    /// "inconclusive".
+    /// [`Verdict::inconclusive`].
     pub fn is_inconclusive(&self) -> bool {
-        self.summary.starts_with("inconclusive")
+        self.inconclusive
     }
 }
 
@@ -1409,6 +1411,7 @@ fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: &BTreeMap<S
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * (1.0 - share)),
             summary: format!("inconclusive: {why}; without them: {}", v.summary),
+            inconclusive: true,
         },
     }
 }
@@ -1500,7 +1503,7 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
                 summary.push_str(&format!(" ({} sites, {} in total)", second.len(), hr(sum(second))));
             }
         }
-        return Verdict { class, confidence: top.confidence, summary };
+        return Verdict { class, confidence: top.confidence, summary, inconclusive: false };
     }
 
     let share = if p.win.whole_run { 0.6 } else { 1.0 };
@@ -1535,7 +1538,7 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
             at.ci95_bytes_per_s.unwrap_or(0.0),
             p.native_trend.slope_bytes_per_s
         );
-        return Verdict { class: ProcessClass::Fragmentation, confidence, summary };
+        return Verdict { class: ProcessClass::Fragmentation, confidence, summary, inconclusive: false };
     }
 
     // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
@@ -1566,13 +1569,14 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
             rt.ci95_bytes_per_s.unwrap_or(0.0),
             p.traced_trend.slope_bytes_per_s
         );
-        return Verdict { class: ProcessClass::Fragmentation, confidence, summary };
+        return Verdict { class: ProcessClass::Fragmentation, confidence, summary, inconclusive: false };
     }
 
     if p.n < MIN_WINDOW_POINTS {
         return Verdict {
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * p.f_drops),
+            inconclusive: true,
             summary: format!(
                 "inconclusive: only {} checkpoint(s), growth cannot be measured; no leak found",
                 p.n
@@ -1601,6 +1605,7 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
             class: ProcessClass::Cache,
             confidence: clamp_conf(top.confidence * native_flat_factor),
             summary,
+            inconclusive: false,
         };
     }
 
@@ -1620,6 +1625,7 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
         return Verdict {
             class: ProcessClass::Temporary,
             confidence: clamp_conf(f_flat * f_n * p.f_drops),
+            inconclusive: false,
             summary: format!(
                 "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
                  blocks; live native bytes stay flat ({:.0} B/s)",
@@ -1633,6 +1639,7 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
     Verdict {
         class: ProcessClass::Flat,
         confidence: clamp_conf(f_flat * f_n * p.f_drops),
+        inconclusive: false,
         summary: format!(
             "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
              steady window)",
@@ -1712,6 +1719,7 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
             Verdict {
                 class: ProcessClass::Leak,
                 confidence: clamp_conf(site_conf.max(gauge_conf)),
+                inconclusive: false,
                 summary: format!(
                     "managed leak: the {heap} grows {} ({:.0} B/s ± {:.0} at 95 %{source}) over the \
                      steady window to {}; {}. leaktrace sees the runtime's allocator, not the code \
@@ -1754,7 +1762,7 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
             } else {
                 ProcessClass::Leak
             };
-            Verdict { class, confidence: top.confidence, summary }
+            Verdict { class, confidence: top.confidence, summary, inconclusive: false }
         }
         None => {
             let all = kinds

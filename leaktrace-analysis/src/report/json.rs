@@ -179,7 +179,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "class": a.verdict.class.as_str(),
             "confidence": num(a.verdict.confidence),
             "summary": a.verdict.summary,
-            "inconclusive": a.verdict.is_inconclusive(),
+            "inconclusive": a.verdict.inconclusive,
         },
         "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),
         "sites_total": a.sites.len(),
