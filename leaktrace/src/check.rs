@@ -4,7 +4,7 @@
 //! code for CI: 0 pass, 1 fail, 2 error.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -14,7 +14,8 @@ pub use leaktrace_analysis::check::*;
 use crate::discover::WorkProbeSpec;
 use crate::output;
 use crate::probes::{Limits, Mode};
-use crate::record::{self, BatchSize, RecordOptions, Schedule, TargetSpec};
+use crate::pipeline;
+use crate::record::{BatchSize, RecordOptions, Schedule, TargetSpec};
 
 /// Options of `leaktrace check`.
 #[derive(Clone, Debug)]
@@ -47,11 +48,11 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
     if let BatchSize::Units(_) = opts.size {
         anyhow::ensure!(opts.work_probe.is_some(), "--batch-units needs --work-probe");
     }
-    let default_dir = opts.out.is_none();
     let ropts = RecordOptions {
         duration: None,
         interval: opts.interval,
         out: opts.out.clone(),
+        dir_prefix: Some("check"),
         top: 10,
         limits: opts.limits,
         status_line: true,
@@ -61,11 +62,8 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         mode: Mode::Exact,
         follow_forks: false,
     };
-    let outcome = record::record(spec, ropts)?;
-    let mut dir = outcome.dir.clone();
-    if default_dir {
-        dir = rename_default_dir(&dir);
-    }
+    let outcome = pipeline::record(spec, ropts)?;
+    let dir = outcome.dir.clone();
     let result = evaluate(&outcome.recording, opts.budget).with_context(|| {
         format!(
             "{} of {} batches completed; the recording is in {}",
@@ -109,21 +107,6 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
     output::write_atomic(&dir.join("check.json"), &json)?;
     text.push_str(&format!("outputs: {} (check.json, recording.json, report.md, ...)\n", dir.display()));
     Ok(CheckOutcome { dir, result, text })
-}
-
-/// The recorder names its default directory leaktrace-PID-TIMESTAMP; `check` calls it
-/// leaktrace-check-PID-TIMESTAMP. On any failure the directory keeps its name.
-fn rename_default_dir(dir: &Path) -> PathBuf {
-    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else { return dir.to_path_buf() };
-    let Some(rest) = name.strip_prefix("leaktrace-") else { return dir.to_path_buf() };
-    let new = dir.with_file_name(format!("leaktrace-check-{rest}"));
-    if new.exists() {
-        return dir.to_path_buf();
-    }
-    match std::fs::rename(dir, &new) {
-        Ok(()) => new,
-        Err(_) => dir.to_path_buf(),
-    }
 }
 
 /// Build the target spec from `--pid` or a command.

@@ -5,7 +5,8 @@
 //! The data takes one road, and the modules follow it:
 //! target → [`discover`] (objects, allocator entry points) → [`probes`] (load the eBPF object,
 //! attach uprobes) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
-//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] (saved, replayable).
+//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] → [`pipeline`] (saved,
+//! analysed once, reported).
 //! Everything after the recording — [`analyze`], [`report`], the evaluation of [`check`],
 //! [`compare`] — is in the `leaktrace-analysis` crate (re-exported here under the same names).
 //! [`launch`] starts a command held before exec for `record -- CMD`.
@@ -14,6 +15,7 @@ pub mod check;
 pub mod discover;
 pub mod launch;
 pub mod mappings;
+pub mod pipeline;
 pub mod placement;
 pub mod probes;
 pub mod procinfo;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use leaktrace::probes::Limits;
+use leaktrace::pipeline;
 use leaktrace::record::{self, RecordOptions, TargetSpec};
 use leaktrace::recording::Recording;
 
@@ -256,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 duration: a.duration,
                 interval: a.interval,
                 out: a.out,
+                dir_prefix: None,
                 top: a.top,
                 limits: a.limits.into(),
                 status_line: true,
@@ -264,7 +266,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
             };
-            let multi = record::record_all(spec, opts)?;
+            let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
                 print_outcome(outcome);
             }
@@ -311,7 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-fn print_outcome(o: &record::RecordOutcome) {
+fn print_outcome(o: &pipeline::RecordOutcome) {
     let rec = &o.recording;
     let cps = rec.checkpoints.len();
     let dur = rec.checkpoints.last().map(|c| c.t_s).unwrap_or(0.0);
@@ -319,11 +321,7 @@ fn print_outcome(o: &record::RecordOutcome) {
         println!("leaktrace: command ended: {s}");
     }
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
-    if let Ok(text) = std::fs::read_to_string(o.dir.join("report.json"))
-        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-            && let Some(s) = v.pointer("/verdict/summary").and_then(|s| s.as_str()) {
-                println!("leaktrace: verdict: {s}");
-            }
+    println!("leaktrace: verdict: {}", o.analysis.verdict.summary);
     for f in &o.files {
         println!("  {}", f.display());
     }
@@ -353,6 +351,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         duration: Some(duration + Duration::from_secs(5)),
         interval: Duration::from_millis(500),
         out: Some(out),
+        dir_prefix: None,
         top: 5,
         limits: Limits::default(),
         status_line: true,
@@ -362,7 +361,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         follow_forks: false,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
-    let result = record::record(TargetSpec::Launch(argv), opts);
+    let result = pipeline::record(TargetSpec::Launch(argv), opts);
     let _ = std::fs::remove_dir_all(&tmp);
     let outcome = result?;
     print_outcome(&outcome);

@@ -19,7 +19,8 @@ use crate::probes::{Limits, Mode, Tracer};
 use crate::mappings::{self, AddressSpace};
 use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, Recording, SiteSample, Stack, Target};
 use crate::symbolize::StackSymbolizer;
-use crate::{analyze::AnalyzeOptions, output, procinfo, report};
+use crate::report::human;
+use crate::{output, procinfo};
 
 /// What to trace.
 #[derive(Clone, Debug)]
@@ -65,6 +66,9 @@ pub struct RecordOptions {
     pub interval: Duration,
     /// Output directory (None: ./leaktrace-PID-TIMESTAMP).
     pub out: Option<PathBuf>,
+    /// Names the default output directory `leaktrace-PREFIX-PID-TIMESTAMP` (`check` uses
+    /// "check"); None: `leaktrace-PID-TIMESTAMP`.
+    pub dir_prefix: Option<&'static str>,
     /// Sites listed in report.md.
     pub top: usize,
     /// Kernel map sizes.
@@ -87,6 +91,7 @@ impl Default for RecordOptions {
             duration: None,
             interval: Duration::from_secs(1),
             out: None,
+            dir_prefix: None,
             top: 10,
             limits: Limits::default(),
             status_line: false,
@@ -98,32 +103,42 @@ impl Default for RecordOptions {
     }
 }
 
-/// Result of a recording.
+/// One traced process at the end of a session: its recording and where its outputs go.
 #[derive(Debug)]
-pub struct RecordOutcome {
+pub struct RecordedProcess {
+    /// Output directory of this process (the session's, or its `pid-N` subdirectory).
     pub dir: PathBuf,
-    pub files: Vec<PathBuf>,
+    /// How a launched command ended (None when attached with --pid, or still running).
     pub exit_status: Option<ExitStatus>,
     pub recording: Recording,
 }
 
-/// Result of recording several processes (`--pid` repeated, `--cgroup`, `--container`).
+/// What a recording session made: one recording per traced process, nothing written yet but the
+/// (empty) output directory. [`crate::pipeline`] saves, analyses and renders them.
 #[derive(Debug)]
-pub struct MultiOutcome {
+pub struct Recorded {
     /// The top output directory (one subdirectory `pid-N` per process when there are several).
     pub dir: PathBuf,
-    pub outcomes: Vec<RecordOutcome>,
-    /// summary.md and summary.json across processes (several processes only).
-    pub summary_files: Vec<PathBuf>,
+    pub processes: Vec<RecordedProcess>,
+    /// More than one process (or --follow-forks): per-process subdirectories and a summary.
+    pub several: bool,
+    /// Processes selected but not traced, one line each (cgroup and container modes).
+    pub skipped: Vec<String>,
+    /// Why the session ended ("duration", "signal", "target-exited", "batches-done",
+    /// "work-probe-missing").
+    pub end_reason: &'static str,
+    /// The probes being detached in the background (a few seconds: the kernel removes uprobes
+    /// one at a time); [`Recorded::wait_detached`] waits for it.
+    detach: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Record exactly one process. Errors found before anything was attached (a bad target, an
-/// unwritable output directory) and any other failure are returned; the CLI maps them to exit
-/// code 2.
-pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOutcome> {
-    let mut multi = record_all(spec, opts)?;
-    anyhow::ensure!(multi.outcomes.len() == 1, "this command traces one process; {} were selected", multi.outcomes.len());
-    Ok(multi.outcomes.remove(0))
+impl Recorded {
+    /// Wait until every probe is detached.
+    pub fn wait_detached(&mut self) {
+        if let Some(d) = self.detach.take() {
+            let _ = d.join();
+        }
+    }
 }
 
 /// The PIDs a target specification selects (not for launch mode). Errors when none.
@@ -162,9 +177,12 @@ pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
     Ok(pids)
 }
 
-/// Record every process the specification selects; one recording and report per process, and
-/// a summary across them when there are several.
-pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<MultiOutcome> {
+/// Record every process the specification selects, until the session ends: one recording per
+/// process, in memory. The output directory is created (empty) before anything is attached;
+/// writing into it is [`crate::pipeline`]'s job. Errors found before anything was attached (a
+/// bad target, an unwritable output directory) and any other failure are returned; the CLI maps
+/// them to exit code 2.
+pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Recorded> {
     // Everything that can be checked before touching a target is checked first.
     crate::probes::check_privileges()?;
     let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_));
@@ -195,7 +213,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
         held = Some(child);
     }
     let several = pids.len() > 1 || opts.follow_forks;
-    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(pids[0], several));
+    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(opts.dir_prefix, pids[0], several));
     if let Err(e) = output::ensure_fresh_dir(&dir).and_then(|()| output::ensure_writable_dir(&dir)) {
         if let Some(c) = held.take() {
             c.abandon();
@@ -223,7 +241,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
                 }
             },
         };
-        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), &opts) {
+        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), opts) {
             Ok(t) => targets.push(t),
             Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
             Err(e) => {
@@ -277,7 +295,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
         .unwrap_or(0);
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let end_reason = rt.block_on(session.run(&opts));
+    let end_reason = rt.block_on(session.run(opts));
     session.clear_status();
     let Session { tracer, targets, .. } = session;
     // Detach in the background while the outputs are written.
@@ -293,7 +311,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     }
 
     let several = session_targets.len() > 1 || several;
-    let mut outcomes = Vec::new();
+    let mut processes = Vec::new();
     for mut t in session_targets {
         let recording = Recording {
             format_version: crate::recording::FORMAT_VERSION,
@@ -331,76 +349,23 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
             },
         };
         let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
-        output::ensure_writable_dir(&tdir)?;
-        let files = save(&recording, &tdir, opts.top)?;
-        outcomes.push(RecordOutcome { dir: tdir, files, exit_status: t.exit_status, recording });
+        processes.push(RecordedProcess { dir: tdir, exit_status: t.exit_status, recording });
     }
-    let summary_files = if several { write_summary(&dir, &outcomes, &skipped)? } else { Vec::new() };
-    let _ = detach.join();
-    if end_reason == "work-probe-missing" {
-        let spec = opts.work_probe.as_ref().map(|w| w.to_string()).unwrap_or_default();
-        anyhow::bail!(
-            "--work-probe {spec}: the function was not found in the objects the command maps, so no unit of work can be counted (the recording is in {})",
-            dir.display()
-        );
-    }
-    Ok(MultiOutcome { dir, outcomes, summary_files })
+    Ok(Recorded { dir, processes, several, skipped, end_reason, detach: Some(detach) })
 }
 
 fn held_is_launch(spec: &TargetSpec) -> bool {
     matches!(spec, TargetSpec::Launch(_))
 }
 
-/// summary.md and summary.json: one line per process with its verdict.
-fn write_summary(dir: &Path, outcomes: &[RecordOutcome], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut rows = Vec::new();
-    let mut md = String::from("# leaktrace summary\n\n| PID | PID in container | command | verdict | native live at end | report |\n|---|---|---|---|---|---|\n");
-    for o in outcomes {
-        let a = crate::analyze::analyze(&o.recording, &AnalyzeOptions::default());
-        let t = &o.recording.target;
-        let rel = o.dir.strip_prefix(dir).unwrap_or(&o.dir).display().to_string();
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {}/report.md |\n",
-            t.pid,
-            t.nspid.last().copied().unwrap_or(t.pid),
-            t.command.join(" ").replace('|', "\\|"),
-            a.verdict.summary.replace('|', "\\|"),
-            human(a.summary.native_live_end_bytes),
-            rel
-        ));
-        rows.push(serde_json::json!({
-            "pid": t.pid,
-            "nspid": t.nspid,
-            "command": t.command.join(" "),
-            "verdict": { "class": a.verdict.class.as_str(), "confidence": a.verdict.confidence, "summary": a.verdict.summary },
-            "native_live_end_bytes": a.summary.native_live_end_bytes,
-            "dir": rel,
-        }));
-    }
-    if !skipped.is_empty() {
-        md.push_str("\nNot traced:\n\n");
-        for s in skipped {
-            md.push_str(&format!("- {s}\n"));
-        }
-    }
-    let md_path = dir.join("summary.md");
-    let json_path = dir.join("summary.json");
-    output::write_atomic(&md_path, md.as_bytes())?;
-    output::write_atomic(&json_path, &serde_json::to_vec_pretty(&serde_json::json!({ "processes": rows, "skipped": skipped }))?)?;
-    Ok(vec![md_path, json_path])
-}
-
-/// Write recording.json, then every output rendered from it. Returns the files written.
-pub fn save(recording: &Recording, dir: &Path, top: usize) -> anyhow::Result<Vec<PathBuf>> {
-    let path = dir.join("recording.json");
-    output::write_atomic(&path, &serde_json::to_vec(recording)?)?;
-    let mut files = vec![path];
-    files.extend(report::write_all(recording, dir, &AnalyzeOptions { top })?);
-    Ok(files)
-}
-
-fn default_out_dir(pid: u32, several: bool) -> PathBuf {
-    output::timestamped_dir(&if several { format!("multi-{pid}") } else { pid.to_string() })
+/// `leaktrace-[PREFIX-]PID-TIMESTAMP`, or `leaktrace-[PREFIX-]multi-PID-TIMESTAMP` for several
+/// processes.
+fn default_out_dir(prefix: Option<&str>, pid: u32, several: bool) -> PathBuf {
+    let name = if several { format!("multi-{pid}") } else { pid.to_string() };
+    output::timestamped_dir(&match prefix {
+        Some(p) => format!("{p}-{name}"),
+        None => name,
+    })
 }
 
 /// Objects a command about to be launched will use, so that its allocator is probed before its
@@ -1028,7 +993,7 @@ impl Session {
         }
         if self.status_line {
             let who = if n == 1 { format!("PID {}", self.targets[0].pid) } else { format!("{n} processes") };
-            eprint!("\r\x1b[2K[{t_s:6.1}s] {who}: live {}, RSS {}", human(live), human(rss));
+            eprint!("\r\x1b[2K[{t_s:6.1}s] {who}: live {}, RSS {}", human::bytes(live), human::bytes(rss));
             let _ = std::io::stderr().flush();
         }
     }
@@ -1098,17 +1063,6 @@ pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
         ips.insert(1, caller);
     }
     ips
-}
-
-fn human(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 { format!("{b} B") } else { format!("{v:.1} {}", U[i]) }
 }
 
 #[cfg(test)]

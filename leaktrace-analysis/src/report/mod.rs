@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::analyze::{AnalyzeOptions, analyze};
+use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::output::write_atomic;
 use crate::recording::Recording;
 
@@ -20,6 +20,7 @@ pub mod human;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+pub mod summary;
 
 /// File names written by [`write_all`], in order.
 pub const FILES: [&str; 6] =
@@ -28,7 +29,13 @@ pub const FILES: [&str; 6] =
 /// Analyse `rec` and write every output file into `dir` (which must exist). Returns the paths
 /// written, in [`FILES`] order. Errors name the file that could not be written.
 pub fn write_all(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
-    let a = analyze(rec, opts);
+    render_all(rec, &analyze(rec, opts), dir)
+}
+
+/// Write every output file of `rec`, rendered from its analysis `a`, into `dir` (which must
+/// exist). Returns the paths written, in [`FILES`] order. Errors name the file that could not
+/// be written.
+pub fn render_all(rec: &Recording, a: &Analysis, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::with_capacity(FILES.len());
     let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
         let p = dir.join(name);
@@ -37,21 +44,21 @@ pub fn write_all(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::
         Ok(())
     };
 
-    let mut report = serde_json::to_vec_pretty(&json::report_json(rec, &a))?;
+    let mut report = serde_json::to_vec_pretty(&json::report_json(rec, a))?;
     report.push(b'\n');
     put("report.json", &report)?;
-    put("report.md", markdown::report_md(rec, &a).as_bytes())?;
+    put("report.md", markdown::report_md(rec, a).as_bytes())?;
 
-    let live = flame::folded_live(&a);
+    let live = flame::folded_live(a);
     put("stacks.folded", live.as_bytes())?;
     let command = rec.target.command.join(" ");
     let subtitle = format!("pid {} {}", rec.target.pid, command);
     let live_svg = flame::flame_svg(&live, flame::LIVE_TITLE, Some(subtitle.clone()), "no live bytes at the end")?;
     put("live.svg", &live_svg)?;
-    let growth = flame::folded_growth(&a);
+    let growth = flame::folded_growth(a);
     let growth_svg = flame::flame_svg(&growth, flame::GROWTH_TITLE, Some(subtitle.clone()), "no growth: no site holds more live bytes at the last checkpoint than at the first")?;
     put("growth.svg", &growth_svg)?;
-    put("memory.svg", plot::memory_svg(&a, &subtitle).as_bytes())?;
+    put("memory.svg", plot::memory_svg(a, &subtitle).as_bytes())?;
     Ok(written)
 }
 
