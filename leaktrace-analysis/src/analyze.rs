@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::allocator_frames::is_allocator_frame;
-use crate::recording::{Frame, Recording, Stack};
+use crate::recording::{EndReason, Frame, Mode, Recording, Runtime, Stack, StackKind};
 use crate::runtimes::MemoryKind;
 
 /// Absolute part of a site's noise floor, bytes per second: growth slower than this is never a
@@ -197,8 +197,8 @@ pub struct SiteEvidence {
 pub struct SiteAnalysis {
     /// [`Stack::id`].
     pub id: u32,
-    /// "malloc" or "mmap" ([`Stack::kind`]).
-    pub kind: String,
+    /// "malloc", "mmap" or "fault" ([`Stack::kind`]).
+    pub kind: StackKind,
     /// What kind of memory the site holds under the target's runtime
     /// ([`crate::runtimes::classify_site`]): managed, native, off-heap or runtime.
     pub memory_kind: MemoryKind,
@@ -412,7 +412,7 @@ pub struct Analysis {
     /// [`AnalyzeOptions::top`].
     pub top: usize,
     /// Managed runtime of the target ([`crate::recording::Target::runtime`]); None: native.
-    pub runtime: Option<String>,
+    pub runtime: Option<Runtime>,
     /// Each kind of memory (managed, native, off-heap, runtime) over the run; the managed entry
     /// only with a runtime.
     pub kinds: Vec<KindGrowth>,
@@ -500,7 +500,7 @@ pub fn is_allocator(f: &Frame) -> bool {
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
     let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
     let wrapper = |f: &Frame| {
-        stack.kind == "mmap" && f.function.as_deref().is_some_and(crate::allocator_frames::is_mapping_frame)
+        stack.kind == StackKind::Mmap && f.function.as_deref().is_some_and(crate::allocator_frames::is_mapping_frame)
     };
     let idx = stack
         .frames
@@ -725,7 +725,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         for s in &rec.checkpoints[ci].sites {
             if let std::collections::hash_map::Entry::Vacant(e) = index.entry(s.stack) {
                 e.insert(stacks.len());
-                stacks.push(Stack { id: s.stack, kind: "malloc".into(), frames: vec![], lost: false });
+                stacks.push(Stack { id: s.stack, kind: StackKind::Malloc, frames: vec![], lost: false });
                 unknown += 1;
             }
         }
@@ -786,7 +786,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let changed: Vec<usize> = (1..n).filter(|&k| activity[k] != activity[k - 1]).collect();
     let last_active = changed.last().copied().unwrap_or(n.saturating_sub(1));
     let span_start = changed.first().map_or(0, |&k| k - 1);
-    let span_end = if rec.end_reason == "target-exited" && last_active > span_start {
+    let span_end = if rec.end_reason == EndReason::TargetExited && last_active > span_start {
         last_active + 1
     } else {
         n
@@ -889,7 +889,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
 
     // Sampled mode: a site's figures move in steps of about one sample.
-    let sample_bytes = if rec.mode == "sampled" { rec.sample_bytes.unwrap_or(0) } else { 0 };
+    let sample_bytes = if rec.mode == Mode::Sampled { rec.sample_bytes.unwrap_or(0) } else { 0 };
     if sample_bytes > 0 {
         warnings.push(format!(
             "sampled mode: per-site figures are estimates from one sample every {sample_bytes} \
@@ -898,7 +898,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
 
     // What kind of memory each site holds under the target's runtime.
-    let runtime = rec.target.runtime.as_deref().unwrap_or("native");
+    let runtime = rec.target.runtime;
     let kinds: Vec<MemoryKind> = stacks.iter().map(|st| crate::runtimes::classify_site(runtime, st)).collect();
 
     // Per-site analysis.
@@ -940,9 +940,9 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     // malloc sites of a runtime that are not native (managed, off-heap, runtime kinds).
     let mut other_malloc = vec![0u64; n];
     for (si, st) in stacks.iter().enumerate() {
-        let target = match st.kind.as_str() {
-            "mmap" => &mut mmap,
-            "fault" => &mut fault,
+        let target = match st.kind {
+            StackKind::Mmap => &mut mmap,
+            StackKind::Fault => &mut fault,
             _ if kinds[si] == MemoryKind::Native => &mut native,
             _ => &mut other_malloc,
         };
@@ -950,7 +950,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
             target[k] = target[k].saturating_add(*v);
         }
     }
-    if stacks.iter().any(|s| s.kind == "fault") {
+    if stacks.iter().any(|s| s.kind == StackKind::Fault) {
         memory.fault_bytes = times.iter().copied().zip(fault.iter().copied()).collect();
     }
     memory.native_live_bytes = times.iter().copied().zip(native.iter().copied()).collect();
@@ -1081,7 +1081,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         f_drops,
         unit: unit.as_deref(),
     });
-    let verdict = kind_verdict(verdict, rec.target.runtime.as_deref(), &kind_list, &sites, f_drops);
+    let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
 
     Analysis {
@@ -1315,7 +1315,7 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
 
     SiteAnalysis {
         id: st.id,
-        kind: st.kind.clone(),
+        kind: st.kind,
         memory_kind,
         function,
         culprit_frame,
@@ -1332,7 +1332,7 @@ fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: Memory
         growth_ci95_bytes_per_s: steady.ci95_bytes_per_s,
         growth_bytes_per_unit: per_unit.map(|t| t.slope_bytes_per_s),
         growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
-        resident_bytes: if st.kind == "mmap" { ser.resident } else { None },
+        resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
         class,
         confidence,
         evidence: SiteEvidence {
@@ -1371,7 +1371,7 @@ struct ProcessInput<'a> {
 /// Off-heap program memory: an anonymous mapping that is neither the allocator's, the loader's
 /// nor a runtime's ([`crate::runtimes::classify_site`]).
 fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
-    s.kind == "mmap" && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
+    s.kind == StackKind::Mmap && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
 }
 
 /// Loss counters after which live bytes are incomplete (allocations or frees not recorded); the
@@ -1427,7 +1427,7 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
         s.growth_bytes_per_s,
         s.growth_ci95_bytes_per_s.unwrap_or(0.0)
     );
-    let map = s.kind == "mmap";
+    let map = s.kind == StackKind::Mmap;
     let growth = match (s.growth_bytes_per_unit, unit, map) {
         (Some(u), Some(unit), false) => format!(
             "{} holds {u:.0} B more live bytes per {unit} (± {:.0} at 95 %), {per_s} over the \
@@ -1650,13 +1650,12 @@ fn process_verdict(p: &ProcessInput) -> Verdict {
 
 /// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
 /// not the code that keeps the objects reachable).
-fn heap_tool(runtime: &str) -> &'static str {
+fn heap_tool(runtime: Runtime) -> &'static str {
     match runtime {
-        "python" => "tracemalloc or a heap dump (objgraph, guppy) shows which objects",
-        "jvm" => "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects",
-        "go" => "the heap profile (pprof) shows which allocations",
-        "node" => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
-        _ => "the runtime's heap tools show which objects",
+        Runtime::Python => "tracemalloc or a heap dump (objgraph, guppy) shows which objects",
+        Runtime::Jvm => "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects",
+        Runtime::Go => "the heap profile (pprof) shows which allocations",
+        Runtime::Node => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
     }
 }
 
@@ -1664,7 +1663,7 @@ fn heap_tool(runtime: &str) -> &'static str {
 /// parse_record (C extension), Python heap flat"), with the other kinds' trends; a managed heap
 /// that grows significantly is a leak even without a leaking site (the JVM's heap is seen only
 /// through its gauge). Without a runtime the verdict is unchanged.
-fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: &[SiteAnalysis], f_drops: f64) -> Verdict {
+fn kind_verdict(v: Verdict, runtime: Option<Runtime>, kinds: &[KindGrowth], sites: &[SiteAnalysis], f_drops: f64) -> Verdict {
     use crate::report::human::{bytes as hb, rate as hr};
     let Some(rt) = runtime else { return v };
     let heap = crate::runtimes::heap_name(rt);
@@ -1738,8 +1737,8 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
                 sites.iter().filter(|s| s.class == SiteClass::Leak && s.memory_kind == k).collect();
             of_kind.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
             let Some(top) = of_kind.first() else { return v };
-            let stack = Stack { id: top.id, kind: top.kind.clone(), frames: top.frames.clone(), lost: top.stack_lost };
-            let name = crate::runtimes::site_label(rt, k, &stack).unwrap_or_else(|| top.function.clone());
+            let stack = Stack { id: top.id, kind: top.kind, frames: top.frames.clone(), lost: top.stack_lost };
+            let name = crate::runtimes::site_label(Some(rt), k, &stack).unwrap_or_else(|| top.function.clone());
             let mut summary = format!(
                 "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
                  over the steady window; {} ({} B) live at the end",
@@ -1781,7 +1780,7 @@ fn kind_verdict(v: Verdict, runtime: Option<&str>, kinds: &[KindGrowth], sites: 
 pub(crate) mod fixtures {
     use std::collections::BTreeMap;
 
-    use crate::recording::{Checkpoint, Frame, ProcMemory, Recording, SiteSample, Stack};
+    use crate::recording::{Checkpoint, Frame, ProcMemory, Recording, SiteSample, Stack, StackKind};
 
     /// A named frame in `object`, optionally with file:line.
     pub fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> Frame {
@@ -1876,7 +1875,7 @@ pub(crate) mod fixtures {
         inl.inlined = true;
         let stack = Stack {
             id: 1,
-            kind: "malloc".into(),
+            kind: StackKind::Malloc,
             frames: vec![
                 frame("malloc", LIBC, None),
                 frame("operator new(unsigned long)", STDCXX, None),
@@ -1897,7 +1896,7 @@ pub(crate) mod fixtures {
     pub fn cache_site() -> (Stack, SiteFn) {
         let stack = Stack {
             id: 2,
-            kind: "malloc".into(),
+            kind: StackKind::Malloc,
             frames: vec![
                 frame("malloc", LIBC, None),
                 frame("Cache::fill", EXE, Some(("/build/src/cache.cc", 10))),
@@ -1915,7 +1914,7 @@ pub(crate) mod fixtures {
     pub fn temp_site() -> (Stack, SiteFn) {
         let stack = Stack {
             id: 3,
-            kind: "malloc".into(),
+            kind: StackKind::Malloc,
             frames: vec![
                 frame("malloc", LIBC, None),
                 frame("parse_line", EXE, Some(("/build/src/parse.c", 5))),
@@ -2020,21 +2019,21 @@ mod tests {
         // No names: object basename + address.
         let st = Stack {
             id: 9,
-            kind: "malloc".into(),
+            kind: StackKind::Malloc,
             frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }],
             lost: false,
         };
         assert_eq!(culprit(&st).1, "app+0x4a2f");
-        let st = Stack { id: 9, kind: "malloc".into(), frames: vec![], lost: true };
+        let st = Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: true };
         assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
         // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the
         // culprit, its caller is.
         for wrapper in ["__GI___mmap64", "mmap64", "syscall"] {
             let frames = vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
-            let st = Stack { id: 9, kind: "mmap".into(), frames: frames.clone(), lost: false };
+            let st = Stack { id: 9, kind: StackKind::Mmap, frames: frames.clone(), lost: false };
             assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
             // In a malloc site they are functions like others.
-            let st = Stack { id: 9, kind: "malloc".into(), frames, lost: false };
+            let st = Stack { id: 9, kind: StackKind::Malloc, frames, lost: false };
             assert_eq!(culprit(&st), (Some(0), wrapper.to_string()));
         }
     }
@@ -2330,20 +2329,20 @@ mod tests {
         const LIBPY: &str = "/usr/lib/libpython3.11.so.1.0";
         let ext = Stack {
             id: 1,
-            kind: "malloc".into(),
+            kind: StackKind::Malloc,
             frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("parse_record", "/tmp/libcleak.so", None)],
             lost: false,
         };
         let objs = Stack {
             id: 2,
-            kind: "malloc".into(),
+            kind: StackKind::Malloc,
             frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("_PyObject_Malloc", LIBPY, None)],
             lost: false,
         };
         let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
         let steady: SiteFn = Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
         let mut r = recording(&times61(), vec![(ext, leak), (objs, steady)], &|t| mem((10 << 20) + (1000.0 * t) as u64), &no_counters);
-        r.target.runtime = Some("python".into());
+        r.target.runtime = Some(Runtime::Python);
         let a = analyze(&r, &AnalyzeOptions::default());
         assert_eq!(site(&a, 1).memory_kind, MemoryKind::Native);
         assert_eq!(site(&a, 2).memory_kind, MemoryKind::Managed);
@@ -2442,7 +2441,7 @@ mod tests {
         const EXE: &str = "/opt/server/bin/server";
         let stack = Stack {
             id,
-            kind: "mmap".into(),
+            kind: StackKind::Mmap,
             frames: vec![frame(wrapper, LIBC, None), frame(function, EXE, Some(("/build/src/buf.c", 7))), frame("main", EXE, None)],
             lost: false,
         };
@@ -2457,7 +2456,7 @@ mod tests {
         const LD: &str = "/lib64/ld-linux-x86-64.so.2";
         let stack = Stack {
             id: 9,
-            kind: "mmap".into(),
+            kind: StackKind::Mmap,
             frames: vec![frame("__mmap64", LD, None), frame("_dl_map_segments", LD, None), frame("_dl_map_object", LD, None)],
             lost: false,
         };

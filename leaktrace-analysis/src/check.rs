@@ -26,7 +26,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::analyze::{self, culprit, frame_label, is_allocator};
-use crate::recording::{Recording, Stack};
+use crate::recording::{EndReason, Recording, Stack, StackKind};
 use crate::report::human;
 
 /// A site is only named as growing when its slope exceeds this (bytes per unit, or per second).
@@ -60,7 +60,7 @@ pub struct SiteSlope {
     /// [`Stack::id`].
     pub stack: u32,
     /// "malloc" or "mmap".
-    pub kind: String,
+    pub kind: StackKind,
     /// Culprit function ([`analyze::culprit`]).
     pub function: String,
     /// Callers of the culprit, innermost first (at most 4), for the printout.
@@ -98,7 +98,7 @@ pub struct CheckResult {
     /// On FAIL: the sites named as the growth (see the module rules); empty on PASS.
     pub growing_sites: Vec<SiteSlope>,
     /// Why the recording ended ("batches-done", "target-exited", "signal", ...).
-    pub end_reason: String,
+    pub end_reason: EndReason,
 }
 
 /// Live bytes of every stack at every checkpoint, checkpoints in time order: (index into
@@ -132,10 +132,11 @@ pub(crate) fn stack_index(rec: &Recording) -> BTreeMap<u32, &Stack> {
     m
 }
 
-fn kind_of(stacks: &BTreeMap<u32, &Stack>, id: u32) -> &'static str {
+/// "mmap" for mapping sites; every other site (and an unknown stack) counts as "malloc".
+fn kind_of(stacks: &BTreeMap<u32, &Stack>, id: u32) -> StackKind {
     match stacks.get(&id) {
-        Some(s) if s.kind == "mmap" => "mmap",
-        _ => "malloc",
+        Some(s) if s.kind == StackKind::Mmap => StackKind::Mmap,
+        _ => StackKind::Malloc,
     }
 }
 
@@ -151,7 +152,7 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
         anyhow::bail!(
             "{} ({}): no slope can be measured",
             if points.is_empty() { "the warm-up did not complete" } else { "only the baseline was taken, no batch completed" },
-            end_reason_text(&rec.end_reason)
+            end_reason_text(rec.end_reason)
         );
     }
     let per_unit = rec.work_probe.is_some();
@@ -181,12 +182,12 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
     for ((ci, sites), &x) in points.iter().zip(&xs) {
         let c = &rec.checkpoints[*ci];
         let (mut native, mut offheap) = (0u64, 0u64);
-        let runtime = rec.target.runtime.as_deref().unwrap_or("native");
+        let runtime = rec.target.runtime;
         for (&id, &b) in sites {
             match stacks.get(&id) {
                 // Off-heap: program mappings only (not the loader's, the allocator's arenas or a
                 // runtime's heap), as in the report.
-                Some(st) if st.kind == "mmap" => {
+                Some(st) if st.kind == StackKind::Mmap => {
                     if crate::runtimes::classify_site(runtime, st) == crate::runtimes::MemoryKind::OffHeap {
                         offheap = offheap.saturating_add(b);
                     }
@@ -244,7 +245,7 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
             };
             SiteSlope {
                 stack: id,
-                kind: kind_of(&stacks, id).to_string(),
+                kind: kind_of(&stacks, id),
                 function,
                 callers,
                 slope: tr.slope_bytes_per_s,
@@ -284,17 +285,17 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
         pass,
         reason,
         growing_sites: growing,
-        end_reason: rec.end_reason.clone(),
+        end_reason: rec.end_reason,
     })
 }
 
 /// Why a recording ended, as a phrase for messages ("the target exited", ...).
-pub fn end_reason_text(r: &str) -> String {
+pub fn end_reason_text(r: EndReason) -> String {
     match r {
-        "target-exited" => "the target exited".into(),
-        "signal" => "leaktrace was interrupted".into(),
-        "duration" => "the time limit was reached".into(),
-        "batches-done" => "all batches done".into(),
+        EndReason::TargetExited => "the target exited".into(),
+        EndReason::Signal => "leaktrace was interrupted".into(),
+        EndReason::Duration => "the time limit was reached".into(),
+        EndReason::BatchesDone => "all batches done".into(),
         other => format!("recording ended: {other}"),
     }
 }
@@ -501,7 +502,7 @@ fn finite(x: f64) -> Option<f64> {
 #[cfg(test)]
 pub(crate) mod test_support {
     use crate::analyze::fixtures::*;
-    use crate::recording::{Recording, Stack};
+    use crate::recording::{EndReason, Recording, Stack, StackKind};
 
     pub const EXE: &str = "/opt/app/bin/app";
     pub const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -517,7 +518,7 @@ pub(crate) mod test_support {
         for f in &mut frames {
             f.addr += shift;
         }
-        Stack { id, kind: "malloc".into(), frames, lost: false }
+        Stack { id, kind: StackKind::Malloc, frames, lost: false }
     }
 
     /// A check-like recording: units go 0, 100, ... (one checkpoint per 0.5 s, 200 units/s);
@@ -556,7 +557,7 @@ pub(crate) mod test_support {
                 c.batch = Some(((u - 200) / 100) as u32);
             }
         }
-        rec.end_reason = "batches-done".into();
+        rec.end_reason = EndReason::BatchesDone;
         rec
     }
 }
@@ -657,7 +658,7 @@ mod tests {
                 c.batch = None;
             }
         }
-        rec.end_reason = "target-exited".into();
+        rec.end_reason = EndReason::TargetExited;
         let e = evaluate(&rec, 50.0).unwrap_err().to_string();
         assert!(e.contains("only the baseline") && e.contains("exited"), "{e}");
         for c in &mut rec.checkpoints {

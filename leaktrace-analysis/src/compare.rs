@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::analyze::{self, AnalyzeOptions, basename, culprit, is_allocator};
 use crate::check::{live_by_stack, number, rate, stack_index};
 use crate::output::write_atomic;
-use crate::recording::{Recording, Stack};
+use crate::recording::{Mode, Recording, Stack, StackKind};
 
 /// Callers of the culprit that enter a site's signature.
 pub const CALLERS: usize = 6;
@@ -39,8 +39,8 @@ pub const UNIT_FLOOR: f64 = 1.0;
 /// A stack signature: stable across rebuilds and runs.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Signature {
-    /// "malloc" or "mmap".
-    pub kind: String,
+    /// "malloc", "mmap" or "fault".
+    pub kind: StackKind,
     /// Culprit first, then its callers (outwards).
     pub frames: Vec<String>,
 }
@@ -65,7 +65,7 @@ fn sig_label(f: &crate::recording::Frame) -> String {
 
 /// The signature of a stack (see the module rules).
 pub fn signature(st: &Stack) -> Signature {
-    let kind = if st.kind.is_empty() { "malloc".to_string() } else { st.kind.clone() };
+    let kind = st.kind;
     let frames = match culprit(st).0 {
         Some(i) => {
             let mut v = vec![sig_label(&st.frames[i])];
@@ -249,7 +249,7 @@ fn measure(rec: &Recording, path: &str, live: &[(usize, BTreeMap<u32, u64>)], w:
                 .entry(id)
                 .or_insert_with(|| match stacks.get(&id) {
                     Some(st) => signature(st),
-                    None => Signature { kind: "malloc".into(), frames: vec!["[unknown]".into()] },
+                    None => Signature { kind: StackKind::Malloc, frames: vec!["[unknown]".into()] },
                 })
                 .clone();
             series.entry(sig).or_insert_with(|| vec![0.0; n])[k] += b as f64;
@@ -306,7 +306,7 @@ fn display_names(all: &BTreeSet<&Signature>) -> BTreeMap<Signature, String> {
 
 /// Compare two recordings. `before_path`/`after_path` are only used in messages and outputs.
 pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_path: &str) -> anyhow::Result<Comparison> {
-    if (before.mode == "growth") != (after.mode == "growth") {
+    if (before.mode == Mode::Growth) != (after.mode == Mode::Growth) {
         anyhow::bail!(
             "BEFORE was recorded in {} mode and AFTER in {} mode: growth mode measures pages made resident, \
              not live allocations, so the two cannot be compared (record both in the same mode)",
@@ -737,26 +737,26 @@ mod tests {
         assert_eq!(a.frames[1..], ["run_workload", "main"]);
         assert_ne!(a, signature(&stack(1, "other_fn", 0)));
         let mut m = stack(1, "leak_fn", 0);
-        m.kind = "mmap".into();
+        m.kind = StackKind::Mmap;
         assert_ne!(a, signature(&m));
         // An unnamed frame is its object's basename.
         let mut u = stack(1, "leak_fn", 0);
         u.frames[2].function = None;
         assert_eq!(signature(&u).frames[1], "[app]");
-        let lost = Stack { id: 1, kind: "malloc".into(), frames: vec![], lost: true };
+        let lost = Stack { id: 1, kind: StackKind::Malloc, frames: vec![], lost: true };
         assert_eq!(signature(&lost).frames, ["[stack lost]"]);
     }
 
     #[test]
     fn names_tell_signatures_apart() {
-        let sig = |kind: &str, frames: &[&str]| Signature {
-            kind: kind.into(),
+        let sig = |kind: StackKind, frames: &[&str]| Signature {
+            kind,
             frames: frames.iter().map(|f| f.to_string()).collect(),
         };
-        let a = sig("mmap", &["__mmap64", "__mmap64", "__minimal_malloc"]);
-        let b = sig("mmap", &["__mmap64", "__mmap64", "_dl_map_segments", "_dl_map_object_from_fd"]);
-        let c = sig("malloc", &["__mmap64", "__mmap64", "__minimal_malloc"]);
-        let d = sig("malloc", &["handle", "main"]);
+        let a = sig(StackKind::Mmap, &["__mmap64", "__mmap64", "__minimal_malloc"]);
+        let b = sig(StackKind::Mmap, &["__mmap64", "__mmap64", "_dl_map_segments", "_dl_map_object_from_fd"]);
+        let c = sig(StackKind::Malloc, &["__mmap64", "__mmap64", "__minimal_malloc"]);
+        let d = sig(StackKind::Malloc, &["handle", "main"]);
         let all: BTreeSet<&Signature> = [&a, &b, &c, &d].into_iter().collect();
         let n = display_names(&all);
         assert_eq!(n[&a], "__mmap64 (from __minimal_malloc) [mmap]");

@@ -98,7 +98,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
             "warning: only {} of {} batches completed ({}): the slope is measured over those\n",
             result.batches_completed,
             opts.batches,
-            end_reason_text(&result.end_reason)
+            end_reason_text(result.end_reason)
         ));
     }
     text.push_str(&render(&result));

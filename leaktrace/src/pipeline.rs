@@ -9,7 +9,7 @@ use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::launch::ExitStatus;
 use crate::output;
 use crate::record::{self, RecordOptions, TargetSpec};
-use crate::recording::Recording;
+use crate::recording::{EndReason, Recording};
 use crate::report::{self, summary::SummaryRow};
 
 /// One recorded process, saved and reported.
@@ -74,7 +74,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
         Vec::new()
     };
     recorded.wait_detached();
-    if recorded.end_reason == "work-probe-missing" {
+    if recorded.end_reason == EndReason::WorkProbeMissing {
         let spec = opts.work_probe.as_ref().map(|w| w.to_string()).unwrap_or_default();
         anyhow::bail!(
             "--work-probe {spec}: the function was not found in the objects the command maps, so no unit of work can be counted (the recording is in {})",

@@ -17,7 +17,7 @@ use crate::discover::{self, MappedObject, WorkProbeSpec};
 use crate::launch::{self, ExitStatus, HeldChild};
 use crate::probes::{Limits, Mode, Tracer};
 use crate::mappings::{self, AddressSpace};
-use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, Recording, SiteSample, Stack, Target};
+use crate::recording::{self, AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, Recording, SiteSample, Stack, StackKind, Target};
 use crate::symbolize::StackSymbolizer;
 use crate::report::human;
 use crate::{output, procinfo};
@@ -126,7 +126,7 @@ pub struct Recorded {
     pub skipped: Vec<String>,
     /// Why the session ended ("duration", "signal", "target-exited", "batches-done",
     /// "work-probe-missing").
-    pub end_reason: &'static str,
+    pub end_reason: EndReason,
     /// The probes being detached in the background (a few seconds: the kernel removes uprobes
     /// one at a time); [`Recorded::wait_detached`] waits for it.
     detach: Option<std::thread::JoinHandle<()>>,
@@ -318,7 +318,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
             target: Target {
                 pid: t.pid,
-                runtime: t.runtime.as_ref().map(|r| r.name.clone()),
+                runtime: t.runtime.as_ref().map(|r| r.name),
                 runtime_version: t.runtime.as_ref().and_then(|r| r.version.clone()),
                 nspid: if t.nspid.is_empty() { vec![t.pid] } else { t.nspid.clone() },
                 command: t.command.clone(),
@@ -326,7 +326,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 launched: t.launched,
                 exit_status: t.exit_status.map(ExitStatus::as_shell),
             },
-            mode: opts.mode.name().to_string(),
+            mode: recorded_mode(opts.mode),
             sample_bytes: match opts.mode {
                 Mode::Sampled { mean_bytes } => Some(mean_bytes),
                 _ => None,
@@ -337,7 +337,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             probes: std::mem::take(&mut t.probes),
             stacks: std::mem::take(&mut t.stacks),
             checkpoints: std::mem::take(&mut t.checkpoints),
-            end_reason: t.end_reason.unwrap_or(end_reason).to_string(),
+            end_reason: t.end_reason.unwrap_or(end_reason),
             warnings: {
                 if t.untraced_children > 0 {
                     t.warnings.push(format!(
@@ -360,6 +360,15 @@ fn held_is_launch(spec: &TargetSpec) -> bool {
 
 /// `leaktrace-[PREFIX-]PID-TIMESTAMP`, or `leaktrace-[PREFIX-]multi-PID-TIMESTAMP` for several
 /// processes.
+/// The recording's name for a probes mode.
+fn recorded_mode(mode: Mode) -> recording::Mode {
+    match mode {
+        Mode::Exact => recording::Mode::Exact,
+        Mode::Sampled { .. } => recording::Mode::Sampled,
+        Mode::Growth => recording::Mode::Growth,
+    }
+}
+
 fn default_out_dir(prefix: Option<&str>, pid: u32, several: bool) -> PathBuf {
     let name = if several { format!("multi-{pid}") } else { pid.to_string() };
     output::timestamped_dir(&match prefix {
@@ -477,7 +486,7 @@ struct Traced {
     /// Objects already scanned for allocators, by (device major, minor, inode).
     probed: BTreeSet<(i32, i32, u64)>,
     /// Set when this process's recording ended before the run (it exited).
-    end_reason: Option<&'static str>,
+    end_reason: Option<EndReason>,
     /// `exe` was read from /proc/PID/exe (launched commands: after their exec).
     exe_resolved: bool,
     /// The last sample recorded for each stack (checkpoints keep only changed sites).
@@ -728,11 +737,10 @@ impl Traced {
         self.stacks.push(Stack {
             id,
             kind: match key.kind {
-                site_kind::MMAP => "mmap",
-                site_kind::FAULT => "fault",
-                _ => "malloc",
-            }
-            .to_string(),
+                site_kind::MMAP => StackKind::Mmap,
+                site_kind::FAULT => StackKind::Fault,
+                _ => StackKind::Malloc,
+            },
             frames,
             lost,
         });
@@ -793,7 +801,7 @@ const WORK_PROBE_GRACE_S: f64 = 2.0;
 const POLL: Duration = Duration::from_millis(100);
 
 impl Session {
-    async fn run(&mut self, opts: &RecordOptions) -> &'static str {
+    async fn run(&mut self, opts: &RecordOptions) -> EndReason {
         use tokio::signal::unix::{SignalKind, signal};
         let mut sigint = signal(SignalKind::interrupt()).ok();
         let mut sigterm = signal(SignalKind::terminate()).ok();
@@ -828,9 +836,9 @@ impl Session {
         loop {
             polls += 1;
             tokio::select! {
-                _ = recv(&mut sigint) => { self.checkpoint_all(None); return "signal" }
-                _ = recv(&mut sigterm) => { self.checkpoint_all(None); return "signal" }
-                _ = recv(&mut sighup) => { self.checkpoint_all(None); return "signal" }
+                _ = recv(&mut sigint) => { self.checkpoint_all(None); return EndReason::Signal }
+                _ = recv(&mut sigterm) => { self.checkpoint_all(None); return EndReason::Signal }
+                _ = recv(&mut sighup) => { self.checkpoint_all(None); return EndReason::Signal }
                 _ = tokio::time::sleep(poll) => {}
             }
             self.drain_events();
@@ -839,7 +847,7 @@ impl Session {
                 if t.gone() {
                     // Its maps still hold everything it allocated: one last checkpoint.
                     t.checkpoint(&self.tracer, t_s, None, self.work_probe.is_some());
-                    t.end_reason = Some("target-exited");
+                    t.end_reason = Some(EndReason::TargetExited);
                 } else {
                     t.symbolizer.refresh();
                     if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
@@ -853,12 +861,12 @@ impl Session {
                 }
             }
             if self.targets.iter().all(|t| t.end_reason.is_some()) {
-                return "target-exited";
+                return EndReason::TargetExited;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 self.checkpoint_all(None);
-                return "duration";
+                return EndReason::Duration;
             }
             if let (Some((n, mark)), Schedule::Batches { count, size, .. }) = (batch, &opts.schedule) {
                 let first = self.targets[0].pid;
@@ -875,7 +883,7 @@ impl Session {
                         self.start.elapsed().as_secs_f64()
                     );
                     if n >= *count {
-                        return "batches-done";
+                        return EndReason::BatchesDone;
                     }
                     // The next batch starts where the checkpoint just taken measured, not after it
                     // (symbolizing new stacks can take a while).
@@ -908,7 +916,7 @@ impl Session {
                         );
                         if matches!(opts.schedule, Schedule::Batches { size: BatchSize::Units(_), .. }) {
                             self.checkpoint_all(None);
-                            return "work-probe-missing";
+                            return EndReason::WorkProbeMissing;
                         }
                     }
                 self.checkpoint_all(None);

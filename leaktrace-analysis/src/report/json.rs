@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::analyze::{Analysis, SiteAnalysis, Trend, is_allocator};
-use crate::recording::Recording;
+use crate::recording::{Recording, StackKind};
 
 /// Version of the report.json layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -79,7 +79,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "growth_ci95_bytes_per_s": opt_num(s.growth_ci95_bytes_per_s),
         "growth_bytes_per_unit": opt_num(s.growth_bytes_per_unit),
         "growth_ci95_bytes_per_unit": opt_num(s.growth_ci95_bytes_per_unit),
-        "mapped_bytes": if s.kind == "mmap" { json!(s.live_bytes) } else { Value::Null },
+        "mapped_bytes": if s.kind == StackKind::Mmap { json!(s.live_bytes) } else { Value::Null },
         "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
         "evidence": {

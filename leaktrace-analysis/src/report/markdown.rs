@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use crate::analyze::{Analysis, SiteAnalysis, SiteClass, basename, frame_label, is_allocator};
-use crate::recording::{Frame, Recording};
+use crate::recording::{EndReason, Frame, Recording, Runtime, StackKind};
 use crate::runtimes::MemoryKind;
 
 use super::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
@@ -70,7 +70,7 @@ pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
     out
 }
 
-fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&str>, unit: Option<&str>) {
+fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Runtime>, unit: Option<&str>) {
     let e = &s.evidence;
     let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, s.class, s.confidence);
     let ci = s.growth_ci95_bytes_per_s.map_or(String::from("n/a"), |c| format!("{c:.0} B/s"));
@@ -105,11 +105,11 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&s
         exact(s.freed_bytes),
         s.frees
     );
-    if s.kind == "mmap" {
+    if s.kind == StackKind::Mmap {
         let res = s.resident_bytes.map_or("unknown".to_string(), |r| format!("{} ({})", bytes(r), exact(r)));
         let _ = writeln!(md, "- mapped at end: {} ({}), resident {res}", bytes(s.live_bytes), exact(s.live_bytes));
     }
-    let kind = if s.kind == "malloc" { String::new() } else { format!(" [{} site]", s.kind) };
+    let kind = if s.kind == StackKind::Malloc { String::new() } else { format!(" [{} site]", s.kind) };
     let _ = writeln!(md, "- why: {}{kind}", e.reason);
     if let Some(rt) = runtime {
         let _ = writeln!(md, "- memory kind: {} ({})", s.memory_kind, crate::runtimes::kind_origin(rt, s.memory_kind));
@@ -123,7 +123,7 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&s
 
 /// The runtime split, side by side with RSS: which kind of memory grows, with numbers.
 fn memory_by_kind(md: &mut String, a: &Analysis) {
-    let Some(rt) = a.runtime.as_deref() else { return };
+    let Some(rt) = a.runtime else { return };
     let heap = crate::runtimes::heap_name(rt);
     let _ = writeln!(md, "## Memory by kind ({rt})\n");
     md.push_str("| memory | start | end | trend over the steady window | grows |\n|---|---|---|---|---|\n");
@@ -264,7 +264,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         match t.exit_status {
             // The recording ended first (duration, signal, check's last batch): leaktrace stopped
             // the command (SIGTERM, then SIGKILL), which is what the status says.
-            Some(st) if rec.end_reason != "target-exited" && st > 128 => {
+            Some(st) if rec.end_reason != EndReason::TargetExited && st > 128 => {
                 format!("launched by leaktrace and stopped by it when the recording ended (killed by signal {})", st - 128)
             }
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
@@ -333,7 +333,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         md.push_str("No site's live bytes grow.\n\n");
     }
     for (i, site) in growth.iter().enumerate() {
-        site_block(&mut md, i + 1, site, a.runtime.as_deref(), unit.as_deref());
+        site_block(&mut md, i + 1, site, a.runtime, unit.as_deref());
         shown.insert(site.id);
     }
     let live = a.top_by_live();
@@ -360,7 +360,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             if shown.contains(&site.id) {
                 continue;
             }
-            site_block(&mut md, i + 1, site, a.runtime.as_deref(), unit.as_deref());
+            site_block(&mut md, i + 1, site, a.runtime, unit.as_deref());
         }
     }
 

@@ -68,6 +68,7 @@ mod tests {
 
     use super::*;
     use crate::analyze::fixtures::*;
+    use crate::recording::StackKind;
 
     /// A fresh empty directory under the system temp dir.
     fn tempdir(name: &str) -> PathBuf {
@@ -243,7 +244,7 @@ mod tests {
         let dir = tempdir("off-heap");
         let map = crate::recording::Stack {
             id: 7,
-            kind: "mmap".into(),
+            kind: StackKind::Mmap,
             frames: vec![
                 frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None),
                 frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))),
@@ -334,10 +335,10 @@ mod tests {
     #[test]
     fn lost_and_unnamed_frames_fold() {
         let dir = tempdir("lost");
-        let lost = crate::recording::Stack { id: 5, kind: "malloc".into(), frames: vec![], lost: true };
+        let lost = crate::recording::Stack { id: 5, kind: StackKind::Malloc, frames: vec![], lost: true };
         let unnamed = crate::recording::Stack {
             id: 6,
-            kind: "mmap".into(),
+            kind: StackKind::Mmap,
             frames: vec![
                 crate::recording::Frame { addr: 0x10, object: Some("/usr/lib/libx.so".into()), ..Default::default() },
                 crate::recording::Frame { addr: 0x20, function: Some("f; [u8; 8]".into()), ..Default::default() },

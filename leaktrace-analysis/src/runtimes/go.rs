@@ -18,7 +18,7 @@
 //! the mmap/munmap tracepoints only, which see the Go heap's mappings.
 
 use super::{MemoryKind, callers, function, is_libc, is_thread_stack};
-use crate::recording::Stack;
+use crate::recording::{Stack, StackKind};
 
 /// cgo's own C support code.
 fn is_cgo_runtime(name: &str) -> bool {
@@ -27,13 +27,13 @@ fn is_cgo_runtime(name: &str) -> bool {
 
 /// Go's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
-    match stack.kind.as_str() {
-        "malloc" => {
+    match stack.kind {
+        StackKind::Malloc => {
             let f = callers(stack).find(|f| !is_libc(f))?;
             let name = function(f);
             Some(if is_cgo_runtime(name) || name.starts_with("runtime.") { MemoryKind::Runtime } else { MemoryKind::Native })
         }
-        "mmap" => {
+        StackKind::Mmap => {
             for f in callers(stack).filter(|f| !is_libc(f)).take(8) {
                 let name = function(f);
                 if name.starts_with("syscall.") || name.starts_with("golang.org/x/sys/unix.") {

@@ -21,7 +21,7 @@
 //! Units (`perfData.hpp`): 1 none, 2 bytes, 3 ticks, 4 events, 5 string, 6 hertz.
 
 use super::{MemoryKind, callers, first_caller, function, is_thread_stack, object_name};
-use crate::recording::{Frame, Stack};
+use crate::recording::{Frame, Stack, StackKind};
 
 /// Functions of libjvm that commit or manage the Java heap (substrings).
 const HEAP_CODE: &[&str] = &[
@@ -47,7 +47,7 @@ fn is_unsafe_wrapper(name: &str) -> bool {
 /// A better name than the innermost frame for a site of `kind` (e.g. the Unsafe entry point
 /// rather than os::malloc).
 pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
-    if kind != MemoryKind::OffHeap || stack.kind != "malloc" {
+    if kind != MemoryKind::OffHeap || stack.kind != StackKind::Malloc {
         return None;
     }
     match callers(stack).find(|f| function(f).starts_with("Unsafe_")) {
@@ -63,8 +63,8 @@ fn is_jvm_code(f: &Frame) -> bool {
 
 /// The JVM's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
-    match stack.kind.as_str() {
-        "malloc" => {
+    match stack.kind {
+        StackKind::Malloc => {
             if callers(stack).take(8).any(|f| {
                 let n = function(f);
                 n.starts_with("Unsafe_AllocateMemory") || n.starts_with("Unsafe_ReallocateMemory")
@@ -82,7 +82,7 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             }
             Some(if is_jvm_code(f) { MemoryKind::Runtime } else { MemoryKind::Native })
         }
-        "mmap" => {
+        StackKind::Mmap => {
             if is_thread_stack(stack) {
                 // Every Java thread and every JVM thread is created by libjvm (os::create_thread);
                 // the walk rarely gets past glibc's pthread_create, which has no frame pointers.

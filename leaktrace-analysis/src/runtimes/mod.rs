@@ -13,7 +13,7 @@
 //! wrappers). Every rule therefore decides on the nearest frames it can.
 
 use crate::allocator_frames::is_allocator_frame;
-use crate::recording::{Frame, Recording, Stack};
+use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
 
 pub mod go;
 pub mod jvm;
@@ -53,71 +53,68 @@ impl std::fmt::Display for MemoryKind {
     }
 }
 
-/// Classify a recorded site of a target running `runtime` ("native" when none).
-pub fn classify_site(runtime: &str, stack: &Stack) -> MemoryKind {
-    if stack.kind == "mmap" && is_malloc_arena_mapping(stack) {
+/// Classify a recorded site of a target running `runtime` (None: a native program).
+pub fn classify_site(runtime: Option<Runtime>, stack: &Stack) -> MemoryKind {
+    if stack.kind == StackKind::Mmap && is_malloc_arena_mapping(stack) {
         // glibc's own arenas, mapped inside free() (tcache set-up on a thread's first call),
         // where no allocator call is in flight: what lives there is counted at malloc sites.
         return MemoryKind::Runtime;
     }
-    if stack.kind == "mmap" && is_loader_mapping(stack) {
+    if stack.kind == StackKind::Mmap && is_loader_mapping(stack) {
         // The dynamic loader's own mappings: zero-filled .bss of the objects it loads
         // (_dl_map_segments under _dl_map_object), its start-up allocator (__minimal_malloc).
         // Made once per loaded object, whatever the runtime: not the program's off-heap memory.
         return MemoryKind::Runtime;
     }
     let rule = match runtime {
-        "python" => python::classify(stack),
-        "jvm" => jvm::classify(stack),
-        "go" => go::classify(stack),
-        "node" => node::classify(stack),
-        _ => None,
+        Some(Runtime::Python) => python::classify(stack),
+        Some(Runtime::Jvm) => jvm::classify(stack),
+        Some(Runtime::Go) => go::classify(stack),
+        Some(Runtime::Node) => node::classify(stack),
+        None => None,
     };
-    rule.unwrap_or(match stack.kind.as_str() {
-        "mmap" => MemoryKind::OffHeap,
+    rule.unwrap_or(match stack.kind {
+        StackKind::Mmap => MemoryKind::OffHeap,
         _ => MemoryKind::Native,
     })
 }
 
 /// A better label than the culprit frame for a site of `kind`, where a runtime knows one (the
 /// JVM's Unsafe entry point instead of os::malloc). None: the culprit frame is the label.
-pub fn site_label(runtime: &str, kind: MemoryKind, stack: &Stack) -> Option<String> {
+pub fn site_label(runtime: Option<Runtime>, kind: MemoryKind, stack: &Stack) -> Option<String> {
     match runtime {
-        "jvm" => jvm::site_label(kind, stack),
+        Some(Runtime::Jvm) => jvm::site_label(kind, stack),
         _ => None,
     }
 }
 
 /// Human name of a runtime's managed heap ("Python heap", "Java heap", ...).
-pub fn heap_name(runtime: &str) -> &'static str {
+pub fn heap_name(runtime: Runtime) -> &'static str {
     match runtime {
-        "python" => "Python heap",
-        "jvm" => "Java heap",
-        "go" => "Go heap",
-        "node" => "V8 heap",
-        _ => "managed heap",
+        Runtime::Python => "Python heap",
+        Runtime::Jvm => "Java heap",
+        Runtime::Go => "Go heap",
+        Runtime::Node => "V8 heap",
     }
 }
 
 /// What native and off-heap memory usually is in a runtime, for verdicts ("C extension").
-pub fn kind_origin(runtime: &str, kind: MemoryKind) -> &'static str {
+pub fn kind_origin(runtime: Runtime, kind: MemoryKind) -> &'static str {
+    use Runtime::{Go, Jvm, Node, Python};
     match (runtime, kind) {
-        ("python", MemoryKind::Native) => "C extension",
-        ("python", MemoryKind::OffHeap) => "anonymous mapping",
-        ("python", MemoryKind::Runtime) => "interpreter internals",
-        ("jvm", MemoryKind::Native) => "JNI code",
-        ("jvm", MemoryKind::OffHeap) => "direct buffers / Unsafe",
-        ("jvm", MemoryKind::Runtime) => "the JVM's own native memory",
-        ("go", MemoryKind::Native) => "C code through cgo",
-        ("go", MemoryKind::OffHeap) => "mapping outside the Go heap",
-        ("go", MemoryKind::Runtime) => "Go runtime internals",
-        ("node", MemoryKind::Native) => "native addon",
-        ("node", MemoryKind::OffHeap) => "ArrayBuffer/Buffer backing stores",
-        ("node", MemoryKind::Runtime) => "V8/Node internals",
+        (Python, MemoryKind::Native) => "C extension",
+        (Python, MemoryKind::OffHeap) => "anonymous mapping",
+        (Python, MemoryKind::Runtime) => "interpreter internals",
+        (Jvm, MemoryKind::Native) => "JNI code",
+        (Jvm, MemoryKind::OffHeap) => "direct buffers / Unsafe",
+        (Jvm, MemoryKind::Runtime) => "the JVM's own native memory",
+        (Go, MemoryKind::Native) => "C code through cgo",
+        (Go, MemoryKind::OffHeap) => "mapping outside the Go heap",
+        (Go, MemoryKind::Runtime) => "Go runtime internals",
+        (Node, MemoryKind::Native) => "native addon",
+        (Node, MemoryKind::OffHeap) => "ArrayBuffer/Buffer backing stores",
+        (Node, MemoryKind::Runtime) => "V8/Node internals",
         (_, MemoryKind::Managed) => "managed heap",
-        (_, MemoryKind::Native) => "native code",
-        (_, MemoryKind::OffHeap) => "anonymous mapping",
-        (_, MemoryKind::Runtime) => "allocator and loader internals",
     }
 }
 
@@ -203,9 +200,9 @@ pub struct KindSeries {
 /// then to its live (mapped) bytes when none was ever read.
 pub fn memory_by_kind(rec: &Recording) -> KindSeries {
     use std::collections::HashMap;
-    let runtime = rec.target.runtime.as_deref().unwrap_or("native");
+    let runtime = rec.target.runtime;
     let kinds: HashMap<u32, (MemoryKind, bool)> =
-        rec.stacks.iter().map(|s| (s.id, (classify_site(runtime, s), s.kind == "mmap"))).collect();
+        rec.stacks.iter().map(|s| (s.id, (classify_site(runtime, s), s.kind == StackKind::Mmap))).collect();
     let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
     order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
     // Per stack: (live bytes, last resident bytes known).
@@ -272,7 +269,7 @@ pub(crate) mod tests {
 
     /// A stack of `kind` with these (function, object) frames, innermost first.
     pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
-        Stack { id: 1, kind: kind.into(), frames: frames.iter().map(|(f, o)| fr(f, o)).collect(), lost: false }
+        Stack { id: 1, kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"), frames: frames.iter().map(|(f, o)| fr(f, o)).collect(), lost: false }
     }
 
     pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
@@ -281,22 +278,22 @@ pub(crate) mod tests {
     fn lost_stacks_are_classified_by_their_direct_caller() {
         let mut s = st("malloc", &[("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0")]);
         s.lost = true;
-        assert_eq!(classify_site("python", &s), MemoryKind::Managed);
+        assert_eq!(classify_site(Some(Runtime::Python), &s), MemoryKind::Managed);
     }
 
     #[test]
     fn native_targets_keep_the_simple_rule() {
         let m = st("malloc", &[("malloc", LIBC), ("parse", "/usr/bin/app")]);
-        assert_eq!(classify_site("native", &m), MemoryKind::Native);
+        assert_eq!(classify_site(None, &m), MemoryKind::Native);
         let o = st("mmap", &[("__GI___mmap64", LIBC), ("map_buffers", "/usr/bin/app")]);
-        assert_eq!(classify_site("native", &o), MemoryKind::OffHeap);
+        assert_eq!(classify_site(None, &o), MemoryKind::OffHeap);
     }
 
     #[test]
     fn glibc_arenas_mapped_inside_free_are_not_off_heap() {
         let s = st("mmap", &[("__GI___mmap64", LIBC), ("alloc_new_heap", LIBC)]);
-        for rt in ["native", "python", "jvm", "go", "node"] {
-            assert_eq!(classify_site(rt, &s), MemoryKind::Runtime, "{rt}");
+        for rt in [None, Some(Runtime::Python), Some(Runtime::Jvm), Some(Runtime::Go), Some(Runtime::Node)] {
+            assert_eq!(classify_site(rt, &s), MemoryKind::Runtime, "{rt:?}");
         }
     }
 
@@ -312,17 +309,17 @@ pub(crate) mod tests {
         for f in &mut named.frames {
             f.object = None;
         }
-        for rt in ["native", "python", "jvm", "go", "node"] {
+        for rt in [None, Some(Runtime::Python), Some(Runtime::Jvm), Some(Runtime::Go), Some(Runtime::Node)] {
             for s in [&bss, &minimal, &named] {
-                assert_eq!(classify_site(rt, s), MemoryKind::Runtime, "{rt}: {s:?}");
+                assert_eq!(classify_site(rt, s), MemoryKind::Runtime, "{rt:?}: {s:?}");
             }
         }
         // The program's own mapping, through libc, stays off-heap; a malloc site from the loader
         // is not a mapping.
         let own = st("mmap", &[("mmap64", LIBC), ("map_buffers", "/usr/bin/app"), ("main", "/usr/bin/app")]);
-        assert_eq!(classify_site("native", &own), MemoryKind::OffHeap);
+        assert_eq!(classify_site(None, &own), MemoryKind::OffHeap);
         let tls = st("malloc", &[("malloc", LIBC), ("_dl_allocate_tls", LD), ("pthread_create", LIBC)]);
-        assert_eq!(classify_site("native", &tls), MemoryKind::Native);
+        assert_eq!(classify_site(None, &tls), MemoryKind::Native);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! - Native: malloc from addons (`*.node`) and the libraries they load.
 
 use super::{MemoryKind, callers, function, is_libc, is_thread_stack, object_name};
-use crate::recording::{Frame, Stack};
+use crate::recording::{Frame, Stack, StackKind};
 
 /// The node executable or a shared libnode.
 pub fn is_node_object(name: &str) -> bool {
@@ -30,15 +30,15 @@ fn is_backing_store(name: &str) -> bool {
 
 /// Node's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
-    match stack.kind.as_str() {
-        "malloc" => {
+    match stack.kind {
+        StackKind::Malloc => {
             if callers(stack).take(6).any(|f| is_backing_store(function(f))) {
                 return Some(MemoryKind::OffHeap);
             }
             let f = callers(stack).find(|f| !is_support_library(f))?;
             Some(if is_node_object(object_name(f)) { MemoryKind::Runtime } else { MemoryKind::Native })
         }
-        "mmap" => {
+        StackKind::Mmap => {
             // Frame 0 counts here: V8's page allocator makes the raw syscall itself.
             for f in stack.frames.iter().filter(|f| !is_libc(f)).take(8) {
                 let name = function(f);

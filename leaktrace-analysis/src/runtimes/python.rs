@@ -18,7 +18,7 @@
 //! per object is higher. The recorder reports the variable from /proc/PID/environ.
 
 use super::{MemoryKind, callers, first_caller, function, is_loader, object_name};
-use crate::recording::{Frame, Stack};
+use crate::recording::{Frame, Stack, StackKind};
 
 
 /// pymalloc's arena allocator: mappings made here are the Python heap.
@@ -32,8 +32,8 @@ fn is_interpreter(f: &Frame) -> bool {
 
 /// Python's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
-    match stack.kind.as_str() {
-        "mmap" => {
+    match stack.kind {
+        StackKind::Mmap => {
             if callers(stack).take(4).any(|f| ARENA_FUNCTIONS.contains(&function(f))) {
                 return Some(MemoryKind::Managed);
             }
@@ -42,7 +42,7 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             }
             None
         }
-        "malloc" => {
+        StackKind::Malloc => {
             let f = first_caller(stack).or_else(|| callers(stack).next())?;
             if is_loader(f) {
                 Some(MemoryKind::Runtime)
@@ -79,6 +79,6 @@ mod tests {
         assert_eq!(classify(&loader), Some(MemoryKind::Runtime));
         let user_map = st("mmap", &[("__GI___mmap64", LIBC), ("new_mmap_object", "/x/lib-dynload/mmap.cpython-311-x86_64-linux-gnu.so")]);
         assert_eq!(classify(&user_map), None);
-        assert_eq!(super::super::classify_site("python", &user_map), MemoryKind::OffHeap);
+        assert_eq!(super::super::classify_site(Some(crate::recording::Runtime::Python), &user_map), MemoryKind::OffHeap);
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use object::{Object as _, ObjectSection as _};
 
 use super::RuntimeInfo;
+use crate::recording::Runtime;
 use crate::discover::MappedObject;
 
 /// The Go toolchain version that built `path` ("go1.19.8"), or Some(None) for a Go binary whose
@@ -55,7 +56,7 @@ pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
     let exe = objects.first()?;
     let version = go_binary_version(&exe.open_path)?;
     Some(RuntimeInfo {
-        name: "go".into(),
+        name: Runtime::Go,
         version: version.map(|v| v.trim_start_matches("go").to_string()),
         notes: vec![format!(
             "Go runtime detected ({}): managed = the Go heap's mappings (resident bytes); native = \

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::recording::Runtime;
 use super::{HeapGauge, RuntimeInfo, file_name};
 use crate::discover::MappedObject;
 use crate::recording::ManagedHeap;
@@ -39,7 +40,7 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
                 .into(),
         );
     }
-    Some(RuntimeInfo { name: "jvm".into(), version, notes })
+    Some(RuntimeInfo { name: Runtime::Jvm, version, notes })
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::discover::MappedObject;
-use crate::recording::ManagedHeap;
+use crate::recording::{ManagedHeap, Runtime};
 
 pub mod go;
 pub mod jvm;
@@ -15,10 +15,10 @@ pub mod node;
 pub mod python;
 
 /// The runtime of a target.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeInfo {
-    /// "python", "jvm", "go", "node", or "native" (none detected).
-    pub name: String,
+    /// Which runtime.
+    pub name: Runtime,
     /// Version when known (e.g. "3.11").
     pub version: Option<String>,
     /// Notes for the report (e.g. PYTHONMALLOC=malloc changes the picture).
@@ -43,8 +43,8 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
 
 /// The heap gauge of a detected runtime, if it has one.
 pub fn gauge(pid: u32, runtime: &RuntimeInfo) -> Option<Box<dyn HeapGauge>> {
-    match runtime.name.as_str() {
-        "jvm" => Some(Box::new(jvm::HsPerfGauge::new(pid))),
+    match runtime.name {
+        Runtime::Jvm => Some(Box::new(jvm::HsPerfGauge::new(pid))),
         _ => None,
     }
 }

@@ -3,6 +3,7 @@
 
 use leaktrace_analysis::runtimes::node::is_node_object;
 
+use crate::recording::Runtime;
 use super::{RuntimeInfo, file_name};
 use crate::discover::MappedObject;
 
@@ -13,7 +14,7 @@ pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
             && crate::discover::function_offsets(&o.open_path, &["napi_create_object"]).is_ok_and(|m| !m.is_empty())
     })?;
     Some(RuntimeInfo {
-        name: "node".into(),
+        name: Runtime::Node,
         version: None,
         notes: vec![format!(
             "Node.js runtime detected ({}): managed = V8 heap pages (resident bytes); off-heap = \

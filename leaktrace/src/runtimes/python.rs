@@ -2,6 +2,7 @@
 //! the PYTHONMALLOC setting from the target's environment. The frame rules are in
 //! `leaktrace_analysis::runtimes::python`.
 
+use crate::recording::Runtime;
 use super::{RuntimeInfo, file_name};
 use crate::discover::MappedObject;
 
@@ -44,7 +45,7 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
             _ => format!("PYTHONMALLOC={v}"),
         });
     }
-    Some(RuntimeInfo { name: "python".into(), version, notes })
+    Some(RuntimeInfo { name: Runtime::Python, version, notes })
 }
 
 /// A variable of the target's initial environment (/proc/PID/environ).
