@@ -96,47 +96,6 @@ fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
-fn assert_no_panic(o: &Output) {
-    assert!(
-        !o.stderr.contains("panicked"),
-        "leaktrace panicked\n{}",
-        o.describe()
-    );
-}
-
-/// Exit code 2, one `leaktrace: error:` line mentioning each of `mentions`, nothing attached,
-/// no panic.
-fn assert_error(o: &Output, mentions: &[&str]) -> String {
-    assert_no_panic(o);
-    assert_eq!(o.code(), Some(2), "exit code\n{}", o.describe());
-    let errors: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("leaktrace: error:"))
-        .collect();
-    assert_eq!(
-        errors.len(),
-        1,
-        "exactly one 'leaktrace: error:' line expected\n{}",
-        o.describe()
-    );
-    for m in mentions {
-        assert!(
-            errors[0].contains(m),
-            "the error line should mention {m:?}: {}",
-            errors[0]
-        );
-    }
-    assert!(
-        !o.stderr
-            .lines()
-            .any(|l| l.starts_with("leaktrace: attached")),
-        "it attached before failing\n{}",
-        o.describe()
-    );
-    errors[0].to_string()
-}
-
 /// `leaktrace record --pid PID --interval 250ms [extra...] --out OUT`, started.
 fn record_pid(pid: u32, out: &OutDir, extra: &[&str]) -> Running {
     let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "250ms"]);
