@@ -1,6 +1,6 @@
 //! Developer tasks for leaktrace: `cargo xtask <setup|build|test|demo|bench>`.
 //!
-//! `bench` (bench.rs) measures what tracing costs and writes docs/benchmarks.md; it installs its
+//! `bench` (bench/) measures what tracing costs and writes docs/benchmarks.md; it installs its
 //! own tools (bpftrace, heaptrack, redis) and is not part of CI.
 //!
 //! Every command this runs is printed first (`xtask: $ ...`, on stderr).
