@@ -1103,7 +1103,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         verdict,
         warnings,
         top: opts.top,
-        runtime: rec.target.runtime.clone(),
+        runtime: rec.target.runtime,
         kinds: kind_list,
         work_probe: rec.work_probe.clone(),
         units_of_work,
@@ -1127,7 +1127,7 @@ struct SiteContext<'a> {
     sample_bytes: u64,
 }
 
-fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext, memory_kind: MemoryKind) -> SiteAnalysis {
+fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext<'_>, memory_kind: MemoryKind) -> SiteAnalysis {
     let SiteContext { times, units, duration, win, f_drops, sample_bytes } = *ctx;
     let (culprit_frame, function) = culprit(st);
     let live = &ser.live_bytes;
@@ -1467,7 +1467,7 @@ fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
     }
 }
 
-fn process_verdict(p: &ProcessInput) -> Verdict {
+fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     use crate::report::human::{bytes as hb, rate as hr};
     let f_n = f_points(p.native_trend.n);
     let window = format!("{:.0}–{:.0} s", p.native_trend.from_s, p.native_trend.to_s);

@@ -61,7 +61,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
         outcomes.push(RecordOutcome { dir: p.dir, files, exit_status: p.exit_status, recording: p.recording, analysis });
     }
     let summary_files = if recorded.several {
-        let rows: Vec<SummaryRow> = outcomes
+        let rows: Vec<SummaryRow<'_>> = outcomes
             .iter()
             .map(|o| SummaryRow {
                 recording: &o.recording,

@@ -67,7 +67,7 @@ fn fmt_tick(v: f64, step: f64) -> String {
 /// runtime, the managed heap and the off-heap bytes of the runtime split. `subtitle` is shown
 /// under the title (e.g. the command).
 pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
-    let series: Vec<Line> = [
+    let series: Vec<Line<'_>> = [
         ("RSS (VmRSS)", "#1f77b4", a.memory.rss_bytes.as_slice()),
         ("RSS anon (RssAnon)", "#ff7f0e", a.memory.rss_anon_bytes.as_slice()),
         ("live native bytes (malloc)", "#2ca02c", a.memory.native_live_bytes.as_slice()),

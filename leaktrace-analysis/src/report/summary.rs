@@ -19,7 +19,7 @@ pub struct SummaryRow<'a> {
 }
 
 /// summary.md: a table, one row per process, then the processes not traced.
-pub fn summary_md(rows: &[SummaryRow], skipped: &[String]) -> String {
+pub fn summary_md(rows: &[SummaryRow<'_>], skipped: &[String]) -> String {
     let mut md = String::from(
         "# leaktrace summary\n\n| PID | PID in container | command | verdict | native live at end | report |\n|---|---|---|---|---|---|\n",
     );
@@ -47,7 +47,7 @@ pub fn summary_md(rows: &[SummaryRow], skipped: &[String]) -> String {
 
 /// summary.json: `{"processes": [{pid, nspid, command, verdict {class, confidence, summary},
 /// native_live_end_bytes, dir}], "skipped": [...]}`.
-pub fn summary_json(rows: &[SummaryRow], skipped: &[String]) -> serde_json::Value {
+pub fn summary_json(rows: &[SummaryRow<'_>], skipped: &[String]) -> serde_json::Value {
     let processes: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -67,7 +67,7 @@ pub fn summary_json(rows: &[SummaryRow], skipped: &[String]) -> serde_json::Valu
 }
 
 /// Write summary.md and summary.json into `dir` (atomically). Returns the two paths.
-pub fn write_summary(dir: &Path, rows: &[SummaryRow], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+pub fn write_summary(dir: &Path, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let md_path = dir.join("summary.md");
     let json_path = dir.join("summary.json");
     write_atomic(&md_path, summary_md(rows, skipped).as_bytes())?;

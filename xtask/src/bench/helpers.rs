@@ -193,10 +193,10 @@ pub(super) fn fd_ids(pid: u32, key: &str) -> Result<Vec<u64>> {
             continue;
         };
         for l in text.lines() {
-            if let Some(v) = l.strip_prefix(key).and_then(|r| r.strip_prefix(':')) {
-                if let Ok(id) = v.trim().parse() {
-                    ids.push(id);
-                }
+            if let Some(v) = l.strip_prefix(key).and_then(|r| r.strip_prefix(':'))
+                && let Ok(id) = v.trim().parse()
+            {
+                ids.push(id);
             }
         }
     }
