@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use leaktrace_common::counter;
 use serde::Serialize;
 
 use crate::allocator_frames::is_allocator_frame;
@@ -853,11 +854,11 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     // Counters (cumulative: the last checkpoint).
     let mut drops: BTreeMap<String, u64> = BTreeMap::new();
     let mut events: BTreeMap<String, u64> = BTreeMap::new();
-    for (i, name) in leaktrace_common::counter::NAMES.iter().enumerate() {
-        if leaktrace_common::counter::IS_LOSS[i] {
-            drops.insert(name.to_string(), 0);
+    for c in &counter::TABLE {
+        if c.is_loss {
+            drops.insert(c.name.to_string(), 0);
         } else {
-            events.insert(name.to_string(), 0);
+            events.insert(c.name.to_string(), 0);
         }
     }
     if let Some(&last) = order.last() {
@@ -1374,14 +1375,11 @@ fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
     s.kind == StackKind::Mmap && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
 }
 
-/// Loss counters after which live bytes are incomplete (allocations or frees not recorded); the
-/// other losses (stacks not stored: stacks_map_full, stack_error) lose call stacks, never bytes.
-pub const BYTE_LOSSES: &[&str] =
-    &["allocs_map_full", "sites_map_full", "inflight_map_full", "missed_return", "address_reused", "map_events_lost"];
-
-/// Share of traced allocator calls whose bytes were lost (0..1), from the loss counters.
+/// Share of traced allocator calls whose bytes were lost (0..1), from the loss counters that
+/// leave live bytes incomplete ([`counter::byte_losses`]; the others lose call stacks, never
+/// bytes).
 pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
-    let lost: u64 = BYTE_LOSSES.iter().filter_map(|k| drops.get(*k)).sum();
+    let lost: u64 = counter::byte_losses().filter_map(|c| drops.get(c.name)).sum();
     let seen = events.get("allocs").copied().unwrap_or(0) + lost;
     if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
 }
@@ -1395,7 +1393,7 @@ fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: &BTreeMap<S
         return v;
     }
     let named: Vec<String> =
-        BYTE_LOSSES.iter().filter_map(|k| drops.get(*k).filter(|n| **n > 0).map(|n| format!("{k} {n}"))).collect();
+        counter::byte_losses().filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| format!("{} {n}", c.name))).collect();
     let why = format!(
         "{:.0} % of allocator calls were not traced ({}; raise --max-allocs / --max-sites)",
         share * 100.0,

@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
+use leaktrace_common::counter;
 use serde::Serialize;
 
 use crate::analyze::{self, culprit, frame_label, is_allocator};
@@ -287,6 +288,25 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
         growing_sites: growing,
         end_reason: rec.end_reason,
     })
+}
+
+/// Whether a `check` recording lost too many allocations to be trusted (the slope would be too
+/// low, and a leak could pass): a full map or ring buffer always counts; a few missed returns or
+/// reused addresses (a thread killed inside malloc) only above 1 % of the calls. Returns the
+/// byte-losing counters that are not zero at the last checkpoint ("allocs_map_full 12, ..."),
+/// or None when the recording can be trusted.
+pub fn untrusted_losses(rec: &Recording) -> Option<String> {
+    let last = rec.checkpoints.last();
+    let value = |k: &str| last.and_then(|c| c.counters.get(k)).copied().unwrap_or(0);
+    let full = counter::byte_losses().any(|c| c.full && value(c.name) > 0);
+    let allocs = value(counter::NAMES[counter::ALLOCS as usize]);
+    let other: u64 = counter::byte_losses().filter(|c| !c.full).map(|c| value(c.name)).sum();
+    if !full && (other as f64) <= 0.01 * (allocs + other) as f64 {
+        return None;
+    }
+    let lost: Vec<String> =
+        counter::byte_losses().filter(|c| value(c.name) > 0).map(|c| format!("{} {}", c.name, value(c.name))).collect();
+    Some(lost.join(", "))
 }
 
 /// Why a recording ended, as a phrase for messages ("the target exited", ...).
@@ -701,5 +721,24 @@ mod tests {
         assert_eq!(number(50.0), "50");
         assert_eq!(number(99.96), "100");
         assert_eq!(number(-0.001), "0");
+    }
+
+    #[test]
+    fn lost_allocations_make_the_test_untrusted() {
+        let mut rec = batch_recording(100, "leak_it", 0);
+        let set = |rec: &mut Recording, k: &str, v: u64| {
+            rec.checkpoints.last_mut().unwrap().counters.insert(k.to_string(), v);
+        };
+        set(&mut rec, "allocs", 10_000);
+        assert_eq!(untrusted_losses(&rec), None);
+        set(&mut rec, "stacks_map_full", 5);
+        assert_eq!(untrusted_losses(&rec), None, "lost stacks keep their bytes");
+        set(&mut rec, "missed_return", 100);
+        assert_eq!(untrusted_losses(&rec), None, "1 % of the calls or less");
+        set(&mut rec, "missed_return", 102);
+        assert_eq!(untrusted_losses(&rec).as_deref(), Some("missed_return 102"));
+        set(&mut rec, "missed_return", 1);
+        set(&mut rec, "sites_map_full", 1);
+        assert_eq!(untrusted_losses(&rec).as_deref(), Some("sites_map_full 1, missed_return 1"));
     }
 }

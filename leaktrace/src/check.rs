@@ -73,22 +73,9 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         )
     })?;
     // A full map hides allocations: the slope would be too low, and a leak could pass.
-    let last = outcome.recording.checkpoints.last();
-    let counter = |k: &str| last.and_then(|c| c.counters.get(k)).copied().unwrap_or(0);
-    let lost: Vec<String> = crate::analyze::BYTE_LOSSES
-        .iter()
-        .filter(|k| counter(k) > 0)
-        .map(|k| format!("{k} {}", counter(k)))
-        .collect();
-    // A full map or ring buffer always counts; a few missed returns (a thread killed inside
-    // malloc) only above 1 % of the calls.
-    let map_full = ["allocs_map_full", "sites_map_full", "inflight_map_full", "map_events_lost"].iter().any(|k| counter(k) > 0);
-    let allocs = counter("allocs");
-    let other: u64 = ["missed_return", "address_reused"].iter().map(|k| counter(k)).sum();
-    if map_full || (other as f64) > 0.01 * (allocs + other) as f64 {
+    if let Some(lost) = untrusted_losses(&outcome.recording) {
         anyhow::bail!(
-            "the test cannot be trusted: allocations were lost ({}; raise --max-allocs / --max-sites); the recording is in {}",
-            lost.join(", "),
+            "the test cannot be trusted: allocations were lost ({lost}; raise --max-allocs / --max-sites); the recording is in {}",
             dir.display()
         );
     }
