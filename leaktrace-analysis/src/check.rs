@@ -83,7 +83,7 @@ pub struct CheckResult {
     pub batches_completed: u32,
     /// "B/unit" or "B/s".
     pub unit: String,
-    /// The work probe (SYMBOL[@OBJECT]) when per unit.
+    /// The work probe (`SYMBOL[@OBJECT]`) when per unit.
     pub work_probe: Option<String>,
     /// Slope of the traced live bytes, bytes per unit (or per second).
     pub slope: f64,

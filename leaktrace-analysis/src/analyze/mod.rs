@@ -1,11 +1,11 @@
 //! Analysis of a recording: how the live (outstanding) bytes of every allocation site and of the
 //! whole process moved over time, and whether that movement is a leak.
 //!
-//! Everything here is a pure function of a [`Recording`]: no root, no target. The method (window
+//! Everything here is a pure function of a [`Recording`](crate::recording::Recording): no root, no target. The method (window
 //! choice, least-squares trend, noise floor, classification rules and confidence) is written down
 //! in `docs/analysis.md`; the constants below are the numbers it quotes.
 //!
-//! Vocabulary: a *site* is one call stack ([`Stack`]) that allocates; its *live bytes* are the
+//! Vocabulary: a *site* is one call stack ([`Stack`](crate::recording::Stack)) that allocates; its *live bytes* are the
 //! bytes allocated from it and not yet freed (only allocations made after the probes were
 //! attached are seen, so every site starts near zero at the first checkpoint). *Retention* is
 //! live bytes that stay live.
@@ -200,15 +200,15 @@ pub struct SiteEvidence {
 /// One allocation site (one call stack) over the recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SiteAnalysis {
-    /// [`Stack::id`].
+    /// [`Stack::id`](crate::recording::Stack::id).
     pub id: u32,
-    /// "malloc", "mmap" or "fault" ([`Stack::kind`]).
+    /// "malloc", "mmap" or "fault" ([`Stack::kind`](crate::recording::Stack::kind)).
     pub kind: StackKind,
     /// What kind of memory the site holds under the target's runtime
     /// ([`crate::runtimes::classify_site`]): managed, native, off-heap or runtime.
     pub memory_kind: MemoryKind,
     /// Culprit: the innermost frame that is not an allocator frame
-    /// ([`is_allocator_frame`]); else the innermost named frame; else `object+0xaddr`.
+    /// ([`is_allocator_frame`](crate::allocator_frames::is_allocator_frame)); else the innermost named frame; else `object+0xaddr`.
     pub function: String,
     /// Index into [`SiteAnalysis::frames`] of the culprit frame (None when there are no frames).
     pub culprit_frame: Option<usize>,
