@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::analyze::{self, culprit, frame_label, is_allocator};
 use crate::recording::{EndReason, Recording, Stack, StackKind};
-use crate::report::human;
+use crate::report::human::{self, number, rate_in as rate};
 
 /// A site is only named as growing when its slope exceeds this (bytes per unit, or per second).
 pub const SITE_FLOOR: f64 = 1.0;
@@ -361,44 +361,6 @@ pub fn parse_bytes(s: &str) -> Result<f64, String> {
     Ok(b)
 }
 
-/// A rate with thousands separators: "1,024 B/unit", "12.5 B/s", "0 B/unit".
-pub fn rate(x: f64, unit: &str) -> String {
-    format!("{} {unit}", number(x))
-}
-
-/// A number for humans: integers with thousands separators from 100 up, at most one decimal
-/// from 1, two below.
-pub fn number(x: f64) -> String {
-    if !x.is_finite() {
-        return "?".into();
-    }
-    let a = x.abs();
-    let sign = if x < 0.0 && (a >= 0.005) { "-" } else { "" };
-    if a >= 100.0 {
-        let digits = format!("{:.0}", a);
-        let mut out = String::new();
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        format!("{sign}{out}")
-    } else if a >= 1.0 && (a - a.round()).abs() < 0.05 {
-        format!("{sign}{:.0}", a.round())
-    } else if a >= 1.0 {
-        format!("{sign}{a:.1}")
-    } else if a < 0.005 {
-        "0".into()
-    } else {
-        format!("{sign}{a:.2}")
-    }
-}
-
-fn signed_bytes(d: i64) -> String {
-    human::exact_signed(d)
-}
-
 /// The printed result: one row per batch, the slope line, the growing sites.
 pub fn render(r: &CheckResult) -> String {
     let mut out = String::new();
@@ -423,7 +385,7 @@ pub fn render(r: &CheckResult) -> String {
     let mut prev: Option<&BatchRow> = None;
     for b in &r.batches {
         let mut row = vec![if b.batch == 0 { "0 (baseline)".to_string() } else { b.batch.to_string() }];
-        let delta = |f: &dyn Fn(&BatchRow) -> i64| prev.map_or(String::new(), |p| signed_bytes(f(b) - f(p)));
+        let delta = |f: &dyn Fn(&BatchRow) -> i64| prev.map_or(String::new(), |p| human::exact_signed(f(b) - f(p)));
         if per_unit {
             row.push(b.units.map_or("?".into(), |u| u.to_string()));
             row.push(match (prev.and_then(|p| p.units), b.units) {
@@ -439,7 +401,7 @@ pub fn render(r: &CheckResult) -> String {
         row.push(delta(&|x: &BatchRow| x.offheap_live_bytes as i64));
         row.push(b.rss_bytes.map_or("-".into(), human::bytes));
         row.push(match (prev.and_then(|p| p.rss_bytes), b.rss_bytes) {
-            (Some(p), Some(c)) => signed_bytes(c as i64 - p as i64),
+            (Some(p), Some(c)) => human::exact_signed(c as i64 - p as i64),
             _ => String::new(),
         });
         rows.push(row);
@@ -709,18 +671,6 @@ mod tests {
         assert!(parse_bytes("-1").is_err());
         assert!(parse_bytes("12 parsecs").is_err());
         assert!(parse_bytes("").is_err());
-    }
-
-    #[test]
-    fn numbers() {
-        assert_eq!(rate(1024.0, "B/unit"), "1,024 B/unit");
-        assert_eq!(rate(0.0, "B/s"), "0 B/s");
-        assert_eq!(rate(12.34, "B/s"), "12.3 B/s");
-        assert_eq!(number(-1234567.0), "-1,234,567");
-        assert_eq!(number(0.25), "0.25");
-        assert_eq!(number(50.0), "50");
-        assert_eq!(number(99.96), "100");
-        assert_eq!(number(-0.001), "0");
     }
 
     #[test]

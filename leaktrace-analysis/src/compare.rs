@@ -27,7 +27,8 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::analyze::{self, AnalyzeOptions, basename, culprit, is_allocator};
-use crate::check::{live_by_stack, number, rate, stack_index};
+use crate::check::{live_by_stack, stack_index};
+use crate::report::human::{number, rate_in as rate};
 use crate::output::write_atomic;
 use crate::recording::{Mode, Recording, Stack, StackKind};
 
