@@ -106,8 +106,7 @@ pub struct CheckResult {
 /// `rec.checkpoints`, stack id → live bytes). Samples are cumulative: a site absent from a later
 /// checkpoint keeps its last totals; duplicate samples of one stack in a checkpoint are summed.
 pub(crate) fn live_by_stack(rec: &Recording) -> Vec<(usize, BTreeMap<u32, u64>)> {
-    let mut order: Vec<usize> =
-        (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
+    let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
     order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
     let mut cur: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     let mut out = Vec::with_capacity(order.len());
@@ -152,7 +151,11 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
     if points.len() < 2 {
         anyhow::bail!(
             "{} ({}): no slope can be measured",
-            if points.is_empty() { "the warm-up did not complete" } else { "only the baseline was taken, no batch completed" },
+            if points.is_empty() {
+                "the warm-up did not complete"
+            } else {
+                "only the baseline was taken, no batch completed"
+            },
             end_reason_text(rec.end_reason)
         );
     }
@@ -162,7 +165,10 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
         let c = &rec.checkpoints[*ci];
         xs.push(if per_unit {
             c.units_of_work.with_context(|| {
-                format!("batch checkpoint {} has no units of work although the recording has a work probe", c.batch.unwrap_or(0))
+                format!(
+                    "batch checkpoint {} has no units of work although the recording has a work probe",
+                    c.batch.unwrap_or(0)
+                )
             })? as f64
         } else {
             c.t_s
@@ -234,11 +240,8 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
     let mut sites: Vec<SiteSlope> = ids
         .into_iter()
         .map(|id| {
-            let pts: Vec<(f64, f64)> = points
-                .iter()
-                .zip(&xs)
-                .map(|((_, s), &x)| (x, s.get(&id).copied().unwrap_or(0) as f64))
-                .collect();
+            let pts: Vec<(f64, f64)> =
+                points.iter().zip(&xs).map(|((_, s), &x)| (x, s.get(&id).copied().unwrap_or(0) as f64)).collect();
             let tr = analyze::fit(&pts);
             let (function, callers) = match stacks.get(&id) {
                 Some(st) => culprit_and_callers(st, 4),
@@ -324,12 +327,7 @@ pub fn end_reason_text(r: EndReason) -> String {
 pub fn culprit_and_callers(st: &Stack, n: usize) -> (String, Vec<String>) {
     let (idx, label) = culprit(st);
     let callers = match idx {
-        Some(i) => st.frames[i + 1..]
-            .iter()
-            .filter(|f| !is_allocator(f))
-            .take(n)
-            .map(frame_label)
-            .collect(),
+        Some(i) => st.frames[i + 1..].iter().filter(|f| !is_allocator(f)).take(n).map(frame_label).collect(),
         None => vec![],
     };
     (label, callers)
@@ -341,9 +339,7 @@ pub fn parse_bytes(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a byte count (examples: 0, 512, 4KiB, 1.5MB)"))?;
+    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a byte count (examples: 0, 512, 4KiB, 1.5MB)"))?;
     let mult = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "kb" | "k" => 1e3,
@@ -408,8 +404,7 @@ pub fn render(r: &CheckResult) -> String {
         prev = Some(b);
     }
     let ncol = rows[0].len();
-    let widths: Vec<usize> =
-        (0..ncol).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..ncol).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for row in &rows {
         let line: Vec<String> = row
             .iter()
@@ -515,20 +510,29 @@ pub(crate) mod test_support {
         let cache = stack(2, "cache_put", shift);
         let temp = stack(3, "temp_work", shift);
         let sites: Vec<(Stack, SiteFn)> = vec![
-            (leak_site, Box::new(move |t: f64| {
-                let u = units(t);
-                (1000 * u, u, (1000 - leak) * u, u)
-            })),
-            (cache, Box::new(move |t: f64| {
-                let u = units(t);
-                let live = u.min(64) * 512;
-                (512 * u, u, 512 * u - live, u - u.min(64))
-            })),
-            (temp, Box::new(move |t: f64| {
-                let u = units(t);
-                let inflight = if u == 300 || u == 600 { 4096 } else { 0 };
-                (4096 * u + inflight, u + 1, 4096 * u, u)
-            })),
+            (
+                leak_site,
+                Box::new(move |t: f64| {
+                    let u = units(t);
+                    (1000 * u, u, (1000 - leak) * u, u)
+                }),
+            ),
+            (
+                cache,
+                Box::new(move |t: f64| {
+                    let u = units(t);
+                    let live = u.min(64) * 512;
+                    (512 * u, u, 512 * u - live, u - u.min(64))
+                }),
+            ),
+            (
+                temp,
+                Box::new(move |t: f64| {
+                    let u = units(t);
+                    let inflight = if u == 300 || u == 600 { 4096 } else { 0 };
+                    (4096 * u + inflight, u + 1, 4096 * u, u)
+                }),
+            ),
         ];
         let mut rec = recording(&times, sites, &|t| mem((2 << 20) + leak * units(t)), &no_counters);
         rec.work_probe = Some("handle".into());
@@ -623,7 +627,12 @@ mod tests {
         rec.stacks.push(b);
         for c in &mut rec.checkpoints {
             let u = c.units_of_work.unwrap();
-            c.sites.push(crate::recording::SiteSample { stack: 9, alloc_bytes: 60 * u, alloc_count: u, ..Default::default() });
+            c.sites.push(crate::recording::SiteSample {
+                stack: 9,
+                alloc_bytes: 60 * u,
+                alloc_count: u,
+                ..Default::default()
+            });
         }
         let r = evaluate(&rec, 100.0).unwrap();
         assert!(!r.pass);

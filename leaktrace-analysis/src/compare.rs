@@ -28,9 +28,9 @@ use serde::Serialize;
 
 use crate::analyze::{self, AnalyzeOptions, basename, culprit, is_allocator};
 use crate::check::{live_by_stack, stack_index};
-use crate::report::human::{number, rate_in as rate};
 use crate::output::write_atomic;
 use crate::recording::{Mode, Recording, Stack, StackKind};
+use crate::report::human::{number, rate_in as rate};
 
 /// Callers of the culprit that enter a site's signature.
 pub const CALLERS: usize = 6;
@@ -228,7 +228,8 @@ fn window(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> 
 /// Units of work at each point of the window, when all are known and they advance.
 fn units(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], w: &Window) -> Option<Vec<f64>> {
     rec.work_probe.as_ref()?;
-    let xs: Option<Vec<f64>> = w.idx.iter().map(|&i| rec.checkpoints[live[i].0].units_of_work.map(|u| u as f64)).collect();
+    let xs: Option<Vec<f64>> =
+        w.idx.iter().map(|&i| rec.checkpoints[live[i].0].units_of_work.map(|u| u as f64)).collect();
     let xs = xs?;
     (xs.last()? > xs.first()?).then_some(xs)
 }
@@ -238,7 +239,14 @@ struct Measured {
     sites: BTreeMap<Signature, Growth>,
 }
 
-fn measure(rec: &Recording, path: &str, live: &[(usize, BTreeMap<u32, u64>)], w: &Window, xs: &[f64], abs_floor: f64) -> Measured {
+fn measure(
+    rec: &Recording,
+    path: &str,
+    live: &[(usize, BTreeMap<u32, u64>)],
+    w: &Window,
+    xs: &[f64],
+    abs_floor: f64,
+) -> Measured {
     let stacks = stack_index(rec);
     let mut sig_of: BTreeMap<u32, Signature> = BTreeMap::new();
     let mut series: BTreeMap<Signature, Vec<f64>> = BTreeMap::new();
@@ -306,7 +314,12 @@ fn display_names(all: &BTreeSet<&Signature>) -> BTreeMap<Signature, String> {
 }
 
 /// Compare two recordings. `before_path`/`after_path` are only used in messages and outputs.
-pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_path: &str) -> anyhow::Result<Comparison> {
+pub fn compare(
+    before: &Recording,
+    before_path: &str,
+    after: &Recording,
+    after_path: &str,
+) -> anyhow::Result<Comparison> {
     if (before.mode == Mode::Growth) != (after.mode == Mode::Growth) {
         anyhow::bail!(
             "BEFORE was recorded in {} mode and AFTER in {} mode: growth mode measures pages made resident, \
@@ -610,7 +623,18 @@ fn finite(x: f64) -> Option<f64> {
 }
 
 fn fold_clean(s: &str) -> String {
-    let s: String = s.chars().map(|c| if c == ';' { ',' } else if c.is_whitespace() { ' ' } else { c }).collect();
+    let s: String = s
+        .chars()
+        .map(|c| {
+            if c == ';' {
+                ','
+            } else if c.is_whitespace() {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
     if s.trim().is_empty() { "[unknown]".into() } else { s.trim().to_string() }
 }
 
@@ -645,7 +669,8 @@ pub fn diff_svg(c: &Comparison) -> anyhow::Result<Vec<u8>> {
     let folded = diff_folded(c);
     let title = "Growth before → after";
     if folded.trim().is_empty() {
-        return Ok(crate::report::flame::placeholder_svg(title, "no site grows by 1 byte or more, before or after").into_bytes());
+        return Ok(crate::report::flame::placeholder_svg(title, "no site grows by 1 byte or more, before or after")
+            .into_bytes());
     }
     let mut opts = Options::default();
     opts.title = title.to_string();
@@ -656,7 +681,8 @@ pub fn diff_svg(c: &Comparison) -> anyhow::Result<Vec<u8>> {
     opts.count_name = c.unit.clone();
     opts.deterministic = true;
     let mut svg = Vec::new();
-    flamegraph::from_lines(&mut opts, folded.lines(), &mut svg).map_err(|e| anyhow::anyhow!("cannot draw diff.svg: {e}"))?;
+    flamegraph::from_lines(&mut opts, folded.lines(), &mut svg)
+        .map_err(|e| anyhow::anyhow!("cannot draw diff.svg: {e}"))?;
     Ok(svg)
 }
 
@@ -664,7 +690,10 @@ pub fn diff_svg(c: &Comparison) -> anyhow::Result<Vec<u8>> {
 pub fn load(path: &Path) -> anyhow::Result<Recording> {
     let file = if path.is_dir() { path.join("recording.json") } else { path.to_path_buf() };
     if !file.exists() {
-        anyhow::bail!("{}: no recording.json there (give a directory written by leaktrace record or check)", path.display());
+        anyhow::bail!(
+            "{}: no recording.json there (give a directory written by leaktrace record or check)",
+            path.display()
+        );
     }
     Recording::load(&file)
 }
@@ -830,7 +859,8 @@ mod tests {
             r.work_probe = None;
             r
         };
-        let c = compare(&strip(batch_recording(100, "leak_fn", 0)), "b", &strip(batch_recording(0, "leak_fn", 4)), "a").unwrap();
+        let c = compare(&strip(batch_recording(100, "leak_fn", 0)), "b", &strip(batch_recording(0, "leak_fn", 4)), "a")
+            .unwrap();
         assert_eq!(c.unit, "B/s");
         assert!(c.before.window.starts_with("steady window"), "{}", c.before.window);
         assert_eq!(c.verdicts.len(), 1);

@@ -321,10 +321,10 @@ impl Recording {
     /// Read `recording.json`. Errors name the file and, for a version mismatch, both versions.
     pub fn load(path: &std::path::Path) -> anyhow::Result<Recording> {
         use anyhow::Context as _;
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read recording {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read recording {}", path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         let ver = v.get("format_version").and_then(|x| x.as_u64()).unwrap_or(0);
         if ver != FORMAT_VERSION as u64 {
             anyhow::bail!(

@@ -407,10 +407,29 @@ mod tests {
         let losses: Vec<&str> = NAMES.iter().zip(IS_LOSS).filter(|(_, l)| *l).map(|(n, _)| *n).collect();
         assert_eq!(
             losses,
-            ["allocs_map_full", "sites_map_full", "stacks_map_full", "stack_error", "inflight_map_full", "missed_return", "address_reused", "map_events_lost"]
+            [
+                "allocs_map_full",
+                "sites_map_full",
+                "stacks_map_full",
+                "stack_error",
+                "inflight_map_full",
+                "missed_return",
+                "address_reused",
+                "map_events_lost"
+            ]
         );
         let bytes: Vec<&str> = byte_losses().map(|c| c.name).collect();
-        assert_eq!(bytes, ["allocs_map_full", "sites_map_full", "inflight_map_full", "missed_return", "address_reused", "map_events_lost"]);
+        assert_eq!(
+            bytes,
+            [
+                "allocs_map_full",
+                "sites_map_full",
+                "inflight_map_full",
+                "missed_return",
+                "address_reused",
+                "map_events_lost"
+            ]
+        );
         assert_eq!(by_name("missed_return").map(|c| (c.loses_bytes, c.full)), Some((true, false)));
         assert_eq!(by_name("nope"), None);
     }

@@ -148,11 +148,8 @@ pub const CXX_DELETE: &[Hook] = &[
 /// C library functions that allocate through malloc but break the frame-pointer chain before
 /// calling it (glibc's strdup keeps the length in %rbp): hooked at their own entry, where the
 /// caller's stack is intact; the size comes from the malloc they call.
-pub const WRAPPERS: &[Hook] = &[
-    alloc("strdup", "wrapper_enter"),
-    alloc("strndup", "wrapper_enter"),
-    alloc("wcsdup", "wrapper_enter"),
-];
+pub const WRAPPERS: &[Hook] =
+    &[alloc("strdup", "wrapper_enter"), alloc("strndup", "wrapper_enter"), alloc("wcsdup", "wrapper_enter")];
 
 /// Rust's allocator shims, hooked only when a process has no other allocator family (they
 /// forward to the global allocator, which is normally malloc or a hooked jemalloc).
@@ -166,4 +163,5 @@ pub const RUST_API: &[Hook] = &[
 
 /// Not an allocation: libc's mmap gives anonymous mappings their caller's stack (see
 /// `mappings`). Hooked in objects of the unprefixed family.
-pub const MMAP_HOOK: Hook = Hook { function: "mmap", entry_program: "mmap_enter", return_program: None, null_is_noop: false };
+pub const MMAP_HOOK: Hook =
+    Hook { function: "mmap", entry_program: "mmap_enter", return_program: None, null_is_noop: false };

@@ -13,8 +13,8 @@ pub use leaktrace_analysis::check::*;
 
 use crate::discover::WorkProbeSpec;
 use crate::output;
-use crate::probes::{Limits, Mode};
 use crate::pipeline;
+use crate::probes::{Limits, Mode};
 use crate::record::{BatchSize, RecordOptions, Schedule, TargetSpec};
 
 /// Options of `leaktrace check`.

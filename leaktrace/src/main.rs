@@ -7,13 +7,17 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use leaktrace::probes::Limits;
 use leaktrace::pipeline;
+use leaktrace::probes::Limits;
 use leaktrace::record::{self, RecordOptions, TargetSpec};
 use leaktrace::recording::Recording;
 
 #[derive(Parser)]
-#[command(name = "leaktrace", version, about = "Is the memory growth of a live process a leak? eBPF allocation tracer: live bytes by call stack, over time.")]
+#[command(
+    name = "leaktrace",
+    version,
+    about = "Is the memory growth of a live process a leak? eBPF allocation tracer: live bytes by call stack, over time."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -212,9 +216,11 @@ fn parse_sample_bytes(s: &str) -> Result<u64, String> {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     if let Ok(secs) = s.parse::<f64>()
-        && secs.is_finite() && secs > 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
-        }
+        && secs.is_finite()
+        && secs > 0.0
+    {
+        return Ok(Duration::from_secs_f64(secs));
+    }
     match humantime::parse_duration(s) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be greater than zero".into()),
@@ -344,9 +350,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         "leaktrace demo: recording a message processor for {secs}s (200 messages/s; it leaks 256 B per \
          message in remember_message, keeps a bounded cache, and uses temporary buffers)"
     );
-    let out = out.unwrap_or_else(|| {
-        PathBuf::from(format!("leaktrace-demo-{}", std::process::id()))
-    });
+    let out = out.unwrap_or_else(|| PathBuf::from(format!("leaktrace-demo-{}", std::process::id())));
     let opts = RecordOptions {
         duration: Some(duration + Duration::from_secs(5)),
         interval: Duration::from_millis(500),

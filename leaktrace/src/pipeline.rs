@@ -58,7 +58,13 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     for p in std::mem::take(&mut recorded.processes) {
         output::ensure_writable_dir(&p.dir)?;
         let (files, analysis) = finish(&p.recording, &p.dir, opts.top)?;
-        outcomes.push(RecordOutcome { dir: p.dir, files, exit_status: p.exit_status, recording: p.recording, analysis });
+        outcomes.push(RecordOutcome {
+            dir: p.dir,
+            files,
+            exit_status: p.exit_status,
+            recording: p.recording,
+            analysis,
+        });
     }
     let summary_files = if recorded.several {
         let rows: Vec<SummaryRow<'_>> = outcomes
@@ -87,6 +93,10 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
 /// Record exactly one process, then save, analyse and report it (see [`record_all`]).
 pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOutcome> {
     let mut multi = record_all(spec, opts)?;
-    anyhow::ensure!(multi.outcomes.len() == 1, "this command traces one process; {} were selected", multi.outcomes.len());
+    anyhow::ensure!(
+        multi.outcomes.len() == 1,
+        "this command traces one process; {} were selected",
+        multi.outcomes.len()
+    );
     Ok(multi.outcomes.remove(0))
 }

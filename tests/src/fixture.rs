@@ -18,19 +18,15 @@ pub struct Fixtures {
 }
 
 pub fn fixture_source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
 }
 
 pub(crate) fn compile(compiler: &str, source: &Path, output: &Path) {
     let mut cmd = Command::new(compiler);
-    cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
-        .arg(output)
-        .arg(source);
-    let out = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run {compiler} (is it installed? `cargo xtask setup` installs it): {e}")
-    });
+    cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"]).arg(output).arg(source);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed? `cargo xtask setup` installs it): {e}"));
     assert!(
         out.status.success(),
         "compiling {} failed ({:?}):\n{}",
@@ -52,12 +48,7 @@ pub fn fixtures() -> &'static Fixtures {
         compile("g++", &fixture_source("leaky_new.cpp"), &leaky_new);
         let grow_list_py = dir.join("grow_list.py");
         std::fs::copy(fixture_source("grow_list.py"), &grow_list_py).expect("copy grow_list.py");
-        Fixtures {
-            dir,
-            leaky,
-            leaky_new,
-            grow_list_py,
-        }
+        Fixtures { dir, leaky, leaky_new, grow_list_py }
     })
 }
 

@@ -31,15 +31,8 @@ pub const TEMP_BYTES: u64 = 4096;
 /// Longest a leaktrace run may take before the test kills it and fails.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// The seven files a recording directory holds.
-pub const OUTPUT_FILES: &[&str] = &[
-    "recording.json",
-    "report.json",
-    "report.md",
-    "live.svg",
-    "growth.svg",
-    "stacks.folded",
-    "memory.svg",
-];
+pub const OUTPUT_FILES: &[&str] =
+    &["recording.json", "report.json", "report.md", "live.svg", "growth.svg", "stacks.folded", "memory.svg"];
 
 mod fixture;
 mod machine;

@@ -12,13 +12,10 @@ use crate::*;
 /// -Wall`) followed by `extra` (after the sources: libraries, `-static`, `-shared -fPIC`, ...).
 pub fn compile_with(compiler: &str, sources: &[&Path], output: &Path, extra: &[&str]) {
     let mut cmd = Command::new(compiler);
-    cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
-        .arg(output)
-        .args(sources)
-        .args(extra);
-    let out = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run {compiler} (is it installed? `cargo xtask setup` installs it): {e}")
-    });
+    cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"]).arg(output).args(sources).args(extra);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed? `cargo xtask setup` installs it): {e}"));
     assert!(
         out.status.success(),
         "compiling {} failed ({}):\n{}\n(`cargo xtask setup` installs the libraries the fixtures link with)",
@@ -53,11 +50,8 @@ pub fn function_base(name: &str) -> &str {
 /// Every site whose culprit is `base`, with or without a C++ parameter list, largest live
 /// bytes first.
 pub fn sites_named<'a>(report: &'a Report, base: &str) -> Vec<&'a Value> {
-    let mut v: Vec<&Value> = report
-        .sites()
-        .iter()
-        .filter(|s| s["function"].as_str().map(function_base) == Some(base))
-        .collect();
+    let mut v: Vec<&Value> =
+        report.sites().iter().filter(|s| s["function"].as_str().map(function_base) == Some(base)).collect();
     v.sort_by_key(|s| std::cmp::Reverse(u64_of(s, "live_bytes")));
     v
 }
@@ -65,15 +59,9 @@ pub fn sites_named<'a>(report: &'a Report, base: &str) -> Vec<&'a Value> {
 /// The site (the largest, if several) whose culprit is `base` (see [`sites_named`]); panics
 /// showing all sites.
 pub fn site_named<'a>(report: &'a Report, base: &str) -> &'a Value {
-    sites_named(report, base)
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| {
-            panic!(
-                "no site has culprit function {base:?} (with or without parameters); sites:\n{}",
-                report.summary()
-            )
-        })
+    sites_named(report, base).into_iter().next().unwrap_or_else(|| {
+        panic!("no site has culprit function {base:?} (with or without parameters); sites:\n{}", report.summary())
+    })
 }
 
 /// Function names of allocator internals and entry points, as blazesym names them (a test-side
@@ -118,10 +106,7 @@ pub fn recorded_totals_named(dir: &Path, base: &str) -> SiteTotals {
         frames
             .iter()
             .skip(1)
-            .find(|f| {
-                f["object"].as_str() != alloc_obj
-                    || !f["function"].as_str().is_some_and(looks_like_allocator)
-            })
+            .find(|f| f["object"].as_str() != alloc_obj || !f["function"].as_str().is_some_and(looks_like_allocator))
             .and_then(|f| f["function"].as_str())
             .map(function_base)
             == Some(base)
@@ -150,10 +135,7 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     };
     for t in tasks.flatten() {
         if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
-            out.extend(
-                text.split_ascii_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
+            out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
         }
     }
     out.sort_unstable();
@@ -163,19 +145,14 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 
 /// /proc/PID/comm, without the newline.
 pub fn comm_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| s.trim_end().to_string())
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
 }
 
 /// True while `pid` exists and is not a zombie.
 pub fn process_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_ascii_whitespace().next().map(str::to_string))
-        })
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_ascii_whitespace().next().map(str::to_string)))
         .is_some_and(|st| st != "Z" && st != "X")
 }
 
@@ -214,13 +191,9 @@ impl TempCgroup {
     pub fn new(name: &str) -> Result<TempCgroup, String> {
         static N: AtomicU32 = AtomicU32::new(0);
         let root = cgroup2_mount()?;
-        let path = root.join(format!(
-            "leaktrace-test-{}-{name}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&path)
-            .map_err(|e| format!("cannot create the cgroup {}: {e}", path.display()))?;
+        let path =
+            root.join(format!("leaktrace-test-{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&path).map_err(|e| format!("cannot create the cgroup {}: {e}", path.display()))?;
         Ok(TempCgroup { path })
     }
 
@@ -246,9 +219,7 @@ impl Drop for TempCgroup {
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
         // A cgroup can be removed once its last process is gone (reaped by its parent).
-        let removed = wait_for(Duration::from_secs(5), || {
-            std::fs::remove_dir(&self.path).ok()
-        });
+        let removed = wait_for(Duration::from_secs(5), || std::fs::remove_dir(&self.path).ok());
         if removed.is_none() {
             eprintln!("cgroup {} could not be removed", self.path.display());
         }
@@ -265,9 +236,7 @@ pub fn bpf_prog_ids_of(pid: u32) -> Vec<u32> {
     for fd in fds.flatten() {
         if let Ok(text) = std::fs::read_to_string(fd.path()) {
             ids.extend(
-                text.lines()
-                    .filter_map(|l| l.strip_prefix("prog_id:"))
-                    .filter_map(|v| v.trim().parse::<u32>().ok()),
+                text.lines().filter_map(|l| l.strip_prefix("prog_id:")).filter_map(|v| v.trim().parse::<u32>().ok()),
             );
         }
     }
@@ -282,16 +251,10 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "-j"])
         .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run bpftool (is it installed? `cargo xtask setup` installs it): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "bpftool prog show -j failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("bpftool prog show -j printed no JSON: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run bpftool (is it installed? `cargo xtask setup` installs it): {e}"));
+    assert!(out.status.success(), "bpftool prog show -j failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bpftool prog show -j printed no JSON: {e}"));
     v.as_array()
         .map(|a| {
             a.iter()
@@ -299,11 +262,7 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
                     let id = p["id"].as_u64()? as u32;
                     let pids = p["pids"]
                         .as_array()
-                        .map(|ps| {
-                            ps.iter()
-                                .filter_map(|x| x["pid"].as_u64().map(|n| n as u32))
-                                .collect()
-                        })
+                        .map(|ps| ps.iter().filter_map(|x| x["pid"].as_u64().map(|n| n as u32)).collect())
                         .unwrap_or_default();
                     Some((id, pids))
                 })
@@ -315,20 +274,14 @@ pub fn bpftool_progs() -> Vec<(u32, Vec<u32>)> {
 /// True when the reported function name `reported` is `wanted`, or is the demangled C++ name of
 /// `wanted` with its parameter list (`leak_new(int)`, `ns::f(char const*) const`).
 pub fn same_function(reported: &str, wanted: &str) -> bool {
-    reported == wanted
-        || reported
-            .strip_prefix(wanted)
-            .is_some_and(|rest| rest.starts_with('('))
+    reported == wanted || reported.strip_prefix(wanted).is_some_and(|rest| rest.starts_with('('))
 }
 
 /// The latest sample of every stack in a recording: checkpoints list only the sites whose totals
 /// changed, so a site's totals at the end are its last sample in any checkpoint.
 pub fn latest_samples(rec: &Value) -> std::collections::BTreeMap<u64, Value> {
     let mut out = std::collections::BTreeMap::new();
-    for c in rec["checkpoints"]
-        .as_array()
-        .expect("recording has checkpoints")
-    {
+    for c in rec["checkpoints"].as_array().expect("recording has checkpoints") {
         for s in c["sites"].as_array().expect("checkpoint.sites") {
             out.insert(s["stack"].as_u64().unwrap_or(u64::MAX), s.clone());
         }

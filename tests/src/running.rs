@@ -48,11 +48,7 @@ impl Output {
     }
     /// Panic (showing everything) unless the process exited with status 0.
     pub fn assert_success(&self) -> &Self {
-        assert!(
-            self.status.success(),
-            "leaktrace failed\n{}",
-            self.describe()
-        );
+        assert!(self.status.success(), "leaktrace failed\n{}", self.describe());
         self
     }
 }
@@ -82,17 +78,9 @@ impl Running {
     /// Spawn `cmd` (stdout and stderr piped, stdin from `stdin` or /dev/null).
     pub fn spawn(mut cmd: Command, stdin: Option<&[u8]>) -> Running {
         let command = show(&cmd);
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
         if let Some(data) = stdin {
             let mut pipe = child.stdin.take().expect("stdin piped");
             let data = data.to_vec();
@@ -118,14 +106,7 @@ impl Running {
                 let _ = tx.send(line);
             }
         });
-        Running {
-            child,
-            command,
-            stdout: Some(stdout),
-            stderr_lines,
-            stderr_rx,
-            stderr_thread: Some(stderr_thread),
-        }
+        Running { child, command, stdout: Some(stdout), stderr_lines, stderr_rx, stderr_thread: Some(stderr_thread) }
     }
 
     pub fn pid(&self) -> u32 {
@@ -139,11 +120,7 @@ impl Running {
 
     /// Wait until a stderr line starts with `prefix`. Err (with stderr so far) on timeout or when
     /// the process closed its stderr first.
-    pub fn wait_for_stderr_line(
-        &mut self,
-        prefix: &str,
-        timeout: Duration,
-    ) -> Result<String, String> {
+    pub fn wait_for_stderr_line(&mut self, prefix: &str, timeout: Duration) -> Result<String, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -192,11 +169,7 @@ impl Running {
                     self.kill_group();
                     let _ = self.child.wait();
                     std::thread::sleep(Duration::from_millis(100));
-                    panic!(
-                        "timed out after {timeout:?}, killed: {}\nstderr:\n{}",
-                        self.command,
-                        self.stderr_so_far()
-                    );
+                    panic!("timed out after {timeout:?}, killed: {}\nstderr:\n{}", self.command, self.stderr_so_far());
                 }
                 None => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -215,12 +188,7 @@ impl Running {
         if let Some(t) = self.stderr_thread.take() {
             let _ = t.join();
         }
-        Output {
-            status,
-            stdout,
-            stderr: self.stderr_so_far(),
-            command: self.command.clone(),
-        }
+        Output { status, stdout, stderr: self.stderr_so_far(), command: self.command.clone() }
     }
 }
 
@@ -254,22 +222,12 @@ pub fn record_launch(out: &OutDir, extra: &[&str], target: Command) -> Output {
 
 /// The "PID <pid>" line every fixture prints first.
 pub fn pid_line(stdout: &str) -> Option<u32> {
-    stdout
-        .lines()
-        .next()?
-        .strip_prefix("PID ")?
-        .trim()
-        .parse()
-        .ok()
+    stdout.lines().next()?.strip_prefix("PID ")?.trim().parse().ok()
 }
 
 /// leaktrace did not panic (no "panicked" on its stderr).
 pub fn assert_no_panic(o: &Output) {
-    assert!(
-        !o.stderr.contains("panicked"),
-        "leaktrace panicked\n{}",
-        o.describe()
-    );
+    assert!(!o.stderr.contains("panicked"), "leaktrace panicked\n{}", o.describe());
 }
 
 /// Exit code 2, one `leaktrace: error:` line mentioning each of `mentions`, nothing attached,
@@ -277,28 +235,13 @@ pub fn assert_no_panic(o: &Output) {
 pub fn assert_error(o: &Output, mentions: &[&str]) -> String {
     assert_no_panic(o);
     assert_eq!(o.code(), Some(2), "exit code\n{}", o.describe());
-    let errors: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("leaktrace: error:"))
-        .collect();
-    assert_eq!(
-        errors.len(),
-        1,
-        "exactly one 'leaktrace: error:' line expected\n{}",
-        o.describe()
-    );
+    let errors: Vec<&str> = o.stderr.lines().filter(|l| l.starts_with("leaktrace: error:")).collect();
+    assert_eq!(errors.len(), 1, "exactly one 'leaktrace: error:' line expected\n{}", o.describe());
     for m in mentions {
-        assert!(
-            errors[0].contains(m),
-            "the error line should mention {m:?}: {}",
-            errors[0]
-        );
+        assert!(errors[0].contains(m), "the error line should mention {m:?}: {}", errors[0]);
     }
     assert!(
-        !o.stderr
-            .lines()
-            .any(|l| l.starts_with("leaktrace: attached")),
+        !o.stderr.lines().any(|l| l.starts_with("leaktrace: attached")),
         "it attached before failing\n{}",
         o.describe()
     );

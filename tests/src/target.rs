@@ -21,12 +21,8 @@ pub struct Target {
 impl Target {
     pub fn spawn(mut cmd: Command) -> Target {
         let command = show(&cmd);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
         let pid = child.id();
         let out = child.stdout.take().expect("stdout piped");
         let (tx, lines) = channel();
@@ -42,12 +38,7 @@ impl Target {
             let s = child.wait().expect("wait for target");
             *st.lock().unwrap() = Some(s);
         });
-        Target {
-            pid,
-            lines,
-            status,
-            reaper: Some(reaper),
-        }
+        Target { pid, lines, status, reaper: Some(reaper) }
     }
 
     /// The next stdout line, within `timeout`.
@@ -57,9 +48,7 @@ impl Target {
 
     /// Read the "PID <pid>" line and check it names this process.
     pub fn expect_pid_line(&self) {
-        let line = self
-            .next_line(Duration::from_secs(10))
-            .expect("the target printed no PID line");
+        let line = self.next_line(Duration::from_secs(10)).expect("the target printed no PID line");
         assert_eq!(line, format!("PID {}", self.pid), "the target's first line");
     }
 

@@ -1,21 +1,17 @@
 //! Temporary directories.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// This test binary's temporary directory (created once, unique per process).
 pub fn temp_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir =
-            std::env::temp_dir().join(format!("leaktrace-tests-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("leaktrace-tests-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         dir
     })
 }
@@ -30,9 +26,7 @@ impl OutDir {
     pub fn new(name: &str) -> OutDir {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        OutDir {
-            path: temp_root().join(format!("out-{name}-{n}")),
-        }
+        OutDir { path: temp_root().join(format!("out-{name}-{n}")) }
     }
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)

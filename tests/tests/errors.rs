@@ -9,10 +9,7 @@ fn nonexistent_pid() {
     cmd.arg(&out.path);
     let o = run(cmd, None, TIMEOUT);
     assert_error(&o, &["999999999"]);
-    assert!(
-        !out.file("report.json").exists(),
-        "a report was written for a nonexistent pid"
-    );
+    assert!(!out.file("report.json").exists(), "a report was written for a nonexistent pid");
 }
 
 #[test]
@@ -23,11 +20,7 @@ fn unwritable_out_dir_fails_before_recording() {
     cmd.arg(&fx.leaky).args(["malloc", "100", "1000"]);
     let o = run(cmd, None, TIMEOUT);
     assert_error(&o, &["/proc/forbidden-dir"]);
-    assert!(
-        !o.stdout.contains("done mode="),
-        "the command ran although --out is unwritable\n{}",
-        o.describe()
-    );
+    assert!(!o.stdout.contains("done mode="), "the command ran although --out is unwritable\n{}", o.describe());
 }
 
 #[test]

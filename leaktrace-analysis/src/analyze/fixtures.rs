@@ -109,10 +109,13 @@ pub fn leak_site() -> (Stack, SiteFn) {
         ],
         lost: false,
     };
-    (stack, Box::new(|t: f64| {
-        let t = t as u64;
-        (1500 * t, 15 * t, 500 * t, 5 * t)
-    }))
+    (
+        stack,
+        Box::new(|t: f64| {
+            let t = t as u64;
+            (1500 * t, 15 * t, 500 * t, 5 * t)
+        }),
+    )
 }
 
 /// Cache: 50 000 B/s for the first 18 s (30 % of 60 s), then flat. Never freed.
@@ -127,10 +130,13 @@ pub fn cache_site() -> (Stack, SiteFn) {
         ],
         lost: false,
     };
-    (stack, Box::new(|t: f64| {
-        let k = (t as u64).min(18);
-        (50_000 * k, 50 * k, 0, 0)
-    }))
+    (
+        stack,
+        Box::new(|t: f64| {
+            let k = (t as u64).min(18);
+            (50_000 * k, 50 * k, 0, 0)
+        }),
+    )
 }
 
 /// Temporary: 1 MB/s allocated and freed, 0–2000 B live at any checkpoint.
@@ -145,11 +151,14 @@ pub fn temp_site() -> (Stack, SiteFn) {
         ],
         lost: false,
     };
-    (stack, Box::new(|t: f64| {
-        let t = t as u64;
-        let live = (t % 3) * 1000;
-        (1_000_000 * t + 1000, 1000 * t + 1, 1_000_000 * t + 1000 - live, 1000 * t + 1 - t % 3)
-    }))
+    (
+        stack,
+        Box::new(|t: f64| {
+            let t = t as u64;
+            let live = (t % 3) * 1000;
+            (1_000_000 * t + 1000, 1000 * t + 1, 1_000_000 * t + 1000 - live, 1000 * t + 1 - t % 3)
+        }),
+    )
 }
 
 /// RSS following `anon(t)` with 8 MiB of file-backed pages.

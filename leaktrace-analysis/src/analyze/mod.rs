@@ -442,9 +442,7 @@ impl Analysis {
             .filter(|s| s.growth_bytes_per_s > 0.0 && (s.growth_bytes > 0 || s.live_bytes > 0))
             .collect();
         v.sort_by(|a, b| {
-            class_rank(a.class)
-                .cmp(&class_rank(b.class))
-                .then(b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s))
+            class_rank(a.class).cmp(&class_rank(b.class)).then(b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s))
         });
         v.truncate(self.top);
         v

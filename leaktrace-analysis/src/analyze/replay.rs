@@ -25,19 +25,15 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let mut warnings = Vec::new();
 
     // Checkpoints in time order, ignoring any with a non-finite time.
-    let mut order: Vec<usize> =
-        (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
+    let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
     if order.len() != rec.checkpoints.len() {
-        warnings.push(format!(
-            "{} checkpoint(s) with an invalid time were ignored",
-            rec.checkpoints.len() - order.len()
-        ));
+        warnings
+            .push(format!("{} checkpoint(s) with an invalid time were ignored", rec.checkpoints.len() - order.len()));
     }
     order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
     // Times rounded to the nanosecond: the analysis of a recording in memory and of the same
     // recording read back from JSON must agree to the last bit.
-    let times: Vec<f64> =
-        order.iter().map(|&i| (rec.checkpoints[i].t_s * 1e9).round() / 1e9).collect();
+    let times: Vec<f64> = order.iter().map(|&i| (rec.checkpoints[i].t_s * 1e9).round() / 1e9).collect();
     let n = times.len();
     let t0 = times.first().copied().unwrap_or(0.0);
     let duration = times.last().map_or(0.0, |t| t - t0).max(0.0);
@@ -62,9 +58,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         }
     }
     if unknown > 0 {
-        warnings.push(format!(
-            "{unknown} site(s) refer to a stack missing from the recording (shown as [unknown])"
-        ));
+        warnings.push(format!("{unknown} site(s) refer to a stack missing from the recording (shown as [unknown])"));
     }
 
     let mut series: Vec<Series> = (0..stacks.len())
@@ -84,10 +78,8 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         let mut here: HashMap<usize, crate::recording::SiteSample> = HashMap::new();
         for s in &rec.checkpoints[ci].sites {
             let Some(&si) = index.get(&s.stack) else { continue };
-            let e = here.entry(si).or_insert_with(|| crate::recording::SiteSample {
-                stack: s.stack,
-                ..Default::default()
-            });
+            let e =
+                here.entry(si).or_insert_with(|| crate::recording::SiteSample { stack: s.stack, ..Default::default() });
             e.alloc_bytes = e.alloc_bytes.saturating_add(s.alloc_bytes);
             e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
             e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
@@ -106,9 +98,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
             ser.live_bytes.push(cur[si].live_bytes());
             ser.live_count.push(cur[si].live_count());
         }
-        activity.push(cur.iter().fold(0u64, |acc, s| {
-            acc.saturating_add(s.alloc_count).saturating_add(s.free_count)
-        }));
+        activity.push(cur.iter().fold(0u64, |acc, s| acc.saturating_add(s.alloc_count).saturating_add(s.free_count)));
     }
 
     // The analysed span: from the last idle checkpoint before the first allocation or free to
@@ -117,11 +107,8 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let changed: Vec<usize> = (1..n).filter(|&k| activity[k] != activity[k - 1]).collect();
     let last_active = changed.last().copied().unwrap_or(n.saturating_sub(1));
     let span_start = changed.first().map_or(0, |&k| k - 1);
-    let span_end = if rec.end_reason == EndReason::TargetExited && last_active > span_start {
-        last_active + 1
-    } else {
-        n
-    };
+    let span_end =
+        if rec.end_reason == EndReason::TargetExited && last_active > span_start { last_active + 1 } else { n };
     let span = span_start..span_end;
     if span_start > 0 {
         warnings.push(format!(
@@ -202,15 +189,10 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
     let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
     let allocs = events.get("allocs").copied().unwrap_or(0);
-    let loss_ratio = if drops_total == 0 {
-        0.0
-    } else {
-        drops_total as f64 / (allocs as f64 + drops_total as f64)
-    };
+    let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
     let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
     if drops_total > 0 {
-        let names: Vec<String> =
-            drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        let names: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
         warnings.push(format!(
             "{drops_total} event(s) were lost ({}; {:.2} % of recorded allocations): figures may \
              be incomplete",
@@ -304,7 +286,8 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     );
     // The runtime split: managed, native, off-heap and runtime series and their trends.
     let by_kind = crate::runtimes::memory_by_kind(rec);
-    let with_times = |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
+    let with_times =
+        |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
     let gauge: Vec<(f64, u64)> =
         crate::runtimes::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
     let managed_source = if !gauge.is_empty() { "hsperfdata" } else { "sites" };

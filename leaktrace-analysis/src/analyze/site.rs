@@ -1,7 +1,7 @@
 //! One site's trend, evidence and class (leak, cache, temporary, flat).
 
-use super::*;
 use super::replay::Series;
+use super::*;
 use crate::recording::{Stack, StackKind};
 use crate::runtimes::MemoryKind;
 
@@ -43,17 +43,12 @@ pub(super) fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext<'_>, memo
         SITE_FLOOR_BYTES_PER_S
     };
     let steady_vals: Vec<f64> = win.steady.clone().filter_map(|i| live.get(i)).map(|&v| v as f64).collect();
-    let mean_steady = if steady_vals.is_empty() {
-        0.0
-    } else {
-        steady_vals.iter().sum::<f64>() / steady_vals.len() as f64
-    };
+    let mean_steady =
+        if steady_vals.is_empty() { 0.0 } else { steady_vals.iter().sum::<f64>() / steady_vals.len() as f64 };
     let sd_steady = if steady_vals.len() < 2 {
         0.0
     } else {
-        (steady_vals.iter().map(|v| (v - mean_steady).powi(2)).sum::<f64>()
-            / (steady_vals.len() - 1) as f64)
-            .sqrt()
+        (steady_vals.iter().map(|v| (v - mean_steady).powi(2)).sum::<f64>() / (steady_vals.len() - 1) as f64).sqrt()
     };
     let rise = mean_steady - first_live as f64;
     let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
@@ -89,8 +84,7 @@ pub(super) fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext<'_>, memo
     // Too few checkpoints for any fit (a process traced late, a short run), but live bytes never
     // fell and grew beyond what the noise floor allows: not "no growth".
     let rising = live.len() >= 2 && live.windows(2).all(|w| w[1] >= w[0]);
-    let too_short =
-        !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
+    let too_short = !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
 
     let (class, confidence, mut reason);
     if too_short {
@@ -121,9 +115,7 @@ pub(super) fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext<'_>, memo
         let f_margin = 1.0 - 0.5 * floor / steady.slope_bytes_per_s;
         let f_blocks = if count_grew { 1.0 } else { 0.8 };
         let f_idle = if win.late_idle { 0.6 } else { 1.0 };
-        confidence = clamp_conf(
-            f_tstat(&steady) * f_n * f_margin * f_share * f_drops * f_blocks * f_idle,
-        );
+        confidence = clamp_conf(f_tstat(&steady) * f_n * f_margin * f_share * f_drops * f_blocks * f_idle);
         let blocks = if count_grew {
             format!("live blocks grew by {steady_growth_allocations}")
         } else {

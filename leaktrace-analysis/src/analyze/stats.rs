@@ -6,9 +6,8 @@ use super::*;
 /// Two-sided 95 % quantile of Student's t with `df` degrees of freedom.
 pub fn t_crit95(df: usize) -> f64 {
     const TABLE: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
-        2.056, 2.052, 2.048, 2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
     ];
     match df {
         0 => f64::INFINITY,
@@ -125,19 +124,14 @@ pub(super) fn points(times: &[f64], ys: &[u64], r: std::ops::Range<usize>) -> Ve
 /// (slope in bytes per unit). None when the window holds fewer than 2 distinct unit counts: no
 /// work was done, so no per-unit growth can be measured.
 pub(super) fn unit_fit(units: &[Option<u64>], ys: &[u64], r: std::ops::Range<usize>) -> Option<Trend> {
-    let pts: Vec<(f64, f64)> =
-        r.filter_map(|i| Some(((*units.get(i)?)? as f64, *ys.get(i)? as f64))).collect();
+    let pts: Vec<(f64, f64)> = r.filter_map(|i| Some(((*units.get(i)?)? as f64, *ys.get(i)? as f64))).collect();
     let first = pts.first()?.0;
     pts.iter().any(|p| p.0 != first).then(|| fit(&pts))
 }
 
 /// Factor for the number of checkpoints in a window: 0.25 below 3, 0.5 at 3, 1 from 10.
 pub(super) fn f_points(n: usize) -> f64 {
-    if n < MIN_WINDOW_POINTS {
-        0.25
-    } else {
-        (0.5 + 0.5 * (n - MIN_WINDOW_POINTS) as f64 / 7.0).min(1.0)
-    }
+    if n < MIN_WINDOW_POINTS { 0.25 } else { (0.5 + 0.5 * (n - MIN_WINDOW_POINTS) as f64 / 7.0).min(1.0) }
 }
 
 /// Factor for the strength of a significant slope: 1 − (t_crit / t)².

@@ -65,7 +65,8 @@ fn culprit_skips_allocator_frames() {
     // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the
     // culprit, its caller is.
     for wrapper in ["__GI___mmap64", "mmap64", "syscall"] {
-        let frames = vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
+        let frames =
+            vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
         let st = Stack { id: 9, kind: StackKind::Mmap, frames: frames.clone(), lost: false };
         assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
         // In a malloc site they are functions like others.
@@ -172,7 +173,8 @@ fn allocations_lost_make_a_flat_verdict_inconclusive() {
 
 #[test]
 fn cache_only_is_not_a_leak() {
-    let r = recording(&times61(), vec![cache_site()], &|t| mem((10 << 20) + (t.min(18.0) * 50_000.0) as u64), &no_counters);
+    let r =
+        recording(&times61(), vec![cache_site()], &|t| mem((10 << 20) + (t.min(18.0) * 50_000.0) as u64), &no_counters);
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.sites[0].class, SiteClass::Cache);
     assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", a.verdict.summary);
@@ -255,10 +257,7 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
     // RSS grows but the allocator's footprint is flat: memory from elsewhere.
     let mut r = recording(&times61(), vec![temp_site()], &|t| mem((40 << 20) + (100_000.0 * t) as u64), &no_counters);
     for c in &mut r.checkpoints {
-        c.allocator = Some(crate::recording::AllocatorFootprint {
-            heap_resident_bytes: 1 << 20,
-            ..Default::default()
-        });
+        c.allocator = Some(crate::recording::AllocatorFootprint { heap_resident_bytes: 1 << 20, ..Default::default() });
     }
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
@@ -346,7 +345,12 @@ fn odd_inputs_do_not_panic() {
     // Two checkpoints at the same time, one with a NaN time, a sample for an unknown stack.
     let mut r = recording(&[5.0, 5.0, 6.0], vec![leak_site(), temp_site()], &|t| mem(t as u64), &no_counters);
     r.checkpoints[2].t_s = f64::NAN;
-    r.checkpoints[1].sites.push(crate::recording::SiteSample { stack: 77, alloc_bytes: 10, alloc_count: 1, ..Default::default() });
+    r.checkpoints[1].sites.push(crate::recording::SiteSample {
+        stack: 77,
+        alloc_bytes: 10,
+        alloc_count: 1,
+        ..Default::default()
+    });
     r.checkpoints[0].memory = None;
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.checkpoints, 2);
@@ -366,7 +370,10 @@ fn runtime_split_names_the_growing_kind() {
     let ext = Stack {
         id: 1,
         kind: StackKind::Malloc,
-        frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("parse_record", "/tmp/libcleak.so", None)],
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("parse_record", "/tmp/libcleak.so", None),
+        ],
         lost: false,
     };
     let objs = Stack {
@@ -376,14 +383,24 @@ fn runtime_split_names_the_growing_kind() {
         lost: false,
     };
     let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
-    let steady: SiteFn = Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
-    let mut r = recording(&times61(), vec![(ext, leak), (objs, steady)], &|t| mem((10 << 20) + (1000.0 * t) as u64), &no_counters);
+    let steady: SiteFn =
+        Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
+    let mut r = recording(
+        &times61(),
+        vec![(ext, leak), (objs, steady)],
+        &|t| mem((10 << 20) + (1000.0 * t) as u64),
+        &no_counters,
+    );
     r.target.runtime = Some(Runtime::Python);
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(site(&a, 1).memory_kind, MemoryKind::Native);
     assert_eq!(site(&a, 2).memory_kind, MemoryKind::Managed);
     assert_eq!(a.verdict.class, ProcessClass::Leak);
-    assert!(a.verdict.summary.starts_with("native leak in parse_record (C extension), Python heap flat"), "{}", a.verdict.summary);
+    assert!(
+        a.verdict.summary.starts_with("native leak in parse_record (C extension), Python heap flat"),
+        "{}",
+        a.verdict.summary
+    );
     assert_eq!(a.memory.managed_bytes.last().map(|p| p.1), Some(50_000));
     assert_eq!(a.memory.native_live_bytes.last().map(|p| p.1), Some(61_000));
     let managed = a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).unwrap();
@@ -412,7 +429,8 @@ fn per_unit_recording() -> Recording {
         let u = units_at(t);
         (20 * u, u, 0, 0)
     });
-    let mut r = recording(&times61(), vec![(st, f), cache_site()], &|t| mem((20 << 20) + 25 * units_at(t)), &no_counters);
+    let mut r =
+        recording(&times61(), vec![(st, f), cache_site()], &|t| mem((20 << 20) + 25 * units_at(t)), &no_counters);
     r.work_probe = Some("handle_request@/opt/server/bin/server".into());
     for c in &mut r.checkpoints {
         c.units_of_work = Some(units_at(c.t_s));
@@ -440,7 +458,9 @@ fn growth_per_unit_of_work() {
     assert_eq!(s.offheap_growth_bytes_per_unit, Some(0.0));
     assert_eq!(a.verdict.class, ProcessClass::Leak);
     assert!(
-        a.verdict.summary.starts_with("leak: Session::key holds 20 B more live bytes per call of handle_request (± 0 at 95 %), +"),
+        a.verdict
+            .summary
+            .starts_with("leak: Session::key holds 20 B more live bytes per call of handle_request (± 0 at 95 %), +"),
         "{}",
         a.verdict.summary
     );
@@ -478,13 +498,20 @@ fn mapping_site(id: u32, function: &str, wrapper: &str, bytes_per_s: u64) -> (St
     let stack = Stack {
         id,
         kind: StackKind::Mmap,
-        frames: vec![frame(wrapper, LIBC, None), frame(function, EXE, Some(("/build/src/buf.c", 7))), frame("main", EXE, None)],
+        frames: vec![
+            frame(wrapper, LIBC, None),
+            frame(function, EXE, Some(("/build/src/buf.c", 7))),
+            frame("main", EXE, None),
+        ],
         lost: false,
     };
-    (stack, Box::new(move |t: f64| {
-        let n = (t as u64) * bytes_per_s / 16384;
-        (n * 16384, n, 0, 0)
-    }))
+    (
+        stack,
+        Box::new(move |t: f64| {
+            let n = (t as u64) * bytes_per_s / 16384;
+            (n * 16384, n, 0, 0)
+        }),
+    )
 }
 
 /// The dynamic loader's mapping of a library's .bss at start: 1 MiB, never unmapped.
@@ -493,7 +520,11 @@ fn loader_site() -> (Stack, SiteFn) {
     let stack = Stack {
         id: 9,
         kind: StackKind::Mmap,
-        frames: vec![frame("__mmap64", LD, None), frame("_dl_map_segments", LD, None), frame("_dl_map_object", LD, None)],
+        frames: vec![
+            frame("__mmap64", LD, None),
+            frame("_dl_map_segments", LD, None),
+            frame("_dl_map_object", LD, None),
+        ],
         lost: false,
     };
     (stack, Box::new(|_| (1 << 20, 1, 0, 0)))
@@ -503,7 +534,12 @@ fn loader_site() -> (Stack, SiteFn) {
 fn growing_mappings_are_off_heap() {
     let mut r = recording(
         &times61(),
-        vec![mapping_site(5, "map_buffers", "mmap64", 32768), mapping_site(6, "map_raw", "syscall", 16384), loader_site(), temp_site()],
+        vec![
+            mapping_site(5, "map_buffers", "mmap64", 32768),
+            mapping_site(6, "map_raw", "syscall", 16384),
+            loader_site(),
+            temp_site(),
+        ],
         &|t| mem((20 << 20) + 49152 * t as u64),
         &no_counters,
     );
@@ -539,26 +575,52 @@ fn growing_mappings_are_off_heap() {
         a.verdict.summary
     );
     assert!(a.verdict.summary.contains("in anonymous mappings it never unmaps"), "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("1.9 MiB (1966080 B) mapped, 960.0 KiB resident at the end"), "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("2 leaking mapping sites in all, +48.0 KiB/s in total"), "{}", a.verdict.summary);
+    assert!(
+        a.verdict.summary.contains("1.9 MiB (1966080 B) mapped, 960.0 KiB resident at the end"),
+        "{}",
+        a.verdict.summary
+    );
+    assert!(
+        a.verdict.summary.contains("2 leaking mapping sites in all, +48.0 KiB/s in total"),
+        "{}",
+        a.verdict.summary
+    );
     assert!(!a.verdict.summary.contains("also"), "{}", a.verdict.summary);
 
     // A native leak next to it: the faster one gives the class, the other is named too.
-    let r = recording(&times61(), vec![mapping_site(5, "map_buffers", "mmap64", 16384), leak_site()], &|_| None, &no_counters);
+    let r = recording(
+        &times61(),
+        vec![mapping_site(5, "map_buffers", "mmap64", 16384), leak_site()],
+        &|_| None,
+        &no_counters,
+    );
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.verdict.class, ProcessClass::OffHeap);
-    assert!(a.verdict.summary.contains("; also a leak in the malloc heap: Session::key holds +1000 B/s"), "{}", a.verdict.summary);
+    assert!(
+        a.verdict.summary.contains("; also a leak in the malloc heap: Session::key holds +1000 B/s"),
+        "{}",
+        a.verdict.summary
+    );
     // The native leak the larger: 100 B blocks at 50 000 B/s.
     let big: SiteFn = Box::new(|t: f64| {
         let n = 500 * t as u64;
         (100 * n, n, 0, 0)
     });
     let (st, _) = leak_site();
-    let r = recording(&times61(), vec![mapping_site(5, "map_buffers", "mmap64", 16384), (st, big)], &|_| None, &no_counters);
+    let r = recording(
+        &times61(),
+        vec![mapping_site(5, "map_buffers", "mmap64", 16384), (st, big)],
+        &|_| None,
+        &no_counters,
+    );
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.verdict.class, ProcessClass::Leak);
     assert!(a.verdict.summary.starts_with("leak: Session::key holds"), "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("; also an off-heap leak: map_buffers maps +16.0 KiB/s"), "{}", a.verdict.summary);
+    assert!(
+        a.verdict.summary.contains("; also an off-heap leak: map_buffers maps +16.0 KiB/s"),
+        "{}",
+        a.verdict.summary
+    );
 }
 
 #[test]

@@ -48,8 +48,9 @@ pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: 
     if share <= 0.01 {
         return v;
     }
-    let named: Vec<String> =
-        counter::byte_losses().filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| format!("{} {n}", c.name))).collect();
+    let named: Vec<String> = counter::byte_losses()
+        .filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| format!("{} {n}", c.name)))
+        .collect();
     let why = format!(
         "{:.0} % of allocator calls were not traced ({}; raise --max-allocs / --max-sites)",
         share * 100.0,
@@ -131,8 +132,7 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     let mut leaks: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Leak).collect();
     leaks.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
     if !leaks.is_empty() {
-        let (maps, heap): (Vec<&SiteAnalysis>, Vec<&SiteAnalysis>) =
-            leaks.iter().partition(|s| is_offheap_mapping(s));
+        let (maps, heap): (Vec<&SiteAnalysis>, Vec<&SiteAnalysis>) = leaks.iter().partition(|s| is_offheap_mapping(s));
         let sum = |v: &[&SiteAnalysis]| v.iter().map(|s| s.growth_bytes_per_s).sum::<f64>();
         let offheap = sum(&maps) > sum(&heap);
         let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };
@@ -170,19 +170,14 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
             && grows.slope_bytes_per_s > floor
             && live.slope_bytes_per_s < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
     };
-    let gap = |grows: &Trend, live: &Trend| {
-        1.0 - (live.slope_bytes_per_s.max(0.0) / grows.slope_bytes_per_s).min(1.0)
-    };
+    let gap = |grows: &Trend, live: &Trend| 1.0 - (live.slope_bytes_per_s.max(0.0) / grows.slope_bytes_per_s).min(1.0);
 
     // Fragmentation, measured: the allocator's own resident memory (brk heap and arenas) grows,
     // live malloc bytes do not.
-    let alloc_grows = p
-        .allocator_trend
-        .filter(|at| outgrows(at, process_floor(p.allocator, p.duration), p.native_trend));
+    let alloc_grows =
+        p.allocator_trend.filter(|at| outgrows(at, process_floor(p.allocator, p.duration), p.native_trend));
     if let Some(at) = alloc_grows {
-        let confidence = clamp_conf(
-            f_tstat(at) * f_points(at.n) * gap(at, p.native_trend) * share * p.f_drops,
-        );
+        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, p.native_trend) * share * p.f_drops);
         let summary = format!(
             "fragmentation: the allocator's resident memory (heap and arenas) grows {} ({:.0} B/s \
              ± {:.0}) over the steady window while live native bytes stay flat ({:.0} B/s): freed \
@@ -196,9 +191,7 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     }
 
     // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
-    let rss_grows = p
-        .rss_anon_trend
-        .filter(|rt| outgrows(rt, process_floor(p.rss_anon, p.duration), p.traced_trend));
+    let rss_grows = p.rss_anon_trend.filter(|rt| outgrows(rt, process_floor(p.rss_anon, p.duration), p.traced_trend));
     if let Some(rt) = rss_grows {
         // With the allocator's footprint measured (and not growing), the growth is not the
         // malloc heap's.
@@ -211,10 +204,8 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
              that is not traced"
         };
         let f_heap = if heap_flat { 0.7 } else { 1.0 };
-        let confidence = clamp_conf(
-            (f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend) * share * p.f_drops * f_heap)
-                .min(0.8),
-        );
+        let confidence =
+            clamp_conf((f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend) * share * p.f_drops * f_heap).min(0.8));
         let summary = format!(
             "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
              traced live bytes stay flat ({:.0} B/s): {cause} — not a leak of traced allocations",
@@ -231,10 +222,7 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * p.f_drops),
             inconclusive: true,
-            summary: format!(
-                "inconclusive: only {} checkpoint(s), growth cannot be measured; no leak found",
-                p.n
-            ),
+            summary: format!("inconclusive: only {} checkpoint(s), growth cannot be measured; no leak found", p.n),
         };
     }
 
@@ -317,7 +305,13 @@ pub(super) fn heap_tool(runtime: Runtime) -> &'static str {
 /// parse_record (C extension), Python heap flat"), with the other kinds' trends; a managed heap
 /// that grows significantly is a leak even without a leaking site (the JVM's heap is seen only
 /// through its gauge). Without a runtime the verdict is unchanged.
-pub(super) fn kind_verdict(v: Verdict, runtime: Option<Runtime>, kinds: &[KindGrowth], sites: &[SiteAnalysis], f_drops: f64) -> Verdict {
+pub(super) fn kind_verdict(
+    v: Verdict,
+    runtime: Option<Runtime>,
+    kinds: &[KindGrowth],
+    sites: &[SiteAnalysis],
+    f_drops: f64,
+) -> Verdict {
     use crate::report::human::{bytes as hb, rate as hr};
     let Some(rt) = runtime else { return v };
     let heap = crate::runtimes::heap_name(rt);

@@ -60,7 +60,13 @@ pub fn exact(bytes: u64) -> String {
 
 /// Signed exact bytes: "+1,000 B", "-5 B".
 pub fn exact_signed(b: i64) -> String {
-    let sign = if b > 0 { "+" } else if b < 0 { "-" } else { "" };
+    let sign = if b > 0 {
+        "+"
+    } else if b < 0 {
+        "-"
+    } else {
+        ""
+    };
     format!("{sign}{} B", group(b.unsigned_abs().to_string()))
 }
 

@@ -127,27 +127,39 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
     let heap = crate::runtimes::heap_name(rt);
     let _ = writeln!(md, "## Memory by kind ({rt})\n");
     md.push_str("| memory | start | end | trend over the steady window | grows |\n|---|---|---|---|---|\n");
-    let row = |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, grows: Option<bool>| {
-        let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
-        let trend = tr.map_or("n/a".to_string(), |t| {
-            format!("{} ({:.0} B/s, ±{} at 95 %)", rate(t.slope_bytes_per_s), t.slope_bytes_per_s, t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s")))
-        });
-        let g = match grows {
-            Some(true) => "**yes**",
-            Some(false) => "no",
-            None => "",
+    let row =
+        |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, grows: Option<bool>| {
+            let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
+            let trend = tr.map_or("n/a".to_string(), |t| {
+                format!(
+                    "{} ({:.0} B/s, ±{} at 95 %)",
+                    rate(t.slope_bytes_per_s),
+                    t.slope_bytes_per_s,
+                    t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s"))
+                )
+            });
+            let g = match grows {
+                Some(true) => "**yes**",
+                Some(false) => "no",
+                None => "",
+            };
+            let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
         };
-        let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
-    };
     row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, None);
     row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), None);
     for k in &a.kinds {
         let (name, pts) = match k.kind {
-            MemoryKind::Managed if k.source == "sites" => (format!("managed: {heap} (its sites)"), &a.memory.managed_bytes),
+            MemoryKind::Managed if k.source == "sites" => {
+                (format!("managed: {heap} (its sites)"), &a.memory.managed_bytes)
+            }
             MemoryKind::Managed => (format!("managed: {heap} (used, {})", k.source), &a.memory.managed_bytes),
             MemoryKind::Native => ("native: malloc from native code".to_string(), &a.memory.native_live_bytes),
-            MemoryKind::OffHeap => (format!("off-heap: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.offheap_live_bytes),
-            MemoryKind::Runtime => (format!("runtime: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.runtime_live_bytes),
+            MemoryKind::OffHeap => {
+                (format!("off-heap: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.offheap_live_bytes)
+            }
+            MemoryKind::Runtime => {
+                (format!("runtime: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.runtime_live_bytes)
+            }
         };
         row(md, &name, pts, Some(&k.trend), Some(k.grows));
     }
@@ -163,7 +175,10 @@ fn per_unit_lines(md: &mut String, a: &Analysis) {
     let s = &a.summary;
     let calls = a.units_of_work.map_or(String::new(), |u| format!("; {u} units counted"));
     let Some(total) = s.growth_bytes_per_unit else {
-        let _ = writeln!(md, "- per unit of work (1 unit = 1 {unit}{calls}): no unit counted over the steady window, growth is per second only");
+        let _ = writeln!(
+            md,
+            "- per unit of work (1 unit = 1 {unit}{calls}): no unit counted over the steady window, growth is per second only"
+        );
         return;
     };
     let ci = a.traced_unit_trend.and_then(|t| t.ci95_bytes_per_s).map_or("n/a".to_string(), |c| format!("{c:.0} B"));
@@ -203,7 +218,8 @@ fn untraced_line(md: &mut String, a: &Analysis) {
     };
     let native = s.native_live_end_bytes;
     let offheap = s.offheap_live_end_bytes;
-    let mut parts = vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
+    let mut parts =
+        vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
     let mut accounted = native.saturating_add(offheap);
     // A runtime's managed heap and the runtime-kind sites (arenas mapped in free(), the loader's
     // and the runtime's own mappings) are traced too.
@@ -265,7 +281,10 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             // The recording ended first (duration, signal, check's last batch): leaktrace stopped
             // the command (SIGTERM, then SIGKILL), which is what the status says.
             Some(st) if rec.end_reason != EndReason::TargetExited && st > 128 => {
-                format!("launched by leaktrace and stopped by it when the recording ended (killed by signal {})", st - 128)
+                format!(
+                    "launched by leaktrace and stopped by it when the recording ended (killed by signal {})",
+                    st - 128
+                )
             }
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
             None => "launched by leaktrace".to_string(),
@@ -296,7 +315,9 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         }
     }
     if let (Some(b), Some(e)) = (s.rss_anon_start_bytes, s.rss_anon_end_bytes) {
-        let tr = a.rss_anon_trend.map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
+        let tr = a
+            .rss_anon_trend
+            .map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
         let _ = writeln!(md, "- RSS anon: {} → {}{tr}", bytes(b), bytes(e));
     }
     if let (Some(b), Some(e)) = (s.allocator_resident_start_bytes, s.allocator_resident_end_bytes) {

@@ -23,8 +23,7 @@ pub mod plot;
 pub mod summary;
 
 /// File names written by [`write_all`], in order.
-pub const FILES: [&str; 6] =
-    ["report.json", "report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg"];
+pub const FILES: [&str; 6] = ["report.json", "report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg"];
 
 /// Analyse `rec` and write every output file into `dir` (which must exist). Returns the paths
 /// written, in [`FILES`] order. Errors name the file that could not be written.
@@ -56,7 +55,12 @@ pub fn render_all(rec: &Recording, a: &Analysis, dir: &Path) -> anyhow::Result<V
     let live_svg = flame::flame_svg(&live, flame::LIVE_TITLE, Some(subtitle.clone()), "no live bytes at the end")?;
     put("live.svg", &live_svg)?;
     let growth = flame::folded_growth(a);
-    let growth_svg = flame::flame_svg(&growth, flame::GROWTH_TITLE, Some(subtitle.clone()), "no growth: no site holds more live bytes at the last checkpoint than at the first")?;
+    let growth_svg = flame::flame_svg(
+        &growth,
+        flame::GROWTH_TITLE,
+        Some(subtitle.clone()),
+        "no growth: no site holds more live bytes at the last checkpoint than at the first",
+    )?;
     put("growth.svg", &growth_svg)?;
     put("memory.svg", plot::memory_svg(a, &subtitle).as_bytes())?;
     Ok(written)
@@ -120,9 +124,22 @@ mod tests {
         assert!(live.windows(2).all(|w| w[0] >= w[1]), "sorted by live bytes: {live:?}");
         let leak = sites.iter().find(|s| s["id"] == 1).unwrap();
         for k in [
-            "id", "kind", "function", "class", "confidence", "frames", "live_bytes", "live_allocations",
-            "allocated_bytes", "allocations", "freed_bytes", "frees", "growth_bytes",
-            "growth_bytes_per_s", "growth_ci95_bytes_per_s", "stack_lost",
+            "id",
+            "kind",
+            "function",
+            "class",
+            "confidence",
+            "frames",
+            "live_bytes",
+            "live_allocations",
+            "allocated_bytes",
+            "allocations",
+            "freed_bytes",
+            "frees",
+            "growth_bytes",
+            "growth_bytes_per_s",
+            "growth_ci95_bytes_per_s",
+            "stack_lost",
         ] {
             assert!(leak.get(k).is_some(), "site field {k}");
         }
@@ -153,7 +170,13 @@ mod tests {
             assert!(arr[60][1].is_u64());
         }
         assert_eq!(j["memory"]["native_live_bytes"][60][1], 960_000);
-        for k in ["rss_start_bytes", "rss_end_bytes", "native_live_start_bytes", "native_live_end_bytes", "native_growth_bytes_per_s"] {
+        for k in [
+            "rss_start_bytes",
+            "rss_end_bytes",
+            "native_live_start_bytes",
+            "native_live_end_bytes",
+            "native_growth_bytes_per_s",
+        ] {
             assert!(j["summary"][k].is_number(), "summary.{k}");
         }
         assert_eq!(j["drops"]["total"], 0);
@@ -347,7 +370,10 @@ mod tests {
         };
         let rec = recording(
             &times61(),
-            vec![(lost, Box::new(|t: f64| ((t as u64 + 1) * 10, t as u64 + 1, 0, 0))), (unnamed, Box::new(|_| (4096, 1, 0, 0)))],
+            vec![
+                (lost, Box::new(|t: f64| ((t as u64 + 1) * 10, t as u64 + 1, 0, 0))),
+                (unnamed, Box::new(|_| (4096, 1, 0, 0))),
+            ],
             &|t| mem(t as u64 * 4096),
             &no_counters,
         );

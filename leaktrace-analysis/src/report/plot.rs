@@ -84,15 +84,12 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
     // Without a runtime, off-heap bytes (program mappings, not the loader's) are plotted when
     // there are any, besides all traced mappings.
     .filter(|(name, _, pts)| {
-        !pts.is_empty() && (!(name.starts_with("live mmap") || name.starts_with("off-heap")) || pts.iter().any(|p| p.1 > 0))
+        !pts.is_empty()
+            && (!(name.starts_with("live mmap") || name.starts_with("off-heap")) || pts.iter().any(|p| p.1 > 0))
     })
     .collect();
 
-    let t_max = series
-        .iter()
-        .flat_map(|s| s.2.iter().map(|p| p.0))
-        .filter(|t| t.is_finite())
-        .fold(0.0f64, f64::max);
+    let t_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).filter(|t| t.is_finite()).fold(0.0f64, f64::max);
     let t_max = if t_max > 0.0 { t_max } else { 1.0 };
     let y_max_bytes = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).max().unwrap_or(0) as f64;
     let (div, unit) = unit_for(y_max_bytes);

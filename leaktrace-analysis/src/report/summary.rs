@@ -90,7 +90,10 @@ mod tests {
         let md = summary_md(&rows, &skipped);
         let row = md.lines().find(|l| l.starts_with("| 4242 |")).expect("a row for PID 4242");
         assert!(row.starts_with("| 4242 | 7 | ./server --port 8080 | leak: "), "{row}");
-        assert!(row.ends_with(&format!("| {} | pid-4242/report.md |", human::bytes(a.summary.native_live_end_bytes))), "{row}");
+        assert!(
+            row.ends_with(&format!("| {} | pid-4242/report.md |", human::bytes(a.summary.native_live_end_bytes))),
+            "{row}"
+        );
         assert!(md.ends_with("\nNot traced:\n\n- PID 7 skipped: it is a kernel thread\n"), "{md}");
         let j = summary_json(&rows, &skipped);
         assert_eq!(j["processes"][0]["pid"], 4242);

@@ -22,7 +22,11 @@ use crate::recording::{Stack, StackKind};
 
 /// cgo's own C support code.
 fn is_cgo_runtime(name: &str) -> bool {
-    name.starts_with("x_cgo_") || name.starts_with("_cgo_sys_thread") || name.starts_with("_cgo_try_pthread") || name == "crosscall_amd64" || name == "crosscall1"
+    name.starts_with("x_cgo_")
+        || name.starts_with("_cgo_sys_thread")
+        || name.starts_with("_cgo_try_pthread")
+        || name == "crosscall_amd64"
+        || name == "crosscall1"
 }
 
 /// Go's rules (None: the default for the site's kind).
@@ -31,7 +35,11 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
         StackKind::Malloc => {
             let f = callers(stack).find(|f| !is_libc(f))?;
             let name = function(f);
-            Some(if is_cgo_runtime(name) || name.starts_with("runtime.") { MemoryKind::Runtime } else { MemoryKind::Native })
+            Some(if is_cgo_runtime(name) || name.starts_with("runtime.") {
+                MemoryKind::Runtime
+            } else {
+                MemoryKind::Native
+            })
         }
         StackKind::Mmap => {
             for f in callers(stack).filter(|f| !is_libc(f)).take(8) {
@@ -62,11 +70,25 @@ mod tests {
 
     #[test]
     fn rules() {
-        let heap = st("mmap", &[("__GI___mmap64", LIBC), ("x_cgo_mmap", EXE), ("runtime.mmap.func1", EXE), ("runtime.sysMapOS", EXE)]);
+        let heap = st(
+            "mmap",
+            &[("__GI___mmap64", LIBC), ("x_cgo_mmap", EXE), ("runtime.mmap.func1", EXE), ("runtime.sysMapOS", EXE)],
+        );
         assert_eq!(classify(&heap), Some(MemoryKind::Managed));
-        let raw = st("mmap", &[("runtime/internal/syscall.Syscall6", EXE), ("runtime.mmap", EXE), ("runtime.sysReserveOS", EXE)]);
+        let raw = st(
+            "mmap",
+            &[("runtime/internal/syscall.Syscall6", EXE), ("runtime.mmap", EXE), ("runtime.sysReserveOS", EXE)],
+        );
         assert_eq!(classify(&raw), Some(MemoryKind::Managed));
-        let user = st("mmap", &[("runtime/internal/syscall.Syscall6", EXE), ("syscall.Syscall6", EXE), ("syscall.mmap", EXE), ("syscall.(*mmapper).Mmap", EXE)]);
+        let user = st(
+            "mmap",
+            &[
+                ("runtime/internal/syscall.Syscall6", EXE),
+                ("syscall.Syscall6", EXE),
+                ("syscall.mmap", EXE),
+                ("syscall.(*mmapper).Mmap", EXE),
+            ],
+        );
         assert_eq!(classify(&user), Some(MemoryKind::OffHeap));
         let cstring = st("malloc", &[("__GI___libc_malloc", LIBC), ("_cgo_312310ba1568_Cfunc__Cmalloc", EXE)]);
         assert_eq!(classify(&cstring), Some(MemoryKind::Native));

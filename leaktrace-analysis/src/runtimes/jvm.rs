@@ -25,18 +25,56 @@ use crate::recording::{Frame, Stack, StackKind};
 
 /// Functions of libjvm that commit or manage the Java heap (substrings).
 const HEAP_CODE: &[&str] = &[
-    "ReservedHeapSpace", "Universe::reserve_heap", "Generation", "CollectedHeap", "G1", "PSVirtualSpace",
-    "PSOldGen", "PSYoungGen", "MutableSpace", "ParallelScavengeHeap", "Shenandoah", "ZPhysicalMemory",
-    "ZPageAllocator", "HeapRegion", "CardTable", "MarkBitMap",
+    "ReservedHeapSpace",
+    "Universe::reserve_heap",
+    "Generation",
+    "CollectedHeap",
+    "G1",
+    "PSVirtualSpace",
+    "PSOldGen",
+    "PSYoungGen",
+    "MutableSpace",
+    "ParallelScavengeHeap",
+    "Shenandoah",
+    "ZPhysicalMemory",
+    "ZPageAllocator",
+    "HeapRegion",
+    "CardTable",
+    "MarkBitMap",
 ];
 
 /// Names of the JDK's own native libraries (besides libjvm), for installs outside /lib/jvm/.
 const JDK_LIBS: &[&str] = &[
-    "libjava.so", "libjimage.so", "libzip.so", "libnio.so", "libnet.so", "libverify.so", "libmanagement.so",
-    "libmanagement_ext.so", "libjsig.so", "libextnet.so", "libsctp.so", "libinstrument.so", "libprefs.so",
-    "librmi.so", "libattach.so", "libjdwp.so", "libdt_socket.so", "libj2pkcs11.so", "libj2gss.so",
-    "libsyslookup.so", "libawt.so", "libawt_headless.so", "libawt_xawt.so", "libfontmanager.so",
-    "liblcms.so", "libjavajpeg.so", "libmlib_image.so", "libsplashscreen.so", "libjsound.so", "libsaproc.so",
+    "libjava.so",
+    "libjimage.so",
+    "libzip.so",
+    "libnio.so",
+    "libnet.so",
+    "libverify.so",
+    "libmanagement.so",
+    "libmanagement_ext.so",
+    "libjsig.so",
+    "libextnet.so",
+    "libsctp.so",
+    "libinstrument.so",
+    "libprefs.so",
+    "librmi.so",
+    "libattach.so",
+    "libjdwp.so",
+    "libdt_socket.so",
+    "libj2pkcs11.so",
+    "libj2gss.so",
+    "libsyslookup.so",
+    "libawt.so",
+    "libawt_headless.so",
+    "libawt_xawt.so",
+    "libfontmanager.so",
+    "liblcms.so",
+    "libjavajpeg.so",
+    "libmlib_image.so",
+    "libsplashscreen.so",
+    "libjsound.so",
+    "libsaproc.so",
 ];
 
 /// The os::malloc/os::realloc overloads that Unsafe's native methods call.
@@ -111,17 +149,52 @@ mod tests {
 
     #[test]
     fn rules() {
-        let direct = st("malloc", &[("__GI___libc_malloc", LIBC), ("os::malloc(unsigned long, MEMFLAGS)", JVM), ("Unsafe_AllocateMemory0", JVM)]);
+        let direct = st(
+            "malloc",
+            &[
+                ("__GI___libc_malloc", LIBC),
+                ("os::malloc(unsigned long, MEMFLAGS)", JVM),
+                ("Unsafe_AllocateMemory0", JVM),
+            ],
+        );
         assert_eq!(classify(&direct), Some(MemoryKind::OffHeap));
-        let own = st("malloc", &[("malloc", LIBC), ("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM), ("Arena::grow", JVM)]);
+        let own = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM),
+                ("Arena::grow", JVM),
+            ],
+        );
         assert_eq!(classify(&own), Some(MemoryKind::Runtime));
-        let zip = st("malloc", &[("malloc", LIBC), ("Java_java_util_zip_Inflater_init", "/usr/lib/jvm/java-17-openjdk-amd64/lib/libzip.so")]);
+        let zip = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("Java_java_util_zip_Inflater_init", "/usr/lib/jvm/java-17-openjdk-amd64/lib/libzip.so"),
+            ],
+        );
         assert_eq!(classify(&zip), Some(MemoryKind::Runtime));
         let jni = st("malloc", &[("malloc", LIBC), ("Java_com_acme_Codec_decode", "/opt/app/libcodec.so")]);
         assert_eq!(classify(&jni), Some(MemoryKind::Native));
-        let heap = st("mmap", &[("__GI___mmap64", LIBC), ("os::pd_commit_memory(char*, unsigned long, unsigned long, bool)", JVM), ("VirtualSpace::expand_by(unsigned long, bool)", JVM), ("CardGeneration::grow_by(unsigned long)", JVM)]);
+        let heap = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("os::pd_commit_memory(char*, unsigned long, unsigned long, bool)", JVM),
+                ("VirtualSpace::expand_by(unsigned long, bool)", JVM),
+                ("CardGeneration::grow_by(unsigned long)", JVM),
+            ],
+        );
         assert_eq!(classify(&heap), Some(MemoryKind::Managed));
-        let code = st("mmap", &[("__GI___mmap64", LIBC), ("os::pd_reserve_memory(unsigned long, bool)", JVM), ("CodeCache::initialize_heaps()", JVM)]);
+        let code = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("os::pd_reserve_memory(unsigned long, bool)", JVM),
+                ("CodeCache::initialize_heaps()", JVM),
+            ],
+        );
         assert_eq!(classify(&code), Some(MemoryKind::Runtime));
         let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
         assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
@@ -129,6 +202,9 @@ mod tests {
         lost.lost = true;
         assert_eq!(classify(&lost), Some(MemoryKind::OffHeap));
         assert!(site_label(MemoryKind::OffHeap, &lost).unwrap().contains("Unsafe.allocateMemory"));
-        assert_eq!(site_label(MemoryKind::OffHeap, &direct).as_deref(), Some("Unsafe_AllocateMemory0 (Unsafe.allocateMemory: direct buffers)"));
+        assert_eq!(
+            site_label(MemoryKind::OffHeap, &direct).as_deref(),
+            Some("Unsafe_AllocateMemory0 (Unsafe.allocateMemory: direct buffers)")
+        );
     }
 }

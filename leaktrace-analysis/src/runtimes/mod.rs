@@ -134,7 +134,11 @@ pub(crate) fn function(f: &Frame) -> &str {
 /// The C library (glibc or musl) or the dynamic loader.
 pub(crate) fn is_libc(f: &Frame) -> bool {
     let o = object_name(f);
-    o.starts_with("libc.so") || o.starts_with("libc-") || o.starts_with("libc.musl") || o.starts_with("ld-linux") || o.starts_with("ld-musl")
+    o.starts_with("libc.so")
+        || o.starts_with("libc-")
+        || o.starts_with("libc.musl")
+        || o.starts_with("ld-linux")
+        || o.starts_with("ld-musl")
 }
 
 /// The dynamic loader (ld.so): mappings of loaded objects' .bss and its own allocations.
@@ -174,7 +178,9 @@ fn is_loader_mapping(stack: &Stack) -> bool {
 
 /// A thread stack (glibc's allocate_stack under pthread_create).
 pub(crate) fn is_thread_stack(stack: &Stack) -> bool {
-    callers(stack).take(3).any(|f| is_libc(f) && matches!(function(f), "allocate_stack" | "__pthread_create_2_1" | "pthread_create"))
+    callers(stack)
+        .take(3)
+        .any(|f| is_libc(f) && matches!(function(f), "allocate_stack" | "__pthread_create_2_1" | "pthread_create"))
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -269,7 +275,12 @@ pub(crate) mod tests {
 
     /// A stack of `kind` with these (function, object) frames, innermost first.
     pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
-        Stack { id: 1, kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"), frames: frames.iter().map(|(f, o)| fr(f, o)).collect(), lost: false }
+        Stack {
+            id: 1,
+            kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"),
+            frames: frames.iter().map(|(f, o)| fr(f, o)).collect(),
+            lost: false,
+        }
     }
 
     pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
@@ -301,7 +312,10 @@ pub(crate) mod tests {
     fn loader_mappings_are_not_off_heap() {
         const LD: &str = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
         // .bss of a library loaded by dlopen: ld.so's own mmap, under _dl_map_segments.
-        let bss = st("mmap", &[("__mmap64", LD), ("_dl_map_segments", LD), ("_dl_map_object_from_fd", LD), ("_dl_map_object", LD)]);
+        let bss = st(
+            "mmap",
+            &[("__mmap64", LD), ("_dl_map_segments", LD), ("_dl_map_object_from_fd", LD), ("_dl_map_object", LD)],
+        );
         // The loader's start-up allocator.
         let minimal = st("mmap", &[("__mmap64", LD), ("__minimal_malloc", LD), ("_dl_important_hwcaps", LD)]);
         // Symbols only (object unknown).
@@ -333,7 +347,8 @@ pub(crate) mod tests {
             "checkpoints": [], "end_reason": "duration"
         }))
         .unwrap();
-        let mut arena = st("mmap", &[("__GI___mmap64", LIBC), ("_PyObject_ArenaMmap", "/usr/lib/libpython3.11.so.1.0")]);
+        let mut arena =
+            st("mmap", &[("__GI___mmap64", LIBC), ("_PyObject_ArenaMmap", "/usr/lib/libpython3.11.so.1.0")]);
         arena.id = 1;
         let mut ext = st("malloc", &[("malloc", LIBC), ("parse_record", "/tmp/libx.so")]);
         ext.id = 2;
@@ -342,7 +357,13 @@ pub(crate) mod tests {
             rec.checkpoints.push(Checkpoint {
                 t_s: t,
                 sites: vec![
-                    SiteSample { stack: 1, alloc_bytes: 1 << 20, alloc_count: 1, resident_bytes: res, ..Default::default() },
+                    SiteSample {
+                        stack: 1,
+                        alloc_bytes: 1 << 20,
+                        alloc_count: 1,
+                        resident_bytes: res,
+                        ..Default::default()
+                    },
                     SiteSample { stack: 2, alloc_bytes: 1000 * (t as u64 + 1), alloc_count: 1, ..Default::default() },
                 ],
                 ..Default::default()

@@ -25,7 +25,9 @@ fn is_support_library(f: &Frame) -> bool {
 }
 
 fn is_backing_store(name: &str) -> bool {
-    name.contains("ArrayBufferAllocator") || name.starts_with("v8::internal::BackingStore::") || name.starts_with("node::Buffer::")
+    name.contains("ArrayBufferAllocator")
+        || name.starts_with("v8::internal::BackingStore::")
+        || name.starts_with("node::Buffer::")
 }
 
 /// Node's rules (None: the default for the site's kind).
@@ -67,13 +69,38 @@ mod tests {
 
     #[test]
     fn rules() {
-        let page = st("mmap", &[("__GI___mmap64", LIBC), ("v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)", NODE), ("v8::internal::MemoryAllocator::AllocatePage", NODE)]);
+        let page = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)", NODE),
+                ("v8::internal::MemoryAllocator::AllocatePage", NODE),
+            ],
+        );
         assert_eq!(classify(&page), Some(MemoryKind::Managed));
-        let raw = st("mmap", &[("v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)", NODE)]);
+        let raw = st(
+            "mmap",
+            &[("v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)", NODE)],
+        );
         assert_eq!(classify(&raw), Some(MemoryKind::Managed));
-        let store = st("malloc", &[("__libc_calloc", LIBC), ("node::NodeArrayBufferAllocator::Allocate(unsigned long)", NODE), ("v8::internal::Heap::AllocateExternalBackingStore", NODE), ("v8::internal::BackingStore::Allocate", NODE)]);
+        let store = st(
+            "malloc",
+            &[
+                ("__libc_calloc", LIBC),
+                ("node::NodeArrayBufferAllocator::Allocate(unsigned long)", NODE),
+                ("v8::internal::Heap::AllocateExternalBackingStore", NODE),
+                ("v8::internal::BackingStore::Allocate", NODE),
+            ],
+        );
         assert_eq!(classify(&store), Some(MemoryKind::OffHeap));
-        let obj = st("malloc", &[("malloc", LIBC), ("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"), ("v8::internal::(anonymous namespace)::ConstructBuffer", NODE)]);
+        let obj = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"),
+                ("v8::internal::(anonymous namespace)::ConstructBuffer", NODE),
+            ],
+        );
         assert_eq!(classify(&obj), Some(MemoryKind::Runtime));
         let addon = st("malloc", &[("malloc", LIBC), ("Decode", "/app/build/Release/codec.node")]);
         assert_eq!(classify(&addon), Some(MemoryKind::Native));

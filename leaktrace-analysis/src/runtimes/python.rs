@@ -20,9 +20,9 @@
 use super::{MemoryKind, callers, first_caller, function, is_loader, object_name};
 use crate::recording::{Frame, Stack, StackKind};
 
-
 /// pymalloc's arena allocator: mappings made here are the Python heap.
-const ARENA_FUNCTIONS: &[&str] = &["_PyObject_ArenaMmap", "_PyObject_VirtualAlloc", "new_arena", "_PyObject_ArenaMalloc"];
+const ARENA_FUNCTIONS: &[&str] =
+    &["_PyObject_ArenaMmap", "_PyObject_VirtualAlloc", "new_arena", "_PyObject_ArenaMalloc"];
 
 /// The interpreter's object: libpython*.so, or a python executable with the interpreter inside.
 fn is_interpreter(f: &Frame) -> bool {
@@ -73,12 +73,29 @@ mod tests {
         assert_eq!(classify(&list), Some(MemoryKind::Managed));
         let static_exe = st("malloc", &[("malloc", LIBC), ("PyMem_RawMalloc", "/usr/bin/python3.11")]);
         assert_eq!(classify(&static_exe), Some(MemoryKind::Managed));
-        let ext = st("malloc", &[("malloc", LIBC), ("parse_record", "/tmp/libcleak.so"), ("ffi_call", "/usr/lib/libffi.so.8"), ("_ctypes_callproc", LIBPY)]);
+        let ext = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("parse_record", "/tmp/libcleak.so"),
+                ("ffi_call", "/usr/lib/libffi.so.8"),
+                ("_ctypes_callproc", LIBPY),
+            ],
+        );
         assert_eq!(classify(&ext), Some(MemoryKind::Native));
-        let loader = st("mmap", &[("__mmap64", "/lib64/ld-linux-x86-64.so.2"), ("_dl_map_segments", "/lib64/ld-linux-x86-64.so.2")]);
+        let loader = st(
+            "mmap",
+            &[("__mmap64", "/lib64/ld-linux-x86-64.so.2"), ("_dl_map_segments", "/lib64/ld-linux-x86-64.so.2")],
+        );
         assert_eq!(classify(&loader), Some(MemoryKind::Runtime));
-        let user_map = st("mmap", &[("__GI___mmap64", LIBC), ("new_mmap_object", "/x/lib-dynload/mmap.cpython-311-x86_64-linux-gnu.so")]);
+        let user_map = st(
+            "mmap",
+            &[("__GI___mmap64", LIBC), ("new_mmap_object", "/x/lib-dynload/mmap.cpython-311-x86_64-linux-gnu.so")],
+        );
         assert_eq!(classify(&user_map), None);
-        assert_eq!(super::super::classify_site(Some(crate::recording::Runtime::Python), &user_map), MemoryKind::OffHeap);
+        assert_eq!(
+            super::super::classify_site(Some(crate::recording::Runtime::Python), &user_map),
+            MemoryKind::OffHeap
+        );
     }
 }

@@ -23,11 +23,11 @@ mod session;
 mod targets;
 mod traced;
 
-pub use targets::resolve_pids;
-pub use traced::{MAX_CHECKPOINTS, fix_caller, thin};
 use session::Session;
 use targets::launch_objects;
+pub use targets::resolve_pids;
 use traced::Traced;
+pub use traced::{MAX_CHECKPOINTS, fix_caller, thin};
 
 /// What to trace.
 #[derive(Clone, Debug)]
@@ -207,7 +207,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             Some(c) => match launch_objects(&c.exe) {
                 Ok(o) => (o, c.argv.clone(), c.exe.display().to_string()),
                 Err(e) => {
-                    if let Some(a) = held.take() { HeldChild::abandon(a) }
+                    if let Some(a) = held.take() {
+                        HeldChild::abandon(a)
+                    }
                     return Err(e);
                 }
             },
@@ -216,7 +218,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             Ok(t) => targets.push(t),
             Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
             Err(e) => {
-                if let Some(a) = held.take() { HeldChild::abandon(a) }
+                if let Some(a) = held.take() {
+                    HeldChild::abandon(a)
+                }
                 // A process that vanished while probes were placed says so plainly.
                 if !held_is_launch(&spec) && !procinfo::alive(pid) {
                     anyhow::bail!("PID {pid} exited while leaktrace was attaching");
@@ -260,10 +264,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         work_probe: opts.work_probe.clone(),
         follow_forks: opts.follow_forks,
     };
-    let started_unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let started_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(opts));

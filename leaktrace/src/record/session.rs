@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::discover::{self, WorkProbeSpec};
 use crate::probes::{Mode, Tracer};
+use crate::procinfo;
 use crate::recording::EndReason;
 use crate::report::human;
-use crate::procinfo;
 
 use super::*;
 
@@ -116,7 +116,11 @@ impl Session {
                     self.clear_status();
                     eprintln!(
                         "leaktrace: {} at {:.1}s",
-                        if n == 0 { "warm-up done, baseline taken".to_string() } else { format!("batch {n}/{count} done") },
+                        if n == 0 {
+                            "warm-up done, baseline taken".to_string()
+                        } else {
+                            format!("batch {n}/{count} done")
+                        },
                         self.start.elapsed().as_secs_f64()
                     );
                     if n >= *count {
@@ -144,18 +148,20 @@ impl Session {
                 // A work probe that cannot be placed once the command has loaded its libraries
                 // is a mistake to report, not to wait on: `check` by units would never end.
                 if let (Some(spec), false) = (&self.work_probe, self.targets[0].work_attached)
-                    && t_s >= WORK_PROBE_GRACE_S && !work_missing_told {
-                        work_missing_told = true;
-                        self.clear_status();
-                        eprintln!(
-                            "leaktrace: warning: --work-probe {spec}: no function `{}` in the objects PID {} maps after {t_s:.0} s",
-                            spec.symbol, self.targets[0].pid
-                        );
-                        if matches!(opts.schedule, Schedule::Batches { size: BatchSize::Units(_), .. }) {
-                            self.checkpoint_all(None);
-                            return EndReason::WorkProbeMissing;
-                        }
+                    && t_s >= WORK_PROBE_GRACE_S
+                    && !work_missing_told
+                {
+                    work_missing_told = true;
+                    self.clear_status();
+                    eprintln!(
+                        "leaktrace: warning: --work-probe {spec}: no function `{}` in the objects PID {} maps after {t_s:.0} s",
+                        spec.symbol, self.targets[0].pid
+                    );
+                    if matches!(opts.schedule, Schedule::Batches { size: BatchSize::Units(_), .. }) {
+                        self.checkpoint_all(None);
+                        return EndReason::WorkProbeMissing;
                     }
+                }
                 self.checkpoint_all(None);
                 next += opts.interval;
                 if next < now {
@@ -202,12 +208,17 @@ impl Session {
                 continue;
             }
             let Ok(objects) = discover::mapped_objects(child) else { continue };
-            let opts = RecordOptions {
-                work_probe: self.work_probe.clone(),
-                mode: self.mode,
-                ..RecordOptions::default()
-            };
-            match Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), procinfo::exe(child), false, &opts) {
+            let opts =
+                RecordOptions { work_probe: self.work_probe.clone(), mode: self.mode, ..RecordOptions::default() };
+            match Traced::attach(
+                &mut self.tracer,
+                child,
+                objects,
+                procinfo::cmdline(child),
+                procinfo::exe(child),
+                false,
+                &opts,
+            ) {
                 Ok(mut t) => {
                     let t_s = self.start.elapsed().as_secs_f64();
                     t.warnings.push(format!("forked by PID {parent}; traced from t={t_s:.1}s"));

@@ -20,14 +20,18 @@ pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
         TargetSpec::Cgroup(path) => {
             let dir = if path.is_absolute() { path.clone() } else { Path::new("/sys/fs/cgroup").join(path) };
             let procs = dir.join("cgroup.procs");
-            let text = std::fs::read_to_string(&procs)
-                .with_context(|| format!("cannot read {} (is {} a cgroup v2 directory?)", procs.display(), dir.display()))?;
+            let text = std::fs::read_to_string(&procs).with_context(|| {
+                format!("cannot read {} (is {} a cgroup v2 directory?)", procs.display(), dir.display())
+            })?;
             let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
             anyhow::ensure!(!pids.is_empty(), "cgroup {} has no processes", dir.display());
             pids
         }
         TargetSpec::Container(id) => {
-            anyhow::ensure!(id.len() >= 4, "container ID `{id}` is too short to match safely (give at least 4 characters)");
+            anyhow::ensure!(
+                id.len() >= 4,
+                "container ID `{id}` is too short to match safely (give at least 4 characters)"
+            );
             let mut pids = Vec::new();
             for entry in std::fs::read_dir("/proc")?.flatten() {
                 let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
@@ -115,7 +119,9 @@ pub(super) fn loader_list(exe: &Path) -> Option<Vec<PathBuf>> {
             .map(|d| String::from_utf8_lossy(d.split(|c| *c == 0).next().unwrap_or(d)).into_owned())
     });
     let interp = interp?;
-    let Ok(out) = std::process::Command::new(&interp).arg("--list").arg(exe).stderr(std::process::Stdio::null()).output() else {
+    let Ok(out) =
+        std::process::Command::new(&interp).arg("--list").arg(exe).stderr(std::process::Stdio::null()).output()
+    else {
         return Some(Vec::new());
     };
     let libs = String::from_utf8_lossy(&out.stdout)

@@ -8,11 +8,11 @@ use leaktrace_common::{SiteKey, site_kind};
 
 use crate::discover::{self, MappedObject, WorkProbeSpec};
 use crate::launch::{self, ExitStatus};
-use crate::probes::{Mode, Tracer};
 use crate::mappings::{self, AddressSpace};
+use crate::probes::{Mode, Tracer};
+use crate::procinfo;
 use crate::recording::{AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, SiteSample, Stack, StackKind};
 use crate::symbolize::StackSymbolizer;
-use crate::procinfo;
 
 use super::*;
 
@@ -71,7 +71,8 @@ impl Traced {
         if let Some(spec) = &opts.work_probe {
             match discover::find_work_function(spec, &objects) {
                 Some((obj, off)) => {
-                    let mut info = tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
+                    let mut info =
+                        tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
                     info.function = spec.symbol.clone();
                     probes.push(info);
                 }
@@ -164,17 +165,19 @@ impl Traced {
         }
         self.detect_runtime(&objects);
         if let (Some(spec), false) = (work_probe, self.work_attached)
-            && let Some((obj, off)) = discover::find_work_function(spec, &objects) {
-                self.work_attached = true;
-                match tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
-                    Ok(mut info) => {
-                        info.function = spec.symbol.clone();
-                        self.warnings.push(format!("work probe {spec} placed at t={t_s:.1}s (its object was mapped after attach)"));
-                        self.probes.push(info);
-                    }
-                    Err(e) => self.warnings.push(format!("{e:#}")),
+            && let Some((obj, off)) = discover::find_work_function(spec, &objects)
+        {
+            self.work_attached = true;
+            match tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
+                Ok(mut info) => {
+                    info.function = spec.symbol.clone();
+                    self.warnings
+                        .push(format!("work probe {spec} placed at t={t_s:.1}s (its object was mapped after attach)"));
+                    self.probes.push(info);
                 }
+                Err(e) => self.warnings.push(format!("{e:#}")),
             }
+        }
         let fresh: Vec<MappedObject> =
             objects.into_iter().filter(|o| !self.probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
         if fresh.is_empty() {
@@ -201,7 +204,13 @@ impl Traced {
 
     /// Read the kernel maps and /proc once for this process; add a checkpoint. Errors become
     /// warnings: a checkpoint that cannot be read is skipped, never the whole recording.
-    pub(super) fn checkpoint(&mut self, tracer: &Tracer, t_s: f64, batch: Option<u32>, work: bool) -> Option<(u64, u64)> {
+    pub(super) fn checkpoint(
+        &mut self,
+        tracer: &Tracer,
+        t_s: f64,
+        batch: Option<u32>,
+        work: bool,
+    ) -> Option<(u64, u64)> {
         let counters = match tracer.counters() {
             Ok(c) => c,
             Err(e) => {
@@ -306,7 +315,11 @@ impl Traced {
 
 /// The allocator entry points to probe in `objects` for `mode`: growth mode puts no probe on
 /// the allocator's hot path, only on mmap (for the stacks of mappings).
-pub(super) fn scan_for_mode(pid: u32, objects: &[MappedObject], mode: Mode) -> Result<discover::AllocatorScan, discover::TargetError> {
+pub(super) fn scan_for_mode(
+    pid: u32,
+    objects: &[MappedObject],
+    mode: Mode,
+) -> Result<discover::AllocatorScan, discover::TargetError> {
     let mut scan = discover::scan_allocators(pid, objects)?;
     if mode == Mode::Growth {
         scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
@@ -318,7 +331,11 @@ pub(super) fn scan_for_mode(pid: u32, objects: &[MappedObject], mode: Mode) -> R
 pub(super) fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
     let mut by_object: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &scan.points {
-        let at = if p.probe_offset != p.offset { format!("{}+{}", p.function, p.probe_offset - p.offset) } else { p.function.clone() };
+        let at = if p.probe_offset != p.offset {
+            format!("{}+{}", p.function, p.probe_offset - p.offset)
+        } else {
+            p.function.clone()
+        };
         by_object.entry(p.object.path.display().to_string()).or_default().push(at);
     }
     for (object, functions) in by_object {
@@ -432,4 +449,3 @@ mod tests {
         assert_eq!(fix_caller(vec![10], 20), vec![10, 20]);
     }
 }
-

@@ -6,8 +6,8 @@ use std::path::Path;
 use object::{Object as _, ObjectSection as _};
 
 use super::RuntimeInfo;
-use crate::recording::Runtime;
 use crate::discover::MappedObject;
+use crate::recording::Runtime;
 
 /// The Go toolchain version that built `path` ("go1.19.8"), or Some(None) for a Go binary whose
 /// version cannot be read; None when `path` is not a Go binary.

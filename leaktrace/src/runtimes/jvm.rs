@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::recording::Runtime;
 use super::{HeapGauge, RuntimeInfo, file_name};
 use crate::discover::MappedObject;
 use crate::recording::ManagedHeap;
+use crate::recording::Runtime;
 
 /// Detect a JVM: a mapped libjvm.so.
 pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
@@ -23,7 +23,8 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
     // <java.home>/lib/server/libjvm.so; <java.home>/release holds JAVA_VERSION="17.0.15".
     let version = jvm.path.parent().and_then(Path::parent).and_then(Path::parent).and_then(|home| {
         let root = PathBuf::from(format!("/proc/{pid}/root"));
-        let release = std::fs::read_to_string(root.join(home.strip_prefix("/").unwrap_or(home)).join("release")).ok()?;
+        let release =
+            std::fs::read_to_string(root.join(home.strip_prefix("/").unwrap_or(home)).join("release")).ok()?;
         release.lines().find_map(|l| l.strip_prefix("JAVA_VERSION=")).map(|v| v.trim_matches('"').to_string())
     });
     let mut notes = vec![format!(
@@ -207,7 +208,9 @@ mod tests {
             name_bytes.push(0);
             let data_off = (name_off + name_bytes.len()).div_ceil(8) * 8;
             let (dtype, vlen, data): (u8, i32, Vec<u8>) = match value {
-                PerfValue::Long(v) => (b'J', 0, if little { v.to_le_bytes().to_vec() } else { v.to_be_bytes().to_vec() }),
+                PerfValue::Long(v) => {
+                    (b'J', 0, if little { v.to_le_bytes().to_vec() } else { v.to_be_bytes().to_vec() })
+                }
                 PerfValue::Str(s) => {
                     let mut d = s.as_bytes().to_vec();
                     d.resize(s.len() + 8, 0);

@@ -3,9 +3,9 @@
 
 use leaktrace_analysis::runtimes::node::is_node_object;
 
-use crate::recording::Runtime;
 use super::{RuntimeInfo, file_name};
 use crate::discover::MappedObject;
+use crate::recording::Runtime;
 
 /// Detect Node: a mapped object named node/nodejs/libnode.so that exports N-API.
 pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {

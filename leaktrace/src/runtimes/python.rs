@@ -2,9 +2,9 @@
 //! the PYTHONMALLOC setting from the target's environment. The frame rules are in
 //! `leaktrace_analysis::runtimes::python`.
 
-use crate::recording::Runtime;
 use super::{RuntimeInfo, file_name};
 use crate::discover::MappedObject;
+use crate::recording::Runtime;
 
 /// Detect CPython: a mapped libpython, or an executable named python* that defines the
 /// interpreter's allocator (Debian's static-libpython build).

@@ -19,9 +19,8 @@ impl Bench {
         let cpu_at_held = cpu_seconds(pid)?;
         let rss_kib = status_kib(pid, "VmRSS")?;
         let map_ids = fd_ids(pid, "map_id")?;
-        let maps: serde_json::Value = serde_json::from_str(&capture(
-            Command::new("bpftool").args(["map", "show", "-j"]),
-        )?)?;
+        let maps: serde_json::Value =
+            serde_json::from_str(&capture(Command::new("bpftool").args(["map", "show", "-j"]))?)?;
         let mut map_bytes = Vec::new();
         for m in maps.as_array().into_iter().flatten() {
             if map_ids.contains(&m["id"].as_u64().unwrap_or(0)) {

@@ -5,17 +5,9 @@ use super::*;
 
 /// First line of a command's stdout.
 pub(super) fn query_line(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
+    let out = Command::new(program).args(args).stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .next()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
+    text.lines().next().map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
 }
 
 pub(super) fn machine() -> Vec<(&'static str, String)> {
@@ -29,45 +21,19 @@ pub(super) fn machine() -> Vec<(&'static str, String)> {
         })
         .unwrap_or_else(|| "?".into());
     vec![
-        (
-            "CPUs (`nproc`)",
-            query_line("nproc", &[]).unwrap_or_default(),
-        ),
+        ("CPUs (`nproc`)", query_line("nproc", &[]).unwrap_or_default()),
         ("CPU model (/proc/cpuinfo)", model),
-        (
-            "Kernel (`uname -r`)",
-            query_line("uname", &["-r"]).unwrap_or_default(),
-        ),
-        (
-            "glibc (`ldd --version`)",
-            query_line("ldd", &["--version"]).unwrap_or_default(),
-        ),
-        (
-            "bpftrace",
-            query_line("bpftrace", &["--version"]).unwrap_or_default(),
-        ),
-        (
-            "heaptrack",
-            query_line("heaptrack", &["--version"]).unwrap_or_default(),
-        ),
-        (
-            "redis",
-            query_line("redis-server", &["--version"]).unwrap_or_default(),
-        ),
-        (
-            "python",
-            query_line("python3", &["--version"]).unwrap_or_default(),
-        ),
+        ("Kernel (`uname -r`)", query_line("uname", &["-r"]).unwrap_or_default()),
+        ("glibc (`ldd --version`)", query_line("ldd", &["--version"]).unwrap_or_default()),
+        ("bpftrace", query_line("bpftrace", &["--version"]).unwrap_or_default()),
+        ("heaptrack", query_line("heaptrack", &["--version"]).unwrap_or_default()),
+        ("redis", query_line("redis-server", &["--version"]).unwrap_or_default()),
+        ("python", query_line("python3", &["--version"]).unwrap_or_default()),
     ]
 }
 
 pub(super) fn loadavg() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 /// Wait until the 1-minute load average is below `max` (at most `max_wait`); says what happened.
@@ -87,10 +53,7 @@ pub(super) fn wait_for_quiet(max: f64, max_wait: Duration) -> String {
                 start.elapsed().as_secs_f64()
             );
         }
-        eprintln!(
-            "xtask: bench: load average {l:.2} ≥ {max}: waiting (up to {} s)",
-            max_wait.as_secs()
-        );
+        eprintln!("xtask: bench: load average {l:.2} ≥ {max}: waiting (up to {} s)", max_wait.as_secs());
         std::thread::sleep(Duration::from_secs(15));
     }
 }
@@ -112,46 +75,23 @@ pub(super) fn clear_out_dir(cmd: &Command) {
 
 pub(super) fn capture(cmd: &mut Command) -> Result<String> {
     clear_out_dir(cmd);
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", quote(cmd.get_program())))?;
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot run {}", quote(cmd.get_program())))?;
     if !out.status.success() {
-        bail!(
-            "{} failed ({}):\n{}",
-            show(cmd),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        bail!("{} failed ({}):\n{}", show(cmd), out.status, String::from_utf8_lossy(&out.stderr));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The number after `name ` on a line of `text`.
 pub(super) fn field(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.trim()
-            .strip_prefix(name)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
+    text.lines().find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// redis-benchmark -q: "SET: 947867.31 requests per second, p50=0.647 msec" (after \r progress).
 pub(super) fn rps(text: &str, test: &str) -> Option<f64> {
     text.split(['\r', '\n'])
         .filter(|l| l.contains("requests per second"))
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix(test)?
-                .strip_prefix(':')?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
+        .find_map(|l| l.trim().strip_prefix(test)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
 }
 
 /// File offset of a dynamic symbol (its address mapped through the LOAD segments).
@@ -179,10 +119,7 @@ pub(super) fn symbol_file_offset(lib: &Path, symbol: &str) -> Result<u64> {
             }
         }
     }
-    bail!(
-        "{symbol} at {addr:#x} is in no LOAD segment of {}",
-        lib.display()
-    )
+    bail!("{symbol} at {addr:#x} is in no LOAD segment of {}", lib.display())
 }
 
 /// ids (`prog_id` or `map_id`) of the BPF objects whose file descriptors process `pid` holds.
@@ -244,12 +181,8 @@ pub(super) fn stat_sum(pid: u32, fields: &[usize]) -> Result<u64> {
 /// major, /proc/PID/stat) of a process so far.
 pub(super) fn syscalls_and_faults(pid: u32) -> Result<(u64, u64)> {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
-    let field = |k: &str| {
-        io.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let field =
+        |k: &str| io.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
     // minflt, majflt.
     let faults = stat_sum(pid, &[10, 12])?;
     Ok((field("syscr:") + field("syscw:"), faults))
@@ -267,14 +200,7 @@ pub(super) fn cpu_seconds(pid: u32) -> Result<f64> {
 pub(super) fn status_kib(pid: u32, key: &str) -> Result<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     text.lines()
-        .find_map(|l| {
-            l.strip_prefix(key)?
-                .strip_prefix(':')?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
         .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
@@ -322,11 +248,7 @@ impl Spawned {
         clear_out_dir(&cmd);
         let command = show(&cmd);
         eprintln!("xtask: $ {command}");
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
         let (tx, lines) = channel();
         let out = child.stdout.take().expect("piped");
         let err = child.stderr.take().expect("piped");
@@ -341,12 +263,7 @@ impl Spawned {
                 let _ = tx2.send((false, l));
             }
         });
-        Ok(Spawned {
-            child: KillOnDrop(child),
-            command,
-            lines,
-            seen: Vec::new(),
-        })
+        Ok(Spawned { child: KillOnDrop(child), command, lines, seen: Vec::new() })
     }
 
     pub(super) fn pid(&self) -> u32 {
@@ -394,11 +311,7 @@ impl Spawned {
                     self.seen.push(l);
                 }
                 if !status.success() {
-                    bail!(
-                        "{} failed ({status}):\n{}",
-                        self.command,
-                        self.seen.join("\n")
-                    );
+                    bail!("{} failed ({status}):\n{}", self.command, self.seen.join("\n"));
                 }
                 return Ok(());
             }

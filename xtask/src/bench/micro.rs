@@ -31,8 +31,7 @@ impl Bench {
         variants.push(("leaktrace exact".into(), c));
         for (label, bytes) in SAMPLE_BYTES {
             let sb = bytes.to_string();
-            let mut c =
-                self.leaktrace_launch(&["--sample-bytes", &sb], &format!("sampled-{bytes}"));
+            let mut c = self.leaktrace_launch(&["--sample-bytes", &sb], &format!("sampled-{bytes}"));
             pairs_args(&mut c);
             variants.push((format!("leaktrace sampled --sample-bytes {label}"), c));
         }
@@ -40,29 +39,20 @@ impl Bench {
         pairs_args(&mut c);
         variants.push(("leaktrace growth".into(), c));
         let mut c = Command::new("bpftrace");
-        c.arg(&naive)
-            .arg("-c")
-            .arg(format!("{} {n} {size}", self.pairs.display()));
+        c.arg(&naive).arg("-c").arg(format!("{} {n} {size}", self.pairs.display()));
         variants.push(("naive bpftrace (memleak-like)".into(), c));
         let mut c = Command::new("heaptrack");
         c.arg("-o").arg(self.work.join("heaptrack.pairs"));
         pairs_args(&mut c);
         variants.push(("heaptrack (LD_PRELOAD)".into(), c));
 
-        let mut series: Vec<Series> = variants
-            .iter()
-            .map(|(name, c)| Series {
-                name: name.clone(),
-                command: show(c),
-                values: vec![],
-            })
-            .collect();
+        let mut series: Vec<Series> =
+            variants.iter().map(|(name, c)| Series { name: name.clone(), command: show(c), values: vec![] }).collect();
         for rep in 0..self.args.reps {
             for (i, (name, cmd)) in variants.iter_mut().enumerate() {
                 self.note_load();
                 let out = capture(cmd).with_context(|| format!("microbenchmark, {name}"))?;
-                let v = field(&out, "ns_per_pair")
-                    .with_context(|| format!("{name}: no ns_per_pair in:\n{out}"))?;
+                let v = field(&out, "ns_per_pair").with_context(|| format!("{name}: no ns_per_pair in:\n{out}"))?;
                 eprintln!("xtask: bench: micro rep {rep} {name}: {v:.1} ns/pair");
                 series[i].values.push(v);
             }
@@ -75,8 +65,7 @@ impl Bench {
         let _stats = BpfStats::enable()?;
         let mut cmd = self.leaktrace_launch(&[], "stats");
         // Hold the target 3 s after its loop so the programs can be read while attached.
-        cmd.arg(&self.pairs)
-            .args([&self.args.pairs.to_string(), &PAIR_SIZE.to_string(), "3000"]);
+        cmd.arg(&self.pairs).args([&self.args.pairs.to_string(), &PAIR_SIZE.to_string(), "3000"]);
         let mut child = Spawned::new(cmd)?;
         child.wait_stdout_line("ns_per_pair", Duration::from_secs(120))?;
         std::thread::sleep(Duration::from_millis(300));

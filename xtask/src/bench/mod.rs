@@ -72,11 +72,7 @@ const BENCH_PACKAGES: &[(&str, &str)] = &[
 ];
 
 /// Sampling distances measured on the microbenchmark.
-const SAMPLE_BYTES: &[(&str, u64)] = &[
-    ("64KiB", 64 << 10),
-    ("512KiB", 512 << 10),
-    ("4MiB", 4 << 20),
-];
+const SAMPLE_BYTES: &[(&str, u64)] = &[("64KiB", 64 << 10), ("512KiB", 512 << 10), ("4MiB", 4 << 20)];
 /// docs/benchmarks.md: what follows this line is written by hand and kept when the bench rewrites
 /// the figures above it.
 const ANALYSIS_MARKER: &str = "<!-- Below: written by hand, kept by `cargo xtask bench`. -->";
@@ -149,11 +145,7 @@ fn median(v: &[f64]) -> f64 {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 impl Bench {
@@ -164,19 +156,13 @@ impl Bench {
         let src = root().join("xtask/bench");
 
         // A private copy of the libc the compiler links against.
-        let libc_out = Command::new("gcc")
-            .arg("-print-file-name=libc.so.6")
-            .output()?;
+        let libc_out = Command::new("gcc").arg("-print-file-name=libc.so.6").output()?;
         let sys_libc = std::fs::canonicalize(String::from_utf8_lossy(&libc_out.stdout).trim())
             .context("cannot find libc.so.6 (gcc -print-file-name=libc.so.6)")?;
         let libc = work.join("lib/libc.so.6");
-        std::fs::copy(&sys_libc, &libc)
-            .with_context(|| format!("cannot copy {}", sys_libc.display()))?;
+        std::fs::copy(&sys_libc, &libc).with_context(|| format!("cannot copy {}", sys_libc.display()))?;
 
-        let rpath = format!(
-            "-Wl,--disable-new-dtags,-rpath,{}",
-            work.join("lib").display()
-        );
+        let rpath = format!("-Wl,--disable-new-dtags,-rpath,{}", work.join("lib").display());
         let pairs = work.join("pairs");
         let hold = work.join("hold");
         let floor = work.join("floor");
@@ -225,11 +211,7 @@ impl Bench {
     fn find_offsets(&mut self) -> Result<()> {
         let out_dir = self.work.join("probe-run");
         let mut cmd = Command::new(&self.leaktrace);
-        cmd.args(["record", "--out"])
-            .arg(&out_dir)
-            .arg("--")
-            .arg(&self.pairs)
-            .args(["1000", "64"]);
+        cmd.args(["record", "--out"]).arg(&out_dir).arg("--").arg(&self.pairs).args(["1000", "64"]);
         eprintln!("xtask: $ {}", show(&cmd));
         let out = cmd.stdin(Stdio::null()).output()?;
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -243,11 +225,7 @@ impl Bench {
             .split_whitespace()
             .find(|t| *t == "free" || t.starts_with("free+"))
             .with_context(|| format!("no free probe in the coverage line: {line}"))?;
-        let delta: u64 = free
-            .strip_prefix("free+")
-            .map(|d| d.parse())
-            .transpose()?
-            .unwrap_or(0);
+        let delta: u64 = free.strip_prefix("free+").map(|d| d.parse()).transpose()?.unwrap_or(0);
         self.free_placement = free.to_string();
         let malloc_delta: u64 = funcs
             .split_whitespace()
@@ -287,11 +265,7 @@ impl Bench {
             agent,
             elapsed: started.elapsed(),
         });
-        let out = self
-            .args
-            .out
-            .clone()
-            .unwrap_or_else(|| root().join("docs/benchmarks.md"));
+        let out = self.args.out.clone().unwrap_or_else(|| root().join("docs/benchmarks.md"));
         // The hand-written analysis after the marker is kept from one run to the next.
         let kept = std::fs::read_to_string(&out)
             .ok()
@@ -311,15 +285,10 @@ impl Bench {
 
     fn leaktrace_launch(&self, mode: &[&str], tag: &str) -> Command {
         let mut c = Command::new(&self.leaktrace);
-        c.args(["record", "--interval", "1s", "--out"])
-            .arg(self.work.join(format!("rec-{tag}")))
-            .args(mode)
-            .arg("--");
+        c.args(["record", "--interval", "1s", "--out"]).arg(self.work.join(format!("rec-{tag}"))).args(mode).arg("--");
         c
     }
-
 }
-
 
 /// (min, max) of a series' runs over its median.
 fn spread(x: &Series) -> (f64, f64) {

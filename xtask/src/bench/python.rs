@@ -12,11 +12,7 @@ impl Bench {
         variants.push(("untraced", c));
         for (name, mode, tag) in [
             ("leaktrace exact", vec![], "py-exact"),
-            (
-                "leaktrace sampled --sample-bytes 512KiB",
-                vec!["--sample-bytes", "524288"],
-                "py-sampled",
-            ),
+            ("leaktrace sampled --sample-bytes 512KiB", vec!["--sample-bytes", "524288"], "py-sampled"),
             ("leaktrace growth", vec!["--mode", "growth"], "py-growth"),
         ] {
             let mut c = self.leaktrace_launch(&mode, tag);
@@ -25,11 +21,7 @@ impl Bench {
         }
         let mut series: Vec<Series> = variants
             .iter()
-            .map(|(name, c)| Series {
-                name: name.to_string(),
-                command: show(c),
-                values: vec![],
-            })
+            .map(|(name, c)| Series { name: name.to_string(), command: show(c), values: vec![] })
             .collect();
         for rep in 0..self.args.reps {
             for (i, (name, cmd)) in variants.iter_mut().enumerate() {
@@ -37,9 +29,7 @@ impl Bench {
                 let out = capture(cmd)?;
                 let cpu = field(&out, "cpu_s").with_context(|| format!("no cpu_s in:\n{out}"))?;
                 eprintln!("xtask: bench: python rep {rep} {name}: {cpu:.3} s CPU");
-                series[i]
-                    .values
-                    .push(self.args.python_iterations as f64 / cpu);
+                series[i].values.push(self.args.python_iterations as f64 / cpu);
             }
         }
         Ok(series)

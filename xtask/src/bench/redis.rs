@@ -8,19 +8,9 @@ impl Bench {
     /// other load on the machine does not add to it).
     pub(super) fn redis(&self) -> Result<(Vec<Series>, Vec<Series>)> {
         let port = 6390 + (std::process::id() % 500) as u16;
-        let mut server =
-            Command::new(which("redis-server").unwrap_or_else(|| "/usr/bin/redis-server".into()));
+        let mut server = Command::new(which("redis-server").unwrap_or_else(|| "/usr/bin/redis-server".into()));
         server
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--logfile"])
             .arg(self.work.join("redis.log"))
             .stdin(Stdio::null())
@@ -62,11 +52,7 @@ impl Bench {
         let modes: Vec<(&str, Vec<&str>, u64)> = vec![
             ("untraced", vec![], fast),
             ("leaktrace exact", vec![], slow),
-            (
-                "leaktrace sampled --sample-bytes 512KiB",
-                vec!["--sample-bytes", "524288"],
-                slow,
-            ),
+            ("leaktrace sampled --sample-bytes 512KiB", vec!["--sample-bytes", "524288"], slow),
             ("leaktrace growth", vec!["--mode", "growth"], fast),
         ];
         let mut series: Vec<Series> = modes
@@ -76,11 +62,7 @@ impl Bench {
                 command: if *name == "untraced" {
                     show(&bench_cmd(*n))
                 } else {
-                    format!(
-                        "leaktrace record --pid $REDIS_PID {} & {}",
-                        m.join(" "),
-                        show(&bench_cmd(*n))
-                    )
+                    format!("leaktrace record --pid $REDIS_PID {} & {}", m.join(" "), show(&bench_cmd(*n)))
                 },
                 values: vec![],
             })
@@ -101,25 +83,13 @@ impl Bench {
                     None
                 } else {
                     let mut c = Command::new(&self.leaktrace);
-                    c.args([
-                        "record",
-                        "--pid",
-                        &pid.to_string(),
-                        "--interval",
-                        "1s",
-                        "--out",
-                    ])
-                    .arg(self.work.join(format!("rec-redis-{i}-{rep}")))
-                    .args(mode);
+                    c.args(["record", "--pid", &pid.to_string(), "--interval", "1s", "--out"])
+                        .arg(self.work.join(format!("rec-redis-{i}-{rep}")))
+                        .args(mode);
                     let mut s = Spawned::new(c)?;
                     s.wait_stderr_line("leaktrace: attached", Duration::from_secs(60))?;
                     if coverage.is_empty() && *name == "leaktrace exact" {
-                        coverage = s
-                            .seen
-                            .iter()
-                            .filter(|l| l.contains("]:"))
-                            .cloned()
-                            .collect();
+                        coverage = s.seen.iter().filter(|l| l.contains("]:")).cloned().collect();
                     }
                     Some((cpu_seconds(s.pid())?, s))
                 };

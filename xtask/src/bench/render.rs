@@ -32,11 +32,7 @@ impl Bench {
         // Microbenchmark.
         let base = r.micro[0].median();
         let added = |name: &str| {
-            r.micro
-                .iter()
-                .find(|x| x.name.starts_with(name))
-                .map(|x| x.median() - base)
-                .unwrap_or(f64::NAN)
+            r.micro.iter().find(|x| x.name.starts_with(name)).map(|x| x.median() - base).unwrap_or(f64::NAN)
         };
         let floor = added("floor");
         let exact = added("leaktrace exact");
@@ -57,26 +53,14 @@ impl Bench {
         for x in &r.micro {
             let m = x.median();
             let add = m - base;
-            let ratio = if x.name == "untraced" {
-                "".into()
-            } else {
-                format!("{:.2}", add / floor)
-            };
+            let ratio = if x.name == "untraced" { "".into() } else { format!("{:.2}", add / floor) };
             s.push_str(&format!(
                 "| {} | {:.0} | {} | {} | {} |\n",
                 x.name,
                 m,
-                if x.name == "untraced" {
-                    "—".into()
-                } else {
-                    format!("{add:.0}")
-                },
+                if x.name == "untraced" { "—".into() } else { format!("{add:.0}") },
                 ratio,
-                x.values
-                    .iter()
-                    .map(|v| format!("{v:.0}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                x.values.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
             ));
         }
         s.push_str("\nCommands (one run each):\n\n```sh\n");
@@ -85,12 +69,12 @@ impl Bench {
         }
         s.push_str("```\n\n");
         s.push_str("The naive script (`xtask/bench/naive.bt`, like bcc's memleak):\n\n```\n");
+        s.push_str(&std::fs::read_to_string(root().join("xtask/bench/naive.bt")).unwrap_or_default());
         s.push_str(
-            &std::fs::read_to_string(root().join("xtask/bench/naive.bt")).unwrap_or_default(),
-        );
-        s.push_str("```\n\nThe floor is `xtask/bench/floor.c`: a two-instruction eBPF program (`r0 = 0; exit`) \
+            "```\n\nThe floor is `xtask/bench/floor.c`: a two-instruction eBPF program (`r0 = 0; exit`) \
             attached with perf_event_open at the same file offsets as leaktrace's probes (bpftrace 0.17 \
-            cannot place a uprobe at `free+9`: it is built without the disassembler that checks offsets).\n\n");
+            cannot place a uprobe at `free+9`: it is built without the disassembler that checks offsets).\n\n",
+        );
 
         // Targets.
         s.push_str("## Targets\n\n| target | measured | met |\n| --- | --- | --- |\n");
@@ -131,10 +115,7 @@ impl Bench {
                 )
             })
             .collect();
-        s.push_str(&format!(
-            "| sampled mode (stated, no target) | {} | — |\n\n",
-            sampled.join("; ")
-        ));
+        s.push_str(&format!("| sampled mode (stated, no target) | {} | — |\n\n", sampled.join("; ")));
 
         if !r.stats.is_empty() {
             s.push_str("## Where exact mode's time goes in the kernel\n\n");
@@ -185,11 +166,7 @@ impl Bench {
                     x.name,
                     x.median(),
                     pct(x.median() / b),
-                    x.values
-                        .iter()
-                        .map(|v| format!("{v:.0}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    x.values.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
                 ));
             }
             if std::ptr::eq(series, &r.redis_cpu) {
@@ -222,9 +199,7 @@ impl Bench {
             s.push_str("```\n\n");
             if std::ptr::eq(series, &r.redis) {
                 let notes = self.redis_notes.borrow();
-                s.push_str(
-                    "The agent's CPU during the redis-benchmark runs (median share of a core): ",
-                );
+                s.push_str("The agent's CPU during the redis-benchmark runs (median share of a core): ");
                 let parts: Vec<String> = series
                     .iter()
                     .zip(notes.0.iter())
