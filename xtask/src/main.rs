@@ -1,4 +1,4 @@
-//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|demo|bench>`.
+//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|lint|demo|bench>`.
 //!
 //! `bench` (bench/) measures what tracing costs and writes docs/benchmarks.md; it installs its
 //! own tools (bpftrace, heaptrack, redis) and is not part of CI.
@@ -46,6 +46,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// setup, then the gates CI runs before the tests: `cargo fmt --check` and `cargo clippy
+    /// --all-targets -- -D warnings` on the userspace crates (not leaktrace-ebpf, built only for
+    /// bpf).
+    Lint,
     /// setup, release build, then run `leaktrace demo` with the extra arguments (needs root).
     Demo {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Cmd::Setup => setup(),
         Cmd::Build => setup().and_then(|()| build()),
         Cmd::Test { args } => test(&args),
+        Cmd::Lint => setup().and_then(|()| lint()),
         Cmd::Demo { args } => demo(&args),
         Cmd::Bench(args) => bench::bench(args),
     };
@@ -166,6 +171,7 @@ fn setup() -> Result<()> {
     eprintln!("xtask: setup: checking the build and test requirements");
     let mut apt = Apt::default();
     ensure_nightly_rust_src()?;
+    ensure_lint_tools()?;
     ensure_bpf_linker(&mut apt)?;
     ensure_c_compilers(&mut apt)?;
     ensure_production_test_tools(&mut apt)?;
@@ -221,6 +227,24 @@ fn ensure_nightly_rust_src() -> Result<()> {
         .context("cannot add rust-src to the nightly toolchain (needed to build the eBPF object)")?;
     }
     eprintln!("xtask: ok: nightly toolchain with rust-src");
+    Ok(())
+}
+
+/// rustfmt and clippy for `cargo xtask lint`, added to the default toolchain when missing.
+fn ensure_lint_tools() -> Result<()> {
+    let missing: Vec<&str> = [("fmt", "rustfmt"), ("clippy", "clippy")]
+        .into_iter()
+        .filter(|(sub, _)| query("cargo", &[sub, "--version"]).is_none())
+        .map(|(_, component)| component)
+        .collect();
+    if !missing.is_empty() {
+        if which("rustup").is_none() {
+            bail!("{} missing and rustup is not on PATH: install them with your toolchain", missing.join(" and "));
+        }
+        run(Command::new("rustup").args(["component", "add"]).args(&missing).stdin(Stdio::null()))
+            .context("cannot add rustfmt and clippy to the toolchain (needed by `cargo xtask lint`)")?;
+    }
+    eprintln!("xtask: ok: rustfmt and clippy");
     Ok(())
 }
 
@@ -434,6 +458,21 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
             bail!("{} failed (see above)", failed.join(" and "))
         }
     }
+}
+
+/// The userspace crates: what `lint` checks (leaktrace-ebpf builds only for the bpf target).
+const USERSPACE_CRATES: &[&str] = &["leaktrace", "leaktrace-analysis", "leaktrace-common", "xtask", "leaktrace-tests"];
+
+/// `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings` on [`USERSPACE_CRATES`];
+/// an error naming the gate that failed.
+fn lint() -> Result<()> {
+    let packages: Vec<&str> = USERSPACE_CRATES.iter().flat_map(|p| ["-p", p]).collect();
+    run(cargo().arg("fmt").arg("--check").args(&packages))
+        .context("`cargo fmt --check` failed: run `cargo fmt` on these packages and commit the result")?;
+    run(cargo().arg("clippy").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
+        .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;
+    eprintln!("xtask: lint: fmt and clippy passed");
+    Ok(())
 }
 
 fn demo(args: &[OsString]) -> Result<()> {
