@@ -29,6 +29,7 @@ use serde::Serialize;
 use crate::analyze::{self, culprit, frame_label, is_allocator};
 use crate::recording::{EndReason, Recording, Stack, StackKind};
 use crate::report::human::{self, number, rate_in as rate};
+use crate::timeline::Timeline;
 
 /// A site is only named as growing when its slope exceeds this (bytes per unit, or per second).
 pub const SITE_FLOOR: f64 = 1.0;
@@ -102,27 +103,6 @@ pub struct CheckResult {
     pub end_reason: EndReason,
 }
 
-/// Live bytes of every stack at every checkpoint, checkpoints in time order: (index into
-/// `rec.checkpoints`, stack id → live bytes). Samples are cumulative: a site absent from a later
-/// checkpoint keeps its last totals; duplicate samples of one stack in a checkpoint are summed.
-pub(crate) fn live_by_stack(rec: &Recording) -> Vec<(usize, BTreeMap<u32, u64>)> {
-    let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
-    order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
-    let mut cur: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    let mut out = Vec::with_capacity(order.len());
-    for ci in order {
-        let mut here: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for s in &rec.checkpoints[ci].sites {
-            let e = here.entry(s.stack).or_default();
-            e.0 = e.0.saturating_add(s.alloc_bytes);
-            e.1 = e.1.saturating_add(s.free_bytes);
-        }
-        cur.extend(here);
-        out.push((ci, cur.iter().map(|(&k, &(a, f))| (k, a.saturating_sub(f))).collect()));
-    }
-    out
-}
-
 /// Stack id → stack.
 pub(crate) fn stack_index(rec: &Recording) -> BTreeMap<u32, &Stack> {
     let mut m = BTreeMap::new();
@@ -144,7 +124,8 @@ fn kind_of(stacks: &BTreeMap<u32, &Stack>, id: u32) -> StackKind {
 /// a work probe, else bytes per second). Errors: fewer than 2 batch checkpoints, no units.
 pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
     anyhow::ensure!(budget.is_finite() && budget >= 0.0, "the budget must be a non-negative number of bytes");
-    let live = live_by_stack(rec);
+    let tl = Timeline::new(rec);
+    let live = tl.live_by_stack();
     let points: Vec<&(usize, BTreeMap<u32, u64>)> =
         live.iter().filter(|(ci, _)| rec.checkpoints[*ci].batch.is_some()).collect();
     let completed = points.iter().filter_map(|(ci, _)| rec.checkpoints[*ci].batch).filter(|&b| b > 0).count() as u32;
@@ -189,13 +170,12 @@ pub fn evaluate(rec: &Recording, budget: f64) -> anyhow::Result<CheckResult> {
     for ((ci, sites), &x) in points.iter().zip(&xs) {
         let c = &rec.checkpoints[*ci];
         let (mut native, mut offheap) = (0u64, 0u64);
-        let runtime = rec.target.runtime;
         for (&id, &b) in sites {
             match stacks.get(&id) {
                 // Off-heap: program mappings only (not the loader's, the allocator's arenas or a
-                // runtime's heap), as in the report.
+                // runtime's heap), as in the report (each stack classified once, in the timeline).
                 Some(st) if st.kind == StackKind::Mmap => {
-                    if crate::runtimes::classify_site(runtime, st) == crate::runtimes::MemoryKind::OffHeap {
+                    if tl.kinds[tl.index[&id]] == crate::runtimes::MemoryKind::OffHeap {
                         offheap = offheap.saturating_add(b);
                     }
                 }

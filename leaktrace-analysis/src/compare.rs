@@ -26,11 +26,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::analyze::{self, AnalyzeOptions, basename, culprit, is_allocator};
-use crate::check::{live_by_stack, stack_index};
+use crate::analyze::{self, basename, culprit, is_allocator};
+use crate::check::stack_index;
 use crate::output::write_atomic;
 use crate::recording::{Mode, Recording, Stack, StackKind};
 use crate::report::human::{number, rate_in as rate};
+use crate::timeline::Timeline;
 
 /// Callers of the culprit that enter a site's signature.
 pub const CALLERS: usize = 6;
@@ -199,15 +200,15 @@ struct Window {
     desc: String,
 }
 
-fn window(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> anyhow::Result<Window> {
+fn window(rec: &Recording, tl: &Timeline, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> anyhow::Result<Window> {
     let batch: Vec<usize> = (0..live.len()).filter(|&i| rec.checkpoints[live[i].0].batch.is_some()).collect();
     if batch.len() >= 2 {
         let n = batch.len();
         return Ok(Window { idx: batch, desc: format!("batch checkpoints (baseline + {} batches)", n - 1) });
     }
-    let a = analyze::analyze(rec, &AnalyzeOptions::default());
+    let (steady_from_s, span_to_s) = analyze::steady_window(rec, tl);
     let t0 = live.first().map_or(0.0, |(ci, _)| rec.checkpoints[*ci].t_s);
-    let (from, to) = (a.steady_from_s - 1e-9, a.span_to_s + 1e-9);
+    let (from, to) = (steady_from_s - 1e-9, span_to_s + 1e-9);
     let idx: Vec<usize> = (0..live.len())
         .filter(|&i| {
             let t = rec.checkpoints[live[i].0].t_s - t0;
@@ -219,10 +220,7 @@ fn window(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> 
         "{name}: only {} checkpoint(s) in its steady window: no growth rate can be measured (record longer)",
         idx.len()
     );
-    Ok(Window {
-        desc: format!("steady window {:.1}–{:.1} s ({} checkpoints)", a.steady_from_s, a.span_to_s, idx.len()),
-        idx,
-    })
+    Ok(Window { desc: format!("steady window {steady_from_s:.1}–{span_to_s:.1} s ({} checkpoints)", idx.len()), idx })
 }
 
 /// Units of work at each point of the window, when all are known and they advance.
@@ -328,10 +326,10 @@ pub fn compare(
             after.mode
         );
     }
-    let lb = live_by_stack(before);
-    let la = live_by_stack(after);
-    let wb = window(before, &lb, "BEFORE")?;
-    let wa = window(after, &la, "AFTER")?;
+    let (tb, ta) = (Timeline::new(before), Timeline::new(after));
+    let (lb, la) = (tb.live_by_stack(), ta.live_by_stack());
+    let wb = window(before, &tb, &lb, "BEFORE")?;
+    let wa = window(after, &ta, &la, "AFTER")?;
     let mut notes = Vec::new();
     let (ub, ua) = (units(before, &lb, &wb), units(after, &la, &wa));
     let (xb, xa, unit, abs_floor) = match (ub, ua) {

@@ -3,7 +3,8 @@
 //! compiler checks that the analysis reads nothing but the [`recording::Recording`].
 //!
 //! The rooms, in the order the data goes through them:
-//! [`recording`] (the model of recording.json, the seam with the recorder) → [`analyze`] (growth
+//! [`recording`] (the model of recording.json, the seam with the recorder) → [`timeline`] (its
+//! checkpoints sorted once and replayed into per-site series) → [`analyze`] (growth
 //! per site and per process, classes, the verdict), with [`runtimes`] (which memory a stack holds
 //! in a managed runtime) and [`allocator_frames`] (which frames are the allocator's) →
 //! [`report`] (report.md, report.json, flame graphs, memory plot, byte formatting) →
@@ -17,3 +18,4 @@ pub mod output;
 pub mod recording;
 pub mod report;
 pub mod runtimes;
+pub mod timeline;

@@ -490,7 +490,7 @@ pub(crate) mod fixtures;
 mod tests;
 
 pub use frames::{basename, culprit, frame_label, is_allocator};
-pub use replay::analyze;
+pub use replay::{analyze, analyze_timeline, steady_window};
 pub use stats::{fit, t_crit95};
 pub use verdict::lost_share;
 

@@ -1,19 +1,20 @@
 //! The analysis proper: checkpoints replayed into per-site and per-process series, the steady
 //! window, process figures, then each site and the verdict.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use leaktrace_common::counter;
 
 use super::*;
-use crate::recording::{EndReason, Mode, Recording, Stack, StackKind};
+use crate::recording::{EndReason, Mode, Recording, StackKind};
 use crate::runtimes::MemoryKind;
+use crate::timeline::Timeline;
 
-/// Per-site series, one entry per time-sorted checkpoint.
-pub(super) struct Series {
-    pub(super) live_bytes: Vec<u64>,
-    pub(super) live_count: Vec<u64>,
-    pub(super) last: crate::recording::SiteSample,
+/// One site's series, one entry per time-sorted checkpoint (a view into the [`Timeline`]).
+pub(super) struct Series<'a> {
+    pub(super) live_bytes: &'a [u64],
+    pub(super) live_count: &'a [u64],
+    pub(super) last: &'a crate::recording::SiteSample,
     /// Mappings: resident bytes at the last checkpoint that had the figure.
     pub(super) resident: Option<u64>,
 }
@@ -22,93 +23,48 @@ pub(super) struct Series {
 /// missing memory figures, samples that refer to unknown stacks); such cases lower the confidence
 /// and add a warning instead.
 pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
+    analyze_timeline(rec, &Timeline::new(rec), opts)
+}
+
+/// [`analyze`] with the recording's [`Timeline`] already built.
+pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
     let mut warnings = Vec::new();
 
     // Checkpoints in time order, ignoring any with a non-finite time.
-    let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
+    let order = &tl.order;
     if order.len() != rec.checkpoints.len() {
         warnings
             .push(format!("{} checkpoint(s) with an invalid time were ignored", rec.checkpoints.len() - order.len()));
     }
-    order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
-    // Times rounded to the nanosecond: the analysis of a recording in memory and of the same
-    // recording read back from JSON must agree to the last bit.
-    let times: Vec<f64> = order.iter().map(|&i| (rec.checkpoints[i].t_s * 1e9).round() / 1e9).collect();
+    let times = &tl.times;
     let n = times.len();
     let t0 = times.first().copied().unwrap_or(0.0);
     let duration = times.last().map_or(0.0, |t| t - t0).max(0.0);
 
     // Sites: one per stack, plus any stack id a sample refers to that the recording lacks.
-    let mut stacks: Vec<Stack> = rec.stacks.clone();
-    let mut index: HashMap<u32, usize> = HashMap::new();
-    for (i, s) in stacks.iter().enumerate() {
-        index.entry(s.id).or_insert(i);
-    }
-    if index.len() != stacks.len() {
+    let stacks = &tl.stacks;
+    if tl.duplicate_ids {
         warnings.push("the recording has duplicate stack ids; only the first is used".into());
     }
-    let mut unknown = 0usize;
-    for &ci in &order {
-        for s in &rec.checkpoints[ci].sites {
-            if let std::collections::hash_map::Entry::Vacant(e) = index.entry(s.stack) {
-                e.insert(stacks.len());
-                stacks.push(Stack { id: s.stack, kind: StackKind::Malloc, frames: vec![], lost: false });
-                unknown += 1;
-            }
-        }
+    if tl.unknown_stacks > 0 {
+        warnings.push(format!(
+            "{} site(s) refer to a stack missing from the recording (shown as [unknown])",
+            tl.unknown_stacks
+        ));
     }
-    if unknown > 0 {
-        warnings.push(format!("{unknown} site(s) refer to a stack missing from the recording (shown as [unknown])"));
-    }
-
-    let mut series: Vec<Series> = (0..stacks.len())
-        .map(|_| Series {
-            live_bytes: Vec::with_capacity(n),
-            live_count: Vec::with_capacity(n),
-            last: Default::default(),
-            resident: None,
+    let series: Vec<Series<'_>> = (0..stacks.len())
+        .map(|si| Series {
+            live_bytes: &tl.live_bytes[si],
+            live_count: &tl.live_count[si],
+            last: &tl.last[si],
+            resident: tl.resident[si].last().copied().flatten(),
         })
         .collect();
-    let mut resident: Vec<Option<u64>> = vec![None; stacks.len()];
-    let mut cur: Vec<crate::recording::SiteSample> = vec![Default::default(); stacks.len()];
-    // Allocations + frees of all sites so far, at each checkpoint (process activity).
-    let mut activity: Vec<u64> = Vec::with_capacity(n);
-    for &ci in &order {
-        // Samples are cumulative; a site absent from a later checkpoint keeps its last totals.
-        let mut here: HashMap<usize, crate::recording::SiteSample> = HashMap::new();
-        for s in &rec.checkpoints[ci].sites {
-            let Some(&si) = index.get(&s.stack) else { continue };
-            let e =
-                here.entry(si).or_insert_with(|| crate::recording::SiteSample { stack: s.stack, ..Default::default() });
-            e.alloc_bytes = e.alloc_bytes.saturating_add(s.alloc_bytes);
-            e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
-            e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
-            e.free_count = e.free_count.saturating_add(s.free_count);
-            if let Some(r) = s.resident_bytes {
-                e.resident_bytes = Some(e.resident_bytes.unwrap_or(0).saturating_add(r));
-            }
-        }
-        for (si, s) in here {
-            if s.resident_bytes.is_some() {
-                resident[si] = s.resident_bytes;
-            }
-            cur[si] = s;
-        }
-        for (si, ser) in series.iter_mut().enumerate() {
-            ser.live_bytes.push(cur[si].live_bytes());
-            ser.live_count.push(cur[si].live_count());
-        }
-        activity.push(cur.iter().fold(0u64, |acc, s| acc.saturating_add(s.alloc_count).saturating_add(s.free_count)));
-    }
 
     // The analysed span: from the last idle checkpoint before the first allocation or free to
     // the end; when the target exited, only up to the first checkpoint after its last allocation
     // or free (the idle time before exiting says nothing about growth).
-    let changed: Vec<usize> = (1..n).filter(|&k| activity[k] != activity[k - 1]).collect();
-    let last_active = changed.last().copied().unwrap_or(n.saturating_sub(1));
-    let span_start = changed.first().map_or(0, |&k| k - 1);
-    let span_end =
-        if rec.end_reason == EndReason::TargetExited && last_active > span_start { last_active + 1 } else { n };
+    let Span { start: span_start, end: span_end, last_active } = span_of(tl, rec.end_reason);
     let span = span_start..span_end;
     if span_start > 0 {
         warnings.push(format!(
@@ -125,7 +81,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
             times[span_end - 1] - t0
         ));
     }
-    let win = windows(&times, span.clone(), last_active);
+    let win = windows(times, span.clone(), last_active);
     let span_duration = match (times.get(span.start), span.end.checked_sub(1).and_then(|e| times.get(e))) {
         (Some(a), Some(b)) => (b - a).max(0.0),
         _ => 0.0,
@@ -143,11 +99,6 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
              is fitted over the whole run, start-up growth included"
         ));
     }
-    for (si, ser) in series.iter_mut().enumerate() {
-        ser.last = cur[si].clone();
-        ser.resident = resident[si];
-    }
-
     // Units of work (calls of the work probe since attach) at each checkpoint.
     let units: Vec<Option<u64>> = order.iter().map(|&i| rec.checkpoints[i].units_of_work).collect();
     let units_of_work = if rec.work_probe.is_some() || units.iter().any(Option::is_some) {
@@ -211,11 +162,10 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     }
 
     // What kind of memory each site holds under the target's runtime.
-    let runtime = rec.target.runtime;
-    let kinds: Vec<MemoryKind> = stacks.iter().map(|st| crate::runtimes::classify_site(runtime, st)).collect();
+    let kinds = &tl.kinds;
 
     // Per-site analysis.
-    let ctx = SiteContext { times: &times, units: &units, duration: span_duration, win: &win, f_drops, sample_bytes };
+    let ctx = SiteContext { times, units: &units, duration: span_duration, win: &win, f_drops, sample_bytes };
     let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
     for (si, st) in stacks.iter().enumerate() {
         let ser = &series[si];
@@ -234,7 +184,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
 
     // Process series.
     let mut memory = MemorySeries::default();
-    for &ci in &order {
+    for &ci in order {
         let c = &rec.checkpoints[ci];
         if let Some(m) = &c.memory {
             let t = (c.t_s * 1e9).round() / 1e9;
@@ -275,17 +225,17 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         ));
     }
 
-    let native_trend = fit(&points(&times, &native, win.steady.clone()));
+    let native_trend = fit(&points(times, &native, win.steady.clone()));
     let traced: Vec<u64> = (0..n)
         .map(|k| native[k].saturating_add(mmap[k]).saturating_add(fault[k]).saturating_add(other_malloc[k]))
         .collect();
-    let traced_trend = fit(&points(&times, &traced, win.steady.clone()));
+    let traced_trend = fit(&points(times, &traced, win.steady.clone()));
     let (span_from, span_to) = (
         times.get(span.start).copied().unwrap_or(0.0),
         span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0),
     );
     // The runtime split: managed, native, off-heap and runtime series and their trends.
-    let by_kind = crate::runtimes::memory_by_kind(rec);
+    let by_kind = crate::runtimes::memory_by_kind(tl);
     let with_times =
         |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
     let gauge: Vec<(f64, u64)> =
@@ -345,7 +295,7 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
     let traced_unit_trend = unit_fit(&units, &traced, win.steady.clone());
     let native_unit_trend = unit_fit(&units, &native, win.steady.clone());
     let offheap: Vec<u64> = memory.offheap_live_bytes.iter().map(|p| p.1).collect();
-    let offheap_trend = fit(&points(&times, &offheap, win.steady.clone()));
+    let offheap_trend = fit(&points(times, &offheap, win.steady.clone()));
     let offheap_unit_trend = unit_fit(&units, &offheap, win.steady.clone());
     let anon: Vec<Option<u64>> =
         order.iter().map(|&i| rec.checkpoints[i].memory.as_ref().map(|m| m.rss_anon_bytes)).collect();
@@ -424,4 +374,40 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
         traced_trend,
         traced_unit_trend,
     }
+}
+
+/// The analysed span of a timeline, as positions in it: from the last idle checkpoint before the
+/// first allocation or free to the end; when the target exited, only up to the first checkpoint
+/// after its last allocation or free (the idle time before exiting says nothing about growth).
+pub(crate) struct Span {
+    /// First checkpoint of the span.
+    pub(crate) start: usize,
+    /// One past its last checkpoint.
+    pub(crate) end: usize,
+    /// The last checkpoint at which the process allocated or freed (the last one when it never
+    /// did).
+    pub(crate) last_active: usize,
+}
+
+/// The analysed [`Span`] of `tl` for a recording that ended for `end_reason`.
+pub(crate) fn span_of(tl: &Timeline, end_reason: EndReason) -> Span {
+    let n = tl.len();
+    let activity = &tl.activity;
+    let changed: Vec<usize> = (1..n).filter(|&k| activity[k] != activity[k - 1]).collect();
+    let last_active = changed.last().copied().unwrap_or(n.saturating_sub(1));
+    let start = changed.first().map_or(0, |&k| k - 1);
+    let end = if end_reason == EndReason::TargetExited && last_active > start { last_active + 1 } else { n };
+    Span { start, end, last_active }
+}
+
+/// The steady window of a recording, seconds since its first checkpoint: (start of the steady
+/// window, end of the analysed span), as [`Analysis::steady_from_s`] and [`Analysis::span_to_s`]
+/// give them, without the rest of the analysis.
+pub fn steady_window(rec: &Recording, tl: &Timeline) -> (f64, f64) {
+    let times = &tl.times;
+    let t0 = times.first().copied().unwrap_or(0.0);
+    let span = span_of(tl, rec.end_reason);
+    let win = windows(times, span.start..span.end, span.last_active);
+    let span_to = span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0);
+    (times.get(win.steady.start).map_or(0.0, |t| t - t0), span_to - t0)
 }

@@ -20,7 +20,12 @@ pub(super) struct SiteContext<'a> {
     pub(super) sample_bytes: u64,
 }
 
-pub(super) fn analyze_site(st: &Stack, ser: &Series, ctx: &SiteContext<'_>, memory_kind: MemoryKind) -> SiteAnalysis {
+pub(super) fn analyze_site(
+    st: &Stack,
+    ser: &Series<'_>,
+    ctx: &SiteContext<'_>,
+    memory_kind: MemoryKind,
+) -> SiteAnalysis {
     let SiteContext { times, units, duration, win, f_drops, sample_bytes } = *ctx;
     let (culprit_frame, function) = culprit(st);
     let live = &ser.live_bytes;

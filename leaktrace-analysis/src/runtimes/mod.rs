@@ -14,6 +14,7 @@
 
 use crate::allocator_frames::is_allocator_frame;
 use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
+use crate::timeline::Timeline;
 
 pub mod go;
 pub mod jvm;
@@ -186,8 +187,7 @@ pub(crate) fn is_thread_stack(stack: &Stack) -> bool {
 // ----------------------------------------------------------------------------------------------
 // Series by kind
 
-/// Bytes of each kind at every checkpoint (time order, as [`crate::analyze::analyze`] sorts them),
-/// `(t_s, bytes)`.
+/// Bytes of each kind at every checkpoint of a [`Timeline`] (time order), `(t_s, bytes)`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KindSeries {
     /// Managed-kind sites; for the JVM use [`gauge_series`] instead.
@@ -204,49 +204,29 @@ pub struct KindSeries {
 /// bytes (virtual sizes of runtimes' reservations, e.g. the JVM's 1 GiB class space or Go's
 /// 64 MiB arenas, say nothing about memory use), falling back to the last resident figure known,
 /// then to its live (mapped) bytes when none was ever read.
-pub fn memory_by_kind(rec: &Recording) -> KindSeries {
-    use std::collections::HashMap;
-    let runtime = rec.target.runtime;
-    let kinds: HashMap<u32, (MemoryKind, bool)> =
-        rec.stacks.iter().map(|s| (s.id, (classify_site(runtime, s), s.kind == StackKind::Mmap))).collect();
-    let mut order: Vec<usize> = (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
-    order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
-    // Per stack: (live bytes, last resident bytes known).
-    let mut held: HashMap<u32, (u64, Option<u64>)> = HashMap::new();
+pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
     let mut out = KindSeries::default();
-    for ci in order {
-        let c = &rec.checkpoints[ci];
-        let mut here: HashMap<u32, (u64, Option<u64>)> = HashMap::new();
-        for s in &c.sites {
-            let e = here.entry(s.stack).or_insert((0, None));
-            e.0 = e.0.saturating_add(s.live_bytes());
-            if let Some(r) = s.resident_bytes {
-                e.1 = Some(e.1.unwrap_or(0).saturating_add(r));
-            }
-        }
-        for (id, (live, res)) in here {
-            let e = held.entry(id).or_insert((0, None));
-            e.0 = live;
-            if res.is_some() {
-                e.1 = res;
-            }
-        }
+    for (k, &t) in tl.raw_times.iter().enumerate() {
         let mut sums = [0u64; 4];
-        for (id, (live, res)) in &held {
-            let (kind, is_map) = kinds.get(id).copied().unwrap_or((MemoryKind::Native, false));
-            let bytes = if is_map { res.unwrap_or(*live) } else { *live };
-            let k = match kind {
+        for (si, st) in tl.stacks.iter().enumerate() {
+            if tl.first_seen[si].is_none_or(|f| f > k) {
+                continue;
+            }
+            let is_map = st.kind == StackKind::Mmap;
+            let live = tl.live_bytes[si][k];
+            let bytes = if is_map { tl.resident[si][k].unwrap_or(live) } else { live };
+            let i = match tl.kinds[si] {
                 MemoryKind::Managed => 0,
                 MemoryKind::Native if !is_map => 1,
                 MemoryKind::Native | MemoryKind::OffHeap => 2,
                 MemoryKind::Runtime => 3,
             };
-            sums[k] = sums[k].saturating_add(bytes);
+            sums[i] = sums[i].saturating_add(bytes);
         }
-        out.managed.push((c.t_s, sums[0]));
-        out.native.push((c.t_s, sums[1]));
-        out.offheap.push((c.t_s, sums[2]));
-        out.runtime.push((c.t_s, sums[3]));
+        out.managed.push((t, sums[0]));
+        out.native.push((t, sums[1]));
+        out.offheap.push((t, sums[2]));
+        out.runtime.push((t, sums[3]));
     }
     out
 }
@@ -369,7 +349,7 @@ pub(crate) mod tests {
                 ..Default::default()
             });
         }
-        let k = memory_by_kind(&rec);
+        let k = memory_by_kind(&Timeline::new(&rec));
         assert_eq!(k.managed, vec![(0.0, 4096), (1.0, 8192), (2.0, 8192)]);
         assert_eq!(k.native, vec![(0.0, 1000), (1.0, 2000), (2.0, 3000)]);
         assert!(k.offheap.iter().all(|p| p.1 == 0));
