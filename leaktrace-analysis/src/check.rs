@@ -27,8 +27,8 @@ use leaktrace_common::counter;
 use serde::Serialize;
 
 use crate::analyze::{self, culprit, frame_label, is_allocator};
+use crate::human::{self, number, rate_in as rate};
 use crate::recording::{EndReason, Recording, Stack, StackKind};
-use crate::report::human::{self, number, rate_in as rate};
 use crate::timeline::Timeline;
 
 /// A site is only named as growing when its slope exceeds this (bytes per unit, or per second).

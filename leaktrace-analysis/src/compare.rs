@@ -28,9 +28,9 @@ use serde::Serialize;
 
 use crate::analyze::{self, basename, culprit, is_allocator};
 use crate::check::stack_index;
+use crate::human::{number, rate_in as rate};
 use crate::output::write_atomic;
 use crate::recording::{Mode, Recording, Stack, StackKind};
-use crate::report::human::{number, rate_in as rate};
 use crate::timeline::Timeline;
 
 /// Callers of the culprit that enter a site's signature.

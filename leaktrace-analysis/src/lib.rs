@@ -8,12 +8,13 @@
 //! per site and per process, classes, the verdict), with [`runtimes`] (which memory a stack holds
 //! in a managed runtime) and [`allocator_frames`] (which frames are the allocator's) →
 //! [`report`] (report.md, report.json, flame graphs, memory plot, byte formatting) →
-//! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`output`] writes
-//! files atomically.
+//! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`human`] formats
+//! bytes, rates and numbers for all of them (a leaf); [`output`] writes files atomically.
 pub mod allocator_frames;
 pub mod analyze;
 pub mod check;
 pub mod compare;
+pub mod human;
 pub mod output;
 pub mod recording;
 pub mod report;

@@ -99,7 +99,7 @@ pub(super) fn analyze_site(
             "live bytes never fell and grew by {} in all, but {} checkpoint(s) are too few \
              to tell a leak from a cache that is still filling; record longer or with a shorter \
              --interval to be sure",
-            crate::report::human::bytes(growth_bytes.max(0) as u64),
+            crate::human::bytes(growth_bytes.max(0) as u64),
             live.len()
         );
     } else if unresolved {
@@ -187,7 +187,7 @@ pub(super) fn analyze_site(
             format!(
                 "live bytes rose by {} ({:.0} B), then stayed flat over the steady window ({:.1} \
                  B/s: below the noise floor of {:.1} B/s or not significant)",
-                crate::report::human::bytes(rise.max(0.0) as u64),
+                crate::human::bytes(rise.max(0.0) as u64),
                 rise,
                 steady.slope_bytes_per_s,
                 floor

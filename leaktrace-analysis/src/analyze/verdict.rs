@@ -75,7 +75,7 @@ pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: 
 /// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
 /// mapping).
 pub(super) fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
-    use crate::report::human::{bytes as hb, rate as hr};
+    use crate::human::{bytes as hb, rate as hr};
     let per_s = format!(
         "{} ({:.0} B/s ± {:.0} at 95 %)",
         hr(s.growth_bytes_per_s),
@@ -123,7 +123,7 @@ pub(super) fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
 }
 
 pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
-    use crate::report::human::{bytes as hb, rate as hr};
+    use crate::human::{bytes as hb, rate as hr};
     let f_n = f_points(p.native_trend.n);
     let window = format!("{:.0}–{:.0} s", p.native_trend.from_s, p.native_trend.to_s);
 
@@ -312,7 +312,7 @@ pub(super) fn kind_verdict(
     sites: &[SiteAnalysis],
     f_drops: f64,
 ) -> Verdict {
-    use crate::report::human::{bytes as hb, rate as hr};
+    use crate::human::{bytes as hb, rate as hr};
     let Some(rt) = runtime else { return v };
     let heap = crate::runtimes::heap_name(rt);
     let label = |k: MemoryKind| if k == MemoryKind::Managed { heap.to_string() } else { k.as_str().to_string() };

@@ -8,7 +8,7 @@ use crate::analyze::{Analysis, SiteAnalysis, SiteClass, basename, frame_label, i
 use crate::recording::{EndReason, Frame, Recording, Runtime, StackKind};
 use crate::runtimes::MemoryKind;
 
-use super::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
+use crate::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
 
 /// Most frames printed per stack (callers beyond are summarised).
 pub const MAX_FRAMES: usize = 16;

@@ -16,7 +16,6 @@ use crate::output::write_atomic;
 use crate::recording::Recording;
 
 pub mod flame;
-pub mod human;
 pub mod json;
 pub mod markdown;
 pub mod plot;

@@ -7,7 +7,7 @@ use crate::analyze::Analysis;
 use crate::output::write_atomic;
 use crate::recording::Recording;
 
-use super::human;
+use crate::human;
 
 /// One traced process of the summary.
 pub struct SummaryRow<'a> {

@@ -9,7 +9,7 @@ use crate::discover::{self, WorkProbeSpec};
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
 use crate::recording::EndReason;
-use crate::report::human;
+use leaktrace_analysis::human;
 
 use super::*;
 
