@@ -24,10 +24,57 @@ pub(super) struct Session {
 }
 
 /// Where the current batch of `leaktrace check` ends.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum BatchMark {
+    /// At this instant.
     Time(Instant),
+    /// When the work probe has counted this many calls since attach.
     Units(u64),
+}
+
+/// The batch schedule of `leaktrace check` (first target only): the warm-up closes batch 0 (the
+/// baseline), then `count` batches of `size` follow, each starting where the previous one's
+/// checkpoint measured.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BatchPlan {
+    /// Batches after the baseline.
+    pub(super) count: u32,
+    pub(super) size: BatchSize,
+    /// The batch that closes next (0: the baseline).
+    pub(super) next: u32,
+    /// Where it closes.
+    pub(super) mark: BatchMark,
+}
+
+impl BatchPlan {
+    /// The plan at the start of the session: the baseline closes `warmup` after `start`.
+    pub(super) fn new(start: Instant, warmup: Duration, count: u32, size: BatchSize) -> BatchPlan {
+        BatchPlan { count, size, next: 0, mark: BatchMark::Time(start + warmup) }
+    }
+
+    /// Whether the current batch is done at `now`; `units` (the work probe's count so far) is
+    /// read only for a batch of units.
+    pub(super) fn due(&self, now: Instant, units: impl FnOnce() -> u64) -> bool {
+        match self.mark {
+            BatchMark::Time(t) => now >= t,
+            BatchMark::Units(u) => units() >= u,
+        }
+    }
+
+    /// The current batch ([`BatchPlan::next`]) is the last: once it closes, the test ends.
+    pub(super) fn finished(&self) -> bool {
+        self.next >= self.count
+    }
+
+    /// Move on after the current batch closed at `now`: the next one ends `size` later, counted
+    /// from `now` or from `units_at_close` (the units the closing checkpoint measured).
+    pub(super) fn advance(&mut self, now: Instant, units_at_close: impl FnOnce() -> u64) {
+        self.mark = match self.size {
+            BatchSize::Seconds(d) => BatchMark::Time(now + d),
+            BatchSize::Units(k) => BatchMark::Units(units_at_close() + k),
+        };
+        self.next += 1;
+    }
 }
 
 /// Seconds after which a work probe that could not be placed is reported (a launched command
@@ -57,10 +104,9 @@ impl Session {
         self.checkpoint_all(None);
         let mut next = Instant::now() + opts.interval;
         let deadline = opts.duration.map(|d| self.start + d);
-        // Batch state (first target only): (next batch number, units or time at which it closes).
-        let mut batch: Option<(u32, BatchMark)> = match &opts.schedule {
+        let mut batch: Option<BatchPlan> = match &opts.schedule {
             Schedule::Periodic => None,
-            Schedule::Batches { warmup, .. } => Some((0, BatchMark::Time(self.start + *warmup))),
+            Schedule::Batches { warmup, count, size } => Some(BatchPlan::new(self.start, *warmup, *count, *size)),
         };
         // Batches counted in units of work end at a call count: look more often, so a batch
         // overshoots by few calls.
@@ -105,13 +151,10 @@ impl Session {
                 self.checkpoint_all(None);
                 return EndReason::Duration;
             }
-            if let (Some((n, mark)), Schedule::Batches { count, size, .. }) = (batch, &opts.schedule) {
+            if let Some(plan) = batch.as_mut() {
                 let first = self.targets[0].pid;
-                let due = match mark {
-                    BatchMark::Time(t) => now >= t,
-                    BatchMark::Units(u) => self.tracer.work_units(first) >= u,
-                };
-                if due {
+                if plan.due(now, || self.tracer.work_units(first)) {
+                    let (n, count) = (plan.next, plan.count);
                     self.checkpoint_all(Some(n));
                     self.clear_status();
                     eprintln!(
@@ -123,19 +166,15 @@ impl Session {
                         },
                         self.start.elapsed().as_secs_f64()
                     );
-                    if n >= *count {
+                    if plan.finished() {
                         return EndReason::BatchesDone;
                     }
                     // The next batch starts where the checkpoint just taken measured, not after it
                     // (symbolizing new stacks can take a while).
                     let cp = self.targets[0].checkpoints.last();
-                    let mark = match size {
-                        BatchSize::Seconds(d) => BatchMark::Time(now + *d),
-                        BatchSize::Units(k) => BatchMark::Units(
-                            cp.and_then(|c| c.units_of_work).unwrap_or_else(|| self.tracer.work_units(first)) + k,
-                        ),
-                    };
-                    batch = Some((n + 1, mark));
+                    plan.advance(now, || {
+                        cp.and_then(|c| c.units_of_work).unwrap_or_else(|| self.tracer.work_units(first))
+                    });
                     next = now + opts.interval;
                     continue;
                 }
@@ -258,5 +297,41 @@ impl Session {
         if self.status_line {
             eprint!("\r\x1b[2K");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_of_units_start_where_the_last_checkpoint_measured() {
+        let start = Instant::now();
+        let mut plan = BatchPlan::new(start, Duration::from_secs(5), 2, BatchSize::Units(1000));
+        assert_eq!(plan.next, 0);
+        assert!(!plan.due(start + Duration::from_secs(4), || unreachable!("the warm-up is timed")));
+        let t = start + Duration::from_secs(5);
+        assert!(plan.due(t, || 0));
+        assert!(!plan.finished());
+        plan.advance(t, || 250);
+        assert_eq!((plan.next, plan.mark), (1, BatchMark::Units(1250)));
+        assert!(!plan.due(t, || 1249));
+        assert!(plan.due(t, || 1250));
+        plan.advance(t, || 1260);
+        assert_eq!((plan.next, plan.mark), (2, BatchMark::Units(2260)));
+        assert!(plan.finished(), "batch 2 of 2 closes the test");
+    }
+
+    #[test]
+    fn batches_of_seconds_start_when_the_last_one_closed() {
+        let start = Instant::now();
+        let mut plan = BatchPlan::new(start, Duration::ZERO, 1, BatchSize::Seconds(Duration::from_secs(2)));
+        assert!(plan.due(start, || unreachable!()), "no warm-up: the baseline is due at once");
+        let closed = start + Duration::from_millis(300);
+        plan.advance(closed, || unreachable!("timed batches read no units"));
+        assert_eq!(plan.mark, BatchMark::Time(closed + Duration::from_secs(2)));
+        assert!(!plan.due(closed + Duration::from_millis(1999), || 0));
+        assert!(plan.due(closed + Duration::from_secs(2), || 0));
+        assert!(plan.finished());
     }
 }
