@@ -100,3 +100,48 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
     );
     Ok(multi.outcomes.remove(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::{Checkpoint, SiteSample};
+
+    #[test]
+    fn finish_saves_analyses_once_and_renders_from_that_analysis() {
+        let mut rec: Recording = serde_json::from_value(serde_json::json!({
+            "format_version": crate::recording::FORMAT_VERSION, "leaktrace_version": "t",
+            "target": {"pid": 77, "command": ["./app"], "exe": "/app", "launched": true, "exit_status": 0},
+            "mode": "exact", "started_unix_ms": 0, "interval_s": 1.0, "probes": [],
+            "stacks": [{"id": 1, "kind": "malloc", "frames": [
+                {"addr": 1, "object": "/lib/libc.so.6", "function": "malloc"},
+                {"addr": 2, "object": "/app", "function": "keep_forever"}]}],
+            "checkpoints": [], "end_reason": "duration"
+        }))
+        .unwrap();
+        rec.checkpoints = (0..20u64)
+            .map(|t| Checkpoint {
+                t_s: t as f64,
+                sites: vec![SiteSample {
+                    stack: 1,
+                    alloc_bytes: 4096 * (t + 1),
+                    alloc_count: t + 1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("leaktrace-pipeline-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (files, analysis) = finish(&rec, &dir, 3).unwrap();
+        let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names[0], "recording.json");
+        assert_eq!(&names[1..], report::FILES);
+        assert_eq!(Recording::load(&dir.join("recording.json")).unwrap(), rec, "recording.json reads back as saved");
+        assert_eq!(analysis, analyze(&rec, &AnalyzeOptions { top: 3 }), "the analysis handed back is the analysis");
+        assert_eq!(analysis.verdict.class.as_str(), "leak");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+        assert_eq!(json["verdict"]["summary"], analysis.verdict.summary, "report.json renders that analysis");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
