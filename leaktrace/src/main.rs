@@ -327,7 +327,7 @@ fn print_outcome(o: &pipeline::RecordOutcome) {
         println!("leaktrace: command ended: {s}");
     }
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
-    println!("leaktrace: verdict: {}", o.analysis.verdict.summary);
+    println!("leaktrace: verdict: {}", leaktrace::report::verdict::sentence(&o.analysis));
     for f in &o.files {
         println!("  {}", f.display());
     }

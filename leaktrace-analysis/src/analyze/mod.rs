@@ -351,19 +351,111 @@ pub struct Summary {
     pub occupied_heap_to_rss_ratio: Option<f64>,
 }
 
-/// The process-level conclusion.
+/// The process-level conclusion: its class and confidence, and the facts it rests on. The
+/// sentence for humans is the renderers' ([`crate::report::verdict::sentence`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
     /// Class of the process.
     pub class: ProcessClass,
     /// How clear the numbers are, 0..1.
     pub confidence: f64,
-    /// One line for humans, naming the culprit function and its rate for a leak.
-    pub summary: String,
     /// True when the numbers cannot tell (too few checkpoints, too many allocations lost): the
-    /// class is then `flat` only for want of evidence, and the summary starts with
+    /// class is then `flat` only for want of evidence, and the sentence starts with
     /// "inconclusive". Set where the verdict is decided.
     pub inconclusive: bool,
+    /// Why: what the process's memory did.
+    pub reason: Reason,
+    /// With a managed runtime: which kind of memory leaks, or how each kind moved.
+    pub by_kind: Option<KindReason>,
+    /// More than 1 % of the allocator calls were lost: the verdict is a lower bound (a leak) or
+    /// inconclusive (anything else).
+    pub losses: Option<Losses>,
+}
+
+/// What the process's memory did, with the figures the verdict names. Sites are referred to by
+/// their position in [`Analysis::sites`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Reason {
+    /// Sites leak. The sites of the faster-growing group in all (off-heap mappings when
+    /// `offheap`, else the malloc heap) name the class; the other group is named too.
+    Leaks {
+        /// The mapping sites grow faster than the heap sites.
+        offheap: bool,
+        /// The fastest leaking site of that group, its number of sites and their summed growth
+        /// (bytes per second).
+        top: usize,
+        count: usize,
+        total_bytes_per_s: f64,
+        /// The other group's fastest site, number of sites and summed growth, if it leaks too.
+        also: Option<(usize, usize, f64)>,
+        /// The steady window, seconds since the first checkpoint.
+        window_s: (f64, f64),
+    },
+    /// The allocator's resident memory grows while live native bytes stay flat.
+    AllocatorRetains {
+        /// The allocator's resident bytes over the steady window.
+        trend: Trend,
+        /// Slope of the live native bytes, bytes per second.
+        native_bytes_per_s: f64,
+    },
+    /// RSS (anon) grows while the traced live bytes stay flat.
+    RssOutgrowsTraced {
+        /// RssAnon over the steady window.
+        trend: Trend,
+        /// Slope of the traced live bytes, bytes per second.
+        traced_bytes_per_s: f64,
+        /// The allocator's footprint was measured and does not grow: the memory is not the
+        /// malloc heap's.
+        heap_flat: bool,
+    },
+    /// Too few checkpoints to measure growth.
+    TooFewCheckpoints {
+        /// Checkpoints in the steady window.
+        n: usize,
+    },
+    /// Memory rose and levelled off at cache sites.
+    Caches {
+        /// The cache site that grew most, the number of cache sites, and the bytes they retain.
+        top: usize,
+        count: usize,
+        retained_bytes: u64,
+    },
+    /// Allocations are short-lived.
+    ShortLived {
+        /// Temporary sites, the bytes and blocks they freed, the slope of live native bytes.
+        count: usize,
+        freed_bytes: u64,
+        freed_blocks: u64,
+        native_bytes_per_s: f64,
+    },
+    /// No site grows beyond noise.
+    Flat {
+        /// Slope of the live native bytes, bytes per second.
+        native_bytes_per_s: f64,
+    },
+}
+
+/// With a managed runtime, the kind of memory that leaks (or none).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum KindReason {
+    /// The managed heap grows ([`Analysis::kinds`]'s managed entry has the figures).
+    ManagedLeak,
+    /// Sites of `kind` leak: the fastest is `top`, named `label` (the runtime's name for it, or
+    /// its culprit function), among `count` leaking sites of that kind.
+    KindLeak { kind: MemoryKind, top: usize, label: String, count: usize },
+    /// No kind leaks: the verdict names how each kind moved.
+    ByKind,
+}
+
+/// Allocator calls lost beyond 1 %.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Losses {
+    /// Share of the traced allocator calls whose bytes were lost, 0..1.
+    pub share: f64,
+    /// The byte-losing counters that are not zero, (name, count), in counter order.
+    pub counters: Vec<(String, u64)>,
+    /// A leak was found anyway: its growth is a lower bound (else the verdict is inconclusive).
+    pub lower_bound: bool,
 }
 
 impl Verdict {

@@ -329,8 +329,6 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
         rss_anon_growth_bytes_per_unit: rss_anon_unit_trend.map(|t| t.slope_bytes_per_s),
         occupied_heap_to_rss_ratio,
     };
-    let unit = unit_name(rec.work_probe.as_deref());
-
     let verdict = process_verdict(&ProcessInput {
         sites: &sites,
         n: steady_points,
@@ -343,7 +341,6 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
         allocator_trend: allocator_trend.as_ref(),
         allocator: &memory.allocator_resident_bytes,
         f_drops,
-        unit: unit.as_deref(),
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);

@@ -3,6 +3,7 @@
 use super::fixtures::*;
 use super::*;
 use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
+use crate::report::verdict::sentence;
 use crate::runtimes::MemoryKind;
 
 fn site(a: &Analysis, id: u32) -> &SiteAnalysis {
@@ -30,10 +31,10 @@ fn leak_cache_temporary() {
     assert_eq!(temp.class, SiteClass::Temporary, "{:?}", temp.evidence);
 
     assert_eq!(a.verdict.class, ProcessClass::Leak);
-    assert!(a.verdict.summary.contains("Session::key"), "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("+1000 B/s"), "{}", a.verdict.summary);
-    assert!(!a.verdict.summary.contains("malloc"));
-    assert!(!a.verdict.summary.contains("operator new"));
+    assert!(sentence(&a).contains("Session::key"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("+1000 B/s"), "{}", sentence(&a));
+    assert!(!sentence(&a).contains("malloc"));
+    assert!(!sentence(&a).contains("operator new"));
     assert_eq!(a.duration_s, 60.0);
     assert_eq!(a.steady_from_s, 30.0);
     assert_eq!(a.memory.native_live_bytes.len(), 61);
@@ -121,7 +122,7 @@ fn short_steady_growth_is_a_leak_not_a_cache() {
     let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.sites[0].class, SiteClass::Leak, "{:?}", a.sites[0].evidence);
-    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", a.verdict.summary);
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
     assert!(a.verdict.confidence < 0.6, "little evidence, modest confidence: {}", a.verdict.confidence);
 }
 
@@ -139,8 +140,8 @@ fn growth_seen_at_too_few_checkpoints_is_a_low_confidence_leak_not_flat() {
     assert_eq!(s.class, SiteClass::Leak, "{}", s.evidence.reason);
     assert!(s.evidence.reason.contains("too few"), "{}", s.evidence.reason);
     assert!(s.confidence < 0.3, "{}", s.confidence);
-    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", a.verdict.summary);
-    assert!(a.verdict.confidence < 0.3, "{} {}", a.verdict.confidence, a.verdict.summary);
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+    assert!(a.verdict.confidence < 0.3, "{} {}", a.verdict.confidence, sentence(&a));
 
     // The same three checkpoints with nothing growing, or growth that went back down, or
     // bytes that grew while live blocks fell (fewer, larger blocks): not a leak.
@@ -167,8 +168,8 @@ fn allocations_lost_make_a_flat_verdict_inconclusive() {
     });
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.verdict.class, ProcessClass::Flat);
-    assert!(a.verdict.summary.starts_with("inconclusive: 90 %"), "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("allocs_map_full 900"), "{}", a.verdict.summary);
+    assert!(sentence(&a).starts_with("inconclusive: 90 %"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("allocs_map_full 900"), "{}", sentence(&a));
 }
 
 #[test]
@@ -177,8 +178,8 @@ fn cache_only_is_not_a_leak() {
         recording(&times61(), vec![cache_site()], &|t| mem((10 << 20) + (t.min(18.0) * 50_000.0) as u64), &no_counters);
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.sites[0].class, SiteClass::Cache);
-    assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("Cache::fill"));
+    assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", sentence(&a));
+    assert!(sentence(&a).contains("Cache::fill"));
 }
 
 #[test]
@@ -232,7 +233,7 @@ fn rss_growth_with_flat_live_is_fragmentation() {
     );
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
-    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
     assert!(a.verdict.confidence <= 0.8);
 }
 
@@ -248,8 +249,8 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
         });
     }
     let a = analyze(&r, &AnalyzeOptions::default());
-    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("allocator's resident memory"));
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
+    assert!(sentence(&a).contains("allocator's resident memory"));
     assert!(a.verdict.confidence > 0.8, "{}", a.verdict.confidence);
     assert_eq!(a.memory.allocator_resident_bytes.len(), 61);
     assert_eq!(a.summary.allocator_resident_end_bytes, Some((1 << 20) + 3_000_000));
@@ -260,8 +261,8 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
         c.allocator = Some(crate::recording::AllocatorFootprint { heap_resident_bytes: 1 << 20, ..Default::default() });
     }
     let a = analyze(&r, &AnalyzeOptions::default());
-    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", a.verdict.summary);
-    assert!(a.verdict.summary.contains("footprint does not grow"), "{}", a.verdict.summary);
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
+    assert!(sentence(&a).contains("footprint does not grow"), "{}", sentence(&a));
     assert!(a.verdict.confidence <= 0.8);
 }
 
@@ -281,7 +282,7 @@ fn noise_around_flat_line_is_flat() {
     );
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
-    assert_eq!(a.verdict.class, ProcessClass::Flat, "{}", a.verdict.summary);
+    assert_eq!(a.verdict.class, ProcessClass::Flat, "{}", sentence(&a));
 }
 
 #[test]
@@ -397,9 +398,9 @@ fn runtime_split_names_the_growing_kind() {
     assert_eq!(site(&a, 2).memory_kind, MemoryKind::Managed);
     assert_eq!(a.verdict.class, ProcessClass::Leak);
     assert!(
-        a.verdict.summary.starts_with("native leak in parse_record (C extension), Python heap flat"),
+        sentence(&a).starts_with("native leak in parse_record (C extension), Python heap flat"),
         "{}",
-        a.verdict.summary
+        sentence(&a)
     );
     assert_eq!(a.memory.managed_bytes.last().map(|p| p.1), Some(50_000));
     assert_eq!(a.memory.native_live_bytes.last().map(|p| p.1), Some(61_000));
@@ -411,7 +412,7 @@ fn runtime_split_names_the_growing_kind() {
     r.target.runtime = None;
     let a = analyze(&r, &AnalyzeOptions::default());
     assert!(a.memory.managed_bytes.is_empty());
-    assert!(a.verdict.summary.starts_with("leak: "), "{}", a.verdict.summary);
+    assert!(sentence(&a).starts_with("leak: "), "{}", sentence(&a));
     assert_eq!(a.summary.native_live_end_bytes, 61_000 + 50_000);
 }
 
@@ -458,11 +459,10 @@ fn growth_per_unit_of_work() {
     assert_eq!(s.offheap_growth_bytes_per_unit, Some(0.0));
     assert_eq!(a.verdict.class, ProcessClass::Leak);
     assert!(
-        a.verdict
-            .summary
+        sentence(&a)
             .starts_with("leak: Session::key holds 20 B more live bytes per call of handle_request (± 0 at 95 %), +"),
         "{}",
-        a.verdict.summary
+        sentence(&a)
     );
     // Occupied heap: 360 000 + 900 000 live bytes in 20 MiB + 450 000 B of RSS anon.
     let ratio = s.occupied_heap_to_rss_ratio.unwrap();
@@ -478,7 +478,7 @@ fn growth_per_unit_of_work() {
     assert!(a.sites.iter().all(|s| s.growth_bytes_per_unit.is_none()));
     assert_eq!(a.summary.growth_bytes_per_unit, None);
     assert_eq!(a.units_of_work, None);
-    assert!(a.verdict.summary.starts_with("leak: Session::key holds +"), "{}", a.verdict.summary);
+    assert!(sentence(&a).starts_with("leak: Session::key holds +"), "{}", sentence(&a));
 
     // A work probe that counted nothing in the steady window: per second, with a warning.
     let mut r = per_unit_recording();
@@ -567,25 +567,13 @@ fn growing_mappings_are_off_heap() {
     assert_eq!(a.memory.offheap_live_bytes.last().map(|p| p.1), Some(60 * 32768 / 2 + 60 * 16384));
     assert_eq!(a.memory.mmap_live_bytes.last().map(|p| p.1), Some(60 * 49152 + (1 << 20)));
 
-    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", a.verdict.summary);
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", sentence(&a));
     assert_eq!(serde_json::to_value(a.verdict.class).unwrap(), "off-heap");
-    assert!(
-        a.verdict.summary.starts_with("off-heap: map_buffers maps +32.0 KiB/s (32768 B/s ± "),
-        "{}",
-        a.verdict.summary
-    );
-    assert!(a.verdict.summary.contains("in anonymous mappings it never unmaps"), "{}", a.verdict.summary);
-    assert!(
-        a.verdict.summary.contains("1.9 MiB (1966080 B) mapped, 960.0 KiB resident at the end"),
-        "{}",
-        a.verdict.summary
-    );
-    assert!(
-        a.verdict.summary.contains("2 leaking mapping sites in all, +48.0 KiB/s in total"),
-        "{}",
-        a.verdict.summary
-    );
-    assert!(!a.verdict.summary.contains("also"), "{}", a.verdict.summary);
+    assert!(sentence(&a).starts_with("off-heap: map_buffers maps +32.0 KiB/s (32768 B/s ± "), "{}", sentence(&a));
+    assert!(sentence(&a).contains("in anonymous mappings it never unmaps"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("1.9 MiB (1966080 B) mapped, 960.0 KiB resident at the end"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("2 leaking mapping sites in all, +48.0 KiB/s in total"), "{}", sentence(&a));
+    assert!(!sentence(&a).contains("also"), "{}", sentence(&a));
 
     // A native leak next to it: the faster one gives the class, the other is named too.
     let r = recording(
@@ -597,9 +585,9 @@ fn growing_mappings_are_off_heap() {
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.verdict.class, ProcessClass::OffHeap);
     assert!(
-        a.verdict.summary.contains("; also a leak in the malloc heap: Session::key holds +1000 B/s"),
+        sentence(&a).contains("; also a leak in the malloc heap: Session::key holds +1000 B/s"),
         "{}",
-        a.verdict.summary
+        sentence(&a)
     );
     // The native leak the larger: 100 B blocks at 50 000 B/s.
     let big: SiteFn = Box::new(|t: f64| {
@@ -615,12 +603,8 @@ fn growing_mappings_are_off_heap() {
     );
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.verdict.class, ProcessClass::Leak);
-    assert!(a.verdict.summary.starts_with("leak: Session::key holds"), "{}", a.verdict.summary);
-    assert!(
-        a.verdict.summary.contains("; also an off-heap leak: map_buffers maps +16.0 KiB/s"),
-        "{}",
-        a.verdict.summary
-    );
+    assert!(sentence(&a).starts_with("leak: Session::key holds"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("; also an off-heap leak: map_buffers maps +16.0 KiB/s"), "{}", sentence(&a));
 }
 
 #[test]

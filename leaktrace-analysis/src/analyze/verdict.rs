@@ -1,5 +1,5 @@
-//! The process verdict: its class, confidence and the sentence that names the culprit; losses
-//! and runtimes adjust it.
+//! The process verdict: its class, confidence and the facts it rests on ([`Reason`], the runtime
+//! split, the losses); `report::verdict` turns them into the sentence.
 
 use std::collections::BTreeMap;
 
@@ -21,8 +21,6 @@ pub(super) struct ProcessInput<'a> {
     pub(super) allocator_trend: Option<&'a Trend>,
     pub(super) allocator: &'a [(f64, u64)],
     pub(super) f_drops: f64,
-    /// What one unit of work is ("call of handle_message"), None without a work probe.
-    pub(super) unit: Option<&'a str>,
 }
 
 /// Off-heap program memory: an anonymous mapping that is neither the allocator's, the loader's
@@ -48,67 +46,23 @@ pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: 
     if share <= 0.01 {
         return v;
     }
-    let named: Vec<String> = counter::byte_losses()
-        .filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| format!("{} {n}", c.name)))
+    let counters: Vec<(String, u64)> = counter::byte_losses()
+        .filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| (c.name.to_string(), *n)))
         .collect();
-    let why = format!(
-        "{:.0} % of allocator calls were not traced ({}; raise --max-allocs / --max-sites)",
-        share * 100.0,
-        named.join(", ")
-    );
     match v.class {
         ProcessClass::Leak | ProcessClass::OffHeap => Verdict {
-            summary: format!("{}; {why}: the growth is a lower bound", v.summary),
             confidence: clamp_conf(v.confidence * (1.0 - share)),
+            losses: Some(Losses { share, counters, lower_bound: true }),
             ..v
         },
         _ => Verdict {
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * (1.0 - share)),
-            summary: format!("inconclusive: {why}; without them: {}", v.summary),
             inconclusive: true,
+            losses: Some(Losses { share, counters, lower_bound: false }),
+            ..v
         },
     }
-}
-
-/// How a leaking site grows, for the verdict: per unit of work first when measured, then per
-/// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
-/// mapping).
-pub(super) fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
-    use crate::human::{bytes as hb, rate as hr};
-    let per_s = format!(
-        "{} ({:.0} B/s ± {:.0} at 95 %)",
-        hr(s.growth_bytes_per_s),
-        s.growth_bytes_per_s,
-        s.growth_ci95_bytes_per_s.unwrap_or(0.0)
-    );
-    let map = s.kind == StackKind::Mmap;
-    let growth = match (s.growth_bytes_per_unit, unit, map) {
-        (Some(u), Some(unit), false) => format!(
-            "{} holds {u:.0} B more live bytes per {unit} (± {:.0} at 95 %), {per_s} over the \
-             steady window ({window})",
-            s.function,
-            s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
-        ),
-        (Some(u), Some(unit), true) => format!(
-            "{} maps {u:.0} B per {unit} (± {:.0} at 95 %) in anonymous mappings it never unmaps, \
-             {per_s} over the steady window ({window})",
-            s.function,
-            s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
-        ),
-        (_, _, false) => format!("{} holds {per_s} more live bytes over the steady window ({window})", s.function),
-        (_, _, true) => format!(
-            "{} maps {per_s} more in anonymous mappings it never unmaps over the steady window \
-             ({window})",
-            s.function
-        ),
-    };
-    let held = match (map, s.resident_bytes) {
-        (true, Some(r)) => format!("{} ({} B) mapped, {} resident at the end", hb(s.live_bytes), s.live_bytes, hb(r)),
-        (true, None) => format!("{} ({} B) mapped at the end", hb(s.live_bytes), s.live_bytes),
-        _ => format!("{} ({} B) live at the end", hb(s.live_bytes), s.live_bytes),
-    };
-    format!("{growth}; {held}")
 }
 
 /// Noise floor of a process series (RSS, allocator footprint), bytes per second:
@@ -122,42 +76,37 @@ pub(super) fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
     }
 }
 
+/// A verdict from its class, confidence and reason (no runtime split, no losses yet).
+fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
+    let inconclusive = matches!(reason, Reason::TooFewCheckpoints { .. });
+    Verdict { class, confidence, inconclusive, reason, by_kind: None, losses: None }
+}
+
 pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
-    use crate::human::{bytes as hb, rate as hr};
     let f_n = f_points(p.native_trend.n);
-    let window = format!("{:.0}–{:.0} s", p.native_trend.from_s, p.native_trend.to_s);
 
     // Leak: the fastest-growing leaking site names the culprit. Off-heap mappings and malloc-heap
     // sites are told apart; the class is the one that grows faster in all, the other is named too.
-    let mut leaks: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Leak).collect();
-    leaks.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
+    let mut leaks: Vec<(usize, &SiteAnalysis)> =
+        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak).collect();
+    leaks.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
     if !leaks.is_empty() {
-        let (maps, heap): (Vec<&SiteAnalysis>, Vec<&SiteAnalysis>) = leaks.iter().partition(|s| is_offheap_mapping(s));
-        let sum = |v: &[&SiteAnalysis]| v.iter().map(|s| s.growth_bytes_per_s).sum::<f64>();
+        type Group<'s> = Vec<(usize, &'s SiteAnalysis)>;
+        let (maps, heap): (Group<'_>, Group<'_>) = leaks.iter().partition(|(_, s)| is_offheap_mapping(s));
+        let sum = |v: &[(usize, &SiteAnalysis)]| v.iter().map(|(_, s)| s.growth_bytes_per_s).sum::<f64>();
         let offheap = sum(&maps) > sum(&heap);
         let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };
-        let top = first[0];
-        let (class, name, other) = if offheap {
-            (ProcessClass::OffHeap, "off-heap", "a leak in the malloc heap")
-        } else {
-            (ProcessClass::Leak, "leak", "an off-heap leak")
+        let (top, top_site) = first[0];
+        let class = if offheap { ProcessClass::OffHeap } else { ProcessClass::Leak };
+        let reason = Reason::Leaks {
+            offheap,
+            top,
+            count: first.len(),
+            total_bytes_per_s: sum(first),
+            also: second.first().map(|(o, _)| (*o, second.len(), sum(second))),
+            window_s: (p.native_trend.from_s, p.native_trend.to_s),
         };
-        let mut summary = format!("{name}: {}", leak_phrase(top, p.unit, &window));
-        if first.len() > 1 {
-            summary.push_str(&format!(
-                "; {} leaking {}sites in all, {} in total",
-                first.len(),
-                if offheap { "mapping " } else { "" },
-                hr(sum(first))
-            ));
-        }
-        if let Some(o) = second.first() {
-            summary.push_str(&format!("; also {other}: {}", leak_phrase(o, p.unit, &window)));
-            if second.len() > 1 {
-                summary.push_str(&format!(" ({} sites, {} in total)", second.len(), hr(sum(second))));
-            }
-        }
-        return Verdict { class, confidence: top.confidence, summary, inconclusive: false };
+        return verdict(class, top_site.confidence, reason);
     }
 
     let share = if p.win.whole_run { 0.6 } else { 1.0 };
@@ -178,16 +127,8 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         p.allocator_trend.filter(|at| outgrows(at, process_floor(p.allocator, p.duration), p.native_trend));
     if let Some(at) = alloc_grows {
         let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, p.native_trend) * share * p.f_drops);
-        let summary = format!(
-            "fragmentation: the allocator's resident memory (heap and arenas) grows {} ({:.0} B/s \
-             ± {:.0}) over the steady window while live native bytes stay flat ({:.0} B/s): freed \
-             memory is kept by the allocator (fragmentation or retention), not leaked",
-            hr(at.slope_bytes_per_s),
-            at.slope_bytes_per_s,
-            at.ci95_bytes_per_s.unwrap_or(0.0),
-            p.native_trend.slope_bytes_per_s
-        );
-        return Verdict { class: ProcessClass::Fragmentation, confidence, summary, inconclusive: false };
+        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: p.native_trend.slope_bytes_per_s };
+        return verdict(ProcessClass::Fragmentation, confidence, reason);
     }
 
     // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
@@ -196,59 +137,27 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         // With the allocator's footprint measured (and not growing), the growth is not the
         // malloc heap's.
         let heap_flat = p.allocator_trend.is_some_and(|t| t.n >= MIN_WINDOW_POINTS);
-        let cause = if heap_flat {
-            "the malloc heap's own footprint does not grow, so the memory comes from elsewhere \
-             (an allocator that is not traced, thread stacks, mappings made before attach)"
-        } else {
-            "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
-             that is not traced"
-        };
         let f_heap = if heap_flat { 0.7 } else { 1.0 };
         let confidence =
             clamp_conf((f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend) * share * p.f_drops * f_heap).min(0.8));
-        let summary = format!(
-            "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
-             traced live bytes stay flat ({:.0} B/s): {cause} — not a leak of traced allocations",
-            hr(rt.slope_bytes_per_s),
-            rt.slope_bytes_per_s,
-            rt.ci95_bytes_per_s.unwrap_or(0.0),
-            p.traced_trend.slope_bytes_per_s
-        );
-        return Verdict { class: ProcessClass::Fragmentation, confidence, summary, inconclusive: false };
+        let reason =
+            Reason::RssOutgrowsTraced { trend: *rt, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, heap_flat };
+        return verdict(ProcessClass::Fragmentation, confidence, reason);
     }
 
     if p.n < MIN_WINDOW_POINTS {
-        return Verdict {
-            class: ProcessClass::Flat,
-            confidence: clamp_conf(0.1 * p.f_drops),
-            inconclusive: true,
-            summary: format!("inconclusive: only {} checkpoint(s), growth cannot be measured; no leak found", p.n),
-        };
+        return verdict(ProcessClass::Flat, clamp_conf(0.1 * p.f_drops), Reason::TooFewCheckpoints { n: p.n });
     }
 
     // Cache: the largest retained growth among caches names it.
-    let mut caches: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Cache).collect();
-    caches.sort_by_key(|s| std::cmp::Reverse(s.growth_bytes));
+    let mut caches: Vec<(usize, &SiteAnalysis)> =
+        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Cache).collect();
+    caches.sort_by_key(|(_, s)| std::cmp::Reverse(s.growth_bytes));
     let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
-    if let Some(top) = caches.first() {
-        let total: i64 = caches.iter().map(|s| s.growth_bytes.max(0)).sum();
-        let summary = format!(
-            "no leak: memory rose and levelled off (cache-like retention); largest: {} holds {} \
-             (+{} since the first checkpoint, {:.0} B/s over the steady window); {} cache site(s) \
-             retain {} in all",
-            top.function,
-            hb(top.live_bytes),
-            hb(top.growth_bytes.max(0) as u64),
-            top.growth_bytes_per_s,
-            caches.len(),
-            hb(total as u64)
-        );
-        return Verdict {
-            class: ProcessClass::Cache,
-            confidence: clamp_conf(top.confidence * native_flat_factor),
-            summary,
-            inconclusive: false,
-        };
+    if let Some(&(top, top_site)) = caches.first() {
+        let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
+        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64 };
+        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
     }
 
     let floor_native = {
@@ -264,41 +173,16 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     if !temps.is_empty() {
         let churn: u64 = temps.iter().map(|s| s.freed_bytes).sum();
         let allocs: u64 = temps.iter().map(|s| s.frees).sum();
-        return Verdict {
-            class: ProcessClass::Temporary,
-            confidence: clamp_conf(f_flat * f_n * p.f_drops),
-            inconclusive: false,
-            summary: format!(
-                "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
-                 blocks; live native bytes stay flat ({:.0} B/s)",
-                temps.len(),
-                hb(churn),
-                allocs,
-                p.native_trend.slope_bytes_per_s
-            ),
+        let reason = Reason::ShortLived {
+            count: temps.len(),
+            freed_bytes: churn,
+            freed_blocks: allocs,
+            native_bytes_per_s: p.native_trend.slope_bytes_per_s,
         };
+        return verdict(ProcessClass::Temporary, clamp_conf(f_flat * f_n * p.f_drops), reason);
     }
-    Verdict {
-        class: ProcessClass::Flat,
-        confidence: clamp_conf(f_flat * f_n * p.f_drops),
-        inconclusive: false,
-        summary: format!(
-            "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
-             steady window)",
-            p.native_trend.slope_bytes_per_s
-        ),
-    }
-}
-
-/// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
-/// not the code that keeps the objects reachable).
-pub(super) fn heap_tool(runtime: Runtime) -> &'static str {
-    match runtime {
-        Runtime::Python => "tracemalloc or a heap dump (objgraph, guppy) shows which objects",
-        Runtime::Jvm => "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects",
-        Runtime::Go => "the heap profile (pprof) shows which allocations",
-        Runtime::Node => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
-    }
+    let reason = Reason::Flat { native_bytes_per_s: p.native_trend.slope_bytes_per_s };
+    verdict(ProcessClass::Flat, clamp_conf(f_flat * f_n * p.f_drops), reason)
 }
 
 /// For a target with a managed runtime, name the kind of memory that grows ("native leak in
@@ -312,25 +196,7 @@ pub(super) fn kind_verdict(
     sites: &[SiteAnalysis],
     f_drops: f64,
 ) -> Verdict {
-    use crate::human::{bytes as hb, rate as hr};
     let Some(rt) = runtime else { return v };
-    let heap = crate::runtimes::heap_name(rt);
-    let label = |k: MemoryKind| if k == MemoryKind::Managed { heap.to_string() } else { k.as_str().to_string() };
-    let state = |g: &KindGrowth| {
-        if g.grows {
-            format!("{} grows {}", label(g.kind), hr(g.trend.slope_bytes_per_s))
-        } else {
-            format!("{} flat ({})", label(g.kind), hr(g.trend.slope_bytes_per_s))
-        }
-    };
-    let others = |except: MemoryKind| -> String {
-        kinds
-            .iter()
-            .filter(|g| g.kind != except && (g.kind != MemoryKind::Runtime || g.grows))
-            .map(state)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     // The kind that leaks: the fastest-growing series among managed, native and off-heap (runtime
     // only when nothing else grows: glibc's arenas, counted there, fill as native leaks grow);
     // without a growing series, the kind whose leaking sites grow fastest in all.
@@ -362,63 +228,30 @@ pub(super) fn kind_verdict(
                 .map(|s| s.confidence)
                 .fold(0.0f64, f64::max);
             let gauge_conf = if m.grows { f_tstat(&m.trend) * f_points(m.trend.n) * f_drops } else { 0.0 };
-            let source = if m.source == "sites" { String::new() } else { format!(", {}", m.source) };
             Verdict {
                 class: ProcessClass::Leak,
                 confidence: clamp_conf(site_conf.max(gauge_conf)),
                 inconclusive: false,
-                summary: format!(
-                    "managed leak: the {heap} grows {} ({:.0} B/s ± {:.0} at 95 %{source}) over the \
-                     steady window to {}; {}. leaktrace sees the runtime's allocator, not the code \
-                     that keeps the objects: {}",
-                    hr(m.trend.slope_bytes_per_s),
-                    m.trend.slope_bytes_per_s,
-                    m.trend.ci95_bytes_per_s.unwrap_or(0.0),
-                    hb(m.end_bytes),
-                    others(MemoryKind::Managed),
-                    heap_tool(rt)
-                ),
+                by_kind: Some(KindReason::ManagedLeak),
+                ..v
             }
         }
         Some(k) => {
-            let mut of_kind: Vec<&SiteAnalysis> =
-                sites.iter().filter(|s| s.class == SiteClass::Leak && s.memory_kind == k).collect();
-            of_kind.sort_by(|a, b| b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s));
-            let Some(top) = of_kind.first() else { return v };
+            let mut of_kind: Vec<(usize, &SiteAnalysis)> =
+                sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak && s.memory_kind == k).collect();
+            of_kind.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+            let Some(&(top_index, top)) = of_kind.first() else { return v };
             let stack = Stack { id: top.id, kind: top.kind, frames: top.frames.clone(), lost: top.stack_lost };
-            let name = crate::runtimes::site_label(Some(rt), k, &stack).unwrap_or_else(|| top.function.clone());
-            let mut summary = format!(
-                "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
-                 over the steady window; {} ({} B) live at the end",
-                name,
-                crate::runtimes::kind_origin(rt, k),
-                others(k),
-                top.function,
-                hr(top.growth_bytes_per_s),
-                top.growth_bytes_per_s,
-                top.growth_ci95_bytes_per_s.unwrap_or(0.0),
-                hb(top.live_bytes),
-                top.live_bytes
-            );
-            if of_kind.len() > 1 {
-                summary.push_str(&format!("; {} leaking {k} sites in all", of_kind.len()));
-            }
+            let label = crate::runtimes::site_label(Some(rt), k, &stack).unwrap_or_else(|| top.function.clone());
+            let by_kind = KindReason::KindLeak { kind: k, top: top_index, label, count: of_kind.len() };
             // Off-heap mappings that leak keep their class (the runtime split names the kind).
             let class = if k == MemoryKind::OffHeap && v.class == ProcessClass::OffHeap {
                 ProcessClass::OffHeap
             } else {
                 ProcessClass::Leak
             };
-            Verdict { class, confidence: top.confidence, summary, inconclusive: false }
+            Verdict { class, confidence: top.confidence, inconclusive: false, by_kind: Some(by_kind), ..v }
         }
-        None => {
-            let all = kinds
-                .iter()
-                .filter(|g| g.kind != MemoryKind::Runtime || g.grows)
-                .map(state)
-                .collect::<Vec<_>>()
-                .join(", ");
-            Verdict { summary: format!("{}; by kind: {all}", v.summary), ..v }
-        }
+        None => Verdict { by_kind: Some(KindReason::ByKind), ..v },
     }
 }

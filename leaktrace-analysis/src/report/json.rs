@@ -178,7 +178,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "verdict": {
             "class": a.verdict.class.as_str(),
             "confidence": num(a.verdict.confidence),
-            "summary": a.verdict.summary,
+            "summary": super::verdict::sentence(a),
             "inconclusive": a.verdict.inconclusive,
         },
         "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),

@@ -256,7 +256,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let _ = writeln!(md, "# leaktrace report\n");
     // Summaries may start with the class ("leak: ..."): said once.
     let class_prefix = format!("{}: ", v.class);
-    let said = v.summary.strip_prefix(class_prefix.as_str()).unwrap_or(&v.summary);
+    let summary = super::verdict::sentence(a);
+    let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
     let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
     let unit = a.unit_name();
 

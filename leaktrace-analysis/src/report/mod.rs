@@ -20,6 +20,7 @@ pub mod json;
 pub mod markdown;
 pub mod plot;
 pub mod summary;
+pub mod verdict;
 
 /// File names written by [`write_all`], in order.
 pub const FILES: [&str; 6] = ["report.json", "report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg"];

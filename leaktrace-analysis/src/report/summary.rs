@@ -31,7 +31,7 @@ pub fn summary_md(rows: &[SummaryRow<'_>], skipped: &[String]) -> String {
             t.pid,
             t.nspid.last().copied().unwrap_or(t.pid),
             t.command.join(" ").replace('|', "\\|"),
-            a.verdict.summary.replace('|', "\\|"),
+            super::verdict::sentence(a).replace('|', "\\|"),
             human::bytes(a.summary.native_live_end_bytes),
             r.dir
         ));
@@ -57,7 +57,7 @@ pub fn summary_json(rows: &[SummaryRow<'_>], skipped: &[String]) -> serde_json::
                 "pid": t.pid,
                 "nspid": t.nspid,
                 "command": t.command.join(" "),
-                "verdict": { "class": a.verdict.class.as_str(), "confidence": a.verdict.confidence, "summary": a.verdict.summary },
+                "verdict": { "class": a.verdict.class.as_str(), "confidence": a.verdict.confidence, "summary": super::verdict::sentence(a) },
                 "native_live_end_bytes": a.summary.native_live_end_bytes,
                 "dir": r.dir,
             })
