@@ -118,38 +118,86 @@ pub mod counter {
     /// Number of counters.
     pub const NUM: u32 = 21;
 
-    /// Name of each counter in recordings and reports, by index.
-    pub const NAMES: [&str; NUM as usize] = [
-        "allocs_map_full",
-        "sites_map_full",
-        "stacks_map_full",
-        "stack_error",
-        "inflight_map_full",
-        "missed_return",
-        "orphan_return",
-        "address_reused",
-        "untracked_free",
-        "nested_call",
-        "failed_alloc",
-        "allocs",
-        "frees",
-        "map_events_lost",
-        "offheap_maps",
-        "allocator_maps",
-        "sampled_allocs",
-        "page_faults",
-        "stack_truncated",
-        "fp_frames",
-        "unwind_no_table",
+    /// One counter: its index in `COUNTERS`, its name in recordings and reports, and what it
+    /// means for the numbers.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Info {
+        /// Index in the `COUNTERS` array (the constants above).
+        pub index: u32,
+        /// Name in recordings (`Checkpoint::counters`) and reports (`drops`, `events`).
+        pub name: &'static str,
+        /// A loss (reported under `drops`, lowers the verdict's confidence); else an
+        /// informational event (`events`).
+        pub is_loss: bool,
+        /// A loss after which live bytes are incomplete (allocations or frees not recorded); the
+        /// other losses lose call stacks, never bytes.
+        pub loses_bytes: bool,
+        /// A map or buffer was full: the run was sized too small (`--max-allocs`, `--max-sites`),
+        /// whatever the share of calls lost.
+        pub full: bool,
+    }
+
+    const fn info(index: u32, name: &'static str, is_loss: bool, loses_bytes: bool, full: bool) -> Info {
+        Info { index, name, is_loss, loses_bytes, full }
+    }
+
+    /// Every counter, by index: the one table the agent, the analysis and `check` read.
+    pub const TABLE: [Info; NUM as usize] = [
+        info(ALLOCS_FULL, "allocs_map_full", true, true, true),
+        info(SITES_FULL, "sites_map_full", true, true, true),
+        info(STACKS_FULL, "stacks_map_full", true, false, true),
+        info(STACK_ERROR, "stack_error", true, false, false),
+        info(INFLIGHT_FULL, "inflight_map_full", true, true, true),
+        info(MISSED_RETURN, "missed_return", true, true, false),
+        info(ORPHAN_RETURN, "orphan_return", false, false, false),
+        info(ADDRESS_REUSED, "address_reused", true, true, false),
+        info(UNTRACKED_FREE, "untracked_free", false, false, false),
+        info(NESTED_CALL, "nested_call", false, false, false),
+        info(FAILED_ALLOC, "failed_alloc", false, false, false),
+        info(ALLOCS, "allocs", false, false, false),
+        info(FREES, "frees", false, false, false),
+        info(EVENTS_LOST, "map_events_lost", true, true, true),
+        info(OFFHEAP_MAPS, "offheap_maps", false, false, false),
+        info(ALLOCATOR_MAPS, "allocator_maps", false, false, false),
+        info(SAMPLED, "sampled_allocs", false, false, false),
+        info(PAGE_FAULTS, "page_faults", false, false, false),
+        info(STACK_TRUNCATED, "stack_truncated", false, false, false),
+        info(FP_FRAMES, "fp_frames", false, false, false),
+        info(UNWIND_NO_TABLE, "unwind_no_table", false, false, false),
     ];
 
+    /// Name of each counter in recordings and reports, by index ([`TABLE`]'s names).
+    pub const NAMES: [&str; NUM as usize] = {
+        let mut names = [""; NUM as usize];
+        let mut i = 0;
+        while i < NUM as usize {
+            names[i] = TABLE[i].name;
+            i += 1;
+        }
+        names
+    };
+
     /// True for the counters that are losses (reported under `drops`); the others are
-    /// informational events.
-    pub const IS_LOSS: [bool; NUM as usize] =
-        [
-        true, true, true, true, true, true, false, true, false, false, false, false, false, true, false, false, false,
-        false, false, false, false,
-    ];
+    /// informational events ([`TABLE`]'s `is_loss`).
+    pub const IS_LOSS: [bool; NUM as usize] = {
+        let mut loss = [false; NUM as usize];
+        let mut i = 0;
+        while i < NUM as usize {
+            loss[i] = TABLE[i].is_loss;
+            i += 1;
+        }
+        loss
+    };
+
+    /// The counter named `name`, if there is one.
+    pub fn by_name(name: &str) -> Option<&'static Info> {
+        TABLE.iter().find(|c| c.name == name)
+    }
+
+    /// Counters whose loss leaves live bytes incomplete, in index order.
+    pub fn byte_losses() -> impl Iterator<Item = &'static Info> {
+        TABLE.iter().filter(|c| c.loses_bytes)
+    }
 }
 
 /// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.
@@ -466,4 +514,51 @@ mod pod {
     unsafe impl aya::Pod for UnwindRow {}
     unsafe impl aya::Pod for ObjectId {}
     unsafe impl aya::Pod for ObjectTable {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::counter::*;
+
+    #[test]
+    fn counter_table_is_by_index_and_keeps_the_names() {
+        for (i, c) in TABLE.iter().enumerate() {
+            assert_eq!(c.index as usize, i, "{}", c.name);
+            assert!(c.is_loss || !c.loses_bytes, "{}: a byte loss is a loss", c.name);
+        }
+        assert_eq!(NAMES[ALLOCS_FULL as usize], "allocs_map_full");
+        assert_eq!(NAMES[SAMPLED as usize], "sampled_allocs");
+        assert_eq!(NAMES[PAGE_FAULTS as usize], "page_faults");
+        let losses: Vec<&str> = NAMES.iter().zip(IS_LOSS).filter(|(_, l)| *l).map(|(n, _)| *n).collect();
+        assert_eq!(
+            losses,
+            [
+                "allocs_map_full",
+                "sites_map_full",
+                "stacks_map_full",
+                "stack_error",
+                "inflight_map_full",
+                "missed_return",
+                "address_reused",
+                "map_events_lost"
+            ]
+        );
+        let bytes: Vec<&str> = byte_losses().map(|c| c.name).collect();
+        assert_eq!(
+            bytes,
+            [
+                "allocs_map_full",
+                "sites_map_full",
+                "inflight_map_full",
+                "missed_return",
+                "address_reused",
+                "map_events_lost"
+            ]
+        );
+        assert_eq!(by_name("missed_return").map(|c| (c.loses_bytes, c.full)), Some((true, false)));
+        assert_eq!(by_name("nope"), None);
+    }
 }

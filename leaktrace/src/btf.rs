@@ -49,31 +49,23 @@ impl Btf {
     /// truncated.
     pub fn parse(data: &[u8]) -> anyhow::Result<Btf> {
         let u16_at = |o: usize| -> anyhow::Result<u16> {
-            Ok(u16::from_le_bytes(
-                data.get(o..o + 2).context("BTF truncated")?.try_into()?,
-            ))
+            Ok(u16::from_le_bytes(data.get(o..o + 2).context("BTF truncated")?.try_into()?))
         };
         let u32_at = |o: usize| -> anyhow::Result<u32> {
-            Ok(u32::from_le_bytes(
-                data.get(o..o + 4).context("BTF truncated")?.try_into()?,
-            ))
+            Ok(u32::from_le_bytes(data.get(o..o + 4).context("BTF truncated")?.try_into()?))
         };
         ensure!(u16_at(0)? == 0xeb9f, "not little-endian BTF (bad magic)");
         let hdr_len = u32_at(4)? as usize;
         let (type_off, type_len) = (u32_at(8)? as usize, u32_at(12)? as usize);
         let (str_off, str_len) = (u32_at(16)? as usize, u32_at(20)? as usize);
-        let strings = data
-            .get(hdr_len + str_off..hdr_len + str_off + str_len)
-            .context("BTF string section truncated")?;
+        let strings =
+            data.get(hdr_len + str_off..hdr_len + str_off + str_len).context("BTF string section truncated")?;
         let name = |off: u32| -> String {
             let s = strings.get(off as usize..).unwrap_or_default();
             let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
             String::from_utf8_lossy(&s[..end]).into_owned()
         };
-        let mut btf = Btf {
-            types: vec![(0, 0, Vec::new())],
-            structs: HashMap::new(),
-        };
+        let mut btf = Btf { types: vec![(0, 0, Vec::new())], structs: HashMap::new() };
         let mut pos = hdr_len + type_off;
         let end = pos + type_len;
         ensure!(end <= data.len(), "BTF type section truncated");
@@ -119,8 +111,8 @@ impl Btf {
     /// The running kernel's BTF.
     pub fn from_sys_fs() -> anyhow::Result<Btf> {
         let path = "/sys/kernel/btf/vmlinux";
-        let data = std::fs::read(path)
-            .with_context(|| format!("reading {path} (a kernel with CONFIG_DEBUG_INFO_BTF)"))?;
+        let data =
+            std::fs::read(path).with_context(|| format!("reading {path} (a kernel with CONFIG_DEBUG_INFO_BTF)"))?;
         Btf::parse(&data).with_context(|| format!("parsing {path}"))
     }
 
@@ -128,11 +120,9 @@ impl Btf {
     fn resolve(&self, mut id: u32) -> u32 {
         for _ in 0..32 {
             match self.types.get(id as usize) {
-                Some(&(
-                    KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG,
-                    next,
-                    _,
-                )) => id = next,
+                Some(&(KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG, next, _)) => {
+                    id = next
+                }
                 _ => break,
             }
         }
@@ -150,10 +140,8 @@ impl Btf {
         if depth < 4 {
             for m in members.iter().filter(|m| m.name.is_empty()) {
                 let inner = self.resolve(m.type_id);
-                if matches!(
-                    self.types.get(inner as usize),
-                    Some(&(KIND_STRUCT | KIND_UNION, _, _))
-                ) && let Some(off) = self.find(inner, field, depth + 1)
+                if matches!(self.types.get(inner as usize), Some(&(KIND_STRUCT | KIND_UNION, _, _)))
+                    && let Some(off) = self.find(inner, field, depth + 1)
                 {
                     return Some(m.bit_offset + off);
                 }
@@ -164,13 +152,8 @@ impl Btf {
 
     /// Byte offset of `field` in `struct name`. Errors: no such struct or field, or a bitfield.
     pub fn member_offset(&self, name: &str, field: &str) -> anyhow::Result<u32> {
-        let id = *self
-            .structs
-            .get(name)
-            .with_context(|| format!("no struct {name} in the kernel's BTF"))?;
-        let bits = self
-            .find(id, field, 0)
-            .with_context(|| format!("no field {name}.{field} in the kernel's BTF"))?;
+        let id = *self.structs.get(name).with_context(|| format!("no struct {name} in the kernel's BTF"))?;
+        let bits = self.find(id, field, 0).with_context(|| format!("no field {name}.{field} in the kernel's BTF"))?;
         ensure!(bits % 8 == 0, "{name}.{field} is a bitfield");
         Ok(bits / 8)
     }

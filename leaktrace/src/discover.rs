@@ -190,7 +190,13 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
         names.extend(MALLOC_API.iter().map(|h| format!("{}{}", fam.prefix, h.function)));
     }
     names.extend(
-        CXX_NEW.iter().chain(CXX_DELETE).chain(WRAPPERS).chain(RUST_API).chain([&MMAP_HOOK]).map(|h| h.function.to_string()),
+        CXX_NEW
+            .iter()
+            .chain(CXX_DELETE)
+            .chain(WRAPPERS)
+            .chain(RUST_API)
+            .chain([&MMAP_HOOK])
+            .map(|h| h.function.to_string()),
     );
     let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut scan = AllocatorScan::default();

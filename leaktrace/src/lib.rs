@@ -1,27 +1,28 @@
 //! leaktrace: an eBPF allocation tracer that answers "is this memory growth a leak, and which
 //! call stacks hold it?" for a live process.
 //!
+//! This crate is the live half: targets, discovery, probes, the recorder and the command line.
 //! The data takes one road, and the modules follow it:
 //! target → [`discover`] (objects, allocator entry points) → [`probes`] (load the eBPF object,
-//! attach uprobes; [`unwind`] tables for the stack walk, [`btf`] offsets) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
-//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] (saved, replayable) →
-//! [`analyze`] (growth per site and per process) → [`report`] (report.md, report.json, flame
-//! graphs). [`launch`] starts a command held before exec for `record -- CMD`.
+//! attach uprobes; [`unwind`] tables for the stack walk, with [`btf`] field offsets) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
+//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] → [`pipeline`] (saved,
+//! analysed once, reported).
+//! Everything after the recording — [`analyze`], [`report`], the evaluation of [`check`],
+//! [`compare`] — is in the `leaktrace-analysis` crate (re-exported here under the same names).
+//! [`launch`] starts a command held before exec for `record -- CMD`.
 pub mod allocators;
-pub mod analyze;
 pub mod btf;
 pub mod check;
-pub mod compare;
 pub mod discover;
 pub mod launch;
 pub mod mappings;
-pub mod output;
+pub mod pipeline;
 pub mod placement;
 pub mod probes;
 pub mod procinfo;
 pub mod record;
-pub mod recording;
-pub mod report;
 pub mod runtimes;
 pub mod symbolize;
 pub mod unwind;
+
+pub use leaktrace_analysis::{analyze, compare, output, recording, report};

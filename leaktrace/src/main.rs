@@ -7,12 +7,17 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use leaktrace::pipeline;
 use leaktrace::probes::Limits;
 use leaktrace::record::{self, RecordOptions, TargetSpec};
 use leaktrace::recording::Recording;
 
 #[derive(Parser)]
-#[command(name = "leaktrace", version, about = "Is the memory growth of a live process a leak? eBPF allocation tracer: live bytes by call stack, over time.")]
+#[command(
+    name = "leaktrace",
+    version,
+    about = "Is the memory growth of a live process a leak? eBPF allocation tracer: live bytes by call stack, over time."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -235,9 +240,11 @@ fn parse_sample_bytes(s: &str) -> Result<u64, String> {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     if let Ok(secs) = s.parse::<f64>()
-        && secs.is_finite() && secs > 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
-        }
+        && secs.is_finite()
+        && secs > 0.0
+    {
+        return Ok(Duration::from_secs_f64(secs));
+    }
     match humantime::parse_duration(s) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be greater than zero".into()),
@@ -280,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 duration: a.duration,
                 interval: a.interval,
                 out: a.out,
+                dir_prefix: None,
                 top: a.top,
                 limits: a.limits.into(),
                 status_line: true,
@@ -288,7 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
             };
-            let multi = record::record_all(spec, opts)?;
+            let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
                 print_outcome(outcome);
             }
@@ -355,7 +363,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-fn print_outcome(o: &record::RecordOutcome) {
+fn print_outcome(o: &pipeline::RecordOutcome) {
     let rec = &o.recording;
     let cps = rec.checkpoints.len();
     let dur = rec.checkpoints.last().map(|c| c.t_s).unwrap_or(0.0);
@@ -363,11 +371,7 @@ fn print_outcome(o: &record::RecordOutcome) {
         println!("leaktrace: command ended: {s}");
     }
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
-    if let Ok(text) = std::fs::read_to_string(o.dir.join("report.json"))
-        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-            && let Some(s) = v.pointer("/verdict/summary").and_then(|s| s.as_str()) {
-                println!("leaktrace: verdict: {s}");
-            }
+    println!("leaktrace: verdict: {}", leaktrace::report::verdict::sentence(&o.analysis));
     for f in &o.files {
         println!("  {}", f.display());
     }
@@ -390,13 +394,12 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         "leaktrace demo: recording a message processor for {secs}s (200 messages/s; it leaks 256 B per \
          message in remember_message, keeps a bounded cache, and uses temporary buffers)"
     );
-    let out = out.unwrap_or_else(|| {
-        PathBuf::from(format!("leaktrace-demo-{}", std::process::id()))
-    });
+    let out = out.unwrap_or_else(|| PathBuf::from(format!("leaktrace-demo-{}", std::process::id())));
     let opts = RecordOptions {
         duration: Some(duration + Duration::from_secs(5)),
         interval: Duration::from_millis(500),
         out: Some(out),
+        dir_prefix: None,
         top: 5,
         limits: Limits::default(),
         status_line: true,
@@ -406,7 +409,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         follow_forks: false,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
-    let result = record::record(TargetSpec::Launch(argv), opts);
+    let result = pipeline::record(TargetSpec::Launch(argv), opts);
     let _ = std::fs::remove_dir_all(&tmp);
     let outcome = result?;
     print_outcome(&outcome);

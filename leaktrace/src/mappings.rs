@@ -78,9 +78,10 @@ impl AddressSpace {
     fn remove(&mut self, start: u64, end: u64, account: bool) -> Vec<(u64, u64, Region)> {
         let mut touched: Vec<(u64, Region)> = Vec::new();
         if let Some((&s, &r)) = self.regions.range(..start).next_back()
-            && r.end > start {
-                touched.push((s, r));
-            }
+            && r.end > start
+        {
+            touched.push((s, r));
+        }
         touched.extend(self.regions.range(start..end).map(|(&s, &r)| (s, r)));
         let mut removed = Vec::new();
         for (s, r) in touched {
@@ -92,14 +93,13 @@ impl AddressSpace {
                 self.regions.insert(end, r);
             }
             let (cs, ce) = (s.max(start), r.end.min(end));
-            if account
-                && let Some(site) = r.site {
-                    let st = self.sites.entry(site).or_default();
-                    st.free_bytes += ce - cs;
-                    if cs == s && ce == r.end {
-                        st.free_count += 1;
-                    }
+            if account && let Some(site) = r.site {
+                let st = self.sites.entry(site).or_default();
+                st.free_bytes += ce - cs;
+                if cs == s && ce == r.end {
+                    st.free_count += 1;
                 }
+            }
             removed.push((cs, ce, r));
         }
         removed
@@ -112,7 +112,12 @@ impl AddressSpace {
 
     /// Bytes currently mapped by the allocator itself (arenas, large chunks), not counting brk.
     pub fn allocator_mapped_bytes(&self) -> u64 {
-        self.regions.values().zip(self.regions.keys()).filter(|(r, _)| r.owner == owner::ALLOCATOR).map(|(r, s)| r.end - s).sum()
+        self.regions
+            .values()
+            .zip(self.regions.keys())
+            .filter(|(r, _)| r.owner == owner::ALLOCATOR)
+            .map(|(r, s)| r.end - s)
+            .sum()
     }
 
     /// Resident bytes per off-heap site and of the allocator's regions, from /proc/PID/pagemap.
@@ -142,7 +147,8 @@ pub fn resident_bytes(pagemap: &File, start: u64, end: u64) -> Option<u64> {
         let n = ((last - page) as usize).min(512);
         let bytes = &mut buf[..n * 8];
         pagemap.read_exact_at(bytes, page * 8).ok()?;
-        resident += bytes.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count() as u64;
+        resident +=
+            bytes.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count() as u64;
         page += n as u64;
     }
     Some(resident * PAGE)
@@ -197,7 +203,14 @@ mod tests {
     fn mremap_moves_and_grows() {
         let mut a = AddressSpace::default();
         a.apply(&mmap(0x10000, PAGE, owner::OFFHEAP, 1));
-        a.apply(&MapEvent { kind: map_event::MREMAP, old_addr: 0x10000, old_len: PAGE, addr: 0x40000, len: 3 * PAGE, ..Default::default() });
+        a.apply(&MapEvent {
+            kind: map_event::MREMAP,
+            old_addr: 0x10000,
+            old_len: PAGE,
+            addr: 0x40000,
+            len: 3 * PAGE,
+            ..Default::default()
+        });
         assert_eq!(live(&a, 1), 3 * PAGE);
         assert_eq!(a.regions.keys().copied().collect::<Vec<_>>(), vec![0x40000]);
         a.apply(&munmap(0x40000, 3 * PAGE));

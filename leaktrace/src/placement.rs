@@ -22,7 +22,8 @@ use iced_x86::{
 };
 
 /// Registers of the first six integer arguments (System V x86-64).
-const ARG_REGS: [Register; 6] = [Register::RDI, Register::RSI, Register::RDX, Register::RCX, Register::R8, Register::R9];
+const ARG_REGS: [Register; 6] =
+    [Register::RDI, Register::RSI, Register::RDX, Register::RCX, Register::R8, Register::R9];
 /// Longest prefix of skippable instructions looked at.
 const MAX_PREFIX: usize = 16;
 
@@ -40,10 +41,12 @@ pub fn is_emulated(ins: &Instruction) -> bool {
     match ins.mnemonic() {
         Mnemonic::Push => ins.op0_kind() == OpKind::Register && ins.op0_register().size() == 8,
         Mnemonic::Nop => true,
-        _ => matches!(
-            ins.flow_control(),
-            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
-        ) && matches!(ins.op0_kind(), OpKind::NearBranch64),
+        _ => {
+            matches!(
+                ins.flow_control(),
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
+            ) && matches!(ins.op0_kind(), OpKind::NearBranch64)
+        }
     }
 }
 
@@ -97,11 +100,15 @@ pub fn place(code: &[u8], null_is_noop: bool, args: usize) -> Placement {
             && test.op0_kind() == OpKind::Register
             && test.op0_register() == Register::RDI
             && test.op1_register() == Register::RDI;
-        let skips_on_null = jz.flow_control() == FlowControl::ConditionalBranch && jz.condition_code() == ConditionCode::e;
+        let skips_on_null =
+            jz.flow_control() == FlowControl::ConditionalBranch && jz.condition_code() == ConditionCode::e;
         if tests_rdi && skips_on_null && is_emulated(next) {
             return Placement {
                 delta: next.ip(),
-                note: format!("+{}: after the NULL check (a NULL call is a no-op), on an emulated instruction", next.ip()),
+                note: format!(
+                    "+{}: after the NULL check (a NULL call is a no-op), on an emulated instruction",
+                    next.ip()
+                ),
             };
         }
     }

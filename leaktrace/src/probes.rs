@@ -8,7 +8,10 @@ use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{TracePoint, UProbe, uprobe::{UProbeLinkId, UProbeScope}};
+use aya::programs::{
+    TracePoint, UProbe,
+    uprobe::{UProbeLinkId, UProbeScope},
+};
 use aya::{Ebpf, EbpfLoader};
 use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter};
 
@@ -34,7 +37,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_allocs: 1 << 20, max_sites: 1 << 16, max_stacks: 1 << 14, max_unwind_rows: 1 << 21, debug_unwind: false }
+        Limits {
+            max_allocs: 1 << 20,
+            max_sites: 1 << 16,
+            max_stacks: 1 << 14,
+            max_unwind_rows: 1 << 21,
+            debug_unwind: false,
+        }
     }
 }
 
@@ -80,9 +89,13 @@ impl Mode {
 pub enum LoadError {
     #[error("leaktrace must run as root (it loads eBPF programs and places uprobes); try: sudo leaktrace ...")]
     NotRoot,
-    #[error("this kernel has no uprobe support (/sys/bus/event_source/devices/uprobe is missing): CONFIG_UPROBE_EVENTS is needed")]
+    #[error(
+        "this kernel has no uprobe support (/sys/bus/event_source/devices/uprobe is missing): CONFIG_UPROBE_EVENTS is needed"
+    )]
     NoUprobes,
-    #[error("this kernel refused to load leaktrace's eBPF programs (CONFIG_BPF_SYSCALL, BTF and uprobes are needed): {0:#}")]
+    #[error(
+        "this kernel refused to load leaktrace's eBPF programs (CONFIG_BPF_SYSCALL, BTF and uprobes are needed): {0:#}"
+    )]
     Load(anyhow::Error),
 }
 
@@ -202,8 +215,16 @@ impl Tracer {
             .map_max_entries("SITES", limits.max_sites)
             .map_max_entries("STACKS", limits.max_stacks)
             .map_max_entries("UNWIND_ROWS", if offsets.is_ok() { limits.max_unwind_rows } else { 1 })
-            .override_global("KERNEL_OFFSETS", offsets.as_ref().unwrap_or(&[0; leaktrace_common::kernel_offset::NUM]), true)
-            .override_global(aya_log::LEVEL, &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }), true)
+            .override_global(
+                "KERNEL_OFFSETS",
+                offsets.as_ref().unwrap_or(&[0; leaktrace_common::kernel_offset::NUM]),
+                true,
+            )
+            .override_global(
+                aya_log::LEVEL,
+                &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }),
+                true,
+            )
             .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace")))
             .map_err(|e| LoadError::Load(e.into()))?;
         for name in PROGRAMS {
@@ -226,14 +247,17 @@ impl Tracer {
         let unwind = UnwindTables {
             objects: HashMap::try_from(take(&mut ebpf, "UNWIND_OBJECTS")?).map_err(|e| LoadError::Load(e.into()))?,
             rows: take(&mut ebpf, "UNWIND_ROWS")?,
-            generation: aya::maps::Array::try_from(take(&mut ebpf, "UNWIND_GEN")?).map_err(|e| LoadError::Load(e.into()))?,
+            generation: aya::maps::Array::try_from(take(&mut ebpf, "UNWIND_GEN")?)
+                .map_err(|e| LoadError::Load(e.into()))?,
             next_row: 0,
             capacity: if offsets.is_ok() { limits.max_unwind_rows } else { 0 },
             done: StdHashMap::new(),
             disabled: offsets.err().map(|e| format!("{e:#}")),
         };
         let log = match limits.debug_unwind {
-            true => Some(aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog).map_err(|e| LoadError::Load(e.into()))?),
+            true => Some(
+                aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog).map_err(|e| LoadError::Load(e.into()))?,
+            ),
             false => None,
         };
         let mappings_unavailable = attach_tracepoints(&mut ebpf).err().map(|e| format!("{e:#}"));
@@ -261,9 +285,7 @@ impl Tracer {
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
     /// attached are skipped. Returns the placements made, for the coverage table.
     pub fn attach(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
-        let scope = UProbeScope::OneProcess(
-            std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?,
-        );
+        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
         let mut placed = Vec::new();
         for p in points {
             let object = p.object.path.display().to_string();
@@ -276,7 +298,11 @@ impl Tracer {
                 .into_iter()
                 .chain(std::iter::once((p.hook.entry_program, "entry")));
             for (program, kind) in programs {
-                if self.attached.iter().any(|(pi, o, off, pr)| *pi == pid && *o == object && *off == p.offset && *pr == program) {
+                if self
+                    .attached
+                    .iter()
+                    .any(|(pi, o, off, pr)| *pi == pid && *o == object && *off == p.offset && *pr == program)
+                {
                     continue;
                 }
                 let prog: &mut UProbe = self
@@ -287,9 +313,9 @@ impl Tracer {
                 // Both probes at the placement: it only skips instructions every call runs and
                 // that leave the return address at the stack pointer (see `placement`).
                 let (offset, placement) = (p.probe_offset, Some(p.placement.clone()));
-                let link = prog.attach(offset, &p.object.open_path, scope).with_context(|| {
-                    format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object)
-                })?;
+                let link = prog
+                    .attach(offset, &p.object.open_path, scope)
+                    .with_context(|| format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object))?;
                 self.links.push((program, link));
                 self.attached.push((pid, object.clone(), p.offset, program));
                 placed.push(ProbeInfo {
@@ -306,14 +332,27 @@ impl Tracer {
 
     /// Count calls of the function at file `offset` of `object` (opened through `open_path`) in
     /// process `pid` as units of work.
-    pub fn attach_work_probe(&mut self, pid: u32, object: &str, open_path: &std::path::Path, offset: u64) -> anyhow::Result<ProbeInfo> {
+    pub fn attach_work_probe(
+        &mut self,
+        pid: u32,
+        object: &str,
+        open_path: &std::path::Path,
+        offset: u64,
+    ) -> anyhow::Result<ProbeInfo> {
         let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
-        let prog: &mut UProbe = self.ebpf.program_mut("work_enter").context("eBPF program work_enter missing")?.try_into()?;
+        let prog: &mut UProbe =
+            self.ebpf.program_mut("work_enter").context("eBPF program work_enter missing")?.try_into()?;
         let link = prog
             .attach(offset, open_path, scope)
             .with_context(|| format!("cannot place the work probe at offset {offset:#x} of {object}"))?;
         self.links.push(("work_enter", link));
-        Ok(ProbeInfo { object: object.to_string(), function: String::new(), kind: "work".to_string(), offset, placement: None })
+        Ok(ProbeInfo {
+            object: object.to_string(),
+            function: String::new(),
+            kind: "work".to_string(),
+            offset,
+            placement: None,
+        })
     }
 
     /// Detach every probe and unload the programs. Removing a uprobe waits for an RCU grace
@@ -323,9 +362,10 @@ impl Tracer {
         let mut links = Vec::with_capacity(self.links.len());
         for (program, id) in std::mem::take(&mut self.links) {
             if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
-                && let Ok(link) = prog.take_link(id) {
-                    links.push(link);
-                }
+                && let Ok(link) = prog.take_link(id)
+            {
+                links.push(link);
+            }
         }
         let threads = links.len().clamp(1, 32);
         let per = links.len().div_ceil(threads).max(1);
@@ -420,7 +460,11 @@ impl Tracer {
                     Ok(t) => {
                         let first = u.next_row;
                         let written = write_rows(&mut u.rows, first, &t.rows);
-                        let table = ObjectTable { first_row: first, rows: t.rows.len() as u32, vaddr_minus_offset: t.vaddr_minus_offset };
+                        let table = ObjectTable {
+                            first_row: first,
+                            rows: t.rows.len() as u32,
+                            vaddr_minus_offset: t.vaddr_minus_offset,
+                        };
                         match written.and_then(|()| u.objects.insert(id, table, 0).map_err(anyhow::Error::from)) {
                             Ok(()) => {
                                 u.next_row += t.rows.len() as u32;
@@ -488,7 +532,12 @@ fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyho
         // SAFETY: attr points at keys and values that live across the call, of the map's key
         // (u32) and value (UnwindRow, repr(C), 8 bytes) sizes; the kernel reads `count` of each.
         let r = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>())
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
         };
         if r != 0 || attr.count as usize != chunk.len() {
             batched = false;
@@ -508,7 +557,8 @@ fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyho
 fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     ensure_tracefs()?;
     for name in TRACEPOINTS {
-        let prog: &mut TracePoint = ebpf.program_mut(name).with_context(|| format!("eBPF program {name} missing"))?.try_into()?;
+        let prog: &mut TracePoint =
+            ebpf.program_mut(name).with_context(|| format!("eBPF program {name} missing"))?.try_into()?;
         prog.load().with_context(|| format!("loading eBPF program {name}"))?;
         prog.attach("syscalls", name).with_context(|| format!("attaching to tracepoint syscalls:{name}"))?;
     }
@@ -523,7 +573,8 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
 fn fill_sampling(ebpf: &mut Ebpf, mean_bytes: u64) -> anyhow::Result<()> {
     use leaktrace_common::sampling::*;
     anyhow::ensure!(mean_bytes > 0, "--sample-bytes must be greater than zero");
-    let mut arr: aya::maps::Array<_, u64> = aya::maps::Array::try_from(ebpf.map_mut("SAMPLING").context("SAMPLING map missing")?)?;
+    let mut arr: aya::maps::Array<_, u64> =
+        aya::maps::Array::try_from(ebpf.map_mut("SAMPLING").context("SAMPLING map missing")?)?;
     let scale = (1u64 << SHIFT) as f64;
     for i in 0..TABLE {
         let u = (i as f64 + 0.5) / TABLE as f64;
@@ -539,7 +590,8 @@ fn fill_sampling(ebpf: &mut Ebpf, mean_bytes: u64) -> anyhow::Result<()> {
 /// Growth mode: count first-touch page faults (exceptions:page_fault_user).
 fn attach_page_faults(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     ensure_tracefs()?;
-    let prog: &mut TracePoint = ebpf.program_mut("page_fault_user").context("eBPF program page_fault_user missing")?.try_into()?;
+    let prog: &mut TracePoint =
+        ebpf.program_mut("page_fault_user").context("eBPF program page_fault_user missing")?.try_into()?;
     prog.load().context("loading eBPF program page_fault_user")?;
     prog.attach("exceptions", "page_fault_user").context("attaching to tracepoint exceptions:page_fault_user")?;
     Ok(())
@@ -555,7 +607,10 @@ fn ensure_tracefs() -> anyhow::Result<()> {
         libc::mount(c"nodev".as_ptr(), c"/sys/kernel/tracing".as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null())
     };
     if r != 0 {
-        anyhow::bail!("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}", std::io::Error::last_os_error());
+        anyhow::bail!(
+            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
     Ok(())
 }

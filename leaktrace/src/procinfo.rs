@@ -52,7 +52,10 @@ pub fn nspid(pid: u32) -> Vec<u32> {
 /// True while `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.split_ascii_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_ascii_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X"),
         Err(_) => false,
     }
 }

@@ -53,12 +53,10 @@ pub struct StackSymbolizer {
 impl StackSymbolizer {
     /// A symbolizer for `pid`, with a first snapshot of its mappings.
     pub fn new(pid: u32) -> Self {
-        let symbolizer = Symbolizer::builder()
-            .enable_code_info(true)
-            .enable_inlined_fns(true)
-            .enable_demangling(true)
-            .build();
-        let mut s = StackSymbolizer { pid, symbolizer, maps: Vec::new(), objects: HashMap::new(), last_maps: String::new() };
+        let symbolizer =
+            Symbolizer::builder().enable_code_info(true).enable_inlined_fns(true).enable_demangling(true).build();
+        let mut s =
+            StackSymbolizer { pid, symbolizer, maps: Vec::new(), objects: HashMap::new(), last_maps: String::new() };
         s.refresh();
         s
     }
@@ -79,9 +77,8 @@ impl StackSymbolizer {
             let (range, path) = (l.range, &l.path);
             let key = (l.dev.to_string(), l.inode);
             if !self.objects.contains_key(&key) {
-                let file = File::open(format!("/proc/{}/map_files/{range}", self.pid)).or_else(|_| {
-                    File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)")))
-                });
+                let file = File::open(format!("/proc/{}/map_files/{range}", self.pid))
+                    .or_else(|_| File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)"))));
                 match file {
                     Ok(file) => {
                         self.objects.insert(key.clone(), Object { path: l.path.clone(), file, build_id: None });
@@ -117,10 +114,8 @@ impl StackSymbolizer {
                 by_object.entry(m.key.clone()).or_default().push((i, off));
             }
         }
-        let mut per_ip: Vec<Vec<Frame>> = ips
-            .iter()
-            .map(|&ip| vec![Frame { addr: ip, ..Default::default() }])
-            .collect();
+        let mut per_ip: Vec<Vec<Frame>> =
+            ips.iter().map(|&ip| vec![Frame { addr: ip, ..Default::default() }]).collect();
         for (key, items) in by_object {
             let Some(obj) = self.objects.get_mut(&key) else { continue };
             let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());

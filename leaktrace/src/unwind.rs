@@ -12,8 +12,8 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail};
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, LittleEndian, Register, RegisterRule, UnwindContext,
+    UnwindSection,
 };
 use leaktrace_common::{UnwindRow, unwind};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
@@ -82,17 +82,9 @@ pub fn build_from(data: &[u8]) -> anyhow::Result<Table> {
     };
     let rows = compact(raw);
     if rows.len() > MAX_ROWS_PER_OBJECT {
-        bail!(
-            "{} unwind rows (at most {MAX_ROWS_PER_OBJECT} per object)",
-            rows.len()
-        );
+        bail!("{} unwind rows (at most {MAX_ROWS_PER_OBJECT} per object)", rows.len());
     }
-    Ok(Table {
-        rows,
-        vaddr_minus_offset,
-        section,
-        unsupported_rows: unsupported,
-    })
+    Ok(Table { rows, vaddr_minus_offset, section, unsupported_rows: unsupported })
 }
 
 /// A row before compaction: (address, rule, is the end of an FDE's range).
@@ -135,21 +127,13 @@ where
             out.push((row.start_address(), rule, false));
             last_end = row.end_address();
         }
-        out.push((
-            last_end.max(fde.initial_address() + fde.len()),
-            UnwindRow::default(),
-            true,
-        ));
+        out.push((last_end.max(fde.initial_address() + fde.len()), UnwindRow::default(), true));
     }
     Ok(())
 }
 
 /// One gimli row as a compact rule (no-rule when the walk cannot evaluate it).
-fn convert<R, S>(
-    section: &S,
-    row: &gimli::UnwindTableRow<usize>,
-    unsupported: &mut usize,
-) -> UnwindRow
+fn convert<R, S>(section: &S, row: &gimli::UnwindTableRow<usize>, unsupported: &mut usize) -> UnwindRow
 where
     R: gimli::Reader<Offset = usize>,
     S: UnwindSection<R>,
@@ -158,10 +142,7 @@ where
     // No rule for the return address: the x86-64 ABI's, at CFA - 8.
     match row.register(RA).unwrap_or(RegisterRule::Offset(-8)) {
         RegisterRule::Undefined => {
-            return UnwindRow {
-                kind: unwind::END,
-                ..none
-            };
+            return UnwindRow { kind: unwind::END, ..none };
         }
         RegisterRule::Offset(-8) => {}
         _ => {
@@ -170,16 +151,13 @@ where
         }
     }
     let rbp_offset = match row.register(RBP).unwrap_or(RegisterRule::SameValue) {
-        RegisterRule::Offset(o)
-            if o % 8 == 0 && (i8::MIN as i64..=i8::MAX as i64).contains(&(o / 8)) && o != 0 =>
-        {
+        RegisterRule::Offset(o) if o % 8 == 0 && (i8::MIN as i64..=i8::MAX as i64).contains(&(o / 8)) && o != 0 => {
             (o / 8) as i8
         }
         _ => 0,
     };
     let units = |off: i64| -> Option<u16> {
-        (off > 0 && off % 8 == 0 && off as u64 <= unwind::MAX_CFA_OFFSET)
-            .then_some((off / 8) as u16)
+        (off > 0 && off % 8 == 0 && off as u64 <= unwind::MAX_CFA_OFFSET).then_some((off / 8) as u16)
     };
     match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => {
@@ -192,12 +170,7 @@ where
                 }
             };
             match units(*offset) {
-                Some(cfa_offset) => UnwindRow {
-                    pc: 0,
-                    cfa_offset,
-                    rbp_offset,
-                    kind,
-                },
+                Some(cfa_offset) => UnwindRow { pc: 0, cfa_offset, rbp_offset, kind },
                 None => {
                     *unsupported += 1;
                     none
@@ -225,37 +198,15 @@ fn expression_rule(e: &[u8]) -> Option<UnwindRow> {
     // PLT entries: DW_OP_breg7 (rsp) 8; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and;
     // DW_OP_lit11 (or lit10); DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus.
     // CFA = rsp + 8, plus 8 once the entry's push has run ((rip & 15) >= 11).
-    if let [
-        0x77,
-        0x08,
-        0x80,
-        0x00,
-        0x3f,
-        0x1a,
-        lit,
-        0x2a,
-        0x33,
-        0x24,
-        0x22,
-    ] = e
+    if let [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] = e
         && (0x30..=0x4f).contains(lit)
     {
-        return Some(UnwindRow {
-            pc: 0,
-            cfa_offset: 1,
-            rbp_offset: (lit - 0x30) as i8,
-            kind: unwind::PLT,
-        });
+        return Some(UnwindRow { pc: 0, cfa_offset: 1, rbp_offset: (lit - 0x30) as i8, kind: unwind::PLT });
     }
     // Stack realignment through a DRAP register (gcc): DW_OP_breg6 (rbp) -8; DW_OP_deref:
     // CFA = *(rbp - 8), and the caller's rbp is saved at [rbp].
     if let [0x76, 0x78, 0x06] = e {
-        return Some(UnwindRow {
-            pc: 0,
-            cfa_offset: 0,
-            rbp_offset: -1,
-            kind: unwind::CFA_DEREF_RBP,
-        });
+        return Some(UnwindRow { pc: 0, cfa_offset: 0, rbp_offset: -1, kind: unwind::CFA_DEREF_RBP });
     }
     None
 }
@@ -278,9 +229,7 @@ fn compact(mut raw: Vec<RawRow>) -> Vec<UnwindRow> {
         out.push(row);
     }
     // Merge a row into the one before it when the rule is the same.
-    out.dedup_by(|b, a| {
-        a.kind == b.kind && a.cfa_offset == b.cfa_offset && a.rbp_offset == b.rbp_offset
-    });
+    out.dedup_by(|b, a| a.kind == b.kind && a.cfa_offset == b.cfa_offset && a.rbp_offset == b.rbp_offset);
     out
 }
 
@@ -289,13 +238,10 @@ mod tests {
     use super::*;
 
     fn libc() -> Option<std::path::PathBuf> {
-        [
-            "/lib/x86_64-linux-gnu/libc.so.6",
-            "/usr/lib/x86_64-linux-gnu/libc.so.6",
-        ]
-        .iter()
-        .map(std::path::PathBuf::from)
-        .find(|p| p.exists())
+        ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.exists())
     }
 
     /// Debian's libc (no frame pointers): thousands of rows, sorted, most of them evaluable, the
@@ -308,32 +254,15 @@ mod tests {
         assert!(t.rows.len() > 5_000, "{} rows", t.rows.len());
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
         let rsp = t.rows.iter().filter(|r| r.kind == unwind::CFA_RSP).count();
-        assert!(
-            rsp * 2 > t.rows.len(),
-            "{rsp} of {} rows are rsp-based",
-            t.rows.len()
-        );
-        assert!(
-            t.rows.iter().any(|r| r.kind == unwind::END),
-            "no outermost-frame row (clone3, start_thread)"
-        );
-        assert!(
-            t.unsupported_rows * 100 < t.rows.len(),
-            "{} unsupported rows",
-            t.unsupported_rows
-        );
+        assert!(rsp * 2 > t.rows.len(), "{rsp} of {} rows are rsp-based", t.rows.len());
+        assert!(t.rows.iter().any(|r| r.kind == unwind::END), "no outermost-frame row (clone3, start_thread)");
+        assert!(t.unsupported_rows * 100 < t.rows.len(), "{} unsupported rows", t.unsupported_rows);
     }
 
     #[test]
     fn plt_and_drap_expressions() {
-        let plt = expression_rule(&[
-            0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22,
-        ])
-        .unwrap();
-        assert_eq!(
-            (plt.kind, plt.cfa_offset, plt.rbp_offset),
-            (unwind::PLT, 1, 11)
-        );
+        let plt = expression_rule(&[0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22]).unwrap();
+        assert_eq!((plt.kind, plt.cfa_offset, plt.rbp_offset), (unwind::PLT, 1, 11));
         let drap = expression_rule(&[0x76, 0x78, 0x06]).unwrap();
         assert_eq!(drap.kind, unwind::CFA_DEREF_RBP);
         assert!(expression_rule(&[0x77, 0x10]).is_none());
@@ -341,12 +270,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_function_starts_and_gaps() {
-        let rule = |off| UnwindRow {
-            pc: 0,
-            cfa_offset: off,
-            rbp_offset: 0,
-            kind: unwind::CFA_RSP,
-        };
+        let rule = |off| UnwindRow { pc: 0, cfa_offset: off, rbp_offset: 0, kind: unwind::CFA_RSP };
         let rows = compact(vec![
             (0x100, rule(1), false),
             (0x104, rule(2), false),
@@ -358,17 +282,7 @@ mod tests {
             (0x210, UnwindRow::default(), true),
         ]);
         let pcs: Vec<(u32, u16)> = rows.iter().map(|r| (r.pc, r.cfa_offset)).collect();
-        assert_eq!(
-            pcs,
-            vec![
-                (0x100, 1),
-                (0x104, 2),
-                (0x110, 1),
-                (0x120, 0),
-                (0x200, 1),
-                (0x210, 0)
-            ]
-        );
+        assert_eq!(pcs, vec![(0x100, 1), (0x104, 2), (0x110, 1), (0x120, 0), (0x200, 1), (0x210, 0)]);
     }
 
     #[test]

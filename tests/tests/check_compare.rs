@@ -130,9 +130,14 @@ fn check_per_unit_of_work() {
 /// Usage and input errors exit 2 (no root needed for these).
 #[test]
 fn check_and_compare_errors_exit_2() {
-    let o = run(leaktrace(["check", "--batch-units", "10", "--budget", "0", "--", "true"]), None, Duration::from_secs(10));
+    let o =
+        run(leaktrace(["check", "--batch-units", "10", "--budget", "0", "--", "true"]), None, Duration::from_secs(10));
     assert_eq!(o.code(), Some(2), "--batch-units without --work-probe\n{}", o.describe());
-    let o = run(leaktrace(["check", "--batch-seconds", "1", "--budget", "12 parsecs", "--", "true"]), None, Duration::from_secs(10));
+    let o = run(
+        leaktrace(["check", "--batch-seconds", "1", "--budget", "12 parsecs", "--", "true"]),
+        None,
+        Duration::from_secs(10),
+    );
     assert_eq!(o.code(), Some(2), "bad --budget\n{}", o.describe());
     let o = run(leaktrace(["check", "--budget", "0", "--", "true"]), None, Duration::from_secs(10));
     assert_eq!(o.code(), Some(2), "no batch size\n{}", o.describe());

@@ -1,26 +1,6 @@
 //! Bad input: one `leaktrace: error:` line and exit code 2, before anything is recorded.
 use leaktrace_tests::*;
 
-fn assert_error(o: &Output, mention: &str) {
-    assert_eq!(o.code(), Some(2), "exit code\n{}", o.describe());
-    let line = o
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("leaktrace: error:"))
-        .unwrap_or_else(|| panic!("no 'leaktrace: error:' line\n{}", o.describe()));
-    assert!(
-        line.contains(mention),
-        "the error line should mention {mention:?}: {line}"
-    );
-    assert!(
-        !o.stderr
-            .lines()
-            .any(|l| l.starts_with("leaktrace: attached")),
-        "it attached before failing\n{}",
-        o.describe()
-    );
-}
-
 #[test]
 fn nonexistent_pid() {
     require_root();
@@ -28,11 +8,8 @@ fn nonexistent_pid() {
     let mut cmd = leaktrace(["record", "--pid", "999999999", "--duration", "2s", "--out"]);
     cmd.arg(&out.path);
     let o = run(cmd, None, TIMEOUT);
-    assert_error(&o, "999999999");
-    assert!(
-        !out.file("report.json").exists(),
-        "a report was written for a nonexistent pid"
-    );
+    assert_error(&o, &["999999999"]);
+    assert!(!out.file("report.json").exists(), "a report was written for a nonexistent pid");
 }
 
 #[test]
@@ -42,18 +19,14 @@ fn unwritable_out_dir_fails_before_recording() {
     let mut cmd = leaktrace(["record", "--out", "/proc/forbidden-dir", "--"]);
     cmd.arg(&fx.leaky).args(["malloc", "100", "1000"]);
     let o = run(cmd, None, TIMEOUT);
-    assert_error(&o, "/proc/forbidden-dir");
-    assert!(
-        !o.stdout.contains("done mode="),
-        "the command ran although --out is unwritable\n{}",
-        o.describe()
-    );
+    assert_error(&o, &["/proc/forbidden-dir"]);
+    assert!(!o.stdout.contains("done mode="), "the command ran although --out is unwritable\n{}", o.describe());
 }
 
 #[test]
 fn report_of_nonexistent_dir() {
     let o = run(leaktrace(["report", "/nonexistent"]), None, TIMEOUT);
-    assert_error(&o, "/nonexistent");
+    assert_error(&o, &["/nonexistent"]);
 }
 
 #[test]
@@ -70,5 +43,5 @@ fn launch_of_missing_command() {
     let mut cmd = leaktrace(["record", "--out"]);
     cmd.arg(&out.path).args(["--", "/nonexistent/program"]);
     let o = run(cmd, None, TIMEOUT);
-    assert_error(&o, "/nonexistent/program");
+    assert_error(&o, &["/nonexistent/program"]);
 }

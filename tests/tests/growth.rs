@@ -27,23 +27,12 @@ fn growth_fixture() -> &'static Path {
         std::fs::create_dir_all(&dir).expect("create fixtures-growth");
         let bin = dir.join("growth");
         let o = Command::new("gcc")
-            .args([
-                "-O1",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-Wall",
-                "-pthread",
-                "-o",
-            ])
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread", "-o"])
             .arg(&bin)
             .arg(fixture_source("growth.c"))
             .output()
             .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(
-            o.status.success(),
-            "compiling growth.c failed:\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "compiling growth.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
         bin
     })
 }
@@ -63,22 +52,13 @@ fn record_growth(name: &str, extra: &[&str], args: &[&str]) -> (OutDir, Report, 
         o.describe()
     );
     let r = Report::load(&out.path);
-    let ctx = format!(
-        "report {}:\n{}\nleaktrace stderr:\n{}",
-        out.path.display(),
-        r.summary(),
-        o.stderr
-    );
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
     (out, r, ctx)
 }
 
 fn no_site_is_a_leak(r: &Report, ctx: &str) {
-    let leaks: Vec<&str> = r
-        .sites()
-        .iter()
-        .filter(|s| s["class"] == "leak")
-        .map(|s| s["function"].as_str().unwrap_or("?"))
-        .collect();
+    let leaks: Vec<&str> =
+        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
     assert!(leaks.is_empty(), "sites called a leak: {leaks:?}\n{ctx}");
 }
 
@@ -90,42 +70,22 @@ fn leak_per_unit_of_work_next_to_a_bounded_cache() {
     require_root();
     const CALLS: u64 = 1400;
     const SLOTS: u64 = 600;
-    let (out, r, ctx) = record_growth(
-        "leak-cache",
-        &["--work-probe", "handle_message"],
-        &["leak-cache", "1400", "200", "600"],
-    );
+    let (out, r, ctx) =
+        record_growth("leak-cache", &["--work-probe", "handle_message"], &["leak-cache", "1400", "200", "600"]);
 
     assert_eq!(r.get(&["work_probe"]), "handle_message", "{ctx}");
-    assert_eq!(
-        r.get(&["units_of_work"]).as_u64(),
-        Some(CALLS),
-        "every call counted\n{ctx}"
-    );
+    assert_eq!(r.get(&["units_of_work"]).as_u64(), Some(CALLS), "every call counted\n{ctx}");
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
     assert!(str_of(verdict, "summary").contains("leak_message"), "{ctx}");
-    assert!(
-        str_of(verdict, "summary").contains("per call of handle_message"),
-        "{ctx}"
-    );
+    assert!(str_of(verdict, "summary").contains("per call of handle_message"), "{ctx}");
 
     let leak = r.site("leak_message");
     assert_eq!(str_of(leak, "class"), "leak", "{ctx}");
     assert_eq!(str_of(leak, "kind"), "malloc", "{ctx}");
-    assert_eq!(
-        u64_of(leak, "live_bytes"),
-        CALLS * LEAK_UNIT_BYTES as u64,
-        "{ctx}"
-    );
+    assert_eq!(u64_of(leak, "live_bytes"), CALLS * LEAK_UNIT_BYTES as u64, "{ctx}");
     let per_unit = f64_of(leak, "growth_bytes_per_unit");
-    assert_within(
-        "leak_message growth_bytes_per_unit",
-        per_unit,
-        LEAK_UNIT_BYTES,
-        0.10,
-        &ctx,
-    );
+    assert_within("leak_message growth_bytes_per_unit", per_unit, LEAK_UNIT_BYTES, 0.10, &ctx);
     assert_within(
         "leak_message growth_bytes_per_s",
         f64_of(leak, "growth_bytes_per_s"),
@@ -133,25 +93,11 @@ fn leak_per_unit_of_work_next_to_a_bounded_cache() {
         0.10,
         &ctx,
     );
-    assert_culprit_frames(
-        leak,
-        "leak_message",
-        "growth.c",
-        &["handle_message", "run_messages", "main"],
-        &ctx,
-    );
+    assert_culprit_frames(leak, "leak_message", "growth.c", &["handle_message", "run_messages", "main"], &ctx);
 
     let cache = r.site("cache_store");
-    assert_eq!(
-        str_of(cache, "class"),
-        "cache",
-        "a cache that filled and then evicts\n{ctx}"
-    );
-    assert_eq!(
-        u64_of(cache, "live_bytes"),
-        SLOTS * CACHE_ENTRY_BYTES,
-        "{ctx}"
-    );
+    assert_eq!(str_of(cache, "class"), "cache", "a cache that filled and then evicts\n{ctx}");
+    assert_eq!(u64_of(cache, "live_bytes"), SLOTS * CACHE_ENTRY_BYTES, "{ctx}");
     assert!(
         f64_of(cache, "growth_bytes_per_unit").abs() < 0.05 * LEAK_UNIT_BYTES,
         "the full cache does not grow per call\n{ctx}"
@@ -177,10 +123,7 @@ fn leak_per_unit_of_work_next_to_a_bounded_cache() {
         &ctx,
     );
     let ratio = f64_of(summary, "occupied_heap_to_rss_ratio");
-    assert!(
-        ratio > 0.0 && ratio < 1.5,
-        "occupied_heap_to_rss_ratio {ratio}\n{ctx}"
-    );
+    assert!(ratio > 0.0 && ratio < 1.5, "occupied_heap_to_rss_ratio {ratio}\n{ctx}");
 
     eprintln!(
         "leak-cache: verdict {} ({}); leak_message {per_unit:.1} B/unit, {:.0} B/s; cache_store {}, {} B; occupied heap to RSS {ratio}",
@@ -191,22 +134,10 @@ fn leak_per_unit_of_work_next_to_a_bounded_cache() {
         cache["live_bytes"]
     );
     let md = std::fs::read_to_string(out.file("report.md")).unwrap();
-    let verdict_line = md
-        .lines()
-        .find(|l| l.starts_with("**Verdict"))
-        .unwrap_or("");
-    assert!(
-        verdict_line.starts_with("**Verdict: leak**") && !verdict_line.contains("— leak:"),
-        "{verdict_line}"
-    );
-    assert!(
-        verdict_line.contains("B more live bytes per call of handle_message"),
-        "{verdict_line}"
-    );
-    assert!(
-        md.contains("traced live bytes +") && md.contains(" B per call of handle_message"),
-        "{md}"
-    );
+    let verdict_line = md.lines().find(|l| l.starts_with("**Verdict")).unwrap_or("");
+    assert!(verdict_line.starts_with("**Verdict: leak**") && !verdict_line.contains("— leak:"), "{verdict_line}");
+    assert!(verdict_line.contains("B more live bytes per call of handle_message"), "{verdict_line}");
+    assert!(md.contains("traced live bytes +") && md.contains(" B per call of handle_message"), "{md}");
 }
 
 /// A cache that warms up for 3 s (600 entries at 200 calls/s) and then stays full for 5 s while
@@ -221,11 +152,7 @@ fn cache_that_levels_off_is_not_a_leak() {
     assert!(str_of(verdict, "summary").contains("cache_store"), "{ctx}");
     let cache = r.site("cache_store");
     assert_eq!(str_of(cache, "class"), "cache", "{ctx}");
-    assert_eq!(
-        u64_of(cache, "live_bytes"),
-        600 * CACHE_ENTRY_BYTES,
-        "{ctx}"
-    );
+    assert_eq!(u64_of(cache, "live_bytes"), 600 * CACHE_ENTRY_BYTES, "{ctx}");
     no_site_is_a_leak(&r, &ctx);
     eprintln!(
         "cache: verdict {} ({}); cache_store {}, {} B",
@@ -247,11 +174,7 @@ fn fragmentation_grows_rss_not_live_bytes() {
     no_site_is_a_leak(&r, &ctx);
 
     let fill = r.site("fill_arena");
-    assert_eq!(
-        u64_of(fill, "live_bytes"),
-        FRAG_BLOCKS * FRAG_BLOCK_BYTES,
-        "the last round's blocks\n{ctx}"
-    );
+    assert_eq!(u64_of(fill, "live_bytes"), FRAG_BLOCKS * FRAG_BLOCK_BYTES, "the last round's blocks\n{ctx}");
     let summary = r.get(&["summary"]);
     let rss = f64_of(summary, "rss_anon_growth_bytes_per_s");
     let footprint = f64_of(summary, "allocator_resident_growth_bytes_per_s");
@@ -259,24 +182,12 @@ fn fragmentation_grows_rss_not_live_bytes() {
     // One round = 4096 chunks of 112 B = 448 KiB at 4 rounds/s: 1.75 MiB/s, plus each arena's
     // own pages.
     let truth = (FRAG_BLOCKS * 112 * 4) as f64;
-    assert!(
-        rss > 0.9 * truth && rss < 1.5 * truth,
-        "RSS anon grows {rss} B/s, expected about {truth}\n{ctx}"
-    );
-    assert!(
-        footprint > 0.9 * truth && footprint < 1.5 * truth,
-        "allocator footprint grows {footprint} B/s\n{ctx}"
-    );
-    assert!(
-        live.abs() < 0.05 * rss,
-        "live native bytes should stay flat: {live} B/s against RSS {rss} B/s\n{ctx}"
-    );
+    assert!(rss > 0.9 * truth && rss < 1.5 * truth, "RSS anon grows {rss} B/s, expected about {truth}\n{ctx}");
+    assert!(footprint > 0.9 * truth && footprint < 1.5 * truth, "allocator footprint grows {footprint} B/s\n{ctx}");
+    assert!(live.abs() < 0.05 * rss, "live native bytes should stay flat: {live} B/s against RSS {rss} B/s\n{ctx}");
     let ratio = f64_of(summary, "occupied_heap_to_rss_ratio");
     assert!(ratio < 0.2, "occupied heap to RSS {ratio}\n{ctx}");
-    let series = r
-        .get(&["memory", "allocator_footprint_bytes"])
-        .as_array()
-        .expect("allocator_footprint_bytes");
+    let series = r.get(&["memory", "allocator_footprint_bytes"]).as_array().expect("allocator_footprint_bytes");
     assert!(series.len() > 10, "{ctx}");
     eprintln!(
         "frag: verdict {} ({}); RSS anon {rss:.0} B/s, allocator footprint {footprint:.0} B/s, live native {live:.0} B/s (truth {truth} B/s); occupied heap to RSS {ratio}",
@@ -291,31 +202,17 @@ fn fragmentation_grows_rss_not_live_bytes() {
 fn mappings_never_unmapped_are_off_heap() {
     require_root();
     const CALLS: u64 = 600;
-    let (out, r, ctx) = record_growth(
-        "mmap",
-        &["--work-probe", "handle_message"],
-        &["mmap", "600", "100"],
-    );
+    let (out, r, ctx) = record_growth("mmap", &["--work-probe", "handle_message"], &["mmap", "600", "100"]);
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "off-heap", "{ctx}");
-    assert!(
-        str_of(verdict, "summary").contains("map_leak_libc"),
-        "{ctx}"
-    );
+    assert!(str_of(verdict, "summary").contains("map_leak_libc"), "{ctx}");
 
-    for (function, bytes) in [
-        ("map_leak_libc", MAP_LEAK_LIBC_BYTES),
-        ("map_leak_raw", MAP_LEAK_RAW_BYTES),
-    ] {
+    for (function, bytes) in [("map_leak_libc", MAP_LEAK_LIBC_BYTES), ("map_leak_raw", MAP_LEAK_RAW_BYTES)] {
         let s = r.site(function);
         assert_eq!(str_of(s, "kind"), "mmap", "{function}\n{ctx}");
         assert_eq!(str_of(s, "memory_kind"), "off-heap", "{function}\n{ctx}");
         assert_eq!(str_of(s, "class"), "leak", "{function}\n{ctx}");
-        assert_eq!(
-            u64_of(s, "mapped_bytes"),
-            CALLS * bytes as u64,
-            "{function}\n{ctx}"
-        );
+        assert_eq!(u64_of(s, "mapped_bytes"), CALLS * bytes as u64, "{function}\n{ctx}");
         assert_eq!(u64_of(s, "live_allocations"), CALLS, "{function}\n{ctx}");
         assert_within(
             &format!("{function} resident_bytes"),
@@ -345,16 +242,8 @@ fn mappings_never_unmapped_are_off_heap() {
             s["mapped_bytes"],
             s["resident_bytes"]
         );
-        let frames: Vec<&str> = s["frames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|f| f["function"].as_str())
-            .collect();
-        let at = frames
-            .iter()
-            .position(|f| *f == function)
-            .unwrap_or(usize::MAX);
+        let frames: Vec<&str> = s["frames"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+        let at = frames.iter().position(|f| *f == function).unwrap_or(usize::MAX);
         assert!(
             frames.get(at + 1) == Some(&"handle_message"),
             "{function}: its caller handle_message follows it: {frames:?}\n{ctx}"
@@ -367,11 +256,7 @@ fn mappings_never_unmapped_are_off_heap() {
     assert_eq!(u64_of(start, "mapped_bytes"), STATIC_REGIONS_BYTES, "{ctx}");
     let reserve = r.site("reserve_address_space");
     assert_ne!(str_of(reserve, "class"), "leak", "{ctx}");
-    assert_eq!(
-        u64_of(reserve, "resident_bytes"),
-        0,
-        "PROT_NONE: nothing resident\n{ctx}"
-    );
+    assert_eq!(u64_of(reserve, "resident_bytes"), 0, "PROT_NONE: nothing resident\n{ctx}");
     if let Some(s) = r.sites_of("map_scratch").first() {
         assert_ne!(str_of(s, "class"), "leak", "{ctx}");
     }
@@ -388,24 +273,18 @@ fn mappings_never_unmapped_are_off_heap() {
     );
     // Nothing the loader mapped is off-heap program memory.
     for s in r.sites().iter().filter(|s| s["kind"] == "mmap") {
-        let ld = s["frames"].as_array().unwrap().iter().take(3).any(|f| {
-            f["object"]
-                .as_str()
-                .is_some_and(|o| o.rsplit('/').next().unwrap_or(o).starts_with("ld-linux"))
-        });
+        let ld =
+            s["frames"].as_array().unwrap().iter().take(3).any(|f| {
+                f["object"].as_str().is_some_and(|o| o.rsplit('/').next().unwrap_or(o).starts_with("ld-linux"))
+            });
         if ld {
-            assert_ne!(
-                str_of(s, "memory_kind"),
-                "off-heap",
-                "a loader mapping: {s}\n{ctx}"
-            );
+            assert_ne!(str_of(s, "memory_kind"), "off-heap", "a loader mapping: {s}\n{ctx}");
         }
     }
 
     // Off-heap bytes (resident): the static regions plus 24 KiB per call.
     let summary = r.get(&["summary"]);
-    let truth =
-        STATIC_REGIONS_BYTES as f64 + CALLS as f64 * (MAP_LEAK_LIBC_BYTES + MAP_LEAK_RAW_BYTES);
+    let truth = STATIC_REGIONS_BYTES as f64 + CALLS as f64 * (MAP_LEAK_LIBC_BYTES + MAP_LEAK_RAW_BYTES);
     assert_within(
         "summary.offheap_live_end_bytes",
         u64_of(summary, "offheap_live_end_bytes") as f64,
@@ -413,15 +292,8 @@ fn mappings_never_unmapped_are_off_heap() {
         0.10,
         &ctx,
     );
-    let series = r
-        .get(&["memory", "offheap_live_bytes"])
-        .as_array()
-        .expect("offheap_live_bytes");
-    assert_eq!(
-        series.last().and_then(|p| p[1].as_u64()),
-        Some(u64_of(summary, "offheap_live_end_bytes")),
-        "{ctx}"
-    );
+    let series = r.get(&["memory", "offheap_live_bytes"]).as_array().expect("offheap_live_bytes");
+    assert_eq!(series.last().and_then(|p| p[1].as_u64()), Some(u64_of(summary, "offheap_live_end_bytes")), "{ctx}");
     assert_within(
         "summary.offheap_growth_bytes_per_unit",
         f64_of(summary, "offheap_growth_bytes_per_unit"),

@@ -17,15 +17,12 @@ fn launch_mode(mode: &str) {
     let o = record_launch(&out, &[], target);
     o.assert_success();
     assert!(
-        o.stderr
-            .lines()
-            .any(|l| l.starts_with("leaktrace: attached")),
+        o.stderr.lines().any(|l| l.starts_with("leaktrace: attached")),
         "no 'leaktrace: attached' line on stderr\n{}",
         o.describe()
     );
     assert!(
-        o.stdout
-            .contains(&format!("done mode={mode} iterations={ITERATIONS} ")),
+        o.stdout.contains(&format!("done mode={mode} iterations={ITERATIONS} ")),
         "the target did not run to its end\n{}",
         o.describe()
     );
@@ -35,16 +32,9 @@ fn launch_mode(mode: &str) {
     let t = r.get(&["target"]);
     assert_eq!(t["pid"].as_u64(), Some(pid as u64), "target.pid: {t}");
     assert_eq!(t["launched"].as_bool(), Some(true), "target.launched: {t}");
-    assert_eq!(
-        t["exit_status"].as_i64(),
-        Some(0),
-        "target.exit_status: {t}"
-    );
+    assert_eq!(t["exit_status"].as_i64(), Some(0), "target.exit_status: {t}");
     let command = str_of(t, "command");
-    assert!(
-        command.contains("leaky") && command.contains(mode),
-        "target.command {command:?}"
-    );
+    assert!(command.contains("leaky") && command.contains(mode), "target.command {command:?}");
     assert!(str_of(t, "exe").ends_with("/leaky"), "target.exe: {t}");
     // 400 iterations at 200/s take 2 s (+ 0.3 s linger).
     let duration = r.get(&["duration_s"]).as_f64().expect("duration_s");
@@ -93,13 +83,7 @@ fn cpp_operator_new_leak_found() {
     let largest = str_of(r.largest_growth(), "function");
     assert!(same_function(largest, "leak_new"), "largest growth is {largest}\n{ctx}");
     let expected = (ITERATIONS * LEAK_BYTES) as f64;
-    assert_within(
-        "leak_new live_bytes",
-        u64_of(leak, "live_bytes") as f64,
-        expected,
-        0.10,
-        &ctx,
-    );
+    assert_within("leak_new live_bytes", u64_of(leak, "live_bytes") as f64, expected, 0.10, &ctx);
     assert_within(
         "leak_new growth per iteration",
         i64_of(leak, "growth_bytes") as f64 / ITERATIONS as f64,
@@ -107,33 +91,17 @@ fn cpp_operator_new_leak_found() {
         0.10,
         &ctx,
     );
-    assert_eq!(
-        u64_of(leak, "live_allocations"),
-        ITERATIONS,
-        "leak_new live_allocations\n{ctx}"
-    );
+    assert_eq!(u64_of(leak, "live_allocations"), ITERATIONS, "leak_new live_allocations\n{ctx}");
     assert_eq!(str_of(leak, "class"), "leak", "class of leak_new\n{ctx}");
-    assert_culprit_frames(
-        leak,
-        "leak_new",
-        "leaky_new.cpp",
-        &["run_workload", "main"],
-        &ctx,
-    );
+    assert_culprit_frames(leak, "leak_new", "leaky_new.cpp", &["run_workload", "main"], &ctx);
     // operator new is in the stack, as an allocator frame.
     let frames = leak["frames"].as_array().unwrap();
     assert!(
-        frames.iter().any(|f| f["function"]
-            .as_str()
-            .is_some_and(|n| n.starts_with("operator new"))
+        frames.iter().any(|f| f["function"].as_str().is_some_and(|n| n.starts_with("operator new"))
             && f["allocator"].as_bool() == Some(true)),
         "operator new should appear as an allocator frame of leak_new's site\n{ctx}"
     );
-    assert_eq!(
-        r.get(&["drops", "total"]).as_u64(),
-        Some(0),
-        "drops.total\n{ctx}"
-    );
+    assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops.total\n{ctx}");
     assert_eq!(r.get(&["target", "exit_status"]).as_i64(), Some(0));
 }
 

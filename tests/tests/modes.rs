@@ -21,32 +21,13 @@ fn sampled_estimates_within_15_percent_of_exact() {
     let (sampled_dir, _) = record_modes("sampled-sites", &["--sample-bytes", "4096"], "sites", N);
     let exact = Report::load(&exact_dir.path);
     let sampled = Report::load(&sampled_dir.path);
-    let ctx = format!(
-        "exact:\n{}\nsampled:\n{}",
-        exact.summary(),
-        sampled.summary()
-    );
+    let ctx = format!("exact:\n{}\nsampled:\n{}", exact.summary(), sampled.summary());
     assert_eq!(str_of(&exact.json, "mode"), "exact", "{ctx}");
     assert_eq!(str_of(&sampled.json, "mode"), "sampled", "{ctx}");
-    assert!(
-        sampled
-            .get(&["events", "sampled_allocs"])
-            .as_u64()
-            .unwrap_or(0)
-            > 0,
-        "no sampled allocation\n{ctx}"
-    );
+    assert!(sampled.get(&["events", "sampled_allocs"]).as_u64().unwrap_or(0) > 0, "no sampled allocation\n{ctx}");
     // Exact mode is exact.
-    assert_eq!(
-        u64_of(exact.site("leak_big"), "live_bytes"),
-        N * 1000,
-        "{ctx}"
-    );
-    assert_eq!(
-        u64_of(exact.site("leak_small"), "live_bytes"),
-        N * 400,
-        "{ctx}"
-    );
+    assert_eq!(u64_of(exact.site("leak_big"), "live_bytes"), N * 1000, "{ctx}");
+    assert_eq!(u64_of(exact.site("leak_small"), "live_bytes"), N * 400, "{ctx}");
     for f in ["leak_big", "leak_small"] {
         let (e, s) = (exact.site(f), sampled.site(f));
         assert_within(
@@ -65,11 +46,7 @@ fn sampled_estimates_within_15_percent_of_exact() {
         );
     }
     // The top site by growth is the same.
-    assert_eq!(
-        sampled.largest_growth()["function"],
-        exact.largest_growth()["function"],
-        "{ctx}"
-    );
+    assert_eq!(sampled.largest_growth()["function"], exact.largest_growth()["function"], "{ctx}");
 }
 
 /// Growth mode (no allocator probe): the function whose memory grows — first touched, page by
@@ -81,28 +58,16 @@ fn growth_mode_names_the_leaking_function() {
     const N: u64 = 300; // 300 × 64 KiB = 18.75 MiB
     let (out, o) = record_modes("growth", &["--mode", "growth"], "grow", N);
     let r = Report::load(&out.path);
-    let ctx = format!(
-        "report {}:\n{}\n{}",
-        out.path.display(),
-        r.summary(),
-        o.stderr
-    );
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
     assert_eq!(str_of(&r.json, "mode"), "growth", "{ctx}");
     // The site that grew most is a fault site whose stack names leak_pages (its innermost frame
     // is whatever first wrote the page, e.g. libc's memset called by leak_pages).
     let top = r.largest_growth();
     assert_eq!(str_of(top, "kind"), "fault", "top site kind\n{ctx}");
-    assert!(
-        names(top).contains(&"leak_pages"),
-        "the top growth site's stack does not name leak_pages\n{ctx}"
-    );
+    assert!(names(top).contains(&"leak_pages"), "the top growth site's stack does not name leak_pages\n{ctx}");
     // Its pages: at least 80 % of what leak_pages wrote, as first-touch faults of its stacks.
     let growth_of = |f: &str| -> i64 {
-        r.sites()
-            .iter()
-            .filter(|s| names(s).contains(&f))
-            .map(|s| i64_of(s, "growth_bytes"))
-            .sum()
+        r.sites().iter().filter(|s| names(s).contains(&f)).map(|s| i64_of(s, "growth_bytes")).sum()
     };
     let leak_growth = growth_of("leak_pages");
     assert!(
@@ -112,29 +77,18 @@ fn growth_mode_names_the_leaking_function() {
     );
     // The bounded cache stops touching new pages after its 16 slots are full.
     let cache_growth = growth_of("cache_pages");
-    assert!(
-        cache_growth < leak_growth / 5,
-        "cache_pages growth {cache_growth}\n{ctx}"
-    );
+    assert!(cache_growth < leak_growth / 5, "cache_pages growth {cache_growth}\n{ctx}");
     // growth.svg: the widest frame below the root names leak_pages.
     let svg = std::fs::read_to_string(out.file("growth.svg")).expect("growth.svg");
     let widest = widest_titled_frame(&svg, "leak_pages").unwrap_or(0.0);
     let other = widest_titled_frame(&svg, "cache_pages").unwrap_or(0.0);
     assert!(widest > 0.0, "growth.svg has no leak_pages frame\n{ctx}");
-    assert!(
-        widest > other,
-        "growth.svg: leak_pages ({widest}) is not wider than cache_pages ({other})\n{ctx}"
-    );
+    assert!(widest > other, "growth.svg: leak_pages ({widest}) is not wider than cache_pages ({other})\n{ctx}");
 }
 
 /// Function names of a site's frames, innermost first.
 fn names(site: &Value) -> Vec<&str> {
-    site["frames"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["function"].as_str())
-        .collect()
+    site["frames"].as_array().into_iter().flatten().filter_map(|f| f["function"].as_str()).collect()
 }
 
 /// The largest share (in %) that a `<title>` of growth.svg containing `name` gives, as inferno
@@ -145,11 +99,7 @@ fn widest_titled_frame(svg: &str, name: &str) -> Option<f64> {
         .filter_map(|t| t.split("</title>").next())
         .filter(|t| t.contains(name))
         .filter_map(|t| {
-            let pct = t
-                .rsplit_once(", ")?
-                .1
-                .trim_end_matches(')')
-                .trim_end_matches('%');
+            let pct = t.rsplit_once(", ")?.1.trim_end_matches(')').trim_end_matches('%');
             pct.parse::<f64>().ok()
         })
         .reduce(f64::max)
@@ -190,41 +140,22 @@ fn every_call_seen_with_jemalloc_probes_moved() {
 /// `moved` (e.g. "free+") placed past the function's first instruction.
 fn assert_every_pair_seen(out: &OutDir, o: &Output, n: u64, allocator: &str, moved: &[&str]) {
     let r = Report::load(&out.path);
-    let ctx = format!(
-        "report {}:\n{}\n{}",
-        out.path.display(),
-        r.summary(),
-        o.stderr
-    );
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
     for m in moved {
         assert!(
-            o.stderr
-                .lines()
-                .any(|l| l.contains(allocator) && l.split_whitespace().any(|t| t.starts_with(m))),
+            o.stderr.lines().any(|l| l.contains(allocator) && l.split_whitespace().any(|t| t.starts_with(m))),
             "{allocator}: no probe {m}N past the function's first instruction (coverage lines)\n{ctx}"
         );
     }
     let t = recorded_totals(&out.path, "pair_alloc");
     assert_eq!(t.alloc_count, n, "pair_alloc allocations\n{ctx}");
     assert_eq!(t.free_count, n, "pair_alloc frees\n{ctx}");
-    assert_eq!(
-        t.free_bytes, t.alloc_bytes,
-        "pair_alloc live bytes at the end\n{ctx}"
-    );
+    assert_eq!(t.free_bytes, t.alloc_bytes, "pair_alloc live bytes at the end\n{ctx}");
     let expected_bytes: u64 = (0..n).map(|i| 64 + (i % 16) * 32).sum();
     assert_eq!(t.alloc_bytes, expected_bytes, "pair_alloc bytes\n{ctx}");
-    assert!(
-        r.sites_of("pair_alloc")
-            .iter()
-            .all(|s| u64_of(s, "live_bytes") == 0),
-        "{ctx}"
-    );
+    assert!(r.sites_of("pair_alloc").iter().all(|s| u64_of(s, "live_bytes") == 0), "{ctx}");
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
-    assert_eq!(
-        r.get(&["events", "untracked_free"]).as_u64(),
-        Some(0),
-        "untracked frees\n{ctx}"
-    );
+    assert_eq!(r.get(&["events", "untracked_free"]).as_u64(), Some(0), "untracked frees\n{ctx}");
 }
 
 /// realloc growth, realloc(p, 0), realloc(NULL, n), and reallocarray (which tail-jumps into
@@ -235,67 +166,33 @@ fn realloc_paths_intact() {
     const N: u64 = 500;
     let (out, o) = record_modes("realloc", &[], "realloc", N);
     let r = Report::load(&out.path);
-    let ctx = format!(
-        "report {}:\n{}\n{}",
-        out.path.display(),
-        r.summary(),
-        o.stderr
-    );
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
 
     // One buffer grown N times: N allocations, N − 1 retired, one live block of N × 1000 bytes.
     let grow = recorded_totals(&out.path, "realloc_grow");
-    assert_eq!(
-        (grow.alloc_count, grow.free_count),
-        (N, N - 1),
-        "realloc_grow counts\n{ctx}"
-    );
-    assert_eq!(
-        grow.alloc_bytes - grow.free_bytes,
-        N * 1000,
-        "realloc_grow live bytes\n{ctx}"
-    );
+    assert_eq!((grow.alloc_count, grow.free_count), (N, N - 1), "realloc_grow counts\n{ctx}");
+    assert_eq!(grow.alloc_bytes - grow.free_bytes, N * 1000, "realloc_grow live bytes\n{ctx}");
     let site = r.site("realloc_grow");
     assert_eq!(u64_of(site, "live_allocations"), 1, "{ctx}");
     assert_eq!(u64_of(site, "live_bytes"), N * 1000, "{ctx}");
 
     // realloc(NULL, 3000) is a malloc.
     let null = recorded_totals(&out.path, "realloc_null");
-    assert_eq!(
-        (null.alloc_count, null.alloc_bytes, null.free_count),
-        (N, N * 3000, 0),
-        "realloc_null\n{ctx}"
-    );
+    assert_eq!((null.alloc_count, null.alloc_bytes, null.free_count), (N, N * 3000, 0), "realloc_null\n{ctx}");
 
     // realloc(p, 0) frees p (glibc).
     let zero = recorded_totals(&out.path, "zero_alloc");
     assert_eq!(
         zero,
-        SiteTotals {
-            alloc_bytes: N * 700,
-            alloc_count: N,
-            free_bytes: N * 700,
-            free_count: N
-        },
+        SiteTotals { alloc_bytes: N * 700, alloc_count: N, free_bytes: N * 700, free_count: N },
         "zero_alloc's blocks, freed by realloc(p, 0)\n{ctx}"
     );
 
     // reallocarray(NULL, 10, 100): one allocation of 1000 bytes each, not two.
     let arr = recorded_totals(&out.path, "use_reallocarray");
-    assert_eq!(
-        (arr.alloc_count, arr.alloc_bytes, arr.free_count),
-        (N, N * 1000, 0),
-        "use_reallocarray\n{ctx}"
-    );
-    assert_eq!(
-        u64_of(r.site("use_reallocarray"), "live_allocations"),
-        N,
-        "{ctx}"
-    );
+    assert_eq!((arr.alloc_count, arr.alloc_bytes, arr.free_count), (N, N * 1000, 0), "use_reallocarray\n{ctx}");
+    assert_eq!(u64_of(r.site("use_reallocarray"), "live_allocations"), N, "{ctx}");
 
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
-    assert_eq!(
-        r.get(&["events", "untracked_free"]).as_u64(),
-        Some(0),
-        "untracked frees\n{ctx}"
-    );
+    assert_eq!(r.get(&["events", "untracked_free"]).as_u64(), Some(0), "untracked frees\n{ctx}");
 }

@@ -8,18 +8,11 @@ use leaktrace_tests::*;
 fn target_stdout_unchanged() {
     require_root();
     let fx = fixtures();
-    let alone = Command::new(&fx.leaky)
-        .args(["calloc", "300", "600"])
-        .output()
-        .expect("run leaky");
+    let alone = Command::new(&fx.leaky).args(["calloc", "300", "600"]).output().expect("run leaky");
     assert!(alone.status.success());
     let alone = String::from_utf8(alone.stdout).unwrap();
     let alone_lines: Vec<&str> = alone.lines().skip(1).collect();
-    assert_eq!(
-        alone_lines.len(),
-        4,
-        "3 progress lines and the done line: {alone}"
-    );
+    assert_eq!(alone_lines.len(), 4, "3 progress lines and the done line: {alone}");
 
     let out = OutDir::new("stdout");
     let mut target = Command::new(&fx.leaky);
@@ -27,11 +20,7 @@ fn target_stdout_unchanged() {
     let o = record_launch(&out, &[], target);
     o.assert_success();
     let traced: Vec<&str> = o.stdout.lines().collect();
-    assert!(
-        traced.first().is_some_and(|l| l.starts_with("PID ")),
-        "first line\n{}",
-        o.describe()
-    );
+    assert!(traced.first().is_some_and(|l| l.starts_with("PID ")), "first line\n{}", o.describe());
     // The target's lines come first and unchanged; leaktrace may print its own after them.
     assert!(
         traced.len() > alone_lines.len() && traced[1..=alone_lines.len()] == alone_lines[..],
@@ -50,20 +39,12 @@ fn target_stdin_passes_through() {
     cmd.arg(&out.path).args(["--", "/bin/cat"]);
     let o = run(cmd, Some(b"hello\nworld\n"), TIMEOUT);
     o.assert_success();
-    assert!(
-        o.stdout.starts_with("hello\nworld\n"),
-        "cat's output under leaktrace\n{}",
-        o.describe()
-    );
+    assert!(o.stdout.starts_with("hello\nworld\n"), "cat's output under leaktrace\n{}", o.describe());
     let r = Report::load(&out.path);
     assert_eq!(r.get(&["target", "exit_status"]).as_i64(), Some(0));
     // target.exe is /proc/PID/exe: the resolved path (/bin/cat is /usr/bin/cat on merged /usr).
     let exe = std::fs::canonicalize("/bin/cat").unwrap();
-    assert_eq!(
-        str_of(r.get(&["target"]), "exe"),
-        exe.to_str().unwrap(),
-        "target.exe"
-    );
+    assert_eq!(str_of(r.get(&["target"]), "exe"), exe.to_str().unwrap(), "target.exe");
 }
 
 /// The launched command's exit code is reported.
@@ -83,12 +64,7 @@ fn target_exit_code_reported() {
         "target.exit_status with EXIT_CODE=3\n{}",
         o.describe()
     );
-    assert_eq!(
-        r.site("leak_malloc")["live_bytes"].as_u64(),
-        Some(50 * LEAK_BYTES),
-        "{}",
-        r.summary()
-    );
+    assert_eq!(r.site("leak_malloc")["live_bytes"].as_u64(), Some(50 * LEAK_BYTES), "{}", r.summary());
 }
 
 /// A command killed by a signal is reported as 128 + signal number.
@@ -97,15 +73,9 @@ fn target_killed_by_signal_reported() {
     require_root();
     let out = OutDir::new("sigterm");
     let mut cmd = leaktrace(["record", "--interval", "250ms", "--out"]);
-    cmd.arg(&out.path)
-        .args(["--", "/bin/sh", "-c", "kill -TERM $$"]);
+    cmd.arg(&out.path).args(["--", "/bin/sh", "-c", "kill -TERM $$"]);
     let o = run(cmd, None, TIMEOUT);
     assert!(o.code().is_some(), "leaktrace was killed\n{}", o.describe());
     let r = Report::load(&out.path);
-    assert_eq!(
-        r.get(&["target", "exit_status"]).as_i64(),
-        Some(128 + libc::SIGTERM as i64),
-        "{}",
-        o.describe()
-    );
+    assert_eq!(r.get(&["target", "exit_status"]).as_i64(), Some(128 + libc::SIGTERM as i64), "{}", o.describe());
 }

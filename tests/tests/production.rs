@@ -37,17 +37,11 @@ fn fixture(name: &str) -> PathBuf {
         "leaky_musl" => compile_with("musl-gcc", &[&src("leaky.c")], &out, &["-static"]),
         "leaky_stripped" => {
             compile_with("gcc", &[&src("leaky.c")], &out, &["-static"]);
-            let st = Command::new("strip")
-                .arg("--strip-all")
-                .arg(&out)
-                .status()
-                .expect("cannot run strip");
+            let st = Command::new("strip").arg("--strip-all").arg(&out).status().expect("cannot run strip");
             assert!(st.success(), "strip --strip-all {} failed", out.display());
         }
         "leaky_cxx" => compile_with("g++", &[&src("leaky_cxx.cpp")], &out, &[]),
-        "leaky_cxx_tcmalloc" => {
-            compile_with("g++", &[&src("leaky_cxx.cpp")], &out, &["-ltcmalloc"])
-        }
+        "leaky_cxx_tcmalloc" => compile_with("g++", &[&src("leaky_cxx.cpp")], &out, &["-ltcmalloc"]),
         "plugin_host" => compile_with("gcc", &[&src("plugin_host.c")], &out, &["-ldl"]),
         "plugin.so" => compile_with("gcc", &[&src("plugin.c")], &out, &["-shared", "-fPIC"]),
         "threads" => compile_with("gcc", &[&src("threads.c")], &out, &["-pthread"]),
@@ -61,10 +55,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// The shared libraries `exe` loads, as `ldd` resolves them (the loader included).
 fn ldd(exe: &Path) -> Vec<PathBuf> {
-    let out = Command::new("ldd")
-        .arg(exe)
-        .output()
-        .expect("cannot run ldd");
+    let out = Command::new("ldd").arg(exe).output().expect("cannot run ldd");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -96,47 +87,6 @@ fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
-fn assert_no_panic(o: &Output) {
-    assert!(
-        !o.stderr.contains("panicked"),
-        "leaktrace panicked\n{}",
-        o.describe()
-    );
-}
-
-/// Exit code 2, one `leaktrace: error:` line mentioning each of `mentions`, nothing attached,
-/// no panic.
-fn assert_error(o: &Output, mentions: &[&str]) -> String {
-    assert_no_panic(o);
-    assert_eq!(o.code(), Some(2), "exit code\n{}", o.describe());
-    let errors: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("leaktrace: error:"))
-        .collect();
-    assert_eq!(
-        errors.len(),
-        1,
-        "exactly one 'leaktrace: error:' line expected\n{}",
-        o.describe()
-    );
-    for m in mentions {
-        assert!(
-            errors[0].contains(m),
-            "the error line should mention {m:?}: {}",
-            errors[0]
-        );
-    }
-    assert!(
-        !o.stderr
-            .lines()
-            .any(|l| l.starts_with("leaktrace: attached")),
-        "it attached before failing\n{}",
-        o.describe()
-    );
-    errors[0].to_string()
-}
-
 /// `leaktrace record --pid PID --interval 250ms [extra...] --out OUT`, started.
 fn record_pid(pid: u32, out: &OutDir, extra: &[&str]) -> Running {
     let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "250ms"]);
@@ -145,9 +95,7 @@ fn record_pid(pid: u32, out: &OutDir, extra: &[&str]) -> Running {
 }
 
 fn wait_attached(running: &mut Running) {
-    running
-        .wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}"));
+    running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Start `cmd` (a fixture that prints its PID line, then waits for SIGUSR1 with
@@ -161,12 +109,9 @@ fn attach_run(name: &str, mut cmd: Command, extra: &[&str]) -> (OutDir, Output, 
     let mut running = record_pid(target.pid, &out, extra);
     wait_attached(&mut running);
     target.signal(libc::SIGUSR1);
-    let status = target.wait(Duration::from_secs(40)).unwrap_or_else(|| {
-        panic!(
-            "the target did not finish within 40 s\n{}",
-            running.stderr_so_far()
-        )
-    });
+    let status = target
+        .wait(Duration::from_secs(40))
+        .unwrap_or_else(|| panic!("the target did not finish within 40 s\n{}", running.stderr_so_far()));
     assert!(status.success(), "target exit status {status:?}");
     let o = running.wait(TIMEOUT);
     o.assert_success();
@@ -176,16 +121,8 @@ fn attach_run(name: &str, mut cmd: Command, extra: &[&str]) -> (OutDir, Output, 
 
 /// The frame a site is named after (first non-allocator frame), checked: its function is `base`
 /// (with or without parameters), in `file` with a line number, then `callers` in this order.
-fn assert_named_frames<'a>(
-    site: &'a Value,
-    base: &str,
-    file: &str,
-    callers: &[&str],
-    ctx: &str,
-) -> &'a Value {
-    let frames = site["frames"]
-        .as_array()
-        .unwrap_or_else(|| panic!("site has no frames\n{ctx}"));
+fn assert_named_frames<'a>(site: &'a Value, base: &str, file: &str, callers: &[&str], ctx: &str) -> &'a Value {
+    let frames = site["frames"].as_array().unwrap_or_else(|| panic!("site has no frames\n{ctx}"));
     assert_eq!(
         frames.first().and_then(|f| f["allocator"].as_bool()),
         Some(true),
@@ -196,24 +133,11 @@ fn assert_named_frames<'a>(
         .position(|f| f["allocator"].as_bool() == Some(false))
         .unwrap_or_else(|| panic!("{base}: no non-allocator frame\n{ctx}"));
     let f = &frames[idx];
-    assert_eq!(
-        f["function"].as_str().map(function_base),
-        Some(base),
-        "{base}: first non-allocator frame\n{ctx}"
-    );
+    assert_eq!(f["function"].as_str().map(function_base), Some(base), "{base}: first non-allocator frame\n{ctx}");
     let f_file = f["file"].as_str().unwrap_or("");
-    assert!(
-        f_file.ends_with(file),
-        "{base}: frame file {f_file:?} should end with {file}\n{ctx}"
-    );
-    assert!(
-        f["line"].as_u64().unwrap_or(0) > 0,
-        "{base}: frame has no line number\n{ctx}"
-    );
-    let names: Vec<&str> = frames[idx + 1..]
-        .iter()
-        .filter_map(|f| f["function"].as_str().map(function_base))
-        .collect();
+    assert!(f_file.ends_with(file), "{base}: frame file {f_file:?} should end with {file}\n{ctx}");
+    assert!(f["line"].as_u64().unwrap_or(0) > 0, "{base}: frame has no line number\n{ctx}");
+    let names: Vec<&str> = frames[idx + 1..].iter().filter_map(|f| f["function"].as_str().map(function_base)).collect();
     let mut pos = 0;
     for caller in callers {
         match names[pos..].iter().position(|n| n == caller) {
@@ -243,18 +167,9 @@ fn assert_leak(r: &Report, base: &str, count: u64, file: &str, callers: &[&str])
     );
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "leak", "verdict\n{ctx}");
-    assert!(
-        str_of(verdict, "summary").contains(base),
-        "the verdict should name {base}\n{ctx}"
-    );
+    assert!(str_of(verdict, "summary").contains(base), "the verdict should name {base}\n{ctx}");
     let expected = (count * LEAK_BYTES) as f64;
-    assert_within(
-        &format!("{base} live_bytes"),
-        u64_of(leak, "live_bytes") as f64,
-        expected,
-        0.10,
-        &ctx,
-    );
+    assert_within(&format!("{base} live_bytes"), u64_of(leak, "live_bytes") as f64, expected, 0.10, &ctx);
     assert_within(
         &format!("{base} live_allocations"),
         u64_of(leak, "live_allocations") as f64,
@@ -262,29 +177,16 @@ fn assert_leak(r: &Report, base: &str, count: u64, file: &str, callers: &[&str])
         0.10,
         &ctx,
     );
-    assert_within(
-        &format!("{base} growth_bytes"),
-        i64_of(leak, "growth_bytes") as f64,
-        expected,
-        0.10,
-        &ctx,
-    );
+    assert_within(&format!("{base} growth_bytes"), i64_of(leak, "growth_bytes") as f64, expected, 0.10, &ctx);
     assert_eq!(str_of(leak, "class"), "leak", "class of {base}\n{ctx}");
-    assert_eq!(
-        leak["stack_lost"].as_bool(),
-        Some(false),
-        "{base} stack_lost\n{ctx}"
-    );
+    assert_eq!(leak["stack_lost"].as_bool(), Some(false), "{base} stack_lost\n{ctx}");
     assert_named_frames(leak, base, file, callers, &ctx);
     leak.clone()
 }
 
 /// The object of a site's innermost (allocator) frame.
 fn allocator_object(site: &Value) -> String {
-    site["frames"][0]["object"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+    site["frames"][0]["object"].as_str().unwrap_or_default().to_string()
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -303,8 +205,7 @@ fn container_root(name: &str, exe: &Path) -> PathBuf {
     for lib in ldd(exe) {
         let dest = root.join(lib.strip_prefix("/").unwrap());
         std::fs::create_dir_all(dest.parent().unwrap()).expect("create a library directory");
-        std::fs::copy(&lib, &dest)
-            .unwrap_or_else(|e| panic!("cannot copy {} into the root: {e}", lib.display()));
+        std::fs::copy(&lib, &dest).unwrap_or_else(|e| panic!("cannot copy {} into the root: {e}", lib.display()));
     }
     root
 }
@@ -334,17 +235,10 @@ fn container_leak_found_through_host_pid() {
         .args(["/leaky", "malloc", &N.to_string(), RATE])
         .env("WAIT_FOR_SIGNAL", "1");
     let mut outer = Target::spawn(cmd);
-    let line = outer
-        .next_line(Duration::from_secs(10))
-        .expect("the fixture in the container printed no PID line");
-    assert_eq!(
-        line, "PID 1",
-        "inside its PID namespace the fixture is PID 1"
-    );
+    let line = outer.next_line(Duration::from_secs(10)).expect("the fixture in the container printed no PID line");
+    assert_eq!(line, "PID 1", "inside its PID namespace the fixture is PID 1");
     let host_pid = wait_for(Duration::from_secs(10), || {
-        children_of(outer.pid)
-            .into_iter()
-            .find(|&c| comm_of(c).as_deref() == Some("leaky"))
+        children_of(outer.pid).into_iter().find(|&c| comm_of(c).as_deref() == Some("leaky"))
     })
     .expect("no child of unshare named leaky");
 
@@ -358,9 +252,7 @@ fn container_leak_found_through_host_pid() {
     wait_attached(&mut running);
     // SAFETY: kill has no memory-safety preconditions; host_pid is the fixture, alive.
     unsafe { libc::kill(host_pid as libc::pid_t, libc::SIGUSR1) };
-    let status = outer
-        .wait(Duration::from_secs(30))
-        .expect("the container did not finish within 30 s");
+    let status = outer.wait(Duration::from_secs(30)).expect("the container did not finish within 30 s");
     assert!(status.success(), "container exit status {status:?}");
     let o = running.wait(TIMEOUT);
     o.assert_success();
@@ -379,12 +271,7 @@ fn container_leak_found_through_host_pid() {
     // Paths as the container sees them.
     let leak = r.site("leak_malloc");
     let ctx = r.summary();
-    let culprit = leak["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["allocator"].as_bool() == Some(false))
-        .unwrap();
+    let culprit = leak["frames"].as_array().unwrap().iter().find(|f| f["allocator"].as_bool() == Some(false)).unwrap();
     assert_eq!(culprit["object"], "/leaky", "culprit frame object\n{ctx}");
     assert_eq!(
         allocator_object(leak),
@@ -402,8 +289,7 @@ fn cgroup_leak_found() {
         Err(why) => return skip("cgroup_leak_found", &why),
     };
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", &N.to_string(), RATE])
-        .env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", &N.to_string(), RATE]).env("WAIT_FOR_SIGNAL", "1");
     let mut target = Target::spawn(cmd);
     target.expect_pid_line();
     cg.add(target.pid);
@@ -415,19 +301,13 @@ fn cgroup_leak_found() {
     let mut running = Running::spawn(lt, None);
     wait_attached(&mut running);
     target.signal(libc::SIGUSR1);
-    let status = target
-        .wait(Duration::from_secs(30))
-        .expect("the target did not finish within 30 s");
+    let status = target.wait(Duration::from_secs(30)).expect("the target did not finish within 30 s");
     assert!(status.success(), "target exit status {status:?}");
     let o = running.wait(TIMEOUT);
     o.assert_success();
     assert_no_panic(&o);
     let r = Report::load(&out.path);
-    assert_eq!(
-        r.get(&["target", "pid"]).as_u64(),
-        Some(target.pid as u64),
-        "target.pid"
-    );
+    assert_eq!(r.get(&["target", "pid"]).as_u64(), Some(target.pid as u64), "target.pid");
     assert_leaky_report(&r, "malloc", N);
 }
 
@@ -456,11 +336,7 @@ fn assert_leaky_checks(r: &Report, n: u64) {
     let ctx = format!("report {}:\n{}", r.dir.display(), r.summary());
     assert_leak(r, "leak_malloc", n, "leaky.c", &["run_workload", "main"]);
     let cache = r.site("cache_put");
-    assert_ne!(
-        str_of(cache, "class"),
-        "leak",
-        "cache_put is no leak\n{ctx}"
-    );
+    assert_ne!(str_of(cache, "class"), "leak", "cache_put is no leak\n{ctx}");
     assert_within(
         "cache_put live_bytes (a full cache)",
         u64_of(cache, "live_bytes") as f64,
@@ -468,24 +344,11 @@ fn assert_leaky_checks(r: &Report, n: u64) {
         0.10,
         &ctx,
     );
-    assert_eq!(
-        u64_of(cache, "allocations"),
-        n,
-        "cache_put allocations\n{ctx}"
-    );
-    assert_eq!(
-        u64_of(cache, "frees"),
-        n - CACHE_SLOTS,
-        "cache_put frees\n{ctx}"
-    );
+    assert_eq!(u64_of(cache, "allocations"), n, "cache_put allocations\n{ctx}");
+    assert_eq!(u64_of(cache, "frees"), n - CACHE_SLOTS, "cache_put frees\n{ctx}");
     assert_eq!(
         recorded_totals_named(&r.dir, "temp_work"),
-        SiteTotals {
-            alloc_bytes: n * TEMP_BYTES,
-            alloc_count: n,
-            free_bytes: n * TEMP_BYTES,
-            free_count: n,
-        },
+        SiteTotals { alloc_bytes: n * TEMP_BYTES, alloc_count: n, free_bytes: n * TEMP_BYTES, free_count: n },
         "temp_work totals\n{ctx}"
     );
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
@@ -591,24 +454,11 @@ fn static_binary_leak_found_launched() {
 /// (delete on eviction); temp_objects does new[]/delete[] of 4000 B.
 fn assert_cxx_report(r: &Report, allocator: &str) {
     let ctx = format!("report {}:\n{}", r.dir.display(), r.summary());
-    let leak = assert_leak(
-        r,
-        "leak_object",
-        N,
-        "leaky_cxx.cpp",
-        &["run_workload", "main"],
-    );
+    let leak = assert_leak(r, "leak_object", N, "leaky_cxx.cpp", &["run_workload", "main"]);
     let obj = allocator_object(&leak);
-    assert!(
-        obj.contains(allocator),
-        "the allocator frame of leak_object should be in {allocator}, not {obj}\n{ctx}"
-    );
+    assert!(obj.contains(allocator), "the allocator frame of leak_object should be in {allocator}, not {obj}\n{ctx}");
     let cache = site_named(r, "cache_object");
-    assert_ne!(
-        str_of(cache, "class"),
-        "leak",
-        "cache_object is no leak\n{ctx}"
-    );
+    assert_ne!(str_of(cache, "class"), "leak", "cache_object is no leak\n{ctx}");
     assert_within(
         "cache_object live_bytes (64 blocks)",
         u64_of(cache, "live_bytes") as f64,
@@ -616,24 +466,11 @@ fn assert_cxx_report(r: &Report, allocator: &str) {
         0.10,
         &ctx,
     );
-    assert_eq!(
-        u64_of(cache, "allocations"),
-        N,
-        "cache_object allocations\n{ctx}"
-    );
-    assert_eq!(
-        u64_of(cache, "frees"),
-        N - 64,
-        "cache_object deletes\n{ctx}"
-    );
+    assert_eq!(u64_of(cache, "allocations"), N, "cache_object allocations\n{ctx}");
+    assert_eq!(u64_of(cache, "frees"), N - 64, "cache_object deletes\n{ctx}");
     assert_eq!(
         recorded_totals_named(&r.dir, "temp_objects"),
-        SiteTotals {
-            alloc_bytes: N * 4 * LEAK_BYTES,
-            alloc_count: N,
-            free_bytes: N * 4 * LEAK_BYTES,
-            free_count: N,
-        },
+        SiteTotals { alloc_bytes: N * 4 * LEAK_BYTES, alloc_count: N, free_bytes: N * 4 * LEAK_BYTES, free_count: N },
         "temp_objects (new[] then delete[]) totals\n{ctx}"
     );
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
@@ -684,20 +521,11 @@ fn plugin_loaded_after_attach_leak_found() {
     let mut cmd = Command::new(fixture("plugin_host"));
     cmd.arg(&so).args(["600", RATE]);
     let (out, _o, target) = attach_run("plugin", cmd, &[]);
-    assert_eq!(
-        target.next_line(Duration::from_secs(1)).as_deref(),
-        Some("loaded"),
-        "the plugin was loaded"
-    );
+    assert_eq!(target.next_line(Duration::from_secs(1)).as_deref(), Some("loaded"), "the plugin was loaded");
     let r = Report::load(&out.path);
     let leak = assert_leak(&r, "plugin_leak", 600, "plugin.c", &["plugin_run", "main"]);
-    let culprit = leak["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["allocator"].as_bool() == Some(false))
-        .unwrap()
-        .clone();
+    let culprit =
+        leak["frames"].as_array().unwrap().iter().find(|f| f["allocator"].as_bool() == Some(false)).unwrap().clone();
     assert!(
         str_of(&culprit, "object").ends_with("/plugin.so"),
         "plugin_leak's frame should be in plugin.so: {culprit}"
@@ -713,12 +541,7 @@ fn short_lived_threads_leak_found() {
     let (out, _o, _t) = attach_run("threads", cmd, &[]);
     let r = Report::load(&out.path);
     assert_leak(&r, "thread_leak", 1500, "threads.c", &["worker"]);
-    assert_eq!(
-        r.get(&["drops", "total"]).as_u64(),
-        Some(0),
-        "drops\n{}",
-        r.summary()
-    );
+    assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{}", r.summary());
 }
 
 /// A forking server traced with --follow-forks: each child leaks; one report per process, and a
@@ -731,27 +554,22 @@ fn forked_children_followed() {
     let (out, o, target) = attach_run("forks", cmd, &["--follow-forks"]);
     let mut children = BTreeSet::new();
     while let Some(line) = target.next_line(Duration::from_millis(200)) {
-        if let Some(pid) = line
-            .strip_prefix("child ")
-            .and_then(|r| r.parse::<u32>().ok())
-        {
+        if let Some(pid) = line.strip_prefix("child ").and_then(|r| r.parse::<u32>().ok()) {
             children.insert(pid);
         }
     }
     assert_eq!(children.len(), 3, "the forker's children\n{}", o.describe());
     for c in &children {
         assert!(
-            o.stderr
-                .contains(&format!("following PID {c}, forked by PID {}", target.pid)),
+            o.stderr.contains(&format!("following PID {c}, forked by PID {}", target.pid)),
             "leaktrace did not say it follows child {c}\n{}",
             o.describe()
         );
     }
 
-    let summary: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.file("summary.json")).expect("summary.json"),
-    )
-    .expect("summary.json is JSON");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.file("summary.json")).expect("summary.json"))
+            .expect("summary.json is JSON");
     let listed: BTreeSet<u32> = summary["processes"]
         .as_array()
         .expect("summary.processes")
@@ -763,27 +581,16 @@ fn forked_children_followed() {
     assert_eq!(listed, expected, "summary.json processes: {summary}");
     let md = std::fs::read_to_string(out.file("summary.md")).expect("summary.md");
     for c in &children {
-        assert!(
-            md.contains(&format!("| {c} |")),
-            "summary.md does not list {c}:\n{md}"
-        );
+        assert!(md.contains(&format!("| {c} |")), "summary.md does not list {c}:\n{md}");
         let dir = out.path.join(format!("pid-{c}"));
         assert_outputs_exist(&dir);
         let r = Report::load(&dir);
-        assert_eq!(
-            r.get(&["target", "pid"]).as_u64(),
-            Some(*c as u64),
-            "target.pid"
-        );
+        assert_eq!(r.get(&["target", "pid"]).as_u64(), Some(*c as u64), "target.pid");
         assert_leak(&r, "child_leak", N, "forker.c", &["child_main", "main"]);
     }
     // The parent allocated nothing after attach: its report is there, with nothing to draw.
     let parent = Report::load(&out.path.join(format!("pid-{}", target.pid)));
-    assert_eq!(
-        parent.get(&["target", "pid"]).as_u64(),
-        Some(target.pid as u64),
-        "the parent's report"
-    );
+    assert_eq!(parent.get(&["target", "pid"]).as_u64(), Some(target.pid as u64), "the parent's report");
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -810,8 +617,7 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
     require_root();
     let n = 3000;
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", &n.to_string(), "400"])
-        .env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", &n.to_string(), "400"]).env("WAIT_FOR_SIGNAL", "1");
     let mut target = Target::spawn(cmd);
     target.expect_pid_line();
     let out = OutDir::new("kill9");
@@ -824,21 +630,11 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
     let progs = bpftool_progs();
     let listed: BTreeSet<u32> = progs.iter().map(|(id, _)| *id).collect();
     for id in &ids {
-        assert!(
-            listed.contains(id),
-            "program {id} of the agent is not listed by bpftool"
-        );
+        assert!(listed.contains(id), "program {id} of the agent is not listed by bpftool");
     }
     if progs.iter().any(|(_, pids)| !pids.is_empty()) {
-        let by_bpftool: Vec<u32> = progs
-            .iter()
-            .filter(|(_, pids)| pids.contains(&agent))
-            .map(|(id, _)| *id)
-            .collect();
-        assert_eq!(
-            by_bpftool, ids,
-            "the agent's programs per bpftool and per /proc"
-        );
+        let by_bpftool: Vec<u32> = progs.iter().filter(|(_, pids)| pids.contains(&agent)).map(|(id, _)| *id).collect();
+        assert_eq!(by_bpftool, ids, "the agent's programs per bpftool and per /proc");
     } else {
         let _ = writeln!(
             std::io::stderr(),
@@ -849,9 +645,7 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
 
     target.signal(libc::SIGUSR1);
     let first = wait_for(Duration::from_secs(10), || {
-        target
-            .next_line(Duration::from_millis(100))
-            .filter(|l| l.starts_with("progress"))
+        target.next_line(Duration::from_millis(100)).filter(|l| l.starts_with("progress"))
     })
     .expect("no progress line from the traced target");
     // The kernel removes each uprobe as the dead agent's file descriptors are closed, which
@@ -887,18 +681,11 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
         match target.next_line(Duration::from_secs(20)) {
             Some(l) if l.starts_with("done ") => break l,
             Some(l) => later.push(l),
-            None => panic!(
-                "the target stopped printing after the agent was killed ({first}, then {later:?})"
-            ),
+            None => panic!("the target stopped printing after the agent was killed ({first}, then {later:?})"),
         }
     };
-    assert!(
-        later.iter().any(|l| l.starts_with("progress")),
-        "no progress after the kill: {later:?}"
-    );
-    let status = target
-        .wait(Duration::from_secs(20))
-        .expect("the target did not exit");
+    assert!(later.iter().any(|l| l.starts_with("progress")), "no progress after the kill: {later:?}");
+    let status = target.wait(Duration::from_secs(20)).expect("the target did not exit");
     assert!(status.success(), "target exit status {status:?}");
     assert_eq!(done, untraced_done_line(n), "the target's result");
 }
@@ -908,8 +695,7 @@ fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
 fn signal_ends_recording(sig: i32, name: &str) {
     require_root();
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "100000", RATE])
-        .env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "100000", RATE]).env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let out = OutDir::new(name);
@@ -923,26 +709,17 @@ fn signal_ends_recording(sig: i32, name: &str) {
     let lag = sent.elapsed();
     o.assert_success();
     assert_no_panic(&o);
-    assert!(
-        lag < Duration::from_secs(20),
-        "leaktrace took {lag:?} to end after {name}"
-    );
+    assert!(lag < Duration::from_secs(20), "leaktrace took {lag:?} to end after {name}");
     assert_outputs_exist(&out.path);
     let r = Report::load(&out.path);
     assert_eq!(r.get(&["end_reason"]), "signal", "end_reason");
     let leak = r.site("leak_malloc");
-    assert!(
-        u64_of(leak, "live_bytes") >= 100 * LEAK_BYTES,
-        "leak_malloc after 1.5 s of work\n{}",
-        r.summary()
-    );
+    assert!(u64_of(leak, "live_bytes") >= 100 * LEAK_BYTES, "leak_malloc after 1.5 s of work\n{}", r.summary());
     // The target was left running, and goes on.
     assert!(process_alive(target.pid), "the target died");
     assert!(
         wait_for(Duration::from_secs(5), || {
-            target
-                .next_line(Duration::from_millis(100))
-                .filter(|l| l.starts_with("progress"))
+            target.next_line(Duration::from_millis(100)).filter(|l| l.starts_with("progress"))
         })
         .is_some(),
         "the target stopped working after leaktrace ended"
@@ -992,18 +769,13 @@ fn kernel_thread_is_an_error() {
                 let status = std::fs::read_to_string(e.path().join("status")).ok()?;
                 status
                     .lines()
-                    .any(|l| {
-                        l.starts_with("PPid:") && l.split_ascii_whitespace().nth(1) == Some("2")
-                    })
+                    .any(|l| l.starts_with("PPid:") && l.split_ascii_whitespace().nth(1) == Some("2"))
                     .then_some(pid)
             })
         })
     };
     let Some(pid) = pid else {
-        return skip(
-            "kernel_thread_is_an_error",
-            "no kernel thread is visible from here",
-        );
+        return skip("kernel_thread_is_an_error", "no kernel thread is visible from here");
     };
     let (_out, o) = record_pid_2s("kthread", &pid.to_string());
     assert_error(&o, &[&format!("PID {pid} "), "kernel thread"]);
@@ -1014,18 +786,11 @@ fn zombie_is_an_error() {
     require_root();
     let parent = Target::spawn(Command::new(fixture("zombie")));
     parent.expect_pid_line();
-    let line = parent
-        .next_line(Duration::from_secs(10))
-        .expect("no ZOMBIE line");
-    let zombie: u32 = line
-        .strip_prefix("ZOMBIE ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let line = parent.next_line(Duration::from_secs(10)).expect("no ZOMBIE line");
+    let zombie: u32 =
+        line.strip_prefix("ZOMBIE ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("unexpected line {line:?}"));
     assert!(!process_alive(zombie), "PID {zombie} should be a zombie");
-    assert!(
-        std::path::Path::new(&format!("/proc/{zombie}")).exists(),
-        "PID {zombie} should still exist (a zombie)"
-    );
+    assert!(std::path::Path::new(&format!("/proc/{zombie}")).exists(), "PID {zombie} should still exist (a zombie)");
     let (_out, o) = record_pid_2s("zombie", &zombie.to_string());
     assert_error(&o, &[&zombie.to_string(), "zombie"]);
 }
@@ -1038,19 +803,11 @@ fn pid_exiting_during_attach() {
     let mut outcomes = Vec::new();
     for linger_ms in [0, 10, 30, 60, 100, 150, 250, 400] {
         let mut cmd = Command::new(&fixtures().leaky);
-        cmd.args(["malloc", "1", "1000"])
-            .env("LINGER_MS", linger_ms.to_string());
+        cmd.args(["malloc", "1", "1000"]).env("LINGER_MS", linger_ms.to_string());
         let target = Target::spawn(cmd);
         let pid = target.pid;
         let out = OutDir::new(&format!("exiting-{linger_ms}"));
-        let mut lt = leaktrace([
-            "record",
-            "--pid",
-            &pid.to_string(),
-            "--interval",
-            "100ms",
-            "--out",
-        ]);
+        let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "100ms", "--out"]);
         lt.arg(&out.path);
         let o = run(lt, None, TIMEOUT);
         assert_no_panic(&o);
@@ -1061,45 +818,28 @@ fn pid_exiting_during_attach() {
             }
             Some(0) => {
                 let r = Report::load(&out.path);
-                assert_eq!(
-                    r.get(&["end_reason"]),
-                    "target-exited",
-                    "end_reason\n{}",
-                    o.describe()
-                );
+                assert_eq!(r.get(&["end_reason"]), "target-exited", "end_reason\n{}", o.describe());
                 outcomes.push(format!("{linger_ms} ms: recorded"));
             }
             _ => panic!("unexpected outcome\n{}", o.describe()),
         }
         drop(target);
     }
-    let _ = writeln!(
-        std::io::stderr(),
-        "pid_exiting_during_attach: {}",
-        outcomes.join(", ")
-    );
+    let _ = writeln!(std::io::stderr(), "pid_exiting_during_attach: {}", outcomes.join(", "));
 }
 
 #[test]
 fn not_root_is_an_error() {
     require_root();
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"])
-        .env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let out = OutDir::new("not-root");
     let mut lt = Command::new("setpriv");
     lt.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(leaktrace_bin())
-        .args([
-            "record",
-            "--pid",
-            &target.pid.to_string(),
-            "--duration",
-            "2s",
-            "--out",
-        ])
+        .args(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"])
         .arg(&out.path);
     let o = run(lt, None, TIMEOUT);
     assert_error(&o, &["root"]);
@@ -1113,29 +853,14 @@ fn stripped_static_binary_is_an_error() {
     require_root();
     let exe = fixture("leaky_stripped");
     let mut cmd = Command::new(&exe);
-    cmd.args(["malloc", "10", "100"])
-        .env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let out = OutDir::new("stripped");
-    let mut lt = leaktrace([
-        "record",
-        "--pid",
-        &target.pid.to_string(),
-        "--duration",
-        "2s",
-        "--out",
-    ]);
+    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"]);
     lt.arg(&out.path);
     let o = run(lt, None, TIMEOUT);
-    let line = assert_error(
-        &o,
-        &[
-            &target.pid.to_string(),
-            "searched",
-            &exe.display().to_string(),
-        ],
-    );
+    let line = assert_error(&o, &[&target.pid.to_string(), "searched", &exe.display().to_string()]);
     assert!(
         line.contains("symbols") && line.contains("link it dynamically"),
         "the error should say what to do: {line}"
@@ -1152,11 +877,7 @@ fn stripped_static_binary_launched_is_an_error() {
     cmd.args(["malloc", "10", "100"]);
     let o = record_launch(&out, &[], cmd);
     assert_error(&o, &["searched", &exe.display().to_string(), "symbols"]);
-    assert!(
-        !o.stdout.contains("done mode="),
-        "the command ran untraced\n{}",
-        o.describe()
-    );
+    assert!(!o.stdout.contains("done mode="), "the command ran untraced\n{}", o.describe());
 }
 
 /// --out on a read-only bind mount (in a private mount namespace, nothing changes for the host).
@@ -1164,8 +885,7 @@ fn stripped_static_binary_launched_is_an_error() {
 fn read_only_out_is_an_error() {
     require_root();
     let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"])
-        .env("WAIT_FOR_SIGNAL", "1");
+    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let ro = temp_root().join("read-only");
@@ -1177,14 +897,7 @@ fn read_only_out_is_an_error() {
         .arg("sh")
         .arg(&ro)
         .arg(leaktrace_bin())
-        .args([
-            "record",
-            "--pid",
-            &target.pid.to_string(),
-            "--duration",
-            "2s",
-            "--out",
-        ])
+        .args(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"])
         .arg(&rec);
     let o = run(lt, None, TIMEOUT);
     assert_error(&o, &[&rec.display().to_string(), "Read-only"]);

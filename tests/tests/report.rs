@@ -24,32 +24,19 @@ fn outputs_written_and_rerendered_from_recording_alone() {
     let out = record_small("report");
     assert_outputs_exist(&out.path);
     let original = Report::load(&out.path);
-    assert_eq!(
-        original.site("leak_malloc")["live_bytes"].as_u64(),
-        Some(200 * LEAK_BYTES),
-        "{}",
-        original.summary()
-    );
+    assert_eq!(original.site("leak_malloc")["live_bytes"].as_u64(), Some(200 * LEAK_BYTES), "{}", original.summary());
 
     // What each file holds.
     let folded = std::fs::read_to_string(out.file("stacks.folded")).unwrap();
-    assert!(
-        folded.lines().any(|l| l.contains("leak_malloc")),
-        "stacks.folded has no leak_malloc stack:\n{folded}"
-    );
+    assert!(folded.lines().any(|l| l.contains("leak_malloc")), "stacks.folded has no leak_malloc stack:\n{folded}");
     let md = std::fs::read_to_string(out.file("report.md")).unwrap();
-    assert!(
-        md.contains("leak_malloc"),
-        "report.md does not name leak_malloc"
-    );
+    assert!(md.contains("leak_malloc"), "report.md does not name leak_malloc");
     for svg in ["live.svg", "growth.svg", "memory.svg"] {
         let text = std::fs::read_to_string(out.file(svg)).unwrap();
         assert!(text.contains("<svg"), "{svg} is not an SVG");
     }
     assert!(
-        std::fs::read_to_string(out.file("live.svg"))
-            .unwrap()
-            .contains("leak_malloc"),
+        std::fs::read_to_string(out.file("live.svg")).unwrap().contains("leak_malloc"),
         "live.svg lacks leak_malloc"
     );
 
@@ -62,21 +49,13 @@ fn outputs_written_and_rerendered_from_recording_alone() {
     run(cmd, None, TIMEOUT).assert_success();
     assert_outputs_exist(&copy.path);
     let again = Report::load(&copy.path);
-    assert_eq!(
-        analysis(&again),
-        analysis(&original),
-        "report.json sites/verdict differ after `leaktrace report`"
-    );
+    assert_eq!(analysis(&again), analysis(&original), "report.json sites/verdict differ after `leaktrace report`");
 
     // In place, too.
     let mut cmd = leaktrace(["report"]);
     cmd.arg(&out.path);
     run(cmd, None, TIMEOUT).assert_success();
-    assert_eq!(
-        analysis(&Report::load(&out.path)),
-        analysis(&original),
-        "in-place re-render differs"
-    );
+    assert_eq!(analysis(&Report::load(&out.path)), analysis(&original), "in-place re-render differs");
 }
 
 #[test]

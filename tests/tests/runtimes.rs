@@ -34,7 +34,12 @@ fn build_dir() -> &'static Path {
 
 fn check(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what} (`cargo xtask setup` installs it): {e}"));
-    assert!(out.status.success(), "{what} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// libcleak.so: parse_record mallocs and never frees.
@@ -43,7 +48,10 @@ fn cleak() -> &'static Path {
     P.get_or_init(|| {
         let out = build_dir().join("libcleak.so");
         check(
-            Command::new("gcc").args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"]).arg(&out).arg(src("cleak.c")),
+            Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"])
+                .arg(&out)
+                .arg(src("cleak.c")),
             "gcc",
         );
         out
@@ -113,7 +121,14 @@ fn record_for(name: &str, cmd: Command, duration: &str) -> (Report, String, OutD
         .as_array()
         .into_iter()
         .flatten()
-        .map(|k| format!("{} {:.0} B/s{}", k["kind"].as_str().unwrap_or("?"), k["growth_bytes_per_s"].as_f64().unwrap_or(0.0), if k["grows"] == true { " (grows)" } else { "" }))
+        .map(|k| {
+            format!(
+                "{} {:.0} B/s{}",
+                k["kind"].as_str().unwrap_or("?"),
+                k["growth_bytes_per_s"].as_f64().unwrap_or(0.0),
+                if k["grows"] == true { " (grows)" } else { "" }
+            )
+        })
         .collect();
     eprintln!("{name}: {}; verdict: {}", slopes.join(", "), r.json["verdict"]["summary"].as_str().unwrap_or(""));
     (r, ctx, out)

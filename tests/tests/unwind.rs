@@ -74,23 +74,12 @@ fn record(name: &str, extra: &[&str], bin: &Path, args: &[&str]) -> Run {
     let mut target = Command::new(bin);
     // nofp.c's mallinfo2 truth needs freed chunks out of glibc's in-use count (no tcache, no
     // fastbins); leaktrace's own figures do not depend on it.
-    target.args(args).env(
-        "GLIBC_TUNABLES",
-        "glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0",
-    );
+    target.args(args).env("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0");
     let o = record_launch(&out, extra, target);
     o.assert_success();
-    assert!(
-        o.stdout.contains("done "),
-        "{name}: the fixture did not run to its end\n{}",
-        o.describe()
-    );
-    let truth = |prefix: &str| {
-        o.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-    };
+    assert!(o.stdout.contains("done "), "{name}: the fixture did not run to its end\n{}", o.describe());
+    let truth =
+        |prefix: &str| o.stdout.lines().find_map(|l| l.strip_prefix(prefix)).and_then(|v| v.trim().parse::<f64>().ok());
     let (leaked, chunk_truth) = match (truth("leaked_bytes "), truth("leaked_chunk_bytes ")) {
         (Some(b), _) => (b, false),
         (None, Some(b)) => (b, true),
@@ -98,26 +87,15 @@ fn record(name: &str, extra: &[&str], bin: &Path, args: &[&str]) -> Run {
     };
     let report = Report::load(&out.path);
     let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
-    Run {
-        out,
-        report,
-        leaked,
-        chunk_truth,
-        ctx,
-    }
+    Run { out, report, leaked, chunk_truth, ctx }
 }
 
 fn names(frames: &[Value]) -> Vec<&str> {
-    frames
-        .iter()
-        .filter_map(|f| f["function"].as_str())
-        .collect()
+    frames.iter().filter_map(|f| f["function"].as_str()).collect()
 }
 
 fn has(frames: &[Value], function: &str) -> bool {
-    names(frames)
-        .iter()
-        .any(|n| function_base(n) == function || n.ends_with(&format!("::{function}")))
+    names(frames).iter().any(|n| function_base(n) == function || n.ends_with(&format!("::{function}")))
 }
 
 /// Live bytes at the end, over the stacks whose frames include `function`.
@@ -152,24 +130,11 @@ fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
     assert!(!stacks.is_empty(), "no stack goes through {culprit}\n{ctx}");
     for s in &stacks {
         let frames = s["frames"].as_array().unwrap();
+        assert!(has(frames, "main"), "{culprit}'s stack does not reach main: {:?}\n{ctx}", names(frames));
+        assert!(!has(frames, decoy), "a stack holds both {culprit} and the decoy {decoy}\n{ctx}");
+        assert!(s.get("truncated").is_none(), "{culprit}'s stack is truncated: {}\n{ctx}", s["truncated"]);
         assert!(
-            has(frames, "main"),
-            "{culprit}'s stack does not reach main: {:?}\n{ctx}",
-            names(frames)
-        );
-        assert!(
-            !has(frames, decoy),
-            "a stack holds both {culprit} and the decoy {decoy}\n{ctx}"
-        );
-        assert!(
-            s.get("truncated").is_none(),
-            "{culprit}'s stack is truncated: {}\n{ctx}",
-            s["truncated"]
-        );
-        assert!(
-            frames
-                .iter()
-                .any(|f| f["object"].as_str().is_some_and(|o| o.contains(library))),
+            frames.iter().any(|f| f["object"].as_str().is_some_and(|o| o.contains(library))),
             "{culprit}'s stack has no frame in {library}: {:?}\n{ctx}",
             names(frames)
         );
@@ -180,21 +145,9 @@ fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
         let t = totals_where(&run.out.path, |f| has(f, culprit));
         let blocks = t.alloc_count as f64 - t.free_count as f64;
         let chunk_bytes = t.alloc_bytes as f64 - t.free_bytes as f64 + 15.5 * blocks;
-        assert_within(
-            &format!("live chunk bytes through {culprit}"),
-            chunk_bytes,
-            run.leaked,
-            0.10,
-            ctx,
-        );
+        assert_within(&format!("live chunk bytes through {culprit}"), chunk_bytes, run.leaked, 0.10, ctx);
     } else {
-        assert_within(
-            &format!("live bytes through {culprit}"),
-            live_through(run, culprit),
-            run.leaked,
-            0.10,
-            ctx,
-        );
+        assert_within(&format!("live bytes through {culprit}"), live_through(run, culprit), run.leaked, 0.10, ctx);
     }
     let decoy_alloc = allocated_through(run, decoy);
     assert!(decoy_alloc > 0.0, "the decoy {decoy} was not seen\n{ctx}");
@@ -204,12 +157,7 @@ fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
         "the balanced decoy {decoy} holds {decoy_live} bytes at the end (allocated {decoy_alloc})\n{ctx}"
     );
     // The report's leaking sites name the user's function, not the library.
-    let leak_sites: Vec<&Value> = run
-        .report
-        .sites()
-        .iter()
-        .filter(|s| str_of(s, "class") == "leak")
-        .collect();
+    let leak_sites: Vec<&Value> = run.report.sites().iter().filter(|s| str_of(s, "class") == "leak").collect();
     assert!(!leak_sites.is_empty(), "no site classified leak\n{ctx}");
     assert_eq!(
         function_base(str_of(run.report.largest_growth(), "function")),
@@ -218,11 +166,7 @@ fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
     );
     for s in leak_sites {
         let frames = s["frames"].as_array().unwrap();
-        assert!(
-            has(frames, culprit),
-            "a leak site does not go through {culprit}: {:?}\n{ctx}",
-            names(frames)
-        );
+        assert!(has(frames, culprit), "a leak site does not go through {culprit}: {:?}\n{ctx}", names(frames));
     }
 }
 
@@ -256,13 +200,7 @@ fn zlib_inflate_without_end_names_decode_message() {
     // Both leaked blocks (the inflate state from inflateInit2_ and the window from inflate) are
     // attributed to decode_message, not merged with uncompress's balanced inflateInit2_.
     let stacks = stacks_through(&run, "decode_message");
-    assert!(
-        stacks
-            .iter()
-            .any(|s| has(s["frames"].as_array().unwrap(), "inflate")),
-        "no window stack\n{}",
-        run.ctx
-    );
+    assert!(stacks.iter().any(|s| has(s["frames"].as_array().unwrap(), "inflate")), "no window stack\n{}", run.ctx);
 }
 
 #[test]
@@ -292,36 +230,18 @@ fn rust_release_leak_has_its_caller_and_main() {
     let run = record("unwind-rust", &[], &nofp().rust, &["700"]);
     let ctx = &run.ctx;
     let stacks = stacks_through(&run, "remember_request");
-    assert!(
-        !stacks.is_empty(),
-        "no stack through remember_request\n{ctx}"
-    );
+    assert!(!stacks.is_empty(), "no stack through remember_request\n{ctx}");
     for s in &stacks {
         let frames = s["frames"].as_array().unwrap();
         let n = names(frames);
-        let at = |f: &str| {
-            n.iter()
-                .position(|x| x.ends_with(f) || function_base(x) == f)
-        };
-        let (Some(r), Some(h), Some(m)) =
-            (at("remember_request"), at("handle_request"), at("main"))
-        else {
+        let at = |f: &str| n.iter().position(|x| x.ends_with(f) || function_base(x) == f);
+        let (Some(r), Some(h), Some(m)) = (at("remember_request"), at("handle_request"), at("main")) else {
             panic!("remember_request ← handle_request ← main not all in {n:?}\n{ctx}");
         };
         assert!(r < h && h < m, "frames out of order: {n:?}\n{ctx}");
-        assert!(
-            s.get("truncated").is_none(),
-            "truncated: {}\n{ctx}",
-            s["truncated"]
-        );
+        assert!(s.get("truncated").is_none(), "truncated: {}\n{ctx}", s["truncated"]);
     }
-    assert_within(
-        "live bytes through remember_request",
-        live_through(&run, "remember_request"),
-        run.leaked,
-        0.10,
-        ctx,
-    );
+    assert_within("live bytes through remember_request", live_through(&run, "remember_request"), run.leaked, 0.10, ctx);
 }
 
 #[test]
@@ -334,30 +254,12 @@ fn twenty_calls_deep_without_frame_pointers_reaches_main() {
     for s in &stacks {
         let frames = s["frames"].as_array().unwrap();
         for k in 1..=20 {
-            assert!(
-                has(frames, &format!("level_{k}")),
-                "level_{k} missing: {:?}\n{ctx}",
-                names(frames)
-            );
+            assert!(has(frames, &format!("level_{k}")), "level_{k} missing: {:?}\n{ctx}", names(frames));
         }
-        assert!(
-            has(frames, "main"),
-            "main missing: {:?}\n{ctx}",
-            names(frames)
-        );
-        assert!(
-            s.get("truncated").is_none(),
-            "truncated: {}\n{ctx}",
-            s["truncated"]
-        );
+        assert!(has(frames, "main"), "main missing: {:?}\n{ctx}", names(frames));
+        assert!(s.get("truncated").is_none(), "truncated: {}\n{ctx}", s["truncated"]);
     }
-    assert_within(
-        "live bytes through leak_deep",
-        live_through(&run, "leak_deep"),
-        run.leaked,
-        0.10,
-        ctx,
-    );
+    assert_within("live bytes through leak_deep", live_through(&run, "leak_deep"), run.leaked, 0.10, ctx);
 }
 
 /// Growth mode: the first touch of a fresh heap page happens inside glibc's _int_malloc (it
@@ -366,28 +268,13 @@ fn twenty_calls_deep_without_frame_pointers_reaches_main() {
 #[test]
 fn growth_mode_names_the_user_function_not_int_malloc() {
     require_root();
-    let run = record(
-        "unwind-growth",
-        &["--mode", "growth"],
-        &nofp().c,
-        &["small", "400"],
-    );
+    let run = record("unwind-growth", &["--mode", "growth"], &nofp().c, &["small", "400"]);
     let ctx = &run.ctx;
     let top = run.report.largest_growth();
-    assert_eq!(
-        str_of(top, "function"),
-        "remember_small",
-        "top growing site\n{ctx}"
-    );
+    assert_eq!(str_of(top, "function"), "remember_small", "top growing site\n{ctx}");
     // One 64-byte chunk per 48-byte block: the blocks fill n * 64 * 64 bytes of fresh pages.
     let resident = totals_where(&run.out.path, |f| has(f, "remember_small")).alloc_bytes as f64;
-    assert_within(
-        "pages made resident through remember_small",
-        resident,
-        400.0 * 64.0 * 64.0,
-        0.10,
-        ctx,
-    );
+    assert_within("pages made resident through remember_small", resident, 400.0 * 64.0 * 64.0, 0.10, ctx);
 }
 
 /// `nofp` with its `.eh_frame` removed (and no frame pointers): the user's frames have no unwind
@@ -410,10 +297,7 @@ fn stack_without_unwind_info_is_truncated_honestly() {
     let o = record_launch(&out, &["--debug-unwind"], target);
     o.assert_success();
     let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
-    assert!(
-        o.stderr.contains("leaktrace: kernel: walk of pid"),
-        "--debug-unwind printed no kernel-side reason\n{ctx}"
-    );
+    assert!(o.stderr.contains("leaktrace: kernel: walk of pid"), "--debug-unwind printed no kernel-side reason\n{ctx}");
     let run = Run { report: Report::load(&out.path), out, leaked: 0.0, chunk_truth: false, ctx };
     let stacks = stacks_through(&run, "leak_deep");
     assert!(!stacks.is_empty(), "no stack through leak_deep\n{}", run.ctx);
@@ -427,7 +311,11 @@ fn stack_without_unwind_info_is_truncated_honestly() {
         assert!(!has(s["frames"].as_array().unwrap(), "main"), "reached main without unwind info?\n{}", run.ctx);
     }
     let md = std::fs::read_to_string(run.out.file("report.md")).unwrap();
-    assert!(md.contains("[stack truncated: no unwind info for"), "report.md does not say the stack is truncated\n{}", run.ctx);
+    assert!(
+        md.contains("[stack truncated: no unwind info for"),
+        "report.md does not say the stack is truncated\n{}",
+        run.ctx
+    );
     assert!(
         run.report.get(&["events"])["stack_truncated"].as_u64().unwrap_or(0) > 0,
         "stack_truncated not counted\n{}",

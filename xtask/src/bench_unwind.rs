@@ -83,7 +83,12 @@ pub fn measure(reps: usize, pairs: u64) -> Result<String> {
         c.args(["record", "--interval", "1s", "--out"]).arg(dir).arg("--").arg(bin).args([&n, SIZE]);
         c
     };
-    let labels = ["untraced, frame pointers", "untraced, no frame pointers", "exact, frame pointers", "exact, no frame pointers"];
+    let labels = [
+        "untraced, frame pointers",
+        "untraced, no frame pointers",
+        "exact, frame pointers",
+        "exact, no frame pointers",
+    ];
     let mut values: [Vec<f64>; 4] = Default::default();
     for rep in 0..reps {
         for (i, label) in labels.iter().enumerate() {
@@ -179,7 +184,9 @@ pub fn measure(reps: usize, pairs: u64) -> Result<String> {
 pub fn write_section(out: &Path, section: &str) -> Result<()> {
     let old = std::fs::read_to_string(out).unwrap_or_default();
     let doc = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if e > b => format!("{}{}{}", &old[..b], section, &old[e + END.len()..].trim_start_matches('\n')),
+        (Some(b), Some(e)) if e > b => {
+            format!("{}{}{}", &old[..b], section, &old[e + END.len()..].trim_start_matches('\n'))
+        }
         _ => format!("{}\n{section}", old.trim_end()),
     };
     std::fs::write(out, doc).with_context(|| format!("cannot write {}", out.display()))

@@ -1,6 +1,6 @@
-//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|demo|bench>`.
+//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|lint|demo|bench>`.
 //!
-//! `bench` (bench.rs) measures what tracing costs and writes docs/benchmarks.md; it installs its
+//! `bench` (bench/) measures what tracing costs and writes docs/benchmarks.md; it installs its
 //! own tools (bpftrace, heaptrack, redis) and is not part of CI.
 //!
 //! Every command this runs is printed first (`xtask: $ ...`, on stderr).
@@ -28,12 +28,7 @@ const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
 const DEFAULT_LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
 #[derive(Parser)]
-#[command(
-    name = "xtask",
-    bin_name = "cargo xtask",
-    about = "leaktrace developer tasks",
-    version
-)]
+#[command(name = "xtask", bin_name = "cargo xtask", about = "leaktrace developer tasks", version)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -52,6 +47,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// setup, then the gates CI runs before the tests: `cargo fmt --check` and `cargo clippy
+    /// --all-targets -- -D warnings` on the userspace crates (not leaktrace-ebpf, built only for
+    /// bpf).
+    Lint,
     /// setup, release build, then run `leaktrace demo` with the extra arguments (needs root).
     Demo {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -70,6 +69,7 @@ fn main() -> ExitCode {
         Cmd::Setup => setup(),
         Cmd::Build => setup().and_then(|()| build()),
         Cmd::Test { args } => test(&args),
+        Cmd::Lint => setup().and_then(|()| lint()),
         Cmd::Demo { args } => demo(&args),
         Cmd::Bench(args) => bench::bench(args),
     };
@@ -84,10 +84,7 @@ fn main() -> ExitCode {
 
 /// The workspace root (xtask lives in `<root>/xtask`).
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask has a parent directory")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent directory").to_path_buf()
 }
 
 /// The cargo that runs us (`cargo xtask` sets CARGO), else `cargo` from PATH.
@@ -126,17 +123,12 @@ fn is_root() -> bool {
 /// `program` as found on PATH.
 fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
 }
 
 fn quote(s: &OsStr) -> String {
     let s = s.to_string_lossy();
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-    {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
         s.into_owned()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
@@ -145,10 +137,8 @@ fn quote(s: &OsStr) -> String {
 
 /// The command as a shell line, with the environment variables it sets.
 fn show(cmd: &Command) -> String {
-    let mut parts: Vec<String> = cmd
-        .get_envs()
-        .filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v))))
-        .collect();
+    let mut parts: Vec<String> =
+        cmd.get_envs().filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v)))).collect();
     parts.push(quote(cmd.get_program()));
     parts.extend(cmd.get_args().map(quote));
     parts.join(" ")
@@ -157,9 +147,7 @@ fn show(cmd: &Command) -> String {
 /// Print and run `cmd`; Ok(true) when it exits successfully.
 fn run_status(cmd: &mut Command) -> Result<bool> {
     eprintln!("xtask: $ {}", show(cmd));
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot run {}", quote(cmd.get_program())))?;
+    let status = cmd.status().with_context(|| format!("cannot run {}", quote(cmd.get_program())))?;
     Ok(status.success())
 }
 
@@ -173,15 +161,8 @@ fn run(cmd: &mut Command) -> Result<()> {
 
 /// Run a query command quietly; its stdout when it succeeds.
 fn query(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    let out = Command::new(program).args(args).stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -191,6 +172,7 @@ fn setup() -> Result<()> {
     eprintln!("xtask: setup: checking the build and test requirements");
     let mut apt = Apt::default();
     ensure_nightly_rust_src()?;
+    ensure_lint_tools()?;
     ensure_bpf_linker(&mut apt)?;
     ensure_c_compilers(&mut apt)?;
     ensure_production_test_tools(&mut apt)?;
@@ -204,16 +186,17 @@ fn setup() -> Result<()> {
 /// (java, javac), Go (go, with cgo through gcc) and Node.js, from Debian's packages, installed
 /// only when the command is missing.
 fn ensure_runtimes(apt: &mut Apt) -> Result<()> {
-    let missing: Vec<&str> = [("java", "default-jdk-headless"), ("javac", "default-jdk-headless"), ("go", "golang-go"), ("node", "nodejs")]
-        .into_iter()
-        .filter(|(prog, _)| which(prog).is_none())
-        .map(|(_, pkg)| pkg)
-        .fold(Vec::new(), |mut v, p| {
-            if !v.contains(&p) {
-                v.push(p);
-            }
-            v
-        });
+    let missing: Vec<&str> =
+        [("java", "default-jdk-headless"), ("javac", "default-jdk-headless"), ("go", "golang-go"), ("node", "nodejs")]
+            .into_iter()
+            .filter(|(prog, _)| which(prog).is_none())
+            .map(|(_, pkg)| pkg)
+            .fold(Vec::new(), |mut v, p| {
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+                v
+            });
     if !missing.is_empty() {
         apt.install(&missing, "a managed runtime (needed by the runtime end-to-end tests)", &[])?;
     }
@@ -229,39 +212,40 @@ fn ensure_nightly_rust_src() -> Result<()> {
              setup` again"
         );
     }
-    let toolchains =
-        query("rustup", &["toolchain", "list"]).context("`rustup toolchain list` failed")?;
+    let toolchains = query("rustup", &["toolchain", "list"]).context("`rustup toolchain list` failed")?;
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
         run(Command::new("rustup")
-            .args([
-                "toolchain",
-                "install",
-                "nightly",
-                "--profile",
-                "minimal",
-                "--component",
-                "rust-src",
-            ])
+            .args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"])
             .stdin(Stdio::null()))
         .context("cannot install the nightly toolchain (needed to build the eBPF object)")?;
     }
-    let components = query(
-        "rustup",
-        &["component", "list", "--toolchain", "nightly", "--installed"],
-    )
-    .context("`rustup component list --toolchain nightly --installed` failed")?;
-    if !components
-        .lines()
-        .any(|l| l.trim() == "rust-src" || l.starts_with("rust-src"))
-    {
+    let components = query("rustup", &["component", "list", "--toolchain", "nightly", "--installed"])
+        .context("`rustup component list --toolchain nightly --installed` failed")?;
+    if !components.lines().any(|l| l.trim() == "rust-src" || l.starts_with("rust-src")) {
         run(Command::new("rustup")
             .args(["component", "add", "rust-src", "--toolchain", "nightly"])
             .stdin(Stdio::null()))
-        .context(
-            "cannot add rust-src to the nightly toolchain (needed to build the eBPF object)",
-        )?;
+        .context("cannot add rust-src to the nightly toolchain (needed to build the eBPF object)")?;
     }
     eprintln!("xtask: ok: nightly toolchain with rust-src");
+    Ok(())
+}
+
+/// rustfmt and clippy for `cargo xtask lint`, added to the default toolchain when missing.
+fn ensure_lint_tools() -> Result<()> {
+    let missing: Vec<&str> = [("fmt", "rustfmt"), ("clippy", "clippy")]
+        .into_iter()
+        .filter(|(sub, _)| query("cargo", &[sub, "--version"]).is_none())
+        .map(|(_, component)| component)
+        .collect();
+    if !missing.is_empty() {
+        if which("rustup").is_none() {
+            bail!("{} missing and rustup is not on PATH: install them with your toolchain", missing.join(" and "));
+        }
+        run(Command::new("rustup").args(["component", "add"]).args(&missing).stdin(Stdio::null()))
+            .context("cannot add rustfmt and clippy to the toolchain (needed by `cargo xtask lint`)")?;
+    }
+    eprintln!("xtask: ok: rustfmt and clippy");
     Ok(())
 }
 
@@ -277,11 +261,9 @@ fn ensure_bpf_linker(apt: &mut Apt) -> Result<()> {
         eprintln!("xtask: ok: {version} ({})", path.display());
         return Ok(());
     }
-    let prefix = std::env::var_os("LLVM_PREFIX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_LLVM_PREFIX));
-    let llvm_present =
-        prefix.join("bin/llvm-config").is_file() && prefix.join("lib/libPolly.a").is_file();
+    let prefix =
+        std::env::var_os("LLVM_PREFIX").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_LLVM_PREFIX));
+    let llvm_present = prefix.join("bin/llvm-config").is_file() && prefix.join("lib/libPolly.a").is_file();
     let install_cmd = format!(
         "LLVM_PREFIX={} cargo install bpf-linker --version {BPF_LINKER_VERSION} \
          --no-default-features --features llvm-22",
@@ -294,11 +276,7 @@ fn ensure_bpf_linker(apt: &mut Apt) -> Result<()> {
             prefix.join("lib/libPolly.a").display(),
             LLVM_PACKAGES.join(" ")
         );
-        apt.install(
-            LLVM_PACKAGES,
-            "LLVM 22 (needed to build bpf-linker)",
-            &[&install_cmd],
-        )?;
+        apt.install(LLVM_PACKAGES, "LLVM 22 (needed to build bpf-linker)", &[&install_cmd])?;
     }
     run(cargo()
         .env("LLVM_PREFIX", &prefix)
@@ -325,11 +303,7 @@ fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
         .map(|(_, pkg)| pkg)
         .collect();
     if !missing.is_empty() {
-        apt.install(
-            &missing,
-            "a C or C++ compiler (needed by the end-to-end test fixtures)",
-            &[],
-        )?;
+        apt.install(&missing, "a C or C++ compiler (needed by the end-to-end test fixtures)", &[])?;
     }
     eprintln!("xtask: ok: gcc and g++");
     Ok(())
@@ -342,15 +316,10 @@ fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
 fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     // gcc prints the full path of a library it can link with, else only the name given.
     let gcc_finds = |file: &str| {
-        query("gcc", &[&format!("-print-file-name={file}")])
-            .is_some_and(|p| Path::new(p.trim()).is_absolute())
+        query("gcc", &[&format!("-print-file-name={file}")]).is_some_and(|p| Path::new(p.trim()).is_absolute())
     };
-    let sbin_or_path = |prog: &str| {
-        which(prog).is_some()
-            || ["/usr/sbin", "/sbin"]
-                .iter()
-                .any(|d| Path::new(d).join(prog).is_file())
-    };
+    let sbin_or_path =
+        |prog: &str| which(prog).is_some() || ["/usr/sbin", "/sbin"].iter().any(|d| Path::new(d).join(prog).is_file());
     let mut missing: Vec<&str> = Vec::new();
     for (ok, pkg) in [
         (gcc_finds("libjemalloc.so"), "libjemalloc-dev"),
@@ -390,13 +359,7 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
 /// The Python end-to-end test traces a CPython whose interpreter is in a shared libpython: only
 /// warn here (build and demo do not need it).
 fn check_python() {
-    let shared = query(
-        "python3",
-        &[
-            "-c",
-            "import sysconfig; print(sysconfig.get_config_var('Py_ENABLE_SHARED'))",
-        ],
-    );
+    let shared = query("python3", &["-c", "import sysconfig; print(sysconfig.get_config_var('Py_ENABLE_SHARED'))"]);
     match shared.as_deref().map(str::trim) {
         Some("1") => eprintln!("xtask: ok: python3 with a shared libpython"),
         Some(_) => eprintln!(
@@ -439,17 +402,14 @@ impl Apt {
             run(apt_get().arg("update")).context("apt-get update failed")?;
             self.updated = true;
         }
-        run(apt_get()
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(packages))
-        .with_context(|| format!("cannot install {pkgs} ({what})"))
+        run(apt_get().args(["install", "-y", "--no-install-recommends"]).args(packages))
+            .with_context(|| format!("cannot install {pkgs} ({what})"))
     }
 }
 
 fn apt_get() -> Command {
     let mut c = Command::new("apt-get");
-    c.env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null());
+    c.env("DEBIAN_FRONTEND", "noninteractive").stdin(Stdio::null());
     c
 }
 
@@ -494,15 +454,7 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
     let e2e_ok = run_status(
         cargo()
             .env("LEAKTRACE_BIN", &bin)
-            .args([
-                "test",
-                "--no-fail-fast",
-                "--release",
-                "-p",
-                "leaktrace-tests",
-                "--",
-                "--test-threads=2",
-            ])
+            .args(["test", "--no-fail-fast", "--release", "-p", "leaktrace-tests", "--", "--test-threads=2"])
             .args(e2e_args),
     )?;
     match (unit_ok, e2e_ok) {
@@ -511,16 +463,26 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
             Ok(())
         }
         (u, e) => {
-            let failed: Vec<&str> = [
-                (!u).then_some("unit tests"),
-                (!e).then_some("end-to-end tests"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
+            let failed: Vec<&str> =
+                [(!u).then_some("unit tests"), (!e).then_some("end-to-end tests")].into_iter().flatten().collect();
             bail!("{} failed (see above)", failed.join(" and "))
         }
     }
+}
+
+/// The userspace crates: what `lint` checks (leaktrace-ebpf builds only for the bpf target).
+const USERSPACE_CRATES: &[&str] = &["leaktrace", "leaktrace-analysis", "leaktrace-common", "xtask", "leaktrace-tests"];
+
+/// `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings` on [`USERSPACE_CRATES`];
+/// an error naming the gate that failed.
+fn lint() -> Result<()> {
+    let packages: Vec<&str> = USERSPACE_CRATES.iter().flat_map(|p| ["-p", p]).collect();
+    run(cargo().arg("fmt").arg("--check").args(&packages))
+        .context("`cargo fmt --check` failed: run `cargo fmt` on these packages and commit the result")?;
+    run(cargo().arg("clippy").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
+        .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;
+    eprintln!("xtask: lint: fmt and clippy passed");
+    Ok(())
 }
 
 fn demo(args: &[OsString]) -> Result<()> {

@@ -1,17 +1,6 @@
-//! HotSpot JVM (checked on OpenJDK 17, Serial and G1 collectors).
-//!
-//! - Managed: the Java heap, measured by the JVM itself: used and committed bytes per
-//!   generation and space from its hsperfdata file (the PerfData shared memory that jstat reads,
-//!   `/tmp/hsperfdata_<user>/<pid as the JVM sees it>`), sampled at every checkpoint. The
-//!   mappings that commit the heap (libjvm frames of the heap and the collectors) are managed
-//!   sites too, but the series comes from the gauge.
-//! - Off-heap: `Unsafe.allocateMemory` — direct ByteBuffers and every library that uses Unsafe —
-//!   reaches malloc through `Unsafe_AllocateMemory0` → `os::malloc` (libjvm is built with frame
-//!   pointers, so the frames are there).
-//! - Runtime: any other malloc or mapping from libjvm or from the JDK's own native libraries
-//!   (libjava, libzip, libnio, ...): the JVM's native memory (metaspace, code cache, GC data
-//!   structures, thread stacks, compiler arenas) — what `-XX:NativeMemoryTracking` reports.
-//! - Native: malloc from any other library — JNI code.
+//! JVM detection (a mapped libjvm.so; the version from <java.home>/release) and its heap gauge:
+//! the Java heap as the JVM itself reports it in its hsperfdata file. The frame rules are in
+//! `leaktrace_analysis::runtimes::jvm`.
 //!
 //! PerfData layout (OpenJDK `runtime/perfMemory.hpp`): a prologue {magic 0xcafec0c0 as bytes
 //! CA FE C0 C0; byte_order (0 big, 1 little); major, minor; accessible; used; overflow;
@@ -23,9 +12,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{HeapGauge, MemoryKind, RuntimeInfo, callers, file_name, first_caller, function, is_thread_stack, object_name};
+use super::{HeapGauge, RuntimeInfo, file_name};
 use crate::discover::MappedObject;
-use crate::recording::{Frame, ManagedHeap, Stack};
+use crate::recording::ManagedHeap;
+use crate::recording::Runtime;
 
 /// Detect a JVM: a mapped libjvm.so.
 pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
@@ -33,7 +23,8 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
     // <java.home>/lib/server/libjvm.so; <java.home>/release holds JAVA_VERSION="17.0.15".
     let version = jvm.path.parent().and_then(Path::parent).and_then(Path::parent).and_then(|home| {
         let root = PathBuf::from(format!("/proc/{pid}/root"));
-        let release = std::fs::read_to_string(root.join(home.strip_prefix("/").unwrap_or(home)).join("release")).ok()?;
+        let release =
+            std::fs::read_to_string(root.join(home.strip_prefix("/").unwrap_or(home)).join("release")).ok()?;
         release.lines().find_map(|l| l.strip_prefix("JAVA_VERSION=")).map(|v| v.trim_matches('"').to_string())
     });
     let mut notes = vec![format!(
@@ -50,86 +41,7 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
                 .into(),
         );
     }
-    Some(RuntimeInfo { name: "jvm".into(), version, notes })
-}
-
-/// Functions of libjvm that commit or manage the Java heap (substrings).
-const HEAP_CODE: &[&str] = &[
-    "ReservedHeapSpace", "Universe::reserve_heap", "Generation", "CollectedHeap", "G1", "PSVirtualSpace",
-    "PSOldGen", "PSYoungGen", "MutableSpace", "ParallelScavengeHeap", "Shenandoah", "ZPhysicalMemory",
-    "ZPageAllocator", "HeapRegion", "CardTable", "MarkBitMap",
-];
-
-/// Names of the JDK's own native libraries (besides libjvm), for installs outside /lib/jvm/.
-const JDK_LIBS: &[&str] = &[
-    "libjava.so", "libjimage.so", "libzip.so", "libnio.so", "libnet.so", "libverify.so", "libmanagement.so",
-    "libmanagement_ext.so", "libjsig.so", "libextnet.so", "libsctp.so", "libinstrument.so", "libprefs.so",
-    "librmi.so", "libattach.so", "libjdwp.so", "libdt_socket.so", "libj2pkcs11.so", "libj2gss.so",
-    "libsyslookup.so", "libawt.so", "libawt_headless.so", "libawt_xawt.so", "libfontmanager.so",
-    "liblcms.so", "libjavajpeg.so", "libmlib_image.so", "libsplashscreen.so", "libjsound.so", "libsaproc.so",
-];
-
-/// The os::malloc/os::realloc overloads that Unsafe's native methods call.
-fn is_unsafe_wrapper(name: &str) -> bool {
-    name == "os::malloc(unsigned long, MEMFLAGS)" || name == "os::realloc(void*, unsigned long, MEMFLAGS)"
-}
-
-/// A better name than the innermost frame for a site of `kind` (e.g. the Unsafe entry point
-/// rather than os::malloc).
-pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
-    if kind != MemoryKind::OffHeap || stack.kind != "malloc" {
-        return None;
-    }
-    match callers(stack).find(|f| function(f).starts_with("Unsafe_")) {
-        Some(f) => Some(format!("{} (Unsafe.allocateMemory: direct buffers)", function(f))),
-        None => Some("Unsafe.allocateMemory (direct buffers; stack lost after os::malloc)".to_string()),
-    }
-}
-
-fn is_jvm_code(f: &Frame) -> bool {
-    let o = object_name(f);
-    o == "libjvm.so" || JDK_LIBS.contains(&o) || f.object.as_deref().is_some_and(|p| p.contains("/lib/jvm/"))
-}
-
-/// The JVM's rules (None: the default for the site's kind).
-pub fn classify(stack: &Stack) -> Option<MemoryKind> {
-    match stack.kind.as_str() {
-        "malloc" => {
-            if callers(stack).take(8).any(|f| {
-                let n = function(f);
-                n.starts_with("Unsafe_AllocateMemory") || n.starts_with("Unsafe_ReallocateMemory")
-            }) {
-                return Some(MemoryKind::OffHeap);
-            }
-            let f = first_caller(stack)?;
-            if stack.lost && is_unsafe_wrapper(function(f)) {
-                // Only the direct caller is known. The two-argument os::malloc (os::realloc) with
-                // the three-argument one inlined is what Unsafe_AllocateMemory0
-                // (Unsafe_ReallocateMemory0) calls; few other callers use it. Stacks are lost
-                // when the walk runs into JIT code without frame pointers
-                // (-XX:+PreserveFramePointer keeps most of them).
-                return Some(MemoryKind::OffHeap);
-            }
-            Some(if is_jvm_code(f) { MemoryKind::Runtime } else { MemoryKind::Native })
-        }
-        "mmap" => {
-            if is_thread_stack(stack) {
-                // Every Java thread and every JVM thread is created by libjvm (os::create_thread);
-                // the walk rarely gets past glibc's pthread_create, which has no frame pointers.
-                return Some(MemoryKind::Runtime);
-            }
-            let f = first_caller(stack)?;
-            if !is_jvm_code(f) {
-                return None;
-            }
-            if callers(stack).take(12).any(|f| HEAP_CODE.iter().any(|h| function(f).contains(h))) {
-                Some(MemoryKind::Managed)
-            } else {
-                Some(MemoryKind::Runtime)
-            }
-        }
-        _ => None,
-    }
+    Some(RuntimeInfo { name: Runtime::Jvm, version, notes })
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -284,33 +196,7 @@ impl HeapGauge for HsPerfGauge {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{LIBC, st};
     use super::*;
-
-    const JVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
-
-    #[test]
-    fn rules() {
-        let direct = st("malloc", &[("__GI___libc_malloc", LIBC), ("os::malloc(unsigned long, MEMFLAGS)", JVM), ("Unsafe_AllocateMemory0", JVM)]);
-        assert_eq!(classify(&direct), Some(MemoryKind::OffHeap));
-        let own = st("malloc", &[("malloc", LIBC), ("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM), ("Arena::grow", JVM)]);
-        assert_eq!(classify(&own), Some(MemoryKind::Runtime));
-        let zip = st("malloc", &[("malloc", LIBC), ("Java_java_util_zip_Inflater_init", "/usr/lib/jvm/java-17-openjdk-amd64/lib/libzip.so")]);
-        assert_eq!(classify(&zip), Some(MemoryKind::Runtime));
-        let jni = st("malloc", &[("malloc", LIBC), ("Java_com_acme_Codec_decode", "/opt/app/libcodec.so")]);
-        assert_eq!(classify(&jni), Some(MemoryKind::Native));
-        let heap = st("mmap", &[("__GI___mmap64", LIBC), ("os::pd_commit_memory(char*, unsigned long, unsigned long, bool)", JVM), ("VirtualSpace::expand_by(unsigned long, bool)", JVM), ("CardGeneration::grow_by(unsigned long)", JVM)]);
-        assert_eq!(classify(&heap), Some(MemoryKind::Managed));
-        let code = st("mmap", &[("__GI___mmap64", LIBC), ("os::pd_reserve_memory(unsigned long, bool)", JVM), ("CodeCache::initialize_heaps()", JVM)]);
-        assert_eq!(classify(&code), Some(MemoryKind::Runtime));
-        let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
-        assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
-        let mut lost = st("malloc", &[("os::malloc(unsigned long, MEMFLAGS)", JVM)]);
-        lost.lost = true;
-        assert_eq!(classify(&lost), Some(MemoryKind::OffHeap));
-        assert!(site_label(MemoryKind::OffHeap, &lost).unwrap().contains("Unsafe.allocateMemory"));
-        assert_eq!(site_label(MemoryKind::OffHeap, &direct).as_deref(), Some("Unsafe_AllocateMemory0 (Unsafe.allocateMemory: direct buffers)"));
-    }
 
     /// A PerfData buffer with the given counters, in the JVM's layout.
     fn perfdata(little: bool, counters: &[(&str, PerfValue)]) -> Vec<u8> {
@@ -322,7 +208,9 @@ mod tests {
             name_bytes.push(0);
             let data_off = (name_off + name_bytes.len()).div_ceil(8) * 8;
             let (dtype, vlen, data): (u8, i32, Vec<u8>) = match value {
-                PerfValue::Long(v) => (b'J', 0, if little { v.to_le_bytes().to_vec() } else { v.to_be_bytes().to_vec() }),
+                PerfValue::Long(v) => {
+                    (b'J', 0, if little { v.to_le_bytes().to_vec() } else { v.to_be_bytes().to_vec() })
+                }
                 PerfValue::Str(s) => {
                     let mut d = s.as_bytes().to_vec();
                     d.resize(s.len() + 8, 0);

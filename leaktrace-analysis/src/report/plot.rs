@@ -67,7 +67,7 @@ fn fmt_tick(v: f64, step: f64) -> String {
 /// runtime, the managed heap and the off-heap bytes of the runtime split. `subtitle` is shown
 /// under the title (e.g. the command).
 pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
-    let series: Vec<Line> = [
+    let series: Vec<Line<'_>> = [
         ("RSS (VmRSS)", "#1f77b4", a.memory.rss_bytes.as_slice()),
         ("RSS anon (RssAnon)", "#ff7f0e", a.memory.rss_anon_bytes.as_slice()),
         ("live native bytes (malloc)", "#2ca02c", a.memory.native_live_bytes.as_slice()),
@@ -84,15 +84,12 @@ pub fn memory_svg(a: &Analysis, subtitle: &str) -> String {
     // Without a runtime, off-heap bytes (program mappings, not the loader's) are plotted when
     // there are any, besides all traced mappings.
     .filter(|(name, _, pts)| {
-        !pts.is_empty() && (!(name.starts_with("live mmap") || name.starts_with("off-heap")) || pts.iter().any(|p| p.1 > 0))
+        !pts.is_empty()
+            && (!(name.starts_with("live mmap") || name.starts_with("off-heap")) || pts.iter().any(|p| p.1 > 0))
     })
     .collect();
 
-    let t_max = series
-        .iter()
-        .flat_map(|s| s.2.iter().map(|p| p.0))
-        .filter(|t| t.is_finite())
-        .fold(0.0f64, f64::max);
+    let t_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).filter(|t| t.is_finite()).fold(0.0f64, f64::max);
     let t_max = if t_max > 0.0 { t_max } else { 1.0 };
     let y_max_bytes = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).max().unwrap_or(0) as f64;
     let (div, unit) = unit_for(y_max_bytes);

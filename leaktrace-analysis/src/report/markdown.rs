@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::analyze::{Analysis, SiteAnalysis, SiteClass, basename, frame_label, is_allocator};
-use crate::recording::{Frame, Recording};
+use crate::recording::{EndReason, Frame, Recording, Runtime, StackKind};
 use crate::runtimes::MemoryKind;
 
-use super::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
+use crate::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
 
 /// Most frames printed per stack (callers beyond are summarised).
 pub const MAX_FRAMES: usize = 16;
@@ -73,7 +73,7 @@ pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
     out
 }
 
-fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&str>, unit: Option<&str>) {
+fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Runtime>, unit: Option<&str>) {
     let e = &s.evidence;
     let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, s.class, s.confidence);
     let ci = s.growth_ci95_bytes_per_s.map_or(String::from("n/a"), |c| format!("{c:.0} B/s"));
@@ -108,11 +108,11 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&s
         exact(s.freed_bytes),
         s.frees
     );
-    if s.kind == "mmap" {
+    if s.kind == StackKind::Mmap {
         let res = s.resident_bytes.map_or("unknown".to_string(), |r| format!("{} ({})", bytes(r), exact(r)));
         let _ = writeln!(md, "- mapped at end: {} ({}), resident {res}", bytes(s.live_bytes), exact(s.live_bytes));
     }
-    let kind = if s.kind == "malloc" { String::new() } else { format!(" [{} site]", s.kind) };
+    let kind = if s.kind == StackKind::Malloc { String::new() } else { format!(" [{} site]", s.kind) };
     let _ = writeln!(md, "- why: {}{kind}", e.reason);
     if let Some(rt) = runtime {
         let _ = writeln!(md, "- memory kind: {} ({})", s.memory_kind, crate::runtimes::kind_origin(rt, s.memory_kind));
@@ -126,31 +126,43 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<&s
 
 /// The runtime split, side by side with RSS: which kind of memory grows, with numbers.
 fn memory_by_kind(md: &mut String, a: &Analysis) {
-    let Some(rt) = a.runtime.as_deref() else { return };
+    let Some(rt) = a.runtime else { return };
     let heap = crate::runtimes::heap_name(rt);
     let _ = writeln!(md, "## Memory by kind ({rt})\n");
     md.push_str("| memory | start | end | trend over the steady window | grows |\n|---|---|---|---|---|\n");
-    let row = |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, grows: Option<bool>| {
-        let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
-        let trend = tr.map_or("n/a".to_string(), |t| {
-            format!("{} ({:.0} B/s, ±{} at 95 %)", rate(t.slope_bytes_per_s), t.slope_bytes_per_s, t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s")))
-        });
-        let g = match grows {
-            Some(true) => "**yes**",
-            Some(false) => "no",
-            None => "",
+    let row =
+        |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, grows: Option<bool>| {
+            let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
+            let trend = tr.map_or("n/a".to_string(), |t| {
+                format!(
+                    "{} ({:.0} B/s, ±{} at 95 %)",
+                    rate(t.slope_bytes_per_s),
+                    t.slope_bytes_per_s,
+                    t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s"))
+                )
+            });
+            let g = match grows {
+                Some(true) => "**yes**",
+                Some(false) => "no",
+                None => "",
+            };
+            let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
         };
-        let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
-    };
     row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, None);
     row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), None);
     for k in &a.kinds {
         let (name, pts) = match k.kind {
-            MemoryKind::Managed if k.source == "sites" => (format!("managed: {heap} (its sites)"), &a.memory.managed_bytes),
+            MemoryKind::Managed if k.source == "sites" => {
+                (format!("managed: {heap} (its sites)"), &a.memory.managed_bytes)
+            }
             MemoryKind::Managed => (format!("managed: {heap} (used, {})", k.source), &a.memory.managed_bytes),
             MemoryKind::Native => ("native: malloc from native code".to_string(), &a.memory.native_live_bytes),
-            MemoryKind::OffHeap => (format!("off-heap: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.offheap_live_bytes),
-            MemoryKind::Runtime => (format!("runtime: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.runtime_live_bytes),
+            MemoryKind::OffHeap => {
+                (format!("off-heap: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.offheap_live_bytes)
+            }
+            MemoryKind::Runtime => {
+                (format!("runtime: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.runtime_live_bytes)
+            }
         };
         row(md, &name, pts, Some(&k.trend), Some(k.grows));
     }
@@ -166,7 +178,10 @@ fn per_unit_lines(md: &mut String, a: &Analysis) {
     let s = &a.summary;
     let calls = a.units_of_work.map_or(String::new(), |u| format!("; {u} units counted"));
     let Some(total) = s.growth_bytes_per_unit else {
-        let _ = writeln!(md, "- per unit of work (1 unit = 1 {unit}{calls}): no unit counted over the steady window, growth is per second only");
+        let _ = writeln!(
+            md,
+            "- per unit of work (1 unit = 1 {unit}{calls}): no unit counted over the steady window, growth is per second only"
+        );
         return;
     };
     let ci = a.traced_unit_trend.and_then(|t| t.ci95_bytes_per_s).map_or("n/a".to_string(), |c| format!("{c:.0} B"));
@@ -206,7 +221,8 @@ fn untraced_line(md: &mut String, a: &Analysis) {
     };
     let native = s.native_live_end_bytes;
     let offheap = s.offheap_live_end_bytes;
-    let mut parts = vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
+    let mut parts =
+        vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
     let mut accounted = native.saturating_add(offheap);
     // A runtime's managed heap and the runtime-kind sites (arenas mapped in free(), the loader's
     // and the runtime's own mappings) are traced too.
@@ -243,7 +259,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let _ = writeln!(md, "# leaktrace report\n");
     // Summaries may start with the class ("leak: ..."): said once.
     let class_prefix = format!("{}: ", v.class);
-    let said = v.summary.strip_prefix(class_prefix.as_str()).unwrap_or(&v.summary);
+    let summary = super::verdict::sentence(a);
+    let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
     let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
     let unit = a.unit_name();
 
@@ -267,8 +284,11 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         match t.exit_status {
             // The recording ended first (duration, signal, check's last batch): leaktrace stopped
             // the command (SIGTERM, then SIGKILL), which is what the status says.
-            Some(st) if rec.end_reason != "target-exited" && st > 128 => {
-                format!("launched by leaktrace and stopped by it when the recording ended (killed by signal {})", st - 128)
+            Some(st) if rec.end_reason != EndReason::TargetExited && st > 128 => {
+                format!(
+                    "launched by leaktrace and stopped by it when the recording ended (killed by signal {})",
+                    st - 128
+                )
             }
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
             None => "launched by leaktrace".to_string(),
@@ -299,7 +319,9 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         }
     }
     if let (Some(b), Some(e)) = (s.rss_anon_start_bytes, s.rss_anon_end_bytes) {
-        let tr = a.rss_anon_trend.map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
+        let tr = a
+            .rss_anon_trend
+            .map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
         let _ = writeln!(md, "- RSS anon: {} → {}{tr}", bytes(b), bytes(e));
     }
     if let (Some(b), Some(e)) = (s.allocator_resident_start_bytes, s.allocator_resident_end_bytes) {
@@ -336,7 +358,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         md.push_str("No site's live bytes grow.\n\n");
     }
     for (i, site) in growth.iter().enumerate() {
-        site_block(&mut md, i + 1, site, a.runtime.as_deref(), unit.as_deref());
+        site_block(&mut md, i + 1, site, a.runtime, unit.as_deref());
         shown.insert(site.id);
     }
     let live = a.top_by_live();
@@ -363,7 +385,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             if shown.contains(&site.id) {
                 continue;
             }
-            site_block(&mut md, i + 1, site, a.runtime.as_deref(), unit.as_deref());
+            site_block(&mut md, i + 1, site, a.runtime, unit.as_deref());
         }
     }
 

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::analyze::{Analysis, SiteAnalysis, Trend, is_allocator};
-use crate::recording::Recording;
+use crate::recording::{Recording, StackKind};
 
 /// Version of the report.json layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -81,7 +81,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "growth_ci95_bytes_per_s": opt_num(s.growth_ci95_bytes_per_s),
         "growth_bytes_per_unit": opt_num(s.growth_bytes_per_unit),
         "growth_ci95_bytes_per_unit": opt_num(s.growth_ci95_bytes_per_unit),
-        "mapped_bytes": if s.kind == "mmap" { json!(s.live_bytes) } else { Value::Null },
+        "mapped_bytes": if s.kind == StackKind::Mmap { json!(s.live_bytes) } else { Value::Null },
         "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
         "stack_truncated": s.stack_truncated,
@@ -181,8 +181,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "verdict": {
             "class": a.verdict.class.as_str(),
             "confidence": num(a.verdict.confidence),
-            "summary": a.verdict.summary,
-            "inconclusive": a.verdict.is_inconclusive(),
+            "summary": super::verdict::sentence(a),
+            "inconclusive": a.verdict.inconclusive,
         },
         "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),
         "sites_total": a.sites.len(),

@@ -7,7 +7,7 @@
 //! - Basis: bytes per unit of work when both recordings have a work probe with units counted in
 //!   their window, else bytes per second.
 //! - Window: the batch checkpoints (`batch: Some(_)`) when a recording has at least two, else
-//!   the steady window of [`analyze::analyze`] (last half of the active span).
+//!   the steady window of the analysis ([`analyze::steady_window`]: last half of the active span).
 //! - Growth of a series: least-squares slope over the window ([`analyze::fit`]) with its 95 %
 //!   CI. It is a *leak* when the slope is at least the floor and significant (CI above zero;
 //!   with only 2 points, positive). Floor: max(1 B/unit or [`analyze::SITE_FLOOR_BYTES_PER_S`]
@@ -26,10 +26,16 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::analyze::{self, AnalyzeOptions, basename, culprit, is_allocator};
-use crate::check::{live_by_stack, number, rate, stack_index};
+use crate::analyze::{self, basename, culprit, is_allocator};
+use crate::check::stack_index;
+use crate::human::{number, rate_in as rate};
 use crate::output::write_atomic;
-use crate::recording::{Recording, Stack};
+use crate::recording::{Mode, Recording, Stack, StackKind};
+use crate::timeline::Timeline;
+
+mod render;
+
+pub use render::{MD_ROWS, compare_json, compare_md, diff_folded, diff_svg};
 
 /// Callers of the culprit that enter a site's signature.
 pub const CALLERS: usize = 6;
@@ -39,8 +45,8 @@ pub const UNIT_FLOOR: f64 = 1.0;
 /// A stack signature: stable across rebuilds and runs.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Signature {
-    /// "malloc" or "mmap".
-    pub kind: String,
+    /// "malloc", "mmap" or "fault".
+    pub kind: StackKind,
     /// Culprit first, then its callers (outwards).
     pub frames: Vec<String>,
 }
@@ -65,7 +71,7 @@ fn sig_label(f: &crate::recording::Frame) -> String {
 
 /// The signature of a stack (see the module rules).
 pub fn signature(st: &Stack) -> Signature {
-    let kind = if st.kind.is_empty() { "malloc".to_string() } else { st.kind.clone() };
+    let kind = st.kind;
     let frames = match culprit(st).0 {
         Some(i) => {
             let mut v = vec![sig_label(&st.frames[i])];
@@ -198,15 +204,15 @@ struct Window {
     desc: String,
 }
 
-fn window(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> anyhow::Result<Window> {
+fn window(rec: &Recording, tl: &Timeline, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> anyhow::Result<Window> {
     let batch: Vec<usize> = (0..live.len()).filter(|&i| rec.checkpoints[live[i].0].batch.is_some()).collect();
     if batch.len() >= 2 {
         let n = batch.len();
         return Ok(Window { idx: batch, desc: format!("batch checkpoints (baseline + {} batches)", n - 1) });
     }
-    let a = analyze::analyze(rec, &AnalyzeOptions::default());
+    let (steady_from_s, span_to_s) = analyze::steady_window(rec, tl);
     let t0 = live.first().map_or(0.0, |(ci, _)| rec.checkpoints[*ci].t_s);
-    let (from, to) = (a.steady_from_s - 1e-9, a.span_to_s + 1e-9);
+    let (from, to) = (steady_from_s - 1e-9, span_to_s + 1e-9);
     let idx: Vec<usize> = (0..live.len())
         .filter(|&i| {
             let t = rec.checkpoints[live[i].0].t_s - t0;
@@ -218,16 +224,14 @@ fn window(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], name: &str) -> 
         "{name}: only {} checkpoint(s) in its steady window: no growth rate can be measured (record longer)",
         idx.len()
     );
-    Ok(Window {
-        desc: format!("steady window {:.1}–{:.1} s ({} checkpoints)", a.steady_from_s, a.span_to_s, idx.len()),
-        idx,
-    })
+    Ok(Window { desc: format!("steady window {steady_from_s:.1}–{span_to_s:.1} s ({} checkpoints)", idx.len()), idx })
 }
 
 /// Units of work at each point of the window, when all are known and they advance.
 fn units(rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], w: &Window) -> Option<Vec<f64>> {
     rec.work_probe.as_ref()?;
-    let xs: Option<Vec<f64>> = w.idx.iter().map(|&i| rec.checkpoints[live[i].0].units_of_work.map(|u| u as f64)).collect();
+    let xs: Option<Vec<f64>> =
+        w.idx.iter().map(|&i| rec.checkpoints[live[i].0].units_of_work.map(|u| u as f64)).collect();
     let xs = xs?;
     (xs.last()? > xs.first()?).then_some(xs)
 }
@@ -237,7 +241,14 @@ struct Measured {
     sites: BTreeMap<Signature, Growth>,
 }
 
-fn measure(rec: &Recording, path: &str, live: &[(usize, BTreeMap<u32, u64>)], w: &Window, xs: &[f64], abs_floor: f64) -> Measured {
+fn measure(
+    rec: &Recording,
+    path: &str,
+    live: &[(usize, BTreeMap<u32, u64>)],
+    w: &Window,
+    xs: &[f64],
+    abs_floor: f64,
+) -> Measured {
     let stacks = stack_index(rec);
     let mut sig_of: BTreeMap<u32, Signature> = BTreeMap::new();
     let mut series: BTreeMap<Signature, Vec<f64>> = BTreeMap::new();
@@ -249,7 +260,7 @@ fn measure(rec: &Recording, path: &str, live: &[(usize, BTreeMap<u32, u64>)], w:
                 .entry(id)
                 .or_insert_with(|| match stacks.get(&id) {
                     Some(st) => signature(st),
-                    None => Signature { kind: "malloc".into(), frames: vec!["[unknown]".into()] },
+                    None => Signature { kind: StackKind::Malloc, frames: vec!["[unknown]".into()] },
                 })
                 .clone();
             series.entry(sig).or_insert_with(|| vec![0.0; n])[k] += b as f64;
@@ -305,8 +316,13 @@ fn display_names(all: &BTreeSet<&Signature>) -> BTreeMap<Signature, String> {
 }
 
 /// Compare two recordings. `before_path`/`after_path` are only used in messages and outputs.
-pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_path: &str) -> anyhow::Result<Comparison> {
-    if (before.mode == "growth") != (after.mode == "growth") {
+pub fn compare(
+    before: &Recording,
+    before_path: &str,
+    after: &Recording,
+    after_path: &str,
+) -> anyhow::Result<Comparison> {
+    if (before.mode == Mode::Growth) != (after.mode == Mode::Growth) {
         anyhow::bail!(
             "BEFORE was recorded in {} mode and AFTER in {} mode: growth mode measures pages made resident, \
              not live allocations, so the two cannot be compared (record both in the same mode)",
@@ -314,10 +330,10 @@ pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_p
             after.mode
         );
     }
-    let lb = live_by_stack(before);
-    let la = live_by_stack(after);
-    let wb = window(before, &lb, "BEFORE")?;
-    let wa = window(after, &la, "AFTER")?;
+    let (tb, ta) = (Timeline::new(before), Timeline::new(after));
+    let (lb, la) = (tb.live_by_stack(), ta.live_by_stack());
+    let wb = window(before, &tb, &lb, "BEFORE")?;
+    let wa = window(after, &ta, &la, "AFTER")?;
     let mut notes = Vec::new();
     let (ub, ua) = (units(before, &lb, &wb), units(after, &la, &wa));
     let (xb, xa, unit, abs_floor) = match (ub, ua) {
@@ -441,229 +457,14 @@ pub fn compare(before: &Recording, before_path: &str, after: &Recording, after_p
     })
 }
 
-fn growth_cell(g: Option<Growth>, unit: &str) -> String {
-    match g {
-        None => "—".into(),
-        Some(g) => {
-            let ci = g.ci95.map(|c| format!(" ± {}", number(c))).unwrap_or_default();
-            format!("{}{ci}{}", rate(g.slope, unit), if g.leak { " (leak)" } else { "" })
-        }
-    }
-}
-
-fn status_text(s: Status) -> &'static str {
-    match s {
-        Status::Fixed => "fixed",
-        Status::StillLeaking => "still leaking",
-        Status::NewLeak => "new leak",
-        Status::NoLeak => "",
-    }
-}
-
-/// Escape `|` for a markdown table cell.
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
-}
-
-/// Sites listed per table in compare.md.
-pub const MD_ROWS: usize = 30;
-
-/// `compare.md`.
-pub fn compare_md(c: &Comparison) -> String {
-    let u = &c.unit;
-    let mut md = String::new();
-    md.push_str("# leaktrace compare\n\n");
-    for (name, s) in [("Before", &c.before), ("After", &c.after)] {
-        md.push_str(&format!(
-            "- **{name}**: `{}` — `{}`{}; {}\n",
-            s.path,
-            s.command,
-            s.work_probe.as_ref().map(|w| format!(", work probe `{w}`")).unwrap_or_default(),
-            s.window
-        ));
-    }
-    md.push_str(&format!("- Growth in **{u}**{}\n", if u == "B/unit" { " (bytes per unit of work)" } else { "" }));
-    for n in &c.notes {
-        md.push_str(&format!("- Note: {n}\n"));
-    }
-    md.push_str("\n## Verdict\n\n");
-    for v in &c.verdicts {
-        md.push_str(&format!("- {v}\n"));
-    }
-    md.push_str(&format!("\n**{}**\n\n", c.conclusion));
-    md.push_str("## Overall (traced live bytes)\n\n| | before | after | change |\n|---|---:|---:|---:|\n");
-    md.push_str(&format!(
-        "| growth | {} | {} | {} |\n\n",
-        growth_cell(Some(c.before.overall), u),
-        growth_cell(Some(c.after.overall), u),
-        number(c.after.overall.slope - c.before.overall.slope)
-    ));
-    md.push_str("## Matched sites\n\n");
-    if c.matched.is_empty() {
-        md.push_str("No site is in both recordings.\n\n");
-    } else {
-        md.push_str("| site | kind | callers | before | after | change | |\n|---|---|---|---:|---:|---:|---|\n");
-        for s in c.matched.iter().take(MD_ROWS) {
-            md.push_str(&format!(
-                "| `{}` | {} | {} | {} | {} | {} | {} |\n",
-                cell(&s.name),
-                s.signature.kind,
-                cell(&s.signature.frames[1..].iter().take(3).cloned().collect::<Vec<_>>().join(" < ")),
-                growth_cell(s.before, u),
-                growth_cell(s.after, u),
-                number(s.slope_after() - s.slope_before()),
-                status_text(s.status)
-            ));
-        }
-        if c.matched.len() > MD_ROWS {
-            md.push_str(&format!("\n… and {} more matched sites (see compare.json).\n", c.matched.len() - MD_ROWS));
-        }
-        md.push('\n');
-    }
-    for (title, list, side) in [("Only in before", &c.only_before, true), ("Only in after", &c.only_after, false)] {
-        md.push_str(&format!("## {title}\n\n"));
-        if list.is_empty() {
-            md.push_str("None.\n\n");
-            continue;
-        }
-        md.push_str("| site | kind | callers | growth | |\n|---|---|---|---:|---|\n");
-        for s in list.iter().take(MD_ROWS) {
-            md.push_str(&format!(
-                "| `{}` | {} | {} | {} | {} |\n",
-                cell(&s.name),
-                s.signature.kind,
-                cell(&s.signature.frames[1..].iter().take(3).cloned().collect::<Vec<_>>().join(" < ")),
-                growth_cell(if side { s.before } else { s.after }, u),
-                status_text(s.status)
-            ));
-        }
-        if list.len() > MD_ROWS {
-            md.push_str(&format!("\n… and {} more (see compare.json).\n", list.len() - MD_ROWS));
-        }
-        md.push('\n');
-    }
-    md.push_str(
-        "## Method\n\n\
-         Sites are matched by kind and the names of the culprit function and up to 6 callers \
-         (no addresses, lines or files: they change with a rebuild). Growth is the least-squares \
-         slope of live bytes over the batch checkpoints (or the steady window), with its 95 % \
-         confidence interval; a site leaks when the slope is significant and above the noise floor. \
-         `diff.svg`: width = the larger of the before and after growth; the culprit frame is red \
-         when it grows faster after, blue when slower.\n",
-    );
-    md
-}
-
-/// `compare.json`.
-pub fn compare_json(c: &Comparison) -> serde_json::Value {
-    let site = |s: &SiteComparison| {
-        serde_json::json!({
-            "signature": s.signature.key(),
-            "kind": s.signature.kind,
-            "function": s.signature.function(),
-            "callers": s.signature.frames[1..],
-            "name": s.name,
-            "before": s.before.map(growth_json),
-            "after": s.after.map(growth_json),
-            "change": finite(s.slope_after() - s.slope_before()),
-            "status": s.status,
-        })
-    };
-    let side = |s: &Side| {
-        serde_json::json!({
-            "path": s.path,
-            "command": s.command,
-            "work_probe": s.work_probe,
-            "window": s.window,
-            "points": s.points,
-            "overall": growth_json(s.overall),
-        })
-    };
-    serde_json::json!({
-        "unit": c.unit,
-        "notes": c.notes,
-        "before": side(&c.before),
-        "after": side(&c.after),
-        "matched": c.matched.iter().map(site).collect::<Vec<_>>(),
-        "only_before": c.only_before.iter().map(site).collect::<Vec<_>>(),
-        "only_after": c.only_after.iter().map(site).collect::<Vec<_>>(),
-        "verdicts": c.verdicts,
-        "conclusion": c.conclusion,
-        "after_flat": c.after_flat,
-    })
-}
-
-fn growth_json(g: Growth) -> serde_json::Value {
-    serde_json::json!({
-        "slope": finite(g.slope),
-        "ci95": g.ci95.and_then(finite),
-        "significant": g.significant,
-        "floor": finite(g.floor),
-        "leak": g.leak,
-        "live_bytes": g.live_bytes,
-    })
-}
-
-fn finite(x: f64) -> Option<f64> {
-    x.is_finite().then_some(x)
-}
-
-fn fold_clean(s: &str) -> String {
-    let s: String = s.chars().map(|c| if c == ';' { ',' } else if c.is_whitespace() { ' ' } else { c }).collect();
-    if s.trim().is_empty() { "[unknown]".into() } else { s.trim().to_string() }
-}
-
-/// Differential folded lines `[kind];outer;...;culprit FIRST SECOND` for inferno's flame graph.
-/// Read from `inferno::flamegraph::from_lines` and `merge::frames` (0.12): with two counts on a
-/// line, the frame width is SECOND and the colour of the line's leaf frame is SECOND − FIRST (red
-/// positive, blue negative); counts must be integers. Here the counts are growth rates in whole
-/// bytes per unit (or per second), growth below zero counting as 0. To keep a fixed leak
-/// (after = 0) visible, SECOND is the larger of the two rates and FIRST = SECOND − (after −
-/// before): width = max(before, after), colour of the culprit = after − before. The kind is the
-/// root frame; signatures hold at most [`CALLERS`] callers, so towers start there.
-pub fn diff_folded(c: &Comparison) -> String {
-    let mut out = String::new();
-    for s in c.matched.iter().chain(&c.only_before).chain(&c.only_after) {
-        let b = s.slope_before().max(0.0).round() as i64;
-        let a = s.slope_after().max(0.0).round() as i64;
-        let second = a.max(b);
-        if second == 0 {
-            continue;
-        }
-        let first = second - (a - b);
-        let mut frames = vec![format!("[{}]", s.signature.kind)];
-        frames.extend(s.signature.frames.iter().rev().map(|f| fold_clean(f)));
-        out.push_str(&format!("{} {first} {second}\n", frames.join(";")));
-    }
-    out
-}
-
-/// `diff.svg`: inferno differential flame graph of [`diff_folded`].
-pub fn diff_svg(c: &Comparison) -> anyhow::Result<Vec<u8>> {
-    use inferno::flamegraph::{self, Options};
-    let folded = diff_folded(c);
-    let title = "Growth before → after";
-    if folded.trim().is_empty() {
-        return Ok(crate::report::flame::placeholder_svg(title, "no site grows by 1 byte or more, before or after").into_bytes());
-    }
-    let mut opts = Options::default();
-    opts.title = title.to_string();
-    opts.subtitle = Some(format!(
-        "width: larger of before/after growth ({}); culprit red: grows faster after, blue: grows slower after",
-        c.unit
-    ));
-    opts.count_name = c.unit.clone();
-    opts.deterministic = true;
-    let mut svg = Vec::new();
-    flamegraph::from_lines(&mut opts, folded.lines(), &mut svg).map_err(|e| anyhow::anyhow!("cannot draw diff.svg: {e}"))?;
-    Ok(svg)
-}
-
 /// Load a recording from a directory (its recording.json) or a recording.json path.
 pub fn load(path: &Path) -> anyhow::Result<Recording> {
     let file = if path.is_dir() { path.join("recording.json") } else { path.to_path_buf() };
     if !file.exists() {
-        anyhow::bail!("{}: no recording.json there (give a directory written by leaktrace record or check)", path.display());
+        anyhow::bail!(
+            "{}: no recording.json there (give a directory written by leaktrace record or check)",
+            path.display()
+        );
     }
     Recording::load(&file)
 }
@@ -737,26 +538,26 @@ mod tests {
         assert_eq!(a.frames[1..], ["run_workload", "main"]);
         assert_ne!(a, signature(&stack(1, "other_fn", 0)));
         let mut m = stack(1, "leak_fn", 0);
-        m.kind = "mmap".into();
+        m.kind = StackKind::Mmap;
         assert_ne!(a, signature(&m));
         // An unnamed frame is its object's basename.
         let mut u = stack(1, "leak_fn", 0);
         u.frames[2].function = None;
         assert_eq!(signature(&u).frames[1], "[app]");
-        let lost = Stack { id: 1, kind: "malloc".into(), frames: vec![], lost: true, truncated: None };
+        let lost = Stack { id: 1, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
         assert_eq!(signature(&lost).frames, ["[stack lost]"]);
     }
 
     #[test]
     fn names_tell_signatures_apart() {
-        let sig = |kind: &str, frames: &[&str]| Signature {
-            kind: kind.into(),
+        let sig = |kind: StackKind, frames: &[&str]| Signature {
+            kind,
             frames: frames.iter().map(|f| f.to_string()).collect(),
         };
-        let a = sig("mmap", &["__mmap64", "__mmap64", "__minimal_malloc"]);
-        let b = sig("mmap", &["__mmap64", "__mmap64", "_dl_map_segments", "_dl_map_object_from_fd"]);
-        let c = sig("malloc", &["__mmap64", "__mmap64", "__minimal_malloc"]);
-        let d = sig("malloc", &["handle", "main"]);
+        let a = sig(StackKind::Mmap, &["__mmap64", "__mmap64", "__minimal_malloc"]);
+        let b = sig(StackKind::Mmap, &["__mmap64", "__mmap64", "_dl_map_segments", "_dl_map_object_from_fd"]);
+        let c = sig(StackKind::Malloc, &["__mmap64", "__mmap64", "__minimal_malloc"]);
+        let d = sig(StackKind::Malloc, &["handle", "main"]);
         let all: BTreeSet<&Signature> = [&a, &b, &c, &d].into_iter().collect();
         let n = display_names(&all);
         assert_eq!(n[&a], "__mmap64 (from __minimal_malloc) [mmap]");
@@ -829,7 +630,8 @@ mod tests {
             r.work_probe = None;
             r
         };
-        let c = compare(&strip(batch_recording(100, "leak_fn", 0)), "b", &strip(batch_recording(0, "leak_fn", 4)), "a").unwrap();
+        let c = compare(&strip(batch_recording(100, "leak_fn", 0)), "b", &strip(batch_recording(0, "leak_fn", 4)), "a")
+            .unwrap();
         assert_eq!(c.unit, "B/s");
         assert!(c.before.window.starts_with("steady window"), "{}", c.before.window);
         assert_eq!(c.verdicts.len(), 1);

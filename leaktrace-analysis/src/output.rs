@@ -42,11 +42,9 @@ pub fn ensure_fresh_dir(dir: &Path) -> anyhow::Result<()> {
 /// Create `dir` (and parents) and check that files can be created in it. Used before attaching,
 /// so that an unwritable --out is reported before anything is recorded.
 pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
     let probe = dir.join(format!(".leaktrace-write-test.{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .with_context(|| format!("output directory {} is not writable", dir.display()))?;
+    std::fs::write(&probe, b"").with_context(|| format!("output directory {} is not writable", dir.display()))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }

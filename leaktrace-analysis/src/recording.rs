@@ -25,7 +25,7 @@ pub struct Recording {
     pub target: Target,
     /// Tracing mode: "exact" (every allocator call), "sampled" (byte-based sampling, weighted
     /// estimates) or "growth" (first-touch page faults by stack, no allocator probes).
-    pub mode: String,
+    pub mode: Mode,
     /// Sampled mode: mean distance between samples, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_bytes: Option<u64>,
@@ -42,12 +42,91 @@ pub struct Recording {
     pub stacks: Vec<Stack>,
     /// Checkpoints in time order. The first is taken right after the probes are attached.
     pub checkpoints: Vec<Checkpoint>,
-    /// Why the recording ended: "duration", "signal", "target-exited".
-    pub end_reason: String,
+    /// Why the recording ended: "duration", "signal", "target-exited", "batches-done",
+    /// "work-probe-missing".
+    pub end_reason: EndReason,
     /// Warnings gathered while recording (e.g. a library the target maps but that was not
     /// probed), shown in the report's caveats.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// Defines a string-valued enum of the recording: serde names, [`as_str`](Self::as_str) and
+/// `Display` give the same lowercase names, so recording.json and the reports keep their text.
+macro_rules! named_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vm])* #[serde(rename = $s)] $v),+
+        }
+        impl $name {
+            /// The name in recording.json and the reports.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s),+ }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// Tracing mode of a recording.
+    Mode {
+        /// Every allocator call.
+        Exact = "exact",
+        /// Byte-based sampling: sites are weighted estimates.
+        Sampled = "sampled",
+        /// No allocator probes: first-touch page faults by stack.
+        Growth = "growth",
+    }
+}
+
+named_enum! {
+    /// Why a recording ended.
+    EndReason {
+        /// `--duration` elapsed.
+        Duration = "duration",
+        /// SIGINT, SIGTERM or SIGHUP.
+        Signal = "signal",
+        /// The traced process(es) exited.
+        TargetExited = "target-exited",
+        /// `check`: the last batch completed.
+        BatchesDone = "batches-done",
+        /// `--work-probe` was never found in the objects the command maps.
+        WorkProbeMissing = "work-probe-missing",
+    }
+}
+
+named_enum! {
+    /// A managed runtime detected in the target (none: a native program).
+    Runtime {
+        /// CPython.
+        Python = "python",
+        /// HotSpot JVM.
+        Jvm = "jvm",
+        /// Go.
+        Go = "go",
+        /// Node.js (V8).
+        Node = "node",
+    }
+}
+
+named_enum! {
+    /// What a recorded call stack allocated. The variants are in the order of their names, so
+    /// that sorting by kind sorts as the names do (compare's signatures).
+    StackKind {
+        /// Growth mode: pages made resident by first-touch page faults.
+        Fault = "fault",
+        /// malloc-family allocations.
+        Malloc = "malloc",
+        /// Anonymous mappings (off-heap, or the allocator's own when classified so).
+        Mmap = "mmap",
+    }
 }
 
 /// The traced process.
@@ -67,7 +146,7 @@ pub struct Target {
     pub launched: bool,
     /// Managed runtime detected in the target ("python", "jvm", "go", "node"); None: native.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<String>,
+    pub runtime: Option<Runtime>,
     /// Runtime version when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_version: Option<String>,
@@ -100,7 +179,7 @@ pub struct Stack {
     pub id: u32,
     /// "malloc" (malloc-family allocation), "mmap" (off-heap mapping) or "fault" (growth mode:
     /// pages made resident by first-touch page faults).
-    pub kind: String,
+    pub kind: StackKind,
     /// Innermost first. An address with inlined functions yields several frames: the inlined
     /// callees first (`inlined: true`), then the function the code was inlined into.
     pub frames: Vec<Frame>,
@@ -255,10 +334,10 @@ impl Recording {
     /// Read `recording.json`. Errors name the file and, for a version mismatch, both versions.
     pub fn load(path: &std::path::Path) -> anyhow::Result<Recording> {
         use anyhow::Context as _;
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read recording {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read recording {}", path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         let ver = v.get("format_version").and_then(|x| x.as_u64()).unwrap_or(0);
         if ver != FORMAT_VERSION as u64 {
             anyhow::bail!(

@@ -1,5 +1,7 @@
-//! Human-readable numbers for the reports: binary units (KiB = 1024 B), always paired with the
-//! exact figure where precision matters.
+//! Human-readable numbers, the one place bytes, rates and counts are formatted for every output
+//! (reports, summary, check, compare, the recorder's status line): binary units (KiB = 1024 B),
+//! always paired with the exact figure where precision matters. A leaf: it uses nothing else of
+//! leaktrace.
 
 const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
@@ -58,7 +60,13 @@ pub fn exact(bytes: u64) -> String {
 
 /// Signed exact bytes: "+1,000 B", "-5 B".
 pub fn exact_signed(b: i64) -> String {
-    let sign = if b > 0 { "+" } else if b < 0 { "-" } else { "" };
+    let sign = if b > 0 {
+        "+"
+    } else if b < 0 {
+        "-"
+    } else {
+        ""
+    };
     format!("{sign}{} B", group(b.unsigned_abs().to_string()))
 }
 
@@ -89,6 +97,40 @@ pub fn seconds(s: f64) -> String {
     }
 }
 
+/// A rate with thousands separators: "1,024 B/unit", "12.5 B/s", "0 B/unit".
+pub fn rate_in(x: f64, unit: &str) -> String {
+    format!("{} {unit}", number(x))
+}
+
+/// A number for humans: integers with thousands separators from 100 up, at most one decimal
+/// from 1, two below.
+pub fn number(x: f64) -> String {
+    if !x.is_finite() {
+        return "?".into();
+    }
+    let a = x.abs();
+    let sign = if x < 0.0 && (a >= 0.005) { "-" } else { "" };
+    if a >= 100.0 {
+        let digits = format!("{:.0}", a);
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        format!("{sign}{out}")
+    } else if a >= 1.0 && (a - a.round()).abs() < 0.05 {
+        format!("{sign}{:.0}", a.round())
+    } else if a >= 1.0 {
+        format!("{sign}{a:.1}")
+    } else if a < 0.005 {
+        "0".into()
+    } else {
+        format!("{sign}{a:.2}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +150,17 @@ mod tests {
         assert_eq!(exact(100), "100 B");
         assert_eq!(exact_signed(-1000), "-1,000 B");
         assert_eq!(seconds(61.0), "61 s");
+    }
+
+    #[test]
+    fn rates_and_numbers() {
+        assert_eq!(rate_in(1024.0, "B/unit"), "1,024 B/unit");
+        assert_eq!(rate_in(0.0, "B/s"), "0 B/s");
+        assert_eq!(rate_in(12.34, "B/s"), "12.3 B/s");
+        assert_eq!(number(-1234567.0), "-1,234,567");
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(50.0), "50");
+        assert_eq!(number(99.96), "100");
+        assert_eq!(number(-0.001), "0");
     }
 }

@@ -11,24 +11,30 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::analyze::{AnalyzeOptions, analyze};
+use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::output::write_atomic;
 use crate::recording::Recording;
 
 pub mod flame;
-pub mod human;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+pub mod summary;
+pub mod verdict;
 
 /// File names written by [`write_all`], in order.
-pub const FILES: [&str; 6] =
-    ["report.json", "report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg"];
+pub const FILES: [&str; 6] = ["report.json", "report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg"];
 
 /// Analyse `rec` and write every output file into `dir` (which must exist). Returns the paths
 /// written, in [`FILES`] order. Errors name the file that could not be written.
 pub fn write_all(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
-    let a = analyze(rec, opts);
+    render_all(rec, &analyze(rec, opts), dir)
+}
+
+/// Write every output file of `rec`, rendered from its analysis `a`, into `dir` (which must
+/// exist). Returns the paths written, in [`FILES`] order. Errors name the file that could not
+/// be written.
+pub fn render_all(rec: &Recording, a: &Analysis, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::with_capacity(FILES.len());
     let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
         let p = dir.join(name);
@@ -37,21 +43,26 @@ pub fn write_all(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::
         Ok(())
     };
 
-    let mut report = serde_json::to_vec_pretty(&json::report_json(rec, &a))?;
+    let mut report = serde_json::to_vec_pretty(&json::report_json(rec, a))?;
     report.push(b'\n');
     put("report.json", &report)?;
-    put("report.md", markdown::report_md(rec, &a).as_bytes())?;
+    put("report.md", markdown::report_md(rec, a).as_bytes())?;
 
-    let live = flame::folded_live(&a);
+    let live = flame::folded_live(a);
     put("stacks.folded", live.as_bytes())?;
     let command = rec.target.command.join(" ");
     let subtitle = format!("pid {} {}", rec.target.pid, command);
     let live_svg = flame::flame_svg(&live, flame::LIVE_TITLE, Some(subtitle.clone()), "no live bytes at the end")?;
     put("live.svg", &live_svg)?;
-    let growth = flame::folded_growth(&a);
-    let growth_svg = flame::flame_svg(&growth, flame::GROWTH_TITLE, Some(subtitle.clone()), "no growth: no site holds more live bytes at the last checkpoint than at the first")?;
+    let growth = flame::folded_growth(a);
+    let growth_svg = flame::flame_svg(
+        &growth,
+        flame::GROWTH_TITLE,
+        Some(subtitle.clone()),
+        "no growth: no site holds more live bytes at the last checkpoint than at the first",
+    )?;
     put("growth.svg", &growth_svg)?;
-    put("memory.svg", plot::memory_svg(&a, &subtitle).as_bytes())?;
+    put("memory.svg", plot::memory_svg(a, &subtitle).as_bytes())?;
     Ok(written)
 }
 
@@ -61,6 +72,7 @@ mod tests {
 
     use super::*;
     use crate::analyze::fixtures::*;
+    use crate::recording::StackKind;
 
     /// A fresh empty directory under the system temp dir.
     fn tempdir(name: &str) -> PathBuf {
@@ -112,9 +124,22 @@ mod tests {
         assert!(live.windows(2).all(|w| w[0] >= w[1]), "sorted by live bytes: {live:?}");
         let leak = sites.iter().find(|s| s["id"] == 1).unwrap();
         for k in [
-            "id", "kind", "function", "class", "confidence", "frames", "live_bytes", "live_allocations",
-            "allocated_bytes", "allocations", "freed_bytes", "frees", "growth_bytes",
-            "growth_bytes_per_s", "growth_ci95_bytes_per_s", "stack_lost",
+            "id",
+            "kind",
+            "function",
+            "class",
+            "confidence",
+            "frames",
+            "live_bytes",
+            "live_allocations",
+            "allocated_bytes",
+            "allocations",
+            "freed_bytes",
+            "frees",
+            "growth_bytes",
+            "growth_bytes_per_s",
+            "growth_ci95_bytes_per_s",
+            "stack_lost",
         ] {
             assert!(leak.get(k).is_some(), "site field {k}");
         }
@@ -145,7 +170,13 @@ mod tests {
             assert!(arr[60][1].is_u64());
         }
         assert_eq!(j["memory"]["native_live_bytes"][60][1], 960_000);
-        for k in ["rss_start_bytes", "rss_end_bytes", "native_live_start_bytes", "native_live_end_bytes", "native_growth_bytes_per_s"] {
+        for k in [
+            "rss_start_bytes",
+            "rss_end_bytes",
+            "native_live_start_bytes",
+            "native_live_end_bytes",
+            "native_growth_bytes_per_s",
+        ] {
             assert!(j["summary"][k].is_number(), "summary.{k}");
         }
         assert_eq!(j["drops"]["total"], 0);
@@ -236,7 +267,7 @@ mod tests {
         let dir = tempdir("off-heap");
         let map = crate::recording::Stack {
             id: 7,
-            kind: "mmap".into(),
+            kind: StackKind::Mmap,
             frames: vec![
                 frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None),
                 frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))),
@@ -328,10 +359,11 @@ mod tests {
     #[test]
     fn lost_and_unnamed_frames_fold() {
         let dir = tempdir("lost");
-        let lost = crate::recording::Stack { id: 5, kind: "malloc".into(), frames: vec![], lost: true, truncated: None };
+        let lost =
+            crate::recording::Stack { id: 5, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
         let unnamed = crate::recording::Stack {
             id: 6,
-            kind: "mmap".into(),
+            kind: StackKind::Mmap,
             frames: vec![
                 crate::recording::Frame { addr: 0x10, object: Some("/usr/lib/libx.so".into()), ..Default::default() },
                 crate::recording::Frame { addr: 0x20, function: Some("f; [u8; 8]".into()), ..Default::default() },
@@ -341,7 +373,10 @@ mod tests {
         };
         let rec = recording(
             &times61(),
-            vec![(lost, Box::new(|t: f64| ((t as u64 + 1) * 10, t as u64 + 1, 0, 0))), (unnamed, Box::new(|_| (4096, 1, 0, 0)))],
+            vec![
+                (lost, Box::new(|t: f64| ((t as u64 + 1) * 10, t as u64 + 1, 0, 0))),
+                (unnamed, Box::new(|_| (4096, 1, 0, 0))),
+            ],
             &|t| mem(t as u64 * 4096),
             &no_counters,
         );

@@ -1,0 +1,97 @@
+//! Which frame of a stack is its culprit, and how frames are labelled in reports.
+
+use crate::allocator_frames::is_allocator_frame;
+use crate::recording::{Frame, Stack, StackKind};
+
+/// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
+/// and objdump take), else `basename(object)+0xaddr` (recordings made before file offsets were
+/// kept), else `0xaddr`.
+pub fn frame_label(f: &Frame) -> String {
+    match (&f.function, &f.object, f.file_offset) {
+        (Some(func), _, _) if !func.is_empty() => func.clone(),
+        (_, Some(obj), Some(off)) => format!("{}+{:#x}", basename(obj), off),
+        (_, Some(obj), None) => format!("{}+{:#x}", basename(obj), f.addr),
+        _ => format!("{:#x}", f.addr),
+    }
+}
+
+/// Last path component of `path` (the whole string when it has no '/').
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// True when `f` is an allocator-internal frame (by function name).
+pub fn is_allocator(f: &Frame) -> bool {
+    f.function.as_deref().is_some_and(is_allocator_frame)
+}
+
+/// True for a frame of system or standard-library code: a shared library installed in a system
+/// library directory (libc, libstdc++, libz, libssl, libsqlite3, ...: /lib, /usr/lib, /lib64,
+/// /usr/lib64), or a function of the C++ or Rust standard library (`std::`, `__gnu_cxx::`,
+/// `alloc::`, `core::`), inlined into user code or not.
+pub fn is_system_frame(f: &Frame) -> bool {
+    let in_system_lib = f.object.as_deref().is_some_and(|o| {
+        let name = basename(o);
+        ["/lib/", "/usr/lib/", "/lib64/", "/usr/lib64/"].iter().any(|d| o.starts_with(d))
+            && (name.ends_with(".so") || name.contains(".so."))
+    });
+    let std_function = f.function.as_deref().is_some_and(|n| {
+        // A C++ name may start with its return type ("void std::vector<...>::...").
+        let n = n.trim_start_matches('<');
+        let n = match n.split_once(' ') {
+            Some((ret, rest)) if !ret.contains('(') && !ret.contains('<') => rest.trim_start_matches('<'),
+            _ => n,
+        };
+        ["std::", "__gnu_cxx::", "alloc::", "core::"].iter().any(|p| n.starts_with(p))
+    });
+    in_system_lib || std_function
+}
+
+/// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
+/// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
+fn is_runtime_frame(f: &Frame) -> bool {
+    f.object.as_deref().map(basename).is_some_and(|b| {
+        ["libpython", "python", "libjvm", "libjli", "java", "node", "libnode"].iter().any(|p| b.starts_with(p))
+    })
+}
+
+/// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
+/// libc's mmap or syscall wrapper: [`crate::allocator_frames::is_mapping_frame`]); when that frame is
+/// system or standard-library code ([`is_system_frame`]: a leak made inside libc, libz, libssl,
+/// libstdc++) and the stack goes on into the user's code, the first frame there (the function
+/// that called into the library), unless the stack passes through a managed runtime's own
+/// object; else the innermost named frame; else the innermost frame. A frame without a function
+/// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
+/// Returns (index, label).
+pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
+    let named = |f: &Frame| f.function.as_deref().is_some_and(|n| !n.is_empty());
+    let wrapper = |f: &Frame| {
+        stack.kind == StackKind::Mmap && f.function.as_deref().is_some_and(crate::allocator_frames::is_mapping_frame)
+    };
+    // A frame that can be named: by its function, or by its object and file offset (stripped
+    // code); frames with neither (JIT code) cannot.
+    let nameable = |f: &Frame| named(f) || f.object.is_some();
+    // Frame 0 of an allocation is the probed allocator function itself, named or not (a
+    // stripped allocator has no name to recognise it by).
+    let entry = |i: usize| i == 0 && stack.kind == StackKind::Malloc;
+    let first = (0..stack.frames.len()).find(|&i| {
+        let f = &stack.frames[i];
+        nameable(f) && !is_allocator(f) && !wrapper(f) && (!entry(i) || named(f))
+    });
+    let user = first.filter(|&i| is_system_frame(&stack.frames[i])).and_then(|i| {
+        if stack.frames.iter().any(is_runtime_frame) {
+            return None;
+        }
+        stack.frames[i..].iter().position(|f| nameable(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
+    });
+    let idx = user.or(first).or_else(|| stack.frames.iter().position(named)).or(if stack.frames.is_empty() {
+        None
+    } else {
+        Some(0)
+    });
+    match idx {
+        Some(i) => (Some(i), frame_label(&stack.frames[i])),
+        None if stack.lost => (None, "[stack lost]".to_string()),
+        None => (None, "[unknown]".to_string()),
+    }
+}

@@ -1,0 +1,594 @@
+//! Analysis of a recording: how the live (outstanding) bytes of every allocation site and of the
+//! whole process moved over time, and whether that movement is a leak.
+//!
+//! Everything here is a pure function of a [`Recording`](crate::recording::Recording): no root, no target. The method (window
+//! choice, least-squares trend, noise floor, classification rules and confidence) is written down
+//! in `docs/analysis.md`; the constants below are the numbers it quotes.
+//!
+//! Vocabulary: a *site* is one call stack ([`Stack`](crate::recording::Stack)) that allocates; its *live bytes* are the
+//! bytes allocated from it and not yet freed (only allocations made after the probes were
+//! attached are seen, so every site starts near zero at the first checkpoint). *Retention* is
+//! live bytes that stay live.
+//!
+//! Files: this one holds the model (the thresholds, [`Analysis`] and what it contains);
+//! `replay.rs` the analysis proper ([`analyze`]: checkpoints into series, the steady window,
+//! process figures); `stats.rs` trends and confidence; `site.rs` one site's class; `verdict.rs`
+//! the process verdict; `frames.rs` culprits and frame labels; `fixtures.rs` and `tests.rs` the
+//! unit tests' synthetic recordings and the tests.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::recording::{Frame, Runtime, StackKind};
+use crate::runtimes::MemoryKind;
+
+/// Absolute part of a site's noise floor, bytes per second: growth slower than this is never a
+/// leak (64 B/s is one small allocation a second; over an hour it is 225 KiB).
+pub const SITE_FLOOR_BYTES_PER_S: f64 = 64.0;
+/// Relative part of a site's noise floor: growth that over the whole run adds less than this
+/// fraction of the site's peak live bytes is noise (1 %).
+pub const SITE_FLOOR_FRACTION: f64 = 0.01;
+/// Absolute part of the process (RSS) noise floor, bytes per second: one 4 KiB page a second.
+/// RSS moves in pages, so a smaller slope is not measurable.
+pub const RSS_FLOOR_BYTES_PER_S: f64 = 4096.0;
+/// A site whose cumulative allocated bytes reach this many times its peak live bytes turns its
+/// memory over (short-lived blocks): class `temporary` unless it grows.
+pub const TEMPORARY_TURNOVER: f64 = 4.0;
+/// The steady window needs at least this many checkpoints; with fewer in the last half of the run
+/// all checkpoints are used.
+pub const MIN_WINDOW_POINTS: usize = 3;
+/// The plateau check (last quarter of the run) needs at least this many checkpoints while the
+/// process is active; with fewer it is not made (a single partial interval is no plateau).
+pub const MIN_PLATEAU_POINTS: usize = 5;
+/// A steady-window slope is "plateaued" when the slope over the last quarter of the run is below
+/// this fraction of it and not itself significant growth above the noise floor.
+pub const PLATEAU_RATIO: f64 = 0.5;
+/// Fragmentation: the traced live bytes must grow slower than this fraction of the RSS-anon slope.
+pub const FRAGMENTATION_RATIO: f64 = 0.25;
+/// |t| values are capped at this value (a perfectly straight line has an infinite t).
+pub const T_CAP: f64 = 1e6;
+/// Absolute part of the noise floor of a kind's series (managed, off-heap, ...), bytes per
+/// second: one page a second (mapped heaps move in pages).
+pub const KIND_FLOOR_BYTES_PER_S: f64 = 4096.0;
+
+/// Options of [`analyze`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalyzeOptions {
+    /// How many sites the human report lists per table (by growth, by live bytes).
+    pub top: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions { top: 10 }
+    }
+}
+
+/// What one allocation site does with its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum SiteClass {
+    /// Live bytes and live blocks keep growing through the steady window, above the noise floor,
+    /// with no plateau.
+    Leak,
+    /// Live bytes rose (usually early) and then stayed flat: retained, but bounded so far.
+    Cache,
+    /// Many more bytes allocated than ever live at once (turnover ≥ [`TEMPORARY_TURNOVER`]), live
+    /// bytes not growing: short-lived allocations.
+    Temporary,
+    /// Nothing grows beyond noise.
+    Flat,
+}
+
+impl SiteClass {
+    /// Lower-case name used in reports ("leak", "cache", "temporary", "flat").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteClass::Leak => "leak",
+            SiteClass::Cache => "cache",
+            SiteClass::Temporary => "temporary",
+            SiteClass::Flat => "flat",
+        }
+    }
+}
+
+impl std::fmt::Display for SiteClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the process as a whole does with its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessClass {
+    /// At least one site is a [`SiteClass::Leak`].
+    Leak,
+    /// RSS-anon grows significantly while the traced live bytes stay flat: allocator
+    /// fragmentation, or memory that does not come from a traced allocator.
+    Fragmentation,
+    /// The leaking sites are (mostly) off-heap mappings: anonymous regions the program maps and
+    /// never unmaps (not the allocator's, the loader's or a runtime's).
+    #[serde(rename = "off-heap")]
+    OffHeap,
+    /// Only caches grew (rose, then levelled off).
+    Cache,
+    /// No retained growth, but short-lived allocation churn.
+    Temporary,
+    /// Nothing grows beyond noise (or too little data to tell; see the confidence).
+    Flat,
+}
+
+impl ProcessClass {
+    /// Lower-case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessClass::Leak => "leak",
+            ProcessClass::Fragmentation => "fragmentation",
+            ProcessClass::OffHeap => "off-heap",
+            ProcessClass::Cache => "cache",
+            ProcessClass::Temporary => "temporary",
+            ProcessClass::Flat => "flat",
+        }
+    }
+}
+
+impl std::fmt::Display for ProcessClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Ordinary least-squares fit of a byte series against time over a window of checkpoints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Trend {
+    /// Number of checkpoints in the fit.
+    pub n: usize,
+    /// Time of the first checkpoint of the window, seconds since the first checkpoint.
+    pub from_s: f64,
+    /// Time of the last checkpoint of the window, seconds since the first checkpoint.
+    pub to_s: f64,
+    /// Least-squares slope, bytes per second (0 when fewer than 2 distinct times).
+    pub slope_bytes_per_s: f64,
+    /// Standard error of the slope, bytes per second, widened for lag-1 autocorrelation of the
+    /// residuals. None with fewer than 3 checkpoints (no error can be estimated).
+    pub stderr_bytes_per_s: Option<f64>,
+    /// Half-width of the 95 % confidence interval of the slope (Student t with n−2 degrees of
+    /// freedom × standard error), bytes per second.
+    pub ci95_bytes_per_s: Option<f64>,
+    /// slope / standard error, capped at ±[`T_CAP`].
+    pub t_stat: Option<f64>,
+    /// The whole 95 % confidence interval is above zero.
+    pub significant_growth: bool,
+}
+
+/// Numbers behind a site's class.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SiteEvidence {
+    /// Live-bytes trend over the steady window (see [`Analysis::steady_from_s`]).
+    pub steady: Trend,
+    /// Live-bytes trend from the first checkpoint to the start of the steady window (None when
+    /// the steady window is the whole run).
+    pub early: Option<Trend>,
+    /// Live-bytes trend over the last quarter of the run (plateau check; None with fewer than 3
+    /// checkpoints there).
+    pub late: Option<Trend>,
+    /// Growth slower than this is noise, bytes per second: max([`SITE_FLOOR_BYTES_PER_S`],
+    /// [`SITE_FLOOR_FRACTION`] × peak live bytes / span duration, and in sampled mode 2 × the
+    /// mean sample distance / span duration).
+    pub noise_floor_bytes_per_s: f64,
+    /// Live blocks at the last checkpoint minus at the start of the steady window.
+    pub steady_growth_allocations: i64,
+    /// Largest live bytes at any checkpoint.
+    pub peak_live_bytes: u64,
+    /// Live bytes at the first checkpoint.
+    pub first_live_bytes: u64,
+    /// Mean live bytes over the steady window minus live bytes at the first checkpoint, bytes.
+    pub rise_bytes: f64,
+    /// Standard deviation of live bytes over the steady window, bytes.
+    pub steady_sd_bytes: f64,
+    /// Allocated bytes / peak live bytes (how many times the site's memory was turned over).
+    /// None when nothing was allocated.
+    pub turnover: Option<f64>,
+    /// The steady-window growth stops in the last quarter of the run.
+    pub plateau: bool,
+    /// One sentence: why this class.
+    pub reason: String,
+}
+
+/// One allocation site (one call stack) over the recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteAnalysis {
+    /// [`Stack::id`](crate::recording::Stack::id).
+    pub id: u32,
+    /// "malloc", "mmap" or "fault" ([`Stack::kind`](crate::recording::Stack::kind)).
+    pub kind: StackKind,
+    /// What kind of memory the site holds under the target's runtime
+    /// ([`crate::runtimes::classify_site`]): managed, native, off-heap or runtime.
+    pub memory_kind: MemoryKind,
+    /// Culprit: the innermost frame that is not an allocator frame
+    /// ([`is_allocator_frame`](crate::allocator_frames::is_allocator_frame)); else the innermost named frame; else `object+0xaddr`.
+    pub function: String,
+    /// Index into [`SiteAnalysis::frames`] of the culprit frame (None when there are no frames).
+    pub culprit_frame: Option<usize>,
+    /// The call stack, innermost first (copied from the recording).
+    pub frames: Vec<Frame>,
+    /// The kernel could not give this site's stack: the bytes are real, their stack unknown.
+    pub stack_lost: bool,
+    /// Why the stack walk stopped before the outermost frame, when it did (the recording's
+    /// `Stack::truncated`): its outer callers are unknown.
+    pub stack_truncated: Option<String>,
+    /// Live bytes at the last checkpoint (allocated − freed).
+    pub live_bytes: u64,
+    /// Live blocks at the last checkpoint.
+    pub live_allocations: u64,
+    /// Bytes allocated from this site since attach (cumulative, last checkpoint).
+    pub allocated_bytes: u64,
+    /// Allocations from this site since attach.
+    pub allocations: u64,
+    /// Bytes of this site's blocks freed since attach.
+    pub freed_bytes: u64,
+    /// This site's blocks freed since attach.
+    pub frees: u64,
+    /// Live bytes at the last checkpoint minus at the first, bytes (may be negative).
+    pub growth_bytes: i64,
+    /// Steady-window least-squares slope of live bytes, bytes per second.
+    pub growth_bytes_per_s: f64,
+    /// Half-width of its 95 % confidence interval, bytes per second (None: fewer than 3
+    /// checkpoints in the window).
+    pub growth_ci95_bytes_per_s: Option<f64>,
+    /// Steady-window least-squares slope of live bytes against units of work (calls of the work
+    /// probe), bytes per unit. None without a work probe, or when it counted no call in the
+    /// window.
+    pub growth_bytes_per_unit: Option<f64>,
+    /// Half-width of its 95 % confidence interval, bytes per unit (None with fewer than 3
+    /// checkpoints).
+    pub growth_ci95_bytes_per_unit: Option<f64>,
+    /// "mmap" sites: bytes of the site's live regions resident in RAM at the last checkpoint
+    /// that had the figure (pagemap); `live_bytes` is what is mapped. None for other kinds.
+    pub resident_bytes: Option<u64>,
+    /// Classification.
+    pub class: SiteClass,
+    /// How clear the numbers behind `class` are, 0..1.
+    pub confidence: f64,
+    /// The numbers behind `class`.
+    pub evidence: SiteEvidence,
+}
+
+/// Time series of the process, each point `(t_s, bytes)` with t_s in seconds since the first
+/// checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MemorySeries {
+    /// VmRSS at each checkpoint that has memory figures.
+    pub rss_bytes: Vec<(f64, u64)>,
+    /// RssAnon at each checkpoint that has memory figures.
+    pub rss_anon_bytes: Vec<(f64, u64)>,
+    /// RssFile at each checkpoint that has memory figures.
+    pub rss_file_bytes: Vec<(f64, u64)>,
+    /// Sum of the live bytes of the "malloc" sites of native kind (all malloc sites of a target
+    /// without a managed runtime), at every checkpoint.
+    pub native_live_bytes: Vec<(f64, u64)>,
+    /// Sum of the live bytes of all "mmap" sites (off-heap mappings), at every checkpoint.
+    pub mmap_live_bytes: Vec<(f64, u64)>,
+    /// Growth mode: sum of the bytes of all "fault" sites (pages made resident by first-touch
+    /// page faults), at every checkpoint; empty when the recording has no such site.
+    pub fault_bytes: Vec<(f64, u64)>,
+    /// The runtime's managed heap: the runtime's own used bytes where it has a gauge (the JVM's
+    /// hsperfdata, at the checkpoints that have it), else the bytes of the managed-kind sites
+    /// (live bytes of malloc sites, resident bytes of mappings). Empty without a runtime.
+    pub managed_bytes: Vec<(f64, u64)>,
+    /// Off-heap sites: resident bytes of off-heap mappings plus live bytes of off-heap malloc
+    /// sites (direct buffers, ArrayBuffer backing stores), at every checkpoint.
+    pub offheap_live_bytes: Vec<(f64, u64)>,
+    /// Runtime-kind sites (the runtime's and the allocator's own memory), same measure.
+    pub runtime_live_bytes: Vec<(f64, u64)>,
+    /// Resident bytes the malloc allocator holds from the kernel (brk heap + its own mappings),
+    /// at each checkpoint that has the figure (`Checkpoint::allocator`); empty otherwise.
+    pub allocator_resident_bytes: Vec<(f64, u64)>,
+}
+
+/// How one kind of memory moved over the run (the runtime split of the process series).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KindGrowth {
+    /// Managed, native, off-heap or runtime.
+    pub kind: MemoryKind,
+    /// Where the figures come from: "hsperfdata" (the runtime's gauge) or "sites".
+    pub source: String,
+    /// Bytes at the first and last point of the series.
+    pub start_bytes: u64,
+    pub end_bytes: u64,
+    /// Steady-window trend of the series.
+    pub trend: Trend,
+    /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
+    /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
+    pub noise_floor_bytes_per_s: f64,
+    /// The trend is significant growth above the noise floor.
+    pub grows: bool,
+}
+
+/// Start and end figures of the process, bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// VmRSS at the first checkpoint with memory figures.
+    pub rss_start_bytes: Option<u64>,
+    /// VmRSS at the last checkpoint with memory figures.
+    pub rss_end_bytes: Option<u64>,
+    /// RssAnon at the first checkpoint with memory figures.
+    pub rss_anon_start_bytes: Option<u64>,
+    /// RssAnon at the last checkpoint with memory figures.
+    pub rss_anon_end_bytes: Option<u64>,
+    /// Live bytes of all malloc sites at the first checkpoint.
+    pub native_live_start_bytes: u64,
+    /// Live bytes of all malloc sites at the last checkpoint.
+    pub native_live_end_bytes: u64,
+    /// Steady-window slope of the malloc live bytes, bytes per second.
+    pub native_growth_bytes_per_s: f64,
+    /// Steady-window slope of RssAnon, bytes per second (None without memory figures).
+    pub rss_anon_growth_bytes_per_s: Option<f64>,
+    /// Allocator resident bytes at the first checkpoint that has the figure.
+    pub allocator_resident_start_bytes: Option<u64>,
+    /// Allocator resident bytes at the last checkpoint that has the figure.
+    pub allocator_resident_end_bytes: Option<u64>,
+    /// Steady-window slope of the allocator resident bytes, bytes per second.
+    pub allocator_resident_growth_bytes_per_s: Option<f64>,
+    /// Steady-window slope of the traced live bytes (every site, malloc and mappings), bytes per
+    /// second.
+    pub growth_bytes_per_s: f64,
+    /// The same against units of work, bytes per unit (None without units of work).
+    pub growth_bytes_per_unit: Option<f64>,
+    /// Steady-window slope of the native live bytes against units of work, bytes per unit.
+    pub native_growth_bytes_per_unit: Option<f64>,
+    /// Off-heap bytes ([`MemorySeries::offheap_live_bytes`]) at the first and last checkpoint.
+    pub offheap_live_start_bytes: u64,
+    pub offheap_live_end_bytes: u64,
+    /// Steady-window slope of the off-heap bytes, bytes per second.
+    pub offheap_growth_bytes_per_s: f64,
+    /// The same against units of work, bytes per unit.
+    pub offheap_growth_bytes_per_unit: Option<f64>,
+    /// Steady-window slope of RssAnon against units of work, bytes per unit.
+    pub rss_anon_growth_bytes_per_unit: Option<f64>,
+    /// Occupied heap to RSS: native live bytes / RssAnon at the last checkpoint with memory
+    /// figures (None without them). Low values with a growing RSS point at memory the allocator
+    /// keeps (fragmentation) or memory that is not traced.
+    pub occupied_heap_to_rss_ratio: Option<f64>,
+}
+
+/// The process-level conclusion: its class and confidence, and the facts it rests on. The
+/// sentence for humans is the renderers' ([`crate::report::verdict::sentence`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    /// Class of the process.
+    pub class: ProcessClass,
+    /// How clear the numbers are, 0..1.
+    pub confidence: f64,
+    /// True when the numbers cannot tell (too few checkpoints, too many allocations lost): the
+    /// class is then `flat` only for want of evidence, and the sentence starts with
+    /// "inconclusive". Set where the verdict is decided.
+    pub inconclusive: bool,
+    /// Why: what the process's memory did.
+    pub reason: Reason,
+    /// With a managed runtime: which kind of memory leaks, or how each kind moved.
+    pub by_kind: Option<KindReason>,
+    /// More than 1 % of the allocator calls were lost: the verdict is a lower bound (a leak) or
+    /// inconclusive (anything else).
+    pub losses: Option<Losses>,
+}
+
+/// What the process's memory did, with the figures the verdict names. Sites are referred to by
+/// their position in [`Analysis::sites`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Reason {
+    /// Sites leak. The sites of the faster-growing group in all (off-heap mappings when
+    /// `offheap`, else the malloc heap) name the class; the other group is named too.
+    Leaks {
+        /// The mapping sites grow faster than the heap sites.
+        offheap: bool,
+        /// The fastest leaking site of that group, its number of sites and their summed growth
+        /// (bytes per second).
+        top: usize,
+        count: usize,
+        total_bytes_per_s: f64,
+        /// The other group's fastest site, number of sites and summed growth, if it leaks too.
+        also: Option<(usize, usize, f64)>,
+        /// The steady window, seconds since the first checkpoint.
+        window_s: (f64, f64),
+    },
+    /// The allocator's resident memory grows while live native bytes stay flat.
+    AllocatorRetains {
+        /// The allocator's resident bytes over the steady window.
+        trend: Trend,
+        /// Slope of the live native bytes, bytes per second.
+        native_bytes_per_s: f64,
+    },
+    /// RSS (anon) grows while the traced live bytes stay flat.
+    RssOutgrowsTraced {
+        /// RssAnon over the steady window.
+        trend: Trend,
+        /// Slope of the traced live bytes, bytes per second.
+        traced_bytes_per_s: f64,
+        /// The allocator's footprint was measured and does not grow: the memory is not the
+        /// malloc heap's.
+        heap_flat: bool,
+    },
+    /// Too few checkpoints to measure growth.
+    TooFewCheckpoints {
+        /// Checkpoints in the steady window.
+        n: usize,
+    },
+    /// Memory rose and levelled off at cache sites.
+    Caches {
+        /// The cache site that grew most, the number of cache sites, and the bytes they retain.
+        top: usize,
+        count: usize,
+        retained_bytes: u64,
+    },
+    /// Allocations are short-lived.
+    ShortLived {
+        /// Temporary sites, the bytes and blocks they freed, the slope of live native bytes.
+        count: usize,
+        freed_bytes: u64,
+        freed_blocks: u64,
+        native_bytes_per_s: f64,
+    },
+    /// No site grows beyond noise.
+    Flat {
+        /// Slope of the live native bytes, bytes per second.
+        native_bytes_per_s: f64,
+    },
+}
+
+/// With a managed runtime, the kind of memory that leaks (or none).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum KindReason {
+    /// The managed heap grows ([`Analysis::kinds`]'s managed entry has the figures).
+    ManagedLeak,
+    /// Sites of `kind` leak: the fastest is `top`, named `label` (the runtime's name for it, or
+    /// its culprit function), among `count` leaking sites of that kind.
+    KindLeak { kind: MemoryKind, top: usize, label: String, count: usize },
+    /// No kind leaks: the verdict names how each kind moved.
+    ByKind,
+}
+
+/// Allocator calls lost beyond 1 %.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Losses {
+    /// Share of the traced allocator calls whose bytes were lost, 0..1.
+    pub share: f64,
+    /// The byte-losing counters that are not zero, (name, count), in counter order.
+    pub counters: Vec<(String, u64)>,
+    /// A leak was found anyway: its growth is a lower bound (else the verdict is inconclusive).
+    pub lower_bound: bool,
+}
+
+impl Verdict {
+    /// [`Verdict::inconclusive`].
+    pub fn is_inconclusive(&self) -> bool {
+        self.inconclusive
+    }
+}
+
+/// Everything [`analyze`] finds in a recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Analysis {
+    /// Checkpoints used (those with a finite time).
+    pub checkpoints: usize,
+    /// Last checkpoint time − first checkpoint time, seconds.
+    pub duration_s: f64,
+    /// Start of the analysed span, seconds since the first checkpoint: the last checkpoint before
+    /// the process first allocated or freed (0 unless it was idle at the start).
+    pub span_from_s: f64,
+    /// End of the analysed span, seconds since the first checkpoint: the last checkpoint, or
+    /// when the target exited, the first checkpoint after its last allocation or free.
+    pub span_to_s: f64,
+    /// Start of the steady window, seconds since the first checkpoint: the last half of the
+    /// analysed span, or its start when that half holds fewer than [`MIN_WINDOW_POINTS`]
+    /// checkpoints.
+    pub steady_from_s: f64,
+    /// The steady window fell back to all checkpoints (too few in the last half).
+    pub steady_is_whole_run: bool,
+    /// Every site of the recording, sorted by live bytes at the end, descending (ties: growth).
+    pub sites: Vec<SiteAnalysis>,
+    /// Process series.
+    pub memory: MemorySeries,
+    /// Start/end figures.
+    pub summary: Summary,
+    /// Steady-window trend of the malloc live bytes.
+    pub native_trend: Trend,
+    /// Steady-window trend of RssAnon (None without memory figures).
+    pub rss_anon_trend: Option<Trend>,
+    /// Steady-window trend of the allocator's resident bytes (None without the figure).
+    pub allocator_trend: Option<Trend>,
+    /// Loss counters (IS_LOSS) at the last checkpoint, by name; every loss counter is present.
+    pub drops: BTreeMap<String, u64>,
+    /// Sum of [`Analysis::drops`].
+    pub drops_total: u64,
+    /// Informational counters at the last checkpoint, by name (including unknown names).
+    pub events: BTreeMap<String, u64>,
+    /// Process conclusion.
+    pub verdict: Verdict,
+    /// Caveats found while analysing (few checkpoints, missing memory figures, losses...).
+    pub warnings: Vec<String>,
+    /// [`AnalyzeOptions::top`].
+    pub top: usize,
+    /// Managed runtime of the target ([`crate::recording::Target::runtime`]); None: native.
+    pub runtime: Option<Runtime>,
+    /// Each kind of memory (managed, native, off-heap, runtime) over the run; the managed entry
+    /// only with a runtime.
+    pub kinds: Vec<KindGrowth>,
+    /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
+    pub work_probe: Option<String>,
+    /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None
+    /// without a work probe.
+    pub units_of_work: Option<u64>,
+    /// Steady-window trend of all traced live bytes (every site), bytes per second.
+    pub traced_trend: Trend,
+    /// Steady-window trend of all traced live bytes against units of work (the slope and its
+    /// interval are in bytes per unit, `from_s`/`to_s` in units); None without units of work.
+    pub traced_unit_trend: Option<Trend>,
+}
+
+impl Analysis {
+    /// Up to `top` sites with positive steady-window growth (bytes per second), fastest first.
+    pub fn top_by_growth(&self) -> Vec<&SiteAnalysis> {
+        let mut v: Vec<&SiteAnalysis> = self
+            .sites
+            .iter()
+            .filter(|s| s.growth_bytes_per_s > 0.0 && (s.growth_bytes > 0 || s.live_bytes > 0))
+            .collect();
+        v.sort_by(|a, b| {
+            class_rank(a.class).cmp(&class_rank(b.class)).then(b.growth_bytes_per_s.total_cmp(&a.growth_bytes_per_s))
+        });
+        v.truncate(self.top);
+        v
+    }
+
+    /// Up to `top` sites with live bytes at the end, largest first.
+    pub fn top_by_live(&self) -> Vec<&SiteAnalysis> {
+        self.sites.iter().filter(|s| s.live_bytes > 0).take(self.top).collect()
+    }
+
+    /// "call of FUNCTION": what one unit of work is (the work probe without its object), or None
+    /// without a work probe.
+    pub fn unit_name(&self) -> Option<String> {
+        unit_name(self.work_probe.as_deref())
+    }
+
+    /// Sites of one class, in [`Analysis::sites`] order.
+    pub fn sites_of(&self, class: SiteClass) -> impl Iterator<Item = &SiteAnalysis> {
+        self.sites.iter().filter(move |s| s.class == class)
+    }
+}
+
+/// "call of FUNCTION" for a work probe `SYMBOL[@OBJECT]`.
+pub fn unit_name(work_probe: Option<&str>) -> Option<String> {
+    let w = work_probe?;
+    Some(format!("call of {}", w.split('@').next().unwrap_or(w)))
+}
+
+fn class_rank(c: SiteClass) -> u8 {
+    match c {
+        SiteClass::Leak => 0,
+        _ => 1,
+    }
+}
+
+mod frames;
+mod replay;
+mod site;
+mod stats;
+mod verdict;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
+mod tests;
+
+pub use frames::{basename, culprit, frame_label, is_allocator};
+pub use replay::{analyze, analyze_timeline, steady_window};
+pub use stats::{fit, t_crit95};
+pub use verdict::lost_share;
+
+use site::*;
+use stats::*;
+use verdict::*;

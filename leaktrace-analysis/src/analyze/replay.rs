@@ -1,0 +1,410 @@
+//! The analysis proper: checkpoints replayed into per-site and per-process series, the steady
+//! window, process figures, then each site and the verdict.
+
+use std::collections::BTreeMap;
+
+use leaktrace_common::counter;
+
+use super::*;
+use crate::recording::{EndReason, Mode, Recording, StackKind};
+use crate::runtimes::MemoryKind;
+use crate::timeline::Timeline;
+
+/// One site's series, one entry per time-sorted checkpoint (a view into the [`Timeline`]).
+pub(super) struct Series<'a> {
+    pub(super) live_bytes: &'a [u64],
+    pub(super) live_count: &'a [u64],
+    pub(super) last: &'a crate::recording::SiteSample,
+    /// Mappings: resident bytes at the last checkpoint that had the figure.
+    pub(super) resident: Option<u64>,
+}
+
+/// Analyse a recording. Never panics on odd input (no checkpoint, one checkpoint, zero duration,
+/// missing memory figures, samples that refer to unknown stacks); such cases lower the confidence
+/// and add a warning instead.
+pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
+    analyze_timeline(rec, &Timeline::new(rec), opts)
+}
+
+/// [`analyze`] with the recording's [`Timeline`] already built.
+pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
+    let mut warnings = Vec::new();
+
+    // Checkpoints in time order, ignoring any with a non-finite time.
+    let order = &tl.order;
+    if order.len() != rec.checkpoints.len() {
+        warnings
+            .push(format!("{} checkpoint(s) with an invalid time were ignored", rec.checkpoints.len() - order.len()));
+    }
+    let times = &tl.times;
+    let n = times.len();
+    let t0 = times.first().copied().unwrap_or(0.0);
+    let duration = times.last().map_or(0.0, |t| t - t0).max(0.0);
+
+    // Sites: one per stack, plus any stack id a sample refers to that the recording lacks.
+    let stacks = &tl.stacks;
+    if tl.duplicate_ids {
+        warnings.push("the recording has duplicate stack ids; only the first is used".into());
+    }
+    if tl.unknown_stacks > 0 {
+        warnings.push(format!(
+            "{} site(s) refer to a stack missing from the recording (shown as [unknown])",
+            tl.unknown_stacks
+        ));
+    }
+    let series: Vec<Series<'_>> = (0..stacks.len())
+        .map(|si| Series {
+            live_bytes: &tl.live_bytes[si],
+            live_count: &tl.live_count[si],
+            last: &tl.last[si],
+            resident: tl.resident[si].last().copied().flatten(),
+        })
+        .collect();
+
+    // The analysed span: from the last idle checkpoint before the first allocation or free to
+    // the end; when the target exited, only up to the first checkpoint after its last allocation
+    // or free (the idle time before exiting says nothing about growth).
+    let Span { start: span_start, end: span_end, last_active } = span_of(tl, rec.end_reason);
+    let span = span_start..span_end;
+    if span_start > 0 {
+        warnings.push(format!(
+            "no allocation or free in the first {:.1} s: rates are measured from {:.1} s",
+            times[span_start] - t0,
+            times[span_start] - t0
+        ));
+    }
+    if span_end < n {
+        warnings.push(format!(
+            "the target made no allocation or free in its last {:.1} s before exiting: rates are \
+             measured up to {:.1} s",
+            times[n - 1] - times[span_end - 1],
+            times[span_end - 1] - t0
+        ));
+    }
+    let win = windows(times, span.clone(), last_active);
+    let span_duration = match (times.get(span.start), span.end.checked_sub(1).and_then(|e| times.get(e))) {
+        (Some(a), Some(b)) => (b - a).max(0.0),
+        _ => 0.0,
+    };
+    let steady_points = win.steady.len();
+    if n < MIN_WINDOW_POINTS || steady_points < MIN_WINDOW_POINTS {
+        warnings.push(format!(
+            "only {} checkpoint(s) to fit: growth cannot be measured (at least \
+             {MIN_WINDOW_POINTS} are needed); record longer or with a shorter interval",
+            steady_points
+        ));
+    } else if win.whole_run {
+        warnings.push(format!(
+            "the last half of the run holds fewer than {MIN_WINDOW_POINTS} checkpoints: the trend \
+             is fitted over the whole run, start-up growth included"
+        ));
+    }
+    // Units of work (calls of the work probe since attach) at each checkpoint.
+    let units: Vec<Option<u64>> = order.iter().map(|&i| rec.checkpoints[i].units_of_work).collect();
+    let units_of_work = if rec.work_probe.is_some() || units.iter().any(Option::is_some) {
+        units.iter().rev().find_map(|u| *u)
+    } else {
+        None
+    };
+    if let Some(w) = &rec.work_probe {
+        let counted = units.get(win.steady.clone()).is_some_and(|u| {
+            let c: Vec<u64> = u.iter().flatten().copied().collect();
+            c.first() != c.last()
+        });
+        if !counted {
+            warnings.push(format!(
+                "the work probe {w} counted no call over the steady window: growth is given per \
+                 second only"
+            ));
+        }
+    }
+
+    // Counters (cumulative: the last checkpoint).
+    let mut drops: BTreeMap<String, u64> = BTreeMap::new();
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    for c in &counter::TABLE {
+        if c.is_loss {
+            drops.insert(c.name.to_string(), 0);
+        } else {
+            events.insert(c.name.to_string(), 0);
+        }
+    }
+    if let Some(&last) = order.last() {
+        for (k, &v) in &rec.checkpoints[last].counters {
+            if let Some(d) = drops.get_mut(k) {
+                *d = v;
+            } else {
+                events.insert(k.clone(), v);
+            }
+        }
+    }
+    let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
+    let allocs = events.get("allocs").copied().unwrap_or(0);
+    let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
+    let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
+    if drops_total > 0 {
+        let names: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        warnings.push(format!(
+            "{drops_total} event(s) were lost ({}; {:.2} % of recorded allocations): figures may \
+             be incomplete",
+            names.join(", "),
+            loss_ratio * 100.0
+        ));
+    }
+
+    // Sampled mode: a site's figures move in steps of about one sample.
+    let sample_bytes = if rec.mode == Mode::Sampled { rec.sample_bytes.unwrap_or(0) } else { 0 };
+    if sample_bytes > 0 {
+        warnings.push(format!(
+            "sampled mode: per-site figures are estimates from one sample every {sample_bytes} \
+             bytes on average; growth below about 2 samples over the run is treated as noise"
+        ));
+    }
+
+    // What kind of memory each site holds under the target's runtime.
+    let kinds = &tl.kinds;
+
+    // Per-site analysis.
+    let ctx = SiteContext { times, units: &units, duration: span_duration, win: &win, f_drops, sample_bytes };
+    let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(stacks.len());
+    for (si, st) in stacks.iter().enumerate() {
+        let ser = &series[si];
+        sites.push(analyze_site(st, ser, &ctx, kinds[si]));
+    }
+    sites.sort_by(|a, b| {
+        b.live_bytes.cmp(&a.live_bytes).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
+    });
+    let lost_bytes: u64 = sites.iter().filter(|s| s.stack_lost).map(|s| s.live_bytes).sum();
+    if lost_bytes > 0 {
+        warnings.push(format!(
+            "{lost_bytes} live bytes at the end have no call stack (stack lost): they are counted \
+             but not attributed"
+        ));
+    }
+
+    // Process series.
+    let mut memory = MemorySeries::default();
+    for &ci in order {
+        let c = &rec.checkpoints[ci];
+        if let Some(m) = &c.memory {
+            let t = (c.t_s * 1e9).round() / 1e9;
+            memory.rss_bytes.push((t, m.rss_bytes));
+            memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
+            memory.rss_file_bytes.push((t, m.rss_file_bytes));
+        }
+        if let Some(al) = &c.allocator {
+            let t = (c.t_s * 1e9).round() / 1e9;
+            memory.allocator_resident_bytes.push((t, al.resident_bytes()));
+        }
+    }
+    let mut native = vec![0u64; n];
+    let mut mmap = vec![0u64; n];
+    let mut fault = vec![0u64; n];
+    // malloc sites of a runtime that are not native (managed, off-heap, runtime kinds).
+    let mut other_malloc = vec![0u64; n];
+    for (si, st) in stacks.iter().enumerate() {
+        let target = match st.kind {
+            StackKind::Mmap => &mut mmap,
+            StackKind::Fault => &mut fault,
+            _ if kinds[si] == MemoryKind::Native => &mut native,
+            _ => &mut other_malloc,
+        };
+        for (k, v) in series[si].live_bytes.iter().enumerate() {
+            target[k] = target[k].saturating_add(*v);
+        }
+    }
+    if stacks.iter().any(|s| s.kind == StackKind::Fault) {
+        memory.fault_bytes = times.iter().copied().zip(fault.iter().copied()).collect();
+    }
+    memory.native_live_bytes = times.iter().copied().zip(native.iter().copied()).collect();
+    memory.mmap_live_bytes = times.iter().copied().zip(mmap.iter().copied()).collect();
+    if memory.rss_bytes.len() < n {
+        warnings.push(format!(
+            "{} of {n} checkpoint(s) have no memory figures (process gone or /proc unreadable)",
+            n - memory.rss_bytes.len()
+        ));
+    }
+
+    let native_trend = fit(&points(times, &native, win.steady.clone()));
+    let traced: Vec<u64> = (0..n)
+        .map(|k| native[k].saturating_add(mmap[k]).saturating_add(fault[k]).saturating_add(other_malloc[k]))
+        .collect();
+    let traced_trend = fit(&points(times, &traced, win.steady.clone()));
+    let (span_from, span_to) = (
+        times.get(span.start).copied().unwrap_or(0.0),
+        span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0),
+    );
+    // The runtime split: managed, native, off-heap and runtime series and their trends.
+    let by_kind = crate::runtimes::memory_by_kind(tl);
+    let with_times =
+        |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
+    let gauge: Vec<(f64, u64)> =
+        crate::runtimes::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
+    let managed_source = if !gauge.is_empty() { "hsperfdata" } else { "sites" };
+    if rec.target.runtime.is_some() {
+        memory.managed_bytes = if gauge.is_empty() { with_times(&by_kind.managed) } else { gauge };
+    }
+    memory.offheap_live_bytes = with_times(&by_kind.offheap);
+    memory.runtime_live_bytes = with_times(&by_kind.runtime);
+    let steady_from = times.get(win.steady.start).copied().unwrap_or(0.0);
+    let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
+        let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
+        let trend = fit(&points(&ts, &vs, time_range(&ts, steady_from, span_to)));
+        let peak = vs.iter().copied().max().unwrap_or(0);
+        // Native bytes are exact malloc sizes (a site's floor); the other series hold pages.
+        let abs_floor = if kind == MemoryKind::Native { SITE_FLOOR_BYTES_PER_S } else { KIND_FLOOR_BYTES_PER_S };
+        let floor = if span_duration > 0.0 {
+            (SITE_FLOOR_FRACTION * peak as f64 / span_duration).max(abs_floor)
+        } else {
+            abs_floor
+        };
+        KindGrowth {
+            kind,
+            source: source.to_string(),
+            start_bytes: vs.first().copied().unwrap_or(0),
+            end_bytes: vs.last().copied().unwrap_or(0),
+            grows: trend.significant_growth && trend.slope_bytes_per_s > floor,
+            trend,
+            noise_floor_bytes_per_s: floor,
+        }
+    };
+    let mut kind_list = Vec::new();
+    if rec.target.runtime.is_some() {
+        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &memory.managed_bytes));
+    }
+    kind_list.push(kind_growth(MemoryKind::Native, "sites", &memory.native_live_bytes));
+    kind_list.push(kind_growth(MemoryKind::OffHeap, "sites", &memory.offheap_live_bytes));
+    kind_list.push(kind_growth(MemoryKind::Runtime, "sites", &memory.runtime_live_bytes));
+
+    // Steady-window trend of a process series, over the analysed span.
+    let series_trend = |pts: &[(f64, u64)]| -> Option<Trend> {
+        if pts.is_empty() {
+            return None;
+        }
+        let mt: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        let mv: Vec<u64> = pts.iter().map(|p| p.1).collect();
+        let r = time_range(&mt, span_from, span_to);
+        let w = windows(&mt, r.clone(), r.end.saturating_sub(1));
+        Some(fit(&points(&mt, &mv, w.steady)))
+    };
+    let rss_anon_trend = series_trend(&memory.rss_anon_bytes);
+    let allocator_trend = series_trend(&memory.allocator_resident_bytes);
+
+    // Per unit of work, over the same steady window; off-heap bytes; occupied heap to RSS.
+    let traced_unit_trend = unit_fit(&units, &traced, win.steady.clone());
+    let native_unit_trend = unit_fit(&units, &native, win.steady.clone());
+    let offheap: Vec<u64> = memory.offheap_live_bytes.iter().map(|p| p.1).collect();
+    let offheap_trend = fit(&points(times, &offheap, win.steady.clone()));
+    let offheap_unit_trend = unit_fit(&units, &offheap, win.steady.clone());
+    let anon: Vec<Option<u64>> =
+        order.iter().map(|&i| rec.checkpoints[i].memory.as_ref().map(|m| m.rss_anon_bytes)).collect();
+    let anon_units: Vec<Option<u64>> = units.iter().zip(&anon).map(|(u, a)| a.and(*u)).collect();
+    let anon_vals: Vec<u64> = anon.iter().map(|a| a.unwrap_or(0)).collect();
+    let rss_anon_unit_trend = unit_fit(&anon_units, &anon_vals, win.steady.clone());
+    let occupied_heap_to_rss_ratio = (0..n)
+        .rev()
+        .find_map(|k| anon[k].map(|a| (k, a)))
+        .and_then(|(k, a)| (a > 0).then(|| (native[k] as f64 / a as f64 * 1e4).round() / 1e4));
+
+    let summary = Summary {
+        rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
+        rss_end_bytes: memory.rss_bytes.last().map(|p| p.1),
+        rss_anon_start_bytes: memory.rss_anon_bytes.first().map(|p| p.1),
+        rss_anon_end_bytes: memory.rss_anon_bytes.last().map(|p| p.1),
+        native_live_start_bytes: native.first().copied().unwrap_or(0),
+        native_live_end_bytes: native.last().copied().unwrap_or(0),
+        native_growth_bytes_per_s: native_trend.slope_bytes_per_s,
+        rss_anon_growth_bytes_per_s: rss_anon_trend.map(|t| t.slope_bytes_per_s),
+        allocator_resident_start_bytes: memory.allocator_resident_bytes.first().map(|p| p.1),
+        allocator_resident_end_bytes: memory.allocator_resident_bytes.last().map(|p| p.1),
+        allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
+        growth_bytes_per_s: traced_trend.slope_bytes_per_s,
+        growth_bytes_per_unit: traced_unit_trend.map(|t| t.slope_bytes_per_s),
+        native_growth_bytes_per_unit: native_unit_trend.map(|t| t.slope_bytes_per_s),
+        offheap_live_start_bytes: offheap.first().copied().unwrap_or(0),
+        offheap_live_end_bytes: offheap.last().copied().unwrap_or(0),
+        offheap_growth_bytes_per_s: offheap_trend.slope_bytes_per_s,
+        offheap_growth_bytes_per_unit: offheap_unit_trend.map(|t| t.slope_bytes_per_s),
+        rss_anon_growth_bytes_per_unit: rss_anon_unit_trend.map(|t| t.slope_bytes_per_s),
+        occupied_heap_to_rss_ratio,
+    };
+    let verdict = process_verdict(&ProcessInput {
+        sites: &sites,
+        n: steady_points,
+        win: &win,
+        duration: span_duration,
+        native_trend: &native_trend,
+        traced_trend: &traced_trend,
+        rss_anon_trend: rss_anon_trend.as_ref(),
+        rss_anon: &memory.rss_anon_bytes,
+        allocator_trend: allocator_trend.as_ref(),
+        allocator: &memory.allocator_resident_bytes,
+        f_drops,
+    });
+    let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
+    let verdict = losses_verdict(verdict, &drops, &events);
+
+    Analysis {
+        checkpoints: n,
+        duration_s: duration,
+        span_from_s: span_from - t0,
+        span_to_s: span_to - t0,
+        steady_from_s: times.get(win.steady.start).map_or(0.0, |t| t - t0),
+        steady_is_whole_run: win.whole_run,
+        sites,
+        memory,
+        summary,
+        native_trend,
+        rss_anon_trend,
+        allocator_trend,
+        drops,
+        drops_total,
+        events,
+        verdict,
+        warnings,
+        top: opts.top,
+        runtime: rec.target.runtime,
+        kinds: kind_list,
+        work_probe: rec.work_probe.clone(),
+        units_of_work,
+        traced_trend,
+        traced_unit_trend,
+    }
+}
+
+/// The analysed span of a timeline, as positions in it: from the last idle checkpoint before the
+/// first allocation or free to the end; when the target exited, only up to the first checkpoint
+/// after its last allocation or free (the idle time before exiting says nothing about growth).
+pub(crate) struct Span {
+    /// First checkpoint of the span.
+    pub(crate) start: usize,
+    /// One past its last checkpoint.
+    pub(crate) end: usize,
+    /// The last checkpoint at which the process allocated or freed (the last one when it never
+    /// did).
+    pub(crate) last_active: usize,
+}
+
+/// The analysed [`Span`] of `tl` for a recording that ended for `end_reason`.
+pub(crate) fn span_of(tl: &Timeline, end_reason: EndReason) -> Span {
+    let n = tl.len();
+    let activity = &tl.activity;
+    let changed: Vec<usize> = (1..n).filter(|&k| activity[k] != activity[k - 1]).collect();
+    let last_active = changed.last().copied().unwrap_or(n.saturating_sub(1));
+    let start = changed.first().map_or(0, |&k| k - 1);
+    let end = if end_reason == EndReason::TargetExited && last_active > start { last_active + 1 } else { n };
+    Span { start, end, last_active }
+}
+
+/// The steady window of a recording, seconds since its first checkpoint: (start of the steady
+/// window, end of the analysed span), as [`Analysis::steady_from_s`] and [`Analysis::span_to_s`]
+/// give them, without the rest of the analysis.
+pub fn steady_window(rec: &Recording, tl: &Timeline) -> (f64, f64) {
+    let times = &tl.times;
+    let t0 = times.first().copied().unwrap_or(0.0);
+    let span = span_of(tl, rec.end_reason);
+    let win = windows(times, span.start..span.end, span.last_active);
+    let span_to = span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0);
+    (times.get(win.steady.start).map_or(0.0, |t| t - t0), span_to - t0)
+}

@@ -1,0 +1,244 @@
+//! One site's trend, evidence and class (leak, cache, temporary, flat).
+
+use super::replay::Series;
+use super::*;
+use crate::recording::{Stack, StackKind};
+use crate::runtimes::MemoryKind;
+
+/// What every site's analysis shares.
+pub(super) struct SiteContext<'a> {
+    /// Checkpoint times, sorted, seconds.
+    pub(super) times: &'a [f64],
+    /// Units of work at each checkpoint (None: not counted).
+    pub(super) units: &'a [Option<u64>],
+    /// Duration of the analysed span, seconds.
+    pub(super) duration: f64,
+    pub(super) win: &'a Windows,
+    /// Confidence factor for losses.
+    pub(super) f_drops: f64,
+    /// Sampled mode: mean distance between samples, bytes (0 otherwise).
+    pub(super) sample_bytes: u64,
+}
+
+pub(super) fn analyze_site(
+    st: &Stack,
+    ser: &Series<'_>,
+    ctx: &SiteContext<'_>,
+    memory_kind: MemoryKind,
+) -> SiteAnalysis {
+    let SiteContext { times, units, duration, win, f_drops, sample_bytes } = *ctx;
+    let (culprit_frame, function) = culprit(st);
+    let live = &ser.live_bytes;
+    let count = &ser.live_count;
+    let first_live = live.first().copied().unwrap_or(0);
+    let last_live = live.last().copied().unwrap_or(0);
+    let peak = live.iter().copied().max().unwrap_or(0);
+    let growth_bytes = (last_live as i128 - first_live as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+
+    let steady = fit(&points(times, live, win.steady.clone()));
+    let per_unit = unit_fit(units, live, win.steady.clone());
+    let early = win.early.clone().map(|r| fit(&points(times, live, r)));
+    let late = win.late.clone().map(|r| fit(&points(times, live, r)));
+
+    let floor = if duration > 0.0 {
+        (SITE_FLOOR_FRACTION * peak as f64 / duration)
+            .max(2.0 * sample_bytes as f64 / duration)
+            .max(SITE_FLOOR_BYTES_PER_S)
+    } else {
+        SITE_FLOOR_BYTES_PER_S
+    };
+    let steady_vals: Vec<f64> = win.steady.clone().filter_map(|i| live.get(i)).map(|&v| v as f64).collect();
+    let mean_steady =
+        if steady_vals.is_empty() { 0.0 } else { steady_vals.iter().sum::<f64>() / steady_vals.len() as f64 };
+    let sd_steady = if steady_vals.len() < 2 {
+        0.0
+    } else {
+        (steady_vals.iter().map(|v| (v - mean_steady).powi(2)).sum::<f64>() / (steady_vals.len() - 1) as f64).sqrt()
+    };
+    let rise = mean_steady - first_live as f64;
+    let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
+    let count_end = count.last().copied().unwrap_or(0);
+    let steady_growth_allocations =
+        (count_end as i128 - count_at_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    let turnover = (ser.last.alloc_bytes > 0).then(|| ser.last.alloc_bytes as f64 / peak.max(1) as f64);
+
+    let grows = steady.significant_growth && steady.slope_bytes_per_s > floor;
+    let plateau = grows
+        && late.is_some_and(|l| {
+            !(l.significant_growth && l.slope_bytes_per_s > floor)
+                && l.slope_bytes_per_s < PLATEAU_RATIO * steady.slope_bytes_per_s
+        });
+    // Live blocks must not fall: either more blocks, or the same blocks enlarged (realloc).
+    let count_grew = steady_growth_allocations > 0;
+    let enlarged = steady_growth_allocations == 0 && count_end > 0;
+    let count_ok = count_grew || enlarged;
+    let f_n = f_points(steady.n);
+    let f_share = if win.whole_run { 0.6 } else { 1.0 };
+    // Bytes the noise floor allows over the whole run.
+    let floor_bytes = floor * duration.max(1.0);
+    // A cache is growth that levels off: the steady window must be clearly slower than the
+    // first part. A steady slope that is merely not significant (few checkpoints) while it
+    // keeps the early pace is no evidence of a plateau.
+    let flattened = steady.slope_bytes_per_s <= floor
+        || early.is_none_or(|e| steady.slope_bytes_per_s < PLATEAU_RATIO * e.slope_bytes_per_s.max(0.0));
+    let unresolved = !grows
+        && !flattened
+        && count_ok
+        && steady.slope_bytes_per_s > floor
+        && early.is_some_and(|e| e.significant_growth && e.slope_bytes_per_s > floor);
+    // Too few checkpoints for any fit (a process traced late, a short run), but live bytes never
+    // fell and grew beyond what the noise floor allows: not "no growth".
+    let rising = live.len() >= 2 && live.windows(2).all(|w| w[1] >= w[0]);
+    let too_short = !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
+
+    let (class, confidence, mut reason);
+    if too_short {
+        class = SiteClass::Leak;
+        confidence = clamp_conf(0.5 * f_n * f_share * f_drops);
+        reason = format!(
+            "live bytes never fell and grew by {} in all, but {} checkpoint(s) are too few \
+             to tell a leak from a cache that is still filling; record longer or with a shorter \
+             --interval to be sure",
+            crate::human::bytes(growth_bytes.max(0) as u64),
+            live.len()
+        );
+    } else if unresolved {
+        // Grows through the whole run at a steady pace; too few checkpoints in the steady window
+        // for significance there: a leak, with the confidence that evidence gives.
+        class = SiteClass::Leak;
+        let e = early.unwrap_or_default();
+        confidence = clamp_conf(0.5 * f_tstat(&e) * f_n * f_share * f_drops);
+        reason = format!(
+            "live bytes grow through the whole run without levelling off: {:.1} B/s in the first part (t {}), {:.1} B/s over the steady window ({} checkpoints: too few for significance there); record longer or with a shorter --interval to be sure",
+            e.slope_bytes_per_s,
+            fmt_t(e.t_stat),
+            steady.slope_bytes_per_s,
+            steady.n
+        );
+    } else if grows && count_ok && !plateau {
+        class = SiteClass::Leak;
+        let f_margin = 1.0 - 0.5 * floor / steady.slope_bytes_per_s;
+        let f_blocks = if count_grew { 1.0 } else { 0.8 };
+        let f_idle = if win.late_idle { 0.6 } else { 1.0 };
+        confidence = clamp_conf(f_tstat(&steady) * f_n * f_margin * f_share * f_drops * f_blocks * f_idle);
+        let blocks = if count_grew {
+            format!("live blocks grew by {steady_growth_allocations}")
+        } else {
+            format!("the same {count_end} live block(s) keep being enlarged (realloc)")
+        };
+        reason = format!(
+            "live bytes grow {:.1} B/s (95 % CI ±{:.1}, t {}, {} checkpoints) over the steady \
+             window, above the noise floor of {:.1} B/s, and {blocks}",
+            steady.slope_bytes_per_s,
+            steady.ci95_bytes_per_s.unwrap_or(0.0),
+            fmt_t(steady.t_stat),
+            steady.n,
+            floor,
+        );
+        if win.late_idle {
+            reason.push_str(
+                "; the process made no allocation or free in the last quarter of the run, so \
+                 whether the growth would have levelled off (a cache) is unknown",
+            );
+        }
+    } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows {
+        class = SiteClass::Temporary;
+        let to = turnover.unwrap_or(TEMPORARY_TURNOVER);
+        let f_turn = 1.0 - 2.0 / to;
+        let f_flat = 1.0 - 0.5 * (steady.slope_bytes_per_s.abs() / floor).min(1.0);
+        confidence = clamp_conf(f_turn * f_flat * f_n * f_drops);
+        let churn = if peak == 0 {
+            "every block was freed before the next checkpoint".to_string()
+        } else {
+            format!("allocated {to:.1}× its peak live bytes and freed them")
+        };
+        reason = format!(
+            "{churn}: short-lived blocks; live bytes do not grow beyond noise ({:.1} B/s, floor \
+             {:.1} B/s)",
+            steady.slope_bytes_per_s, floor
+        );
+    } else if (grows && (plateau || !count_ok))
+        || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened)
+    {
+        class = SiteClass::Cache;
+        let retained = (growth_bytes.max(0) as f64).max(rise).max(1.0);
+        let f_rise = (1.0 - 0.5 * floor_bytes / retained).clamp(0.0, 1.0);
+        let steady_span = (steady.to_s - steady.from_s).max(0.0);
+        let f_flat = if plateau || (grows && !count_ok) {
+            0.5
+        } else {
+            1.0 - (steady.slope_bytes_per_s.max(0.0) * steady_span / retained).min(1.0) * 0.8
+        };
+        confidence = clamp_conf(f_rise * f_flat * f_n * f_share * f_drops);
+        reason = if grows && !count_ok {
+            format!(
+                "live bytes grow {:.1} B/s while the number of live blocks falls by {}: fewer, \
+                 larger blocks; check that the size is bounded",
+                steady.slope_bytes_per_s, -steady_growth_allocations
+            )
+        } else if plateau {
+            format!(
+                "live bytes grew ({:.1} B/s over the steady window) but stopped in the last \
+                 quarter ({:.1} B/s): levelled off",
+                steady.slope_bytes_per_s,
+                late.map_or(0.0, |l| l.slope_bytes_per_s)
+            )
+        } else {
+            format!(
+                "live bytes rose by {} ({:.0} B), then stayed flat over the steady window ({:.1} \
+                 B/s: below the noise floor of {:.1} B/s or not significant)",
+                crate::human::bytes(rise.max(0.0) as u64),
+                rise,
+                steady.slope_bytes_per_s,
+                floor
+            )
+        };
+    } else {
+        class = SiteClass::Flat;
+        let f_flat = 1.0 - 0.5 * (steady.slope_bytes_per_s.abs() / floor).min(1.0);
+        confidence = clamp_conf(f_flat * f_n * f_drops);
+        reason = format!(
+            "no growth beyond noise ({:.1} B/s over the steady window, floor {:.1} B/s)",
+            steady.slope_bytes_per_s, floor
+        );
+    }
+
+    SiteAnalysis {
+        id: st.id,
+        kind: st.kind,
+        memory_kind,
+        function,
+        culprit_frame,
+        frames: st.frames.clone(),
+        stack_lost: st.lost,
+        stack_truncated: st.truncated.clone(),
+        live_bytes: ser.last.live_bytes(),
+        live_allocations: ser.last.live_count(),
+        allocated_bytes: ser.last.alloc_bytes,
+        allocations: ser.last.alloc_count,
+        freed_bytes: ser.last.free_bytes,
+        frees: ser.last.free_count,
+        growth_bytes,
+        growth_bytes_per_s: steady.slope_bytes_per_s,
+        growth_ci95_bytes_per_s: steady.ci95_bytes_per_s,
+        growth_bytes_per_unit: per_unit.map(|t| t.slope_bytes_per_s),
+        growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
+        resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
+        class,
+        confidence,
+        evidence: SiteEvidence {
+            steady,
+            early,
+            late,
+            noise_floor_bytes_per_s: floor,
+            steady_growth_allocations,
+            peak_live_bytes: peak,
+            first_live_bytes: first_live,
+            rise_bytes: rise,
+            steady_sd_bytes: sd_steady,
+            turnover,
+            plateau,
+            reason,
+        },
+    }
+}

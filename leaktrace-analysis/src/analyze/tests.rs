@@ -1,0 +1,661 @@
+//! Unit tests of the analysis: synthetic recordings with known truth.
+
+use super::fixtures::*;
+use super::*;
+use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
+use crate::report::verdict::sentence;
+use crate::runtimes::MemoryKind;
+
+fn site(a: &Analysis, id: u32) -> &SiteAnalysis {
+    a.sites.iter().find(|s| s.id == id).expect("site")
+}
+
+#[test]
+fn leak_cache_temporary() {
+    let a = analyze(&mixed(), &AnalyzeOptions::default());
+    let leak = site(&a, 1);
+    assert_eq!(leak.class, SiteClass::Leak, "{:?}", leak.evidence);
+    assert!((leak.growth_bytes_per_s - 1000.0).abs() <= 10.0, "{}", leak.growth_bytes_per_s);
+    assert_eq!(leak.function, "Session::key", "inlined frame is the innermost non-allocator frame");
+    assert_eq!(leak.culprit_frame, Some(2));
+    assert_eq!(leak.live_bytes, 60_000);
+    assert_eq!(leak.growth_bytes, 60_000);
+    assert!(leak.confidence > 0.8, "{}", leak.confidence);
+
+    let cache = site(&a, 2);
+    assert_eq!(cache.class, SiteClass::Cache, "{:?}", cache.evidence);
+    assert_eq!(cache.live_bytes, 900_000);
+    assert!(cache.growth_bytes_per_s.abs() < 1.0);
+
+    let temp = site(&a, 3);
+    assert_eq!(temp.class, SiteClass::Temporary, "{:?}", temp.evidence);
+
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+    assert!(sentence(&a).contains("Session::key"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("+1000 B/s"), "{}", sentence(&a));
+    assert!(!sentence(&a).contains("malloc"));
+    assert!(!sentence(&a).contains("operator new"));
+    assert_eq!(a.duration_s, 60.0);
+    assert_eq!(a.steady_from_s, 30.0);
+    assert_eq!(a.memory.native_live_bytes.len(), 61);
+    assert_eq!(a.summary.native_live_end_bytes, 60_000 + 900_000);
+    assert_eq!(a.summary.rss_start_bytes, Some((20 << 20) + (8 << 20)));
+    // Sorted by live bytes.
+    assert_eq!(a.sites[0].id, 2);
+    assert_eq!(a.top_by_growth()[0].id, 1);
+}
+
+#[test]
+fn culprit_skips_allocator_frames() {
+    let (mut st, _) = leak_site();
+    st.frames.remove(2); // drop the inlined frame
+    assert_eq!(culprit(&st).1, "Session::remember(std::string const&)");
+    // Only allocator frames: the innermost named one.
+    st.frames.truncate(2);
+    assert_eq!(culprit(&st), (Some(0), "malloc".to_string()));
+    // No names: object basename + address.
+    let st = Stack {
+        id: 9,
+        kind: StackKind::Malloc,
+        frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }],
+        lost: false,
+        truncated: None,
+    };
+    assert_eq!(culprit(&st).1, "app+0x4a2f");
+    // A leak made inside libc (asprintf) and libstdc++ names the user's function that called
+    // into them; a stack entirely in libc keeps libc's function.
+    let lib = |func: &str, object: &str| frame(func, object, None);
+    let st = Stack {
+        id: 9,
+        kind: StackKind::Malloc,
+        frames: vec![
+            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("__vasprintf_internal", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("___asprintf", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("std::__cxx11::basic_string<char>::_M_construct(unsigned long, char)", "/tmp/app"),
+            lib("build_page", "/tmp/app"),
+            lib("main", "/tmp/app"),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    assert_eq!(culprit(&st), (Some(4), "build_page".to_string()));
+    let only_libc = Stack { frames: st.frames[..3].to_vec(), ..st.clone() };
+    assert_eq!(culprit(&only_libc).1, "__vasprintf_internal");
+    let python = Stack {
+        frames: vec![
+            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("strdup", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"),
+            lib("main", "/usr/bin/python3.11"),
+        ],
+        ..st.clone()
+    };
+    assert_eq!(culprit(&python).1, "_PyEval_EvalFrameDefault");
+    let st = Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
+    assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
+    // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the
+    // culprit, its caller is.
+    for wrapper in ["__GI___mmap64", "mmap64", "syscall"] {
+        let frames =
+            vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
+        let st = Stack { id: 9, kind: StackKind::Mmap, frames: frames.clone(), lost: false, truncated: None };
+        assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
+        // In a malloc site they are functions like others: libc's give way to the user's code
+        // that called them.
+        let st = Stack { id: 9, kind: StackKind::Malloc, frames, lost: false, truncated: None };
+        assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
+    }
+}
+
+#[test]
+fn leak_rate_within_one_percent_with_noise() {
+    // 1000 B/s leak in 100-byte blocks at irregular checkpoint times with jitter.
+    let times: Vec<f64> = (0..=120).map(|i| i as f64 * 0.5 + noise(i) * 0.05).collect();
+    let (st, _) = leak_site();
+    let f: SiteFn = Box::new(|t: f64| {
+        let n = (t * 10.0) as u64; // 10 allocations of 100 B per second
+        (100 * n, n, 0, 0)
+    });
+    let r = recording(&times, vec![(st, f)], &|_| None, &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = &a.sites[0];
+    assert_eq!(s.class, SiteClass::Leak);
+    assert!((s.growth_bytes_per_s - 1000.0).abs() < 10.0, "{}", s.growth_bytes_per_s);
+    assert!(s.growth_ci95_bytes_per_s.unwrap() < 50.0);
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+    assert!(a.warnings.iter().any(|w| w.contains("no memory figures")));
+}
+
+#[test]
+fn irregular_leak_is_a_leak() {
+    // Each second leaks between 0 and 2000 bytes (mean 1000) in 100-byte blocks.
+    let (st, _) = leak_site();
+    let f: SiteFn = Box::new(|t: f64| {
+        let blocks: u64 = (1..=t as u64).map(|i| (noise(i + 500) * 21.0) as u64).sum();
+        (100 * blocks + 4000, blocks + 40, 4000, 40)
+    });
+    let r = recording(&times61(), vec![(st, f)], &|_| None, &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = &a.sites[0];
+    assert_eq!(s.class, SiteClass::Leak, "{:?}", s.evidence);
+    assert!((s.growth_bytes_per_s - 1000.0).abs() < 200.0, "{}", s.growth_bytes_per_s);
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+}
+
+#[test]
+fn short_steady_growth_is_a_leak_not_a_cache() {
+    // Five checkpoints of a short run (as with the default 1 s interval): the leak keeps its
+    // pace, the steady window has three points with a slight slowdown at the end. Not a cache.
+    let times = [0.0, 1.83, 2.85, 3.87, 4.37];
+    let (stack, _) = leak_site();
+    let live = |t: f64| -> u64 { if t < 4.0 { (t * 500_000.0) as u64 } else { 2_000_000 } };
+    let f: SiteFn = Box::new(move |t| (live(t) + 1000, (live(t) / 1000) + 1, 0, 0));
+    let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.sites[0].class, SiteClass::Leak, "{:?}", a.sites[0].evidence);
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+    assert!(a.verdict.confidence < 0.6, "little evidence, modest confidence: {}", a.verdict.confidence);
+}
+
+#[test]
+fn growth_seen_at_too_few_checkpoints_is_a_low_confidence_leak_not_flat() {
+    // A child traced late: three checkpoints, 400 KB more at the last one (the steady window,
+    // the last half, has two points). No fit can be significant, but "no growth" would be
+    // wrong.
+    let times = [0.0, 1.0, 2.0];
+    let (stack, _) = leak_site();
+    let f: SiteFn = Box::new(|t| if t < 1.5 { (400_000, 400, 0, 0) } else { (800_000, 800, 0, 0) });
+    let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = &a.sites[0];
+    assert_eq!(s.class, SiteClass::Leak, "{}", s.evidence.reason);
+    assert!(s.evidence.reason.contains("too few"), "{}", s.evidence.reason);
+    assert!(s.confidence < 0.3, "{}", s.confidence);
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+    assert!(a.verdict.confidence < 0.3, "{} {}", a.verdict.confidence, sentence(&a));
+
+    // The same three checkpoints with nothing growing, or growth that went back down, or
+    // bytes that grew while live blocks fell (fewer, larger blocks): not a leak.
+    for f in [
+        Box::new(|_t: f64| (400_000u64, 400u64, 0u64, 0u64)) as SiteFn,
+        Box::new(|t: f64| match t as u64 {
+            0 => (400_000, 400, 0, 0),
+            1 => (800_000, 800, 0, 0),
+            _ => (802_000, 802, 400_000, 400),
+        }),
+        Box::new(|t: f64| if t < 1.5 { (400_000, 400, 0, 0) } else { (1_000_000, 500, 200_000, 400) }),
+    ] {
+        let (stack, _) = leak_site();
+        let r = recording(&times, vec![(stack, f)], &|_| mem(10 << 20), &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_ne!(a.sites[0].class, SiteClass::Leak, "{}", a.sites[0].evidence.reason);
+    }
+}
+
+#[test]
+fn allocations_lost_make_a_flat_verdict_inconclusive() {
+    let r = recording(&times61(), vec![cache_site()], &|_| mem(10 << 20), &|_| {
+        BTreeMap::from([("allocs".to_string(), 100), ("allocs_map_full".to_string(), 900)])
+    });
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Flat);
+    assert!(sentence(&a).starts_with("inconclusive: 90 %"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("allocs_map_full 900"), "{}", sentence(&a));
+}
+
+#[test]
+fn cache_only_is_not_a_leak() {
+    let r =
+        recording(&times61(), vec![cache_site()], &|t| mem((10 << 20) + (t.min(18.0) * 50_000.0) as u64), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.sites[0].class, SiteClass::Cache);
+    assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", sentence(&a));
+    assert!(sentence(&a).contains("Cache::fill"));
+}
+
+#[test]
+fn late_plateau_is_a_cache() {
+    // Grows for the first 65 % of the run, then flat: the steady-window trend is not
+    // significant once the autocorrelation of the residuals is accounted for.
+    let (st, _) = cache_site();
+    let f: SiteFn = Box::new(|t: f64| {
+        let k = (t as u64).min(39);
+        (50_000 * k, 50 * k, 0, 0)
+    });
+    let r = recording(&times61(), vec![(st, f)], &|_| None, &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.sites[0].class, SiteClass::Cache, "{:?}", a.sites[0].evidence);
+    assert_ne!(a.verdict.class, ProcessClass::Leak);
+    // Grows for the first 75 % while the process keeps working: the steady window sees
+    // significant growth, the last quarter sees none: a plateau.
+    let grow45 = || -> SiteFn {
+        Box::new(|t: f64| {
+            let k = (t as u64).min(45);
+            (50_000 * k, 50 * k, 0, 0)
+        })
+    };
+    let (st, _) = cache_site();
+    let r = recording(&times61(), vec![(st.clone(), grow45()), temp_site()], &|_| None, &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let c = site(&a, 2);
+    assert!(c.evidence.steady.significant_growth);
+    assert!(c.evidence.plateau);
+    assert_eq!(c.class, SiteClass::Cache, "{:?}", c.evidence);
+    assert_eq!(a.verdict.class, ProcessClass::Cache);
+    // The same growth, but the whole process goes idle when it stops: growth per unit of
+    // work never levelled off, so it stays a leak, with a lower confidence and a caveat.
+    let r = recording(&times61(), vec![(st, grow45())], &|_| None, &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let c = site(&a, 2);
+    assert_eq!(c.class, SiteClass::Leak, "{:?}", c.evidence);
+    assert!(c.confidence < 0.6, "{}", c.confidence);
+    assert!(c.evidence.reason.contains("no allocation or free in the last quarter"));
+}
+
+#[test]
+fn rss_growth_with_flat_live_is_fragmentation() {
+    let (st, _) = cache_site();
+    let f: SiteFn = Box::new(|_| (1 << 20, 10, 0, 0));
+    let r = recording(
+        &times61(),
+        vec![(st, f)],
+        &|t| mem((50 << 20) + (100_000.0 * t) as u64 + (noise(t as u64) * 8192.0) as u64),
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
+    assert!(a.verdict.confidence <= 0.8);
+}
+
+#[test]
+fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
+    // Churn with flat live bytes; the allocator's resident heap grows 50 KB/s, RSS does not.
+    let mut r = recording(&times61(), vec![temp_site()], &|_| mem(40 << 20), &no_counters);
+    for c in &mut r.checkpoints {
+        c.allocator = Some(crate::recording::AllocatorFootprint {
+            heap_bytes: 1 << 30,
+            heap_resident_bytes: (1 << 20) + (50_000.0 * c.t_s) as u64,
+            ..Default::default()
+        });
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
+    assert!(sentence(&a).contains("allocator's resident memory"));
+    assert!(a.verdict.confidence > 0.8, "{}", a.verdict.confidence);
+    assert_eq!(a.memory.allocator_resident_bytes.len(), 61);
+    assert_eq!(a.summary.allocator_resident_end_bytes, Some((1 << 20) + 3_000_000));
+
+    // RSS grows but the allocator's footprint is flat: memory from elsewhere.
+    let mut r = recording(&times61(), vec![temp_site()], &|t| mem((40 << 20) + (100_000.0 * t) as u64), &no_counters);
+    for c in &mut r.checkpoints {
+        c.allocator = Some(crate::recording::AllocatorFootprint { heap_resident_bytes: 1 << 20, ..Default::default() });
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
+    assert!(sentence(&a).contains("footprint does not grow"), "{}", sentence(&a));
+    assert!(a.verdict.confidence <= 0.8);
+}
+
+#[test]
+fn noise_around_flat_line_is_flat() {
+    let (st, _) = cache_site();
+    let f: SiteFn = Box::new(|t: f64| {
+        let i = t as u64;
+        let nz = (noise(i + 1000) * 20_000.0) as u64;
+        (1_000_000 + 20_000 * i + nz, 100 + 2 * i + nz / 10_000, 20_000 * i, 2 * i)
+    });
+    let r = recording(
+        &times61(),
+        vec![(st, f)],
+        &|t| mem((30 << 20) + (noise(t as u64 + 7) * 16384.0) as u64),
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.sites[0].class, SiteClass::Flat, "{:?}", a.sites[0].evidence);
+    assert_eq!(a.verdict.class, ProcessClass::Flat, "{}", sentence(&a));
+}
+
+#[test]
+fn step_noise_without_trend_is_never_a_leak() {
+    // A live level that goes up and down by whole blocks: did not fall by the end, but does
+    // not grow either.
+    for seed in 0..20u64 {
+        let (st, _) = cache_site();
+        let f: SiteFn = Box::new(move |t: f64| {
+            let i = t as u64;
+            let live_blocks = 50 + (noise(seed * 1000 + i) * 10.0) as u64;
+            let allocs = 100 * i + 60;
+            (allocs * 4096, allocs, (allocs - live_blocks) * 4096, allocs - live_blocks)
+        });
+        let r = recording(&times61(), vec![(st, f)], &|_| None, &no_counters);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_ne!(a.sites[0].class, SiteClass::Leak, "seed {seed}: {:?}", a.sites[0].evidence);
+        assert_ne!(a.verdict.class, ProcessClass::Leak);
+    }
+}
+
+#[test]
+fn drops_and_events() {
+    let r = recording(&times61(), vec![leak_site()], &|_| None, &|t| {
+        let mut m = BTreeMap::new();
+        m.insert("allocs".to_string(), (15.0 * t) as u64);
+        m.insert("frees".to_string(), (5.0 * t) as u64);
+        m.insert("allocs_map_full".to_string(), if t >= 30.0 { 5 } else { 0 });
+        m.insert("stacks_map_full".to_string(), 2);
+        m.insert("untracked_free".to_string(), 3);
+        m.insert("some_future_counter".to_string(), 1);
+        m
+    });
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.drops_total, 7);
+    assert_eq!(a.drops["allocs_map_full"], 5);
+    assert_eq!(a.drops["missed_return"], 0);
+    assert_eq!(a.drops.len(), 8);
+    assert_eq!(a.events["untracked_free"], 3);
+    assert_eq!(a.events["allocs"], 900);
+    assert_eq!(a.events["some_future_counter"], 1);
+    assert!(a.warnings.iter().any(|w| w.contains("lost")));
+    // Losses lower the confidence of the leak.
+    let clean = analyze(&recording(&times61(), vec![leak_site()], &|_| None, &no_counters), &AnalyzeOptions::default());
+    assert!(a.sites[0].confidence < clean.sites[0].confidence);
+}
+
+#[test]
+fn odd_inputs_do_not_panic() {
+    let empty = recording(&[0.0], vec![], &|_| None, &no_counters);
+    let a = analyze(&empty, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Flat);
+    assert!(a.verdict.confidence < 0.5);
+    assert_eq!(a.duration_s, 0.0);
+
+    let none = recording(&[], vec![leak_site()], &|_| None, &no_counters);
+    let a = analyze(&none, &AnalyzeOptions::default());
+    assert_eq!(a.checkpoints, 0);
+    assert_eq!(a.sites.len(), 1);
+
+    // Two checkpoints at the same time, one with a NaN time, a sample for an unknown stack.
+    let mut r = recording(&[5.0, 5.0, 6.0], vec![leak_site(), temp_site()], &|t| mem(t as u64), &no_counters);
+    r.checkpoints[2].t_s = f64::NAN;
+    r.checkpoints[1].sites.push(crate::recording::SiteSample {
+        stack: 77,
+        alloc_bytes: 10,
+        alloc_count: 1,
+        ..Default::default()
+    });
+    r.checkpoints[0].memory = None;
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.checkpoints, 2);
+    assert!(a.sites.iter().any(|s| s.id == 77 && s.function == "[unknown]"));
+    assert!(a.sites.iter().all(|s| s.growth_bytes_per_s.is_finite()));
+
+    // Zero duration with many checkpoints.
+    let r = recording(&[1.0; 10], vec![leak_site()], &|_| None, &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.sites[0].growth_bytes_per_s, 0.0);
+    assert_ne!(a.verdict.class, ProcessClass::Leak);
+}
+
+#[test]
+fn runtime_split_names_the_growing_kind() {
+    const LIBPY: &str = "/usr/lib/libpython3.11.so.1.0";
+    let ext = Stack {
+        id: 1,
+        kind: StackKind::Malloc,
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("parse_record", "/tmp/libcleak.so", None),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    let objs = Stack {
+        id: 2,
+        kind: StackKind::Malloc,
+        frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("_PyObject_Malloc", LIBPY, None)],
+        lost: false,
+        truncated: None,
+    };
+    let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
+    let steady: SiteFn =
+        Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
+    let mut r = recording(
+        &times61(),
+        vec![(ext, leak), (objs, steady)],
+        &|t| mem((10 << 20) + (1000.0 * t) as u64),
+        &no_counters,
+    );
+    r.target.runtime = Some(Runtime::Python);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(site(&a, 1).memory_kind, MemoryKind::Native);
+    assert_eq!(site(&a, 2).memory_kind, MemoryKind::Managed);
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+    assert!(
+        sentence(&a).starts_with("native leak in parse_record (C extension), Python heap flat"),
+        "{}",
+        sentence(&a)
+    );
+    assert_eq!(a.memory.managed_bytes.last().map(|p| p.1), Some(50_000));
+    assert_eq!(a.memory.native_live_bytes.last().map(|p| p.1), Some(61_000));
+    let managed = a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).unwrap();
+    assert!(!managed.grows);
+    assert!(a.kinds.iter().find(|k| k.kind == MemoryKind::Native).unwrap().grows);
+
+    // The same recording without a runtime: no managed series, verdict as before.
+    r.target.runtime = None;
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert!(a.memory.managed_bytes.is_empty());
+    assert!(sentence(&a).starts_with("leak: "), "{}", sentence(&a));
+    assert_eq!(a.summary.native_live_end_bytes, 61_000 + 50_000);
+}
+
+/// Units of work at time t: an accelerating load (5 t² calls), so the rate per second
+/// varies while the growth per call does not.
+fn units_at(t: f64) -> u64 {
+    (5.0 * t * t) as u64
+}
+
+/// A recording whose leak is exactly 20 B per unit of work, with `handle_request` as the
+/// work probe.
+fn per_unit_recording() -> Recording {
+    let (st, _) = leak_site();
+    let f: SiteFn = Box::new(|t: f64| {
+        let u = units_at(t);
+        (20 * u, u, 0, 0)
+    });
+    let mut r =
+        recording(&times61(), vec![(st, f), cache_site()], &|t| mem((20 << 20) + 25 * units_at(t)), &no_counters);
+    r.work_probe = Some("handle_request@/opt/server/bin/server".into());
+    for c in &mut r.checkpoints {
+        c.units_of_work = Some(units_at(c.t_s));
+    }
+    r
+}
+
+#[test]
+fn growth_per_unit_of_work() {
+    let a = analyze(&per_unit_recording(), &AnalyzeOptions::default());
+    let leak = site(&a, 1);
+    assert_eq!(leak.class, SiteClass::Leak, "{:?}", leak.evidence);
+    let per_unit = leak.growth_bytes_per_unit.expect("per unit");
+    assert!((per_unit - 20.0).abs() < 0.01, "{per_unit}");
+    assert!(leak.growth_ci95_bytes_per_unit.unwrap() < 0.1);
+    // Per second, the same leak grows with the load: 20 × 10 t B/s, about 9 KB/s at 45 s.
+    assert!(leak.growth_bytes_per_s > 5000.0, "{}", leak.growth_bytes_per_s);
+    assert_eq!(site(&a, 2).growth_bytes_per_unit.map(|u| u.abs() < 0.01), Some(true));
+    assert_eq!(a.units_of_work, Some(18_000));
+    assert_eq!(a.unit_name().as_deref(), Some("call of handle_request"));
+    let s = &a.summary;
+    assert!((s.growth_bytes_per_unit.unwrap() - 20.0).abs() < 0.01);
+    assert!((s.native_growth_bytes_per_unit.unwrap() - 20.0).abs() < 0.01);
+    assert!((s.rss_anon_growth_bytes_per_unit.unwrap() - 25.0).abs() < 0.1);
+    assert_eq!(s.offheap_growth_bytes_per_unit, Some(0.0));
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+    assert!(
+        sentence(&a)
+            .starts_with("leak: Session::key holds 20 B more live bytes per call of handle_request (± 0 at 95 %), +"),
+        "{}",
+        sentence(&a)
+    );
+    // Occupied heap: 360 000 + 900 000 live bytes in 20 MiB + 450 000 B of RSS anon.
+    let ratio = s.occupied_heap_to_rss_ratio.unwrap();
+    assert!((ratio - 1_260_000.0 / (20_971_520.0 + 450_000.0)).abs() < 1e-4, "{ratio}");
+
+    // Without a work probe: per second only.
+    let mut r = per_unit_recording();
+    r.work_probe = None;
+    for c in &mut r.checkpoints {
+        c.units_of_work = None;
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert!(a.sites.iter().all(|s| s.growth_bytes_per_unit.is_none()));
+    assert_eq!(a.summary.growth_bytes_per_unit, None);
+    assert_eq!(a.units_of_work, None);
+    assert!(sentence(&a).starts_with("leak: Session::key holds +"), "{}", sentence(&a));
+
+    // A work probe that counted nothing in the steady window: per second, with a warning.
+    let mut r = per_unit_recording();
+    for c in &mut r.checkpoints {
+        c.units_of_work = Some(7);
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert!(a.sites.iter().all(|s| s.growth_bytes_per_unit.is_none()));
+    assert!(a.warnings.iter().any(|w| w.contains("counted no call")), "{:?}", a.warnings);
+}
+
+/// An off-heap mapping site: `function` maps `bytes_per_s` (in 16 KiB regions) and never
+/// unmaps, through `wrapper` (libc's mmap64 or syscall).
+fn mapping_site(id: u32, function: &str, wrapper: &str, bytes_per_s: u64) -> (Stack, SiteFn) {
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+    const EXE: &str = "/opt/server/bin/server";
+    let stack = Stack {
+        id,
+        kind: StackKind::Mmap,
+        frames: vec![
+            frame(wrapper, LIBC, None),
+            frame(function, EXE, Some(("/build/src/buf.c", 7))),
+            frame("main", EXE, None),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    (
+        stack,
+        Box::new(move |t: f64| {
+            let n = (t as u64) * bytes_per_s / 16384;
+            (n * 16384, n, 0, 0)
+        }),
+    )
+}
+
+/// The dynamic loader's mapping of a library's .bss at start: 1 MiB, never unmapped.
+fn loader_site() -> (Stack, SiteFn) {
+    const LD: &str = "/lib64/ld-linux-x86-64.so.2";
+    let stack = Stack {
+        id: 9,
+        kind: StackKind::Mmap,
+        frames: vec![
+            frame("__mmap64", LD, None),
+            frame("_dl_map_segments", LD, None),
+            frame("_dl_map_object", LD, None),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    (stack, Box::new(|_| (1 << 20, 1, 0, 0)))
+}
+
+#[test]
+fn growing_mappings_are_off_heap() {
+    let mut r = recording(
+        &times61(),
+        vec![
+            mapping_site(5, "map_buffers", "mmap64", 32768),
+            mapping_site(6, "map_raw", "syscall", 16384),
+            loader_site(),
+            temp_site(),
+        ],
+        &|t| mem((20 << 20) + 49152 * t as u64),
+        &no_counters,
+    );
+    // Resident: half of map_buffers' pages, all of map_raw's.
+    for c in &mut r.checkpoints {
+        for s in &mut c.sites {
+            s.resident_bytes = Some(if s.stack == 5 { s.alloc_bytes / 2 } else { s.alloc_bytes });
+        }
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let m = site(&a, 5);
+    assert_eq!(m.function, "map_buffers", "the culprit is the caller of libc's mmap");
+    assert_eq!(m.culprit_frame, Some(1));
+    assert_eq!(m.class, SiteClass::Leak, "{:?}", m.evidence);
+    assert!((m.growth_bytes_per_s - 32768.0).abs() < 400.0, "{}", m.growth_bytes_per_s);
+    assert_eq!(m.resident_bytes, Some(60 * 32768 / 2));
+    let raw = site(&a, 6);
+    assert_eq!(raw.function, "map_raw", "the caller of syscall(SYS_mmap, ...)");
+    assert_eq!(raw.class, SiteClass::Leak);
+    let ld = site(&a, 9);
+    assert_eq!(ld.memory_kind, MemoryKind::Runtime);
+    assert_ne!(ld.class, SiteClass::Leak);
+    assert!(site(&a, 3).resident_bytes.is_none(), "malloc sites have no resident figure");
+    // Off-heap bytes are the program's mappings, resident: not the loader's.
+    assert_eq!(a.memory.offheap_live_bytes.last().map(|p| p.1), Some(60 * 32768 / 2 + 60 * 16384));
+    assert_eq!(a.memory.mmap_live_bytes.last().map(|p| p.1), Some(60 * 49152 + (1 << 20)));
+
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", sentence(&a));
+    assert_eq!(serde_json::to_value(a.verdict.class).unwrap(), "off-heap");
+    assert!(sentence(&a).starts_with("off-heap: map_buffers maps +32.0 KiB/s (32768 B/s ± "), "{}", sentence(&a));
+    assert!(sentence(&a).contains("in anonymous mappings it never unmaps"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("1.9 MiB (1966080 B) mapped, 960.0 KiB resident at the end"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("2 leaking mapping sites in all, +48.0 KiB/s in total"), "{}", sentence(&a));
+    assert!(!sentence(&a).contains("also"), "{}", sentence(&a));
+
+    // A native leak next to it: the faster one gives the class, the other is named too.
+    let r = recording(
+        &times61(),
+        vec![mapping_site(5, "map_buffers", "mmap64", 16384), leak_site()],
+        &|_| None,
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap);
+    assert!(
+        sentence(&a).contains("; also a leak in the malloc heap: Session::key holds +1000 B/s"),
+        "{}",
+        sentence(&a)
+    );
+    // The native leak the larger: 100 B blocks at 50 000 B/s.
+    let big: SiteFn = Box::new(|t: f64| {
+        let n = 500 * t as u64;
+        (100 * n, n, 0, 0)
+    });
+    let (st, _) = leak_site();
+    let r = recording(
+        &times61(),
+        vec![mapping_site(5, "map_buffers", "mmap64", 16384), (st, big)],
+        &|_| None,
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+    assert!(sentence(&a).starts_with("leak: Session::key holds"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("; also an off-heap leak: map_buffers maps +16.0 KiB/s"), "{}", sentence(&a));
+}
+
+#[test]
+fn fit_matches_known_line() {
+    let pts: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 3.0 * i as f64 + 7.0)).collect();
+    let t = fit(&pts);
+    assert!((t.slope_bytes_per_s - 3.0).abs() < 1e-9);
+    assert_eq!(t.ci95_bytes_per_s, Some(0.0));
+    assert!(t.significant_growth);
+    let flat: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 5.0)).collect();
+    let t = fit(&flat);
+    assert_eq!(t.slope_bytes_per_s, 0.0);
+    assert!(!t.significant_growth);
+    assert_eq!(fit(&[(1.0, 2.0)]).slope_bytes_per_s, 0.0);
+    assert_eq!(fit(&[(1.0, 2.0), (2.0, 4.0)]).stderr_bytes_per_s, None);
+    assert_eq!(t_crit95(1), 12.706);
+    assert!((t_crit95(60) - 2.0).abs() < 0.01);
+}

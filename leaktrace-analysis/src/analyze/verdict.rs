@@ -1,0 +1,263 @@
+//! The process verdict: its class, confidence and the facts it rests on ([`Reason`], the runtime
+//! split, the losses); `report::verdict` turns them into the sentence.
+
+use std::collections::BTreeMap;
+
+use leaktrace_common::counter;
+
+use super::*;
+use crate::recording::{Runtime, Stack, StackKind};
+use crate::runtimes::MemoryKind;
+
+pub(super) struct ProcessInput<'a> {
+    pub(super) sites: &'a [SiteAnalysis],
+    pub(super) n: usize,
+    pub(super) win: &'a Windows,
+    pub(super) duration: f64,
+    pub(super) native_trend: &'a Trend,
+    pub(super) traced_trend: &'a Trend,
+    pub(super) rss_anon_trend: Option<&'a Trend>,
+    pub(super) rss_anon: &'a [(f64, u64)],
+    pub(super) allocator_trend: Option<&'a Trend>,
+    pub(super) allocator: &'a [(f64, u64)],
+    pub(super) f_drops: f64,
+}
+
+/// Off-heap program memory: an anonymous mapping that is neither the allocator's, the loader's
+/// nor a runtime's ([`crate::runtimes::classify_site`]).
+pub(super) fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
+    s.kind == StackKind::Mmap && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
+}
+
+/// Share of traced allocator calls whose bytes were lost (0..1), from the loss counters that
+/// leave live bytes incomplete ([`counter::byte_losses`]; the others lose call stacks, never
+/// bytes).
+pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
+    let lost: u64 = counter::byte_losses().filter_map(|c| drops.get(c.name)).sum();
+    let seen = events.get("allocs").copied().unwrap_or(0) + lost;
+    if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
+}
+
+/// When more than 1 % of the allocations were lost (a full map), what looks flat or like
+/// fragmentation may be untraced memory: such a verdict becomes "inconclusive", and a leak found
+/// anyway is said to be a lower bound. The losses are named on the verdict line.
+pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> Verdict {
+    let share = lost_share(drops, events);
+    if share <= 0.01 {
+        return v;
+    }
+    let counters: Vec<(String, u64)> = counter::byte_losses()
+        .filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| (c.name.to_string(), *n)))
+        .collect();
+    match v.class {
+        ProcessClass::Leak | ProcessClass::OffHeap => Verdict {
+            confidence: clamp_conf(v.confidence * (1.0 - share)),
+            losses: Some(Losses { share, counters, lower_bound: true }),
+            ..v
+        },
+        _ => Verdict {
+            class: ProcessClass::Flat,
+            confidence: clamp_conf(0.1 * (1.0 - share)),
+            inconclusive: true,
+            losses: Some(Losses { share, counters, lower_bound: false }),
+            ..v
+        },
+    }
+}
+
+/// Noise floor of a process series (RSS, allocator footprint), bytes per second:
+/// max([`RSS_FLOOR_BYTES_PER_S`], [`SITE_FLOOR_FRACTION`] × its peak / span duration).
+pub(super) fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
+    let peak = series.iter().map(|x| x.1).max().unwrap_or(0);
+    if duration > 0.0 {
+        (SITE_FLOOR_FRACTION * peak as f64 / duration).max(RSS_FLOOR_BYTES_PER_S)
+    } else {
+        RSS_FLOOR_BYTES_PER_S
+    }
+}
+
+/// A verdict from its class, confidence and reason (no runtime split, no losses yet).
+fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
+    let inconclusive = matches!(reason, Reason::TooFewCheckpoints { .. });
+    Verdict { class, confidence, inconclusive, reason, by_kind: None, losses: None }
+}
+
+pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
+    let f_n = f_points(p.native_trend.n);
+
+    // Leak: the fastest-growing leaking site names the culprit. Off-heap mappings and malloc-heap
+    // sites are told apart; the class is the one that grows faster in all, the other is named too.
+    let mut leaks: Vec<(usize, &SiteAnalysis)> =
+        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak).collect();
+    leaks.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+    if !leaks.is_empty() {
+        type Group<'s> = Vec<(usize, &'s SiteAnalysis)>;
+        let (maps, heap): (Group<'_>, Group<'_>) = leaks.iter().partition(|(_, s)| is_offheap_mapping(s));
+        let sum = |v: &[(usize, &SiteAnalysis)]| v.iter().map(|(_, s)| s.growth_bytes_per_s).sum::<f64>();
+        let offheap = sum(&maps) > sum(&heap);
+        let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };
+        let (top, top_site) = first[0];
+        let class = if offheap { ProcessClass::OffHeap } else { ProcessClass::Leak };
+        let reason = Reason::Leaks {
+            offheap,
+            top,
+            count: first.len(),
+            total_bytes_per_s: sum(first),
+            also: second.first().map(|(o, _)| (*o, second.len(), sum(second))),
+            window_s: (p.native_trend.from_s, p.native_trend.to_s),
+        };
+        return verdict(class, top_site.confidence, reason);
+    }
+
+    let share = if p.win.whole_run { 0.6 } else { 1.0 };
+    // `grows` grows significantly above its floor while `live` grows slower than a quarter of
+    // it. Flat means slow compared with `grows`, whatever its significance: a noisy live slope
+    // close to it is not evidence of fragmentation.
+    let outgrows = |grows: &Trend, floor: f64, live: &Trend| {
+        grows.n >= MIN_WINDOW_POINTS
+            && grows.significant_growth
+            && grows.slope_bytes_per_s > floor
+            && live.slope_bytes_per_s < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
+    };
+    let gap = |grows: &Trend, live: &Trend| 1.0 - (live.slope_bytes_per_s.max(0.0) / grows.slope_bytes_per_s).min(1.0);
+
+    // Fragmentation, measured: the allocator's own resident memory (brk heap and arenas) grows,
+    // live malloc bytes do not.
+    let alloc_grows =
+        p.allocator_trend.filter(|at| outgrows(at, process_floor(p.allocator, p.duration), p.native_trend));
+    if let Some(at) = alloc_grows {
+        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, p.native_trend) * share * p.f_drops);
+        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: p.native_trend.slope_bytes_per_s };
+        return verdict(ProcessClass::Fragmentation, confidence, reason);
+    }
+
+    // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
+    let rss_grows = p.rss_anon_trend.filter(|rt| outgrows(rt, process_floor(p.rss_anon, p.duration), p.traced_trend));
+    if let Some(rt) = rss_grows {
+        // With the allocator's footprint measured (and not growing), the growth is not the
+        // malloc heap's.
+        let heap_flat = p.allocator_trend.is_some_and(|t| t.n >= MIN_WINDOW_POINTS);
+        let f_heap = if heap_flat { 0.7 } else { 1.0 };
+        let confidence =
+            clamp_conf((f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend) * share * p.f_drops * f_heap).min(0.8));
+        let reason =
+            Reason::RssOutgrowsTraced { trend: *rt, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, heap_flat };
+        return verdict(ProcessClass::Fragmentation, confidence, reason);
+    }
+
+    if p.n < MIN_WINDOW_POINTS {
+        return verdict(ProcessClass::Flat, clamp_conf(0.1 * p.f_drops), Reason::TooFewCheckpoints { n: p.n });
+    }
+
+    // Cache: the largest retained growth among caches names it.
+    let mut caches: Vec<(usize, &SiteAnalysis)> =
+        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Cache).collect();
+    caches.sort_by_key(|(_, s)| std::cmp::Reverse(s.growth_bytes));
+    let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
+    if let Some(&(top, top_site)) = caches.first() {
+        let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
+        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64 };
+        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
+    }
+
+    let floor_native = {
+        let peak = p.sites.iter().map(|s| s.evidence.peak_live_bytes).sum::<u64>();
+        if p.duration > 0.0 {
+            (SITE_FLOOR_FRACTION * peak as f64 / p.duration).max(SITE_FLOOR_BYTES_PER_S)
+        } else {
+            SITE_FLOOR_BYTES_PER_S
+        }
+    };
+    let f_flat = 1.0 - 0.5 * (p.native_trend.slope_bytes_per_s.abs() / floor_native).min(1.0);
+    let temps: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Temporary).collect();
+    if !temps.is_empty() {
+        let churn: u64 = temps.iter().map(|s| s.freed_bytes).sum();
+        let allocs: u64 = temps.iter().map(|s| s.frees).sum();
+        let reason = Reason::ShortLived {
+            count: temps.len(),
+            freed_bytes: churn,
+            freed_blocks: allocs,
+            native_bytes_per_s: p.native_trend.slope_bytes_per_s,
+        };
+        return verdict(ProcessClass::Temporary, clamp_conf(f_flat * f_n * p.f_drops), reason);
+    }
+    let reason = Reason::Flat { native_bytes_per_s: p.native_trend.slope_bytes_per_s };
+    verdict(ProcessClass::Flat, clamp_conf(f_flat * f_n * p.f_drops), reason)
+}
+
+/// For a target with a managed runtime, name the kind of memory that grows ("native leak in
+/// parse_record (C extension), Python heap flat"), with the other kinds' trends; a managed heap
+/// that grows significantly is a leak even without a leaking site (the JVM's heap is seen only
+/// through its gauge). Without a runtime the verdict is unchanged.
+pub(super) fn kind_verdict(
+    v: Verdict,
+    runtime: Option<Runtime>,
+    kinds: &[KindGrowth],
+    sites: &[SiteAnalysis],
+    f_drops: f64,
+) -> Verdict {
+    let Some(rt) = runtime else { return v };
+    // The kind that leaks: the fastest-growing series among managed, native and off-heap (runtime
+    // only when nothing else grows: glibc's arenas, counted there, fill as native leaks grow);
+    // without a growing series, the kind whose leaking sites grow fastest in all.
+    let managed = kinds.iter().find(|g| g.kind == MemoryKind::Managed);
+    let mut growing: Vec<&KindGrowth> = kinds.iter().filter(|g| g.grows && g.kind != MemoryKind::Runtime).collect();
+    if growing.is_empty() {
+        growing = kinds.iter().filter(|g| g.grows).collect();
+    }
+    growing.sort_by(|a, b| b.trend.slope_bytes_per_s.total_cmp(&a.trend.slope_bytes_per_s));
+    let has_leak_site = |k: MemoryKind| sites.iter().any(|s| s.class == SiteClass::Leak && s.memory_kind == k);
+    let mut rates: Vec<(MemoryKind, f64)> = Vec::new();
+    for s in sites.iter().filter(|s| s.class == SiteClass::Leak) {
+        match rates.iter_mut().find(|(k, _)| *k == s.memory_kind) {
+            Some((_, r)) => *r += s.growth_bytes_per_s,
+            None => rates.push((s.memory_kind, s.growth_bytes_per_s)),
+        }
+    }
+    rates.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let leak_kind = match growing.iter().find(|g| g.kind == MemoryKind::Managed || has_leak_site(g.kind)) {
+        Some(g) => Some(g.kind),
+        None => rates.first().map(|(k, _)| *k),
+    };
+    match leak_kind {
+        Some(MemoryKind::Managed) => {
+            let Some(m) = managed else { return v };
+            let site_conf = sites
+                .iter()
+                .filter(|s| s.class == SiteClass::Leak && s.memory_kind == MemoryKind::Managed)
+                .map(|s| s.confidence)
+                .fold(0.0f64, f64::max);
+            let gauge_conf = if m.grows { f_tstat(&m.trend) * f_points(m.trend.n) * f_drops } else { 0.0 };
+            Verdict {
+                class: ProcessClass::Leak,
+                confidence: clamp_conf(site_conf.max(gauge_conf)),
+                inconclusive: false,
+                by_kind: Some(KindReason::ManagedLeak),
+                ..v
+            }
+        }
+        Some(k) => {
+            let mut of_kind: Vec<(usize, &SiteAnalysis)> =
+                sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak && s.memory_kind == k).collect();
+            of_kind.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+            let Some(&(top_index, top)) = of_kind.first() else { return v };
+            let stack = Stack {
+                id: top.id,
+                kind: top.kind,
+                frames: top.frames.clone(),
+                lost: top.stack_lost,
+                truncated: top.stack_truncated.clone(),
+            };
+            let label = crate::runtimes::site_label(Some(rt), k, &stack).unwrap_or_else(|| top.function.clone());
+            let by_kind = KindReason::KindLeak { kind: k, top: top_index, label, count: of_kind.len() };
+            // Off-heap mappings that leak keep their class (the runtime split names the kind).
+            let class = if k == MemoryKind::OffHeap && v.class == ProcessClass::OffHeap {
+                ProcessClass::OffHeap
+            } else {
+                ProcessClass::Leak
+            };
+            Verdict { class, confidence: top.confidence, inconclusive: false, by_kind: Some(by_kind), ..v }
+        }
+        None => Verdict { by_kind: Some(KindReason::ByKind), ..v },
+    }
+}

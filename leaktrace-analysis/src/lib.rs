@@ -1,0 +1,22 @@
+//! leaktrace-analysis: everything after the recording, as pure functions of it. No eBPF, no
+//! root, no /proc: `leaktrace report DIR` and `leaktrace compare` run here, offline, and the
+//! compiler checks that the analysis reads nothing but the [`recording::Recording`].
+//!
+//! The rooms, in the order the data goes through them:
+//! [`recording`] (the model of recording.json, the seam with the recorder) → [`timeline`] (its
+//! checkpoints sorted once and replayed into per-site series) → [`analyze`] (growth
+//! per site and per process, classes, the verdict), with [`runtimes`] (which memory a stack holds
+//! in a managed runtime) and [`allocator_frames`] (which frames are the allocator's) →
+//! [`report`] (report.md, report.json, flame graphs, memory plot, byte formatting) →
+//! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`human`] formats
+//! bytes, rates and numbers for all of them (a leaf); [`output`] writes files atomically.
+pub mod allocator_frames;
+pub mod analyze;
+pub mod check;
+pub mod compare;
+pub mod human;
+pub mod output;
+pub mod recording;
+pub mod report;
+pub mod runtimes;
+pub mod timeline;

@@ -1,0 +1,106 @@
+//! `summary.md` and `summary.json` of a recording of several processes: one line per process
+//! with its verdict, and the processes that were selected but not traced.
+
+use std::path::{Path, PathBuf};
+
+use crate::analyze::Analysis;
+use crate::output::write_atomic;
+use crate::recording::Recording;
+
+use crate::human;
+
+/// One traced process of the summary.
+pub struct SummaryRow<'a> {
+    pub recording: &'a Recording,
+    /// Its analysis (the same one its report was rendered from).
+    pub analysis: &'a Analysis,
+    /// Its output directory relative to the summary's (e.g. "pid-1234").
+    pub dir: String,
+}
+
+/// summary.md: a table, one row per process, then the processes not traced.
+pub fn summary_md(rows: &[SummaryRow<'_>], skipped: &[String]) -> String {
+    let mut md = String::from(
+        "# leaktrace summary\n\n| PID | PID in container | command | verdict | native live at end | report |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let t = &r.recording.target;
+        let a = r.analysis;
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {}/report.md |\n",
+            t.pid,
+            t.nspid.last().copied().unwrap_or(t.pid),
+            t.command.join(" ").replace('|', "\\|"),
+            super::verdict::sentence(a).replace('|', "\\|"),
+            human::bytes(a.summary.native_live_end_bytes),
+            r.dir
+        ));
+    }
+    if !skipped.is_empty() {
+        md.push_str("\nNot traced:\n\n");
+        for s in skipped {
+            md.push_str(&format!("- {s}\n"));
+        }
+    }
+    md
+}
+
+/// summary.json: `{"processes": [{pid, nspid, command, verdict {class, confidence, summary},
+/// native_live_end_bytes, dir}], "skipped": [...]}`.
+pub fn summary_json(rows: &[SummaryRow<'_>], skipped: &[String]) -> serde_json::Value {
+    let processes: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let t = &r.recording.target;
+            let a = r.analysis;
+            serde_json::json!({
+                "pid": t.pid,
+                "nspid": t.nspid,
+                "command": t.command.join(" "),
+                "verdict": { "class": a.verdict.class.as_str(), "confidence": a.verdict.confidence, "summary": super::verdict::sentence(a) },
+                "native_live_end_bytes": a.summary.native_live_end_bytes,
+                "dir": r.dir,
+            })
+        })
+        .collect();
+    serde_json::json!({ "processes": processes, "skipped": skipped })
+}
+
+/// Write summary.md and summary.json into `dir` (atomically). Returns the two paths.
+pub fn write_summary(dir: &Path, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let md_path = dir.join("summary.md");
+    let json_path = dir.join("summary.json");
+    write_atomic(&md_path, summary_md(rows, skipped).as_bytes())?;
+    write_atomic(&json_path, &serde_json::to_vec_pretty(&summary_json(rows, skipped))?)?;
+    Ok(vec![md_path, json_path])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::fixtures::mixed;
+    use crate::analyze::{AnalyzeOptions, analyze};
+
+    #[test]
+    fn one_row_per_process_and_the_skipped_ones() {
+        let rec = mixed();
+        let a = analyze(&rec, &AnalyzeOptions::default());
+        let rows = [SummaryRow { recording: &rec, analysis: &a, dir: "pid-4242".into() }];
+        let skipped = ["PID 7 skipped: it is a kernel thread".to_string()];
+        let md = summary_md(&rows, &skipped);
+        let row = md.lines().find(|l| l.starts_with("| 4242 |")).expect("a row for PID 4242");
+        assert!(row.starts_with("| 4242 | 7 | ./server --port 8080 | leak: "), "{row}");
+        assert!(
+            row.ends_with(&format!("| {} | pid-4242/report.md |", human::bytes(a.summary.native_live_end_bytes))),
+            "{row}"
+        );
+        assert!(md.ends_with("\nNot traced:\n\n- PID 7 skipped: it is a kernel thread\n"), "{md}");
+        let j = summary_json(&rows, &skipped);
+        assert_eq!(j["processes"][0]["pid"], 4242);
+        assert_eq!(j["processes"][0]["nspid"][1], 7);
+        assert_eq!(j["processes"][0]["verdict"]["class"], "leak");
+        assert_eq!(j["processes"][0]["native_live_end_bytes"], a.summary.native_live_end_bytes);
+        assert_eq!(j["processes"][0]["dir"], "pid-4242");
+        assert_eq!(j["skipped"][0], "PID 7 skipped: it is a kernel thread");
+    }
+}

@@ -1,0 +1,257 @@
+//! The verdict's sentence: one line for humans, naming the culprit function and its rate for a
+//! leak, made from the facts the analysis found ([`Verdict`]'s reason, runtime split and losses).
+//! report.md, report.json, the summary and the command line all print this sentence.
+
+use crate::analyze::{Analysis, KindGrowth, KindReason, Losses, Reason, SiteAnalysis, Verdict};
+use crate::human::{bytes as hb, rate as hr};
+use crate::recording::{Runtime, StackKind};
+use crate::runtimes::{MemoryKind, heap_name, kind_origin};
+
+/// The verdict of `a` as one line for humans.
+pub fn sentence(a: &Analysis) -> String {
+    let v: &Verdict = &a.verdict;
+    let base = match (&v.by_kind, a.runtime) {
+        (Some(KindReason::ManagedLeak), Some(rt)) => match a.kinds.iter().find(|g| g.kind == MemoryKind::Managed) {
+            Some(m) => managed_leak(rt, m, &a.kinds),
+            None => reason(a),
+        },
+        (Some(KindReason::KindLeak { kind, top, label, count }), Some(rt)) => {
+            kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds)
+        }
+        (Some(KindReason::ByKind), Some(rt)) => {
+            let all = a
+                .kinds
+                .iter()
+                .filter(|g| g.kind != MemoryKind::Runtime || g.grows)
+                .map(|g| state(rt, g))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("{}; by kind: {all}", reason(a))
+        }
+        _ => reason(a),
+    };
+    match &v.losses {
+        None => base,
+        Some(l) => {
+            let why = losses_phrase(l);
+            if l.lower_bound {
+                format!("{base}; {why}: the growth is a lower bound")
+            } else {
+                format!("inconclusive: {why}; without them: {base}")
+            }
+        }
+    }
+}
+
+/// "N % of allocator calls were not traced (counters; raise ...)".
+fn losses_phrase(l: &Losses) -> String {
+    let named: Vec<String> = l.counters.iter().map(|(name, n)| format!("{name} {n}")).collect();
+    format!(
+        "{:.0} % of allocator calls were not traced ({}; raise --max-allocs / --max-sites)",
+        l.share * 100.0,
+        named.join(", ")
+    )
+}
+
+/// The sentence of the verdict's [`Reason`].
+fn reason(a: &Analysis) -> String {
+    match &a.verdict.reason {
+        Reason::Leaks { offheap, top, count, total_bytes_per_s, also, window_s } => {
+            let window = format!("{:.0}–{:.0} s", window_s.0, window_s.1);
+            let unit = a.unit_name();
+            let (name, other) =
+                if *offheap { ("off-heap", "a leak in the malloc heap") } else { ("leak", "an off-heap leak") };
+            let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window));
+            if *count > 1 {
+                summary.push_str(&format!(
+                    "; {} leaking {}sites in all, {} in total",
+                    count,
+                    if *offheap { "mapping " } else { "" },
+                    hr(*total_bytes_per_s)
+                ));
+            }
+            if let Some((o, n, total)) = also {
+                summary.push_str(&format!("; also {other}: {}", leak_phrase(&a.sites[*o], unit.as_deref(), &window)));
+                if *n > 1 {
+                    summary.push_str(&format!(" ({} sites, {} in total)", n, hr(*total)));
+                }
+            }
+            summary
+        }
+        Reason::AllocatorRetains { trend, native_bytes_per_s } => format!(
+            "fragmentation: the allocator's resident memory (heap and arenas) grows {} ({:.0} B/s \
+             ± {:.0}) over the steady window while live native bytes stay flat ({:.0} B/s): freed \
+             memory is kept by the allocator (fragmentation or retention), not leaked",
+            hr(trend.slope_bytes_per_s),
+            trend.slope_bytes_per_s,
+            trend.ci95_bytes_per_s.unwrap_or(0.0),
+            native_bytes_per_s
+        ),
+        Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
+            let cause = if *heap_flat {
+                "the malloc heap's own footprint does not grow, so the memory comes from elsewhere \
+                 (an allocator that is not traced, thread stacks, mappings made before attach)"
+            } else {
+                "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
+                 that is not traced"
+            };
+            format!(
+                "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
+                 traced live bytes stay flat ({:.0} B/s): {cause} — not a leak of traced allocations",
+                hr(trend.slope_bytes_per_s),
+                trend.slope_bytes_per_s,
+                trend.ci95_bytes_per_s.unwrap_or(0.0),
+                traced_bytes_per_s
+            )
+        }
+        Reason::TooFewCheckpoints { n } => {
+            format!("inconclusive: only {n} checkpoint(s), growth cannot be measured; no leak found")
+        }
+        Reason::Caches { top, count, retained_bytes } => {
+            let top = &a.sites[*top];
+            format!(
+                "no leak: memory rose and levelled off (cache-like retention); largest: {} holds {} \
+                 (+{} since the first checkpoint, {:.0} B/s over the steady window); {} cache site(s) \
+                 retain {} in all",
+                top.function,
+                hb(top.live_bytes),
+                hb(top.growth_bytes.max(0) as u64),
+                top.growth_bytes_per_s,
+                count,
+                hb(*retained_bytes)
+            )
+        }
+        Reason::ShortLived { count, freed_bytes, freed_blocks, native_bytes_per_s } => format!(
+            "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
+             blocks; live native bytes stay flat ({:.0} B/s)",
+            count,
+            hb(*freed_bytes),
+            freed_blocks,
+            native_bytes_per_s
+        ),
+        Reason::Flat { native_bytes_per_s } => format!(
+            "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
+             steady window)",
+            native_bytes_per_s
+        ),
+    }
+}
+
+/// A kind's name in the verdict: the runtime's heap for managed memory, else the kind.
+fn kind_label(rt: Runtime, k: MemoryKind) -> String {
+    if k == MemoryKind::Managed { heap_name(rt).to_string() } else { k.as_str().to_string() }
+}
+
+/// "native grows +1.0 KiB/s" or "Python heap flat (+0 B/s)".
+fn state(rt: Runtime, g: &KindGrowth) -> String {
+    if g.grows {
+        format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
+    } else {
+        format!("{} flat ({})", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
+    }
+}
+
+/// The states of the kinds other than `except` (runtime memory only when it grows).
+fn others(rt: Runtime, kinds: &[KindGrowth], except: MemoryKind) -> String {
+    kinds
+        .iter()
+        .filter(|g| g.kind != except && (g.kind != MemoryKind::Runtime || g.grows))
+        .map(|g| state(rt, g))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The managed heap grows.
+fn managed_leak(rt: Runtime, m: &KindGrowth, kinds: &[KindGrowth]) -> String {
+    let heap = heap_name(rt);
+    let source = if m.source == "sites" { String::new() } else { format!(", {}", m.source) };
+    format!(
+        "managed leak: the {heap} grows {} ({:.0} B/s ± {:.0} at 95 %{source}) over the \
+         steady window to {}; {}. leaktrace sees the runtime's allocator, not the code \
+         that keeps the objects: {}",
+        hr(m.trend.slope_bytes_per_s),
+        m.trend.slope_bytes_per_s,
+        m.trend.ci95_bytes_per_s.unwrap_or(0.0),
+        hb(m.end_bytes),
+        others(rt, kinds, MemoryKind::Managed),
+        heap_tool(rt)
+    )
+}
+
+/// Sites of kind `k` leak; `top` is the fastest of `count`.
+fn kind_leak(
+    rt: Runtime,
+    k: MemoryKind,
+    top: &SiteAnalysis,
+    label: &str,
+    count: usize,
+    kinds: &[KindGrowth],
+) -> String {
+    let mut summary = format!(
+        "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
+         over the steady window; {} ({} B) live at the end",
+        label,
+        kind_origin(rt, k),
+        others(rt, kinds, k),
+        top.function,
+        hr(top.growth_bytes_per_s),
+        top.growth_bytes_per_s,
+        top.growth_ci95_bytes_per_s.unwrap_or(0.0),
+        hb(top.live_bytes),
+        top.live_bytes
+    );
+    if count > 1 {
+        summary.push_str(&format!("; {count} leaking {k} sites in all"));
+    }
+    summary
+}
+
+/// How a leaking site grows, for the verdict: per unit of work first when measured, then per
+/// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
+/// mapping).
+fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
+    let per_s = format!(
+        "{} ({:.0} B/s ± {:.0} at 95 %)",
+        hr(s.growth_bytes_per_s),
+        s.growth_bytes_per_s,
+        s.growth_ci95_bytes_per_s.unwrap_or(0.0)
+    );
+    let map = s.kind == StackKind::Mmap;
+    let growth = match (s.growth_bytes_per_unit, unit, map) {
+        (Some(u), Some(unit), false) => format!(
+            "{} holds {u:.0} B more live bytes per {unit} (± {:.0} at 95 %), {per_s} over the \
+             steady window ({window})",
+            s.function,
+            s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
+        ),
+        (Some(u), Some(unit), true) => format!(
+            "{} maps {u:.0} B per {unit} (± {:.0} at 95 %) in anonymous mappings it never unmaps, \
+             {per_s} over the steady window ({window})",
+            s.function,
+            s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
+        ),
+        (_, _, false) => format!("{} holds {per_s} more live bytes over the steady window ({window})", s.function),
+        (_, _, true) => format!(
+            "{} maps {per_s} more in anonymous mappings it never unmaps over the steady window \
+             ({window})",
+            s.function
+        ),
+    };
+    let held = match (map, s.resident_bytes) {
+        (true, Some(r)) => format!("{} ({} B) mapped, {} resident at the end", hb(s.live_bytes), s.live_bytes, hb(r)),
+        (true, None) => format!("{} ({} B) mapped at the end", hb(s.live_bytes), s.live_bytes),
+        _ => format!("{} ({} B) live at the end", hb(s.live_bytes), s.live_bytes),
+    };
+    format!("{growth}; {held}")
+}
+
+/// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
+/// not the code that keeps the objects reachable).
+fn heap_tool(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Python => "tracemalloc or a heap dump (objgraph, guppy) shows which objects",
+        Runtime::Jvm => "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects",
+        Runtime::Go => "the heap profile (pprof) shows which allocations",
+        Runtime::Node => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
+    }
+}

@@ -1,0 +1,210 @@
+//! HotSpot JVM (checked on OpenJDK 17, Serial and G1 collectors).
+//!
+//! - Managed: the Java heap, measured by the JVM itself: used and committed bytes per
+//!   generation and space from its hsperfdata file (the PerfData shared memory that jstat reads,
+//!   `/tmp/hsperfdata_<user>/<pid as the JVM sees it>`), sampled at every checkpoint. The
+//!   mappings that commit the heap (libjvm frames of the heap and the collectors) are managed
+//!   sites too, but the series comes from the gauge.
+//! - Off-heap: `Unsafe.allocateMemory` — direct ByteBuffers and every library that uses Unsafe —
+//!   reaches malloc through `Unsafe_AllocateMemory0` → `os::malloc` (libjvm is built with frame
+//!   pointers, so the frames are there).
+//! - Runtime: any other malloc or mapping from libjvm or from the JDK's own native libraries
+//!   (libjava, libzip, libnio, ...): the JVM's native memory (metaspace, code cache, GC data
+//!   structures, thread stacks, compiler arenas) — what `-XX:NativeMemoryTracking` reports.
+//! - Native: malloc from any other library — JNI code.
+//!
+//! PerfData layout (OpenJDK `runtime/perfMemory.hpp`): a prologue {magic 0xcafec0c0 as bytes
+//! CA FE C0 C0; byte_order (0 big, 1 little); major, minor; accessible; used; overflow;
+//! mod_time_stamp (8 bytes); entry_offset; num_entries}, then `num_entries` entries {entry_length,
+//! name_offset, vector_length, data_type, flags, data_units, data_variability, data_offset},
+//! with the NUL-terminated name and the data at the given offsets from the entry's start.
+//! Units (`perfData.hpp`): 1 none, 2 bytes, 3 ticks, 4 events, 5 string, 6 hertz.
+
+use super::{MemoryKind, callers, first_caller, function, is_thread_stack, object_name};
+use crate::recording::{Frame, Stack, StackKind};
+
+/// Functions of libjvm that commit or manage the Java heap (substrings).
+const HEAP_CODE: &[&str] = &[
+    "ReservedHeapSpace",
+    "Universe::reserve_heap",
+    "Generation",
+    "CollectedHeap",
+    "G1",
+    "PSVirtualSpace",
+    "PSOldGen",
+    "PSYoungGen",
+    "MutableSpace",
+    "ParallelScavengeHeap",
+    "Shenandoah",
+    "ZPhysicalMemory",
+    "ZPageAllocator",
+    "HeapRegion",
+    "CardTable",
+    "MarkBitMap",
+];
+
+/// Names of the JDK's own native libraries (besides libjvm), for installs outside /lib/jvm/.
+const JDK_LIBS: &[&str] = &[
+    "libjava.so",
+    "libjimage.so",
+    "libzip.so",
+    "libnio.so",
+    "libnet.so",
+    "libverify.so",
+    "libmanagement.so",
+    "libmanagement_ext.so",
+    "libjsig.so",
+    "libextnet.so",
+    "libsctp.so",
+    "libinstrument.so",
+    "libprefs.so",
+    "librmi.so",
+    "libattach.so",
+    "libjdwp.so",
+    "libdt_socket.so",
+    "libj2pkcs11.so",
+    "libj2gss.so",
+    "libsyslookup.so",
+    "libawt.so",
+    "libawt_headless.so",
+    "libawt_xawt.so",
+    "libfontmanager.so",
+    "liblcms.so",
+    "libjavajpeg.so",
+    "libmlib_image.so",
+    "libsplashscreen.so",
+    "libjsound.so",
+    "libsaproc.so",
+];
+
+/// The os::malloc/os::realloc overloads that Unsafe's native methods call.
+fn is_unsafe_wrapper(name: &str) -> bool {
+    name == "os::malloc(unsigned long, MEMFLAGS)" || name == "os::realloc(void*, unsigned long, MEMFLAGS)"
+}
+
+/// A better name than the innermost frame for a site of `kind` (e.g. the Unsafe entry point
+/// rather than os::malloc).
+pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
+    if kind != MemoryKind::OffHeap || stack.kind != StackKind::Malloc {
+        return None;
+    }
+    match callers(stack).find(|f| function(f).starts_with("Unsafe_")) {
+        Some(f) => Some(format!("{} (Unsafe.allocateMemory: direct buffers)", function(f))),
+        None => Some("Unsafe.allocateMemory (direct buffers; stack lost after os::malloc)".to_string()),
+    }
+}
+
+fn is_jvm_code(f: &Frame) -> bool {
+    let o = object_name(f);
+    o == "libjvm.so" || JDK_LIBS.contains(&o) || f.object.as_deref().is_some_and(|p| p.contains("/lib/jvm/"))
+}
+
+/// The JVM's rules (None: the default for the site's kind).
+pub fn classify(stack: &Stack) -> Option<MemoryKind> {
+    match stack.kind {
+        StackKind::Malloc => {
+            if callers(stack).take(8).any(|f| {
+                let n = function(f);
+                n.starts_with("Unsafe_AllocateMemory") || n.starts_with("Unsafe_ReallocateMemory")
+            }) {
+                return Some(MemoryKind::OffHeap);
+            }
+            let f = first_caller(stack)?;
+            if stack.lost && is_unsafe_wrapper(function(f)) {
+                // Only the direct caller is known. The two-argument os::malloc (os::realloc) with
+                // the three-argument one inlined is what Unsafe_AllocateMemory0
+                // (Unsafe_ReallocateMemory0) calls; few other callers use it. Stacks are lost
+                // when the walk runs into JIT code without frame pointers
+                // (-XX:+PreserveFramePointer keeps most of them).
+                return Some(MemoryKind::OffHeap);
+            }
+            Some(if is_jvm_code(f) { MemoryKind::Runtime } else { MemoryKind::Native })
+        }
+        StackKind::Mmap => {
+            if is_thread_stack(stack) {
+                // Every Java thread and every JVM thread is created by libjvm (os::create_thread);
+                // the walk rarely gets past glibc's pthread_create, which has no frame pointers.
+                return Some(MemoryKind::Runtime);
+            }
+            let f = first_caller(stack)?;
+            if !is_jvm_code(f) {
+                return None;
+            }
+            if callers(stack).take(12).any(|f| HEAP_CODE.iter().any(|h| function(f).contains(h))) {
+                Some(MemoryKind::Managed)
+            } else {
+                Some(MemoryKind::Runtime)
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{LIBC, st};
+    use super::*;
+
+    const JVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
+
+    #[test]
+    fn rules() {
+        let direct = st(
+            "malloc",
+            &[
+                ("__GI___libc_malloc", LIBC),
+                ("os::malloc(unsigned long, MEMFLAGS)", JVM),
+                ("Unsafe_AllocateMemory0", JVM),
+            ],
+        );
+        assert_eq!(classify(&direct), Some(MemoryKind::OffHeap));
+        let own = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM),
+                ("Arena::grow", JVM),
+            ],
+        );
+        assert_eq!(classify(&own), Some(MemoryKind::Runtime));
+        let zip = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("Java_java_util_zip_Inflater_init", "/usr/lib/jvm/java-17-openjdk-amd64/lib/libzip.so"),
+            ],
+        );
+        assert_eq!(classify(&zip), Some(MemoryKind::Runtime));
+        let jni = st("malloc", &[("malloc", LIBC), ("Java_com_acme_Codec_decode", "/opt/app/libcodec.so")]);
+        assert_eq!(classify(&jni), Some(MemoryKind::Native));
+        let heap = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("os::pd_commit_memory(char*, unsigned long, unsigned long, bool)", JVM),
+                ("VirtualSpace::expand_by(unsigned long, bool)", JVM),
+                ("CardGeneration::grow_by(unsigned long)", JVM),
+            ],
+        );
+        assert_eq!(classify(&heap), Some(MemoryKind::Managed));
+        let code = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("os::pd_reserve_memory(unsigned long, bool)", JVM),
+                ("CodeCache::initialize_heaps()", JVM),
+            ],
+        );
+        assert_eq!(classify(&code), Some(MemoryKind::Runtime));
+        let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
+        assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
+        let mut lost = st("malloc", &[("os::malloc(unsigned long, MEMFLAGS)", JVM)]);
+        lost.lost = true;
+        assert_eq!(classify(&lost), Some(MemoryKind::OffHeap));
+        assert!(site_label(MemoryKind::OffHeap, &lost).unwrap().contains("Unsafe.allocateMemory"));
+        assert_eq!(
+            site_label(MemoryKind::OffHeap, &direct).as_deref(),
+            Some("Unsafe_AllocateMemory0 (Unsafe.allocateMemory: direct buffers)")
+        );
+    }
+}

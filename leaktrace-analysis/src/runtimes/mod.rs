@@ -1,0 +1,358 @@
+//! Managed runtimes (Python, JVM, Go, Node): the rules that tell the runtime's managed heap
+//! apart from native allocations and off-heap mappings, as pure functions of a recorded stack.
+//!
+//! Runtime knowledge lives here, in one module per runtime, not in conditionals across the code.
+//! Detection (which runtime a live target runs, its heap gauge) is the recorder's job, in
+//! `leaktrace::runtimes`. Site classification ([`classify_site`]) is applied at analysis time, so
+//! `leaktrace report DIR` redoes it. The rules, and how each was checked on a real runtime, are
+//! written down in `docs/runtimes.md`.
+//!
+//! Frames: `frames[0]` is inside the allocator (or libc's mmap), `frames[1]` is the direct caller
+//! (read at the stack pointer on entry: always right), deeper frames come from a frame-pointer
+//! walk that may stop early or be wrong in code built without frame pointers (libpython, cgo's C
+//! wrappers). Every rule therefore decides on the nearest frames it can.
+
+use crate::allocator_frames::is_allocator_frame;
+use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
+use crate::timeline::Timeline;
+
+pub mod go;
+pub mod jvm;
+pub mod node;
+pub mod python;
+
+/// What kind of memory a site holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryKind {
+    /// The runtime's managed heap (Python objects, Java heap, Go heap, V8 heap).
+    Managed,
+    /// malloc-family allocations from native code (C extensions, JNI, cgo, addons, plain C).
+    Native,
+    /// Memory outside the allocator and the managed heap: anonymous mappings, direct buffers,
+    /// ArrayBuffer backing stores.
+    OffHeap,
+    /// The runtime's own bookkeeping (JVM's native memory, interpreter internals).
+    Runtime,
+}
+
+impl MemoryKind {
+    /// Name used in reports: "managed", "native", "off-heap", "runtime".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Managed => "managed",
+            MemoryKind::Native => "native",
+            MemoryKind::OffHeap => "off-heap",
+            MemoryKind::Runtime => "runtime",
+        }
+    }
+}
+
+impl std::fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Classify a recorded site of a target running `runtime` (None: a native program).
+pub fn classify_site(runtime: Option<Runtime>, stack: &Stack) -> MemoryKind {
+    if stack.kind == StackKind::Mmap && is_malloc_arena_mapping(stack) {
+        // glibc's own arenas, mapped inside free() (tcache set-up on a thread's first call),
+        // where no allocator call is in flight: what lives there is counted at malloc sites.
+        return MemoryKind::Runtime;
+    }
+    if stack.kind == StackKind::Mmap && is_loader_mapping(stack) {
+        // The dynamic loader's own mappings: zero-filled .bss of the objects it loads
+        // (_dl_map_segments under _dl_map_object), its start-up allocator (__minimal_malloc).
+        // Made once per loaded object, whatever the runtime: not the program's off-heap memory.
+        return MemoryKind::Runtime;
+    }
+    let rule = match runtime {
+        Some(Runtime::Python) => python::classify(stack),
+        Some(Runtime::Jvm) => jvm::classify(stack),
+        Some(Runtime::Go) => go::classify(stack),
+        Some(Runtime::Node) => node::classify(stack),
+        None => None,
+    };
+    rule.unwrap_or(match stack.kind {
+        StackKind::Mmap => MemoryKind::OffHeap,
+        _ => MemoryKind::Native,
+    })
+}
+
+/// A better label than the culprit frame for a site of `kind`, where a runtime knows one (the
+/// JVM's Unsafe entry point instead of os::malloc). None: the culprit frame is the label.
+pub fn site_label(runtime: Option<Runtime>, kind: MemoryKind, stack: &Stack) -> Option<String> {
+    match runtime {
+        Some(Runtime::Jvm) => jvm::site_label(kind, stack),
+        _ => None,
+    }
+}
+
+/// Human name of a runtime's managed heap ("Python heap", "Java heap", ...).
+pub fn heap_name(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Python => "Python heap",
+        Runtime::Jvm => "Java heap",
+        Runtime::Go => "Go heap",
+        Runtime::Node => "V8 heap",
+    }
+}
+
+/// What native and off-heap memory usually is in a runtime, for verdicts ("C extension").
+pub fn kind_origin(runtime: Runtime, kind: MemoryKind) -> &'static str {
+    use Runtime::{Go, Jvm, Node, Python};
+    match (runtime, kind) {
+        (Python, MemoryKind::Native) => "C extension",
+        (Python, MemoryKind::OffHeap) => "anonymous mapping",
+        (Python, MemoryKind::Runtime) => "interpreter internals",
+        (Jvm, MemoryKind::Native) => "JNI code",
+        (Jvm, MemoryKind::OffHeap) => "direct buffers / Unsafe",
+        (Jvm, MemoryKind::Runtime) => "the JVM's own native memory",
+        (Go, MemoryKind::Native) => "C code through cgo",
+        (Go, MemoryKind::OffHeap) => "mapping outside the Go heap",
+        (Go, MemoryKind::Runtime) => "Go runtime internals",
+        (Node, MemoryKind::Native) => "native addon",
+        (Node, MemoryKind::OffHeap) => "ArrayBuffer/Buffer backing stores",
+        (Node, MemoryKind::Runtime) => "V8/Node internals",
+        (_, MemoryKind::Managed) => "managed heap",
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Frame helpers shared by the per-runtime rules
+
+/// Last path component of a frame's object ("" when unknown).
+pub(crate) fn object_name(f: &Frame) -> &str {
+    f.object.as_deref().map(|o| o.rsplit('/').next().unwrap_or(o)).unwrap_or("")
+}
+
+/// The frame's function name ("" when unknown).
+pub(crate) fn function(f: &Frame) -> &str {
+    f.function.as_deref().unwrap_or("")
+}
+
+/// The C library (glibc or musl) or the dynamic loader.
+pub(crate) fn is_libc(f: &Frame) -> bool {
+    let o = object_name(f);
+    o.starts_with("libc.so")
+        || o.starts_with("libc-")
+        || o.starts_with("libc.musl")
+        || o.starts_with("ld-linux")
+        || o.starts_with("ld-musl")
+}
+
+/// The dynamic loader (ld.so): mappings of loaded objects' .bss and its own allocations.
+pub(crate) fn is_loader(f: &Frame) -> bool {
+    object_name(f).starts_with("ld-linux") || object_name(f).starts_with("ld-musl")
+}
+
+/// The callers of the allocation, nearest first: every frame after frame 0 that is not an
+/// allocator frame or wrapper (malloc, operator new, strdup, ...). For mmap sites libc frames
+/// are kept (pthread_create, the allocator's arena code tell where a mapping comes from). A lost
+/// stack holds only the direct caller, as its frame 0.
+pub(crate) fn callers(stack: &Stack) -> impl Iterator<Item = &Frame> {
+    let skip = if stack.lost { 0 } else { 1 };
+    stack.frames.iter().skip(skip).filter(|f| !f.function.as_deref().is_some_and(is_allocator_frame))
+}
+
+/// The nearest caller outside libc and the loader: the code that asked for the memory.
+pub(crate) fn first_caller(stack: &Stack) -> Option<&Frame> {
+    callers(stack).find(|f| !is_libc(f))
+}
+
+/// glibc malloc's own mappings (arena heaps), recognised by their nearest frames.
+fn is_malloc_arena_mapping(stack: &Stack) -> bool {
+    const ARENA: &[&str] = &["alloc_new_heap", "new_heap", "_int_new_arena", "arena_get2", "sysmalloc", "tcache_init"];
+    callers(stack).take(3).any(|f| is_libc(f) && ARENA.contains(&function(f)))
+}
+
+/// A mapping made by the dynamic loader (ld.so), recognised by its nearest frames: the mmap
+/// wrapper or a caller in ld.so (the loader has its own mmap), or the loader's mapping functions
+/// by name (_dl_map_segments, _dl_map_object*, __minimal_malloc) where the object is unknown.
+fn is_loader_mapping(stack: &Stack) -> bool {
+    stack.frames.iter().take(4).any(|f| {
+        let name = function(f);
+        is_loader(f) || name == "__minimal_malloc" || name.starts_with("_dl_map_")
+    })
+}
+
+/// A thread stack (glibc's allocate_stack under pthread_create).
+pub(crate) fn is_thread_stack(stack: &Stack) -> bool {
+    callers(stack)
+        .take(3)
+        .any(|f| is_libc(f) && matches!(function(f), "allocate_stack" | "__pthread_create_2_1" | "pthread_create"))
+}
+
+// ----------------------------------------------------------------------------------------------
+// Series by kind
+
+/// Bytes of each kind at every checkpoint of a [`Timeline`] (time order), `(t_s, bytes)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KindSeries {
+    /// Managed-kind sites; for the JVM use [`gauge_series`] instead.
+    pub managed: Vec<(f64, u64)>,
+    /// Native-kind malloc sites (live bytes).
+    pub native: Vec<(f64, u64)>,
+    /// Off-heap sites.
+    pub offheap: Vec<(f64, u64)>,
+    /// Runtime-kind sites.
+    pub runtime: Vec<(f64, u64)>,
+}
+
+/// What a site holds at a checkpoint: a malloc site its live bytes; a mapping its resident
+/// bytes (virtual sizes of runtimes' reservations, e.g. the JVM's 1 GiB class space or Go's
+/// 64 MiB arenas, say nothing about memory use), falling back to the last resident figure known,
+/// then to its live (mapped) bytes when none was ever read.
+pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
+    let mut out = KindSeries::default();
+    for (k, &t) in tl.raw_times.iter().enumerate() {
+        let mut sums = [0u64; 4];
+        for (si, st) in tl.stacks.iter().enumerate() {
+            if tl.first_seen[si].is_none_or(|f| f > k) {
+                continue;
+            }
+            let is_map = st.kind == StackKind::Mmap;
+            let live = tl.live_bytes[si][k];
+            let bytes = if is_map { tl.resident[si][k].unwrap_or(live) } else { live };
+            let i = match tl.kinds[si] {
+                MemoryKind::Managed => 0,
+                MemoryKind::Native if !is_map => 1,
+                MemoryKind::Native | MemoryKind::OffHeap => 2,
+                MemoryKind::Runtime => 3,
+            };
+            sums[i] = sums[i].saturating_add(bytes);
+        }
+        out.managed.push((t, sums[0]));
+        out.native.push((t, sums[1]));
+        out.offheap.push((t, sums[2]));
+        out.runtime.push((t, sums[3]));
+    }
+    out
+}
+
+/// The runtime's own managed-heap figures (used bytes) at the checkpoints that have them, in time
+/// order. Empty when the runtime has no gauge.
+pub fn gauge_series(rec: &Recording) -> Vec<(f64, u64)> {
+    let mut v: Vec<(f64, u64)> = rec
+        .checkpoints
+        .iter()
+        .filter(|c| c.t_s.is_finite())
+        .filter_map(|c| c.managed.as_ref().map(|m| (c.t_s, m.used_bytes)))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A frame of `function` in `object`.
+    pub fn fr(function: &str, object: &str) -> Frame {
+        Frame { addr: 0x1000, object: Some(object.into()), function: Some(function.into()), ..Default::default() }
+    }
+
+    /// A stack of `kind` with these (function, object) frames, innermost first.
+    pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
+        Stack {
+            id: 1,
+            kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"),
+            frames: frames.iter().map(|(f, o)| fr(f, o)).collect(),
+            lost: false,
+            truncated: None,
+        }
+    }
+
+    pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    #[test]
+    fn lost_stacks_are_classified_by_their_direct_caller() {
+        let mut s = st("malloc", &[("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0")]);
+        s.lost = true;
+        assert_eq!(classify_site(Some(Runtime::Python), &s), MemoryKind::Managed);
+    }
+
+    #[test]
+    fn native_targets_keep_the_simple_rule() {
+        let m = st("malloc", &[("malloc", LIBC), ("parse", "/usr/bin/app")]);
+        assert_eq!(classify_site(None, &m), MemoryKind::Native);
+        let o = st("mmap", &[("__GI___mmap64", LIBC), ("map_buffers", "/usr/bin/app")]);
+        assert_eq!(classify_site(None, &o), MemoryKind::OffHeap);
+    }
+
+    #[test]
+    fn glibc_arenas_mapped_inside_free_are_not_off_heap() {
+        let s = st("mmap", &[("__GI___mmap64", LIBC), ("alloc_new_heap", LIBC)]);
+        for rt in [None, Some(Runtime::Python), Some(Runtime::Jvm), Some(Runtime::Go), Some(Runtime::Node)] {
+            assert_eq!(classify_site(rt, &s), MemoryKind::Runtime, "{rt:?}");
+        }
+    }
+
+    #[test]
+    fn loader_mappings_are_not_off_heap() {
+        const LD: &str = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+        // .bss of a library loaded by dlopen: ld.so's own mmap, under _dl_map_segments.
+        let bss = st(
+            "mmap",
+            &[("__mmap64", LD), ("_dl_map_segments", LD), ("_dl_map_object_from_fd", LD), ("_dl_map_object", LD)],
+        );
+        // The loader's start-up allocator.
+        let minimal = st("mmap", &[("__mmap64", LD), ("__minimal_malloc", LD), ("_dl_important_hwcaps", LD)]);
+        // Symbols only (object unknown).
+        let mut named = st("mmap", &[("mmap64", ""), ("_dl_map_object_from_fd", "")]);
+        for f in &mut named.frames {
+            f.object = None;
+        }
+        for rt in [None, Some(Runtime::Python), Some(Runtime::Jvm), Some(Runtime::Go), Some(Runtime::Node)] {
+            for s in [&bss, &minimal, &named] {
+                assert_eq!(classify_site(rt, s), MemoryKind::Runtime, "{rt:?}: {s:?}");
+            }
+        }
+        // The program's own mapping, through libc, stays off-heap; a malloc site from the loader
+        // is not a mapping.
+        let own = st("mmap", &[("mmap64", LIBC), ("map_buffers", "/usr/bin/app"), ("main", "/usr/bin/app")]);
+        assert_eq!(classify_site(None, &own), MemoryKind::OffHeap);
+        let tls = st("malloc", &[("malloc", LIBC), ("_dl_allocate_tls", LD), ("pthread_create", LIBC)]);
+        assert_eq!(classify_site(None, &tls), MemoryKind::Native);
+    }
+
+    #[test]
+    fn series_use_resident_bytes_of_mappings() {
+        use crate::recording::{Checkpoint, SiteSample};
+        let mut rec: Recording = serde_json::from_value(serde_json::json!({
+            "format_version": crate::recording::FORMAT_VERSION, "leaktrace_version": "t",
+            "target": {"pid": 1, "command": [], "exe": "/usr/bin/python3.11", "launched": true,
+                       "exit_status": null, "runtime": "python"},
+            "mode": "exact", "started_unix_ms": 0, "interval_s": 1.0, "probes": [], "stacks": [],
+            "checkpoints": [], "end_reason": "duration"
+        }))
+        .unwrap();
+        let mut arena =
+            st("mmap", &[("__GI___mmap64", LIBC), ("_PyObject_ArenaMmap", "/usr/lib/libpython3.11.so.1.0")]);
+        arena.id = 1;
+        let mut ext = st("malloc", &[("malloc", LIBC), ("parse_record", "/tmp/libx.so")]);
+        ext.id = 2;
+        rec.stacks = vec![arena, ext];
+        for (t, res) in [(0.0, Some(4096u64)), (1.0, Some(8192)), (2.0, None)] {
+            rec.checkpoints.push(Checkpoint {
+                t_s: t,
+                sites: vec![
+                    SiteSample {
+                        stack: 1,
+                        alloc_bytes: 1 << 20,
+                        alloc_count: 1,
+                        resident_bytes: res,
+                        ..Default::default()
+                    },
+                    SiteSample { stack: 2, alloc_bytes: 1000 * (t as u64 + 1), alloc_count: 1, ..Default::default() },
+                ],
+                ..Default::default()
+            });
+        }
+        let k = memory_by_kind(&Timeline::new(&rec));
+        assert_eq!(k.managed, vec![(0.0, 4096), (1.0, 8192), (2.0, 8192)]);
+        assert_eq!(k.native, vec![(0.0, 1000), (1.0, 2000), (2.0, 3000)]);
+        assert!(k.offheap.iter().all(|p| p.1 == 0));
+    }
+}

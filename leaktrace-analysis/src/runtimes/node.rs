@@ -1,0 +1,110 @@
+//! Node.js (checked on Node 20 / V8 11.3; the node executable has symbols and frame pointers).
+//!
+//! - Managed: the V8 heap. V8 maps its pages itself (`v8::base::OS::Allocate` from
+//!   `v8::internal::MemoryAllocator`, the code range, cppgc): every mapping whose nearest named
+//!   frame is V8's (`v8::`, `cppgc::`, `heap::`).
+//! - Off-heap ("external" memory in V8's terms): ArrayBuffer and Buffer backing stores, allocated
+//!   by node's ArrayBufferAllocator (`node::NodeArrayBufferAllocator::Allocate` → calloc/malloc
+//!   from `v8::internal::BackingStore::Allocate`), and `node::Buffer` copies.
+//! - Runtime: any other malloc from the node executable (V8's and node's own C++ objects, libuv,
+//!   OpenSSL, ICU, all linked in), and thread stacks.
+//! - Native: malloc from addons (`*.node`) and the libraries they load.
+
+use super::{MemoryKind, callers, function, is_libc, is_thread_stack, object_name};
+use crate::recording::{Frame, Stack, StackKind};
+
+/// The node executable or a shared libnode.
+pub fn is_node_object(name: &str) -> bool {
+    name == "node" || name == "nodejs" || name.starts_with("libnode.so")
+}
+
+/// C/C++ support libraries whose frames say nothing about who allocates.
+fn is_support_library(f: &Frame) -> bool {
+    let o = object_name(f);
+    is_libc(f) || o.starts_with("libstdc++") || o.starts_with("libgcc_s") || o.starts_with("libc++")
+}
+
+fn is_backing_store(name: &str) -> bool {
+    name.contains("ArrayBufferAllocator")
+        || name.starts_with("v8::internal::BackingStore::")
+        || name.starts_with("node::Buffer::")
+}
+
+/// Node's rules (None: the default for the site's kind).
+pub fn classify(stack: &Stack) -> Option<MemoryKind> {
+    match stack.kind {
+        StackKind::Malloc => {
+            if callers(stack).take(6).any(|f| is_backing_store(function(f))) {
+                return Some(MemoryKind::OffHeap);
+            }
+            let f = callers(stack).find(|f| !is_support_library(f))?;
+            Some(if is_node_object(object_name(f)) { MemoryKind::Runtime } else { MemoryKind::Native })
+        }
+        StackKind::Mmap => {
+            // Frame 0 counts here: V8's page allocator makes the raw syscall itself.
+            for f in stack.frames.iter().filter(|f| !is_libc(f)).take(8) {
+                let name = function(f);
+                if is_backing_store(name) {
+                    return Some(MemoryKind::OffHeap);
+                }
+                if name.starts_with("v8::") || name.starts_with("cppgc::") || name.starts_with("heap::") {
+                    return Some(MemoryKind::Managed);
+                }
+            }
+            if is_thread_stack(stack) {
+                return Some(MemoryKind::Runtime);
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{LIBC, st};
+    use super::*;
+
+    const NODE: &str = "/usr/bin/node";
+
+    #[test]
+    fn rules() {
+        let page = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)", NODE),
+                ("v8::internal::MemoryAllocator::AllocatePage", NODE),
+            ],
+        );
+        assert_eq!(classify(&page), Some(MemoryKind::Managed));
+        let raw = st(
+            "mmap",
+            &[("v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)", NODE)],
+        );
+        assert_eq!(classify(&raw), Some(MemoryKind::Managed));
+        let store = st(
+            "malloc",
+            &[
+                ("__libc_calloc", LIBC),
+                ("node::NodeArrayBufferAllocator::Allocate(unsigned long)", NODE),
+                ("v8::internal::Heap::AllocateExternalBackingStore", NODE),
+                ("v8::internal::BackingStore::Allocate", NODE),
+            ],
+        );
+        assert_eq!(classify(&store), Some(MemoryKind::OffHeap));
+        let obj = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"),
+                ("v8::internal::(anonymous namespace)::ConstructBuffer", NODE),
+            ],
+        );
+        assert_eq!(classify(&obj), Some(MemoryKind::Runtime));
+        let addon = st("malloc", &[("malloc", LIBC), ("Decode", "/app/build/Release/codec.node")]);
+        assert_eq!(classify(&addon), Some(MemoryKind::Native));
+        let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
+        assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
+    }
+}

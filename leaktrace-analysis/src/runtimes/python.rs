@@ -1,0 +1,101 @@
+//! CPython (checked on 3.11: pyenv's shared libpython3.11.so and Debian's /usr/bin/python3.11,
+//! whose interpreter is linked into the executable).
+//!
+//! - Managed: what the interpreter allocates. CPython allocates through its allocator API
+//!   (PyObject_Malloc/Calloc/Realloc, PyMem_*): small objects from pymalloc arenas, which
+//!   `_PyObject_ArenaMmap` maps (1 MiB each in 3.11), larger ones from malloc called by
+//!   `_PyObject_Malloc`, `_PyMem_RawMalloc` and friends. Those wrappers tail-call malloc, so the
+//!   direct caller seen is often the interpreter function that called the API (`list_resize`,
+//!   `_PyObject_Malloc`): every malloc whose nearest caller is in the interpreter (libpython or
+//!   a python executable) is managed.
+//! - Native: malloc called from anything else — C extensions, ctypes-loaded libraries, the C
+//!   libraries they use. An extension that calls PyMem_Malloc allocates managed memory.
+//! - Off-heap: anonymous mappings not made by pymalloc (the mmap module, extensions).
+//! - Runtime: the dynamic loader's mappings and allocations (extension modules being loaded).
+//!
+//! PYTHONMALLOC=malloc (or *_debug) bypasses pymalloc: every object is a malloc call whose caller
+//! is still the interpreter, so it stays managed; there are no arenas, and the probe overhead
+//! per object is higher. The recorder reports the variable from /proc/PID/environ.
+
+use super::{MemoryKind, callers, first_caller, function, is_loader, object_name};
+use crate::recording::{Frame, Stack, StackKind};
+
+/// pymalloc's arena allocator: mappings made here are the Python heap.
+const ARENA_FUNCTIONS: &[&str] =
+    &["_PyObject_ArenaMmap", "_PyObject_VirtualAlloc", "new_arena", "_PyObject_ArenaMalloc"];
+
+/// The interpreter's object: libpython*.so, or a python executable with the interpreter inside.
+fn is_interpreter(f: &Frame) -> bool {
+    let o = object_name(f);
+    o.starts_with("libpython") || (o.starts_with("python") && !o.contains(".so"))
+}
+
+/// Python's rules (None: the default for the site's kind).
+pub fn classify(stack: &Stack) -> Option<MemoryKind> {
+    match stack.kind {
+        StackKind::Mmap => {
+            if callers(stack).take(4).any(|f| ARENA_FUNCTIONS.contains(&function(f))) {
+                return Some(MemoryKind::Managed);
+            }
+            if callers(stack).take(4).any(is_loader) {
+                return Some(MemoryKind::Runtime);
+            }
+            None
+        }
+        StackKind::Malloc => {
+            let f = first_caller(stack).or_else(|| callers(stack).next())?;
+            if is_loader(f) {
+                Some(MemoryKind::Runtime)
+            } else if is_interpreter(f) {
+                Some(MemoryKind::Managed)
+            } else {
+                Some(MemoryKind::Native)
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{LIBC, st};
+    use super::*;
+
+    const LIBPY: &str = "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0";
+
+    #[test]
+    fn rules() {
+        let arena = st("mmap", &[("__GI___mmap64", LIBC), ("_PyObject_ArenaMmap", LIBPY)]);
+        assert_eq!(classify(&arena), Some(MemoryKind::Managed));
+        let big = st("malloc", &[("__GI___libc_malloc", LIBC), ("_PyObject_Malloc", LIBPY), ("?", "")]);
+        assert_eq!(classify(&big), Some(MemoryKind::Managed));
+        let list = st("malloc", &[("__GI___libc_realloc", LIBC), ("list_resize", LIBPY)]);
+        assert_eq!(classify(&list), Some(MemoryKind::Managed));
+        let static_exe = st("malloc", &[("malloc", LIBC), ("PyMem_RawMalloc", "/usr/bin/python3.11")]);
+        assert_eq!(classify(&static_exe), Some(MemoryKind::Managed));
+        let ext = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("parse_record", "/tmp/libcleak.so"),
+                ("ffi_call", "/usr/lib/libffi.so.8"),
+                ("_ctypes_callproc", LIBPY),
+            ],
+        );
+        assert_eq!(classify(&ext), Some(MemoryKind::Native));
+        let loader = st(
+            "mmap",
+            &[("__mmap64", "/lib64/ld-linux-x86-64.so.2"), ("_dl_map_segments", "/lib64/ld-linux-x86-64.so.2")],
+        );
+        assert_eq!(classify(&loader), Some(MemoryKind::Runtime));
+        let user_map = st(
+            "mmap",
+            &[("__GI___mmap64", LIBC), ("new_mmap_object", "/x/lib-dynload/mmap.cpython-311-x86_64-linux-gnu.so")],
+        );
+        assert_eq!(classify(&user_map), None);
+        assert_eq!(
+            super::super::classify_site(Some(crate::recording::Runtime::Python), &user_map),
+            MemoryKind::OffHeap
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! The one timeline of a recording: its checkpoints sorted once, and every site's cumulative
+//! totals replayed into dense series (one value per checkpoint), each stack classified once. The
+//! analysis, the runtime split, `check` and `compare` all read it instead of replaying the
+//! checkpoints themselves.
+//!
+//! Replay rules: checkpoints with a non-finite time are left out; the others are taken in time
+//! order (a stable sort: equal times keep their recorded order). Samples are cumulative and
+//! sparse: a site absent from a checkpoint keeps its last totals, and duplicate samples of one
+//! stack in a checkpoint are summed. A sample whose stack the recording lacks gets a placeholder
+//! stack (kind malloc, no frames); of duplicate stack ids only the first stack is used.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::recording::{Recording, SiteSample, Stack, StackKind};
+use crate::runtimes::{MemoryKind, classify_site};
+
+/// A recording's checkpoints in time order and every site's series over them.
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    /// Index into `Recording::checkpoints` of each checkpoint used, in time order.
+    pub order: Vec<usize>,
+    /// Their times as recorded, seconds since the first checkpoint.
+    pub raw_times: Vec<f64>,
+    /// The same rounded to the nanosecond, so that a recording in memory and the same recording
+    /// read back from JSON give the same analysis to the last bit.
+    pub times: Vec<f64>,
+    /// The recording's stacks, then a placeholder for each stack id a sample refers to that the
+    /// recording lacks. Series below are indexed like this.
+    pub stacks: Vec<Stack>,
+    /// Stack id → index into [`Timeline::stacks`] (the first stack with that id).
+    pub index: HashMap<u32, usize>,
+    /// The recording has several stacks with one id.
+    pub duplicate_ids: bool,
+    /// How many placeholder stacks were added (samples referring to unknown stacks).
+    pub unknown_stacks: usize,
+    /// What kind of memory each stack holds under the target's runtime (classified once).
+    pub kinds: Vec<MemoryKind>,
+    /// Per stack, per checkpoint: live (allocated − freed) bytes.
+    pub live_bytes: Vec<Vec<u64>>,
+    /// Per stack, per checkpoint: live blocks.
+    pub live_count: Vec<Vec<u64>>,
+    /// Per stack, per checkpoint: the resident bytes of its mappings last read at or before the
+    /// checkpoint (None before the first figure, and for malloc sites).
+    pub resident: Vec<Vec<Option<u64>>>,
+    /// Per stack: the first checkpoint (position in [`Timeline::order`]) with a sample of it.
+    pub first_seen: Vec<Option<usize>>,
+    /// Per stack: its totals at the last checkpoint.
+    pub last: Vec<SiteSample>,
+    /// Per checkpoint: allocations + frees of all sites so far (the process's activity).
+    pub activity: Vec<u64>,
+}
+
+impl Timeline {
+    /// Sort and replay `rec` once. Never fails: odd input (no checkpoint, unknown stacks) gives
+    /// empty or placeholder entries that [`Timeline::duplicate_ids`] and
+    /// [`Timeline::unknown_stacks`] report.
+    pub fn new(rec: &Recording) -> Timeline {
+        let mut order: Vec<usize> =
+            (0..rec.checkpoints.len()).filter(|&i| rec.checkpoints[i].t_s.is_finite()).collect();
+        order.sort_by(|&a, &b| rec.checkpoints[a].t_s.total_cmp(&rec.checkpoints[b].t_s));
+        let raw_times: Vec<f64> = order.iter().map(|&i| rec.checkpoints[i].t_s).collect();
+        let times: Vec<f64> = raw_times.iter().map(|t| (t * 1e9).round() / 1e9).collect();
+        let n = order.len();
+
+        let mut stacks: Vec<Stack> = rec.stacks.clone();
+        let mut index: HashMap<u32, usize> = HashMap::new();
+        for (i, s) in stacks.iter().enumerate() {
+            index.entry(s.id).or_insert(i);
+        }
+        let duplicate_ids = index.len() != stacks.len();
+        let mut unknown_stacks = 0usize;
+        for &ci in &order {
+            for s in &rec.checkpoints[ci].sites {
+                if let std::collections::hash_map::Entry::Vacant(e) = index.entry(s.stack) {
+                    e.insert(stacks.len());
+                    stacks.push(Stack {
+                        id: s.stack,
+                        kind: StackKind::Malloc,
+                        frames: vec![],
+                        lost: false,
+                        truncated: None,
+                    });
+                    unknown_stacks += 1;
+                }
+            }
+        }
+        let kinds: Vec<MemoryKind> = stacks.iter().map(|st| classify_site(rec.target.runtime, st)).collect();
+
+        let m = stacks.len();
+        let mut live_bytes: Vec<Vec<u64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
+        let mut live_count: Vec<Vec<u64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
+        let mut resident: Vec<Vec<Option<u64>>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
+        let mut first_seen: Vec<Option<usize>> = vec![None; m];
+        let mut known_resident: Vec<Option<u64>> = vec![None; m];
+        let mut cur: Vec<SiteSample> = vec![Default::default(); m];
+        let mut activity: Vec<u64> = Vec::with_capacity(n);
+        for (k, &ci) in order.iter().enumerate() {
+            let mut here: HashMap<usize, SiteSample> = HashMap::new();
+            for s in &rec.checkpoints[ci].sites {
+                let Some(&si) = index.get(&s.stack) else { continue };
+                let e = here.entry(si).or_insert_with(|| SiteSample { stack: s.stack, ..Default::default() });
+                e.alloc_bytes = e.alloc_bytes.saturating_add(s.alloc_bytes);
+                e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
+                e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
+                e.free_count = e.free_count.saturating_add(s.free_count);
+                if let Some(r) = s.resident_bytes {
+                    e.resident_bytes = Some(e.resident_bytes.unwrap_or(0).saturating_add(r));
+                }
+            }
+            for (si, s) in here {
+                if s.resident_bytes.is_some() {
+                    known_resident[si] = s.resident_bytes;
+                }
+                first_seen[si].get_or_insert(k);
+                cur[si] = s;
+            }
+            for si in 0..m {
+                live_bytes[si].push(cur[si].live_bytes());
+                live_count[si].push(cur[si].live_count());
+                resident[si].push(known_resident[si]);
+            }
+            activity
+                .push(cur.iter().fold(0u64, |acc, s| acc.saturating_add(s.alloc_count).saturating_add(s.free_count)));
+        }
+        Timeline {
+            order,
+            raw_times,
+            times,
+            stacks,
+            index,
+            duplicate_ids,
+            unknown_stacks,
+            kinds,
+            live_bytes,
+            live_count,
+            resident,
+            first_seen,
+            last: cur,
+            activity,
+        }
+    }
+
+    /// Number of checkpoints used.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// No checkpoint with a finite time.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Live bytes at every checkpoint of every stack seen so far, by stack id: (index into
+    /// `Recording::checkpoints`, stack id → live bytes), in time order. Stacks no sample has
+    /// named yet are absent.
+    pub fn live_by_stack(&self) -> Vec<(usize, BTreeMap<u32, u64>)> {
+        self.order
+            .iter()
+            .enumerate()
+            .map(|(k, &ci)| {
+                let here: BTreeMap<u32, u64> = self
+                    .index
+                    .iter()
+                    .filter(|&(_, &si)| self.first_seen[si].is_some_and(|f| f <= k))
+                    .map(|(&id, &si)| (id, self.live_bytes[si][k]))
+                    .collect();
+                (ci, here)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::fixtures::frame;
+    use crate::recording::{Checkpoint, Runtime};
+
+    fn sample(stack: u32, alloc: u64, free: u64, resident: Option<u64>) -> SiteSample {
+        SiteSample {
+            stack,
+            alloc_bytes: alloc,
+            alloc_count: alloc / 10,
+            free_bytes: free,
+            free_count: free / 10,
+            resident_bytes: resident,
+        }
+    }
+
+    #[test]
+    fn sorted_once_sparse_totals_carried_and_unknown_stacks_named() {
+        let mut rec = crate::analyze::fixtures::mixed();
+        rec.target.runtime = Some(Runtime::Python);
+        let arena = Stack {
+            id: 50,
+            kind: StackKind::Mmap,
+            frames: vec![
+                frame("__mmap64", "/lib/libc.so.6", None),
+                frame("_PyObject_ArenaMmap", "/lib/libpython3.11.so", None),
+            ],
+            lost: false,
+            truncated: None,
+        };
+        rec.stacks = vec![arena.clone(), Stack { frames: vec![], ..arena }];
+        let cp = |t: f64, sites: Vec<SiteSample>| Checkpoint { t_s: t, sites, ..Default::default() };
+        rec.checkpoints = vec![
+            cp(2.0, vec![sample(50, 300, 0, None)]),
+            cp(0.0, vec![sample(50, 100, 0, Some(4096)), sample(50, 20, 10, None)]),
+            cp(f64::NAN, vec![sample(50, 999, 0, None)]),
+            cp(1.0, vec![sample(7, 40, 0, None)]),
+        ];
+        let tl = Timeline::new(&rec);
+        assert_eq!(tl.order, [1, 3, 0], "time order, the NaN checkpoint left out");
+        assert_eq!(tl.times, [0.0, 1.0, 2.0]);
+        assert!(tl.duplicate_ids);
+        assert_eq!(tl.unknown_stacks, 1);
+        assert_eq!(tl.stacks.len(), 3);
+        assert_eq!((tl.stacks[2].id, tl.stacks[2].kind), (7, StackKind::Malloc));
+        let arena = tl.index[&50];
+        assert_eq!(arena, 0, "the first stack of a duplicated id");
+        assert_eq!(tl.kinds[arena], MemoryKind::Managed, "classified once, under the runtime");
+        assert_eq!(tl.live_bytes[arena], [110, 110, 300], "duplicates summed, totals carried, then replaced");
+        assert_eq!(tl.resident[arena], [Some(4096), Some(4096), Some(4096)], "last resident figure carried");
+        assert_eq!(tl.live_bytes[2], [0, 40, 40]);
+        assert_eq!(tl.first_seen, [Some(0), None, Some(1)]);
+        assert_eq!(tl.last[arena].alloc_bytes, 300);
+        assert_eq!(tl.activity, [12 + 1, 12 + 1 + 4, 30 + 4], "allocations + frees so far");
+        let live = tl.live_by_stack();
+        assert_eq!(live.iter().map(|(ci, _)| *ci).collect::<Vec<_>>(), [1, 3, 0]);
+        assert_eq!(live[0].1, BTreeMap::from([(50, 110)]), "stack 7 not seen yet");
+        assert_eq!(live[2].1, BTreeMap::from([(7, 40), (50, 300)]));
+    }
+}

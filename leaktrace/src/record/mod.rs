@@ -1,0 +1,355 @@
+//! The recorder: attach to a target (running, or launched by us), take a checkpoint every
+//! interval until the end (duration, signal, target exit), and hand back one recording per
+//! process ([`Recorded`]); [`crate::pipeline`] saves, analyses and renders them. Nothing collected
+//! is lost: the recordings hold every checkpoint taken, whatever ended the run.
+//!
+//! Files: this one holds the options and [`record_all`] (attach, run the session, build the
+//! recordings); `targets.rs` which processes and objects; `traced.rs` one traced process's state
+//! and checkpoints; `session.rs` the polling loop that decides when checkpoints are taken and
+//! when the recording ends.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::discover::{self, WorkProbeSpec};
+use crate::launch::{self, ExitStatus, HeldChild};
+use crate::probes::{Limits, Mode, Tracer};
+use crate::recording::{self, EndReason, Recording, Target};
+use crate::{output, procinfo};
+
+mod session;
+mod targets;
+mod traced;
+
+use session::Session;
+use targets::launch_objects;
+pub use targets::resolve_pids;
+use traced::Traced;
+pub use traced::{MAX_CHECKPOINTS, fix_caller, thin};
+
+/// What to trace.
+#[derive(Clone, Debug)]
+pub enum TargetSpec {
+    /// A running process.
+    Pid(u32),
+    /// Several running processes (`--pid` repeated).
+    Pids(Vec<u32>),
+    /// The processes of a cgroup (v2 path, absolute or relative to /sys/fs/cgroup).
+    Cgroup(PathBuf),
+    /// The processes of a container: every process whose /proc/PID/cgroup mentions this ID.
+    Container(String),
+    /// A command to start (argv).
+    Launch(Vec<OsString>),
+}
+
+/// When checkpoints are taken besides the periodic ones.
+#[derive(Clone, Debug, Default)]
+pub enum Schedule {
+    /// Periodic checkpoints only, until --duration, a signal or the target's exit.
+    #[default]
+    Periodic,
+    /// `leaktrace check`: after `warmup`, a baseline checkpoint (batch 0), then one checkpoint at
+    /// the end of each of `count` batches; the recording ends after the last batch.
+    Batches { warmup: Duration, count: u32, size: BatchSize },
+}
+
+/// Size of one batch of `leaktrace check`.
+#[derive(Clone, Copy, Debug)]
+pub enum BatchSize {
+    /// This many calls of the work-probe function.
+    Units(u64),
+    /// This much time.
+    Seconds(Duration),
+}
+
+/// Options of `leaktrace record`.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Stop after this long (None: until the target exits or a signal).
+    pub duration: Option<Duration>,
+    /// Time between checkpoints.
+    pub interval: Duration,
+    /// Output directory (None: ./leaktrace-PID-TIMESTAMP).
+    pub out: Option<PathBuf>,
+    /// Names the default output directory `leaktrace-PREFIX-PID-TIMESTAMP` (`check` uses
+    /// "check"); None: `leaktrace-PID-TIMESTAMP`.
+    pub dir_prefix: Option<&'static str>,
+    /// Sites listed in report.md.
+    pub top: usize,
+    /// Kernel map sizes.
+    pub limits: Limits,
+    /// Show a one-line live status on stderr (only when stderr is a terminal).
+    pub status_line: bool,
+    /// Count calls of this function as units of work.
+    pub work_probe: Option<WorkProbeSpec>,
+    /// Extra checkpoints (batches of `leaktrace check`).
+    pub schedule: Schedule,
+    /// Exact, sampled or growth mode.
+    pub mode: Mode,
+    /// Also trace processes forked by the traced ones (from their fork on).
+    pub follow_forks: bool,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            duration: None,
+            interval: Duration::from_secs(1),
+            out: None,
+            dir_prefix: None,
+            top: 10,
+            limits: Limits::default(),
+            status_line: false,
+            work_probe: None,
+            schedule: Schedule::Periodic,
+            mode: Mode::Exact,
+            follow_forks: false,
+        }
+    }
+}
+
+/// One traced process at the end of a session: its recording and where its outputs go.
+#[derive(Debug)]
+pub struct RecordedProcess {
+    /// Output directory of this process (the session's, or its `pid-N` subdirectory).
+    pub dir: PathBuf,
+    /// How a launched command ended (None when attached with --pid, or still running).
+    pub exit_status: Option<ExitStatus>,
+    pub recording: Recording,
+}
+
+/// What a recording session made: one recording per traced process, nothing written yet but the
+/// (empty) output directory. [`crate::pipeline`] saves, analyses and renders them.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The top output directory (one subdirectory `pid-N` per process when there are several).
+    pub dir: PathBuf,
+    pub processes: Vec<RecordedProcess>,
+    /// More than one process (or --follow-forks): per-process subdirectories and a summary.
+    pub several: bool,
+    /// Processes selected but not traced, one line each (cgroup and container modes).
+    pub skipped: Vec<String>,
+    /// Why the session ended ("duration", "signal", "target-exited", "batches-done",
+    /// "work-probe-missing").
+    pub end_reason: EndReason,
+    /// The probes being detached in the background (a few seconds: the kernel removes uprobes
+    /// one at a time); [`Recorded::wait_detached`] waits for it.
+    detach: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Recorded {
+    /// Wait until every probe is detached.
+    pub fn wait_detached(&mut self) {
+        if let Some(d) = self.detach.take() {
+            let _ = d.join();
+        }
+    }
+}
+
+/// Record every process the specification selects, until the session ends: one recording per
+/// process, in memory. The output directory is created (empty) before anything is attached;
+/// writing into it is [`crate::pipeline`]'s job. Errors found before anything was attached (a
+/// bad target, an unwritable output directory) and any other failure are returned; the CLI maps
+/// them to exit code 2.
+pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Recorded> {
+    // Everything that can be checked before touching a target is checked first.
+    crate::probes::check_privileges()?;
+    let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_));
+    let mut pids = resolve_pids(&spec)?;
+    let mut skipped = Vec::new();
+    for &pid in &pids {
+        if pid == std::process::id() {
+            anyhow::bail!("PID {pid} is leaktrace itself");
+        }
+        if let Err(e) = discover::check_pid(pid) {
+            if by_group {
+                skipped.push(format!("PID {pid} skipped: {e}"));
+            } else {
+                return Err(e.into());
+            }
+        }
+    }
+    if by_group {
+        pids.retain(|p| discover::check_pid(*p).is_ok());
+        anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
+    }
+    let mut tracer = Tracer::load(opts.limits, opts.mode)?;
+
+    let mut held: Option<HeldChild> = None;
+    if let TargetSpec::Launch(argv) = &spec {
+        let child = launch::spawn_held(argv)?;
+        pids = vec![child.pid];
+        held = Some(child);
+    }
+    let several = pids.len() > 1 || opts.follow_forks;
+    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(opts.dir_prefix, pids[0], several));
+    if let Err(e) = output::ensure_fresh_dir(&dir).and_then(|()| output::ensure_writable_dir(&dir)) {
+        if let Some(c) = held.take() {
+            c.abandon();
+        }
+        return Err(e);
+    }
+
+    let start = Instant::now();
+    let mut targets = Vec::new();
+    for &pid in &pids {
+        let (objects, command, exe) = match &held {
+            None => match discover::mapped_objects(pid) {
+                Ok(o) => (o, procinfo::cmdline(pid), procinfo::exe(pid)),
+                Err(e) if by_group => {
+                    skipped.push(format!("PID {pid} skipped: {e}"));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Some(c) => match launch_objects(&c.exe) {
+                Ok(o) => (o, c.argv.clone(), c.exe.display().to_string()),
+                Err(e) => {
+                    if let Some(a) = held.take() {
+                        HeldChild::abandon(a)
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), opts) {
+            Ok(t) => targets.push(t),
+            Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
+            Err(e) => {
+                if let Some(a) = held.take() {
+                    HeldChild::abandon(a)
+                }
+                // A process that vanished while probes were placed says so plainly.
+                if !held_is_launch(&spec) && !procinfo::alive(pid) {
+                    anyhow::bail!("PID {pid} exited while leaktrace was attaching");
+                }
+                return Err(e);
+            }
+        }
+    }
+    anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
+    if let Some(c) = held.as_mut() {
+        c.release()?;
+        // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
+        // when it has already exited (a zombie has no exe link), the resolved path it exec'd.
+        for t in targets.iter_mut().filter(|t| t.pid == c.pid) {
+            let mut exe = procinfo::exe(t.pid);
+            if exe.is_empty() {
+                exe = std::fs::canonicalize(&c.exe).map(|p| p.display().to_string()).unwrap_or_default();
+            }
+            if !exe.is_empty() {
+                t.exe = exe;
+                t.exe_resolved = true;
+            }
+        }
+    }
+    for t in &targets {
+        let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
+        eprintln!(
+            "leaktrace: attached to PID {} ({}): {} probes in {}",
+            t.pid,
+            t.command.join(" "),
+            t.probes.len(),
+            objs.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    for s in &skipped {
+        eprintln!("leaktrace: {s}");
+    }
+
+    let mut session = Session {
+        tracer,
+        targets,
+        start,
+        status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
+        mode: opts.mode,
+        work_probe: opts.work_probe.clone(),
+        follow_forks: opts.follow_forks,
+    };
+    let started_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let end_reason = rt.block_on(session.run(opts));
+    session.clear_status();
+    let Session { tracer, targets, .. } = session;
+    // Detach in the background while the outputs are written.
+    let detach = std::thread::spawn(move || tracer.shutdown());
+    let mut session_targets = targets;
+
+    // In launch mode the command does not outlive the recording.
+    for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
+        t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
+        if let Some(s) = t.exit_status {
+            eprintln!("leaktrace: stopped {} ({s})", t.command.join(" "));
+        }
+    }
+
+    let several = session_targets.len() > 1 || several;
+    let mut processes = Vec::new();
+    for mut t in session_targets {
+        let recording = Recording {
+            format_version: crate::recording::FORMAT_VERSION,
+            leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
+            target: Target {
+                pid: t.pid,
+                runtime: t.runtime.as_ref().map(|r| r.name),
+                runtime_version: t.runtime.as_ref().and_then(|r| r.version.clone()),
+                nspid: if t.nspid.is_empty() { vec![t.pid] } else { t.nspid.clone() },
+                command: t.command.clone(),
+                exe: t.exe.clone(),
+                launched: t.launched,
+                exit_status: t.exit_status.map(ExitStatus::as_shell),
+            },
+            mode: recorded_mode(opts.mode),
+            sample_bytes: match opts.mode {
+                Mode::Sampled { mean_bytes } => Some(mean_bytes),
+                _ => None,
+            },
+            work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
+            started_unix_ms,
+            interval_s: opts.interval.as_secs_f64(),
+            probes: std::mem::take(&mut t.probes),
+            stacks: std::mem::take(&mut t.stacks),
+            checkpoints: std::mem::take(&mut t.checkpoints),
+            end_reason: t.end_reason.unwrap_or(end_reason),
+            warnings: {
+                if t.untraced_children > 0 {
+                    t.warnings.push(format!(
+                        "this process forked {} child process(es) that were not traced: their memory is not in this report (record with --follow-forks)",
+                        t.untraced_children
+                    ));
+                }
+                std::mem::take(&mut t.warnings)
+            },
+        };
+        let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
+        processes.push(RecordedProcess { dir: tdir, exit_status: t.exit_status, recording });
+    }
+    Ok(Recorded { dir, processes, several, skipped, end_reason, detach: Some(detach) })
+}
+
+fn held_is_launch(spec: &TargetSpec) -> bool {
+    matches!(spec, TargetSpec::Launch(_))
+}
+
+/// `leaktrace-[PREFIX-]PID-TIMESTAMP`, or `leaktrace-[PREFIX-]multi-PID-TIMESTAMP` for several
+/// processes.
+/// The recording's name for a probes mode.
+fn recorded_mode(mode: Mode) -> recording::Mode {
+    match mode {
+        Mode::Exact => recording::Mode::Exact,
+        Mode::Sampled { .. } => recording::Mode::Sampled,
+        Mode::Growth => recording::Mode::Growth,
+    }
+}
+
+fn default_out_dir(prefix: Option<&str>, pid: u32, several: bool) -> PathBuf {
+    let name = if several { format!("multi-{pid}") } else { pid.to_string() };
+    output::timestamped_dir(&match prefix {
+        Some(p) => format!("{p}-{name}"),
+        None => name,
+    })
+}

@@ -1,0 +1,498 @@
+//! One traced process: its probes, symbolizer, stacks, checkpoints, address space and runtime;
+//! attaching to it, rescanning its objects, and taking its checkpoints (thinned past
+//! [`MAX_CHECKPOINTS`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use leaktrace_common::{SiteKey, site_kind};
+
+use crate::discover::{self, MappedObject, WorkProbeSpec};
+use crate::launch::{self, ExitStatus};
+use crate::mappings::{self, AddressSpace};
+use crate::probes::{Mode, Tracer};
+use crate::procinfo;
+use crate::recording::{AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, SiteSample, Stack, StackKind};
+use crate::symbolize::StackSymbolizer;
+
+use super::*;
+
+/// One traced process and everything recorded about it.
+pub(super) struct Traced {
+    pub(super) pid: u32,
+    pub(super) launched: bool,
+    pub(super) command: Vec<String>,
+    pub(super) exe: String,
+    pub(super) nspid: Vec<u32>,
+    pub(super) symbolizer: StackSymbolizer,
+    pub(super) stacks: Vec<Stack>,
+    /// Kernel site key (tgid cleared) → index in `stacks`.
+    pub(super) stack_index: HashMap<SiteKey, u32>,
+    pub(super) checkpoints: Vec<Checkpoint>,
+    pub(super) warnings: Vec<String>,
+    pub(super) exit_status: Option<ExitStatus>,
+    /// Anonymous regions made since attach (off-heap and the allocator's).
+    pub(super) space: AddressSpace,
+    pub(super) work_attached: bool,
+    /// Managed runtime of the target, once detected.
+    pub(super) runtime: Option<crate::runtimes::RuntimeInfo>,
+    /// The runtime's own heap figures, sampled at every checkpoint.
+    pub(super) gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
+    pub(super) probes: Vec<ProbeInfo>,
+    /// Objects already scanned for allocators, by (device major, minor, inode).
+    pub(super) probed: BTreeSet<(i32, i32, u64)>,
+    /// Set when this process's recording ended before the run (it exited).
+    pub(super) end_reason: Option<EndReason>,
+    /// `exe` was read from /proc/PID/exe (launched commands: after their exec).
+    pub(super) exe_resolved: bool,
+    /// The last sample recorded for each stack (checkpoints keep only changed sites).
+    pub(super) last_samples: HashMap<u32, SiteSample>,
+    /// Child processes it forked that are not traced (no --follow-forks).
+    pub(super) untraced_children: u32,
+}
+
+impl Traced {
+    /// Find and probe the allocator of `pid` in `objects`, place the work probe, and start
+    /// tracking its mappings.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attach(
+        tracer: &mut Tracer,
+        pid: u32,
+        objects: Vec<MappedObject>,
+        command: Vec<String>,
+        exe: String,
+        launched: bool,
+        opts: &RecordOptions,
+    ) -> anyhow::Result<Traced> {
+        let scan = scan_for_mode(pid, &objects, opts.mode)?;
+        print_coverage(pid, &scan);
+        let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
+        // Unwind tables before the probes, so the first calls are walked in full.
+        let mut notes = unwind_notes(tracer, &objects);
+        let mut probes = tracer.attach(pid, &scan.points)?;
+        notes.extend(scan.notes);
+        if let Some(spec) = &opts.work_probe {
+            match discover::find_work_function(spec, &objects) {
+                Some((obj, off)) => {
+                    let mut info =
+                        tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
+                    info.function = spec.symbol.clone();
+                    probes.push(info);
+                }
+                None if launched => {} // may be in a library the command loads: retried at checkpoints
+                None => anyhow::bail!(
+                    "--work-probe {spec}: no function `{}` in the objects PID {pid} maps{}",
+                    spec.symbol,
+                    spec.object.as_ref().map(|o| format!(" matching `{o}`")).unwrap_or_default()
+                ),
+            }
+        }
+        match &tracer.mappings_unavailable {
+            None => tracer.add_target(pid)?,
+            Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
+            Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
+        }
+        notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
+        let mut t = Traced {
+            pid,
+            launched,
+            command,
+            exe,
+            nspid: procinfo::nspid(pid),
+            symbolizer: StackSymbolizer::new(pid),
+            stacks: Vec::new(),
+            stack_index: HashMap::new(),
+            checkpoints: Vec::new(),
+            warnings: notes,
+            exit_status: None,
+            space: AddressSpace::default(),
+            work_attached: probes.iter().any(|p| p.kind == "work"),
+            runtime: None,
+            gauge: None,
+            probes,
+            probed,
+            end_reason: None,
+            exe_resolved: !launched,
+            last_samples: HashMap::new(),
+            untraced_children: 0,
+        };
+        if !launched {
+            t.detect_runtime(&objects);
+        }
+        Ok(t)
+    }
+
+    pub(super) fn gone(&mut self) -> bool {
+        if self.launched {
+            if let Some(s) = launch::try_wait(self.pid) {
+                self.exit_status = Some(s);
+                return true;
+            }
+            false
+        } else {
+            !procinfo::alive(self.pid)
+        }
+    }
+
+    /// Detect the target's runtime (once) from the objects it maps.
+    pub(super) fn detect_runtime(&mut self, objects: &[MappedObject]) {
+        if self.runtime.is_some() {
+            return;
+        }
+        if let Some(rt) = crate::runtimes::detect(self.pid, objects) {
+            self.warnings.extend(rt.notes.iter().cloned());
+            self.gauge = crate::runtimes::gauge(self.pid, &rt);
+            self.runtime = Some(rt);
+        }
+    }
+
+    /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
+    /// work probe if its object was not mapped before, and detect the runtime.
+    pub(super) fn rescan(&mut self, tracer: &mut Tracer, mode: Mode, work_probe: Option<&WorkProbeSpec>, t_s: f64) {
+        let Ok(objects) = discover::mapped_objects(self.pid) else { return };
+        if self.nspid.is_empty() {
+            self.nspid = procinfo::nspid(self.pid);
+        }
+        if self.launched {
+            // Launched commands: the executable as the running process sees it (/proc/PID/exe),
+            // followed through an exec chain (env → python3).
+            let exe = procinfo::exe(self.pid);
+            if !exe.is_empty() {
+                self.exe = exe;
+                self.exe_resolved = true;
+                let argv = procinfo::cmdline(self.pid);
+                if !argv.is_empty() {
+                    self.command = argv;
+                }
+            }
+        }
+        self.detect_runtime(&objects);
+        if let (Some(spec), false) = (work_probe, self.work_attached)
+            && let Some((obj, off)) = discover::find_work_function(spec, &objects)
+        {
+            self.work_attached = true;
+            match tracer.attach_work_probe(self.pid, &obj.path.display().to_string(), &obj.open_path, off) {
+                Ok(mut info) => {
+                    info.function = spec.symbol.clone();
+                    self.warnings
+                        .push(format!("work probe {spec} placed at t={t_s:.1}s (its object was mapped after attach)"));
+                    self.probes.push(info);
+                }
+                Err(e) => self.warnings.push(format!("{e:#}")),
+            }
+        }
+        let fresh: Vec<MappedObject> =
+            objects.into_iter().filter(|o| !self.probed.contains(&(o.dev.0, o.dev.1, o.inode))).collect();
+        if fresh.is_empty() {
+            return;
+        }
+        for o in &fresh {
+            self.probed.insert((o.dev.0, o.dev.1, o.inode));
+        }
+        for note in unwind_notes(tracer, &fresh) {
+            self.warnings.push(format!("{note} (mapped after attach, at t={t_s:.1}s)"));
+        }
+        let Ok(scan) = scan_for_mode(self.pid, &fresh, mode) else { return };
+        match tracer.attach(self.pid, &scan.points) {
+            Ok(placed) if !placed.is_empty() => {
+                let objs: BTreeSet<&str> = placed.iter().map(|p| p.object.as_str()).collect();
+                for o in objs {
+                    self.warnings.push(format!(
+                        "allocator in {o} probed only from t={t_s:.1}s (the target mapped it after attach, e.g. with dlopen)"
+                    ));
+                }
+                self.probes.extend(placed);
+            }
+            Ok(_) => {}
+            Err(e) => self.warnings.push(format!("could not probe a newly mapped allocator: {e:#}")),
+        }
+    }
+
+    /// Read the kernel maps and /proc once for this process; add a checkpoint. Errors become
+    /// warnings: a checkpoint that cannot be read is skipped, never the whole recording.
+    pub(super) fn checkpoint(
+        &mut self,
+        tracer: &Tracer,
+        t_s: f64,
+        batch: Option<u32>,
+        work: bool,
+    ) -> Option<(u64, u64)> {
+        let counters = match tracer.counters() {
+            Ok(c) => c,
+            Err(e) => {
+                self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
+                return None;
+            }
+        };
+        let sites = match tracer.read_sites(self.pid) {
+            Ok(s) => s,
+            Err(e) => {
+                self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
+                return None;
+            }
+        };
+        // Everything that moves is read together, before the slow part (symbolizing new stacks).
+        let units_of_work = work.then(|| tracer.work_units(self.pid));
+        let memory = procinfo::memory(self.pid);
+        // Kernel-side sites (malloc family, page faults), then off-heap mappings with their
+        // resident bytes.
+        let resident = self.space.resident(self.pid);
+        let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
+            self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
+        let all = sites.into_iter().map(|(k, v)| (k, v, None)).chain(offheap.into_iter().map(|(k, v)| {
+            let res = resident.as_ref().map(|(per_site, _)| per_site.get(&k).copied().unwrap_or(0));
+            (k, v, Some(res))
+        }));
+        let mut samples = Vec::new();
+        for (key, stats, res) in all.collect::<Vec<_>>() {
+            samples.push(SiteSample {
+                stack: self.stack_for(tracer, key),
+                alloc_bytes: stats.alloc_bytes,
+                alloc_count: stats.alloc_count,
+                free_bytes: stats.free_bytes,
+                free_count: stats.free_count,
+                resident_bytes: res.flatten(),
+            });
+        }
+        samples.sort_by_key(|s| s.stack);
+        let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
+        // Sparse: only the sites whose totals changed since the previous checkpoint are kept (a
+        // site absent from a checkpoint keeps its last totals), so memory grows with activity,
+        // not with sites × checkpoints.
+        samples.retain(|s| self.last_samples.get(&s.stack) != Some(s));
+        for s in &samples {
+            self.last_samples.insert(s.stack, s.clone());
+        }
+        let allocator = resident.as_ref().map(|(_, mmap_resident)| {
+            let mut f = AllocatorFootprint {
+                mmap_bytes: self.space.allocator_mapped_bytes(),
+                mmap_resident_bytes: *mmap_resident,
+                ..Default::default()
+            };
+            if let Some((start, end)) = heap_range(self.pid) {
+                f.heap_bytes = end - start;
+                f.heap_resident_bytes = std::fs::File::open(format!("/proc/{}/pagemap", self.pid))
+                    .ok()
+                    .and_then(|pm| mappings::resident_bytes(&pm, start, end))
+                    .unwrap_or(0);
+            }
+            f
+        });
+        let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
+        self.checkpoints.push(Checkpoint {
+            t_s,
+            memory,
+            sites: samples,
+            counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
+            batch,
+            managed: self.gauge.as_mut().and_then(|g| g.sample()),
+            units_of_work,
+            allocator,
+        });
+        thin(&mut self.checkpoints, MAX_CHECKPOINTS);
+        Some((live, rss))
+    }
+
+    /// The recording's stack for a kernel site, symbolized the first time it is seen.
+    pub(super) fn stack_for(&mut self, tracer: &Tracer, mut key: SiteKey) -> u32 {
+        key.tgid = 0;
+        if let Some(&id) = self.stack_index.get(&key) {
+            return id;
+        }
+        let kernel = if key.stack != 0 { tracer.stack(key.stack) } else { None };
+        let lost = kernel.is_none();
+        let (kernel_ips, end) = kernel.unwrap_or_default();
+        let ips = fix_caller(kernel_ips, key.caller);
+        let frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
+        let truncated = if lost { None } else { truncation(end, &frames) };
+        let id = self.stacks.len() as u32;
+        self.stacks.push(Stack {
+            id,
+            kind: match key.kind {
+                site_kind::MMAP => StackKind::Mmap,
+                site_kind::FAULT => StackKind::Fault,
+                _ => StackKind::Malloc,
+            },
+            frames,
+            lost,
+            truncated,
+        });
+        self.stack_index.insert(key, id);
+        id
+    }
+}
+
+/// Load the unwind tables of `objects` (those not loaded yet); one note per object that has
+/// none, since frames in it are walked by frame pointers only.
+fn unwind_notes(tracer: &mut Tracer, objects: &[MappedObject]) -> Vec<String> {
+    if let Some(why) = tracer.unwind_disabled() {
+        return vec![format!("stacks are walked by frame pointers only (no unwind tables: {why})")];
+    }
+    let outcomes = tracer.load_unwind_tables(objects);
+    objects
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(o, r)| match r {
+            crate::probes::UnwindOutcome::Missing(why) => Some(format!(
+                "no unwind table for {} ({why}): stacks through it continue only where it keeps frame pointers",
+                o.path.display()
+            )),
+            crate::probes::UnwindOutcome::Loaded { .. } => None,
+        })
+        .collect()
+}
+
+/// Why a walk that ended with `end` (`leaktrace_common::walk_end`) is truncated, naming where,
+/// from the symbolized `frames`; None for a complete walk.
+fn truncation(end: u32, frames: &[Frame]) -> Option<String> {
+    use leaktrace_common::walk_end;
+    let last = frames.iter().rev().find(|f| !f.inlined).or(frames.last());
+    let at = || last.map(crate::symbolize::frame_location).unwrap_or_else(|| "the first frame".into());
+    let after = || match last.and_then(|f| f.function.as_deref()) {
+        Some(func) => format!("{func} ({})", at()),
+        None => at(),
+    };
+    match end {
+        walk_end::COMPLETE => None,
+        walk_end::DEPTH => Some(format!("depth limit ({} frames)", leaktrace_common::MAX_STACK_DEPTH)),
+        walk_end::NO_UNWIND_INFO => Some(format!("no unwind info for {} (and no frame pointer)", after())),
+        walk_end::READ_FAULT => Some(format!("stack unreadable after {}", after())),
+        _ => Some(format!("implausible frame after {}", after())),
+    }
+}
+
+/// The allocator entry points to probe in `objects` for `mode`: growth mode puts no probe on
+/// the allocator's hot path, only on mmap (for the stacks of mappings).
+pub(super) fn scan_for_mode(
+    pid: u32,
+    objects: &[MappedObject],
+    mode: Mode,
+) -> Result<discover::AllocatorScan, discover::TargetError> {
+    let mut scan = discover::scan_allocators(pid, objects)?;
+    if mode == Mode::Growth {
+        scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
+    }
+    Ok(scan)
+}
+
+/// Print the coverage table: per object, which allocator family and functions are probed where.
+pub(super) fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
+    let mut by_object: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in &scan.points {
+        let at = if p.probe_offset != p.offset {
+            format!("{}+{}", p.function, p.probe_offset - p.offset)
+        } else {
+            p.function.clone()
+        };
+        by_object.entry(p.object.path.display().to_string()).or_default().push(at);
+    }
+    for (object, functions) in by_object {
+        let fams: Vec<&str> = scan
+            .families
+            .iter()
+            .filter_map(|f| f.strip_prefix(object.as_str()).and_then(|r| r.strip_prefix(": ")))
+            .collect();
+        eprintln!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
+    }
+}
+
+/// Checkpoints kept per process. Past this, every other periodic checkpoint of the run so far
+/// is merged into the next one (the first, the last and `check`'s batch checkpoints stay), so a
+/// long recording keeps its whole time span at a coarser step, in bounded memory.
+pub const MAX_CHECKPOINTS: usize = 2000;
+
+/// Halve the number of checkpoints when there are more than `max` (see [`MAX_CHECKPOINTS`]).
+/// A dropped checkpoint's site samples move to the next checkpoint when that one has no newer
+/// sample of the same site, so sparse totals stay right.
+pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
+    if checkpoints.len() <= max || checkpoints.len() < 3 {
+        return;
+    }
+    let last = checkpoints.len() - 1;
+    let old = std::mem::take(checkpoints);
+    let mut carry: Vec<SiteSample> = Vec::new();
+    let mut periodic = 0usize;
+    for (i, mut c) in old.into_iter().enumerate() {
+        let keep = i == 0 || i == last || c.batch.is_some() || {
+            periodic += 1;
+            periodic.is_multiple_of(2)
+        };
+        if !carry.is_empty() {
+            for s in carry.drain(..) {
+                if !c.sites.iter().any(|x| x.stack == s.stack) {
+                    c.sites.push(s);
+                }
+            }
+            c.sites.sort_by_key(|s| s.stack);
+        }
+        if keep {
+            checkpoints.push(c);
+        } else {
+            carry = c.sites;
+        }
+    }
+}
+
+/// The brk heap of `pid` ([heap] in /proc/PID/maps), as (start, end).
+pub(super) fn heap_range(pid: u32) -> Option<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let heap = maps.lines().filter_map(procinfo::parse_maps_line).find(|l| l.path == "[heap]")?;
+    Some((heap.start, heap.end))
+}
+
+/// Put back the direct caller that the kernel's frame-pointer walk skips at a function's first
+/// instruction: `caller` (read at the stack pointer on entry) becomes frame 1 unless the kernel
+/// already has it there. With no kernel stack, the caller alone is what is known.
+pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
+    if caller == 0 {
+        return ips;
+    }
+    if ips.is_empty() {
+        return vec![caller];
+    }
+    if ips.get(1) != Some(&caller) {
+        ips.insert(1, caller);
+    }
+    ips
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fix_caller;
+
+    #[test]
+    fn thinning_keeps_sparse_totals_and_batches() {
+        use crate::recording::{Checkpoint, SiteSample};
+        let sample = |stack: u32, a: u64| SiteSample { stack, alloc_bytes: a, alloc_count: 1, ..Default::default() };
+        let mut cps: Vec<Checkpoint> = (0..10)
+            .map(|i| Checkpoint {
+                t_s: i as f64,
+                // Site 1 changes at every checkpoint, site 2 only at checkpoint 3.
+                sites: if i == 3 { vec![sample(1, i), sample(2, 7)] } else { vec![sample(1, i)] },
+                batch: (i == 5).then_some(1),
+                ..Default::default()
+            })
+            .collect();
+        super::thin(&mut cps, 6);
+        assert!(cps.len() <= 7, "{}", cps.len());
+        assert_eq!(cps.first().unwrap().t_s, 0.0);
+        assert_eq!(cps.last().unwrap().t_s, 9.0);
+        assert!(cps.iter().any(|c| c.batch == Some(1)));
+        // Site 2's only sample survives, at or after t = 3.
+        let with2: Vec<f64> = cps.iter().filter(|c| c.sites.iter().any(|s| s.stack == 2)).map(|c| c.t_s).collect();
+        assert_eq!(with2.len(), 1, "{with2:?}");
+        assert!(with2[0] >= 3.0);
+        // Site 1 keeps its latest value at every kept checkpoint.
+        for c in &cps {
+            assert_eq!(c.sites.iter().find(|s| s.stack == 1).unwrap().alloc_bytes, c.t_s as u64);
+        }
+    }
+
+    #[test]
+    fn caller_is_restored_once() {
+        assert_eq!(fix_caller(vec![10, 30, 40], 20), vec![10, 20, 30, 40]);
+        assert_eq!(fix_caller(vec![10, 20, 30], 20), vec![10, 20, 30]);
+        assert_eq!(fix_caller(vec![], 20), vec![20]);
+        assert_eq!(fix_caller(vec![10], 0), vec![10]);
+        assert_eq!(fix_caller(vec![10], 20), vec![10, 20]);
+    }
+}

@@ -1,0 +1,87 @@
+//! The fixtures (tests/fixtures/): compiled once per test binary into a fresh temporary directory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::*;
+
+/// Compiled fixtures.
+pub struct Fixtures {
+    pub dir: PathBuf,
+    /// `leaky MODE ITERATIONS RATE_PER_S` (tests/fixtures/leaky.c).
+    pub leaky: PathBuf,
+    /// `leaky_new ITERATIONS RATE_PER_S` (tests/fixtures/leaky_new.cpp).
+    pub leaky_new: PathBuf,
+    /// `python3 grow_list.py [COUNT] [RATE]` (tests/fixtures/grow_list.py).
+    pub grow_list_py: PathBuf,
+}
+
+pub fn fixture_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+}
+
+pub(crate) fn compile(compiler: &str, source: &Path, output: &Path) {
+    let mut cmd = Command::new(compiler);
+    cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"]).arg(output).arg(source);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed? `cargo xtask setup` installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "compiling {} failed ({:?}):\n{}",
+        source.display(),
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The fixtures, compiled on first use (gcc/g++ -O1 -g -fno-omit-frame-pointer).
+pub fn fixtures() -> &'static Fixtures {
+    static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+    FIXTURES.get_or_init(|| {
+        let dir = temp_root().join("fixtures");
+        std::fs::create_dir_all(&dir).expect("create fixtures dir");
+        let leaky = dir.join("leaky");
+        compile("gcc", &fixture_source("leaky.c"), &leaky);
+        let leaky_new = dir.join("leaky_new");
+        compile("g++", &fixture_source("leaky_new.cpp"), &leaky_new);
+        let grow_list_py = dir.join("grow_list.py");
+        std::fs::copy(fixture_source("grow_list.py"), &grow_list_py).expect("copy grow_list.py");
+        Fixtures { dir, leaky, leaky_new, grow_list_py }
+    })
+}
+
+/// The real python3 executable (not a pyenv shim), which must load a shared libpython.
+pub fn python() -> &'static Path {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sys, sysconfig; print(sys.executable); print(sysconfig.get_config_var('Py_ENABLE_SHARED'))",
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run python3: {e}"));
+        assert!(out.status.success(), "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let exe = PathBuf::from(lines.next().unwrap_or_default());
+        assert_eq!(
+            lines.next().map(str::trim),
+            Some("1"),
+            "python3 ({}) is not built with a shared libpython: this test needs one (e.g. pyenv's \
+             CPython built with --enable-shared)",
+            exe.display()
+        );
+        exe
+    })
+}
+
+/// The culprit function of `leaky MODE`.
+pub fn leak_function(mode: &str) -> String {
+    match mode {
+        "realloc" => "leak_realloc_growth".to_string(),
+        m => format!("leak_{m}"),
+    }
+}

@@ -1,0 +1,36 @@
+//! The modes fixture (tests/fixtures/modes.c).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::*;
+
+/// `modes WORKLOAD N` (tests/fixtures/modes.c: sites, pairs, realloc, grow), compiled on first
+/// use (gcc -O1 -g -fno-omit-frame-pointer).
+pub fn modes_fixture() -> &'static Path {
+    static MODES: OnceLock<PathBuf> = OnceLock::new();
+    MODES.get_or_init(|| {
+        let dir = temp_root().join("fixtures-modes");
+        std::fs::create_dir_all(&dir).expect("create fixtures-modes dir");
+        let bin = dir.join("modes");
+        compile("gcc", &fixture_source("modes.c"), &bin);
+        bin
+    })
+}
+
+/// Record `modes WORKLOAD N` launched under leaktrace with `extra` options; asserts it ran to
+/// its end.
+pub fn record_modes(name: &str, extra: &[&str], workload: &str, n: u64) -> (OutDir, Output) {
+    let out = OutDir::new(name);
+    let mut target = Command::new(modes_fixture());
+    target.args([workload, &n.to_string()]);
+    let o = record_launch(&out, extra, target);
+    o.assert_success();
+    assert!(
+        o.stdout.contains(&format!("done {workload} {n}")),
+        "modes {workload} {n} did not run to its end\n{}",
+        o.describe()
+    );
+    (out, o)
+}

@@ -1,0 +1,253 @@
+//! docs/benchmarks.md, rendered from the results.
+
+use super::*;
+
+impl Bench {
+    pub(super) fn render(&self, r: &Results) -> String {
+        // Growth mode's counted cost on redis: in the targets table and under the redis tables.
+        let g = self.growth_model(r);
+        let mut s = String::new();
+        let machine = machine();
+        let loads = self.loads.borrow();
+        let pct = |x: f64| format!("{:.1} %", x * 100.0);
+        s.push_str("# Benchmarks\n\n");
+        s.push_str(
+            "What tracing costs. Written by `cargo xtask bench` (as root); every figure below comes \
+             from one run of it, and the comparisons are ratios within that run.\n\n",
+        );
+        s.push_str(&format!("- Date: {}\n", r.date));
+        s.push_str(&format!("- Command: `cargo xtask bench --reps {} --pairs {} --redis-requests {} --python-iterations {} --live-allocs {}`\n",
+            self.args.reps, self.args.pairs, self.args.redis_requests, self.args.python_iterations, self.args.live_allocs));
+        for (k, v) in &machine {
+            s.push_str(&format!("- {k}: {v}\n"));
+        }
+        s.push_str(&format!(
+            "- Load: {}; 1-minute load average during the runs: median {:.2}, max {:.2} (the machine is shared)\n",
+            r.waited,
+            median(&loads),
+            loads.iter().copied().fold(0.0, f64::max)
+        ));
+        s.push_str(&format!("- Took {:.0} s\n\n", r.elapsed.as_secs_f64()));
+
+        // Microbenchmark.
+        let base = r.micro[0].median();
+        let added = |name: &str| {
+            r.micro.iter().find(|x| x.name.starts_with(name)).map(|x| x.median() - base).unwrap_or(f64::NAN)
+        };
+        let floor = added("floor");
+        let exact = added("leaktrace exact");
+        let naive = added("naive bpftrace");
+        s.push_str("## Cost per malloc+free pair\n\n");
+        s.push_str(&format!(
+            "`xtask/bench/pairs.c`: {} × `malloc({PAIR_SIZE})` + `free` through volatile function pointers, \
+             after a warm-up; the figure is the process's CPU time (user + system: the uprobes run in \
+             its context) for the loop divided by the pairs, median of {} interleaved runs. The \
+             program uses a private copy of glibc ({}), so the probes of every tool fire in it only. \
+             leaktrace's probes: malloc entry + return at the symbol, free at `{}`.\n\n",
+            self.args.pairs,
+            self.args.reps,
+            r_libc_version(),
+            self.free_placement
+        ));
+        s.push_str("| variant | ns per pair (median) | added by tracing | × floor | runs (ns) |\n| --- | ---: | ---: | ---: | --- |\n");
+        for x in &r.micro {
+            let m = x.median();
+            let add = m - base;
+            let ratio = if x.name == "untraced" { "".into() } else { format!("{:.2}", add / floor) };
+            s.push_str(&format!(
+                "| {} | {:.0} | {} | {} | {} |\n",
+                x.name,
+                m,
+                if x.name == "untraced" { "—".into() } else { format!("{add:.0}") },
+                ratio,
+                x.values.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        s.push_str("\nCommands (one run each):\n\n```sh\n");
+        for x in &r.micro {
+            s.push_str(&format!("{}\n", x.command));
+        }
+        s.push_str("```\n\n");
+        s.push_str("The naive script (`xtask/bench/naive.bt`, like bcc's memleak):\n\n```\n");
+        s.push_str(&std::fs::read_to_string(root().join("xtask/bench/naive.bt")).unwrap_or_default());
+        s.push_str(
+            "```\n\nThe floor is `xtask/bench/floor.c`: a two-instruction eBPF program (`r0 = 0; exit`) \
+            attached with perf_event_open at the same file offsets as leaktrace's probes (bpftrace 0.17 \
+            cannot place a uprobe at `free+9`: it is built without the disassembler that checks offsets).\n\n",
+        );
+
+        // Targets.
+        s.push_str("## Targets\n\n| target | measured | met |\n| --- | --- | --- |\n");
+        let exact_vs_floor = exact / floor;
+        let naive_vs_exact = naive / exact;
+        s.push_str(&format!(
+            "| exact mode within 1.3× of the floor (added ns per pair) | {exact:.0} ns vs {floor:.0} ns: {exact_vs_floor:.2}× | {} |\n",
+            yes(exact_vs_floor <= 1.3)
+        ));
+        s.push_str(&format!(
+            "| exact mode ≥ 10× cheaper per pair than the naive bpftrace script | {naive:.0} ns vs {exact:.0} ns: {naive_vs_exact:.1}× | {} |\n",
+            yes(naive_vs_exact >= 10.0)
+        ));
+        let growth_ratio = |series: &[Series]| {
+            let base = series[0].median();
+            series.iter().find(|x| x.name == "leaktrace growth").map(|x| x.median() / base).unwrap_or(f64::NAN)
+        };
+        let (rgrowth_cpu, rgrowth_wall) = (growth_ratio(&r.redis_cpu), growth_ratio(&r.redis));
+        s.push_str(&format!(
+            "| growth mode keeps redis's throughput ≥ 98 % of untraced | computed from what it adds per request (below): {}; measured: {} per redis-server CPU second, {} in wall-clock requests/s — both within the spread of the untraced runs ({:.0} %–{:.0} % of their median) | {} |\n",
+            pct(g.throughput),
+            pct(rgrowth_cpu),
+            pct(rgrowth_wall),
+            spread(&r.redis_cpu[0]).0 * 100.0,
+            spread(&r.redis_cpu[0]).1 * 100.0,
+            yes(g.throughput >= 0.98)
+        ));
+        let sampled: Vec<String> = r
+            .micro
+            .iter()
+            .filter(|x| x.name.contains("sampled"))
+            .map(|x| {
+                format!(
+                    "{}: {:.0} ns ({:.2}× floor)",
+                    x.name.trim_start_matches("leaktrace sampled "),
+                    x.median() - base,
+                    (x.median() - base) / floor
+                )
+            })
+            .collect();
+        s.push_str(&format!("| sampled mode (stated, no target) | {} | — |\n\n", sampled.join("; ")));
+
+        if !r.stats.is_empty() {
+            s.push_str("## Where exact mode's time goes in the kernel\n\n");
+            s.push_str(&format!(
+                "One more exact-mode run of the microbenchmark with `kernel.bpf_stats_enabled=1`; \
+                 `bpftool prog show -j`, run_time_ns / run_cnt of leaktrace's programs (the time inside \
+                 the eBPF programs only; the uprobe's own trap and return trampoline are the floor). \
+                 Per pair the programs take {:.0} ns, against {exact:.0} ns added by exact mode and \
+                 {floor:.0} ns by empty probes.\n\n| program | runs | ns per run | total ms |\n| --- | ---: | ---: | ---: |\n",
+                r.stats.iter().filter(|(n, ..)| ["malloc_enter", "alloc_return", "free_enter"].contains(&n.as_str())).map(|(_, c, ns)| *ns as f64 / *c as f64).sum::<f64>()
+            ));
+            for (name, cnt, ns) in &r.stats {
+                s.push_str(&format!(
+                    "| {name} | {cnt} | {:.0} | {:.1} |\n",
+                    *ns as f64 / *cnt as f64,
+                    *ns as f64 / 1e6
+                ));
+            }
+            s.push('\n');
+        }
+
+        // Real workloads.
+        for (title, unit, series, note) in [
+            (
+                "redis-server under redis-benchmark",
+                "requests/s (SET and GET together)",
+                &r.redis,
+                "redis-server (Debian's, linked with libjemalloc) on 127.0.0.1 with persistence off, traced by `leaktrace record --pid` attached before each redis-benchmark run and stopped after it (exact and sampled mode run a twentieth of the requests: the rate is what is compared). Throughput is wall-clock, so it is the figure most exposed to the machine's other load; redis-server and redis-benchmark take both cores, so the agent's own CPU (last column) competes with them.",
+            ),
+            (
+                "redis-server's CPU per request",
+                "requests per redis-server CPU second",
+                &r.redis_cpu,
+                "The same runs, counted against redis-server's own CPU time (utime + stime of all its threads from /proc/PID/stat, over the redis-benchmark run): the uprobes, page-fault and syscall probes run in redis-server's context, so this is what tracing costs redis, and the machine's other load does not add to it the way it adds to wall-clock time. redis serves requests on one thread, so this is the throughput redis would have with a core to itself. The growth-mode target is judged on this figure.",
+            ),
+            (
+                "A Python workload",
+                "iterations per CPU second",
+                &r.python,
+                "`xtask/bench/churn.py` (dict and list churn, a bounded window of live dicts) under CPython with a shared libpython, launched under leaktrace; the figure is iterations over the loop's process CPU time.",
+            ),
+        ] {
+            let b = series[0].median();
+            s.push_str(&format!("## {title}\n\n{note}\n\n| variant | {unit} (median) | vs untraced | runs |\n| --- | ---: | ---: | --- |\n"));
+            for x in series.iter() {
+                s.push_str(&format!(
+                    "| {} | {:.0} | {} | {} |\n",
+                    x.name,
+                    x.median(),
+                    pct(x.median() / b),
+                    x.values.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
+                ));
+            }
+            if std::ptr::eq(series, &r.redis_cpu) {
+                // Same commands as the table above; then growth mode's cost from counts.
+                s.push_str(&format!(
+                    "\nGrowth mode's cost per request, counted: its eBPF programs ran {:.1} ns per request \
+                     (kernel.bpf_stats_enabled during the growth runs: every program of the agent, for \
+                     whichever process it fired); redis-server made {:.3} read/write system calls and \
+                     {:.4} page faults per request (/proc/PID/io, /proc/PID/stat), and while syscall \
+                     tracepoints are attached each system call costs {:.1} ns more ({:.1} → {:.1} ns per \
+                     getppid(), `xtask/bench/syscalls.c`); the syscall count is doubled, as epoll_wait \
+                     and other calls are not in syscr/syscw. Added: {:.1} ns per request, against {:.0} ns \
+                     of redis-server CPU per request untraced: {} of untraced throughput.\n\n",
+                    g.prog_ns,
+                    g.syscalls,
+                    g.faults,
+                    g.syscall_extra_ns,
+                    r.syscall_ns.0,
+                    r.syscall_ns.1,
+                    g.prog_ns + 2.0 * g.syscalls * g.syscall_extra_ns,
+                    g.request_ns,
+                    pct(g.throughput)
+                ));
+                continue;
+            }
+            s.push_str("\n```sh\n");
+            for x in series.iter() {
+                s.push_str(&format!("{}\n", x.command));
+            }
+            s.push_str("```\n\n");
+            if std::ptr::eq(series, &r.redis) {
+                let notes = self.redis_notes.borrow();
+                s.push_str("The agent's CPU during the redis-benchmark runs (median share of a core): ");
+                let parts: Vec<String> = series
+                    .iter()
+                    .zip(notes.0.iter())
+                    .filter(|(x, _)| x.name != "untraced")
+                    .map(|(x, c)| format!("{} {:.1} %", x.name, c * 100.0))
+                    .collect();
+                s.push_str(&parts.join("; "));
+                s.push_str(".\n\nWhere leaktrace put redis's allocator probes (its coverage lines; `+N` is a probe moved past a NULL check or past first instructions the kernel would single-step, see leaktrace/src/placement.rs; the others sit on the function's first instruction):\n\n```\n");
+                for l in &notes.1 {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+                s.push_str("```\n\n");
+            }
+        }
+
+        // Agent cost.
+        let a = &r.agent;
+        let total_maps: u64 = a.maps.iter().map(|m| m.3).sum();
+        s.push_str(&format!(
+            "## The agent at {} live allocations\n\n`{}`: `xtask/bench/hold.c` mallocs {} blocks of 64 bytes \
+             and keeps them (filled in {:.1} s under exact tracing). Read 1.5 s after the last malloc: \
+             /proc/PID/stat (utime + stime) and /proc/PID/status of leaktrace, and `bpftool map show -j` \
+             (bytes_memlock of the maps whose ids leaktrace's file descriptors hold).\n\n",
+            a.live, a.command, a.live, a.fill_s
+        ));
+        s.push_str(&format!(
+            "| figure | value |\n| --- | ---: |\n| agent CPU time from start (attach, {} allocations, checkpoints) | {:.2} s |\n\
+             | agent CPU while holding them (1 s checkpoints) | {:.1} % of a core |\n| agent RSS (VmRSS) | {:.1} MiB |\n\
+             | agent peak RSS (VmHWM) | {:.1} MiB |\n| BPF maps, total bytes_memlock | {:.1} MiB |\n\n",
+            a.live,
+            a.cpu_at_held,
+            a.cpu_per_s_steady * 100.0,
+            a.rss_kib as f64 / 1024.0,
+            a.hwm_kib as f64 / 1024.0,
+            total_maps as f64 / 1048576.0
+        ));
+        s.push_str("| map | type | max_entries | bytes_memlock |\n| --- | --- | ---: | ---: |\n");
+        for (name, ty, max, bytes) in &a.maps {
+            s.push_str(&format!("| {name} | {ty} | {max} | {bytes} |\n"));
+        }
+        s.push('\n');
+        // Paths relative to the workspace, so that the commands read the same on any machine.
+        let bin_dir = self.leaktrace.parent().map(|d| format!("{}/", d.display()));
+        let s = match bin_dir {
+            Some(d) => s.replace(&d, "target/release/"),
+            None => s,
+        };
+        s.replace(&format!("{}/", root().display()), "")
+    }
+}
