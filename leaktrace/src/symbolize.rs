@@ -48,6 +48,64 @@ pub struct StackSymbolizer {
     objects: HashMap<(String, u64), Object>,
     /// /proc/PID/maps text of the last snapshot, to skip re-parsing when nothing changed.
     last_maps: String,
+    /// The runtime's perf map (JIT code names), once read.
+    perf_map: PerfMap,
+}
+
+/// A JIT runtime's perf map (`/tmp/perf-PID.map`: one `START SIZE NAME` line per compiled
+/// function, hex without 0x; written by Node with `--perf-basic-prof`, by the JVM with
+/// `jcmd PID Compiler.perfmap` or `-XX:+DumpPerfMapAtExit`), read through the target's root so a
+/// container's /tmp is used, under the PID the process has in its own namespace. Re-read when
+/// the file has grown (runtimes append as they compile).
+#[derive(Default)]
+pub struct PerfMap {
+    /// (start, end, name), sorted by start.
+    entries: Vec<(u64, u64, String)>,
+    /// Size of the file when last read.
+    read_len: u64,
+}
+
+impl PerfMap {
+    /// The file of process `pid` whose PID in its own namespace is `ns_pid`.
+    fn path(pid: u32, ns_pid: u32) -> String {
+        format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map")
+    }
+
+    /// Re-read the map if it has grown. Returns whether a map exists.
+    fn refresh(&mut self, pid: u32, ns_pid: u32) -> bool {
+        let path = Self::path(pid, ns_pid);
+        let Ok(meta) = std::fs::metadata(&path) else { return !self.entries.is_empty() };
+        if meta.len() == self.read_len {
+            return true;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else { return !self.entries.is_empty() };
+        self.entries = parse_perf_map(&text);
+        self.read_len = meta.len();
+        true
+    }
+
+    /// The function whose code holds `addr`, if the map has one (the latest entry wins where
+    /// code was recompiled at the same address).
+    fn lookup(&self, addr: u64) -> Option<&str> {
+        let i = self.entries.partition_point(|e| e.0 <= addr);
+        self.entries[..i].iter().rev().take(8).find(|e| addr < e.1).map(|e| e.2.as_str())
+    }
+}
+
+/// Parse perf-map text (`START SIZE NAME`, hex), sorted by start; bad lines are skipped.
+pub fn parse_perf_map(text: &str) -> Vec<(u64, u64, String)> {
+    let mut v: Vec<(u64, u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ' ');
+            let start = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+            let size = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+            let name = it.next()?.trim();
+            (!name.is_empty()).then(|| (start, start.saturating_add(size), name.to_string()))
+        })
+        .collect();
+    v.sort_by_key(|e| e.0);
+    v
 }
 
 impl StackSymbolizer {
@@ -55,8 +113,14 @@ impl StackSymbolizer {
     pub fn new(pid: u32) -> Self {
         let symbolizer =
             Symbolizer::builder().enable_code_info(true).enable_inlined_fns(true).enable_demangling(true).build();
-        let mut s =
-            StackSymbolizer { pid, symbolizer, maps: Vec::new(), objects: HashMap::new(), last_maps: String::new() };
+        let mut s = StackSymbolizer {
+            pid,
+            symbolizer,
+            maps: Vec::new(),
+            objects: HashMap::new(),
+            last_maps: String::new(),
+            perf_map: PerfMap::default(),
+        };
         s.refresh();
         s
     }
@@ -114,8 +178,21 @@ impl StackSymbolizer {
                 by_object.entry(m.key.clone()).or_default().push((i, off));
             }
         }
-        let mut per_ip: Vec<Vec<Frame>> =
-            ips.iter().map(|&ip| vec![Frame { addr: ip, ..Default::default() }]).collect();
+        // Code outside any mapped file (JIT code): named from the runtime's perf map, if any.
+        let jit: Vec<usize> = (0..ips.len()).filter(|&i| self.locate(jit_addr(ips, i)).is_none()).collect();
+        let have_map = !jit.is_empty() && self.perf_map.refresh(self.pid, self.ns_pid());
+        let mut per_ip: Vec<Vec<Frame>> = ips
+            .iter()
+            .enumerate()
+            .map(|(i, &ip)| {
+                let function = if have_map && jit.contains(&i) {
+                    self.perf_map.lookup(jit_addr(ips, i)).map(str::to_string)
+                } else {
+                    None
+                };
+                vec![Frame { addr: ip, function, ..Default::default() }]
+            })
+            .collect();
         for (key, items) in by_object {
             let Some(obj) = self.objects.get_mut(&key) else { continue };
             let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
@@ -171,6 +248,23 @@ impl StackSymbolizer {
     }
 }
 
+/// The address to look `ips[i]` up at: a return address one byte back, inside its call.
+fn jit_addr(ips: &[u64], i: usize) -> u64 {
+    if i == 0 { ips[0] } else { ips[i].saturating_sub(1) }
+}
+
+impl StackSymbolizer {
+    /// The process's PID in its own PID namespace (the name of its perf map).
+    fn ns_pid(&self) -> u32 {
+        crate::procinfo::nspid(self.pid).last().copied().unwrap_or(self.pid)
+    }
+
+    /// Whether the runtime's perf map (`/tmp/perf-PID.map` in the target's root) exists.
+    pub fn has_perf_map(&self) -> bool {
+        std::path::Path::new(&PerfMap::path(self.pid, self.ns_pid())).exists() || !self.perf_map.entries.is_empty()
+    }
+}
+
 fn code_location(ci: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
     match ci {
         Some(ci) => (Some(ci.to_path().display().to_string()), ci.line),
@@ -194,5 +288,27 @@ pub fn frame_location(f: &Frame) -> String {
     match f.file_offset {
         Some(off) => format!("{object}+{off:#x}"),
         None => format!("{object}@{:#x}", f.addr),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_map_lines_and_lookup() {
+        let text = "7f00 10 JS:*step /tmp/grow.js:11\n\
+                    garbage line\n\
+                    7e00 100 Builtin:ArgumentsAdaptorTrampoline\n\
+                    0x8000 8 LazyCompile:~recordAudit /srv/app.js:3\n";
+        let map = PerfMap { entries: parse_perf_map(text), read_len: 0 };
+        assert_eq!(map.entries.len(), 3);
+        assert_eq!(map.lookup(0x7f08), Some("JS:*step /tmp/grow.js:11"));
+        assert_eq!(map.lookup(0x7e10), Some("Builtin:ArgumentsAdaptorTrampoline"));
+        assert_eq!(map.lookup(0x7e80), Some("Builtin:ArgumentsAdaptorTrampoline"));
+        assert_eq!(map.lookup(0x7f10), None, "past both");
+        assert_eq!(map.lookup(0x8004), Some("LazyCompile:~recordAudit /srv/app.js:3"));
+        assert_eq!(map.lookup(0x8008), None);
+        assert_eq!(map.lookup(0x100), None);
     }
 }

@@ -312,6 +312,60 @@ fn node_objects_grow_the_v8_heap() {
     assert_verdict_starts(&r, "managed leak: the V8 heap grows", &ctx);
 }
 
+/// Node with --perf-basic-prof: the JIT frames are named from /tmp/perf-PID.map, and the
+/// retained Buffers' site names the JavaScript function that keeps them (`step` in grow.js),
+/// through a stack that is complete from libc to main.
+#[test]
+fn node_perf_map_names_the_javascript_function() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.arg("--perf-basic-prof").arg(src("grow.js")).args(["offheap", "500", "16384"]);
+    let (r, ctx, _out) = record_for("node-perfmap", cmd, NODE_DURATION);
+    assert_runtime(&r, "node", &ctx);
+    // The rate itself is node_retained_buffers_are_off_heap's business (writing the perf map
+    // slows node down, more so on a loaded machine): here, that the off-heap kind grows.
+    assert_grows(&r, "off-heap", 0.1 * 500.0 * 16384.0, &ctx);
+    let top = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "memory_kind") == "off-heap")
+        .max_by(|a, b| f64_of(a, "growth_bytes_per_s").total_cmp(&f64_of(b, "growth_bytes_per_s")))
+        .unwrap_or_else(|| panic!("no off-heap site\n{ctx}"));
+    let function = str_of(top, "function");
+    assert!(
+        function.starts_with("JS:") && function.contains("step /"),
+        "the growing Buffer site is named {function:?}, not grow.js's step\n{ctx}"
+    );
+    assert!(function.contains("grow.js:"), "no script location in {function:?}\n{ctx}");
+    let names: Vec<&str> = top["frames"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+    assert!(names.iter().any(|n| n.starts_with("node::Start")), "stack does not reach node::Start: {names:?}\n{ctx}");
+    assert!(
+        !r.json["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("--perf-basic-prof"))),
+        "asks for --perf-basic-prof although it was given\n{ctx}"
+    );
+}
+
+/// Without --perf-basic-prof the JIT frames cannot be named, and the report says which flag names them.
+#[test]
+fn node_without_perf_map_says_which_flag_names_js_frames() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.arg(src("grow.js")).args(["offheap", "500", "16384"]);
+    let (r, ctx, _out) = record_for("node-noperfmap", cmd, NODE_DURATION);
+    assert!(
+        r.json["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("--perf-basic-prof"))),
+        "no note about --perf-basic-prof\n{ctx}"
+    );
+}
+
 #[test]
 fn node_retained_buffers_are_off_heap() {
     require_root();

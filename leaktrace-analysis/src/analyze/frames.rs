@@ -47,6 +47,20 @@ pub fn is_system_frame(f: &Frame) -> bool {
     in_system_lib || std_function
 }
 
+/// True for a JIT frame named from a V8 perf map (`JS:*step /srv/app.js:10:14`,
+/// `LazyCompile:~handler /srv/app.js:3`) whose code is the program's, not Node's own library
+/// (`node:internal/...`, `node:buffer`).
+pub fn is_user_jit_frame(f: &Frame) -> bool {
+    if f.object.is_some() {
+        return false;
+    }
+    let Some((kind, rest)) = f.function.as_deref().and_then(|n| n.split_once(':')) else { return false };
+    let location = rest.split_once(' ').map(|(_, loc)| loc).unwrap_or("");
+    matches!(kind, "JS" | "LazyCompile" | "Function" | "InterpretedFunction")
+        && !location.is_empty()
+        && !location.starts_with("node:")
+}
+
 /// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
 /// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
 fn is_runtime_frame(f: &Frame) -> bool {
@@ -83,6 +97,16 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
             return None;
         }
         stack.frames[i..].iter().position(|f| nameable(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
+    });
+    // A runtime's JIT frames named from its perf map (Node with --perf-basic-prof): memory the
+    // runtime allocated for the program's own JavaScript is the JavaScript function's.
+    let user = user.or_else(|| {
+        let i = first?;
+        let f = &stack.frames[i];
+        if !(is_runtime_frame(f) || is_system_frame(f)) {
+            return None;
+        }
+        stack.frames[i..].iter().position(is_user_jit_frame).map(|j| i + j)
     });
     let idx = user.or(first).or_else(|| stack.frames.iter().position(named)).or(if stack.frames.is_empty() {
         None

@@ -92,6 +92,20 @@ fn culprit_skips_allocator_frames() {
         ..st.clone()
     };
     assert_eq!(culprit(&python).1, "_PyEval_EvalFrameDefault");
+    // Node with a perf map: the Buffer's backing store is allocated by node's allocator for the
+    // user's JavaScript function, which is the culprit (Node's own library frames are skipped).
+    let jit = |name: &str| Frame { addr: 0x3e00, function: Some(name.to_string()), ..Default::default() };
+    let node = Stack {
+        frames: vec![
+            lib("__libc_calloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("node::NodeArrayBufferAllocator::Allocate(unsigned long)", "/usr/bin/node"),
+            jit("JS:*FastBuffer node:internal/buffer:960:14"),
+            jit("JS:^step /srv/app.js:10:14"),
+            lib("node::Start(int, char**)", "/usr/bin/node"),
+        ],
+        ..st.clone()
+    };
+    assert_eq!(culprit(&node), (Some(3), "JS:^step /srv/app.js:10:14".to_string()));
     let st = Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
     assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
     // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the

@@ -290,6 +290,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let several = session_targets.len() > 1 || several;
     let mut processes = Vec::new();
     for mut t in session_targets {
+        if let Some(note) = t.jit_note() {
+            t.warnings.push(note);
+        }
         let recording = Recording {
             format_version: crate::recording::FORMAT_VERSION,
             leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -292,6 +292,34 @@ impl Traced {
         Some((live, rss))
     }
 
+    /// When JIT frames (code outside any mapped file) stayed unnamed in a runtime that can write
+    /// a perf map, what to run it with so they are named.
+    pub(super) fn jit_note(&self) -> Option<String> {
+        let runtime = self.runtime.as_ref()?.name;
+        let unnamed_jit = self
+            .stacks
+            .iter()
+            .flat_map(|s| s.frames.iter().skip(1))
+            .any(|f| f.object.is_none() && f.function.is_none());
+        if !unnamed_jit || self.symbolizer.has_perf_map() {
+            return None;
+        }
+        match runtime {
+            crate::recording::Runtime::Node => Some(
+                "JIT frames (JavaScript) are unnamed: start node with --perf-basic-prof (or \
+                 --perf-basic-prof-only-functions) so it writes /tmp/perf-PID.map, which leaktrace reads"
+                    .to_string(),
+            ),
+            crate::recording::Runtime::Jvm => Some(
+                "JIT frames (Java) are unnamed: write a perf map with `jcmd PID Compiler.perfmap` during the \
+                 recording (or start the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit), and \
+                 -XX:+PreserveFramePointer so the walk can go through Java frames"
+                    .to_string(),
+            ),
+            _ => None,
+        }
+    }
+
     /// The recording's stack for a kernel site, symbolized the first time it is seen.
     pub(super) fn stack_for(&mut self, tracer: &Tracer, mut key: SiteKey) -> u32 {
         key.tgid = 0;
