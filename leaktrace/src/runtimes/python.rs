@@ -31,7 +31,17 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
          interpreter; native = malloc from extensions and the C libraries they call",
         obj.path.display()
     )];
-    if let Some(v) = environ_var(pid, "PYTHONMALLOC") {
+    let pythonmalloc = environ_var(pid, "PYTHONMALLOC");
+    if pythonmalloc.is_none() {
+        notes.push(
+            "pymalloc serves Python objects and PyMem_Malloc blocks of up to 512 bytes from its own arenas, \
+             without a malloc call: who allocates them (an extension's PyMem_Malloc, a missing Py_DECREF) \
+             is seen only as arena growth (_PyObject_ArenaMmap); run the program with PYTHONMALLOC=malloc \
+             to trace each of them by its call stack"
+                .to_string(),
+        );
+    }
+    if let Some(v) = pythonmalloc {
         notes.push(match v.as_str() {
             "malloc" | "malloc_debug" => format!(
                 "PYTHONMALLOC={v}: pymalloc is bypassed, every Python object is a malloc call \
