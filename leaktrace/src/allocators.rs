@@ -161,6 +161,22 @@ pub const RUST_API: &[Hook] = &[
     dealloc("__rust_dealloc"),
 ];
 
+/// CPython's allocator API (`--pymalloc`): pymalloc serves blocks of up to 512 bytes from its own
+/// arenas without a malloc call, so an extension's PyMem_Malloc leak or Python objects kept alive
+/// are seen by their call stacks only with these hooked. Larger blocks are malloc calls made
+/// inside them (folded into the outer call). Python allocates at a high rate: every call pays a
+/// probe (docs/benchmarks.md), so this is opt-in.
+pub const PYMALLOC_API: &[Hook] = &[
+    alloc("PyObject_Malloc", "malloc_enter"),
+    alloc("PyObject_Calloc", "calloc_enter"),
+    alloc("PyObject_Realloc", "realloc_enter"),
+    dealloc("PyObject_Free"),
+    alloc("PyMem_Malloc", "malloc_enter"),
+    alloc("PyMem_Calloc", "calloc_enter"),
+    alloc("PyMem_Realloc", "realloc_enter"),
+    dealloc("PyMem_Free"),
+];
+
 /// Not an allocation: libc's mmap gives anonymous mappings their caller's stack (see
 /// `mappings`). Hooked in objects of the unprefixed family.
 pub const MMAP_HOOK: Hook =

@@ -61,6 +61,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         // The test compares exact live bytes against a budget: no sampling.
         mode: Mode::Exact,
         follow_forks: false,
+        pymalloc: false,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

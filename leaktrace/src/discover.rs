@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use crate::allocators::{CXX_DELETE, CXX_NEW, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, RUST_API, WRAPPERS};
+use crate::allocators::{CXX_DELETE, CXX_NEW, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, PYMALLOC_API, RUST_API, WRAPPERS};
 
 /// Why a PID cannot be traced. Each message names the PID and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -183,8 +183,9 @@ fn read_code(path: &Path, offset: u64) -> Option<Vec<u8>> {
 /// jemalloc, tcmalloc, mimalloc, or a statically linked executable): its malloc API is probed,
 /// and its own C++ operator new/delete if it defines them. Without any family, Rust's allocator
 /// shims are probed. Functions that share an address with one already chosen (glibc's memalign
-/// is aligned_alloc, tcmalloc's malloc is tc_malloc) are probed once.
-pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorScan, TargetError> {
+/// is aligned_alloc, tcmalloc's malloc is tc_malloc) are probed once. With `pymalloc`, CPython's
+/// allocator API ([`PYMALLOC_API`]) is probed too, in the object that defines it.
+pub fn scan_allocators(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Result<AllocatorScan, TargetError> {
     let mut names: Vec<String> = Vec::new();
     for fam in FAMILIES {
         names.extend(MALLOC_API.iter().map(|h| format!("{}{}", fam.prefix, h.function)));
@@ -196,6 +197,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
             .chain(WRAPPERS)
             .chain(RUST_API)
             .chain([&MMAP_HOOK])
+            .chain(PYMALLOC_API)
             .map(|h| h.function.to_string()),
     );
     let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -261,6 +263,12 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject]) -> Result<AllocatorSc
         for hook in CXX_NEW {
             if offsets.contains_key(hook.function) {
                 cxx_new = true;
+                add(&mut scan, hook, hook.function.to_string());
+            }
+        }
+        if pymalloc && offsets.contains_key("PyObject_Malloc") && offsets.contains_key("PyObject_Free") {
+            scan.families.push(format!("{}: pymalloc (CPython's allocator API)", obj.path.display()));
+            for hook in PYMALLOC_API {
                 add(&mut scan, hook, hook.function.to_string());
             }
         }
@@ -374,7 +382,7 @@ mod tests {
         check_pid(me).unwrap();
         let objs = mapped_objects(me).unwrap();
         assert!(objs.iter().any(|o| o.path.to_string_lossy().contains("libc.so")));
-        let scan = scan_allocators(me, &objs).unwrap();
+        let scan = scan_allocators(me, &objs, false).unwrap();
         let names: Vec<_> = scan.points.iter().map(|p| p.function.as_str()).collect();
         assert!(names.contains(&"malloc") && names.contains(&"free"), "{names:?}");
         // glibc's free is probed after its NULL check, on an emulated instruction.

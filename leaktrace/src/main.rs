@@ -161,6 +161,11 @@ struct RecordArgs {
     /// Also trace the processes the traced ones fork (from their fork on).
     #[arg(long)]
     follow_forks: bool,
+    /// Python targets: also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...), so
+    /// objects and blocks pymalloc serves from its arenas are traced by call stack (an
+    /// extension's PyMem_Malloc leak is named). Every Python allocation then pays a probe.
+    #[arg(long)]
+    pymalloc: bool,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -295,6 +300,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 schedule: Default::default(),
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
+                pymalloc: a.pymalloc,
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -407,6 +413,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         schedule: Default::default(),
         mode: Default::default(),
         follow_forks: false,
+        pymalloc: false,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

@@ -58,6 +58,37 @@ fn cleak() -> &'static Path {
     })
 }
 
+/// The directory holding pymem_ext*.so (pymem_ext.c built against the test's python3).
+fn pymem_ext() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = build_dir().join("pymem_ext");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = |var: &str| {
+            let o = Command::new(python())
+                .args([
+                    "-c",
+                    &format!(
+                        "import sysconfig; print(sysconfig.get_config_var('{var}') or sysconfig.get_paths()['include'])"
+                    ),
+                ])
+                .output()
+                .expect("python3");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let include = cfg("INCLUDEPY");
+        let suffix = cfg("EXT_SUFFIX");
+        check(
+            Command::new("gcc")
+                .args(["-O2", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
+                .arg(dir.join(format!("pymem_ext{suffix}")))
+                .arg(src("pymem_ext.c")),
+            "gcc (pymem_ext.c)",
+        );
+        dir
+    })
+}
+
 /// The directory holding Grow.class.
 fn java_classes() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -218,6 +249,57 @@ fn python_c_library_leak_is_native() {
     assert_eq!(top["function"], "parse_record", "the top native site\n{ctx}");
     assert_eq!(top["class"], "leak", "parse_record's class\n{ctx}");
     assert_verdict_starts(&r, "native leak in parse_record (C extension), Python heap flat", &ctx);
+}
+
+/// An extension leaking PyMem_Malloc blocks (pymalloc: no malloc call): with --pymalloc the
+/// leaking function is named, with its bytes; without it the site is invisible, and the report
+/// says what PYTHONMALLOC=malloc would show.
+#[test]
+fn python_pymem_leak_named_with_pymalloc_hooks() {
+    require_root();
+    let run = |name: &str, extra: &[&str]| {
+        let out = OutDir::new(name);
+        let mut cmd = Command::new(python());
+        cmd.arg(src("pymem_leak.py")).arg(pymem_ext()).args(["200", "6"]);
+        let o = record_launch(&out, extra, cmd);
+        o.assert_success();
+        let leaked: f64 = o
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("leaked_bytes "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no leaked_bytes line\n{}", o.describe()));
+        let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
+        (Report::load(&out.path), out, leaked, ctx)
+    };
+    let (r, out, leaked, ctx) = run("py-pymalloc", &["--pymalloc"]);
+    assert!(leaked > 100.0 * 512.0, "the workload leaked only {leaked} B\n{ctx}");
+    let sites = r.sites_of("split_fields");
+    assert!(!sites.is_empty(), "no split_fields site\n{ctx}");
+    let live: f64 = sites.iter().map(|s| u64_of(s, "live_bytes") as f64).sum();
+    assert_within("split_fields live bytes", live, leaked, 0.10, &ctx);
+    assert_eq!(str_of(r.largest_growth(), "function"), "split_fields", "top growing site\n{ctx}");
+    assert_eq!(str_of(r.largest_growth(), "class"), "leak", "split_fields' class\n{ctx}");
+    // The balanced objects the workload makes (strings, ints, tuples) hold nothing that grows.
+    for s in r.sites().iter().filter(|s| str_of(s, "class") == "leak") {
+        let frames = s["frames"].as_array().unwrap();
+        assert!(
+            frames.iter().any(|f| f["function"].as_str() == Some("split_fields")),
+            "a leak site outside split_fields: {}\n{ctx}",
+            str_of(s, "function")
+        );
+    }
+    drop(out);
+    let (r, _out, _, ctx) = run("py-no-pymalloc", &[]);
+    assert!(r.sites_of("split_fields").is_empty(), "split_fields seen without --pymalloc?\n{ctx}");
+    assert!(
+        r.json["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("PYTHONMALLOC=malloc"))),
+        "no PYTHONMALLOC=malloc note\n{ctx}"
+    );
 }
 
 // ----------------------------------------------------------------------------------------------

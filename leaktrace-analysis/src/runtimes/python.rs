@@ -24,6 +24,21 @@ use crate::recording::{Frame, Stack, StackKind};
 const ARENA_FUNCTIONS: &[&str] =
     &["_PyObject_ArenaMmap", "_PyObject_VirtualAlloc", "new_arena", "_PyObject_ArenaMalloc"];
 
+/// CPython's allocator API and its implementation functions: memory allocated through them is
+/// the Python heap's (managed), whoever called them.
+const PYTHON_ALLOCATOR_API: &[&str] = &[
+    "PyObject_Malloc",
+    "PyObject_Calloc",
+    "PyObject_Realloc",
+    "PyMem_Malloc",
+    "PyMem_Calloc",
+    "PyMem_Realloc",
+    "_PyObject_Malloc",
+    "_PyObject_Calloc",
+    "_PyObject_Realloc",
+    "pymalloc_alloc",
+];
+
 /// The interpreter's object: libpython*.so, or a python executable with the interpreter inside.
 fn is_interpreter(f: &Frame) -> bool {
     let o = object_name(f);
@@ -43,6 +58,11 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             None
         }
         StackKind::Malloc => {
+            // Through CPython's allocator API (PyMem_Malloc from an extension, PyObject_Malloc
+            // from the interpreter; with --pymalloc it is the probed function itself): managed.
+            if stack.frames.iter().take(4).any(|f| PYTHON_ALLOCATOR_API.contains(&function(f))) {
+                return Some(MemoryKind::Managed);
+            }
             let f = first_caller(stack).or_else(|| callers(stack).next())?;
             if is_loader(f) {
                 Some(MemoryKind::Runtime)

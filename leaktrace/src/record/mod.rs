@@ -90,6 +90,9 @@ pub struct RecordOptions {
     pub mode: Mode,
     /// Also trace processes forked by the traced ones (from their fork on).
     pub follow_forks: bool,
+    /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
+    /// from pymalloc's arenas are traced by stack (`--pymalloc`).
+    pub pymalloc: bool,
 }
 
 impl Default for RecordOptions {
@@ -106,6 +109,7 @@ impl Default for RecordOptions {
             schedule: Schedule::Periodic,
             mode: Mode::Exact,
             follow_forks: false,
+            pymalloc: false,
         }
     }
 }
@@ -267,6 +271,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         mode: opts.mode,
         work_probe: opts.work_probe.clone(),
         follow_forks: opts.follow_forks,
+        pymalloc: opts.pymalloc,
     };
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);

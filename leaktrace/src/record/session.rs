@@ -21,6 +21,7 @@ pub(super) struct Session {
     pub(super) mode: Mode,
     pub(super) work_probe: Option<WorkProbeSpec>,
     pub(super) follow_forks: bool,
+    pub(super) pymalloc: bool,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -182,7 +183,7 @@ impl Session {
             if now >= next {
                 let t_s = self.start.elapsed().as_secs_f64();
                 for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
-                    t.rescan(&mut self.tracer, self.mode, self.work_probe.as_ref(), t_s);
+                    t.rescan(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
                 }
                 // A work probe that cannot be placed once the command has loaded its libraries
                 // is a mistake to report, not to wait on: `check` by units would never end.
@@ -248,8 +249,12 @@ impl Session {
                 continue;
             }
             let Ok(objects) = discover::mapped_objects(child) else { continue };
-            let opts =
-                RecordOptions { work_probe: self.work_probe.clone(), mode: self.mode, ..RecordOptions::default() };
+            let opts = RecordOptions {
+                work_probe: self.work_probe.clone(),
+                mode: self.mode,
+                pymalloc: self.pymalloc,
+                ..RecordOptions::default()
+            };
             match Traced::attach(
                 &mut self.tracer,
                 child,

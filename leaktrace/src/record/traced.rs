@@ -63,7 +63,7 @@ impl Traced {
         launched: bool,
         opts: &RecordOptions,
     ) -> anyhow::Result<Traced> {
-        let scan = scan_for_mode(pid, &objects, opts.mode)?;
+        let scan = scan_for_mode(pid, &objects, opts.mode, opts.pymalloc)?;
         print_coverage(pid, &scan);
         let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
         // Unwind tables before the probes, so the first calls are walked in full.
@@ -147,7 +147,14 @@ impl Traced {
 
     /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
     /// work probe if its object was not mapped before, and detect the runtime.
-    pub(super) fn rescan(&mut self, tracer: &mut Tracer, mode: Mode, work_probe: Option<&WorkProbeSpec>, t_s: f64) {
+    pub(super) fn rescan(
+        &mut self,
+        tracer: &mut Tracer,
+        mode: Mode,
+        pymalloc: bool,
+        work_probe: Option<&WorkProbeSpec>,
+        t_s: f64,
+    ) {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
         if self.nspid.is_empty() {
             self.nspid = procinfo::nspid(self.pid);
@@ -191,7 +198,7 @@ impl Traced {
         for note in unwind_notes(tracer, &fresh) {
             self.warnings.push(format!("{note} (mapped after attach, at t={t_s:.1}s)"));
         }
-        let Ok(scan) = scan_for_mode(self.pid, &fresh, mode) else { return };
+        let Ok(scan) = scan_for_mode(self.pid, &fresh, mode, pymalloc) else { return };
         match tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
                 let objs: BTreeSet<&str> = placed.iter().map(|p| p.object.as_str()).collect();
@@ -394,8 +401,9 @@ pub(super) fn scan_for_mode(
     pid: u32,
     objects: &[MappedObject],
     mode: Mode,
+    pymalloc: bool,
 ) -> Result<discover::AllocatorScan, discover::TargetError> {
-    let mut scan = discover::scan_allocators(pid, objects)?;
+    let mut scan = discover::scan_allocators(pid, objects, pymalloc)?;
     if mode == Mode::Growth {
         scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
     }
