@@ -23,6 +23,11 @@ pub const ALLOCATOR_FRAMES: &[&str] = &[
     "__libc_valloc",
     "__libc_pvalloc",
     "__posix_memalign",
+    // Static glibc's internal names (a `gcc -static` program has no __libc_malloc symbol).
+    "__malloc",
+    "__calloc",
+    "__realloc",
+    "__free",
     "_int_malloc",
     "_int_realloc",
     "_int_memalign",

@@ -134,14 +134,13 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
     if w.end != walk_end::COMPLETE {
         count(counter::STACK_TRUNCATED);
         // --debug-unwind only: AYA_LOG_LEVEL is 0 otherwise, a constant the verifier folds.
-        aya_log_ebpf::debug!(
-            &(),
-            "walk of pid {} stopped after {} frames at {:x} (end {}: 1 depth, 2 no unwind info, 3 bad frame, 4 unreadable)",
-            tgid,
-            w.n,
-            w.pc,
-            w.end
-        );
+        let why: &str = match w.end {
+            walk_end::DEPTH => "depth limit",
+            walk_end::NO_UNWIND_INFO => "no unwind info and no frame pointer",
+            walk_end::BAD_FRAME => "implausible frame",
+            _ => "stack unreadable",
+        };
+        aya_log_ebpf::debug!(&(), "walk of pid {} stopped after {} frames at {:x}: {}", tgid, w.n, w.pc, why);
     }
     let hash = mix(w.hash ^ w.n);
     if hash == 0 { 1 } else { hash }

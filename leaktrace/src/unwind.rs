@@ -66,19 +66,30 @@ pub fn build_from(data: &[u8]) -> anyhow::Result<Table> {
     }
     let mut raw = Vec::new();
     let mut unsupported = 0;
-    let section = if let Some(s) = obj.section_by_name(".eh_frame").filter(|s| s.size() > 0) {
+    // .eh_frame first; .debug_frame for the functions .eh_frame does not cover (code built with
+    // -fno-asynchronous-unwind-tables and -g keeps its CFI there only).
+    let mut covered = Vec::new();
+    let mut sources = Vec::new();
+    if let Some(s) = obj.section_by_name(".eh_frame").filter(|s| s.size() > 0) {
         let bytes = s.data().context("reading .eh_frame")?;
-        let bases = bases.set_eh_frame(s.address());
+        let bases = bases.clone().set_eh_frame(s.address());
         let eh = EhFrame::new(bytes, LittleEndian);
-        collect(&eh, &bases, &mut raw, &mut unsupported)?;
-        ".eh_frame"
-    } else if let Some(s) = obj.section_by_name(".debug_frame").filter(|s| s.size() > 0) {
+        collect(&eh, &bases, &mut raw, &mut unsupported, &mut covered)?;
+        sources.push(".eh_frame");
+    }
+    if let Some(s) = obj.section_by_name(".debug_frame").filter(|s| s.size() > 0) {
         let bytes = s.data().context("reading .debug_frame")?;
         let df = DebugFrame::new(bytes, LittleEndian);
-        collect(&df, &bases, &mut raw, &mut unsupported)?;
-        ".debug_frame"
-    } else {
-        bail!("no .eh_frame or .debug_frame");
+        let before = raw.len();
+        collect(&df, &bases, &mut raw, &mut unsupported, &mut covered)?;
+        if raw.len() > before {
+            sources.push(".debug_frame");
+        }
+    }
+    let section = match sources.as_slice() {
+        [] => bail!("no .eh_frame or .debug_frame"),
+        [one] => *one,
+        _ => ".eh_frame + .debug_frame",
     };
     let rows = compact(raw);
     if rows.len() > MAX_ROWS_PER_OBJECT {
@@ -90,11 +101,14 @@ pub fn build_from(data: &[u8]) -> anyhow::Result<Table> {
 /// A row before compaction: (address, rule, is the end of an FDE's range).
 type RawRow = (u64, UnwindRow, bool);
 
+/// Append the rows of every FDE of `section` whose range does not overlap one in `covered`
+/// (ranges of sections read before), and add their ranges to it.
 fn collect<R, S>(
     section: &S,
     bases: &BaseAddresses,
     out: &mut Vec<RawRow>,
     unsupported: &mut usize,
+    covered: &mut Vec<(u64, u64)>,
 ) -> anyhow::Result<()>
 where
     R: gimli::Reader<Offset = usize>,
@@ -102,6 +116,9 @@ where
 {
     let mut ctx = Box::new(UnwindContext::new());
     let mut entries = section.entries(bases);
+    let mut seen_before = std::mem::take(covered);
+    seen_before.sort_unstable();
+    let mut added = Vec::new();
     loop {
         let entry = match entries.next() {
             Ok(Some(e)) => e,
@@ -118,6 +135,14 @@ where
         if fde.len() == 0 {
             continue;
         }
+        let range = (fde.initial_address(), fde.initial_address() + fde.len());
+        // The last range of an earlier section starting before this one ends (sorted by start;
+        // FDE ranges do not overlap each other).
+        let i = seen_before.partition_point(|r| r.0 < range.1);
+        if i > 0 && seen_before[i - 1].1 > range.0 {
+            continue;
+        }
+        added.push(range);
         let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
             continue;
         };
@@ -129,6 +154,8 @@ where
         }
         out.push((last_end.max(fde.initial_address() + fde.len()), UnwindRow::default(), true));
     }
+    seen_before.extend(added);
+    *covered = seen_before;
     Ok(())
 }
 
@@ -283,6 +310,35 @@ mod tests {
         ]);
         let pcs: Vec<(u32, u16)> = rows.iter().map(|r| (r.pc, r.cfa_offset)).collect();
         assert_eq!(pcs, vec![(0x100, 1), (0x104, 2), (0x110, 1), (0x120, 0), (0x200, 1), (0x210, 0)]);
+    }
+
+    #[test]
+    fn debug_frame_covers_what_eh_frame_does_not() {
+        // A function built -fno-asynchronous-unwind-tables -g has its CFI in .debug_frame only.
+        let dir = std::env::temp_dir().join(format!("lt-unwind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b, exe) = (dir.join("a.c"), dir.join("b.c"), dir.join("mix"));
+        std::fs::write(&a, "int mid(int x) { return x * 3 + 1; }\n").unwrap();
+        std::fs::write(&b, "int mid(int); int main(int c, char **v) { return mid(c); }\n").unwrap();
+        let ok = std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-c", "-o"])
+            .arg(dir.join("a.o"))
+            .arg(&a)
+            .status()
+            .is_ok_and(|s| s.success())
+            && std::process::Command::new("gcc")
+                .args(["-O2", "-g", "-o"])
+                .arg(&exe)
+                .arg(dir.join("a.o"))
+                .arg(&b)
+                .status()
+                .is_ok_and(|s| s.success());
+        if !ok {
+            return; // no compiler here
+        }
+        let t = build(&exe).unwrap();
+        assert_eq!(t.section, ".eh_frame + .debug_frame", "{t:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -36,13 +36,20 @@ pub fn is_system_frame(f: &Frame) -> bool {
             && (name.ends_with(".so") || name.contains(".so."))
     });
     let std_function = f.function.as_deref().is_some_and(|n| {
-        // A C++ name may start with its return type ("void std::vector<...>::...").
+        const STD: [&str; 4] = ["std::", "__gnu_cxx::", "alloc::", "core::"];
+        // A Rust trait method starts with `<` (`<alloc::string::String as core::fmt::Write>::..`).
         let n = n.trim_start_matches('<');
-        let n = match n.split_once(' ') {
-            Some((ret, rest)) if !ret.contains('(') && !ret.contains('<') => rest.trim_start_matches('<'),
-            _ => n,
-        };
-        ["std::", "__gnu_cxx::", "alloc::", "core::"].iter().any(|p| n.starts_with(p))
+        if STD.iter().any(|p| n.starts_with(p)) {
+            return true;
+        }
+        // A C++ name may start with its return type ("void std::vector<...>::...").
+        match n.split_once(' ') {
+            Some((ret, rest)) if !ret.contains('(') && !ret.contains('<') && !ret.contains("::") => {
+                let rest = rest.trim_start_matches('<');
+                STD.iter().any(|p| rest.starts_with(p))
+            }
+            _ => false,
+        }
     });
     in_system_lib || std_function
 }
@@ -65,7 +72,11 @@ pub fn is_user_jit_frame(f: &Frame) -> bool {
 /// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
 fn is_runtime_frame(f: &Frame) -> bool {
     f.object.as_deref().map(basename).is_some_and(|b| {
-        ["libpython", "python", "libjvm", "libjli", "java", "node", "libnode"].iter().any(|p| b.starts_with(p))
+        // python3, python3.11 (a version, nothing else), and the runtimes' own libraries.
+        let python_exe = b.strip_prefix("python").is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'));
+        python_exe
+            || matches!(b, "node" | "nodejs" | "java")
+            || ["libpython", "libjvm.so", "libjli.so", "libnode.so"].iter().any(|p| b.starts_with(p))
     })
 }
 

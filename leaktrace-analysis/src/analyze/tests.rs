@@ -92,6 +92,26 @@ fn culprit_skips_allocator_frames() {
         ..st.clone()
     };
     assert_eq!(culprit(&python).1, "_PyEval_EvalFrameDefault");
+    // A Rust trait method of the standard library is std code; a program whose name merely
+    // starts like a runtime's is not a runtime.
+    let rust = Stack {
+        frames: vec![
+            lib("__GI___libc_realloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("<alloc::string::String as core::fmt::Write>::write_str", "/tmp/rleak"),
+            lib("rleak::index_names", "/tmp/rleak"),
+        ],
+        ..st.clone()
+    };
+    assert_eq!(culprit(&rust).1, "rleak::index_names");
+    let nodeworker = Stack {
+        frames: vec![
+            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            lib("xmlDictCreate", "/usr/lib/x86_64-linux-gnu/libxml2.so.2"),
+            lib("cache_config_docs", "/tmp/nodeworker"),
+        ],
+        ..st.clone()
+    };
+    assert_eq!(culprit(&nodeworker).1, "cache_config_docs");
     // Node with a perf map: the Buffer's backing store is allocated by node's allocator for the
     // user's JavaScript function, which is the culprit (Node's own library frames are skipped).
     let jit = |name: &str| Frame { addr: 0x3e00, function: Some(name.to_string()), ..Default::default() };

@@ -484,6 +484,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         for s in &truncated {
             *reasons.entry(s.stack_truncated.as_deref().unwrap_or_default()).or_default() += 1;
         }
+        let mut reasons: Vec<(&str, usize)> = reasons.into_iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         for (why, n) in reasons.iter().take(10) {
             let _ = writeln!(md, "- {n} × {why}");
         }

@@ -37,6 +37,34 @@ const PYTHON_ALLOCATOR_API: &[&str] = &[
     "_PyObject_Calloc",
     "_PyObject_Realloc",
     "pymalloc_alloc",
+    "PyMem_RawMalloc",
+    "PyMem_RawCalloc",
+    "PyMem_RawRealloc",
+    "_PyMem_RawMalloc",
+    "_PyMem_RawCalloc",
+    "_PyMem_RawRealloc",
+];
+
+/// Interpreter functions that allocate objects (their callers' frames in a stripped interpreter
+/// are exported names): an arena mapped below them is pymalloc's.
+const OBJECT_ALLOCATION: &[&str] = &[
+    "PyType_GenericAlloc",
+    "_PyObject_GC_New",
+    "_PyObject_New",
+    "PyObject_Malloc",
+    "PyMem_Malloc",
+    "PyObject_Calloc",
+    "PyMem_Calloc",
+    "PyObject_Realloc",
+    "PyMem_Realloc",
+    "PyUnicode_New",
+    "PyBytes_FromStringAndSize",
+    "PyTuple_New",
+    "PyList_New",
+    "PyDict_New",
+    "_PyObject_GC_Malloc",
+    "PyFloat_FromDouble",
+    "PyLong_From",
 ];
 
 /// The interpreter's object: libpython*.so, or a python executable with the interpreter inside.
@@ -50,6 +78,14 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
         StackKind::Mmap => {
             if callers(stack).take(4).any(|f| ARENA_FUNCTIONS.contains(&function(f))) {
+                return Some(MemoryKind::Managed);
+            }
+            // A stripped interpreter (Debian's /usr/bin/python3.11) has no name for its arena
+            // function: an anonymous mapping whose nearest caller is the interpreter's own code,
+            // below an object allocation, is a pymalloc arena.
+            if first_caller(stack).is_some_and(is_interpreter)
+                && callers(stack).take(6).any(|f| OBJECT_ALLOCATION.iter().any(|n| function(f).starts_with(n)))
+            {
                 return Some(MemoryKind::Managed);
             }
             if callers(stack).take(4).any(is_loader) {
@@ -87,6 +123,13 @@ mod tests {
     fn rules() {
         let arena = st("mmap", &[("__GI___mmap64", LIBC), ("_PyObject_ArenaMmap", LIBPY)]);
         assert_eq!(classify(&arena), Some(MemoryKind::Managed));
+        // Debian's stripped interpreter: the arena function has no name, its caller does.
+        let mut stripped = st(
+            "mmap",
+            &[("__GI___mmap64", LIBC), ("x", "/usr/bin/python3.11"), ("PyType_GenericAlloc", "/usr/bin/python3.11")],
+        );
+        stripped.frames[1].function = None;
+        assert_eq!(classify(&stripped), Some(MemoryKind::Managed));
         let big = st("malloc", &[("__GI___libc_malloc", LIBC), ("_PyObject_Malloc", LIBPY), ("?", "")]);
         assert_eq!(classify(&big), Some(MemoryKind::Managed));
         let list = st("malloc", &[("__GI___libc_realloc", LIBC), ("list_resize", LIBPY)]);
