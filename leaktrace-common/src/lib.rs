@@ -425,6 +425,17 @@ pub mod unwind {
     /// Stack realigned through a DRAP register (gcc): CFA = *(%rbp + 8 × rbp_offset), and the
     /// caller's %rbp is saved at [%rbp].
     pub const CFA_DEREF_RBP: u8 = 5;
+    /// A signal trampoline (glibc's `__restore_rt`): %rsp points at the kernel's `ucontext_t`;
+    /// the interrupted %rip, %rsp and %rbp are read from its saved registers
+    /// ([`SIGNAL_RIP`], [`SIGNAL_RSP`], [`SIGNAL_RBP`] bytes above %rsp), and the next frame is
+    /// looked up at the interrupted %rip itself (it is not a return address).
+    pub const SIGNAL: u8 = 6;
+    /// Offset of the saved %rip in x86-64's `ucontext_t` (uc_mcontext.gregs[REG_RIP]: 40 + 16 × 8).
+    pub const SIGNAL_RIP: u64 = 168;
+    /// Offset of the saved %rsp (gregs[REG_RSP]).
+    pub const SIGNAL_RSP: u64 = 160;
+    /// Offset of the saved %rbp (gregs[REG_RBP]).
+    pub const SIGNAL_RBP: u64 = 120;
     /// Largest `cfa_offset` a row can hold, in bytes (u16 in 8-byte units).
     pub const MAX_CFA_OFFSET: u64 = (u16::MAX as u64) * 8;
 }

@@ -88,6 +88,8 @@ struct Walk {
     tgid: u32,
     end: u32,
     generation: u64,
+    /// The current pc was interrupted by a signal (not a return address): look it up as is.
+    exact: u64,
 }
 
 /// A 64-bit mixing step (multiply, then fold the high half down), so that every input bit
@@ -118,6 +120,7 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
         tgid,
         end: walk_end::DEPTH,
         generation: UNWIND_GEN.get(0).copied().unwrap_or(0),
+        exact: 0,
     };
     let callback = step as extern "C" fn(u64, *mut Walk) -> i64;
     // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
@@ -159,7 +162,7 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
     // needs.)
     // A return address points after its call: look its rule up at the call (pc − 1), which is
     // still inside the caller even when the call was the function's last instruction.
-    let lookup = if index == 0 { w.pc } else { w.pc - 1 };
+    let lookup = if index == 0 || w.exact != 0 { w.pc } else { w.pc - 1 };
     let row = rule(w.tgid, lookup, w.generation);
     let (ret, cfa) = match row.kind {
         unwind::END => {
@@ -201,6 +204,20 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
                 }
             }
             (ret, cfa)
+        }
+        unwind::SIGNAL => {
+            // The kernel's signal frame: the interrupted registers in the ucontext at %rsp. The
+            // interrupted stack may be another one (sigaltstack): no ordering check.
+            let at = |off: u64| unsafe { bpf_probe_read_user((w.sp + off) as *const u64) };
+            let (Ok(ip), Ok(sp), Ok(fp)) = (at(unwind::SIGNAL_RIP), at(unwind::SIGNAL_RSP), at(unwind::SIGNAL_RBP))
+            else {
+                w.end = walk_end::READ_FAULT;
+                return 1;
+            };
+            w.fp = fp;
+            let r = push(w, index, ip, sp);
+            w.exact = 1;
+            return r;
         }
         unwind::CFA_DEREF_RBP => {
             let at = w.fp.wrapping_add((row.rbp_offset as i64 * 8) as u64);
@@ -280,6 +297,7 @@ fn push(w: &mut Walk, index: u64, ret: u64, cfa: u64) -> i64 {
     w.n = n + 1;
     w.sp = cfa;
     w.pc = ret;
+    w.exact = 0;
     0
 }
 

@@ -166,6 +166,14 @@ where
     S: UnwindSection<R>,
 {
     let none = UnwindRow::default();
+    // A signal trampoline: every register is an expression on the ucontext at %rsp
+    // (DW_OP_breg7 160; DW_OP_deref for the CFA).
+    if let CfaRule::Expression(e) = row.cfa()
+        && let Ok(expr) = e.get(section)
+        && expr.0.to_slice().is_ok_and(|b| *b == [0x77, 0xa0, 0x01, 0x06][..])
+    {
+        return UnwindRow { kind: unwind::SIGNAL, ..none };
+    }
     // No rule for the return address: the x86-64 ABI's, at CFA - 8.
     match row.register(RA).unwrap_or(RegisterRule::Offset(-8)) {
         RegisterRule::Undefined => {
@@ -283,6 +291,7 @@ mod tests {
         let rsp = t.rows.iter().filter(|r| r.kind == unwind::CFA_RSP).count();
         assert!(rsp * 2 > t.rows.len(), "{rsp} of {} rows are rsp-based", t.rows.len());
         assert!(t.rows.iter().any(|r| r.kind == unwind::END), "no outermost-frame row (clone3, start_thread)");
+        assert!(t.rows.iter().any(|r| r.kind == unwind::SIGNAL), "no signal-trampoline row (__restore_rt)");
         assert!(t.unsupported_rows * 100 < t.rows.len(), "{} unsupported rows", t.unsupported_rows);
     }
 

@@ -262,6 +262,32 @@ fn twenty_calls_deep_without_frame_pointers_reaches_main() {
     assert_within("live bytes through leak_deep", live_through(&run, "leak_deep"), run.leaked, 0.10, ctx);
 }
 
+/// An allocation in a signal handler: the walk goes through the kernel's signal frame (glibc's
+/// __restore_rt) to the interrupted code and on to main.
+#[test]
+fn signal_handler_stack_reaches_the_interrupted_code_and_main() {
+    require_root();
+    let run = record("unwind-signal", &[], &nofp().c, &["signal", "400"]);
+    let ctx = &run.ctx;
+    let stacks = stacks_through(&run, "on_alarm");
+    assert!(!stacks.is_empty(), "no stack through on_alarm\n{ctx}");
+    let complete = stacks
+        .iter()
+        .filter(|s| {
+            let f = s["frames"].as_array().unwrap();
+            s.get("truncated").is_none() && has(f, "busy_worker") && has(f, "main")
+        })
+        .count();
+    // The interrupted pc is anywhere in spin/busy_worker; every stack must cross the frame.
+    assert_eq!(
+        complete,
+        stacks.len(),
+        "{complete} of {} stacks through on_alarm reach busy_worker and main\n{ctx}",
+        stacks.len()
+    );
+    assert_within("live bytes through on_alarm", live_through(&run, "on_alarm"), run.leaked, 0.10, ctx);
+}
+
 /// Growth mode: the first touch of a fresh heap page happens inside glibc's _int_malloc (it
 /// writes the next chunk's header); the full stack names the user's function that keeps the
 /// small blocks.
