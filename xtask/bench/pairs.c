@@ -24,13 +24,31 @@ __attribute__((noinline)) static void loop(long n, size_t size) {
     }
 }
 
+/* Built with -DPAIRS_N=... -DPAIRS_SIZE=... -DSTART_DELAY_MS=..., it runs without arguments
+ * (for tools that launch a command without arguments, like libbpf-tools memleak -c), after
+ * waiting START_DELAY_MS for the tool's probes. */
+#ifndef START_DELAY_MS
+#define START_DELAY_MS 0
+#endif
+
 int main(int argc, char **argv) {
-    if (argc != 3 && argc != 4) {
+    long n;
+    size_t size;
+#ifdef PAIRS_N
+    if (argc == 1) {
+        struct timespec ts = {START_DELAY_MS / 1000, (START_DELAY_MS % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        n = PAIRS_N;
+        size = PAIRS_SIZE;
+    } else
+#endif
+    if (argc == 3 || argc == 4) {
+        n = atol(argv[1]);
+        size = (size_t)atol(argv[2]);
+    } else {
         fprintf(stderr, "usage: %s N SIZE [LINGER_MS]\n", argv[0]);
         return 64;
     }
-    long n = atol(argv[1]);
-    size_t size = (size_t)atol(argv[2]);
     if (n <= 0) return 64;
     loop(n / 10 + 1, size);
     struct timespec ca, cb, wa, wb;

@@ -45,6 +45,19 @@ impl Bench {
         c.arg("-o").arg(self.work.join("heaptrack.pairs"));
         pairs_args(&mut c);
         variants.push(("heaptrack (LD_PRELOAD)".into(), c));
+        // The strongest eBPF peer, side by side: the same pairs, on the system's libc (memleak
+        // probes libc.so.6 by name), launched by each tool.
+        if let Some(memleak) = &self.memleak {
+            let mut c = self.leaktrace_launch(&[], "exact-system-libc");
+            c.arg(&self.pairs_fixed);
+            variants.push(("leaktrace exact, system libc (as memleak)".into(), c));
+            let mut c = Command::new(memleak);
+            c.arg("-c").arg(&self.pairs_fixed);
+            variants.push(("libbpf-tools memleak -c".into(), c));
+            let mut c = Command::new(memleak);
+            c.args(["-s", "64", "-c"]).arg(&self.pairs_fixed);
+            variants.push(("libbpf-tools memleak -s 64 -c".into(), c));
+        }
 
         let mut series: Vec<Series> =
             variants.iter().map(|(name, c)| Series { name: name.clone(), command: show(c), values: vec![] }).collect();

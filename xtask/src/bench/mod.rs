@@ -124,6 +124,11 @@ struct Bench {
     floor: PathBuf,
     syscalls: PathBuf,
     python: PathBuf,
+    /// pairs.c built to run without arguments (PAIRS_N pairs after a 1 s pause), on the system's
+    /// libc, at a path short enough for libbpf-tools memleak's `-c` (under 32 characters).
+    pairs_fixed: PathBuf,
+    /// libbpf-tools memleak (../shared/tools/memleak-libbpf), when present.
+    memleak: Option<PathBuf>,
     /// (file offset of malloc, of free's probe) in the libc copy, and free's placement note.
     malloc_off: u64,
     free_off: u64,
@@ -192,6 +197,17 @@ impl Bench {
             c.arg("-o").arg(out).arg(src.join(file));
             run(&mut c)?;
         }
+        // memleak -c takes a command of under 32 characters and no arguments.
+        let pairs_fixed = PathBuf::from(format!("/tmp/ltb-{}", std::process::id()));
+        run(Command::new("gcc")
+            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall"])
+            .arg(format!("-DPAIRS_N={}", args.pairs))
+            .arg(format!("-DPAIRS_SIZE={PAIR_SIZE}"))
+            .arg("-DSTART_DELAY_MS=1000")
+            .arg("-o")
+            .arg(&pairs_fixed)
+            .arg(src.join("pairs.c")))?;
+        let memleak = Some(root().join("../shared/tools/memleak-libbpf")).filter(|p| p.is_file());
         let python = query_line("python3", &["-c", "import sys; print(sys.executable)"])
             .map(PathBuf::from)
             .context("python3 not found")?;
@@ -206,6 +222,8 @@ impl Bench {
             floor,
             syscalls,
             python,
+            pairs_fixed,
+            memleak,
             malloc_off: 0,
             free_off: 0,
             free_placement: String::new(),

@@ -63,6 +63,15 @@ impl Bench {
                 x.values.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
             ));
         }
+        let (lt_sys, memleak) = (added("leaktrace exact, system libc"), added("libbpf-tools memleak -c"));
+        if lt_sys.is_finite() && memleak.is_finite() {
+            s.push_str(&format!(
+                "\nAgainst libbpf-tools memleak (`../shared/tools/memleak-libbpf`, CO-RE, bcc 6d0a964), the same \
+                 pairs on the system's libc launched by each tool: leaktrace exact adds {lt_sys:.0} ns per pair, \
+                 memleak {memleak:.0} ns: **{:.2}×** memleak's cost.\n",
+                lt_sys / memleak
+            ));
+        }
         s.push_str("\nCommands (one run each):\n\n```sh\n");
         for x in &r.micro {
             s.push_str(&format!("{}\n", x.command));
