@@ -430,6 +430,9 @@ pub mod unwind {
     /// ([`SIGNAL_RIP`], [`SIGNAL_RSP`], [`SIGNAL_RBP`] bytes above %rsp), and the next frame is
     /// looked up at the interrupted %rip itself (it is not a return address).
     pub const SIGNAL: u8 = 6;
+    /// Kernel side only, never in a table: no mapping at all holds the pc (a garbage return
+    /// address from following a frame pointer through code that has none): the walk ends there.
+    pub const NO_VMA: u8 = 7;
     /// Offset of the saved %rip in x86-64's `ucontext_t` (uc_mcontext.gregs[REG_RIP]: 40 + 16 × 8).
     pub const SIGNAL_RIP: u64 = 168;
     /// Offset of the saved %rsp (gregs[REG_RSP]).

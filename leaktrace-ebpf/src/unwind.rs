@@ -169,6 +169,11 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
             w.end = walk_end::COMPLETE;
             return 1;
         }
+        unwind::NO_VMA => {
+            // The previous step's return address is not code (see `unwind::NO_VMA`).
+            w.end = walk_end::BAD_FRAME;
+            return 1;
+        }
         unwind::CFA_RSP | unwind::CFA_RBP | unwind::PLT => {
             let base = if row.kind == unwind::CFA_RBP { w.fp } else { w.sp };
             let mut cfa = base + row.cfa_offset as u64 * 8;
@@ -377,6 +382,10 @@ fn lookup(pc: u64) -> Option<UnwindRow> {
     if r == -16 {
         // -EBUSY: the address space's lock is taken.
         return None;
+    }
+    if r == -2 {
+        // -ENOENT: no mapping holds the pc.
+        return Some(UnwindRow { kind: unwind::NO_VMA, ..UnwindRow::default() });
     }
     if r != 0 || info.found == 0 {
         return Some(UnwindRow::default());

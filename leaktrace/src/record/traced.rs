@@ -337,7 +337,14 @@ impl Traced {
         let lost = kernel.is_none();
         let (kernel_ips, end) = kernel.unwrap_or_default();
         let ips = fix_caller(kernel_ips, key.caller);
-        let frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
+        let mut frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
+        if end == leaktrace_common::walk_end::BAD_FRAME {
+            // The walk ended on an address no mapping holds (a frame pointer followed through
+            // code without one): not a frame.
+            while frames.len() > 1 && frames.last().is_some_and(|f| f.object.is_none() && f.function.is_none()) {
+                frames.pop();
+            }
+        }
         let truncated = if lost { None } else { truncation(end, &frames) };
         let id = self.stacks.len() as u32;
         self.stacks.push(Stack {
