@@ -32,6 +32,13 @@ pub const SITE_FLOOR_FRACTION: f64 = 0.01;
 /// Absolute part of the process (RSS) noise floor, bytes per second: one 4 KiB page a second.
 /// RSS moves in pages, so a smaller slope is not measurable.
 pub const RSS_FLOOR_BYTES_PER_S: f64 = 4096.0;
+/// A site growing slower than [`SITE_FLOOR_BYTES_PER_S`] is still a leak when its blocks are the
+/// evidence: none ever freed, live blocks never falling, and at least this many new live blocks
+/// over the steady window (with a significant fit).
+pub const MIN_EVIDENT_BLOCKS: i64 = 3;
+/// Highest confidence of a cache seen as a single step of never-freed blocks (a leak in bursts
+/// looks the same until a second period is recorded).
+pub const SINGLE_STEP_CONFIDENCE: f64 = 0.2;
 /// A site whose cumulative allocated bytes reach this many times its peak live bytes turns its
 /// memory over (short-lived blocks): class `temporary` unless it grows.
 pub const TEMPORARY_TURNOVER: f64 = 4.0;
@@ -193,6 +200,15 @@ pub struct SiteEvidence {
     pub turnover: Option<f64>,
     /// The steady-window growth stops in the last quarter of the run.
     pub plateau: bool,
+    /// Separate rises of live blocks (runs of checkpoint intervals in which they rose, flat in
+    /// between) after the first interval of the span, counted only for a site that never freed a
+    /// block and whose live blocks never fell; 0 otherwise. Two or more, the last in the steady
+    /// window, make a leak in bursts.
+    pub steps: usize,
+    /// A cache seen as one abrupt step (one rise within at most two intervals) of never-freed
+    /// blocks: not a plateau; its confidence is at most [`SINGLE_STEP_CONFIDENCE`] and the
+    /// process verdict it names is inconclusive ("record at least two periods").
+    pub single_step: bool,
     /// One sentence: why this class.
     pub reason: String,
 }
@@ -422,6 +438,9 @@ pub enum Reason {
         top: usize,
         count: usize,
         retained_bytes: u64,
+        /// The top cache is one step of never-freed blocks ([`SiteEvidence::single_step`]): the
+        /// verdict is inconclusive.
+        single_step: bool,
     },
     /// Allocations are short-lived.
     ShortLived {

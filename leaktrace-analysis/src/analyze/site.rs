@@ -40,13 +40,31 @@ pub(super) fn analyze_site(
     let early = win.early.clone().map(|r| fit(&points(times, live, r)));
     let late = win.late.clone().map(|r| fit(&points(times, live, r)));
 
-    let floor = if duration > 0.0 {
-        (SITE_FLOOR_FRACTION * peak as f64 / duration)
-            .max(2.0 * sample_bytes as f64 / duration)
-            .max(SITE_FLOOR_BYTES_PER_S)
+    // The relative parts of the noise floor (share of the peak, sampling steps); the absolute
+    // part (SITE_FLOOR_BYTES_PER_S) is added below unless the blocks themselves are evidence.
+    let floor_rel = if duration > 0.0 {
+        (SITE_FLOOR_FRACTION * peak as f64 / duration).max(2.0 * sample_bytes as f64 / duration)
     } else {
-        SITE_FLOOR_BYTES_PER_S
+        0.0
     };
+    let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
+    let count_end = count.last().copied().unwrap_or(0);
+    let steady_growth_allocations =
+        (count_end as i128 - count_at_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    // Evidence instead of a byte floor: the site never freed one of its blocks, its live blocks
+    // never fell from one checkpoint to the next and grew by at least MIN_EVIDENT_BLOCKS over
+    // the steady window. Such growth is a leak however slow, as long as the fit is significant
+    // (its 95 % interval above zero) and does not level off.
+    let never_freed = ser.last.free_count == 0;
+    let blocks_monotonic = count.windows(2).all(|w| w[1] >= w[0]);
+    let evident = never_freed
+        && blocks_monotonic
+        && steady_growth_allocations >= MIN_EVIDENT_BLOCKS
+        && steady.n >= MIN_WINDOW_POINTS
+        && steady.significant_growth
+        && steady.slope_bytes_per_s > floor_rel
+        && steady.slope_bytes_per_s <= floor_rel.max(SITE_FLOOR_BYTES_PER_S);
+    let floor = if evident { floor_rel } else { floor_rel.max(SITE_FLOOR_BYTES_PER_S) };
     let steady_vals: Vec<f64> = win.steady.clone().filter_map(|i| live.get(i)).map(|&v| v as f64).collect();
     let mean_steady =
         if steady_vals.is_empty() { 0.0 } else { steady_vals.iter().sum::<f64>() / steady_vals.len() as f64 };
@@ -56,10 +74,6 @@ pub(super) fn analyze_site(
         (steady_vals.iter().map(|v| (v - mean_steady).powi(2)).sum::<f64>() / (steady_vals.len() - 1) as f64).sqrt()
     };
     let rise = mean_steady - first_live as f64;
-    let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
-    let count_end = count.last().copied().unwrap_or(0);
-    let steady_growth_allocations =
-        (count_end as i128 - count_at_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
     let turnover = (ser.last.alloc_bytes > 0).then(|| ser.last.alloc_bytes as f64 / peak.max(1) as f64);
 
     let grows = steady.significant_growth && steady.slope_bytes_per_s > floor;
@@ -90,6 +104,28 @@ pub(super) fn analyze_site(
     // fell and grew beyond what the noise floor allows: not "no growth".
     let rising = live.len() >= 2 && live.windows(2).all(|w| w[1] >= w[0]);
     let too_short = !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
+
+    // Steps: separate runs of checkpoint intervals in which live blocks rose, for a site that
+    // never freed a block and whose blocks never fell, not counting a run that starts at the
+    // first interval of the recording (start-up, or what happened before the first checkpoint
+    // after attach). A run of at most two intervals is abrupt (a burst).
+    let span_start = win.early.as_ref().map_or(win.steady.start, |e| e.start);
+    let mut steps: Vec<std::ops::Range<usize>> = Vec::new();
+    if never_freed && blocks_monotonic {
+        for i in span_start..win.steady.end.saturating_sub(1) {
+            if count.get(i + 1).copied().unwrap_or(0) > count.get(i).copied().unwrap_or(0) {
+                match steps.last_mut() {
+                    Some(r) if r.end == i => r.end = i + 1,
+                    _ => steps.push(i..i + 1),
+                }
+            }
+        }
+        steps.retain(|r| r.start != 0);
+    }
+    // Repeated bursts of never-freed blocks, the last one in the steady window: a leak in steps.
+    let stepwise = steps.len() >= 2 && steps.last().is_some_and(|r| r.end > win.steady.start);
+    // One abrupt step of never-freed blocks: a burst leak and a cache filled once look alike.
+    let single_step = steps.len() == 1 && steps[0].len() <= 2;
 
     let (class, confidence, mut reason);
     if too_short {
@@ -135,12 +171,28 @@ pub(super) fn analyze_site(
             steady.n,
             floor,
         );
+        if evident {
+            reason.push_str(&format!(
+                "; slower than the {SITE_FLOOR_BYTES_PER_S} B/s floor, but not one of the site's \
+                 {count_end} blocks was ever freed and live blocks never fell: slow, not noise"
+            ));
+        }
         if win.late_idle {
             reason.push_str(
                 "; the process made no allocation or free in the last quarter of the run, so \
                  whether the growth would have levelled off (a cache) is unknown",
             );
         }
+    } else if stepwise && growth_bytes as f64 > floor_bytes {
+        class = SiteClass::Leak;
+        let f_steps = (0.25 * steps.len() as f64).min(1.0);
+        confidence = clamp_conf(f_steps * f_share * f_drops);
+        reason = format!(
+            "live blocks rose in {} separate steps (flat in between), none ever freed, the last \
+             in the steady window: {} retained in all, a leak in bursts",
+            steps.len(),
+            crate::human::bytes(growth_bytes.max(0) as u64)
+        );
     } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows {
         class = SiteClass::Temporary;
         let to = turnover.unwrap_or(TEMPORARY_TURNOVER);
@@ -169,8 +221,19 @@ pub(super) fn analyze_site(
         } else {
             1.0 - (steady.slope_bytes_per_s.max(0.0) * steady_span / retained).min(1.0) * 0.8
         };
-        confidence = clamp_conf(f_rise * f_flat * f_n * f_share * f_drops);
-        reason = if grows && !count_ok {
+        confidence = if single_step {
+            clamp_conf((f_rise * f_flat * f_n * f_share * f_drops).min(SINGLE_STEP_CONFIDENCE))
+        } else {
+            clamp_conf(f_rise * f_flat * f_n * f_share * f_drops)
+        };
+        reason = if single_step {
+            format!(
+                "inconclusive: live blocks rose in one step ({} at once), none ever freed, then \
+                 stayed flat; one step is not a plateau (a leak in bursts looks the same): record \
+                 at least two periods",
+                crate::human::bytes(growth_bytes.max(0) as u64)
+            )
+        } else if grows && !count_ok {
             format!(
                 "live bytes grow {:.1} B/s while the number of live blocks falls by {}: fewer, \
                  larger blocks; check that the size is bounded",
@@ -238,6 +301,8 @@ pub(super) fn analyze_site(
             steady_sd_bytes: sd_steady,
             turnover,
             plateau,
+            steps: steps.len(),
+            single_step: single_step && class == SiteClass::Cache,
             reason,
         },
     }

@@ -659,3 +659,126 @@ fn fit_matches_known_line() {
     assert_eq!(t_crit95(1), 12.706);
     assert!((t_crit95(60) - 2.0).abs() < 0.01);
 }
+
+/// A stack of `function` called from main, in the fixture's executable.
+fn user_stack(id: u32, function: &str) -> Stack {
+    Stack {
+        id,
+        kind: StackKind::Malloc,
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))),
+            frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))),
+        ],
+        lost: false,
+        truncated: None,
+    }
+}
+
+/// Item 1 of issue 17: one malloc(40) a second, never freed, under heavy churn (200,000 pairs a
+/// second at another site), sampled every 0.5 s for 30 s: a leak at 40 B/s, not flat under the
+/// 64 B/s byte floor. Decoys: the churn (temporary), a block allocated once at start (flat) and a
+/// site whose live blocks go up and down by one (flat).
+#[test]
+fn tiny_leak_under_churn_is_a_leak() {
+    let times: Vec<f64> = (0..=60).map(|i| i as f64 * 0.5).collect();
+    let leak: SiteFn = Box::new(|t: f64| {
+        let n = t.floor() as u64; // one block a second, at whole seconds
+        (40 * n, n, 0, 0)
+    });
+    let churn: SiteFn = Box::new(|t: f64| {
+        let n = (t * 200_000.0) as u64;
+        let live = ((noise(n) * 4.0) as u64).min(n);
+        (n * 200 + 200, n + 1, (n + 1 - live) * 200, n + 1 - live)
+    });
+    let once: SiteFn = Box::new(|_| (4096, 1, 0, 0));
+    let wobble: SiteFn = Box::new(|t: f64| {
+        let n = t.floor() as u64;
+        let live = n % 2;
+        (40 * (n + 1), n + 1, 40 * (n + 1 - live), n + 1 - live)
+    });
+    let r = recording(
+        &times,
+        vec![
+            (user_stack(1, "client_info"), leak),
+            (user_stack(2, "run_command"), churn),
+            (user_stack(3, "setup"), once),
+            (user_stack(4, "ping"), wobble),
+        ],
+        &|_| mem(30 << 20),
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = site(&a, 1);
+    assert_eq!(s.class, SiteClass::Leak, "{:?}", s.evidence);
+    assert!((s.growth_bytes_per_s - 40.0).abs() <= 4.0, "{}", s.growth_bytes_per_s);
+    assert!(s.evidence.reason.contains("was ever freed"), "{}", s.evidence.reason);
+    assert_eq!(site(&a, 2).class, SiteClass::Temporary, "{:?}", site(&a, 2).evidence);
+    assert_eq!(site(&a, 3).class, SiteClass::Flat, "{:?}", site(&a, 3).evidence);
+    assert_ne!(site(&a, 4).class, SiteClass::Leak, "{:?}", site(&a, 4).evidence);
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+    assert!(sentence(&a).contains("client_info"), "{}", sentence(&a));
+}
+
+/// The same slow growth with one block freed now and then (live blocks fall once): below the
+/// byte floor and without the blocks' evidence, it stays flat.
+#[test]
+fn slow_growth_with_frees_stays_under_the_floor() {
+    let times: Vec<f64> = (0..=60).map(|i| i as f64 * 0.5).collect();
+    let f: SiteFn = Box::new(|t: f64| {
+        let n = t.floor() as u64;
+        let freed = n / 10;
+        (40 * n, n, 40 * freed, freed)
+    });
+    let r = recording(&times, vec![(user_stack(1, "client_info"), f)], &|_| mem(30 << 20), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_ne!(a.sites[0].class, SiteClass::Leak, "{:?}", a.sites[0].evidence);
+}
+
+/// Item 2 of issue 17: 500 blocks of 64 B leaked at once, flat before and after, never freed,
+/// seen over 30 s (one step): never a confident cache. The verdict is inconclusive and asks
+/// for two periods; with a second burst in the steady window it is a leak.
+#[test]
+fn one_step_is_not_a_plateau() {
+    let times: Vec<f64> = (0..=60).map(|i| i as f64 * 0.5).collect();
+    let burst_at = |steps: &'static [f64]| -> SiteFn {
+        Box::new(move |t: f64| {
+            let n = 500 * steps.iter().filter(|&&s| t >= s).count() as u64;
+            (64 * n, n, 0, 0)
+        })
+    };
+    let r = recording(&times, vec![(user_stack(1, "leak_batch"), burst_at(&[10.2]))], &|_| mem(30 << 20), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = site(&a, 1);
+    assert_eq!(s.class, SiteClass::Cache, "{:?}", s.evidence);
+    assert!(s.evidence.single_step, "{:?}", s.evidence);
+    assert_eq!(s.evidence.steps, 1);
+    assert!(s.confidence <= SINGLE_STEP_CONFIDENCE, "{}", s.confidence);
+    assert_eq!(s.live_bytes, 32_000);
+    assert_eq!(a.verdict.class, ProcessClass::Cache);
+    assert!(a.verdict.inconclusive);
+    let text = sentence(&a);
+    assert!(text.starts_with("inconclusive") && text.contains("record at least two periods"), "{text}");
+    assert!(text.contains("leak_batch"), "{text}");
+
+    // Two bursts, the second in the steady window: a leak in bursts.
+    let r = recording(
+        &times,
+        vec![(user_stack(1, "leak_batch"), burst_at(&[5.2, 20.2]))],
+        &|_| mem(30 << 20),
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = site(&a, 1);
+    assert_eq!(s.class, SiteClass::Leak, "{:?}", s.evidence);
+    assert_eq!(s.evidence.steps, 2);
+    assert_eq!(s.live_bytes, 64_000);
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+
+    // A gradual fill that levels off (the cache fixture, never freed) stays a confident cache.
+    let a = analyze(&mixed(), &AnalyzeOptions::default());
+    let cache = site(&a, 2);
+    assert_eq!(cache.class, SiteClass::Cache);
+    assert!(!cache.evidence.single_step);
+    assert!(cache.confidence > 0.5, "{}", cache.confidence);
+}

@@ -156,8 +156,11 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
     if let Some(&(top, top_site)) = caches.first() {
         let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
-        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64 };
-        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
+        let single_step = top_site.evidence.single_step;
+        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64, single_step };
+        let mut v = verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
+        v.inconclusive = single_step;
+        return v;
     }
 
     let floor_native = {

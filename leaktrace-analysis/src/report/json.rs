@@ -97,6 +97,8 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
             "steady_sd_bytes": num(e.steady_sd_bytes),
             "turnover": opt_num(e.turnover),
             "plateau": e.plateau,
+            "steps": e.steps,
+            "single_step": e.single_step,
         },
     })
 }

@@ -107,7 +107,19 @@ fn reason(a: &Analysis) -> String {
         Reason::TooFewCheckpoints { n } => {
             format!("inconclusive: only {n} checkpoint(s), growth cannot be measured; no leak found")
         }
-        Reason::Caches { top, count, retained_bytes } => {
+        Reason::Caches { top, count, retained_bytes, single_step: true } => {
+            let top = &a.sites[*top];
+            format!(
+                "inconclusive: {} rose in one step to {} (never freed) and stayed flat; one step is \
+                 not a plateau (a leak in bursts looks the same): record at least two periods; {} \
+                 cache site(s) retain {} in all",
+                top.function,
+                hb(top.live_bytes),
+                count,
+                hb(*retained_bytes)
+            )
+        }
+        Reason::Caches { top, count, retained_bytes, .. } => {
             let top = &a.sites[*top];
             format!(
                 "no leak: memory rose and levelled off (cache-like retention); largest: {} holds {} \
