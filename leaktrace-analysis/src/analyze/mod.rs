@@ -39,6 +39,10 @@ pub const MIN_EVIDENT_BLOCKS: i64 = 3;
 /// Highest confidence of a cache seen as a single step of never-freed blocks (a leak in bursts
 /// looks the same until a second period is recorded).
 pub const SINGLE_STEP_CONFIDENCE: f64 = 0.2;
+/// A command that exited with fewer checkpoints than this in its analysed span ran too short to
+/// have a shape: its verdict is "inconclusive: too short to classify", followed by what it still
+/// held when it exited ([`AtExit`]).
+pub const MIN_SHAPE_CHECKPOINTS: usize = 5;
 /// A site whose cumulative allocated bytes reach this many times its peak live bytes turns its
 /// memory over (short-lived blocks): class `temporary` unless it grows.
 pub const TEMPORARY_TURNOVER: f64 = 4.0;
@@ -427,6 +431,15 @@ pub enum Reason {
         /// malloc heap's.
         heap_flat: bool,
     },
+    /// The command exited before its run had a shape (fewer than [`MIN_SHAPE_CHECKPOINTS`]
+    /// checkpoints in the analysed span): what it still held at exit is listed instead
+    /// ([`Analysis::at_exit`]).
+    TooShort {
+        /// Checkpoints in the analysed span.
+        checkpoints: usize,
+        /// Duration of the analysed span, seconds.
+        duration_s: f64,
+    },
     /// Too few checkpoints to measure growth.
     TooFewCheckpoints {
         /// Checkpoints in the steady window.
@@ -490,6 +503,9 @@ impl Verdict {
 /// Everything [`analyze`] finds in a recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Analysis {
+    /// When the target exited (`end_reason` "target-exited"): what it still held at its last
+    /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
+    pub at_exit: Option<AtExit>,
     /// Checkpoints used (those with a finite time).
     pub checkpoints: usize,
     /// Last checkpoint time − first checkpoint time, seconds.
@@ -545,6 +561,23 @@ pub struct Analysis {
     /// Steady-window trend of all traced live bytes against units of work (the slope and its
     /// interval are in bytes per unit, `from_s`/`to_s` in units); None without units of work.
     pub traced_unit_trend: Option<Trend>,
+}
+
+/// What a command still held when it exited, by site, apart from libc's and the runtime's own
+/// one-time allocations ([`is_one_time_site`]: stdio buffers, the loader, locale and
+/// atexit tables, stacks entirely inside system libraries, runtime memory).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AtExit {
+    /// Indexes into [`Analysis::sites`] of the sites with live bytes at exit, largest first.
+    pub sites: Vec<usize>,
+    /// Sum of their live bytes, bytes.
+    pub live_bytes: u64,
+    /// Sum of their live blocks.
+    pub live_allocations: u64,
+    /// Sites left out as one-time allocations of libc or the runtime, and their live bytes.
+    pub one_time_sites: usize,
+    /// Live bytes of the sites left out, bytes.
+    pub one_time_bytes: u64,
 }
 
 impl Analysis {
@@ -603,7 +636,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use frames::{basename, culprit, frame_label, is_allocator};
+pub use frames::{basename, culprit, frame_label, is_allocator, is_one_time_site};
 pub use replay::{analyze, analyze_timeline, steady_window};
 pub use stats::{fit, t_crit95};
 pub use verdict::lost_share;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use leaktrace_common::counter;
 
 use super::*;
-use crate::recording::{EndReason, Mode, Recording, StackKind};
+use crate::recording::{EndReason, Mode, Recording, Stack, StackKind};
 use crate::runtimes::MemoryKind;
 use crate::timeline::Timeline;
 
@@ -345,7 +345,47 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
 
+    // A command that exited: what it still held (LeakSanitizer's list at exit); when its run was
+    // too short to have a shape, that list is the answer and the verdict is inconclusive.
+    let at_exit = (rec.end_reason == EndReason::TargetExited).then(|| {
+        let (kept, one_time): (Vec<usize>, Vec<usize>) =
+            (0..sites.len()).filter(|&i| sites[i].live_bytes > 0).partition(|&i| {
+                let s = &sites[i];
+                let st = Stack {
+                    id: s.id,
+                    kind: s.kind,
+                    frames: s.frames.clone(),
+                    lost: s.stack_lost,
+                    truncated: s.stack_truncated.clone(),
+                };
+                !frames::is_one_time_site(&st, s.memory_kind)
+            });
+        let mut kept = kept;
+        kept.sort_by_key(|&i| std::cmp::Reverse(sites[i].live_bytes));
+        AtExit {
+            live_bytes: kept.iter().map(|&i| sites[i].live_bytes).sum(),
+            live_allocations: kept.iter().map(|&i| sites[i].live_allocations).sum(),
+            sites: kept,
+            one_time_sites: one_time.len(),
+            one_time_bytes: one_time.iter().map(|&i| sites[i].live_bytes).sum(),
+        }
+    });
+    let span_checkpoints = span.end.saturating_sub(span.start);
+    let verdict = if at_exit.is_some() && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
+        Verdict {
+            class: ProcessClass::Flat,
+            confidence: clamp_conf(0.1 * f_drops),
+            inconclusive: true,
+            reason: Reason::TooShort { checkpoints: span_checkpoints, duration_s: span_duration },
+            by_kind: None,
+            ..verdict
+        }
+    } else {
+        verdict
+    };
+
     Analysis {
+        at_exit,
         checkpoints: n,
         duration_s: duration,
         span_from_s: span_from - t0,

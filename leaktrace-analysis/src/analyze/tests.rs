@@ -782,3 +782,79 @@ fn one_step_is_not_a_plateau() {
     assert!(!cache.evidence.single_step);
     assert!(cache.confidence > 0.5, "{}", cache.confidence);
 }
+
+/// Item 10 of issue 17: a command that makes one 30,000-byte allocation and exits 0.6 s later
+/// (checkpoints every 0.2 s). Too short to classify, whatever the sites look like; the answer is
+/// what it still held at exit: main's 30,000 B, not stdio's buffer or the loader's memory. The
+/// same command that frees its block holds nothing at exit.
+#[test]
+fn one_shot_command_lists_what_it_held_at_exit() {
+    let times = [0.0, 0.2, 0.4, 0.6];
+    let stdio = Stack {
+        id: 2,
+        kind: StackKind::Malloc,
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("_IO_file_doallocate", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("_IO_doallocbuf", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("printf", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("main", "/opt/server/bin/server", Some(("/build/src/leaker.c", 20))),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    let init = Stack {
+        id: 3,
+        kind: StackKind::Malloc,
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("pool", "/lib/x86_64-linux-gnu/libstdc++.so.6", None),
+            frame("call_init", "/lib64/ld-linux-x86-64.so.2", None),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    for freed in [false, true] {
+        let leak: SiteFn = Box::new(move |t: f64| {
+            if t < 0.1 {
+                (0, 0, 0, 0)
+            } else if freed && t > 0.3 {
+                (30_000, 1, 30_000, 1)
+            } else {
+                (30_000, 1, 0, 0)
+            }
+        });
+        let mut r = recording(
+            &times,
+            vec![
+                (user_stack(1, "main"), leak),
+                (stdio.clone(), Box::new(|t: f64| if t < 0.1 { (0, 0, 0, 0) } else { (1024, 1, 0, 0) })),
+                (init.clone(), Box::new(|t: f64| if t < 0.1 { (0, 0, 0, 0) } else { (73_728, 1, 0, 0) })),
+            ],
+            &|_| mem(1 << 20),
+            &no_counters,
+        );
+        r.end_reason = crate::recording::EndReason::TargetExited;
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert!(a.verdict.inconclusive);
+        assert!(matches!(a.verdict.reason, Reason::TooShort { .. }), "{:?}", a.verdict.reason);
+        let text = sentence(&a);
+        assert!(text.starts_with("inconclusive: too short to classify"), "{text}");
+        let x = a.at_exit.as_ref().expect("at_exit");
+        assert_eq!(x.one_time_sites, 2, "{text}");
+        assert_eq!(x.one_time_bytes, 1024 + 73_728);
+        if freed {
+            assert!(x.sites.is_empty(), "{text}");
+            assert!(text.contains("nothing was still allocated when the command exited"), "{text}");
+        } else {
+            assert_eq!(x.sites.len(), 1, "{text}");
+            assert_eq!(a.sites[x.sites[0]].function, "main");
+            assert_eq!(x.live_bytes, 30_000);
+            assert_eq!(x.live_allocations, 1);
+            assert!(text.contains("29.3 KiB in 1 block(s) from main"), "{text}");
+        }
+        // The same list in report.md.
+        let md = crate::report::markdown::report_md(&r, &a);
+        assert!(md.contains("## Still allocated at exit"), "{md}");
+    }
+}

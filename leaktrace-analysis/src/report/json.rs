@@ -186,6 +186,22 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "summary": super::verdict::sentence(a),
             "inconclusive": a.verdict.inconclusive,
         },
+        "still_allocated_at_exit": a.at_exit.as_ref().map_or(Value::Null, |x| json!({
+            "live_bytes": x.live_bytes,
+            "live_allocations": x.live_allocations,
+            "one_time_sites": x.one_time_sites,
+            "one_time_bytes": x.one_time_bytes,
+            "sites": x.sites.iter().map(|&i| {
+                let s = &a.sites[i];
+                json!({
+                    "id": s.id,
+                    "function": s.function,
+                    "live_bytes": s.live_bytes,
+                    "live_allocations": s.live_allocations,
+                    "stack": s.frames.iter().map(crate::analyze::frame_label).collect::<Vec<_>>(),
+                })
+            }).collect::<Vec<_>>(),
+        })),
         "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),
         "sites_total": a.sites.len(),
         "sites_omitted": omitted,

@@ -125,6 +125,33 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
 }
 
 /// The runtime split, side by side with RSS: which kind of memory grows, with numbers.
+/// "Still allocated at exit": LeakSanitizer's list for a command that exited, each site with its
+/// stack (one-time allocations of libc and the runtime left out and counted).
+fn at_exit_lines(md: &mut String, a: &Analysis) {
+    let Some(x) = &a.at_exit else { return };
+    let _ = writeln!(
+        md,
+        "## Still allocated at exit
+"
+    );
+    let _ = writeln!(
+        md,
+        "{}.
+",
+        super::verdict::at_exit_phrase(a)
+    );
+    for &i in &x.sites {
+        let s = &a.sites[i];
+        let _ = writeln!(md, "- {} in {} block(s) from {}:", bytes(s.live_bytes), s.live_allocations, s.function);
+        for l in stack_lines(s) {
+            let _ = writeln!(md, "    - {l}");
+        }
+    }
+    if !x.sites.is_empty() {
+        md.push('\n');
+    }
+}
+
 fn memory_by_kind(md: &mut String, a: &Analysis) {
     let Some(rt) = a.runtime else { return };
     let heap = crate::runtimes::heap_name(rt);
@@ -349,6 +376,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     offheap_lines(&mut md, a);
     md.push('\n');
     memory_by_kind(&mut md, a);
+
+    at_exit_lines(&mut md, a);
 
     // Top sites.
     let mut shown: HashSet<u32> = HashSet::new();
