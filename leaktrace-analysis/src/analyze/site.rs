@@ -127,6 +127,22 @@ pub(super) fn analyze_site(
     // One abrupt step of never-freed blocks: a burst leak and a cache filled once look alike.
     let single_step = steps.len() == 1 && steps[0].len() <= 2;
 
+    // Mean lifetime of the site's blocks (Little's law): mean live blocks over the steady window
+    // / frees per second over the span. A bounded cache that keeps evicting turns its memory over
+    // many times (like short-lived blocks) but its blocks outlive a checkpoint interval; the
+    // churn of short-lived blocks lives for microseconds.
+    let steady_counts: Vec<f64> = win.steady.clone().filter_map(|i| count.get(i)).map(|&v| v as f64).collect();
+    let mean_blocks =
+        if steady_counts.is_empty() { 0.0 } else { steady_counts.iter().sum::<f64>() / steady_counts.len() as f64 };
+    let lifetime_s =
+        (ser.last.free_count > 0 && duration > 0.0).then(|| mean_blocks / (ser.last.free_count as f64 / duration));
+    let mut gaps: Vec<f64> =
+        times[span_start..win.steady.end.min(times.len())].windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_by(f64::total_cmp);
+    let interval = gaps.get(gaps.len() / 2).copied().unwrap_or(0.0);
+    let rose_and_flat = rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened;
+    let evicting_cache = rose_and_flat && interval > 0.0 && lifetime_s.is_some_and(|l| l >= interval);
+
     let (class, confidence, mut reason);
     if too_short {
         class = SiteClass::Leak;
@@ -193,7 +209,8 @@ pub(super) fn analyze_site(
             steps.len(),
             crate::human::bytes(growth_bytes.max(0) as u64)
         );
-    } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows {
+    } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows && !evicting_cache
+    {
         class = SiteClass::Temporary;
         let to = turnover.unwrap_or(TEMPORARY_TURNOVER);
         let f_turn = 1.0 - 2.0 / to;
@@ -209,9 +226,7 @@ pub(super) fn analyze_site(
              {:.1} B/s)",
             steady.slope_bytes_per_s, floor
         );
-    } else if (grows && (plateau || !count_ok))
-        || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened)
-    {
+    } else if (grows && (plateau || !count_ok)) || rose_and_flat {
         class = SiteClass::Cache;
         let retained = (growth_bytes.max(0) as f64).max(rise).max(1.0);
         let f_rise = (1.0 - 0.5 * floor_bytes / retained).clamp(0.0, 1.0);
@@ -238,6 +253,16 @@ pub(super) fn analyze_site(
                 "live bytes grow {:.1} B/s while the number of live blocks falls by {}: fewer, \
                  larger blocks; check that the size is bounded",
                 steady.slope_bytes_per_s, -steady_growth_allocations
+            )
+        } else if evicting_cache && turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) {
+            format!(
+                "live bytes rose by {} and stayed there while the site kept evicting: {:.0} blocks \
+                 live for about {:.1} s each (longer than a checkpoint interval) and turned over \
+                 {:.1}×: a bounded cache with eviction",
+                crate::human::bytes(rise.max(0.0) as u64),
+                mean_blocks,
+                lifetime_s.unwrap_or(0.0),
+                turnover.unwrap_or(0.0)
             )
         } else if plateau {
             format!(

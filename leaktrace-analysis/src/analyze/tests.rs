@@ -858,3 +858,27 @@ fn one_shot_command_lists_what_it_held_at_exit() {
         assert!(md.contains("## Still allocated at exit"), "{md}");
     }
 }
+
+/// Item 5 of issue 17: an LRU cache of 4,000 blocks of 1,125 B (4.5 MB) filled in the first 10 s,
+/// then turning over 500 blocks a second (each block lives 8 s), checkpoints every second for
+/// 60 s: turnover above 4×, yet a cache, not temporary. The churn of the temporary fixture (blocks
+/// that live microseconds) stays temporary.
+#[test]
+fn bounded_cache_with_constant_eviction_is_a_cache() {
+    let lru: SiteFn = Box::new(|t: f64| {
+        let fill = (400.0 * t.min(10.0)) as u64;
+        let evicted = (500.0 * (t - 10.0).max(0.0)) as u64;
+        let allocs = fill + evicted;
+        (allocs * 1125, allocs, evicted * 1125, evicted)
+    });
+    let r = recording(&times61(), vec![(user_stack(1, "lru_put"), lru), temp_site()], &|_| mem(30 << 20), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = site(&a, 1);
+    assert!(s.evidence.turnover.unwrap_or(0.0) >= TEMPORARY_TURNOVER, "{:?}", s.evidence);
+    assert_eq!(s.class, SiteClass::Cache, "{:?}", s.evidence);
+    assert_eq!(s.live_bytes, 4000 * 1125);
+    assert!(s.evidence.reason.contains("bounded cache with eviction"), "{}", s.evidence.reason);
+    assert_eq!(site(&a, 3).class, SiteClass::Temporary, "{:?}", site(&a, 3).evidence);
+    assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", sentence(&a));
+    assert!(sentence(&a).contains("lru_put"), "{}", sentence(&a));
+}
