@@ -882,3 +882,28 @@ fn bounded_cache_with_constant_eviction_is_a_cache() {
     assert_eq!(a.verdict.class, ProcessClass::Cache, "{}", sentence(&a));
     assert!(sentence(&a).contains("lru_put"), "{}", sentence(&a));
 }
+
+/// Item 11 of issue 17: what the allocator's footprint holds beyond the traced live bytes is
+/// named by what is known. Launched: freed memory it keeps. Attached, with frees of blocks
+/// allocated before attach seen: those blocks are named, with the count.
+#[test]
+fn allocator_rest_says_what_is_known() {
+    for (launched, untracked) in [(true, 0u64), (false, 37), (false, 0)] {
+        let mut r = mixed();
+        r.target.launched = launched;
+        for c in &mut r.checkpoints {
+            c.allocator =
+                Some(crate::recording::AllocatorFootprint { heap_resident_bytes: 8 << 20, ..Default::default() });
+            c.counters.insert("untracked_free".to_string(), untracked);
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let md = crate::report::markdown::report_md(&r, &a);
+        let line = md.lines().find(|l| l.starts_with("- Memory outside what was traced")).expect("line");
+        assert!(!line.contains("keeps free or for overhead"), "{line}");
+        match (launched, untracked) {
+            (true, _) => assert!(line.contains("freed memory the allocator keeps and its overhead"), "{line}"),
+            (false, 37) => assert!(line.contains("blocks allocated before attach and still live (37 frees"), "{line}"),
+            _ => assert!(line.contains("blocks allocated before attach and still live, or freed memory"), "{line}"),
+        }
+    }
+}

@@ -239,8 +239,28 @@ fn offheap_lines(md: &mut String, a: &Analysis) {
     }
 }
 
+/// What the allocator's footprint holds beyond the traced live bytes, as far as it is known: a
+/// launched command has no block from before attach, so the rest is freed memory the allocator
+/// keeps and its overhead; a process attached to may also hold blocks allocated before attach,
+/// and frees of such blocks (`untracked_free`) prove that some exist.
+fn allocator_rest(rec: &Recording, a: &Analysis) -> String {
+    let pre = a.events.get("untracked_free").copied().unwrap_or(0);
+    if rec.target.launched {
+        "freed memory the allocator keeps and its overhead".to_string()
+    } else if pre > 0 {
+        format!(
+            "blocks allocated before attach and still live ({pre} frees of such blocks were seen), \
+             freed memory the allocator keeps and its overhead, in unknown shares"
+        )
+    } else {
+        "blocks allocated before attach and still live, or freed memory the allocator keeps and its \
+         overhead (which, unknown)"
+            .to_string()
+    }
+}
+
 /// What RSS anon holds beyond the traced sites, at the end.
-fn untraced_line(md: &mut String, a: &Analysis) {
+fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     let s = &a.summary;
     let Some(anon) = s.rss_anon_end_bytes else {
         md.push_str("- Memory outside what was traced: unknown (no memory figures at the end).\n");
@@ -263,8 +283,9 @@ fn untraced_line(md: &mut String, a: &Analysis) {
     }
     accounted = accounted.saturating_add(managed).saturating_add(runtime);
     if let Some(fp) = s.allocator_resident_end_bytes {
-        // The allocator's footprint holds the live native bytes and what it keeps free.
-        parts.push(format!("memory the allocator keeps free or for overhead {}", bytes(fp.saturating_sub(native))));
+        // The allocator's footprint holds the traced live bytes and the rest: say what is known
+        // of the rest ([`allocator_rest`]).
+        parts.push(format!("{} {}", allocator_rest(rec, a), bytes(fp.saturating_sub(native))));
         accounted = accounted.saturating_add(fp.saturating_sub(native));
     }
     let _ = writeln!(
@@ -473,7 +494,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
 
     // Caveats.
     let _ = writeln!(md, "## Caveats\n");
-    untraced_line(&mut md, a);
+    untraced_line(&mut md, rec, a);
     for w in rec.warnings.iter().chain(a.warnings.iter()) {
         let _ = writeln!(md, "- {w}");
     }
