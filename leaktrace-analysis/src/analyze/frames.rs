@@ -50,7 +50,7 @@ pub fn is_system_frame(f: &Frame) -> bool {
 
 /// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
 /// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
-fn is_runtime_frame(f: &Frame) -> bool {
+pub(super) fn is_runtime_frame(f: &Frame) -> bool {
     f.object.as_deref().map(basename).is_some_and(|b| {
         ["libpython", "python", "libjvm", "libjli", "java", "node", "libnode"].iter().any(|p| b.starts_with(p))
     })

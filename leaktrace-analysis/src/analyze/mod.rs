@@ -268,6 +268,13 @@ pub struct SiteAnalysis {
     /// "mmap" sites: bytes of the site's live regions resident in RAM at the last checkpoint
     /// that had the figure (pagemap); `live_bytes` is what is mapped. None for other kinds.
     pub resident_bytes: Option<u64>,
+    /// The release call this stack likely misses: it passes through an API of the leak-pattern
+    /// catalog whose result must be released ([`patterns::release_hint`]). Named in the verdict
+    /// when the site leaks.
+    pub likely_missing_release: Option<patterns::ReleaseHint>,
+    /// The catalog's look-alike this stack belongs to (an allocator arena, a pymalloc arena, a JIT
+    /// code cache, ...: memory retained by design), if any ([`patterns::lookalike`]).
+    pub lookalike: Option<patterns::Lookalike>,
     /// Classification.
     pub class: SiteClass,
     /// How clear the numbers behind `class` are, 0..1.
@@ -626,6 +633,7 @@ fn class_rank(c: SiteClass) -> u8 {
 }
 
 mod frames;
+pub mod patterns;
 mod replay;
 mod site;
 mod stats;

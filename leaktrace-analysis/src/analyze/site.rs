@@ -312,6 +312,8 @@ pub(super) fn analyze_site(
         growth_bytes_per_unit: per_unit.map(|t| t.slope_bytes_per_s),
         growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
+        likely_missing_release: patterns::release_hint(&st.frames, culprit_frame),
+        lookalike: patterns::lookalike(&st.frames),
         class,
         confidence,
         evidence: SiteEvidence {

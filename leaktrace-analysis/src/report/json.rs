@@ -85,6 +85,8 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
         "stack_truncated": s.stack_truncated,
+        "likely_missing_release": s.likely_missing_release,
+        "lookalike": s.lookalike,
         "evidence": {
             "steady": trend(&e.steady),
             "early": e.early.as_ref().map_or(Value::Null, trend),

@@ -114,6 +114,17 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
     }
     let kind = if s.kind == StackKind::Malloc { String::new() } else { format!(" [{} site]", s.kind) };
     let _ = writeln!(md, "- why: {}{kind}", e.reason);
+    if let Some(h) = &s.likely_missing_release {
+        let _ = writeln!(
+            md,
+            "- pattern: passes through {} ({}), whose result must be released with {}: likely missing \
+             where this site leaks (source: {})",
+            h.acquire, h.library, h.release, h.source
+        );
+    }
+    if let Some(l) = &s.lookalike {
+        let _ = writeln!(md, "- looks like: {} ({}; source: {})", l.name, l.why, l.source);
+    }
     if let Some(rt) = runtime {
         let _ = writeln!(md, "- memory kind: {} ({})", s.memory_kind, crate::runtimes::kind_origin(rt, s.memory_kind));
     }

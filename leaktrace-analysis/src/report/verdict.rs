@@ -260,7 +260,12 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
         (true, None) => format!("{} ({} B) mapped at the end", hb(s.live_bytes), s.live_bytes),
         _ => format!("{} ({} B) live at the end", hb(s.live_bytes), s.live_bytes),
     };
-    format!("{growth}; {held}")
+    match &s.likely_missing_release {
+        Some(h) => {
+            format!("{growth}; {held}; it passes through {} ({}): likely missing {}", h.acquire, h.library, h.release)
+        }
+        None => format!("{growth}; {held}"),
+    }
 }
 
 /// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
