@@ -946,3 +946,46 @@ fn leak_through_a_catalog_api_names_the_missing_release() {
     let md = crate::report::markdown::report_md(&r, &a);
     assert!(md.contains("whose result must be released with inflateEnd"), "{md}");
 }
+
+/// Item 8 of issue 17: `compare` uses the report's classification. A cache that grows through
+/// the steady window and levels off in the last quarter (the report: cache, plateau) is fitted
+/// as significant growth over the steady window; compare must not call it "still leaking". A
+/// leak measured at 1000 B/s before and after, with noise, is "still leaking" with "no change
+/// beyond noise", not a percentage.
+#[test]
+fn compare_agrees_with_report() {
+    let grow45 = || -> SiteFn {
+        Box::new(|t: f64| {
+            let k = (t as u64).min(45);
+            (50_000 * k, 50 * k, 0, 0)
+        })
+    };
+    let rec = || {
+        let (st, _) = cache_site();
+        recording(&times61(), vec![(st, grow45()), temp_site()], &|_| None, &no_counters)
+    };
+    let (b, a) = (rec(), rec());
+    assert_eq!(site(&analyze(&b, &AnalyzeOptions::default()), 2).class, SiteClass::Cache);
+    let c = crate::compare::compare(&b, "b", &a, "a").expect("compare");
+    let cache = c.matched.iter().find(|s| s.signature.function() == "Cache::fill").expect("Cache::fill");
+    assert!(cache.before.is_some_and(|g| g.significant && g.not_a_leak_in_report), "{cache:?}");
+    assert_eq!(cache.status, crate::compare::Status::NoLeak, "{:?}", c.verdicts);
+    assert!(!c.verdicts.iter().any(|v| v.contains("still leaking")), "{:?}", c.verdicts);
+
+    // The same leak before and after, with a little noise: no change beyond noise.
+    let leak = |seed: u64| {
+        let (st, _) = leak_site();
+        let f: SiteFn = Box::new(move |t: f64| {
+            let n = t as u64;
+            let wobble = (noise(seed + n) * 3.0) as u64;
+            (1500 * n + 1000 * wobble, 15 * n + wobble, 500 * n, 5 * n)
+        });
+        recording(&times61(), vec![(st, f)], &|_| None, &no_counters)
+    };
+    let c = crate::compare::compare(&leak(1), "b", &leak(500), "a").expect("compare");
+    let s = &c.matched[0];
+    assert_eq!(s.status, crate::compare::Status::StillLeaking, "{:?}", c.verdicts);
+    let (sb, sa) = (s.before.map_or(0.0, |g| g.slope), s.after.map_or(0.0, |g| g.slope));
+    assert!(sb != sa && (sb - 1000.0).abs() < 60.0 && (sa - 1000.0).abs() < 60.0, "{sb} {sa}");
+    assert!(c.verdicts[0].contains("no change beyond noise"), "{:?}", c.verdicts);
+}
