@@ -293,6 +293,9 @@ pub struct MemorySeries {
     pub rss_anon_bytes: Vec<(f64, u64)>,
     /// RssFile at each checkpoint that has memory figures.
     pub rss_file_bytes: Vec<(f64, u64)>,
+    /// RssShmem at each checkpoint that has memory figures: shared memory (memfd, shm_open,
+    /// MAP_SHARED|MAP_ANONYMOUS, SysV shm) resident in the process.
+    pub rss_shmem_bytes: Vec<(f64, u64)>,
     /// Sum of the live bytes of the "malloc" sites of native kind (all malloc sites of a target
     /// without a managed runtime), at every checkpoint.
     pub native_live_bytes: Vec<(f64, u64)>,
@@ -446,6 +449,13 @@ pub enum Reason {
         checkpoints: usize,
         /// Duration of the analysed span, seconds.
         duration_s: f64,
+    },
+    /// Resident shared memory (RssShmem) grows while nothing traced explains it: not "no leak".
+    UntracedShmem {
+        /// RssShmem over the steady window.
+        trend: Trend,
+        /// Slope of the traced live bytes (heap and mappings), bytes per second.
+        traced_bytes_per_s: f64,
     },
     /// Too few checkpoints to measure growth.
     TooFewCheckpoints {

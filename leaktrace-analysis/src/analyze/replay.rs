@@ -191,6 +191,7 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
             memory.rss_bytes.push((t, m.rss_bytes));
             memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
             memory.rss_file_bytes.push((t, m.rss_file_bytes));
+            memory.rss_shmem_bytes.push((t, m.rss_shmem_bytes));
         }
         if let Some(al) = &c.allocator {
             let t = (c.t_s * 1e9).round() / 1e9;
@@ -290,6 +291,7 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     };
     let rss_anon_trend = series_trend(&memory.rss_anon_bytes);
     let allocator_trend = series_trend(&memory.allocator_resident_bytes);
+    let rss_shmem_trend = series_trend(&memory.rss_shmem_bytes);
 
     // Per unit of work, over the same steady window; off-heap bytes; occupied heap to RSS.
     let traced_unit_trend = unit_fit(&units, &traced, win.steady.clone());
@@ -340,6 +342,8 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
         rss_anon: &memory.rss_anon_bytes,
         allocator_trend: allocator_trend.as_ref(),
         allocator: &memory.allocator_resident_bytes,
+        rss_shmem_trend: rss_shmem_trend.as_ref(),
+        rss_shmem: &memory.rss_shmem_bytes,
         f_drops,
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);

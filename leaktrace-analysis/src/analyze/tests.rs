@@ -989,3 +989,34 @@ fn compare_agrees_with_report() {
     assert!(sb != sa && (sb - 1000.0).abs() < 60.0 && (sa - 1000.0).abs() < 60.0, "{sb} {sa}");
     assert!(c.verdicts[0].contains("no change beyond noise"), "{:?}", c.verdicts);
 }
+
+/// Item 3 of issue 17: RSS grows through shared memory (RssShmem +819,200 B/s, RssAnon flat)
+/// and no traced site explains it (the mappings predate attach): the verdict says so and names
+/// shared memory — never temporary or "no leak". The churn site stays temporary.
+#[test]
+fn untraced_shared_memory_growth_is_named() {
+    let r = recording(
+        &times61(),
+        vec![temp_site()],
+        &|t| {
+            let shm = (819_200.0 * t) as u64;
+            Some(crate::recording::ProcMemory {
+                rss_bytes: (4 << 20) + shm + (8 << 20),
+                rss_anon_bytes: 4 << 20,
+                rss_file_bytes: 8 << 20,
+                rss_shmem_bytes: shm,
+                vm_size_bytes: 1 << 30,
+            })
+        },
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(site(&a, 3).class, SiteClass::Temporary);
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", sentence(&a));
+    let Reason::UntracedShmem { trend, .. } = a.verdict.reason else { panic!("{:?}", a.verdict.reason) };
+    assert!((trend.slope_bytes_per_s - 819_200.0).abs() < 0.01 * 819_200.0, "{}", trend.slope_bytes_per_s);
+    let text = sentence(&a);
+    assert!(text.contains("shared memory (RssShmem) grows") && !text.starts_with("no leak"), "{text}");
+    let md = crate::report::markdown::report_md(&r, &a);
+    assert!(md.contains("- RSS by kind: anon 4.0 MiB → 4.0 MiB, shmem 0 B → "), "{md}");
+}

@@ -20,6 +20,8 @@ pub(super) struct ProcessInput<'a> {
     pub(super) rss_anon: &'a [(f64, u64)],
     pub(super) allocator_trend: Option<&'a Trend>,
     pub(super) allocator: &'a [(f64, u64)],
+    pub(super) rss_shmem_trend: Option<&'a Trend>,
+    pub(super) rss_shmem: &'a [(f64, u64)],
     pub(super) f_drops: f64,
 }
 
@@ -143,6 +145,18 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         let reason =
             Reason::RssOutgrowsTraced { trend: *rt, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, heap_flat };
         return verdict(ProcessClass::Fragmentation, confidence, reason);
+    }
+
+    // Shared memory grows, nothing traced does (mappings made before attach, or shared memory
+    // the program does not map through a traced call): off-heap memory that grows, never "no
+    // leak". Confidence at most 0.7: the memory is not attributed to a stack.
+    let shmem_grows =
+        p.rss_shmem_trend.filter(|st| outgrows(st, process_floor(p.rss_shmem, p.duration), p.traced_trend));
+    if let Some(st) = shmem_grows {
+        let confidence =
+            clamp_conf((f_tstat(st) * f_points(st.n) * gap(st, p.traced_trend) * share * p.f_drops).min(0.7));
+        let reason = Reason::UntracedShmem { trend: *st, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s };
+        return verdict(ProcessClass::OffHeap, confidence, reason);
     }
 
     if p.n < MIN_WINDOW_POINTS {

@@ -212,6 +212,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "rss_bytes": series(&a.memory.rss_bytes),
             "rss_anon_bytes": series(&a.memory.rss_anon_bytes),
             "rss_file_bytes": series(&a.memory.rss_file_bytes),
+            "rss_shmem_bytes": series(&a.memory.rss_shmem_bytes),
             "native_live_bytes": series(&a.memory.native_live_bytes),
             "mmap_live_bytes": series(&a.memory.mmap_live_bytes),
             "fault_bytes": series(&a.memory.fault_bytes),

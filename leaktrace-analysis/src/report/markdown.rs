@@ -188,6 +188,8 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
         };
     row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, None);
     row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), None);
+    row(md, "RSS shmem", &a.memory.rss_shmem_bytes, None, None);
+    row(md, "RSS file", &a.memory.rss_file_bytes, None, None);
     for k in &a.kinds {
         let (name, pts) = match k.kind {
             MemoryKind::Managed if k.source == "sites" => {
@@ -382,6 +384,22 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             .rss_anon_trend
             .map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
         let _ = writeln!(md, "- RSS anon: {} → {}{tr}", bytes(b), bytes(e));
+    }
+    // RSS split by kind (RssAnon / RssShmem / RssFile of /proc/PID/status), first → last.
+    let ends = |v: &[(f64, u64)]| v.first().zip(v.last()).map(|(f, l)| (f.1, l.1));
+    if let (Some(an), Some(sh), Some(fi)) =
+        (ends(&a.memory.rss_anon_bytes), ends(&a.memory.rss_shmem_bytes), ends(&a.memory.rss_file_bytes))
+    {
+        let _ = writeln!(
+            md,
+            "- RSS by kind: anon {} → {}, shmem {} → {}, file {} → {}",
+            bytes(an.0),
+            bytes(an.1),
+            bytes(sh.0),
+            bytes(sh.1),
+            bytes(fi.0),
+            bytes(fi.1)
+        );
     }
     if let (Some(b), Some(e)) = (s.allocator_resident_start_bytes, s.allocator_resident_end_bytes) {
         let _ = writeln!(

@@ -104,6 +104,15 @@ fn reason(a: &Analysis) -> String {
                 traced_bytes_per_s
             )
         }
+        Reason::UntracedShmem { trend, traced_bytes_per_s } => format!(
+            "RSS grows and nothing traced explains it: shared memory (RssShmem) grows {} ({:.0} B/s ± \
+             {:.0} at 95 %) while traced live bytes stay flat ({:.0} B/s) — shared mappings made before \
+             attach or not through a traced call (memfd, shm_open, SysV shm); not \"no leak\"",
+            hr(trend.slope_bytes_per_s),
+            trend.slope_bytes_per_s,
+            trend.ci95_bytes_per_s.unwrap_or(0.0),
+            traced_bytes_per_s
+        ),
         Reason::TooShort { checkpoints, duration_s } => {
             format!(
                 "inconclusive: too short to classify ({checkpoints} checkpoint(s) over {duration_s:.1} s); {}",
