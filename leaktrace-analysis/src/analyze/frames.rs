@@ -122,15 +122,21 @@ const ONE_TIME_FUNCTIONS: &[&str] = &[
 /// kind of the runtime ([`MemoryKind::Runtime`]: the loader, arenas, a runtime's own memory), a
 /// stack through a function of [`ONE_TIME_FUNCTIONS`], or a stack with no frame outside system
 /// libraries, allocators and the loader (made before main or by a library's own initialisation).
-pub fn is_one_time_site(stack: &Stack, kind: MemoryKind) -> bool {
+/// `frames`: the site's stack, innermost first; glibc's internal aliases (`__GI__IO_doallocbuf`)
+/// count as the public name.
+pub fn is_one_time_site(frames: &[Frame], kind: MemoryKind) -> bool {
     if kind == MemoryKind::Runtime {
         return true;
     }
-    let one_time =
-        |f: &Frame| f.function.as_deref().is_some_and(|n| ONE_TIME_FUNCTIONS.iter().any(|p| n.starts_with(p)));
+    let one_time = |f: &Frame| {
+        f.function.as_deref().is_some_and(|n| {
+            let n = n.strip_prefix("__GI_").unwrap_or(n);
+            ONE_TIME_FUNCTIONS.iter().any(|p| n.starts_with(p))
+        })
+    };
     let loader = |f: &Frame| f.object.as_deref().map(basename).is_some_and(|b| b.starts_with("ld-"));
     let user = |f: &Frame| {
         (f.function.is_some() || f.object.is_some()) && !is_system_frame(f) && !is_allocator(f) && !loader(f)
     };
-    stack.frames.iter().any(one_time) || !stack.frames.iter().any(user)
+    frames.iter().any(one_time) || !frames.iter().any(user)
 }

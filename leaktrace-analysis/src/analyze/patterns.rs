@@ -96,7 +96,7 @@ pub fn release_hint(frames: &[Frame], culprit: Option<usize>) -> Option<ReleaseH
             && !f.function.as_deref().is_some_and(is_allocator_frame)
     };
     for (i, f) in frames.iter().enumerate() {
-        if let Some(name) = f.function.as_deref() {
+        if let Some(name) = f.function.as_deref().map(|n| n.strip_prefix("__GI_").unwrap_or(n)) {
             for p in &catalog().release_pairs {
                 if p.acquire.iter().any(|a| matches(a, name)) {
                     return Some(ReleaseHint {
@@ -122,6 +122,7 @@ pub fn lookalike(frames: &[Frame]) -> Option<Lookalike> {
         frames
             .iter()
             .filter_map(|f| f.function.as_deref())
+            .map(|n| n.strip_prefix("__GI_").unwrap_or(n))
             .any(|n| l.frames.iter().any(|p| matches(p, n)))
             .then(|| Lookalike { name: l.name.clone(), why: l.why.clone(), source: l.source.clone() })
     })

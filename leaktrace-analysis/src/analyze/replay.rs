@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use leaktrace_common::counter;
 
 use super::*;
-use crate::recording::{EndReason, Mode, Recording, Stack, StackKind};
+use crate::recording::{EndReason, Mode, Recording, StackKind};
 use crate::runtimes::MemoryKind;
 use crate::timeline::Timeline;
 
@@ -352,18 +352,9 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     // A command that exited: what it still held (LeakSanitizer's list at exit); when its run was
     // too short to have a shape, that list is the answer and the verdict is inconclusive.
     let at_exit = (rec.end_reason == EndReason::TargetExited).then(|| {
-        let (kept, one_time): (Vec<usize>, Vec<usize>) =
-            (0..sites.len()).filter(|&i| sites[i].live_bytes > 0).partition(|&i| {
-                let s = &sites[i];
-                let st = Stack {
-                    id: s.id,
-                    kind: s.kind,
-                    frames: s.frames.clone(),
-                    lost: s.stack_lost,
-                    truncated: s.stack_truncated.clone(),
-                };
-                !frames::is_one_time_site(&st, s.memory_kind)
-            });
+        let (kept, one_time): (Vec<usize>, Vec<usize>) = (0..sites.len())
+            .filter(|&i| sites[i].live_bytes > 0)
+            .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
         let mut kept = kept;
         kept.sort_by_key(|&i| std::cmp::Reverse(sites[i].live_bytes));
         AtExit {

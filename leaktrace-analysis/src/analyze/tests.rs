@@ -747,8 +747,18 @@ fn one_step_is_not_a_plateau() {
             (64 * n, n, 0, 0)
         })
     };
-    let r = recording(&times, vec![(user_stack(1, "leak_batch"), burst_at(&[10.2]))], &|_| mem(30 << 20), &no_counters);
+    // The loader's segments, mapped in the first interval (larger than the burst): one-time
+    // memory, a cache site but no cache verdict.
+    let (ld, _) = loader_site();
+    let ld_fn: SiteFn = Box::new(|t: f64| if t < 0.25 { (0, 0, 0, 0) } else { (53_248, 1, 0, 0) });
+    let r = recording(
+        &times,
+        vec![(user_stack(1, "leak_batch"), burst_at(&[10.2])), (ld, ld_fn)],
+        &|_| mem(30 << 20),
+        &no_counters,
+    );
     let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(site(&a, 9).class, SiteClass::Cache, "{:?}", site(&a, 9).evidence);
     let s = site(&a, 1);
     assert_eq!(s.class, SiteClass::Cache, "{:?}", s.evidence);
     assert!(s.evidence.single_step, "{:?}", s.evidence);
@@ -795,7 +805,7 @@ fn one_shot_command_lists_what_it_held_at_exit() {
         kind: StackKind::Malloc,
         frames: vec![
             frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("_IO_file_doallocate", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("__GI__IO_file_doallocate", "/lib/x86_64-linux-gnu/libc.so.6", None),
             frame("_IO_doallocbuf", "/lib/x86_64-linux-gnu/libc.so.6", None),
             frame("printf", "/lib/x86_64-linux-gnu/libc.so.6", None),
             frame("main", "/opt/server/bin/server", Some(("/build/src/leaker.c", 20))),

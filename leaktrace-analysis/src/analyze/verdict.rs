@@ -164,8 +164,14 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     }
 
     // Cache: the largest retained growth among caches names it.
-    let mut caches: Vec<(usize, &SiteAnalysis)> =
-        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Cache).collect();
+    // libc's and the runtime's one-time allocations (the loader's segments, stdio buffers) rise
+    // once at start-up: they make no cache verdict.
+    let mut caches: Vec<(usize, &SiteAnalysis)> = p
+        .sites
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.class == SiteClass::Cache && !super::frames::is_one_time_site(&s.frames, s.memory_kind))
+        .collect();
     caches.sort_by_key(|(_, s)| std::cmp::Reverse(s.growth_bytes));
     let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
     if let Some(&(top, top_site)) = caches.first() {
