@@ -127,6 +127,11 @@ static SAMPLER: TaskStorage<i64> = TaskStorage::new();
 
 const EEXIST: i32 = -17;
 const MAP_ANONYMOUS: u64 = 0x20;
+/// Shared mappings (of a memfd, shm_open or any file) are the program's memory too: RssShmem.
+const MAP_SHARED: u64 = 0x01;
+/// Mappings that are traced: anonymous ones and shared ones (private file mappings, such as the
+/// loader's, are not).
+const MAP_TRACED: u64 = MAP_ANONYMOUS | MAP_SHARED;
 
 #[inline(always)]
 pub(crate) fn count(idx: u32) {
@@ -620,11 +625,12 @@ fn emit(ev: &MapEvent) {
     }
 }
 
-/// libc mmap(): remember the caller's stack for the syscall tracepoint (anonymous mappings only).
+/// libc mmap(): remember the caller's stack for the syscall tracepoint (anonymous and shared
+/// mappings only).
 #[uprobe]
 pub fn mmap_enter(ctx: ProbeContext) -> u32 {
     let flags = arg(&ctx, 3);
-    if flags & MAP_ANONYMOUS == 0 {
+    if flags & MAP_TRACED == 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -680,7 +686,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let flags = tp_u64(&ctx, 40);
-    if flags & MAP_ANONYMOUS == 0 {
+    if flags & MAP_TRACED == 0 {
         return 0;
     }
     let regs = task_regs();

@@ -2,6 +2,7 @@
 
 use crate::allocator_frames::is_allocator_frame;
 use crate::recording::{Frame, Stack, StackKind};
+use crate::runtimes::MemoryKind;
 
 /// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
 /// and objdump take), else `basename(object)+0xaddr` (recordings made before file offsets were
@@ -70,7 +71,7 @@ pub fn is_user_jit_frame(f: &Frame) -> bool {
 
 /// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
 /// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
-fn is_runtime_frame(f: &Frame) -> bool {
+pub(super) fn is_runtime_frame(f: &Frame) -> bool {
     f.object.as_deref().map(basename).is_some_and(|b| {
         // python3, python3.11 (a version, nothing else), and the runtimes' own libraries.
         let python_exe = b.strip_prefix("python").is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'));
@@ -129,4 +130,48 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         None if stack.lost => (None, "[stack lost]".to_string()),
         None => (None, "[unknown]".to_string()),
     }
+}
+
+/// Functions of libc and the loader that allocate once per process (or per loaded object) and
+/// keep it to the end: stdio buffers, locale data, atexit and TLS tables, the loader's own
+/// memory. Matched as a prefix of any frame's function name.
+const ONE_TIME_FUNCTIONS: &[&str] = &[
+    "_IO_file_doallocate",
+    "_IO_doallocbuf",
+    "__libc_setlocale",
+    "setlocale",
+    "_nl_",
+    "__new_exitfn",
+    "__cxa_atexit",
+    "__gconv",
+    "__tzfile_read",
+    "tzset",
+    "_dl_",
+    "__libc_early_init",
+    "__libc_alloc_buffer",
+    "_GLOBAL__sub_I",
+];
+
+/// True for a site that holds one of libc's or the runtime's one-time allocations, which a
+/// program keeps until exit by design and which LeakSanitizer does not report either: a memory
+/// kind of the runtime ([`MemoryKind::Runtime`]: the loader, arenas, a runtime's own memory), a
+/// stack through a function of [`ONE_TIME_FUNCTIONS`], or a stack with no frame outside system
+/// libraries, allocators and the loader (made before main or by a library's own initialisation).
+/// `frames`: the site's stack, innermost first; glibc's internal aliases (`__GI__IO_doallocbuf`)
+/// count as the public name.
+pub fn is_one_time_site(frames: &[Frame], kind: MemoryKind) -> bool {
+    if kind == MemoryKind::Runtime {
+        return true;
+    }
+    let one_time = |f: &Frame| {
+        f.function.as_deref().is_some_and(|n| {
+            let n = n.strip_prefix("__GI_").unwrap_or(n);
+            ONE_TIME_FUNCTIONS.iter().any(|p| n.starts_with(p))
+        })
+    };
+    let loader = |f: &Frame| f.object.as_deref().map(basename).is_some_and(|b| b.starts_with("ld-"));
+    let user = |f: &Frame| {
+        (f.function.is_some() || f.object.is_some()) && !is_system_frame(f) && !is_allocator(f) && !loader(f)
+    };
+    frames.iter().any(one_time) || !frames.iter().any(user)
 }

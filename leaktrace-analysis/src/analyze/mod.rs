@@ -32,6 +32,17 @@ pub const SITE_FLOOR_FRACTION: f64 = 0.01;
 /// Absolute part of the process (RSS) noise floor, bytes per second: one 4 KiB page a second.
 /// RSS moves in pages, so a smaller slope is not measurable.
 pub const RSS_FLOOR_BYTES_PER_S: f64 = 4096.0;
+/// A site growing slower than [`SITE_FLOOR_BYTES_PER_S`] is still a leak when its blocks are the
+/// evidence: none ever freed, live blocks never falling, and at least this many new live blocks
+/// over the steady window (with a significant fit).
+pub const MIN_EVIDENT_BLOCKS: i64 = 3;
+/// Highest confidence of a cache seen as a single step of never-freed blocks (a leak in bursts
+/// looks the same until a second period is recorded).
+pub const SINGLE_STEP_CONFIDENCE: f64 = 0.2;
+/// A command that exited with fewer checkpoints than this in its analysed span ran too short to
+/// have a shape: its verdict is "inconclusive: too short to classify", followed by what it still
+/// held when it exited ([`AtExit`]).
+pub const MIN_SHAPE_CHECKPOINTS: usize = 5;
 /// A site whose cumulative allocated bytes reach this many times its peak live bytes turns its
 /// memory over (short-lived blocks): class `temporary` unless it grows.
 pub const TEMPORARY_TURNOVER: f64 = 4.0;
@@ -193,6 +204,15 @@ pub struct SiteEvidence {
     pub turnover: Option<f64>,
     /// The steady-window growth stops in the last quarter of the run.
     pub plateau: bool,
+    /// Separate rises of live blocks (runs of checkpoint intervals in which they rose, flat in
+    /// between) after the first interval of the span, counted only for a site that never freed a
+    /// block and whose live blocks never fell; 0 otherwise. Two or more, the last in the steady
+    /// window, make a leak in bursts.
+    pub steps: usize,
+    /// A cache seen as one abrupt step (one rise within at most two intervals) of never-freed
+    /// blocks: not a plateau; its confidence is at most [`SINGLE_STEP_CONFIDENCE`] and the
+    /// process verdict it names is inconclusive ("record at least two periods").
+    pub single_step: bool,
     /// One sentence: why this class.
     pub reason: String,
 }
@@ -248,6 +268,13 @@ pub struct SiteAnalysis {
     /// "mmap" sites: bytes of the site's live regions resident in RAM at the last checkpoint
     /// that had the figure (pagemap); `live_bytes` is what is mapped. None for other kinds.
     pub resident_bytes: Option<u64>,
+    /// The release call this stack likely misses: it passes through an API of the leak-pattern
+    /// catalog whose result must be released ([`patterns::release_hint`]). Named in the verdict
+    /// when the site leaks.
+    pub likely_missing_release: Option<patterns::ReleaseHint>,
+    /// The catalog's look-alike this stack belongs to (an allocator arena, a pymalloc arena, a JIT
+    /// code cache, ...: memory retained by design), if any ([`patterns::lookalike`]).
+    pub lookalike: Option<patterns::Lookalike>,
     /// Classification.
     pub class: SiteClass,
     /// How clear the numbers behind `class` are, 0..1.
@@ -266,6 +293,9 @@ pub struct MemorySeries {
     pub rss_anon_bytes: Vec<(f64, u64)>,
     /// RssFile at each checkpoint that has memory figures.
     pub rss_file_bytes: Vec<(f64, u64)>,
+    /// RssShmem at each checkpoint that has memory figures: shared memory (memfd, shm_open,
+    /// MAP_SHARED|MAP_ANONYMOUS, SysV shm) resident in the process.
+    pub rss_shmem_bytes: Vec<(f64, u64)>,
     /// Sum of the live bytes of the "malloc" sites of native kind (all malloc sites of a target
     /// without a managed runtime), at every checkpoint.
     pub native_live_bytes: Vec<(f64, u64)>,
@@ -411,6 +441,22 @@ pub enum Reason {
         /// malloc heap's.
         heap_flat: bool,
     },
+    /// The command exited before its run had a shape (fewer than [`MIN_SHAPE_CHECKPOINTS`]
+    /// checkpoints in the analysed span): what it still held at exit is listed instead
+    /// ([`Analysis::at_exit`]).
+    TooShort {
+        /// Checkpoints in the analysed span.
+        checkpoints: usize,
+        /// Duration of the analysed span, seconds.
+        duration_s: f64,
+    },
+    /// Resident shared memory (RssShmem) grows while nothing traced explains it: not "no leak".
+    UntracedShmem {
+        /// RssShmem over the steady window.
+        trend: Trend,
+        /// Slope of the traced live bytes (heap and mappings), bytes per second.
+        traced_bytes_per_s: f64,
+    },
     /// Too few checkpoints to measure growth.
     TooFewCheckpoints {
         /// Checkpoints in the steady window.
@@ -422,6 +468,9 @@ pub enum Reason {
         top: usize,
         count: usize,
         retained_bytes: u64,
+        /// The top cache is one step of never-freed blocks ([`SiteEvidence::single_step`]): the
+        /// verdict is inconclusive.
+        single_step: bool,
     },
     /// Allocations are short-lived.
     ShortLived {
@@ -471,6 +520,9 @@ impl Verdict {
 /// Everything [`analyze`] finds in a recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Analysis {
+    /// When the target exited (`end_reason` "target-exited"): what it still held at its last
+    /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
+    pub at_exit: Option<AtExit>,
     /// Checkpoints used (those with a finite time).
     pub checkpoints: usize,
     /// Last checkpoint time − first checkpoint time, seconds.
@@ -528,6 +580,23 @@ pub struct Analysis {
     pub traced_unit_trend: Option<Trend>,
 }
 
+/// What a command still held when it exited, by site, apart from libc's and the runtime's own
+/// one-time allocations ([`is_one_time_site`]: stdio buffers, the loader, locale and
+/// atexit tables, stacks entirely inside system libraries, runtime memory).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AtExit {
+    /// Indexes into [`Analysis::sites`] of the sites with live bytes at exit, largest first.
+    pub sites: Vec<usize>,
+    /// Sum of their live bytes, bytes.
+    pub live_bytes: u64,
+    /// Sum of their live blocks.
+    pub live_allocations: u64,
+    /// Sites left out as one-time allocations of libc or the runtime, and their live bytes.
+    pub one_time_sites: usize,
+    /// Live bytes of the sites left out, bytes.
+    pub one_time_bytes: u64,
+}
+
 impl Analysis {
     /// Up to `top` sites with positive steady-window growth (bytes per second), fastest first.
     pub fn top_by_growth(&self) -> Vec<&SiteAnalysis> {
@@ -574,6 +643,7 @@ fn class_rank(c: SiteClass) -> u8 {
 }
 
 mod frames;
+pub mod patterns;
 mod replay;
 mod site;
 mod stats;
@@ -584,7 +654,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use frames::{basename, culprit, frame_label, is_allocator};
+pub use frames::{basename, culprit, frame_label, is_allocator, is_one_time_site};
 pub use replay::{analyze, analyze_timeline, steady_window};
 pub use stats::{fit, t_crit95};
 pub use verdict::lost_share;

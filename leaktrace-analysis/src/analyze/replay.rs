@@ -191,6 +191,7 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
             memory.rss_bytes.push((t, m.rss_bytes));
             memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
             memory.rss_file_bytes.push((t, m.rss_file_bytes));
+            memory.rss_shmem_bytes.push((t, m.rss_shmem_bytes));
         }
         if let Some(al) = &c.allocator {
             let t = (c.t_s * 1e9).round() / 1e9;
@@ -290,6 +291,7 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     };
     let rss_anon_trend = series_trend(&memory.rss_anon_bytes);
     let allocator_trend = series_trend(&memory.allocator_resident_bytes);
+    let rss_shmem_trend = series_trend(&memory.rss_shmem_bytes);
 
     // Per unit of work, over the same steady window; off-heap bytes; occupied heap to RSS.
     let traced_unit_trend = unit_fit(&units, &traced, win.steady.clone());
@@ -340,12 +342,45 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
         rss_anon: &memory.rss_anon_bytes,
         allocator_trend: allocator_trend.as_ref(),
         allocator: &memory.allocator_resident_bytes,
+        rss_shmem_trend: rss_shmem_trend.as_ref(),
+        rss_shmem: &memory.rss_shmem_bytes,
         f_drops,
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
 
+    // A command that exited: what it still held (LeakSanitizer's list at exit); when its run was
+    // too short to have a shape, that list is the answer and the verdict is inconclusive.
+    let at_exit = (rec.end_reason == EndReason::TargetExited).then(|| {
+        let (kept, one_time): (Vec<usize>, Vec<usize>) = (0..sites.len())
+            .filter(|&i| sites[i].live_bytes > 0)
+            .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
+        let mut kept = kept;
+        kept.sort_by_key(|&i| std::cmp::Reverse(sites[i].live_bytes));
+        AtExit {
+            live_bytes: kept.iter().map(|&i| sites[i].live_bytes).sum(),
+            live_allocations: kept.iter().map(|&i| sites[i].live_allocations).sum(),
+            sites: kept,
+            one_time_sites: one_time.len(),
+            one_time_bytes: one_time.iter().map(|&i| sites[i].live_bytes).sum(),
+        }
+    });
+    let span_checkpoints = span.end.saturating_sub(span.start);
+    let verdict = if at_exit.is_some() && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
+        Verdict {
+            class: ProcessClass::Flat,
+            confidence: clamp_conf(0.1 * f_drops),
+            inconclusive: true,
+            reason: Reason::TooShort { checkpoints: span_checkpoints, duration_s: span_duration },
+            by_kind: None,
+            ..verdict
+        }
+    } else {
+        verdict
+    };
+
     Analysis {
+        at_exit,
         checkpoints: n,
         duration_s: duration,
         span_from_s: span_from - t0,

@@ -40,13 +40,31 @@ pub(super) fn analyze_site(
     let early = win.early.clone().map(|r| fit(&points(times, live, r)));
     let late = win.late.clone().map(|r| fit(&points(times, live, r)));
 
-    let floor = if duration > 0.0 {
-        (SITE_FLOOR_FRACTION * peak as f64 / duration)
-            .max(2.0 * sample_bytes as f64 / duration)
-            .max(SITE_FLOOR_BYTES_PER_S)
+    // The relative parts of the noise floor (share of the peak, sampling steps); the absolute
+    // part (SITE_FLOOR_BYTES_PER_S) is added below unless the blocks themselves are evidence.
+    let floor_rel = if duration > 0.0 {
+        (SITE_FLOOR_FRACTION * peak as f64 / duration).max(2.0 * sample_bytes as f64 / duration)
     } else {
-        SITE_FLOOR_BYTES_PER_S
+        0.0
     };
+    let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
+    let count_end = count.last().copied().unwrap_or(0);
+    let steady_growth_allocations =
+        (count_end as i128 - count_at_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    // Evidence instead of a byte floor: the site never freed one of its blocks, its live blocks
+    // never fell from one checkpoint to the next and grew by at least MIN_EVIDENT_BLOCKS over
+    // the steady window. Such growth is a leak however slow, as long as the fit is significant
+    // (its 95 % interval above zero) and does not level off.
+    let never_freed = ser.last.free_count == 0;
+    let blocks_monotonic = count.windows(2).all(|w| w[1] >= w[0]);
+    let evident = never_freed
+        && blocks_monotonic
+        && steady_growth_allocations >= MIN_EVIDENT_BLOCKS
+        && steady.n >= MIN_WINDOW_POINTS
+        && steady.significant_growth
+        && steady.slope_bytes_per_s > floor_rel
+        && steady.slope_bytes_per_s <= floor_rel.max(SITE_FLOOR_BYTES_PER_S);
+    let floor = if evident { floor_rel } else { floor_rel.max(SITE_FLOOR_BYTES_PER_S) };
     let steady_vals: Vec<f64> = win.steady.clone().filter_map(|i| live.get(i)).map(|&v| v as f64).collect();
     let mean_steady =
         if steady_vals.is_empty() { 0.0 } else { steady_vals.iter().sum::<f64>() / steady_vals.len() as f64 };
@@ -56,10 +74,6 @@ pub(super) fn analyze_site(
         (steady_vals.iter().map(|v| (v - mean_steady).powi(2)).sum::<f64>() / (steady_vals.len() - 1) as f64).sqrt()
     };
     let rise = mean_steady - first_live as f64;
-    let count_at_start = count.get(win.steady.start).copied().unwrap_or(0);
-    let count_end = count.last().copied().unwrap_or(0);
-    let steady_growth_allocations =
-        (count_end as i128 - count_at_start as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
     let turnover = (ser.last.alloc_bytes > 0).then(|| ser.last.alloc_bytes as f64 / peak.max(1) as f64);
 
     let grows = steady.significant_growth && steady.slope_bytes_per_s > floor;
@@ -90,6 +104,44 @@ pub(super) fn analyze_site(
     // fell and grew beyond what the noise floor allows: not "no growth".
     let rising = live.len() >= 2 && live.windows(2).all(|w| w[1] >= w[0]);
     let too_short = !grows && steady.n < MIN_WINDOW_POINTS && count_grew && rising && growth_bytes as f64 > floor_bytes;
+
+    // Steps: separate runs of checkpoint intervals in which live blocks rose, for a site that
+    // never freed a block and whose blocks never fell, not counting a run that starts at the
+    // first interval of the recording (start-up, or what happened before the first checkpoint
+    // after attach). A run of at most two intervals is abrupt (a burst).
+    let span_start = win.early.as_ref().map_or(win.steady.start, |e| e.start);
+    let mut steps: Vec<std::ops::Range<usize>> = Vec::new();
+    if never_freed && blocks_monotonic {
+        for i in span_start..win.steady.end.saturating_sub(1) {
+            if count.get(i + 1).copied().unwrap_or(0) > count.get(i).copied().unwrap_or(0) {
+                match steps.last_mut() {
+                    Some(r) if r.end == i => r.end = i + 1,
+                    _ => steps.push(i..i + 1),
+                }
+            }
+        }
+        steps.retain(|r| r.start != 0);
+    }
+    // Repeated bursts of never-freed blocks, the last one in the steady window: a leak in steps.
+    let stepwise = steps.len() >= 2 && steps.last().is_some_and(|r| r.end > win.steady.start);
+    // One abrupt step of never-freed blocks: a burst leak and a cache filled once look alike.
+    let single_step = steps.len() == 1 && steps[0].len() <= 2;
+
+    // Mean lifetime of the site's blocks (Little's law): mean live blocks over the steady window
+    // / frees per second over the span. A bounded cache that keeps evicting turns its memory over
+    // many times (like short-lived blocks) but its blocks outlive a checkpoint interval; the
+    // churn of short-lived blocks lives for microseconds.
+    let steady_counts: Vec<f64> = win.steady.clone().filter_map(|i| count.get(i)).map(|&v| v as f64).collect();
+    let mean_blocks =
+        if steady_counts.is_empty() { 0.0 } else { steady_counts.iter().sum::<f64>() / steady_counts.len() as f64 };
+    let lifetime_s =
+        (ser.last.free_count > 0 && duration > 0.0).then(|| mean_blocks / (ser.last.free_count as f64 / duration));
+    let mut gaps: Vec<f64> =
+        times[span_start..win.steady.end.min(times.len())].windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_by(f64::total_cmp);
+    let interval = gaps.get(gaps.len() / 2).copied().unwrap_or(0.0);
+    let rose_and_flat = rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened;
+    let evicting_cache = rose_and_flat && interval > 0.0 && lifetime_s.is_some_and(|l| l >= interval);
 
     let (class, confidence, mut reason);
     if too_short {
@@ -135,13 +187,30 @@ pub(super) fn analyze_site(
             steady.n,
             floor,
         );
+        if evident {
+            reason.push_str(&format!(
+                "; slower than the {SITE_FLOOR_BYTES_PER_S} B/s floor, but not one of the site's \
+                 {count_end} blocks was ever freed and live blocks never fell: slow, not noise"
+            ));
+        }
         if win.late_idle {
             reason.push_str(
                 "; the process made no allocation or free in the last quarter of the run, so \
                  whether the growth would have levelled off (a cache) is unknown",
             );
         }
-    } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows {
+    } else if stepwise && growth_bytes as f64 > floor_bytes {
+        class = SiteClass::Leak;
+        let f_steps = (0.25 * steps.len() as f64).min(1.0);
+        confidence = clamp_conf(f_steps * f_share * f_drops);
+        reason = format!(
+            "live blocks rose in {} separate steps (flat in between), none ever freed, the last \
+             in the steady window: {} retained in all, a leak in bursts",
+            steps.len(),
+            crate::human::bytes(growth_bytes.max(0) as u64)
+        );
+    } else if turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && ser.last.free_count > 0 && !grows && !evicting_cache
+    {
         class = SiteClass::Temporary;
         let to = turnover.unwrap_or(TEMPORARY_TURNOVER);
         let f_turn = 1.0 - 2.0 / to;
@@ -157,9 +226,7 @@ pub(super) fn analyze_site(
              {:.1} B/s)",
             steady.slope_bytes_per_s, floor
         );
-    } else if (grows && (plateau || !count_ok))
-        || (rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened)
-    {
+    } else if (grows && (plateau || !count_ok)) || rose_and_flat {
         class = SiteClass::Cache;
         let retained = (growth_bytes.max(0) as f64).max(rise).max(1.0);
         let f_rise = (1.0 - 0.5 * floor_bytes / retained).clamp(0.0, 1.0);
@@ -169,12 +236,33 @@ pub(super) fn analyze_site(
         } else {
             1.0 - (steady.slope_bytes_per_s.max(0.0) * steady_span / retained).min(1.0) * 0.8
         };
-        confidence = clamp_conf(f_rise * f_flat * f_n * f_share * f_drops);
-        reason = if grows && !count_ok {
+        confidence = if single_step {
+            clamp_conf((f_rise * f_flat * f_n * f_share * f_drops).min(SINGLE_STEP_CONFIDENCE))
+        } else {
+            clamp_conf(f_rise * f_flat * f_n * f_share * f_drops)
+        };
+        reason = if single_step {
+            format!(
+                "inconclusive: live blocks rose in one step ({} at once), none ever freed, then \
+                 stayed flat; one step is not a plateau (a leak in bursts looks the same): record \
+                 at least two periods",
+                crate::human::bytes(growth_bytes.max(0) as u64)
+            )
+        } else if grows && !count_ok {
             format!(
                 "live bytes grow {:.1} B/s while the number of live blocks falls by {}: fewer, \
                  larger blocks; check that the size is bounded",
                 steady.slope_bytes_per_s, -steady_growth_allocations
+            )
+        } else if evicting_cache && turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) {
+            format!(
+                "live bytes rose by {} and stayed there while the site kept evicting: {:.0} blocks \
+                 live for about {:.1} s each (longer than a checkpoint interval) and turned over \
+                 {:.1}×: a bounded cache with eviction",
+                crate::human::bytes(rise.max(0.0) as u64),
+                mean_blocks,
+                lifetime_s.unwrap_or(0.0),
+                turnover.unwrap_or(0.0)
             )
         } else if plateau {
             format!(
@@ -224,6 +312,8 @@ pub(super) fn analyze_site(
         growth_bytes_per_unit: per_unit.map(|t| t.slope_bytes_per_s),
         growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
+        likely_missing_release: patterns::release_hint(&st.frames, culprit_frame),
+        lookalike: patterns::lookalike(&st.frames),
         class,
         confidence,
         evidence: SiteEvidence {
@@ -238,6 +328,8 @@ pub(super) fn analyze_site(
             steady_sd_bytes: sd_steady,
             turnover,
             plateau,
+            steps: steps.len(),
+            single_step: single_step && class == SiteClass::Cache,
             reason,
         },
     }

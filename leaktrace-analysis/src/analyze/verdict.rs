@@ -20,6 +20,8 @@ pub(super) struct ProcessInput<'a> {
     pub(super) rss_anon: &'a [(f64, u64)],
     pub(super) allocator_trend: Option<&'a Trend>,
     pub(super) allocator: &'a [(f64, u64)],
+    pub(super) rss_shmem_trend: Option<&'a Trend>,
+    pub(super) rss_shmem: &'a [(f64, u64)],
     pub(super) f_drops: f64,
 }
 
@@ -145,19 +147,40 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         return verdict(ProcessClass::Fragmentation, confidence, reason);
     }
 
+    // Shared memory grows, nothing traced does (mappings made before attach, or shared memory
+    // the program does not map through a traced call): off-heap memory that grows, never "no
+    // leak". Confidence at most 0.7: the memory is not attributed to a stack.
+    let shmem_grows =
+        p.rss_shmem_trend.filter(|st| outgrows(st, process_floor(p.rss_shmem, p.duration), p.traced_trend));
+    if let Some(st) = shmem_grows {
+        let confidence =
+            clamp_conf((f_tstat(st) * f_points(st.n) * gap(st, p.traced_trend) * share * p.f_drops).min(0.7));
+        let reason = Reason::UntracedShmem { trend: *st, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s };
+        return verdict(ProcessClass::OffHeap, confidence, reason);
+    }
+
     if p.n < MIN_WINDOW_POINTS {
         return verdict(ProcessClass::Flat, clamp_conf(0.1 * p.f_drops), Reason::TooFewCheckpoints { n: p.n });
     }
 
     // Cache: the largest retained growth among caches names it.
-    let mut caches: Vec<(usize, &SiteAnalysis)> =
-        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Cache).collect();
+    // libc's and the runtime's one-time allocations (the loader's segments, stdio buffers) rise
+    // once at start-up: they make no cache verdict.
+    let mut caches: Vec<(usize, &SiteAnalysis)> = p
+        .sites
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.class == SiteClass::Cache && !super::frames::is_one_time_site(&s.frames, s.memory_kind))
+        .collect();
     caches.sort_by_key(|(_, s)| std::cmp::Reverse(s.growth_bytes));
     let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
     if let Some(&(top, top_site)) = caches.first() {
         let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
-        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64 };
-        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
+        let single_step = top_site.evidence.single_step;
+        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64, single_step };
+        let mut v = verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
+        v.inconclusive = single_step;
+        return v;
     }
 
     let floor_native = {

@@ -378,8 +378,11 @@ pub(crate) mod test_support {
             (
                 leak_site,
                 Box::new(move |t: f64| {
+                    // Blocks of 1000 B; leak / 1000 of them are never freed (u is a multiple
+                    // of 100 and leak of 10: exact), so live blocks grow with the live bytes.
                     let u = units(t);
-                    (1000 * u, u, (1000 - leak) * u, u)
+                    let kept = leak * u / 1000;
+                    (1000 * u, u, 1000 * (u - kept), u - kept)
                 }),
             ),
             (

@@ -17,8 +17,11 @@
 //!   basename]`. Addresses, line numbers and file names never enter: they change with a
 //!   rebuild (and addresses with every run). Stacks of one recording with the same signature are
 //!   summed.
+//! - One classification: a signature the report's analysis classes as a cache, temporary or
+//!   flat (no stack of it a leak) is not a leak here either.
 //! - Verdict per site that leaked before: "fixed" when it no longer leaks after (or no longer
-//!   allocates), else "still leaking"; a site that leaks only after is a "new leak".
+//!   allocates), else "still leaking" (with "no change beyond noise" when the two slopes differ
+//!   by less than their combined 95 % intervals); a site that leaks only after is a "new leak".
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -95,8 +98,12 @@ pub struct Growth {
     pub significant: bool,
     /// Slower growth is noise.
     pub floor: f64,
-    /// slope ≥ floor and significant.
+    /// slope ≥ floor and significant, and the report does not classify the signature as
+    /// something else (see `not_a_leak_in_report`).
     pub leak: bool,
+    /// True when the fit alone would call it a leak but the report's classification of the same
+    /// recording does not (a cache, temporary churn or flat): one classification for both.
+    pub not_a_leak_in_report: bool,
     /// Live bytes at the end of the window.
     pub live_bytes: u64,
 }
@@ -118,6 +125,7 @@ impl Growth {
             significant,
             floor,
             leak: significant && slope >= floor,
+            not_a_leak_in_report: false,
             live_bytes: ys.last().copied().unwrap_or(0.0) as u64,
         }
     }
@@ -280,6 +288,27 @@ fn measure(
     Measured { side, sites }
 }
 
+/// Signatures of `rec` that its report ([`analyze::analyze_timeline`]) classifies with no
+/// leaking stack: every stack of the signature is a cache, temporary or flat.
+fn report_non_leaks(rec: &Recording, tl: &Timeline) -> BTreeSet<Signature> {
+    let a = analyze::analyze_timeline(rec, tl, &analyze::AnalyzeOptions::default());
+    let class: BTreeMap<u32, analyze::SiteClass> = a.sites.iter().map(|s| (s.id, s.class)).collect();
+    let mut leaks = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    for st in &rec.stacks {
+        match class.get(&st.id) {
+            Some(analyze::SiteClass::Leak) => {
+                leaks.insert(signature(st));
+            }
+            Some(_) => {
+                others.insert(signature(st));
+            }
+            None => {}
+        }
+    }
+    others.difference(&leaks).cloned().collect()
+}
+
 /// Names for humans: the culprit alone when no other signature has the same culprit; else the
 /// culprit with the fewest callers that tell it apart (`f (from a < b)`), and the kind when
 /// only the kind differs.
@@ -364,8 +393,19 @@ pub fn compare(
     {
         notes.push(format!("the work probes differ ({p} before, {q} after): a unit is not the same work"));
     }
-    let mb = measure(before, before_path, &lb, &wb, &xb, abs_floor);
-    let ma = measure(after, after_path, &la, &wa, &xa, abs_floor);
+    let mut mb = measure(before, before_path, &lb, &wb, &xb, abs_floor);
+    let mut ma = measure(after, after_path, &la, &wa, &xa, abs_floor);
+    // One classification: a signature whose stacks the report classifies, none of them a leak
+    // (a cache, temporary churn, flat), is not a leak here either, whatever this window's fit.
+    for (m, rec, tl) in [(&mut mb, before, &tb), (&mut ma, after, &ta)] {
+        let not_leaks = report_non_leaks(rec, tl);
+        for (sig, g) in &mut m.sites {
+            if g.leak && not_leaks.contains(sig) {
+                g.leak = false;
+                g.not_a_leak_in_report = true;
+            }
+        }
+    }
 
     let all: BTreeSet<&Signature> = mb.sites.keys().chain(ma.sites.keys()).collect();
     let names = display_names(&all);
@@ -410,7 +450,14 @@ pub fn compare(
         verdicts.push(match s.status {
             Status::Fixed => format!("leak in {}: {b} before, {a} after{gone} — fixed", s.name),
             Status::StillLeaking => {
-                let change = if s.slope_before() > 0.0 {
+                // A difference inside both fits' 95 % intervals is noise, not a change.
+                let noise = match (s.before.and_then(|g| g.ci95), s.after.and_then(|g| g.ci95)) {
+                    (Some(cb), Some(ca)) => (cb * cb + ca * ca).sqrt(),
+                    _ => 0.0,
+                };
+                let change = if (s.slope_after() - s.slope_before()).abs() <= noise {
+                    " (no change beyond noise)".to_string()
+                } else if s.slope_before() > 0.0 {
                     format!(" ({:+.0} %)", 100.0 * (s.slope_after() - s.slope_before()) / s.slope_before())
                 } else {
                     String::new()

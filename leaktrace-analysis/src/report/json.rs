@@ -85,6 +85,8 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
         "stack_truncated": s.stack_truncated,
+        "likely_missing_release": s.likely_missing_release,
+        "lookalike": s.lookalike,
         "evidence": {
             "steady": trend(&e.steady),
             "early": e.early.as_ref().map_or(Value::Null, trend),
@@ -97,6 +99,8 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
             "steady_sd_bytes": num(e.steady_sd_bytes),
             "turnover": opt_num(e.turnover),
             "plateau": e.plateau,
+            "steps": e.steps,
+            "single_step": e.single_step,
         },
     })
 }
@@ -184,6 +188,22 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "summary": super::verdict::sentence(a),
             "inconclusive": a.verdict.inconclusive,
         },
+        "still_allocated_at_exit": a.at_exit.as_ref().map_or(Value::Null, |x| json!({
+            "live_bytes": x.live_bytes,
+            "live_allocations": x.live_allocations,
+            "one_time_sites": x.one_time_sites,
+            "one_time_bytes": x.one_time_bytes,
+            "sites": x.sites.iter().map(|&i| {
+                let s = &a.sites[i];
+                json!({
+                    "id": s.id,
+                    "function": s.function,
+                    "live_bytes": s.live_bytes,
+                    "live_allocations": s.live_allocations,
+                    "stack": s.frames.iter().map(crate::analyze::frame_label).collect::<Vec<_>>(),
+                })
+            }).collect::<Vec<_>>(),
+        })),
         "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),
         "sites_total": a.sites.len(),
         "sites_omitted": omitted,
@@ -192,6 +212,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "rss_bytes": series(&a.memory.rss_bytes),
             "rss_anon_bytes": series(&a.memory.rss_anon_bytes),
             "rss_file_bytes": series(&a.memory.rss_file_bytes),
+            "rss_shmem_bytes": series(&a.memory.rss_shmem_bytes),
             "native_live_bytes": series(&a.memory.native_live_bytes),
             "mmap_live_bytes": series(&a.memory.mmap_live_bytes),
             "fault_bytes": series(&a.memory.fault_bytes),

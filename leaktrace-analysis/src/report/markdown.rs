@@ -114,6 +114,17 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
     }
     let kind = if s.kind == StackKind::Malloc { String::new() } else { format!(" [{} site]", s.kind) };
     let _ = writeln!(md, "- why: {}{kind}", e.reason);
+    if let Some(h) = &s.likely_missing_release {
+        let _ = writeln!(
+            md,
+            "- pattern: passes through {} ({}), whose result must be released with {}: likely missing \
+             where this site leaks (source: {})",
+            h.acquire, h.library, h.release, h.source
+        );
+    }
+    if let Some(l) = &s.lookalike {
+        let _ = writeln!(md, "- looks like: {} ({}; source: {})", l.name, l.why, l.source);
+    }
     if let Some(rt) = runtime {
         let _ = writeln!(md, "- memory kind: {} ({})", s.memory_kind, crate::runtimes::kind_origin(rt, s.memory_kind));
     }
@@ -125,6 +136,33 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
 }
 
 /// The runtime split, side by side with RSS: which kind of memory grows, with numbers.
+/// "Still allocated at exit": LeakSanitizer's list for a command that exited, each site with its
+/// stack (one-time allocations of libc and the runtime left out and counted).
+fn at_exit_lines(md: &mut String, a: &Analysis) {
+    let Some(x) = &a.at_exit else { return };
+    let _ = writeln!(
+        md,
+        "## Still allocated at exit
+"
+    );
+    let _ = writeln!(
+        md,
+        "{}.
+",
+        super::verdict::at_exit_phrase(a)
+    );
+    for &i in &x.sites {
+        let s = &a.sites[i];
+        let _ = writeln!(md, "- {} in {} block(s) from {}:", bytes(s.live_bytes), s.live_allocations, s.function);
+        for l in stack_lines(s) {
+            let _ = writeln!(md, "    - {l}");
+        }
+    }
+    if !x.sites.is_empty() {
+        md.push('\n');
+    }
+}
+
 fn memory_by_kind(md: &mut String, a: &Analysis) {
     let Some(rt) = a.runtime else { return };
     let heap = crate::runtimes::heap_name(rt);
@@ -150,6 +188,8 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
         };
     row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, None);
     row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), None);
+    row(md, "RSS shmem", &a.memory.rss_shmem_bytes, None, None);
+    row(md, "RSS file", &a.memory.rss_file_bytes, None, None);
     for k in &a.kinds {
         let (name, pts) = match k.kind {
             MemoryKind::Managed if k.source == "sites" => {
@@ -212,8 +252,28 @@ fn offheap_lines(md: &mut String, a: &Analysis) {
     }
 }
 
+/// What the allocator's footprint holds beyond the traced live bytes, as far as it is known: a
+/// launched command has no block from before attach, so the rest is freed memory the allocator
+/// keeps and its overhead; a process attached to may also hold blocks allocated before attach,
+/// and frees of such blocks (`untracked_free`) prove that some exist.
+fn allocator_rest(rec: &Recording, a: &Analysis) -> String {
+    let pre = a.events.get("untracked_free").copied().unwrap_or(0);
+    if rec.target.launched {
+        "freed memory the allocator keeps and its overhead".to_string()
+    } else if pre > 0 {
+        format!(
+            "blocks allocated before attach and still live ({pre} frees of such blocks were seen), \
+             freed memory the allocator keeps and its overhead, in unknown shares"
+        )
+    } else {
+        "blocks allocated before attach and still live, or freed memory the allocator keeps and its \
+         overhead (which, unknown)"
+            .to_string()
+    }
+}
+
 /// What RSS anon holds beyond the traced sites, at the end.
-fn untraced_line(md: &mut String, a: &Analysis) {
+fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     let s = &a.summary;
     let Some(anon) = s.rss_anon_end_bytes else {
         md.push_str("- Memory outside what was traced: unknown (no memory figures at the end).\n");
@@ -236,8 +296,9 @@ fn untraced_line(md: &mut String, a: &Analysis) {
     }
     accounted = accounted.saturating_add(managed).saturating_add(runtime);
     if let Some(fp) = s.allocator_resident_end_bytes {
-        // The allocator's footprint holds the live native bytes and what it keeps free.
-        parts.push(format!("memory the allocator keeps free or for overhead {}", bytes(fp.saturating_sub(native))));
+        // The allocator's footprint holds the traced live bytes and the rest: say what is known
+        // of the rest ([`allocator_rest`]).
+        parts.push(format!("{} {}", allocator_rest(rec, a), bytes(fp.saturating_sub(native))));
         accounted = accounted.saturating_add(fp.saturating_sub(native));
     }
     let _ = writeln!(
@@ -324,6 +385,22 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             .map_or(String::new(), |t| format!("; trend {} over the steady window", rate(t.slope_bytes_per_s)));
         let _ = writeln!(md, "- RSS anon: {} → {}{tr}", bytes(b), bytes(e));
     }
+    // RSS split by kind (RssAnon / RssShmem / RssFile of /proc/PID/status), first → last.
+    let ends = |v: &[(f64, u64)]| v.first().zip(v.last()).map(|(f, l)| (f.1, l.1));
+    if let (Some(an), Some(sh), Some(fi)) =
+        (ends(&a.memory.rss_anon_bytes), ends(&a.memory.rss_shmem_bytes), ends(&a.memory.rss_file_bytes))
+    {
+        let _ = writeln!(
+            md,
+            "- RSS by kind: anon {} → {}, shmem {} → {}, file {} → {}",
+            bytes(an.0),
+            bytes(an.1),
+            bytes(sh.0),
+            bytes(sh.1),
+            bytes(fi.0),
+            bytes(fi.1)
+        );
+    }
     if let (Some(b), Some(e)) = (s.allocator_resident_start_bytes, s.allocator_resident_end_bytes) {
         let _ = writeln!(
             md,
@@ -349,6 +426,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     offheap_lines(&mut md, a);
     md.push('\n');
     memory_by_kind(&mut md, a);
+
+    at_exit_lines(&mut md, a);
 
     // Top sites.
     let mut shown: HashSet<u32> = HashSet::new();
@@ -444,7 +523,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
 
     // Caveats.
     let _ = writeln!(md, "## Caveats\n");
-    untraced_line(&mut md, a);
+    untraced_line(&mut md, rec, a);
     for w in rec.warnings.iter().chain(a.warnings.iter()) {
         let _ = writeln!(md, "- {w}");
     }

@@ -104,10 +104,37 @@ fn reason(a: &Analysis) -> String {
                 traced_bytes_per_s
             )
         }
+        Reason::UntracedShmem { trend, traced_bytes_per_s } => format!(
+            "RSS grows and nothing traced explains it: shared memory (RssShmem) grows {} ({:.0} B/s ± \
+             {:.0} at 95 %) while traced live bytes stay flat ({:.0} B/s) — shared mappings made before \
+             attach or not through a traced call (memfd, shm_open, SysV shm); not \"no leak\"",
+            hr(trend.slope_bytes_per_s),
+            trend.slope_bytes_per_s,
+            trend.ci95_bytes_per_s.unwrap_or(0.0),
+            traced_bytes_per_s
+        ),
+        Reason::TooShort { checkpoints, duration_s } => {
+            format!(
+                "inconclusive: too short to classify ({checkpoints} checkpoint(s) over {duration_s:.1} s); {}",
+                at_exit_phrase(a)
+            )
+        }
         Reason::TooFewCheckpoints { n } => {
             format!("inconclusive: only {n} checkpoint(s), growth cannot be measured; no leak found")
         }
-        Reason::Caches { top, count, retained_bytes } => {
+        Reason::Caches { top, count, retained_bytes, single_step: true } => {
+            let top = &a.sites[*top];
+            format!(
+                "inconclusive: {} rose in one step to {} (never freed) and stayed flat; one step is \
+                 not a plateau (a leak in bursts looks the same): record at least two periods; {} \
+                 cache site(s) retain {} in all",
+                top.function,
+                hb(top.live_bytes),
+                count,
+                hb(*retained_bytes)
+            )
+        }
+        Reason::Caches { top, count, retained_bytes, .. } => {
             let top = &a.sites[*top];
             format!(
                 "no leak: memory rose and levelled off (cache-like retention); largest: {} holds {} \
@@ -242,7 +269,12 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
         (true, None) => format!("{} ({} B) mapped at the end", hb(s.live_bytes), s.live_bytes),
         _ => format!("{} ({} B) live at the end", hb(s.live_bytes), s.live_bytes),
     };
-    format!("{growth}; {held}")
+    match &s.likely_missing_release {
+        Some(h) => {
+            format!("{growth}; {held}; it passes through {} ({}): likely missing {}", h.acquire, h.library, h.release)
+        }
+        None => format!("{growth}; {held}"),
+    }
 }
 
 /// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
@@ -254,4 +286,44 @@ fn heap_tool(runtime: Runtime) -> &'static str {
         Runtime::Go => "the heap profile (pprof) shows which allocations",
         Runtime::Node => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
     }
+}
+
+/// What the command still held when it exited, LeakSanitizer-style: "still allocated when the
+/// command exited: 29.3 KiB in 1 block from main (leaker.c:12), ...; 2 one-time allocations of
+/// libc and the runtime (1.0 KiB) not listed". Up to five sites are named.
+pub fn at_exit_phrase(a: &Analysis) -> String {
+    let Some(x) = &a.at_exit else { return "the target did not exit".to_string() };
+    let one_time = if x.one_time_sites > 0 {
+        format!(
+            "; {} one-time allocation site(s) of libc and the runtime ({}) not listed",
+            x.one_time_sites,
+            hb(x.one_time_bytes)
+        )
+    } else {
+        String::new()
+    };
+    if x.sites.is_empty() {
+        return format!("nothing was still allocated when the command exited{one_time}");
+    }
+    let named: Vec<String> = x
+        .sites
+        .iter()
+        .take(5)
+        .map(|&i| {
+            let s = &a.sites[i];
+            let at = s
+                .culprit_frame
+                .and_then(|k| s.frames.get(k))
+                .and_then(|f| Some(format!(" ({}:{})", crate::analyze::basename(f.file.as_deref()?), f.line?)))
+                .unwrap_or_default();
+            format!("{} in {} block(s) from {}{at}", hb(s.live_bytes), s.live_allocations, s.function)
+        })
+        .collect();
+    let more = if x.sites.len() > 5 { format!(" and {} more site(s)", x.sites.len() - 5) } else { String::new() };
+    format!(
+        "still allocated when the command exited: {} in {} block(s): {}{more}{one_time}",
+        hb(x.live_bytes),
+        x.live_allocations,
+        named.join(", ")
+    )
 }
