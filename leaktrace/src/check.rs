@@ -30,6 +30,8 @@ pub struct CheckOptions {
     /// None: ./leaktrace-check-PID-TIMESTAMP.
     pub out: Option<PathBuf>,
     pub limits: Limits,
+    /// Reachability hook (#14): scan at the end (`--reachability`); None: no scan.
+    pub reachability: Option<crate::reach::ScanOptions>,
 }
 
 /// What `leaktrace check` did.
@@ -61,6 +63,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         // The test compares exact live bytes against a budget: no sampling.
         mode: Mode::Exact,
         follow_forks: false,
+        reachability: opts.reachability,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();
