@@ -88,6 +88,10 @@ const MAX_CHAIN: usize = 32;
 /// Bytes read per process_vm_readv (roots in chunks, blocks in batches).
 const CHUNK: usize = 4 << 20;
 
+/// Most untraced memory kept in the agent during a scan (then blocks are read one batch at a
+/// time instead): 1 GiB.
+const COPY_BUDGET: usize = 1 << 30;
+
 /// Stop `pid`, read its live blocks from `allocs` (the ALLOCS map), scan, resume. The target is
 /// resumed before this returns, whatever happened. Errors (one line): the process cannot be
 /// stopped (gone, already traced), the block list cannot be read.
@@ -297,6 +301,10 @@ struct Marker<'a> {
     untraced_bytes: u64,
     block_bytes_scanned: u64,
     buf: Vec<u8>,
+    /// Copies of the untraced memory read as roots, (start, bytes) in address order: the
+    /// traced blocks inside are scanned from them (one read of the heap, not one per block).
+    cache: Vec<(u64, Vec<u8>)>,
+    cache_bytes: usize,
 }
 
 impl<'a> Marker<'a> {
@@ -319,6 +327,8 @@ impl<'a> Marker<'a> {
             untraced_bytes: 0,
             block_bytes_scanned: 0,
             buf: Vec::new(),
+            cache: Vec::new(),
+            cache_bytes: 0,
         }
     }
 
@@ -412,13 +422,31 @@ impl<'a> Marker<'a> {
                 }
                 off += 8;
             }
-            self.buf = buf;
+            if skip_blocks && self.cache_bytes + n <= COPY_BUDGET {
+                // Keep the copy: the traced blocks in it are scanned from it if reached.
+                let mut b = buf;
+                b.truncate(n);
+                self.cache_bytes += n;
+                self.cache.push((addr, b));
+            } else {
+                self.buf = buf;
+            }
             addr += n as u64;
         }
     }
 
     /// Scan the marked blocks, breadth first, in batches of one process_vm_readv.
+    /// Blocks inside the untraced memory already read are scanned from that copy; the others
+    /// are read in batches.
     fn drain(&mut self) {
+        let mut cache = std::mem::take(&mut self.cache);
+        cache.sort_unstable_by_key(|c| c.0);
+        let cached = |s: u64, len: usize| -> Option<&[u8]> {
+            let k = cache.partition_point(|c| c.0 <= s).checked_sub(1)?;
+            let (start, data) = &cache[k];
+            let off = (s - start) as usize;
+            data.get(off..off + len)
+        };
         let mut batch: Vec<(u32, u64, usize)> = Vec::new();
         while !self.queue.is_empty() {
             if self.out_of_time() {
@@ -426,14 +454,27 @@ impl<'a> Marker<'a> {
             }
             batch.clear();
             let mut total = 0usize;
+            let mut from_copy = 0u32;
             while let Some(&i) = self.queue.front() {
                 let len = (self.ends[i as usize] - self.starts[i as usize]) as usize & !7;
+                if let Some(bytes) = cached(self.starts[i as usize], len) {
+                    self.queue.pop_front();
+                    self.scan_block(i, 0, bytes);
+                    from_copy += 1;
+                    if from_copy >= 1 << 16 {
+                        break; // time to look at the clock
+                    }
+                    continue;
+                }
                 if !batch.is_empty() && (total + len > CHUNK || batch.len() >= 1024) {
                     break;
                 }
                 self.queue.pop_front();
                 batch.push((i, self.starts[i as usize], len));
                 total += len;
+            }
+            if batch.is_empty() {
+                continue;
             }
             if total > CHUNK {
                 // One large block: in chunks.
