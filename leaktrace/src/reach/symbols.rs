@@ -6,10 +6,14 @@ use std::collections::HashMap;
 
 use object::{Object as _, ObjectKind, ObjectSymbol as _, SymbolKind};
 
-/// Data symbols per object, (start vaddr, size, name) sorted by start.
+/// One object's data symbols: whether it is position-independent (ET_DYN: addresses are
+/// relative to its load bias), and (start vaddr, size, name) sorted by start.
+type ObjectSymbols = (bool, Vec<(u64, u64, String)>);
+
+/// Data symbols per object path (None: the file could not be read or parsed).
 pub(super) struct Symbols {
     pid: u32,
-    cache: HashMap<String, Option<(bool, Vec<(u64, u64, String)>)>>,
+    cache: HashMap<String, Option<ObjectSymbols>>,
 }
 
 impl Symbols {
@@ -29,7 +33,7 @@ impl Symbols {
     }
 }
 
-fn load(pid: u32, path: &str) -> Option<(bool, Vec<(u64, u64, String)>)> {
+fn load(pid: u32, path: &str) -> Option<ObjectSymbols> {
     let data = std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let dynamic = file.kind() == ObjectKind::Dynamic;
