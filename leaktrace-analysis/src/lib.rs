@@ -16,6 +16,8 @@ pub mod check;
 pub mod compare;
 pub mod human;
 pub mod output;
+/// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.
+pub mod reachability;
 pub mod recording;
 pub mod report;
 pub mod runtimes;

@@ -49,6 +49,10 @@ pub struct Recording {
     /// probed), shown in the report's caveats.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Reachability hook (#14): the conservative scan at the end of the recording
+    /// (`record --reachability`); None without it, or when the target was gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachability: Option<crate::reachability::Reachability>,
 }
 
 /// Defines a string-valued enum of the recording: serde names, [`as_str`](Self::as_str) and

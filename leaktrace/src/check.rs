@@ -30,6 +30,8 @@ pub struct CheckOptions {
     /// None: ./leaktrace-check-PID-TIMESTAMP.
     pub out: Option<PathBuf>,
     pub limits: Limits,
+    /// Reachability hook (#14): scan at the end (`--reachability`); None: no scan.
+    pub reachability: Option<crate::reach::ScanOptions>,
 }
 
 /// What `leaktrace check` did.
@@ -62,6 +64,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         mode: Mode::Exact,
         follow_forks: false,
         pymalloc: false,
+        reachability: opts.reachability,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

@@ -20,9 +20,11 @@ pub mod pipeline;
 pub mod placement;
 pub mod probes;
 pub mod procinfo;
+/// `record --reachability` (#14): stop the target briefly and scan it for pointers to blocks.
+pub mod reach;
 pub mod record;
 pub mod runtimes;
 pub mod symbolize;
 pub mod unwind;
 
-pub use leaktrace_analysis::{analyze, compare, output, recording, report};
+pub use leaktrace_analysis::{analyze, compare, output, reachability, recording, report};

@@ -102,9 +102,31 @@ struct CheckArgs {
     out: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    reach: ReachArgs,
     /// Command to launch and test (after --); it is stopped when the test ends.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// Reachability hook (#14): `--reachability`, shared by `record` and `check`.
+#[derive(Args)]
+struct ReachArgs {
+    /// At the end, stop the target briefly and scan its memory for pointers to the live blocks:
+    /// per site, bytes still pointed at and bytes lost (nothing points at them), and the chain
+    /// that holds a representative block (exact mode; docs/reachability.md).
+    #[arg(long)]
+    reachability: bool,
+    /// Longest pause of the target during the scan (e.g. 500ms, 5s); the scan stops there and
+    /// says how far it got.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, requires = "reachability")]
+    reachability_max_pause: Duration,
+}
+
+impl ReachArgs {
+    fn options(&self) -> Option<leaktrace::reach::ScanOptions> {
+        self.reachability.then_some(leaktrace::reach::ScanOptions { max_pause: self.reachability_max_pause })
+    }
 }
 
 /// Kernel map sizes, shared by `record` and `check`.
@@ -180,6 +202,8 @@ struct RecordArgs {
     top: usize,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    reach: ReachArgs,
     /// Count calls of this function as units of work (SYMBOL or SYMBOL@OBJECT, e.g.
     /// handle_request or parse@libfoo.so); growth is then also reported per unit.
     #[arg(long, value_name = "SYMBOL[@OBJECT]")]
@@ -301,6 +325,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
                 pymalloc: a.pymalloc,
+                reachability: a.reach.options(),
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -336,6 +361,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 interval: a.interval,
                 out: a.out,
                 limits: a.limits.into(),
+                reachability: a.reach.options(),
             };
             let outcome = leaktrace::check::check(spec, opts)?;
             print!("{}", outcome.text);
@@ -414,6 +440,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         mode: Default::default(),
         follow_forks: false,
         pymalloc: false,
+        reachability: None,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

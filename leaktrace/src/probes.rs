@@ -429,6 +429,13 @@ impl Tracer {
         self.stacks.get(&key, 0).ok().map(|s| (s.frames().to_vec(), s.end))
     }
 
+    // Reachability hook (#14): the scan reads the live blocks itself (leaktrace/src/reach/).
+    /// The `ALLOCS` map (AllocKey → AllocInfo: every traced live block), for the reachability
+    /// scan's batched read ([`crate::reach::blocks::read`]); None if the object lacks it.
+    pub fn allocs_map(&self) -> Option<&aya::maps::Map> {
+        self.ebpf.map("ALLOCS")
+    }
+
     /// Why unwind tables are off altogether (the kernel's BTF lacks what the walk needs), if so.
     pub fn unwind_disabled(&self) -> Option<&str> {
         self.unwind.disabled.as_deref()

@@ -261,5 +261,9 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
     if let (Some(summary), Value::Object(more)) = (doc.get_mut("summary").and_then(Value::as_object_mut), more) {
         summary.extend(more);
     }
+    // Reachability hook (#14): null without `record --reachability`.
+    if let Value::Object(m) = &mut doc {
+        m.insert("reachability".into(), super::reach::reach_json(rec, a));
+    }
     doc
 }

@@ -468,6 +468,9 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         }
     }
 
+    // Reachability hook (#14): lost vs still pointed at, and what holds them.
+    super::reach::reach_md(&mut md, rec, a);
+
     // Not a leak.
     let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();
     let temps: Vec<&SiteAnalysis> = {

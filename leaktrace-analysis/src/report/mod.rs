@@ -19,6 +19,8 @@ pub mod flame;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+/// Reachability hook (#14).
+pub mod reach;
 pub mod summary;
 pub mod verdict;
 

@@ -19,6 +19,8 @@ use crate::probes::{Limits, Mode, Tracer};
 use crate::recording::{self, EndReason, Recording, Target};
 use crate::{output, procinfo};
 
+// Reachability hook (#14).
+mod reachability;
 mod session;
 mod targets;
 mod traced;
@@ -93,6 +95,9 @@ pub struct RecordOptions {
     /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
     /// from pymalloc's arenas are traced by stack (`--pymalloc`).
     pub pymalloc: bool,
+    /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
+    /// blocks are still pointed at (None: no scan).
+    pub reachability: Option<crate::reach::ScanOptions>,
 }
 
 impl Default for RecordOptions {
@@ -110,6 +115,7 @@ impl Default for RecordOptions {
             mode: Mode::Exact,
             follow_forks: false,
             pymalloc: false,
+            reachability: None,
         }
     }
 }
@@ -279,7 +285,12 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(opts));
     session.clear_status();
-    let Session { tracer, targets, .. } = session;
+    let Session { tracer, mut targets, .. } = session;
+    // Reachability hook (#14): before the probes go and the launched command is stopped.
+    let mut reach = match opts.reachability {
+        Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
+        None => Default::default(),
+    };
     // Detach in the background while the outputs are written.
     let detach = std::thread::spawn(move || tracer.shutdown());
     let mut session_targets = targets;
@@ -332,6 +343,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 }
                 std::mem::take(&mut t.warnings)
             },
+            reachability: reach.remove(&t.pid),
         };
         let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
         processes.push(RecordedProcess { dir: tdir, exit_status: t.exit_status, recording });

@@ -1,0 +1,105 @@
+//! The traced live blocks of one process, read from the kernel's `ALLOCS` map
+//! (AllocKey{tgid, addr} → AllocInfo{size, site}) at scan time: with BPF_MAP_LOOKUP_BATCH
+//! (Linux 5.6+, a few hundred system calls for a million blocks), else entry by entry.
+
+use std::os::fd::{AsFd as _, AsRawFd as _};
+
+use anyhow::Context as _;
+use leaktrace_common::{AllocInfo, AllocKey, SiteKey};
+
+/// One traced live block.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    /// Start address in the target.
+    pub addr: u64,
+    /// Requested size, bytes.
+    pub size: u64,
+    /// Its site (tgid as the kernel stored it).
+    pub site: SiteKey,
+}
+
+/// Every live block of `tgid` in `map` (the ALLOCS map), sorted by address. Errors: the map is
+/// not a hash map, or the kernel refused both the batched and the per-entry read.
+pub fn read(map: &aya::maps::Map, tgid: u32) -> anyhow::Result<Vec<Block>> {
+    let mut out = match read_batched(map, tgid) {
+        Some(v) => v,
+        None => {
+            let h: aya::maps::HashMap<&aya::maps::MapData, AllocKey, AllocInfo> =
+                aya::maps::HashMap::try_from(map).context("ALLOCS is not a hash map")?;
+            let mut v = Vec::new();
+            for item in h.iter() {
+                match item {
+                    Ok((k, i)) if k.tgid == tgid => v.push(Block { addr: k.addr, size: i.size, site: i.site }),
+                    Ok(_) | Err(aya::maps::MapError::KeyNotFound) => {}
+                    Err(e) => return Err(e).context("reading the ALLOCS map"),
+                }
+            }
+            v
+        }
+    };
+    out.sort_unstable_by_key(|b| b.addr);
+    out.dedup_by_key(|b| b.addr);
+    Ok(out)
+}
+
+/// BPF_MAP_LOOKUP_BATCH over the whole map; None when the kernel does not support it.
+fn read_batched(map: &aya::maps::Map, tgid: u32) -> Option<Vec<Block>> {
+    const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+    const CHUNK: usize = 8192;
+    /// The batch member of `union bpf_attr`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+    let aya::maps::Map::HashMap(data) = map else { return None };
+    let fd = data.fd().as_fd().as_raw_fd() as u32;
+    let mut keys = vec![AllocKey::default(); CHUNK];
+    let mut values = vec![AllocInfo::default(); CHUNK];
+    let (mut token_in, mut token_out) = (0u64, 0u64);
+    let mut first = true;
+    let mut out = Vec::new();
+    loop {
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { &mut token_in as *mut u64 as u64 },
+            out_batch: &mut token_out as *mut u64 as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: CHUNK as u32,
+            map_fd: fd,
+            ..Default::default()
+        };
+        // SAFETY: attr points at buffers of CHUNK keys and values of the map's key and value
+        // types (repr(C)) and at two 8-byte batch tokens (the hash map's token is 4 bytes), all
+        // alive across the call; the kernel writes at most `count` of each.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
+        };
+        let errno = if r != 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { 0 };
+        if r != 0 && errno != libc::ENOENT {
+            return None;
+        }
+        for i in 0..attr.count as usize {
+            if keys[i].tgid == tgid {
+                out.push(Block { addr: keys[i].addr, size: values[i].size, site: values[i].site });
+            }
+        }
+        if errno == libc::ENOENT {
+            return Some(out);
+        }
+        token_in = token_out;
+        first = false;
+    }
+}

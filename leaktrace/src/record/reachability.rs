@@ -1,0 +1,77 @@
+//! Reachability hook (#14): at the end of a session, before the probes are detached (the ALLOCS
+//! map still holds every live block), scan each traced process that still runs
+//! ([`crate::reach`]) and keep the result for its recording.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use leaktrace_common::SiteKey;
+
+use crate::probes::{Mode, Tracer};
+use crate::reach::{self, Names};
+use crate::reachability::Reachability;
+
+use super::traced::Traced;
+
+/// The recorder's names for the scan: stack ids (symbolized on first sight) and functions.
+struct TracedNames<'a> {
+    tracer: &'a Tracer,
+    traced: &'a mut Traced,
+}
+
+impl Names for TracedNames<'_> {
+    fn site(&mut self, key: SiteKey) -> (u32, Option<String>) {
+        let id = self.traced.stack_for(self.tracer, key);
+        let f = self.traced.stacks.get(id as usize).map(|s| crate::analyze::culprit(s).1);
+        (id, f)
+    }
+
+    fn function(&mut self, ip: u64) -> Option<String> {
+        self.traced.symbolizer.symbolize(&[ip]).into_iter().find_map(|f| f.function)
+    }
+}
+
+/// Scan every live target (exact mode only: the other modes keep no block list). A target that
+/// cannot be scanned gets one warning line in its recording and on stderr; the others go on.
+pub(super) fn scan_all(
+    tracer: &Tracer,
+    targets: &mut [Traced],
+    mode: Mode,
+    opts: reach::ScanOptions,
+    start: Instant,
+) -> HashMap<u32, Reachability> {
+    let mut out = HashMap::new();
+    for t in targets.iter_mut() {
+        if t.end_reason.is_some() || !crate::procinfo::alive(t.pid) {
+            continue;
+        }
+        if !matches!(mode, Mode::Exact) {
+            t.warnings.push("--reachability needs exact mode: no scan".into());
+            continue;
+        }
+        let Some(map) = tracer.allocs_map() else {
+            t.warnings.push("reachability: the ALLOCS map is missing: no scan".into());
+            continue;
+        };
+        let t_s = start.elapsed().as_secs_f64();
+        eprintln!("leaktrace: reachability of PID {}: stopping the target for the scan", t.pid);
+        match reach::scan(t.pid, map, opts) {
+            Ok(scan) => {
+                eprintln!(
+                    "leaktrace: reachability of PID {}: {} live block(s) scanned, target paused {:.1} ms",
+                    t.pid,
+                    scan.blocks(),
+                    scan.pause().as_secs_f64() * 1e3
+                );
+                let pid = t.pid;
+                let r = scan.finish(t_s, &mut TracedNames { tracer, traced: t });
+                out.insert(pid, r);
+            }
+            Err(e) => {
+                eprintln!("leaktrace: reachability of PID {}: {e:#}", t.pid);
+                t.warnings.push(format!("reachability scan failed: {e:#}"));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,190 @@
+//! `record --reachability` (#14) on real processes (tests/fixtures/reach.c): lost blocks,
+//! blocks held by a global list (with the chain from its symbol), a bounded cache, blocks of
+//! exited threads, blocks held only by a table allocated before attach; the target runs on with
+//! its data intact, and is never left stopped, even when the agent is killed during the scan.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use leaktrace_tests::*;
+
+fn reach_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = temp_root().join("fixtures-reach");
+        std::fs::create_dir_all(&dir).expect("create fixtures dir");
+        let out = dir.join("reach");
+        compile_with("gcc", &[&fixture_source("reach.c")], &out, &["-pthread"]);
+        out
+    })
+}
+
+/// The scheduler state letter of /proc/PID/stat (after the command's closing parenthesis).
+fn state_of(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Start `reach MODE N`, attach `leaktrace record --reachability`, start the work once attached,
+/// and end the recording (SIGINT) a checkpoint after it is done. Returns the target (waiting for
+/// SIGUSR2) and the running leaktrace (scanning, then writing its outputs).
+fn start(mode: &str, n: u64, extra: &[&str], out: &OutDir) -> (Target, Running) {
+    let target = Target::spawn({
+        let mut c = Command::new(reach_bin());
+        c.args([mode, &n.to_string()]);
+        c
+    });
+    target.expect_pid_line();
+    let mut cmd = leaktrace(["record", "--reachability", "--interval", "500ms"]);
+    cmd.arg("--pid").arg(target.pid.to_string()).arg("--out").arg(&out.path).args(extra);
+    let mut lt = Running::spawn(cmd, None);
+    lt.wait_for_stderr_line("leaktrace: attached", TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    target.signal(libc::SIGUSR1);
+    assert_eq!(
+        target.next_line(Duration::from_secs(60)).as_deref(),
+        Some("done"),
+        "the target did not finish its work"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    lt.signal(libc::SIGINT);
+    (target, lt)
+}
+
+/// SIGUSR2: the target prints the checksum of what it holds and exits 0.
+fn finish(mut target: Target) -> u64 {
+    target.signal(libc::SIGUSR2);
+    let line = target.next_line(Duration::from_secs(10)).expect("no checksum line: the target is not running");
+    let st = target.wait(Duration::from_secs(10)).expect("the target did not exit");
+    assert!(st.success(), "target exit {st:?}");
+    line.strip_prefix("sum ").and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad line {line:?}"))
+}
+
+fn reach_site<'a>(r: &'a Report, function: &str) -> &'a Value {
+    let sites = r.get(&["reachability", "sites"]).as_array().expect("reachability.sites");
+    sites
+        .iter()
+        .find(|s| s["function"].as_str().is_some_and(|f| same_function(f, function)))
+        .unwrap_or_else(|| panic!("no reachability site {function}\n{}", serde_json::to_string_pretty(sites).unwrap()))
+}
+
+/// Lost, held by a global list (chain from `g_list`) and a bounded cache, within 5 % of the
+/// truth; the target's data are intact (checksum) and it exits normally.
+#[test]
+fn lost_held_and_cached_blocks() {
+    require_root();
+    const N: u64 = 3000;
+    let out = OutDir::new("reach-three");
+    let (target, lt) = start("three", N, &[], &out);
+    let o = lt.wait(TIMEOUT);
+    o.assert_success();
+    let sum = finish(target);
+    // Σ(i + 1) over the list, the cache slots' last values, the last scratch block.
+    let mut want: u64 = (1..=N).sum();
+    want += (N - 64..N).map(|i| i & 0x7f).sum::<u64>();
+    want += (N - 1) & 0x7f;
+    assert_eq!(sum, want, "the target's data changed");
+
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\n{}", o.stderr, serde_json::to_string_pretty(r.get(&["reachability"])).unwrap());
+    let rc = r.get(&["reachability"]);
+    assert_eq!(rc["complete"], true, "{ctx}");
+    assert!(f64_of(rc, "pause_ms") > 0.0, "{ctx}");
+    assert!(u64_of(rc, "root_bytes_scanned") > 0 && u64_of(rc, "untraced_bytes_scanned") > 0, "{ctx}");
+
+    let lost = reach_site(&r, "make_lost");
+    assert_within(
+        "make_lost unreachable_bytes",
+        u64_of(lost, "unreachable_bytes") as f64,
+        ((N - 1) * 200) as f64,
+        0.05,
+        &ctx,
+    );
+    assert!(u64_of(lost, "reachable_blocks") <= N / 20, "{ctx}");
+
+    let list = reach_site(&r, "list_add");
+    assert_within("list_add reachable_bytes", u64_of(list, "reachable_bytes") as f64, (N * 64) as f64, 0.05, &ctx);
+    assert!(u64_of(list, "unreachable_blocks") <= N / 20, "{ctx}");
+    let chain = list["retained_by"].as_array().expect("retained_by");
+    assert_eq!(chain[0]["kind"], "global", "{ctx}");
+    assert_eq!(chain[0]["symbol"], "g_list", "{ctx}");
+    assert!(str_of(&chain[0], "object").ends_with("/reach"), "{ctx}");
+
+    let cache = reach_site(&r, "cache_put");
+    assert_within("cache_put reachable_bytes", u64_of(cache, "reachable_bytes") as f64, (64 * 128) as f64, 0.05, &ctx);
+    assert_eq!(u64_of(cache, "unreachable_blocks"), 0, "{ctx}");
+
+    let md = std::fs::read_to_string(out.file("report.md")).unwrap();
+    assert!(md.contains("lost (nothing points at them)"), "{md}");
+    assert!(md.contains("held by g_list (reach) → this block"), "{md}");
+}
+
+/// Blocks made by threads that exited (their stacks cached by glibc, stale) are lost; blocks
+/// held only by a table allocated before attach (an untraced block) are reachable.
+#[test]
+fn exited_threads_lost_pretable_reachable() {
+    require_root();
+    const N: u64 = 1000;
+    let out = OutDir::new("reach-threads");
+    let (target, lt) = start("threads", N, &[], &out);
+    lt.wait(TIMEOUT).assert_success();
+    finish(target);
+    let r = Report::load(&out.path);
+    let ctx = serde_json::to_string_pretty(r.get(&["reachability"])).unwrap();
+    // The threads' blocks may be split over several stacks (e.g. the first malloc of a thread
+    // walks through its arena's creation): summed over every site named thread_main.
+    reach_site(&r, "thread_main");
+    let lost: u64 = r
+        .get(&["reachability", "sites"])
+        .as_array()
+        .expect("sites")
+        .iter()
+        .filter(|s| s["function"].as_str().is_some_and(|f| same_function(f, "thread_main")))
+        .map(|s| u64_of(s, "unreachable_bytes"))
+        .sum();
+    assert_within("thread_main unreachable_bytes", lost as f64, (8 * N * 100) as f64, 0.05, &ctx);
+
+    let out = OutDir::new("reach-pretable");
+    let (target, lt) = start("pretable", N, &[], &out);
+    lt.wait(TIMEOUT).assert_success();
+    finish(target);
+    let r = Report::load(&out.path);
+    let ctx = serde_json::to_string_pretty(r.get(&["reachability"])).unwrap();
+    let t = reach_site(&r, "table_put");
+    assert_eq!(u64_of(t, "reachable_bytes"), N * 96, "{ctx}");
+    assert_eq!(u64_of(t, "unreachable_blocks"), 0, "{ctx}");
+    assert_eq!(t["retained_by"][0]["kind"], "untraced", "{ctx}");
+}
+
+/// kill -9 of the agent while the target is stopped for the scan: the target runs on (state not
+/// t/T) and its data are intact.
+#[test]
+fn target_runs_on_when_the_agent_is_killed_during_the_scan() {
+    require_root();
+    const N: u64 = 1_000_000;
+    let out = OutDir::new("reach-kill");
+    let (target, mut lt) = start("big", N, &[], &out);
+    lt.wait_for_stderr_line("leaktrace: reachability of PID", TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    // Wait until the target is seen stopped by the scan, then kill the agent.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen_stopped = false;
+    while Instant::now() < deadline {
+        if state_of(target.pid) == Some('t') {
+            seen_stopped = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    lt.signal(libc::SIGKILL);
+    let o = lt.wait(TIMEOUT);
+    assert!(seen_stopped, "the target was never seen stopped for the scan\n{}", o.describe());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut state = state_of(target.pid);
+    while matches!(state, Some('t' | 'T')) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        state = state_of(target.pid);
+    }
+    assert!(!matches!(state, Some('t' | 'T') | None), "target state {state:?} after the agent was killed");
+    let want: u64 = (1..=N).sum();
+    assert_eq!(finish(target), want, "the target's data changed");
+}
