@@ -183,8 +183,9 @@ fn setup() -> Result<()> {
 }
 
 /// The managed runtimes the runtime-split end-to-end tests trace (tests/tests/runtimes.rs): a JDK
-/// (java, javac), Go (go, with cgo through gcc) and Node.js, from Debian's packages, installed
-/// only when the command is missing.
+/// (java, javac), Go (go, with cgo through gcc; also `go tool pprof`, the pprof client that
+/// tests/tests/pprof.rs and push.rs read leaktrace's profiles with) and Node.js, from Debian's
+/// packages, installed only when the command is missing.
 fn ensure_runtimes(apt: &mut Apt) -> Result<()> {
     let missing: Vec<&str> =
         [("java", "default-jdk-headless"), ("javac", "default-jdk-headless"), ("go", "golang-go"), ("node", "nodejs")]
@@ -198,7 +199,7 @@ fn ensure_runtimes(apt: &mut Apt) -> Result<()> {
                 v
             });
     if !missing.is_empty() {
-        apt.install(&missing, "a managed runtime (needed by the runtime end-to-end tests)", &[])?;
+        apt.install(&missing, "a managed runtime (needed by the runtime end-to-end tests; Go also by the pprof tests)", &[])?;
     }
     eprintln!("xtask: ok: java, javac, go, node");
     Ok(())

@@ -332,6 +332,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 }
                 std::mem::take(&mut t.warnings)
             },
+            mappings: t.symbolizer.mappings(),
         };
         let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
         processes.push(RecordedProcess { dir: tdir, exit_status: t.exit_status, recording });
