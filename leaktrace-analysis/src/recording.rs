@@ -120,6 +120,9 @@ named_enum! {
         BatchesDone = "batches-done",
         /// `--work-probe` was never found in the objects the command maps.
         WorkProbeMissing = "work-probe-missing",
+        /// Not ended: a copy of a recording still in progress (a periodic `--push`); never in a
+        /// saved recording.json.
+        Running = "running",
     }
 }
 

@@ -62,6 +62,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         mode: Mode::Exact,
         follow_forks: false,
         pymalloc: false,
+        push: None,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

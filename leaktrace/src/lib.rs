@@ -20,6 +20,8 @@ pub mod pipeline;
 pub mod placement;
 pub mod probes;
 pub mod procinfo;
+/// Issue #12: `--push` to Pyroscope.
+pub mod push;
 pub mod record;
 pub mod runtimes;
 pub mod symbolize;

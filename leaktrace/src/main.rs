@@ -26,8 +26,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Trace a running process (--pid) or a command (-- CMD ARGS...) and write a report.
-    Record(RecordArgs),
-    /// Re-render report.md, report.json and the SVGs of a recording directory (no root needed).
+    Record(Box<RecordArgs>),
+    /// Re-render report.md, report.json, the SVGs and the pprof profiles of a recording directory
+    /// (no root needed).
     Report {
         /// Directory holding recording.json.
         dir: PathBuf,
@@ -192,6 +193,9 @@ struct RecordArgs {
     /// 512KiB). Implies --mode sampled.
     #[arg(long, value_name = "BYTES", value_parser = parse_sample_bytes)]
     sample_bytes: Option<u64>,
+    // Hook (issue #12): --push, --push-format, --push-label, --push-name, --push-interval.
+    #[command(flatten)]
+    push: leaktrace::push::PushArgs,
     /// Command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -280,6 +284,7 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
+            let a = *a;
             let spec = match (a.pid.as_slice(), a.cgroup, a.container, a.command.is_empty()) {
                 ([pid], None, None, true) => TargetSpec::Pid(*pid),
                 ([_, ..], None, None, true) => TargetSpec::Pids(a.pid.clone()),
@@ -301,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
                 pymalloc: a.pymalloc,
+                push: a.push.config(),
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -414,6 +420,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         mode: Default::default(),
         follow_forks: false,
         pymalloc: false,
+        push: None,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

@@ -18,6 +18,8 @@ pub(super) struct Session {
     pub(super) targets: Vec<Traced>,
     pub(super) start: Instant,
     pub(super) status_line: bool,
+    /// `--push`: the push worker (issue #12).
+    pub(super) push: Option<crate::push::Pusher>,
     pub(super) mode: Mode,
     pub(super) work_probe: Option<WorkProbeSpec>,
     pub(super) follow_forks: bool,
@@ -206,6 +208,14 @@ impl Session {
                 next += opts.interval;
                 if next < now {
                     next = now + opts.interval;
+                }
+                // Hook (issue #12, push): a periodic push, handed to the push thread.
+                if self.push.as_ref().is_some_and(crate::push::Pusher::due) {
+                    let targets = &mut self.targets;
+                    if let Some(p) = self.push.as_mut() {
+                        let started = p.started_unix_ms();
+                        p.tick(|| targets.iter_mut().map(|t| t.snapshot(opts, started)).collect());
+                    }
                 }
             }
         }
