@@ -24,6 +24,8 @@ pub mod procinfo;
 pub mod push;
 pub mod record;
 pub mod runtimes;
+/// Issue #12: the live status line.
+pub mod status;
 pub mod symbolize;
 pub mod unwind;
 

@@ -193,6 +193,10 @@ struct RecordArgs {
     /// 512KiB). Implies --mode sampled.
     #[arg(long, value_name = "BYTES", value_parser = parse_sample_bytes)]
     sample_bytes: Option<u64>,
+    /// No live status on stderr (by default a line redrawn at each checkpoint on a terminal, a
+    /// plain `leaktrace: status:` line every 10 s otherwise).
+    #[arg(long)]
+    quiet: bool,
     // Hook (issue #12): --push, --push-format, --push-label, --push-name, --push-interval.
     #[command(flatten)]
     push: leaktrace::push::PushArgs,
@@ -300,7 +304,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 dir_prefix: None,
                 top: a.top,
                 limits: a.limits.into(),
-                status_line: true,
+                status_line: !a.quiet,
                 work_probe: a.work_probe,
                 schedule: Default::default(),
                 mode: mode_of(a.mode, a.sample_bytes)?,

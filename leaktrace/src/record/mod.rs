@@ -80,7 +80,8 @@ pub struct RecordOptions {
     pub top: usize,
     /// Kernel map sizes.
     pub limits: Limits,
-    /// Show a one-line live status on stderr (only when stderr is a terminal).
+    /// Show the live status on stderr at each checkpoint: a line redrawn in place on a terminal,
+    /// a plain line every 10 s otherwise (see `status.rs`); false: none (`--quiet`).
     pub status_line: bool,
     /// Count calls of this function as units of work.
     pub work_probe: Option<WorkProbeSpec>,
@@ -282,7 +283,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         tracer,
         targets,
         start,
-        status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
+        status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
         push: None,
         mode: opts.mode,
         work_probe: opts.work_probe.clone(),
