@@ -18,6 +18,8 @@ pub mod launch;
 pub mod mappings;
 pub mod pipeline;
 pub mod placement;
+/// Issue #12: `--pod` (Kubernetes pods on this node).
+pub mod pod;
 pub mod probes;
 pub mod procinfo;
 /// Issue #12: `--push` to Pyroscope.

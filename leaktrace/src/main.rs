@@ -156,7 +156,7 @@ struct RecordArgs {
     #[arg(long, conflicts_with_all = ["command", "pid"])]
     cgroup: Option<PathBuf>,
     /// Trace every process of this container (an ID, or its first characters, as it appears
-    /// in the processes' cgroup paths).
+    /// in the processes' cgroup paths). With --pod: the name of a container of that pod.
     #[arg(long, conflicts_with_all = ["command", "pid", "cgroup"])]
     container: Option<String>,
     /// Also trace the processes the traced ones fork (from their fork on).
@@ -197,6 +197,9 @@ struct RecordArgs {
     /// plain `leaktrace: status:` line every 10 s otherwise).
     #[arg(long)]
     quiet: bool,
+    // Hook (issue #12): --pod, --namespace.
+    #[command(flatten)]
+    pod: leaktrace::pod::PodArgs,
     // Hook (issue #12): --push, --push-format, --push-label, --push-name, --push-interval.
     #[command(flatten)]
     push: leaktrace::push::PushArgs,
@@ -289,9 +292,22 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
             let a = *a;
-            let spec = match (a.pid.as_slice(), a.cgroup, a.container, a.command.is_empty()) {
+            // Hook (issue #12, pod): --pod NAME [--namespace NS] [--container NAME] → its PIDs.
+            let (pod_pids, container) = match &a.pod.pod {
+                Some(pod) => {
+                    let sel = leaktrace::pod::PodSelector {
+                        pod: pod.clone(),
+                        namespace: a.pod.namespace.clone(),
+                        container: a.container.clone(),
+                    };
+                    (leaktrace::pod::resolve(&sel)?, None)
+                }
+                None => (Vec::new(), a.container),
+            };
+            let pids = if pod_pids.is_empty() { a.pid.clone() } else { pod_pids };
+            let spec = match (pids.as_slice(), a.cgroup, container, a.command.is_empty()) {
                 ([pid], None, None, true) => TargetSpec::Pid(*pid),
-                ([_, ..], None, None, true) => TargetSpec::Pids(a.pid.clone()),
+                ([_, ..], None, None, true) => TargetSpec::Pids(pids.clone()),
                 ([], Some(cg), None, true) => TargetSpec::Cgroup(cg),
                 ([], None, Some(id), true) => TargetSpec::Container(id),
                 ([], None, None, false) => TargetSpec::Launch(a.command),
