@@ -53,6 +53,27 @@ pub struct Recording {
     /// (`record --reachability`); None without it, or when the target was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachability: Option<crate::reachability::Reachability>,
+    /// Hook (issue #12, pprof mappings): the target's executable mappings with file offsets and
+    /// build IDs, by start address; empty in recordings made before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mappings: Vec<ObjectMapping>,
+}
+
+/// An executable mapping of the target (a /proc/PID/maps line with `x`), as the symbolizer kept
+/// it: the pprof profiles' `Mapping`s.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ObjectMapping {
+    /// First virtual address of the mapping.
+    pub start: u64,
+    /// First virtual address past it.
+    pub end: u64,
+    /// File offset mapped at `start`, bytes.
+    pub offset: u64,
+    /// Path of the object as the target maps it.
+    pub path: String,
+    /// GNU build ID of the object (its `.note.gnu.build-id`), lower-case hex; None without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
 }
 
 /// Defines a string-valued enum of the recording: serde names, [`as_str`](Self::as_str) and
@@ -103,6 +124,9 @@ named_enum! {
         BatchesDone = "batches-done",
         /// `--work-probe` was never found in the objects the command maps.
         WorkProbeMissing = "work-probe-missing",
+        /// Not ended: a copy of a recording still in progress (a periodic `--push`); never in a
+        /// saved recording.json.
+        Running = "running",
     }
 }
 

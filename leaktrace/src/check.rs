@@ -65,6 +65,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         follow_forks: false,
         pymalloc: false,
         reachability: opts.reachability,
+        push: None,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

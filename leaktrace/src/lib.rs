@@ -18,12 +18,18 @@ pub mod launch;
 pub mod mappings;
 pub mod pipeline;
 pub mod placement;
+/// Issue #12: `--pod` (Kubernetes pods on this node).
+pub mod pod;
 pub mod probes;
 pub mod procinfo;
+/// Issue #12: `--push` to Pyroscope.
+pub mod push;
 /// `record --reachability` (#14): stop the target briefly and scan it for pointers to blocks.
 pub mod reach;
 pub mod record;
 pub mod runtimes;
+/// Issue #12: the live status line.
+pub mod status;
 pub mod symbolize;
 pub mod unwind;
 

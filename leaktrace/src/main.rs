@@ -26,8 +26,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Trace a running process (--pid) or a command (-- CMD ARGS...) and write a report.
-    Record(RecordArgs),
-    /// Re-render report.md, report.json and the SVGs of a recording directory (no root needed).
+    Record(Box<RecordArgs>),
+    /// Re-render report.md, report.json, the SVGs and the pprof profiles of a recording directory
+    /// (no root needed).
     Report {
         /// Directory holding recording.json.
         dir: PathBuf,
@@ -177,7 +178,7 @@ struct RecordArgs {
     #[arg(long, conflicts_with_all = ["command", "pid"])]
     cgroup: Option<PathBuf>,
     /// Trace every process of this container (an ID, or its first characters, as it appears
-    /// in the processes' cgroup paths).
+    /// in the processes' cgroup paths). With --pod: the name of a container of that pod.
     #[arg(long, conflicts_with_all = ["command", "pid", "cgroup"])]
     container: Option<String>,
     /// Also trace the processes the traced ones fork (from their fork on).
@@ -216,6 +217,16 @@ struct RecordArgs {
     /// 512KiB). Implies --mode sampled.
     #[arg(long, value_name = "BYTES", value_parser = parse_sample_bytes)]
     sample_bytes: Option<u64>,
+    /// No live status on stderr (by default a line redrawn at each checkpoint on a terminal, a
+    /// plain `leaktrace: status:` line every 10 s otherwise).
+    #[arg(long)]
+    quiet: bool,
+    // Hook (issue #12): --pod, --namespace.
+    #[command(flatten)]
+    pod: leaktrace::pod::PodArgs,
+    // Hook (issue #12): --push, --push-format, --push-label, --push-name, --push-interval.
+    #[command(flatten)]
+    push: leaktrace::push::PushArgs,
     /// Command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -304,9 +315,23 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
-            let spec = match (a.pid.as_slice(), a.cgroup, a.container, a.command.is_empty()) {
+            let a = *a;
+            // Hook (issue #12, pod): --pod NAME [--namespace NS] [--container NAME] → its PIDs.
+            let (pod_pids, container) = match &a.pod.pod {
+                Some(pod) => {
+                    let sel = leaktrace::pod::PodSelector {
+                        pod: pod.clone(),
+                        namespace: a.pod.namespace.clone(),
+                        container: a.container.clone(),
+                    };
+                    (leaktrace::pod::resolve(&sel)?, None)
+                }
+                None => (Vec::new(), a.container),
+            };
+            let pids = if pod_pids.is_empty() { a.pid.clone() } else { pod_pids };
+            let spec = match (pids.as_slice(), a.cgroup, container, a.command.is_empty()) {
                 ([pid], None, None, true) => TargetSpec::Pid(*pid),
-                ([_, ..], None, None, true) => TargetSpec::Pids(a.pid.clone()),
+                ([_, ..], None, None, true) => TargetSpec::Pids(pids.clone()),
                 ([], Some(cg), None, true) => TargetSpec::Cgroup(cg),
                 ([], None, Some(id), true) => TargetSpec::Container(id),
                 ([], None, None, false) => TargetSpec::Launch(a.command),
@@ -319,13 +344,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 dir_prefix: None,
                 top: a.top,
                 limits: a.limits.into(),
-                status_line: true,
+                status_line: !a.quiet,
                 work_probe: a.work_probe,
                 schedule: Default::default(),
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
                 pymalloc: a.pymalloc,
                 reachability: a.reach.options(),
+                push: a.push.config(),
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -441,6 +467,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         follow_forks: false,
         pymalloc: false,
         reachability: None,
+        push: None,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

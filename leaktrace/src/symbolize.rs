@@ -158,6 +158,31 @@ impl StackSymbolizer {
         self.last_maps = text;
     }
 
+    /// Hook (issue #12, pprof mappings): every executable mapping seen so far (unmapped ones
+    /// included), by start address, each with its object's GNU build ID (read from the open
+    /// file once per object, the same cached value the frames carry).
+    pub fn mappings(&mut self) -> Vec<crate::recording::ObjectMapping> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for m in &self.maps {
+            let Some(obj) = self.objects.get_mut(&m.key) else { continue };
+            if !seen.insert((m.start, m.end)) {
+                continue;
+            }
+            let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
+            let build_id = obj.build_id.get_or_insert_with(|| read_build_id(&fd_path)).clone();
+            out.push(crate::recording::ObjectMapping {
+                start: m.start,
+                end: m.end,
+                offset: m.offset,
+                path: obj.path.clone(),
+                build_id,
+            });
+        }
+        out.sort_by_key(|m| m.start);
+        out
+    }
+
     fn locate(&self, addr: u64) -> Option<(&Mapping, u64)> {
         self.maps.iter().find(|m| (m.start..m.end).contains(&addr)).map(|m| (m, addr - m.start + m.offset))
     }

@@ -30,9 +30,18 @@ pub const CACHE_CAPACITY_BYTES: u64 = CACHE_SLOTS * 512;
 pub const TEMP_BYTES: u64 = 4096;
 /// Longest a leaktrace run may take before the test kills it and fails.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
-/// The seven files a recording directory holds.
-pub const OUTPUT_FILES: &[&str] =
-    &["recording.json", "report.json", "report.md", "live.svg", "growth.svg", "stacks.folded", "memory.svg"];
+/// The nine files a recording directory holds.
+pub const OUTPUT_FILES: &[&str] = &[
+    "recording.json",
+    "report.json",
+    "report.md",
+    "live.svg",
+    "growth.svg",
+    "stacks.folded",
+    "memory.svg",
+    "profile.pb.gz",
+    "growth.pb.gz",
+];
 
 mod fixture;
 mod machine;

@@ -287,7 +287,7 @@ pub fn assert_culprit_frames(site: &Value, culprit: &str, file: &str, callers: &
     }
 }
 
-/// Assert the recording directory holds all seven outputs, non-empty.
+/// Assert the recording directory holds all nine outputs ([`OUTPUT_FILES`]), non-empty.
 pub fn assert_outputs_exist(dir: &Path) {
     for name in OUTPUT_FILES {
         let p = dir.join(name);

@@ -183,8 +183,9 @@ fn setup() -> Result<()> {
 }
 
 /// The managed runtimes the runtime-split end-to-end tests trace (tests/tests/runtimes.rs): a JDK
-/// (java, javac), Go (go, with cgo through gcc) and Node.js, from Debian's packages, installed
-/// only when the command is missing.
+/// (java, javac), Go (go, with cgo through gcc; also `go tool pprof`, the pprof client that
+/// tests/tests/pprof.rs and push.rs read leaktrace's profiles with) and Node.js, from Debian's
+/// packages, installed only when the command is missing.
 fn ensure_runtimes(apt: &mut Apt) -> Result<()> {
     let missing: Vec<&str> =
         [("java", "default-jdk-headless"), ("javac", "default-jdk-headless"), ("go", "golang-go"), ("node", "nodejs")]
@@ -198,7 +199,11 @@ fn ensure_runtimes(apt: &mut Apt) -> Result<()> {
                 v
             });
     if !missing.is_empty() {
-        apt.install(&missing, "a managed runtime (needed by the runtime end-to-end tests)", &[])?;
+        apt.install(
+            &missing,
+            "a managed runtime (needed by the runtime end-to-end tests; Go also by the pprof tests)",
+            &[],
+        )?;
     }
     eprintln!("xtask: ok: java, javac, go, node");
     Ok(())
@@ -336,6 +341,8 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (gcc_finds("libsqlite3.so"), "libsqlite3-dev"),
         // libc's separate debug file: names and lines of glibc's internal functions.
         (Path::new("/usr/share/doc/libc6-dbg").exists(), "libc6-dbg"),
+        // tests/tests/status.rs runs leaktrace in a real terminal.
+        (which("tmux").is_some(), "tmux"),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);
@@ -345,13 +352,13 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         apt.install(
             &missing,
             "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool, util-linux, zlib, \
-             OpenSSL or SQLite (needed by the production and unwinding end-to-end tests)",
+             OpenSSL, SQLite or tmux (needed by the production, unwinding and status-line end-to-end tests)",
             &[],
         )?;
     }
     eprintln!(
         "xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare, setpriv, \
-         libz, libssl, libsqlite3"
+         libz, libssl, libsqlite3, tmux"
     );
     Ok(())
 }

@@ -8,6 +8,8 @@
 //! | `live.svg` | flame graph of live bytes at the end |
 //! | `growth.svg` | flame graph of bytes that became live and stayed live |
 //! | `memory.svg` | RSS, RSS-anon and live native bytes over time ([`plot`]) |
+//! | `profile.pb.gz` | pprof heap profile, Go's heap layout ([`pprof`]) |
+//! | `growth.pb.gz` | pprof profile of live bytes gained over the steady window ([`pprof`]) |
 
 use std::path::{Path, PathBuf};
 
@@ -19,13 +21,23 @@ pub mod flame;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+pub mod pprof;
 /// Reachability hook (#14).
 pub mod reach;
 pub mod summary;
 pub mod verdict;
 
 /// File names written by [`write_all`], in order.
-pub const FILES: [&str; 6] = ["report.json", "report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg"];
+pub const FILES: [&str; 8] = [
+    "report.json",
+    "report.md",
+    "stacks.folded",
+    "live.svg",
+    "growth.svg",
+    "memory.svg",
+    pprof::PROFILE_FILE,
+    pprof::GROWTH_FILE,
+];
 
 /// Analyse `rec` and write every output file into `dir` (which must exist). Returns the paths
 /// written, in [`FILES`] order. Errors name the file that could not be written.
@@ -65,6 +77,10 @@ pub fn render_all(rec: &Recording, a: &Analysis, dir: &Path) -> anyhow::Result<V
     )?;
     put("growth.svg", &growth_svg)?;
     put("memory.svg", plot::memory_svg(a, &subtitle).as_bytes())?;
+    // Hook (issue #12, pprof): profile.pb.gz and growth.pb.gz, built in report/pprof.rs.
+    let (profile, growth) = pprof::profiles(rec, a);
+    put(pprof::PROFILE_FILE, &profile)?;
+    put(pprof::GROWTH_FILE, &growth)?;
     Ok(written)
 }
 

@@ -82,7 +82,8 @@ pub struct RecordOptions {
     pub top: usize,
     /// Kernel map sizes.
     pub limits: Limits,
-    /// Show a one-line live status on stderr (only when stderr is a terminal).
+    /// Show the live status on stderr at each checkpoint: a line redrawn in place on a terminal,
+    /// a plain line every 10 s otherwise (see `status.rs`); false: none (`--quiet`).
     pub status_line: bool,
     /// Count calls of this function as units of work.
     pub work_probe: Option<WorkProbeSpec>,
@@ -98,6 +99,9 @@ pub struct RecordOptions {
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
+    /// `--push URL`: send the heap profiles to a profile store during and after the recording
+    /// (see `push.rs`); None: no push.
+    pub push: Option<crate::push::PushConfig>,
 }
 
 impl Default for RecordOptions {
@@ -116,6 +120,7 @@ impl Default for RecordOptions {
             follow_forks: false,
             pymalloc: false,
             reachability: None,
+            push: None,
         }
     }
 }
@@ -147,6 +152,9 @@ pub struct Recorded {
     /// The probes being detached in the background (a few seconds: the kernel removes uprobes
     /// one at a time); [`Recorded::wait_detached`] waits for it.
     detach: Option<std::thread::JoinHandle<()>>,
+    /// `--push`: the push worker, for the final push once the recordings are saved
+    /// ([`Recorded::finish_push`]).
+    push: Option<crate::push::Pusher>,
 }
 
 impl Recorded {
@@ -154,6 +162,14 @@ impl Recorded {
     pub fn wait_detached(&mut self) {
         if let Some(d) = self.detach.take() {
             let _ = d.join();
+        }
+    }
+
+    /// Hook (issue #12, push): the final push, from the recordings just saved (nothing without
+    /// `--push`).
+    pub fn finish_push(&mut self, recordings: Vec<Recording>) {
+        if let Some(p) = self.push.take() {
+            p.finish(recordings);
         }
     }
 }
@@ -273,7 +289,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         tracer,
         targets,
         start,
-        status_line: opts.status_line && unsafe { libc::isatty(2) } == 1,
+        status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
+        push: None,
         mode: opts.mode,
         work_probe: opts.work_probe.clone(),
         follow_forks: opts.follow_forks,
@@ -282,10 +299,13 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
 
+    // Hook (issue #12, push): the push worker starts with the recording.
+    session.push = opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms));
+
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(opts));
     session.clear_status();
-    let Session { tracer, mut targets, .. } = session;
+    let Session { tracer, mut targets, push, .. } = session;
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
         Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
@@ -344,11 +364,49 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 std::mem::take(&mut t.warnings)
             },
             reachability: reach.remove(&t.pid),
+            mappings: t.symbolizer.mappings(),
         };
         let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
         processes.push(RecordedProcess { dir: tdir, exit_status: t.exit_status, recording });
     }
-    Ok(Recorded { dir, processes, several, skipped, end_reason, detach: Some(detach) })
+    Ok(Recorded { dir, processes, several, skipped, end_reason, detach: Some(detach), push })
+}
+
+// Hook (issue #12, push): a copy of one process's recording so far, for a periodic push. Keep
+// in step with the `Recording` built at the end of `record_all`.
+impl Traced {
+    /// The recording of this process as it is now (cloned; `end_reason` "running").
+    fn snapshot(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
+        Recording {
+            format_version: crate::recording::FORMAT_VERSION,
+            leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
+            target: Target {
+                pid: self.pid,
+                runtime: self.runtime.as_ref().map(|r| r.name),
+                runtime_version: self.runtime.as_ref().and_then(|r| r.version.clone()),
+                nspid: if self.nspid.is_empty() { vec![self.pid] } else { self.nspid.clone() },
+                command: self.command.clone(),
+                exe: self.exe.clone(),
+                launched: self.launched,
+                exit_status: self.exit_status.map(ExitStatus::as_shell),
+            },
+            mode: recorded_mode(opts.mode),
+            sample_bytes: match opts.mode {
+                Mode::Sampled { mean_bytes } => Some(mean_bytes),
+                _ => None,
+            },
+            work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
+            started_unix_ms,
+            interval_s: opts.interval.as_secs_f64(),
+            probes: Vec::new(),
+            stacks: self.stacks.clone(),
+            checkpoints: self.checkpoints.clone(),
+            end_reason: self.end_reason.unwrap_or(EndReason::Running),
+            warnings: Vec::new(),
+            reachability: None,
+            mappings: self.symbolizer.mappings(),
+        }
+    }
 }
 
 fn held_is_launch(spec: &TargetSpec) -> bool {

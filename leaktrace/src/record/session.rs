@@ -2,14 +2,12 @@
 //! forks), takes the checkpoints (periodic, and `check`'s batches) and decides when the recording
 //! ends.
 
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use crate::discover::{self, WorkProbeSpec};
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
 use crate::recording::EndReason;
-use leaktrace_analysis::human;
 
 use super::*;
 
@@ -17,7 +15,10 @@ pub(super) struct Session {
     pub(super) tracer: Tracer,
     pub(super) targets: Vec<Traced>,
     pub(super) start: Instant,
-    pub(super) status_line: bool,
+    /// The live status line (issue #12, status.rs).
+    pub(super) status: crate::status::Status,
+    /// `--push`: the push worker (issue #12).
+    pub(super) push: Option<crate::push::Pusher>,
     pub(super) mode: Mode,
     pub(super) work_probe: Option<WorkProbeSpec>,
     pub(super) follow_forks: bool,
@@ -207,6 +208,14 @@ impl Session {
                 if next < now {
                     next = now + opts.interval;
                 }
+                // Hook (issue #12, push): a periodic push, handed to the push thread.
+                if self.push.as_ref().is_some_and(crate::push::Pusher::due) {
+                    let targets = &mut self.targets;
+                    if let Some(p) = self.push.as_mut() {
+                        let started = p.started_unix_ms();
+                        p.tick(|| targets.iter_mut().map(|t| t.snapshot(opts, started)).collect());
+                    }
+                }
             }
         }
     }
@@ -284,25 +293,33 @@ impl Session {
     pub(super) fn checkpoint_all(&mut self, batch: Option<u32>) {
         self.drain_events();
         let t_s = self.start.elapsed().as_secs_f64();
-        let (mut live, mut rss, mut n) = (0, 0, 0);
-        for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
+        let mut taken: Vec<(usize, u64, u64)> = Vec::new();
+        for (i, t) in self.targets.iter_mut().enumerate().filter(|(_, t)| t.end_reason.is_none()) {
             if let Some((l, r)) = t.checkpoint(&self.tracer, t_s, batch, self.work_probe.is_some()) {
-                live += l;
-                rss += r;
-                n += 1;
+                taken.push((i, l, r));
             }
         }
-        if self.status_line {
-            let who = if n == 1 { format!("PID {}", self.targets[0].pid) } else { format!("{n} processes") };
-            eprint!("\r\x1b[2K[{t_s:6.1}s] {who}: live {}, RSS {}", human::bytes(live), human::bytes(rss));
-            let _ = std::io::stderr().flush();
-        }
+        // Hook (issue #12, status line): what each process shows, drawn by status.rs.
+        let procs: Vec<crate::status::ProcessStatus<'_>> = taken
+            .iter()
+            .map(|&(i, live_bytes, rss_bytes)| {
+                let t = &self.targets[i];
+                crate::status::ProcessStatus {
+                    pid: t.pid,
+                    live_bytes,
+                    rss_bytes,
+                    stacks: &t.stacks,
+                    last_samples: &t.last_samples,
+                    first: t.checkpoints.first(),
+                    latest: t.checkpoints.last(),
+                }
+            })
+            .collect();
+        self.status.update(t_s, &procs);
     }
 
     pub(super) fn clear_status(&self) {
-        if self.status_line {
-            eprint!("\r\x1b[2K");
-        }
+        self.status.clear();
     }
 }
 

@@ -1,0 +1,603 @@
+//! `--push URL`: send the heap profile of a recording to a profile store while recording
+//! (every `--push-interval`) and at its end.
+//!
+//! Format: Pyroscope's ingest API (`POST URL/ingest?name=NAME{LABELS}&from=S&until=S&format=pprof`,
+//! a `multipart/form-data` body with the fields `profile` (the gzipped pprof heap profile of
+//! [`crate::report::pprof::heap_profile`]), `prev_profile` (the one sent before for that
+//! process, or an empty profile) and `sample_type_config` (JSON: `inuse_objects`/`inuse_space`
+//! are snapshots, aggregated by average; `alloc_objects`/`alloc_space` are cumulative since
+//! attach, so the server takes the difference with `prev_profile`). `from`/`until` are Unix
+//! seconds: the last accepted push of that process (or the start of the recording) and now.
+//! One request per traced process; its labels are the `--push-label`s and `pid`.
+//!
+//! Parca (gRPC `WriteRaw`) is not implemented. Only `http://` URLs: put a TLS-terminating proxy
+//! (or Grafana Alloy's `pyroscope.receive_http`) in front of an `https://` store.
+//!
+//! Pushing never stops or slows the recording: profiles are built and sent by one worker
+//! thread; the recording hands it a snapshot without waiting (a snapshot is skipped while the
+//! worker is still busy with the previous one). A failed request (connection error, timeout,
+//! non-2xx status) is reported on stderr and retried with exponential back-off
+//! ([`RETRY_DELAYS`]); at the end of the recording the last push is waited for, at most
+//! [`FINAL_WAIT`].
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::analyze::{AnalyzeOptions, analyze};
+use crate::recording::Recording;
+use crate::report::pprof;
+
+/// Waits between attempts of one push: after the first failure 0.5 s, then 1, 2, 4 and 8 s;
+/// after the last retry the push is given up (and said so).
+pub const RETRY_DELAYS: [Duration; 5] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+];
+/// Longest the end of a recording waits for the last push (with its retries).
+pub const FINAL_WAIT: Duration = Duration::from_secs(30);
+/// Connect and read/write timeout of one request.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The profile store's protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushFormat {
+    /// Pyroscope's HTTP ingest API (also Grafana Alloy's `pyroscope.receive_http`).
+    Pyroscope,
+}
+
+/// What `--push` and its options ask for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PushConfig {
+    /// Base URL of the store (`http://host:port[/prefix]`); `/ingest` is appended.
+    pub url: PushUrl,
+    pub format: PushFormat,
+    /// Application name (Pyroscope's `name`, `service_name` in Grafana). None: the target's
+    /// executable name.
+    pub name: Option<String>,
+    /// `--push-label key=value`, in the order given.
+    pub labels: Vec<(String, String)>,
+    /// Push every this long while recording; None: only at the end.
+    pub interval: Option<Duration>,
+}
+
+/// The `--push*` options of `record` (flattened into its arguments).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct PushArgs {
+    /// Send the heap profile (profile.pb.gz) to this profile store at the end of the recording
+    /// and every --push-interval: http://HOST[:PORT][/PATH] of a Pyroscope server
+    /// (POST PATH/ingest). Failures are reported and retried; they never stop the recording.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<PushUrl>,
+    /// Protocol of the store (pyroscope: its HTTP ingest API; Parca is not supported yet).
+    #[arg(long, value_enum, default_value = "pyroscope", requires = "push")]
+    pub push_format: PushFormatArg,
+    /// A label of the pushed profiles, KEY=VALUE (repeatable); `pid` is always added.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_label, requires = "push")]
+    pub push_label: Vec<(String, String)>,
+    /// Application name of the pushed profiles (default: the target's executable name).
+    #[arg(long, value_name = "NAME", value_parser = parse_name, requires = "push")]
+    pub push_name: Option<String>,
+    /// Also push every this long while recording (e.g. 1m, 15s; at least 1s). Default: only at
+    /// the end.
+    #[arg(long, value_name = "D", value_parser = parse_interval, requires = "push")]
+    pub push_interval: Option<Duration>,
+}
+
+/// `--push-format` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PushFormatArg {
+    #[default]
+    Pyroscope,
+}
+
+impl PushArgs {
+    /// The configuration, or None without `--push`.
+    pub fn config(&self) -> Option<PushConfig> {
+        let url = self.push.clone()?;
+        Some(PushConfig {
+            url,
+            format: match self.push_format {
+                PushFormatArg::Pyroscope => PushFormat::Pyroscope,
+            },
+            name: self.push_name.clone(),
+            labels: self.push_label.clone(),
+            interval: self.push_interval,
+        })
+    }
+}
+
+/// `--push-interval`: a duration of at least 1 s.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 1m)"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s} is shorter than the smallest push interval, 1s"));
+    }
+    Ok(d)
+}
+
+/// `--push-name`: letters, digits, '-', '_', '.'.
+fn parse_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(format!("{s:?}: the name must be letters, digits, '-', '_' or '.'"));
+    }
+    Ok(s.to_string())
+}
+
+/// A parsed `http://host[:port][/path]` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushUrl {
+    /// As given, for messages.
+    pub text: String,
+    pub host: String,
+    pub port: u16,
+    /// Path prefix without a trailing '/' ("" for none).
+    pub path: String,
+}
+
+impl std::str::FromStr for PushUrl {
+    type Err = String;
+    /// Errors: not `http://`, no host, a bad port.
+    fn from_str(s: &str) -> Result<PushUrl, String> {
+        let rest = if let Some(r) = s.strip_prefix("http://") {
+            r
+        } else if s.starts_with("https://") {
+            return Err(format!(
+                "{s}: only http:// URLs are supported (put a TLS-terminating proxy in front of an https store)"
+            ));
+        } else {
+            return Err(format!("{s}: expected http://HOST[:PORT][/PATH]"));
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+                (h, p.parse::<u16>().map_err(|_| format!("{s}: bad port {p:?}"))?)
+            }
+            _ => (authority, 80),
+        };
+        if host.is_empty() {
+            return Err(format!("{s}: no host"));
+        }
+        Ok(PushUrl { text: s.to_string(), host: host.to_string(), port, path: path.to_string() })
+    }
+}
+
+/// Parse `--push-label KEY=VALUE`: KEY is `[A-Za-z_][A-Za-z0-9_.]*`, VALUE is not empty and has
+/// none of `{},="` (they delimit Pyroscope's `name{labels}`).
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected KEY=VALUE"))?;
+    let key_ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if !key_ok {
+        return Err(format!("{s:?}: the key must be letters, digits, '_' or '.', not starting with a digit"));
+    }
+    if v.is_empty() || v.chars().any(|c| "{},=\"".contains(c) || c.is_control()) {
+        return Err(format!("{s:?}: the value must be non-empty and without {{ }} , = \""));
+    }
+    if k == "pid" {
+        return Err(format!("{s:?}: the label pid is set by leaktrace"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// One hand-over to the worker: the recordings (one per process) as they are now.
+struct Job {
+    recordings: Vec<Recording>,
+    /// Unix time of this snapshot, s.
+    until_s: u64,
+}
+
+/// The push worker of one recording. Dropping it without [`Pusher::finish`] lets the worker
+/// end after its current job.
+#[derive(Debug)]
+pub struct Pusher {
+    cfg: PushConfig,
+    tx: Option<SyncSender<Job>>,
+    done: Receiver<()>,
+    next: Option<Instant>,
+    /// Set by the worker from taking a job until it is sent (or given up).
+    busy: Arc<AtomicBool>,
+    /// Snapshots skipped because the worker was busy.
+    skipped: u64,
+    started_unix_ms: u64,
+}
+
+impl Pusher {
+    /// Start the worker thread. `started_unix_ms` is the start of the recording (the `from` of
+    /// the first push).
+    pub fn start(cfg: PushConfig, started_unix_ms: u64) -> Pusher {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let worker_cfg = cfg.clone();
+        let busy = Arc::new(AtomicBool::new(false));
+        let worker_busy = busy.clone();
+        std::thread::Builder::new()
+            .name("leaktrace-push".into())
+            .spawn(move || {
+                let mut w = Worker { cfg: worker_cfg, from_s: started_unix_ms / 1000, prev: HashMap::new() };
+                while let Ok(job) = rx.recv() {
+                    worker_busy.store(true, Ordering::SeqCst);
+                    w.push(job);
+                    worker_busy.store(false, Ordering::SeqCst);
+                }
+                let _ = done_tx.send(());
+            })
+            .expect("spawn the push thread");
+        let next = cfg.interval.map(|d| Instant::now() + d);
+        Pusher { cfg, tx: Some(tx), done, next, busy, skipped: 0, started_unix_ms }
+    }
+
+    /// Start of the recording, Unix time in ms (as given to [`Pusher::start`]).
+    pub fn started_unix_ms(&self) -> u64 {
+        self.started_unix_ms
+    }
+
+    /// True when a periodic push is due (`--push-interval` elapsed since the last one).
+    pub fn due(&self) -> bool {
+        self.next.is_some_and(|n| Instant::now() >= n)
+    }
+
+    /// Hand a periodic snapshot to the worker without waiting: skipped when the worker is still
+    /// busy. `snapshot` is only called when the worker can take it.
+    pub fn tick(&mut self, snapshot: impl FnOnce() -> Vec<Recording>) {
+        if let (Some(n), Some(d)) = (self.next.as_mut(), self.cfg.interval) {
+            *n = Instant::now() + d;
+        }
+        let Some(tx) = &self.tx else { return };
+        if self.busy.load(Ordering::SeqCst) {
+            self.skipped += 1;
+            return;
+        }
+        let job = Job { recordings: snapshot(), until_s: unix_now_s() };
+        match tx.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => self.skipped += 1,
+            Err(TrySendError::Disconnected(_)) => self.tx = None,
+        }
+    }
+
+    /// The final push: hand over `recordings` (waiting for the worker to take them) and wait for
+    /// the worker to finish, at most [`FINAL_WAIT`]. What could not be sent is said on stderr.
+    pub fn finish(mut self, recordings: Vec<Recording>) {
+        let deadline = Instant::now() + FINAL_WAIT;
+        if let Some(tx) = self.tx.take() {
+            // The queue may still hold a periodic snapshot while the worker retries an older
+            // one: wait for room, but not past the deadline.
+            let mut job = Job { recordings, until_s: unix_now_s() };
+            loop {
+                match tx.try_send(job) {
+                    Ok(()) | Err(TrySendError::Disconnected(_)) => break,
+                    Err(TrySendError::Full(j)) if Instant::now() < deadline => {
+                        job = j;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(TrySendError::Full(_)) => break,
+                }
+            }
+            drop(tx);
+        }
+        if self.skipped > 0 {
+            eprintln!(
+                "leaktrace: push: {} periodic push(es) skipped while an earlier one was still being sent",
+                self.skipped
+            );
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if self.done.recv_timeout(left).is_err() {
+            eprintln!(
+                "leaktrace: warning: push to {}: not finished after {} s, given up (the profiles are in the output directory)",
+                self.cfg.url.text,
+                FINAL_WAIT.as_secs()
+            );
+        }
+    }
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The worker's state: the window start and the last profile sent per process.
+struct Worker {
+    cfg: PushConfig,
+    /// Start of the recording, Unix s: the `from` of a process's first push.
+    from_s: u64,
+    /// Per process: the last profile the store accepted, and the `until` it was sent with (the
+    /// next push's `from`, so a failed push widens the next window instead of leaving a gap).
+    prev: HashMap<u32, (Vec<u8>, u64)>,
+}
+
+impl Worker {
+    fn push(&mut self, job: Job) {
+        for rec in &job.recordings {
+            let a = analyze(rec, &AnalyzeOptions::default());
+            let profile = pprof::encode_gz(&pprof::heap_profile(rec, &a));
+            let (prev, from_s) =
+                self.prev.get(&rec.target.pid).cloned().unwrap_or_else(|| (empty_profile(&profile), self.from_s));
+            let until_s = job.until_s.max(from_s + 1);
+            let request = ingest_request(&self.cfg, rec, from_s, until_s, &profile, &prev);
+            if send_with_retries(&self.cfg, &request) {
+                self.prev.insert(rec.target.pid, (profile, until_s));
+            }
+        }
+    }
+}
+
+/// A profile with the sample types of `profile` and no sample (the `prev_profile` of a first
+/// push).
+fn empty_profile(profile: &[u8]) -> Vec<u8> {
+    match pprof::decode(profile) {
+        Ok(mut p) => {
+            p.sample.clear();
+            p.location.clear();
+            p.function.clear();
+            p.mapping.clear();
+            pprof::encode_gz(&p)
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+/// `sample_type_config` of a heap profile: in-use values are snapshots (averaged over time),
+/// alloc values cumulative since attach (the server subtracts `prev_profile`).
+pub const SAMPLE_TYPE_CONFIG: &str = r#"{"alloc_objects":{"units":"objects","cumulative":true},"alloc_space":{"units":"bytes","cumulative":true},"inuse_objects":{"units":"objects","aggregation":"average"},"inuse_space":{"units":"bytes","aggregation":"average"}}"#;
+
+/// Percent-encode for a query string value.
+fn urlencode(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => o.push(b as char),
+            _ => o.push_str(&format!("%{b:02X}")),
+        }
+    }
+    o
+}
+
+/// Pyroscope's application name `NAME{k=v,...,pid=PID}`.
+pub fn app_name(cfg: &PushConfig, rec: &Recording) -> String {
+    let name = cfg.name.clone().unwrap_or_else(|| {
+        let base = crate::analyze::basename(&rec.target.exe);
+        let clean: String =
+            base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+        if clean.is_empty() { "leaktrace".into() } else { clean }
+    });
+    let mut labels: Vec<String> = cfg.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    labels.push(format!("pid={}", rec.target.pid));
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// An HTTP/1.1 request, ready to write.
+struct Request {
+    head: String,
+    body: Vec<u8>,
+}
+
+fn ingest_request(
+    cfg: &PushConfig,
+    rec: &Recording,
+    from_s: u64,
+    until_s: u64,
+    profile: &[u8],
+    prev: &[u8],
+) -> Request {
+    let boundary = format!("leaktrace-{:016x}{:08x}", unix_now_s(), std::process::id());
+    let mut body = Vec::with_capacity(profile.len() + prev.len() + 1024);
+    let mut part = |name: &str, file: &str, ctype: &str, data: &[u8]| {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file}\"\r\nContent-Type: {ctype}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    };
+    part("profile", "profile.pprof", "application/octet-stream", profile);
+    part("prev_profile", "profile.pprof", "application/octet-stream", prev);
+    part("sample_type_config", "sample_type_config.json", "application/json", SAMPLE_TYPE_CONFIG.as_bytes());
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let query = format!(
+        "name={}&from={from_s}&until={until_s}&format=pprof&spyName=leaktrace&units=bytes",
+        urlencode(&app_name(cfg, rec))
+    );
+    let host = if cfg.url.port == 80 { cfg.url.host.clone() } else { format!("{}:{}", cfg.url.host, cfg.url.port) };
+    let head = format!(
+        "POST {}/ingest?{query} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: leaktrace/{}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        cfg.url.path,
+        env!("CARGO_PKG_VERSION"),
+        body.len()
+    );
+    Request { head, body }
+}
+
+/// Send `req`, retrying after [`RETRY_DELAYS`]; every failure is said on stderr. True when it
+/// was accepted (2xx).
+fn send_with_retries(cfg: &PushConfig, req: &Request) -> bool {
+    for attempt in 0..=RETRY_DELAYS.len() {
+        match send_once(&cfg.url, req) {
+            Ok(()) => return true,
+            Err(e) => match RETRY_DELAYS.get(attempt) {
+                Some(d) => {
+                    eprintln!(
+                        "leaktrace: warning: push to {} failed: {e}; retry {}/{} in {:.1} s",
+                        cfg.url.text,
+                        attempt + 1,
+                        RETRY_DELAYS.len(),
+                        d.as_secs_f64()
+                    );
+                    std::thread::sleep(*d);
+                }
+                None => {
+                    eprintln!(
+                        "leaktrace: warning: push to {} failed: {e}; given up after {} attempts",
+                        cfg.url.text,
+                        attempt + 1
+                    );
+                }
+            },
+        }
+    }
+    false
+}
+
+/// One request; Err says what went wrong (connection, timeout, status and the start of the body).
+fn send_once(url: &PushUrl, req: &Request) -> Result<(), String> {
+    let addr = (url.host.as_str(), url.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
+        .next()
+        .ok_or_else(|| format!("cannot resolve {}", url.host))?;
+    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+    s.write_all(req.head.as_bytes()).and_then(|()| s.write_all(&req.body)).map_err(|e| format!("cannot send: {e}"))?;
+    let mut resp = Vec::new();
+    // Connection: close, so the response ends at EOF; only its start matters.
+    let _ = s.take(64 * 1024).read_to_end(&mut resp);
+    let text = String::from_utf8_lossy(&resp);
+    let status_line = text.lines().next().unwrap_or("");
+    let code: u16 = status_line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    if (200..300).contains(&code) {
+        return Ok(());
+    }
+    if code == 0 {
+        return Err(format!("no HTTP response from {addr}"));
+    }
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").trim();
+    let body: String = body.chars().take(200).collect();
+    Err(format!("{}{}", status_line.trim(), if body.is_empty() { String::new() } else { format!(": {body}") }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small leaking recording (the analysis crate's test fixtures are private to it).
+    fn recording() -> Recording {
+        let mut rec: Recording = serde_json::from_value(serde_json::json!({
+            "format_version": crate::recording::FORMAT_VERSION, "leaktrace_version": "t",
+            "target": {"pid": 4242, "command": ["./server", "--port", "8080"], "exe": "/opt/server/bin/server",
+                       "launched": true, "exit_status": 0},
+            "mode": "exact", "started_unix_ms": 0, "interval_s": 1.0, "probes": [],
+            "stacks": [{"id": 1, "kind": "malloc", "frames": [
+                {"addr": 1, "object": "/lib/libc.so.6", "function": "malloc"},
+                {"addr": 2, "object": "/opt/server/bin/server", "function": "Session::key"}]}],
+            "checkpoints": [], "end_reason": "duration"
+        }))
+        .unwrap();
+        rec.checkpoints = (0..=60u64)
+            .map(|t| crate::recording::Checkpoint {
+                t_s: t as f64,
+                sites: vec![crate::recording::SiteSample {
+                    stack: 1,
+                    alloc_bytes: 1000 * (t + 1),
+                    alloc_count: t + 1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        rec
+    }
+
+    #[test]
+    fn urls() {
+        let u: PushUrl = "http://127.0.0.1:4040".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("127.0.0.1", 4040, ""));
+        let u: PushUrl = "http://pyroscope/prefix/".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("pyroscope", 80, "/prefix"));
+        assert!("https://x".parse::<PushUrl>().unwrap_err().contains("only http://"));
+        assert!("ftp://x".parse::<PushUrl>().is_err());
+        assert!("http://x:99999".parse::<PushUrl>().unwrap_err().contains("bad port"));
+        assert!("http://".parse::<PushUrl>().unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn labels_and_name() {
+        assert_eq!(parse_label("env=prod").unwrap(), ("env".into(), "prod".into()));
+        assert!(parse_label("env").is_err());
+        assert!(parse_label("1x=a").is_err());
+        assert!(parse_label("x=a,b").is_err());
+        assert!(parse_label("x=").is_err());
+        assert!(parse_label("pid=3").is_err());
+        let cfg = PushConfig {
+            url: "http://h:1".parse().unwrap(),
+            format: PushFormat::Pyroscope,
+            name: None,
+            labels: vec![("env".into(), "test".into())],
+            interval: None,
+        };
+        let rec = recording();
+        let name = app_name(&cfg, &rec);
+        assert_eq!(name, format!("{}{{env=test,pid={}}}", crate::analyze::basename(&rec.target.exe), rec.target.pid));
+        assert_eq!(urlencode("a{b=c,d}"), "a%7Bb%3Dc%2Cd%7D");
+    }
+
+    #[test]
+    fn request_is_multipart_with_the_profile() {
+        let cfg = PushConfig {
+            url: "http://127.0.0.1:9/p".parse().unwrap(),
+            format: PushFormat::Pyroscope,
+            name: Some("app".into()),
+            labels: vec![],
+            interval: None,
+        };
+        let rec = recording();
+        let a = analyze(&rec, &AnalyzeOptions::default());
+        let profile = pprof::encode_gz(&pprof::heap_profile(&rec, &a));
+        let prev = empty_profile(&profile);
+        assert!(pprof::decode(&prev).unwrap().sample.is_empty());
+        let req = ingest_request(&cfg, &rec, 100, 160, &profile, &prev);
+        assert!(
+            req.head.starts_with(&format!(
+                "POST /p/ingest?name=app%7Bpid%3D{}%7D&from=100&until=160&format=pprof",
+                rec.target.pid
+            )),
+            "{}",
+            req.head
+        );
+        assert!(req.head.contains(&format!("Content-Length: {}\r\n", req.body.len())));
+        let body = String::from_utf8_lossy(&req.body);
+        for f in [
+            "name=\"profile\"",
+            "name=\"prev_profile\"",
+            "name=\"sample_type_config\"",
+            "\"inuse_space\":{\"units\":\"bytes\",\"aggregation\":\"average\"}",
+        ] {
+            assert!(body.contains(f), "{f}");
+        }
+        // The profile bytes are in the body verbatim.
+        assert!(req.body.windows(profile.len()).any(|w| w == profile.as_slice()));
+    }
+
+    #[test]
+    fn send_reports_the_status() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy").unwrap();
+        });
+        let url: PushUrl = format!("http://127.0.0.1:{port}").parse().unwrap();
+        let req = Request {
+            head: "POST /ingest HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+            body: vec![],
+        };
+        let e = send_once(&url, &req).unwrap_err();
+        assert_eq!(e, "HTTP/1.1 503 Service Unavailable: busy");
+        server.join().unwrap();
+    }
+}

@@ -1,0 +1,223 @@
+//! `record --push URL`: the heap profile sent to a Pyroscope-style ingest endpoint, here a
+//! small HTTP server inside the test (127.0.0.1) that answers the first request with 503 and
+//! stores the others; what it received is decoded by the real pprof client, `go tool pprof`.
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leaktrace_tests::*;
+
+/// One request the server received, and the status it answered.
+#[derive(Clone, Debug)]
+struct Received {
+    target: String,
+    content_type: String,
+    body: Vec<u8>,
+    status: u16,
+}
+
+/// Read one HTTP/1.1 request (headers, then Content-Length bytes).
+fn read_request(c: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let n = c.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string())
+        })
+    };
+    let len: usize = header("content-length")?.parse().ok()?;
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < len {
+        let n = c.read(&mut chunk).ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let target = head.lines().next()?.split_whitespace().nth(1)?.to_string();
+    Some((target, header("content-type").unwrap_or_default(), body))
+}
+
+/// Serve on 127.0.0.1 until the test ends: 503 to the first request, 200 to the others.
+fn start_server() -> (u16, Arc<Mutex<Vec<Received>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let port = l.local_addr().unwrap().port();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let store = got.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let Some((target, content_type, body)) = read_request(&mut c) else {
+                continue;
+            };
+            let mut v = store.lock().unwrap();
+            let status = if v.is_empty() { 503 } else { 200 };
+            let reply: &[u8] = if status == 503 {
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntry later"
+            } else {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            };
+            v.push(Received { target, content_type, body, status });
+            drop(v);
+            let _ = c.write_all(reply);
+        }
+    });
+    (port, got)
+}
+
+/// The part `name` of a multipart/form-data body.
+fn part<'a>(r: &'a Received, name: &str) -> Option<&'a [u8]> {
+    let boundary = r.content_type.split("boundary=").nth(1)?.trim();
+    let delim = format!("--{boundary}");
+    let d = delim.as_bytes();
+    let mut starts: Vec<usize> = r.body.windows(d.len()).enumerate().filter(|(_, w)| *w == d).map(|(i, _)| i).collect();
+    starts.push(r.body.len());
+    for w in starts.windows(2) {
+        let p = &r.body[w[0] + d.len()..w[1]];
+        let Some(h) = p.windows(4).position(|x| x == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&p[..h]);
+        if head.contains(&format!("name=\"{name}\"")) {
+            let data = &p[h + 4..];
+            return Some(data.strip_suffix(b"\r\n").unwrap_or(data));
+        }
+    }
+    None
+}
+
+/// A query parameter of a request target, percent-decoded.
+fn query_param(target: &str, key: &str) -> Option<String> {
+    let q = target.split_once('?')?.1;
+    let v = q.split('&').find_map(|kv| kv.strip_prefix(&format!("{key}=")))?;
+    let bytes = v.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            out.push(u8::from_str_radix(&v[i + 1..i + 3], 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `go tool pprof -top -unit=B -sample_index=inuse_space FILE`: (flat bytes, function) rows.
+fn pprof_top(file: &std::path::Path) -> (Vec<(i64, String)>, String) {
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-symbolize=none", "-top", "-unit=B", "-sample_index=inuse_space"])
+        .arg(file)
+        .env("PPROF_TMPDIR", temp_root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run go (`cargo xtask setup` installs golang-go): {e}"));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "go tool pprof failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+    let mut rows = Vec::new();
+    let mut body = false;
+    for l in text.lines() {
+        if l.trim_start().starts_with("flat") {
+            body = true;
+            continue;
+        }
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        if body
+            && cols.len() >= 6
+            && let Ok(flat) = cols[0].trim_end_matches('B').parse::<i64>()
+        {
+            rows.push((flat, cols[5..].join(" ")));
+        }
+    }
+    (rows, text)
+}
+
+/// Pushes during and at the end of a recording reach the server after a 503 (retried), with
+/// the ingest parameters and labels; the last one, decoded by go tool pprof, names leak_malloc
+/// with report.json's live bytes (within 1 %).
+#[test]
+fn push_to_pyroscope_endpoint_with_retry() {
+    require_root();
+    const N: u64 = 800;
+    let (port, got) = start_server();
+    let out = OutDir::new("push");
+    let url = format!("http://127.0.0.1:{port}");
+    let mut target = Command::new(&fixtures().leaky);
+    target.args(["malloc", &N.to_string(), "200"]);
+    let o = record_launch(
+        &out,
+        &["--push", &url, "--push-label", "env=test", "--push-label", "team=mem", "--push-interval", "1s"],
+        target,
+    );
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
+    let got = got.lock().unwrap().clone();
+    assert!(got.len() >= 3, "expected the 503, its retry and a final push; got {} request(s)\n{ctx}", got.len());
+    assert_eq!(got[0].status, 503, "{ctx}");
+    assert!(
+        o.stderr.contains("push to") && o.stderr.contains("503 Service Unavailable") && o.stderr.contains("retry 1/"),
+        "the failed push is not reported with its retry\n{ctx}"
+    );
+    let pid = pid_line(&o.stdout).expect("PID line");
+    for g in got.iter().filter(|g| g.status == 200) {
+        assert!(g.target.starts_with("/ingest?"), "{}", g.target);
+        assert_eq!(query_param(&g.target, "format").as_deref(), Some("pprof"), "{}", g.target);
+        assert_eq!(
+            query_param(&g.target, "name").as_deref(),
+            Some(format!("leaky{{env=test,team=mem,pid={pid}}}").as_str()),
+            "{}",
+            g.target
+        );
+        let from: u64 = query_param(&g.target, "from").and_then(|v| v.parse().ok()).expect("from");
+        let until: u64 = query_param(&g.target, "until").and_then(|v| v.parse().ok()).expect("until");
+        assert!(from < until, "{}", g.target);
+        let cfg = String::from_utf8_lossy(part(g, "sample_type_config").expect("sample_type_config part")).into_owned();
+        assert!(cfg.contains("\"inuse_space\":{\"units\":\"bytes\",\"aggregation\":\"average\"}"), "{cfg}");
+        assert!(part(g, "prev_profile").is_some(), "no prev_profile part");
+    }
+    // Periodic pushes: more than the final one was accepted.
+    assert!(got.iter().filter(|g| g.status == 200).count() >= 2, "{ctx}");
+
+    // The last push is the final profile: the real decoder reads it.
+    let last = got.last().unwrap();
+    assert_eq!(last.status, 200);
+    let file = out.path.join("pushed-last.pb.gz");
+    std::fs::write(&file, part(last, "profile").expect("profile part")).unwrap();
+    let (rows, text) = pprof_top(&file);
+    assert_eq!(rows.first().map(|r| r.1.as_str()), Some("leak_malloc"), "{text}\n{ctx}");
+    let live = i64_of(r.site("leak_malloc"), "live_bytes");
+    assert_within("pushed inuse_space of leak_malloc", rows[0].0 as f64, live as f64, 0.01, &format!("{text}\n{ctx}"));
+    assert_within("leak_malloc live bytes", live as f64, (N * LEAK_BYTES) as f64, 0.10, &ctx);
+}
+
+/// Bad --push arguments are one clear error line and exit code 2, before anything is traced.
+#[test]
+fn push_bad_arguments() {
+    for (args, wanted) in [
+        (&["--push", "https://x:4040"][..], "only http://"),
+        (&["--push", "http://127.0.0.1:1", "--push-label", "novalue"][..], "expected KEY=VALUE"),
+        (&["--push-label", "a=b"][..], "--push"),
+    ] {
+        let mut cmd = leaktrace(["record", "--pid", "1"]);
+        cmd.args(args);
+        let o = run(cmd, None, TIMEOUT);
+        assert_eq!(o.code(), Some(2), "{args:?}\n{}", o.describe());
+        assert!(o.stderr.contains(wanted), "{args:?}: no {wanted:?}\n{}", o.describe());
+    }
+}
