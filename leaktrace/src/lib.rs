@@ -11,6 +11,7 @@
 //! [`compare`] — is in the `leaktrace-analysis` crate (re-exported here under the same names).
 //! [`launch`] starts a command held before exec for `record -- CMD`.
 pub mod allocators;
+pub mod bpf_batch;
 pub mod btf;
 pub mod check;
 pub mod discover;

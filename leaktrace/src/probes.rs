@@ -509,27 +509,13 @@ impl Tracer {
 /// rows, ~0.1 s that way).
 fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyhow::Result<()> {
     use std::os::fd::{AsFd as _, AsRawFd as _};
-    const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
-    /// The batch member of `union bpf_attr`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct BatchAttr {
-        in_batch: u64,
-        out_batch: u64,
-        keys: u64,
-        values: u64,
-        count: u32,
-        map_fd: u32,
-        elem_flags: u64,
-        flags: u64,
-    }
     let aya::maps::Map::Array(data) = &*map else { anyhow::bail!("UNWIND_ROWS is not an array map") };
     let fd = data.fd().as_fd().as_raw_fd() as u32;
     let mut batched = true;
     for (c, chunk) in rows.chunks(1 << 16).enumerate() {
         let base = first + (c << 16) as u32;
         let keys: Vec<u32> = (0..chunk.len() as u32).map(|i| base + i).collect();
-        let mut attr = BatchAttr {
+        let mut attr = crate::bpf_batch::Attr {
             keys: keys.as_ptr() as u64,
             values: chunk.as_ptr() as u64,
             count: chunk.len() as u32,
@@ -538,15 +524,8 @@ fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyho
         };
         // SAFETY: attr points at keys and values that live across the call, of the map's key
         // (u32) and value (UnwindRow, repr(C), 8 bytes) sizes; the kernel reads `count` of each.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
-            )
-        };
-        if r != 0 || attr.count as usize != chunk.len() {
+        let r = unsafe { crate::bpf_batch::run(crate::bpf_batch::UPDATE, &mut attr) };
+        if r.is_err() || attr.count as usize != chunk.len() {
             batched = false;
             break;
         }

@@ -44,21 +44,7 @@ pub fn read(map: &aya::maps::Map, tgid: u32) -> anyhow::Result<Vec<Block>> {
 
 /// BPF_MAP_LOOKUP_BATCH over the whole map; None when the kernel does not support it.
 fn read_batched(map: &aya::maps::Map, tgid: u32) -> Option<Vec<Block>> {
-    const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
     const CHUNK: usize = 8192;
-    /// The batch member of `union bpf_attr`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct BatchAttr {
-        in_batch: u64,
-        out_batch: u64,
-        keys: u64,
-        values: u64,
-        count: u32,
-        map_fd: u32,
-        elem_flags: u64,
-        flags: u64,
-    }
     let aya::maps::Map::HashMap(data) = map else { return None };
     let fd = data.fd().as_fd().as_raw_fd() as u32;
     let mut keys = vec![AllocKey::default(); CHUNK];
@@ -67,7 +53,7 @@ fn read_batched(map: &aya::maps::Map, tgid: u32) -> Option<Vec<Block>> {
     let mut first = true;
     let mut out = Vec::new();
     loop {
-        let mut attr = BatchAttr {
+        let mut attr = crate::bpf_batch::Attr {
             in_batch: if first { 0 } else { &mut token_in as *mut u64 as u64 },
             out_batch: &mut token_out as *mut u64 as u64,
             keys: keys.as_mut_ptr() as u64,
@@ -79,16 +65,9 @@ fn read_batched(map: &aya::maps::Map, tgid: u32) -> Option<Vec<Block>> {
         // SAFETY: attr points at buffers of CHUNK keys and values of the map's key and value
         // types (repr(C)) and at two 8-byte batch tokens (the hash map's token is 4 bytes), all
         // alive across the call; the kernel writes at most `count` of each.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
-            )
-        };
-        let errno = if r != 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { 0 };
-        if r != 0 && errno != libc::ENOENT {
+        let r = unsafe { crate::bpf_batch::run(crate::bpf_batch::LOOKUP, &mut attr) };
+        let errno = r.err().and_then(|e| e.raw_os_error()).unwrap_or(0);
+        if errno != 0 && errno != libc::ENOENT {
             return None;
         }
         for i in 0..attr.count as usize {
