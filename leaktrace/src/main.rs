@@ -23,6 +23,15 @@ struct Cli {
     command: Command,
 }
 
+/// `report --format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ReportFormat {
+    /// Every output file (report.json, report.md, SVGs, folded stacks, pprof profiles).
+    All,
+    /// Only profile.pb.gz and growth.pb.gz.
+    Pprof,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Trace a running process (--pid) or a command (-- CMD ARGS...) and write a report.
@@ -35,6 +44,10 @@ enum Command {
         /// Sites listed in report.md.
         #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         top: usize,
+        /// What to write: every output (all), or only the pprof profiles profile.pb.gz and
+        /// growth.pb.gz (pprof).
+        #[arg(long, value_enum, default_value = "all")]
+        format: ReportFormat,
     },
     /// Run the bundled demo workload (one leak, a bounded cache, temporary buffers) and record it.
     Demo {
@@ -362,9 +375,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Report { dir, top } => {
+        Command::Report { dir, top, format } => {
             let rec = Recording::load(&dir.join("recording.json"))?;
-            let files = leaktrace::report::write_all(&rec, &dir, &leaktrace::analyze::AnalyzeOptions { top })?;
+            let opts = leaktrace::analyze::AnalyzeOptions { top };
+            let files = match format {
+                ReportFormat::All => leaktrace::report::write_all(&rec, &dir, &opts)?,
+                ReportFormat::Pprof => leaktrace::report::write_pprof(&rec, &dir, &opts)?,
+            };
             for f in files {
                 println!("{}", f.display());
             }

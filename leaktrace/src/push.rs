@@ -10,8 +10,18 @@
 //! seconds: the last accepted push of that process (or the start of the recording) and now.
 //! One request per traced process; its labels are the `--push-label`s and `pid`.
 //!
-//! Parca (gRPC `WriteRaw`) is not implemented. Only `http://` URLs: put a TLS-terminating proxy
-//! (or Grafana Alloy's `pyroscope.receive_http`) in front of an `https://` store.
+//! Parca (`--push-format parca`): `ProfileStoreService.WriteRaw` through the HTTP/JSON route
+//! Parca serves next to gRPC (grpc-gateway, `POST URL/profiles/writeraw`, the mapping declared
+//! in Parca's `profilestore.proto`): `{"normalized": false, "series": [{"labels": {"labels":
+//! [{"name", "value"}, ...]}, "samples": [{"rawProfile": BASE64}]}]}`, the raw sample being the
+//! gzipped heap profile with `time_nanos` set to the snapshot's time (Parca stores a profile at
+//! that timestamp). Labels: `__name__` = `memory` (Parca's name for heap profiles), `job` = the
+//! application name, the `--push-label`s (a '.' in a key becomes '_', as Prometheus label
+//! names allow) and `pid`. Addresses are not normalized: the mappings carry start, limit and
+//! file offset.
+//!
+//! Only `http://` URLs: put a TLS-terminating proxy (or Grafana Alloy's
+//! `pyroscope.receive_http`) in front of an `https://` store.
 //!
 //! Pushing never stops or slows the recording: profiles are built and sent by one worker
 //! thread; the recording hands it a snapshot without waiting (a snapshot is skipped while the
@@ -51,12 +61,15 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum PushFormat {
     /// Pyroscope's HTTP ingest API (also Grafana Alloy's `pyroscope.receive_http`).
     Pyroscope,
+    /// Parca's `WriteRaw`, through its HTTP/JSON route `/profiles/writeraw`.
+    Parca,
 }
 
 /// What `--push` and its options ask for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PushConfig {
-    /// Base URL of the store (`http://host:port[/prefix]`); `/ingest` is appended.
+    /// Base URL of the store (`http://host:port[/prefix]`); `/ingest` (Pyroscope) or
+    /// `/profiles/writeraw` (Parca) is appended.
     pub url: PushUrl,
     pub format: PushFormat,
     /// Application name (Pyroscope's `name`, `service_name` in Grafana). None: the target's
@@ -73,10 +86,12 @@ pub struct PushConfig {
 pub struct PushArgs {
     /// Send the heap profile (profile.pb.gz) to this profile store at the end of the recording
     /// and every --push-interval: http://HOST[:PORT][/PATH] of a Pyroscope server
-    /// (POST PATH/ingest). Failures are reported and retried; they never stop the recording.
+    /// (POST PATH/ingest) or, with --push-format parca, of a Parca server (POST
+    /// PATH/profiles/writeraw, e.g. http://parca:7070). Failures are reported and retried; they
+    /// never stop the recording.
     #[arg(long, value_name = "URL")]
     pub push: Option<PushUrl>,
-    /// Protocol of the store (pyroscope: its HTTP ingest API; Parca is not supported yet).
+    /// Protocol of the store (pyroscope: its HTTP ingest API; parca: WriteRaw over HTTP/JSON).
     #[arg(long, value_enum, default_value = "pyroscope", requires = "push")]
     pub push_format: PushFormatArg,
     /// A label of the pushed profiles, KEY=VALUE (repeatable); `pid` is always added.
@@ -96,6 +111,7 @@ pub struct PushArgs {
 pub enum PushFormatArg {
     #[default]
     Pyroscope,
+    Parca,
 }
 
 impl PushArgs {
@@ -106,6 +122,7 @@ impl PushArgs {
             url,
             format: match self.push_format {
                 PushFormatArg::Pyroscope => PushFormat::Pyroscope,
+                PushFormatArg::Parca => PushFormat::Parca,
             },
             name: self.push_name.clone(),
             labels: self.push_label.clone(),
@@ -321,6 +338,13 @@ impl Worker {
     fn push(&mut self, job: Job) {
         for rec in &job.recordings {
             let a = analyze(rec, &AnalyzeOptions::default());
+            if self.cfg.format == PushFormat::Parca {
+                let mut p = pprof::heap_profile(rec, &a);
+                // A snapshot at `until`: Parca stores the profile at its timestamp.
+                p.time_nanos = i64::try_from(job.until_s).unwrap_or(0).saturating_mul(1_000_000_000);
+                send_with_retries(&self.cfg, &parca_request(&self.cfg, rec, &pprof::encode_gz(&p)));
+                continue;
+            }
             let profile = pprof::encode_gz(&pprof::heap_profile(rec, &a));
             let (prev, from_s) =
                 self.prev.get(&rec.target.pid).cloned().unwrap_or_else(|| (empty_profile(&profile), self.from_s));
@@ -364,14 +388,20 @@ fn urlencode(s: &str) -> String {
     o
 }
 
-/// Pyroscope's application name `NAME{k=v,...,pid=PID}`.
-pub fn app_name(cfg: &PushConfig, rec: &Recording) -> String {
-    let name = cfg.name.clone().unwrap_or_else(|| {
+/// The application name: `--push-name`, else the target executable's name (characters other
+/// than letters, digits, '-', '_', '.' replaced by '_'; "leaktrace" if nothing is left).
+fn app_base_name(cfg: &PushConfig, rec: &Recording) -> String {
+    cfg.name.clone().unwrap_or_else(|| {
         let base = crate::analyze::basename(&rec.target.exe);
         let clean: String =
             base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
         if clean.is_empty() { "leaktrace".into() } else { clean }
-    });
+    })
+}
+
+/// Pyroscope's application name `NAME{k=v,...,pid=PID}`.
+pub fn app_name(cfg: &PushConfig, rec: &Recording) -> String {
+    let name = app_base_name(cfg, rec);
     let mut labels: Vec<String> = cfg.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     labels.push(format!("pid={}", rec.target.pid));
     format!("{name}{{{}}}", labels.join(","))
@@ -411,7 +441,7 @@ fn ingest_request(
         "name={}&from={from_s}&until={until_s}&format=pprof&spyName=leaktrace&units=bytes",
         urlencode(&app_name(cfg, rec))
     );
-    let host = if cfg.url.port == 80 { cfg.url.host.clone() } else { format!("{}:{}", cfg.url.host, cfg.url.port) };
+    let host = host_header(&cfg.url);
     let head = format!(
         "POST {}/ingest?{query} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: leaktrace/{}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         cfg.url.path,
@@ -419,6 +449,43 @@ fn ingest_request(
         body.len()
     );
     Request { head, body }
+}
+
+/// Parca's labels of a process's series: `__name__`, `job`, the `--push-label`s ('.' in a key
+/// becomes '_') and `pid`.
+pub fn parca_labels(cfg: &PushConfig, rec: &Recording) -> Vec<(String, String)> {
+    let mut labels = vec![("__name__".to_string(), "memory".to_string()), ("job".to_string(), app_base_name(cfg, rec))];
+    labels.extend(cfg.labels.iter().map(|(k, v)| (k.replace('.', "_"), v.clone())));
+    labels.push(("pid".to_string(), rec.target.pid.to_string()));
+    labels
+}
+
+/// The `WriteRaw` request of one process (JSON, see the module docs).
+fn parca_request(cfg: &PushConfig, rec: &Recording, profile: &[u8]) -> Request {
+    use base64::Engine as _;
+    let labels: Vec<serde_json::Value> =
+        parca_labels(cfg, rec).into_iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect();
+    let body = serde_json::json!({
+        "normalized": false,
+        "series": [{
+            "labels": {"labels": labels},
+            "samples": [{"rawProfile": base64::engine::general_purpose::STANDARD.encode(profile)}],
+        }],
+    });
+    let body = serde_json::to_vec(&body).expect("JSON of strings");
+    let head = format!(
+        "POST {}/profiles/writeraw HTTP/1.1\r\nHost: {}\r\nUser-Agent: leaktrace/{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        cfg.url.path,
+        host_header(&cfg.url),
+        env!("CARGO_PKG_VERSION"),
+        body.len()
+    );
+    Request { head, body }
+}
+
+/// The Host header's value: `host` or `host:port` when the port is not 80.
+fn host_header(url: &PushUrl) -> String {
+    if url.port == 80 { url.host.clone() } else { format!("{}:{}", url.host, url.port) }
 }
 
 /// Send `req`, retrying after [`RETRY_DELAYS`]; every failure is said on stderr. True when it
@@ -599,5 +666,41 @@ mod tests {
         let e = send_once(&url, &req).unwrap_err();
         assert_eq!(e, "HTTP/1.1 503 Service Unavailable: busy");
         server.join().unwrap();
+    }
+
+    #[test]
+    fn parca_request_is_writeraw_json_with_the_profile() {
+        use base64::Engine as _;
+        let cfg = PushConfig {
+            url: "http://parca:7070".parse().unwrap(),
+            format: PushFormat::Parca,
+            name: None,
+            labels: vec![("k8s.node".into(), "n1".into())],
+            interval: None,
+        };
+        let rec = recording();
+        let a = analyze(&rec, &AnalyzeOptions::default());
+        let profile = pprof::encode_gz(&pprof::heap_profile(&rec, &a));
+        let req = parca_request(&cfg, &rec, &profile);
+        assert!(req.head.starts_with("POST /profiles/writeraw HTTP/1.1\r\nHost: parca:7070\r\n"), "{}", req.head);
+        assert!(req.head.contains("Content-Type: application/json\r\n"));
+        let j: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+        assert_eq!(j["normalized"], false);
+        let labels: Vec<(String, String)> = j["series"][0]["labels"]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["name"].as_str().unwrap().to_string(), l["value"].as_str().unwrap().to_string()))
+            .collect();
+        let want: Vec<(String, String)> =
+            [("__name__", "memory"), ("job", "server"), ("k8s_node", "n1"), ("pid", "4242")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        assert_eq!(labels, want);
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(j["series"][0]["samples"][0]["rawProfile"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(raw, profile);
     }
 }

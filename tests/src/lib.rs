@@ -14,7 +14,7 @@
 //! One file per job: `machine.rs` (the binary under test, root), `tempdir.rs` (temporary
 //! directories), `fixture.rs` (compiling the fixtures), `running.rs` (running leaktrace),
 //! `target.rs` (a target started by the test), `report.rs` (report.json and its checks),
-//! `modes.rs` (the modes fixture), `production.rs` (production attach: other compilers and
+//! `modes.rs` (the modes fixture), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
 //! libraries, C++ names, processes, cgroups, eBPF programs).
 
 use std::time::Duration;
@@ -46,6 +46,7 @@ pub const OUTPUT_FILES: &[&str] = &[
 mod fixture;
 mod machine;
 mod modes;
+mod pprof;
 mod production;
 mod report;
 mod running;
@@ -55,6 +56,7 @@ mod tempdir;
 pub use fixture::*;
 pub use machine::*;
 pub use modes::*;
+pub use pprof::*;
 pub use production::*;
 pub use report::*;
 pub use running::*;

@@ -37,43 +37,6 @@ fn record_leaky(name: &str, bin: &Path, iterations: u64, rate: &str, extra: &[&s
     out
 }
 
-/// `go tool pprof -symbolize=none ARGS...`; panics with its output unless it succeeds.
-fn go_pprof(args: &[&str], files: &[&Path]) -> String {
-    let mut cmd = Command::new("go");
-    cmd.args(["tool", "pprof", "-symbolize=none"]).args(args).args(files);
-    // pprof keeps fetched profiles under $PPROF_TMPDIR; nothing is fetched, but keep it out of $HOME.
-    cmd.env("PPROF_TMPDIR", temp_root());
-    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run go (`cargo xtask setup` installs golang-go): {e}"));
-    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{cmd:?} failed ({}):\n{stdout}\n{stderr}", o.status);
-    stdout.into_owned()
-}
-
-/// The rows of `go tool pprof -top -unit=B`: (flat bytes, function), in the order printed.
-fn top_rows(text: &str) -> Vec<(i64, String)> {
-    let mut rows = Vec::new();
-    let mut body = false;
-    for l in text.lines() {
-        if l.trim_start().starts_with("flat") {
-            body = true;
-            continue;
-        }
-        if !body {
-            continue;
-        }
-        // "    600000B 94.83% 94.83%    600000B 94.83%  leak_malloc"
-        let cols: Vec<&str> = l.split_whitespace().collect();
-        if cols.len() < 6 {
-            continue;
-        }
-        let flat = cols[0].trim_end_matches('B').parse::<i64>();
-        if let Ok(flat) = flat {
-            rows.push((flat, cols[5..].join(" ")));
-        }
-    }
-    rows
-}
-
 fn site_value(r: &Report, function: &str, key: &str) -> i64 {
     i64_of(r.site(function), key)
 }
@@ -229,4 +192,17 @@ fn pprof_sampled_mode() {
     let raw = go_pprof(&["-raw"], &[&profile]);
     assert!(raw.contains("PeriodType: space bytes"), "{raw}");
     assert!(raw.contains("Period: 4096"), "{raw}");
+
+    // `report --format pprof` writes the two profiles again, and nothing else.
+    for f in ["profile.pb.gz", "growth.pb.gz", "report.md"] {
+        std::fs::remove_file(out.file(f)).unwrap();
+    }
+    let mut cmd = leaktrace(["report", "--format", "pprof"]);
+    cmd.arg(&out.path);
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    assert!(!out.file("report.md").exists(), "--format pprof wrote report.md\n{}", o.describe());
+    assert!(out.file("growth.pb.gz").exists(), "{}", o.describe());
+    let again = go_pprof(&["-top", "-unit=B", "-sample_index=inuse_space"], &[&profile]);
+    assert_eq!(top_rows(&again), rows, "{again}\n{text}");
 }

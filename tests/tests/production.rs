@@ -591,6 +591,23 @@ fn forked_children_followed() {
     // The parent allocated nothing after attach: its report is there, with nothing to draw.
     let parent = Report::load(&out.path.join(format!("pid-{}", target.pid)));
     assert_eq!(parent.get(&["target", "pid"]).as_u64(), Some(target.pid as u64), "the parent's report");
+    // The merged heap profile of all processes: child_leak's flat bytes are the children's live
+    // bytes together (within 1 %), and each child's samples carry its pid.
+    let merged = out.file("profile.pb.gz");
+    let (rows, text) = pprof_top_inuse(&merged);
+    let live: i64 = children
+        .iter()
+        .map(|c| i64_of(Report::load(&out.path.join(format!("pid-{c}"))).site("child_leak"), "live_bytes"))
+        .sum();
+    assert_eq!(rows.first().map(|r| r.1.as_str()), Some("child_leak"), "{text}");
+    assert_within("merged inuse_space of child_leak", rows[0].0 as f64, live as f64, 0.01, &text);
+    let tags = go_pprof(&["-tags"], &[&merged]);
+    for c in &children {
+        assert!(
+            tags.contains(&format!(" {c} ")) || tags.contains(&format!("{c}\n")),
+            "pid {c} not among the tags:\n{tags}"
+        );
+    }
 }
 
 // ----------------------------------------------------------------------------------------------

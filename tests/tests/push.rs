@@ -119,34 +119,6 @@ fn query_param(target: &str, key: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// `go tool pprof -top -unit=B -sample_index=inuse_space FILE`: (flat bytes, function) rows.
-fn pprof_top(file: &std::path::Path) -> (Vec<(i64, String)>, String) {
-    let o = Command::new("go")
-        .args(["tool", "pprof", "-symbolize=none", "-top", "-unit=B", "-sample_index=inuse_space"])
-        .arg(file)
-        .env("PPROF_TMPDIR", temp_root())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run go (`cargo xtask setup` installs golang-go): {e}"));
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "go tool pprof failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
-    let mut rows = Vec::new();
-    let mut body = false;
-    for l in text.lines() {
-        if l.trim_start().starts_with("flat") {
-            body = true;
-            continue;
-        }
-        let cols: Vec<&str> = l.split_whitespace().collect();
-        if body
-            && cols.len() >= 6
-            && let Ok(flat) = cols[0].trim_end_matches('B').parse::<i64>()
-        {
-            rows.push((flat, cols[5..].join(" ")));
-        }
-    }
-    (rows, text)
-}
-
 /// Pushes during and at the end of a recording reach the server after a 503 (retried), with
 /// the ingest parameters and labels; the last one, decoded by go tool pprof, names leak_malloc
 /// with report.json's live bytes (within 1 %).
@@ -199,7 +171,57 @@ fn push_to_pyroscope_endpoint_with_retry() {
     assert_eq!(last.status, 200);
     let file = out.path.join("pushed-last.pb.gz");
     std::fs::write(&file, part(last, "profile").expect("profile part")).unwrap();
-    let (rows, text) = pprof_top(&file);
+    let (rows, text) = pprof_top_inuse(&file);
+    assert_eq!(rows.first().map(|r| r.1.as_str()), Some("leak_malloc"), "{text}\n{ctx}");
+    let live = i64_of(r.site("leak_malloc"), "live_bytes");
+    assert_within("pushed inuse_space of leak_malloc", rows[0].0 as f64, live as f64, 0.01, &format!("{text}\n{ctx}"));
+    assert_within("leak_malloc live bytes", live as f64, (N * LEAK_BYTES) as f64, 0.10, &ctx);
+}
+
+/// `--push-format parca`: WriteRaw over Parca's HTTP/JSON route, retried after a 503; the
+/// labels name the profile type and the process, and the raw profile, decoded by go tool pprof,
+/// names leak_malloc with report.json's live bytes (within 1 %).
+#[test]
+fn push_to_parca_endpoint_with_retry() {
+    use base64::Engine as _;
+    require_root();
+    const N: u64 = 600;
+    let (port, got) = start_server();
+    let out = OutDir::new("push-parca");
+    let url = format!("http://127.0.0.1:{port}/parca");
+    let mut target = Command::new(&fixtures().leaky);
+    target.args(["malloc", &N.to_string(), "200"]);
+    let o = record_launch(&out, &["--push", &url, "--push-format", "parca", "--push-label", "k8s.node=n1"], target);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
+    let got = got.lock().unwrap().clone();
+    assert!(got.len() >= 2, "expected the 503 and its retry; got {} request(s)\n{ctx}", got.len());
+    assert_eq!(got[0].status, 503, "{ctx}");
+    assert!(o.stderr.contains("retry 1/"), "the failed push is not reported with its retry\n{ctx}");
+    let pid = pid_line(&o.stdout).expect("PID line");
+    let last = got.last().unwrap();
+    assert_eq!((last.status, last.target.as_str()), (200, "/parca/profiles/writeraw"), "{ctx}");
+    assert_eq!(last.content_type, "application/json");
+    let j: Value = serde_json::from_slice(&last.body).expect("the WriteRaw body is JSON");
+    let labels: Vec<(String, String)> = j["series"][0]["labels"]["labels"]
+        .as_array()
+        .expect("series[0].labels.labels")
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap_or("").to_string(), l["value"].as_str().unwrap_or("").to_string()))
+        .collect();
+    let want: Vec<(String, String)> =
+        [("__name__", "memory"), ("job", "leaky"), ("k8s_node", "n1"), ("pid", pid.to_string().as_str())]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    assert_eq!(labels, want, "{j}");
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(j["series"][0]["samples"][0]["rawProfile"].as_str().expect("rawProfile"))
+        .expect("rawProfile is base64");
+    let file = out.path.join("parca-last.pb.gz");
+    std::fs::write(&file, raw).unwrap();
+    let (rows, text) = pprof_top_inuse(&file);
     assert_eq!(rows.first().map(|r| r.1.as_str()), Some("leak_malloc"), "{text}\n{ctx}");
     let live = i64_of(r.site("leak_malloc"), "live_bytes");
     assert_within("pushed inuse_space of leak_malloc", rows[0].0 as f64, live as f64, 0.01, &format!("{text}\n{ctx}"));

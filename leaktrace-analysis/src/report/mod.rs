@@ -45,6 +45,20 @@ pub fn write_all(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::
     render_all(rec, &analyze(rec, opts), dir)
 }
 
+/// Analyse `rec` and write only its pprof profiles ([`pprof::PROFILE_FILE`],
+/// [`pprof::GROWTH_FILE`]) into `dir` (which must exist): `leaktrace report --format pprof`.
+/// Returns the two paths. Errors name the file that could not be written.
+pub fn write_pprof(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
+    let (profile, growth) = pprof::profiles(rec, &analyze(rec, opts));
+    let mut written = Vec::with_capacity(2);
+    for (name, data) in [(pprof::PROFILE_FILE, profile), (pprof::GROWTH_FILE, growth)] {
+        let p = dir.join(name);
+        write_atomic(&p, &data)?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
 /// Write every output file of `rec`, rendered from its analysis `a`, into `dir` (which must
 /// exist). Returns the paths written, in [`FILES`] order. Errors name the file that could not
 /// be written.

@@ -544,6 +544,117 @@ pub fn decode(data: &[u8]) -> anyhow::Result<Profile> {
     Profile::decode(raw.as_slice()).map_err(|e| anyhow::anyhow!("profile is not a pprof Profile: {e}"))
 }
 
+/// One profile holding the samples of several (one per traced process), for the summary
+/// directory of a multi-process recording: every sample keeps its `pid` label, so
+/// `go tool pprof -tagfocus pid=N` selects one process and `-tagroot pid` splits the graph by
+/// process. Mappings, locations and functions are kept per input profile (processes map the same
+/// library at different addresses), renumbered 1..n; strings are shared. The header (sample
+/// types, period, default type) is the first profile's; `time_nanos` is the earliest start and
+/// `duration_nanos` spans to the latest end.
+///
+/// Errors: no profile, or profiles whose sample types (names and units, in order) differ.
+pub fn merge(profiles: &[Profile]) -> anyhow::Result<Profile> {
+    let Some(first) = profiles.first() else { anyhow::bail!("no profile to merge") };
+    let types = |p: &Profile| -> Vec<(String, String)> {
+        let s = |i: i64| p.string_table.get(i as usize).cloned().unwrap_or_default();
+        p.sample_type.iter().map(|v| (s(v.r#type), s(v.unit))).collect()
+    };
+    let want = types(first);
+    let mut out = Profile { string_table: vec![String::new()], ..Default::default() };
+    let mut strings: HashMap<String, i64> = HashMap::from([(String::new(), 0)]);
+    let mut intern = |out: &mut Profile, s: &str| -> i64 {
+        if let Some(&i) = strings.get(s) {
+            return i;
+        }
+        let i = out.string_table.len() as i64;
+        out.string_table.push(s.to_string());
+        strings.insert(s.to_string(), i);
+        i
+    };
+    let (mut start, mut end) = (i64::MAX, i64::MIN);
+    for (n, p) in profiles.iter().enumerate() {
+        if types(p) != want {
+            anyhow::bail!("profile {} has sample types {:?}, the first has {:?}", n + 1, types(p), want);
+        }
+        let s = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
+        let mut remap = |out: &mut Profile, i: i64| intern(out, s(i));
+        let (mapping_base, location_base, function_base) =
+            (out.mapping.len() as u64, out.location.len() as u64, out.function.len() as u64);
+        // Ids are renumbered by position: the inputs' ids are 1..n in order (as Builder writes
+        // them), and a reference to an id that is not there stays 0 ("none").
+        let mapping_id: HashMap<u64, u64> =
+            p.mapping.iter().enumerate().map(|(i, m)| (m.id, mapping_base + i as u64 + 1)).collect();
+        let location_id: HashMap<u64, u64> =
+            p.location.iter().enumerate().map(|(i, l)| (l.id, location_base + i as u64 + 1)).collect();
+        let function_id: HashMap<u64, u64> =
+            p.function.iter().enumerate().map(|(i, f)| (f.id, function_base + i as u64 + 1)).collect();
+        for m in &p.mapping {
+            let mut m = m.clone();
+            m.id = mapping_id[&m.id];
+            m.filename = remap(&mut out, m.filename);
+            m.build_id = remap(&mut out, m.build_id);
+            out.mapping.push(m);
+        }
+        for f in &p.function {
+            let mut f = f.clone();
+            f.id = function_id[&f.id];
+            f.name = remap(&mut out, f.name);
+            f.system_name = remap(&mut out, f.system_name);
+            f.filename = remap(&mut out, f.filename);
+            out.function.push(f);
+        }
+        for l in &p.location {
+            let mut l = l.clone();
+            l.id = location_id[&l.id];
+            l.mapping_id = mapping_id.get(&l.mapping_id).copied().unwrap_or(0);
+            for line in &mut l.line {
+                line.function_id = function_id.get(&line.function_id).copied().unwrap_or(0);
+            }
+            out.location.push(l);
+        }
+        for smp in &p.sample {
+            let mut smp = smp.clone();
+            smp.location_id = smp.location_id.iter().filter_map(|id| location_id.get(id).copied()).collect();
+            for l in &mut smp.label {
+                l.key = remap(&mut out, l.key);
+                l.str = remap(&mut out, l.str);
+                l.num_unit = remap(&mut out, l.num_unit);
+            }
+            out.sample.push(smp);
+        }
+        for &c in &p.comment {
+            let c = remap(&mut out, c);
+            if !out.comment.contains(&c) {
+                out.comment.push(c);
+            }
+        }
+        if p.time_nanos != 0 {
+            start = start.min(p.time_nanos);
+            end = end.max(p.time_nanos.saturating_add(p.duration_nanos));
+        }
+    }
+    out.sample_type = first
+        .sample_type
+        .iter()
+        .map(|v| ValueType {
+            r#type: intern(&mut out, &first.string_table[v.r#type as usize]),
+            unit: intern(&mut out, &first.string_table[v.unit as usize]),
+        })
+        .collect();
+    if let Some(pt) = &first.period_type {
+        let (t, u) = (first.string_table[pt.r#type as usize].clone(), first.string_table[pt.unit as usize].clone());
+        out.period_type = Some(ValueType { r#type: intern(&mut out, &t), unit: intern(&mut out, &u) });
+    }
+    out.period = first.period;
+    let default = first.string_table.get(first.default_sample_type as usize).cloned().unwrap_or_default();
+    out.default_sample_type = intern(&mut out, &default);
+    if start != i64::MAX {
+        out.time_nanos = start;
+        out.duration_nanos = end - start;
+    }
+    Ok(out)
+}
+
 /// `(profile.pb.gz, growth.pb.gz)` bytes of an analysed recording: the hook of
 /// [`crate::report::render_all`].
 pub fn profiles(rec: &Recording, a: &Analysis) -> (Vec<u8>, Vec<u8>) {
@@ -732,5 +843,44 @@ mod tests {
         assert_eq!(p.period, 524288);
         let lost = p.sample.iter().find(|s| leaf(&p, s) == "[stack lost]").unwrap();
         assert_eq!(lost.value, vec![1, 777, 1, 777]);
+    }
+
+    #[test]
+    fn merged_profile_keeps_every_process_apart() {
+        let one = mixed();
+        let mut two = mixed();
+        two.target.pid = 5151;
+        let p1 = heap_profile(&one, &analyze(&one, &AnalyzeOptions::default()));
+        let p2 = heap_profile(&two, &analyze(&two, &AnalyzeOptions::default()));
+        let m = decode(&encode_gz(&merge(&[p1.clone(), p2.clone()]).unwrap())).unwrap();
+        assert_eq!(m.sample.len(), p1.sample.len() + p2.sample.len());
+        assert_eq!(m.mapping.len(), p1.mapping.len() + p2.mapping.len());
+        assert_eq!(string(&m, m.default_sample_type), "inuse_space");
+        assert_eq!(m.sample_type.len(), 4);
+        // Every sample's stack and values are those of its own process (found by its pid label).
+        for (pid, p) in [(one.target.pid, &p1), (5151, &p2)] {
+            let mine: Vec<&Sample> = m
+                .sample
+                .iter()
+                .filter(|s| s.label.iter().any(|l| string(&m, l.key) == "pid" && l.num == pid as i64))
+                .collect();
+            assert_eq!(mine.len(), p.sample.len(), "pid {pid}");
+            for (a, b) in mine.iter().zip(&p.sample) {
+                assert_eq!(a.value, b.value);
+                assert_eq!(names(&m, a), names(p, b));
+                for &l in &a.location_id {
+                    let loc = &m.location[l as usize - 1];
+                    assert_eq!(loc.id, l);
+                    if loc.mapping_id != 0 {
+                        let map = &m.mapping[loc.mapping_id as usize - 1];
+                        assert!(map.memory_start <= loc.address && loc.address <= map.memory_limit);
+                    }
+                }
+            }
+        }
+        // Profiles of different kinds are not merged.
+        let g = growth_profile(&one, &analyze(&one, &AnalyzeOptions::default()));
+        assert!(merge(&[p1, g]).unwrap_err().to_string().contains("sample types"));
+        assert!(merge(&[]).is_err());
     }
 }

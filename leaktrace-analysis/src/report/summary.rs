@@ -9,6 +9,8 @@ use crate::recording::Recording;
 
 use crate::human;
 
+use super::pprof;
+
 /// One traced process of the summary.
 pub struct SummaryRow<'a> {
     pub recording: &'a Recording,
@@ -66,13 +68,25 @@ pub fn summary_json(rows: &[SummaryRow<'_>], skipped: &[String]) -> serde_json::
     serde_json::json!({ "processes": processes, "skipped": skipped })
 }
 
-/// Write summary.md and summary.json into `dir` (atomically). Returns the two paths.
+/// Write summary.md and summary.json into `dir` (atomically), and, when at least one process was
+/// traced, the merged pprof profiles of all processes (`profile.pb.gz`, `growth.pb.gz`, see
+/// [`pprof::merge`]; each sample labelled with its `pid`). Returns the paths written.
 pub fn write_summary(dir: &Path, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let md_path = dir.join("summary.md");
     let json_path = dir.join("summary.json");
     write_atomic(&md_path, summary_md(rows, skipped).as_bytes())?;
     write_atomic(&json_path, &serde_json::to_vec_pretty(&summary_json(rows, skipped))?)?;
-    Ok(vec![md_path, json_path])
+    let mut written = vec![md_path, json_path];
+    if !rows.is_empty() {
+        let heap: Vec<_> = rows.iter().map(|r| pprof::heap_profile(r.recording, r.analysis)).collect();
+        let growth: Vec<_> = rows.iter().map(|r| pprof::growth_profile(r.recording, r.analysis)).collect();
+        for (name, profiles) in [(pprof::PROFILE_FILE, heap), (pprof::GROWTH_FILE, growth)] {
+            let path = dir.join(name);
+            write_atomic(&path, &pprof::encode_gz(&pprof::merge(&profiles)?))?;
+            written.push(path);
+        }
+    }
+    Ok(written)
 }
 
 #[cfg(test)]
