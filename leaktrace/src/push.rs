@@ -10,6 +10,10 @@
 //! seconds: the last accepted push of that process (or the start of the recording) and now.
 //! One request per traced process; its labels are the `--push-label`s and `pid`.
 //!
+//! The growth profile (growth.pb.gz) follows each accepted heap-profile push when it has
+//! samples: to Pyroscope as a second request with [`GROWTH_SAMPLE_TYPE_CONFIG`] (snapshots, an
+//! empty `prev_profile`), to Parca with `__name__` [`PARCA_GROWTH`].
+//!
 //! Parca (`--push-format parca`): `ProfileStoreService.WriteRaw` through the HTTP/JSON route
 //! Parca serves next to gRPC (grpc-gateway, `POST URL/profiles/writeraw`, the mapping declared
 //! in Parca's `profilestore.proto`): `{"normalized": false, "series": [{"labels": {"labels":
@@ -338,20 +342,39 @@ impl Worker {
     fn push(&mut self, job: Job) {
         for rec in &job.recordings {
             let a = analyze(rec, &AnalyzeOptions::default());
+            let mut growth = pprof::growth_profile(rec, &a);
             if self.cfg.format == PushFormat::Parca {
-                let mut p = pprof::heap_profile(rec, &a);
-                // A snapshot at `until`: Parca stores the profile at its timestamp.
-                p.time_nanos = i64::try_from(job.until_s).unwrap_or(0).saturating_mul(1_000_000_000);
-                send_with_retries(&self.cfg, &parca_request(&self.cfg, rec, &pprof::encode_gz(&p)));
+                let mut heap = pprof::heap_profile(rec, &a);
+                // Snapshots at `until`: Parca stores a profile at its timestamp.
+                let t = i64::try_from(job.until_s).unwrap_or(0).saturating_mul(1_000_000_000);
+                heap.time_nanos = t;
+                growth.time_nanos = t;
+                if send_with_retries(&self.cfg, &parca_request(&self.cfg, rec, PARCA_HEAP, &pprof::encode_gz(&heap)))
+                    && !growth.sample.is_empty()
+                {
+                    send_with_retries(
+                        &self.cfg,
+                        &parca_request(&self.cfg, rec, PARCA_GROWTH, &pprof::encode_gz(&growth)),
+                    );
+                }
                 continue;
             }
             let profile = pprof::encode_gz(&pprof::heap_profile(rec, &a));
             let (prev, from_s) =
                 self.prev.get(&rec.target.pid).cloned().unwrap_or_else(|| (empty_profile(&profile), self.from_s));
             let until_s = job.until_s.max(from_s + 1);
-            let request = ingest_request(&self.cfg, rec, from_s, until_s, &profile, &prev);
-            if send_with_retries(&self.cfg, &request) {
-                self.prev.insert(rec.target.pid, (profile, until_s));
+            let request = ingest_request(&self.cfg, rec, from_s, until_s, &profile, &prev, SAMPLE_TYPE_CONFIG);
+            if !send_with_retries(&self.cfg, &request) {
+                continue;
+            }
+            self.prev.insert(rec.target.pid, (profile, until_s));
+            // The growth profile: a snapshot of what grew over the steady window so far.
+            if !growth.sample.is_empty() {
+                let growth = pprof::encode_gz(&growth);
+                let empty = empty_profile(&growth);
+                let request =
+                    ingest_request(&self.cfg, rec, from_s, until_s, &growth, &empty, GROWTH_SAMPLE_TYPE_CONFIG);
+                send_with_retries(&self.cfg, &request);
             }
         }
     }
@@ -375,6 +398,14 @@ fn empty_profile(profile: &[u8]) -> Vec<u8> {
 /// `sample_type_config` of a heap profile: in-use values are snapshots (averaged over time),
 /// alloc values cumulative since attach (the server subtracts `prev_profile`).
 pub const SAMPLE_TYPE_CONFIG: &str = r#"{"alloc_objects":{"units":"objects","cumulative":true},"alloc_space":{"units":"bytes","cumulative":true},"inuse_objects":{"units":"objects","aggregation":"average"},"inuse_space":{"units":"bytes","aggregation":"average"}}"#;
+
+/// `sample_type_config` of a growth profile (growth.pb.gz): both values are snapshots.
+pub const GROWTH_SAMPLE_TYPE_CONFIG: &str = r#"{"growth_objects":{"units":"objects","aggregation":"average"},"growth_space":{"units":"bytes","aggregation":"average"}}"#;
+
+/// Parca's `__name__` of the heap profile (the name Parca gives heap profiles it scrapes).
+pub const PARCA_HEAP: &str = "memory";
+/// Parca's `__name__` of the growth profile.
+pub const PARCA_GROWTH: &str = "memory_growth";
 
 /// Percent-encode for a query string value.
 fn urlencode(s: &str) -> String {
@@ -420,6 +451,7 @@ fn ingest_request(
     until_s: u64,
     profile: &[u8],
     prev: &[u8],
+    sample_type_config: &str,
 ) -> Request {
     let boundary = format!("leaktrace-{:016x}{:08x}", unix_now_s(), std::process::id());
     let mut body = Vec::with_capacity(profile.len() + prev.len() + 1024);
@@ -435,7 +467,7 @@ fn ingest_request(
     };
     part("profile", "profile.pprof", "application/octet-stream", profile);
     part("prev_profile", "profile.pprof", "application/octet-stream", prev);
-    part("sample_type_config", "sample_type_config.json", "application/json", SAMPLE_TYPE_CONFIG.as_bytes());
+    part("sample_type_config", "sample_type_config.json", "application/json", sample_type_config.as_bytes());
     body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
     let query = format!(
         "name={}&from={from_s}&until={until_s}&format=pprof&spyName=leaktrace&units=bytes",
@@ -451,20 +483,21 @@ fn ingest_request(
     Request { head, body }
 }
 
-/// Parca's labels of a process's series: `__name__`, `job`, the `--push-label`s ('.' in a key
-/// becomes '_') and `pid`.
-pub fn parca_labels(cfg: &PushConfig, rec: &Recording) -> Vec<(String, String)> {
-    let mut labels = vec![("__name__".to_string(), "memory".to_string()), ("job".to_string(), app_base_name(cfg, rec))];
+/// Parca's labels of a process's series: `__name__` (`name`: [`PARCA_HEAP`] or
+/// [`PARCA_GROWTH`]), `job`, the `--push-label`s ('.' in a key becomes '_') and `pid`.
+pub fn parca_labels(cfg: &PushConfig, rec: &Recording, name: &str) -> Vec<(String, String)> {
+    let mut labels = vec![("__name__".to_string(), name.to_string()), ("job".to_string(), app_base_name(cfg, rec))];
     labels.extend(cfg.labels.iter().map(|(k, v)| (k.replace('.', "_"), v.clone())));
     labels.push(("pid".to_string(), rec.target.pid.to_string()));
     labels
 }
 
-/// The `WriteRaw` request of one process (JSON, see the module docs).
-fn parca_request(cfg: &PushConfig, rec: &Recording, profile: &[u8]) -> Request {
+/// The `WriteRaw` request of one profile of one process (JSON, see the module docs); `name` is
+/// its `__name__`.
+fn parca_request(cfg: &PushConfig, rec: &Recording, name: &str, profile: &[u8]) -> Request {
     use base64::Engine as _;
     let labels: Vec<serde_json::Value> =
-        parca_labels(cfg, rec).into_iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect();
+        parca_labels(cfg, rec, name).into_iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect();
     let body = serde_json::json!({
         "normalized": false,
         "series": [{
@@ -625,7 +658,7 @@ mod tests {
         let profile = pprof::encode_gz(&pprof::heap_profile(&rec, &a));
         let prev = empty_profile(&profile);
         assert!(pprof::decode(&prev).unwrap().sample.is_empty());
-        let req = ingest_request(&cfg, &rec, 100, 160, &profile, &prev);
+        let req = ingest_request(&cfg, &rec, 100, 160, &profile, &prev, SAMPLE_TYPE_CONFIG);
         assert!(
             req.head.starts_with(&format!(
                 "POST /p/ingest?name=app%7Bpid%3D{}%7D&from=100&until=160&format=pprof",
@@ -681,7 +714,7 @@ mod tests {
         let rec = recording();
         let a = analyze(&rec, &AnalyzeOptions::default());
         let profile = pprof::encode_gz(&pprof::heap_profile(&rec, &a));
-        let req = parca_request(&cfg, &rec, &profile);
+        let req = parca_request(&cfg, &rec, PARCA_HEAP, &profile);
         assert!(req.head.starts_with("POST /profiles/writeraw HTTP/1.1\r\nHost: parca:7070\r\n"), "{}", req.head);
         assert!(req.head.contains("Content-Type: application/json\r\n"));
         let j: serde_json::Value = serde_json::from_slice(&req.body).unwrap();

@@ -147,7 +147,10 @@ fn push_to_pyroscope_endpoint_with_retry() {
         "the failed push is not reported with its retry\n{ctx}"
     );
     let pid = pid_line(&o.stdout).expect("PID line");
-    for g in got.iter().filter(|g| g.status == 200) {
+    let is_growth = |g: &Received| {
+        String::from_utf8_lossy(part(g, "sample_type_config").unwrap_or_default()).contains("growth_space")
+    };
+    for g in got.iter().filter(|g| g.status == 200 && !is_growth(g)) {
         assert!(g.target.starts_with("/ingest?"), "{}", g.target);
         assert_eq!(query_param(&g.target, "format").as_deref(), Some("pprof"), "{}", g.target);
         assert_eq!(
@@ -166,9 +169,18 @@ fn push_to_pyroscope_endpoint_with_retry() {
     // Periodic pushes: more than the final one was accepted.
     assert!(got.iter().filter(|g| g.status == 200).count() >= 2, "{ctx}");
 
-    // The last push is the final profile: the real decoder reads it.
-    let last = got.last().unwrap();
+    // The last heap-profile push is the final profile: the real decoder reads it.
+    let last = got.iter().rfind(|g| !is_growth(g)).unwrap();
     assert_eq!(last.status, 200);
+    // The growth profile is pushed too (after the heap profile), its values snapshots; the leak
+    // is what grew.
+    let growth = got.iter().rfind(|g| is_growth(g)).unwrap_or_else(|| panic!("no growth profile pushed\n{ctx}"));
+    let cfg = String::from_utf8_lossy(part(growth, "sample_type_config").unwrap()).into_owned();
+    assert!(cfg.contains("\"growth_space\":{\"units\":\"bytes\",\"aggregation\":\"average\"}"), "{cfg}");
+    let file = out.path.join("pushed-growth.pb.gz");
+    std::fs::write(&file, part(growth, "profile").expect("profile part")).unwrap();
+    let text = go_pprof(&["-top", "-unit=B"], &[&file]);
+    assert_eq!(top_rows(&text).first().map(|r| r.1.as_str()), Some("leak_malloc"), "{text}\n{ctx}");
     let file = out.path.join("pushed-last.pb.gz");
     std::fs::write(&file, part(last, "profile").expect("profile part")).unwrap();
     let (rows, text) = pprof_top_inuse(&file);
@@ -200,16 +212,23 @@ fn push_to_parca_endpoint_with_retry() {
     assert_eq!(got[0].status, 503, "{ctx}");
     assert!(o.stderr.contains("retry 1/"), "the failed push is not reported with its retry\n{ctx}");
     let pid = pid_line(&o.stdout).expect("PID line");
-    let last = got.last().unwrap();
+    let labels_of = |g: &Received| -> Vec<(String, String)> {
+        let j: Value = serde_json::from_slice(&g.body).expect("the WriteRaw body is JSON");
+        j["series"][0]["labels"]["labels"]
+            .as_array()
+            .expect("series[0].labels.labels")
+            .iter()
+            .map(|l| (l["name"].as_str().unwrap_or("").to_string(), l["value"].as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    let name_of = |g: &Received| labels_of(g).first().map(|l| l.1.clone()).unwrap_or_default();
+    // The heap profile ("memory") and, after it, the growth profile ("memory_growth").
+    let last = got.iter().rfind(|g| name_of(g) == "memory").expect("a memory profile");
+    assert!(got.iter().any(|g| g.status == 200 && name_of(g) == "memory_growth"), "no growth profile\n{ctx}");
     assert_eq!((last.status, last.target.as_str()), (200, "/parca/profiles/writeraw"), "{ctx}");
     assert_eq!(last.content_type, "application/json");
     let j: Value = serde_json::from_slice(&last.body).expect("the WriteRaw body is JSON");
-    let labels: Vec<(String, String)> = j["series"][0]["labels"]["labels"]
-        .as_array()
-        .expect("series[0].labels.labels")
-        .iter()
-        .map(|l| (l["name"].as_str().unwrap_or("").to_string(), l["value"].as_str().unwrap_or("").to_string()))
-        .collect();
+    let labels = labels_of(last);
     let want: Vec<(String, String)> =
         [("__name__", "memory"), ("job", "leaky"), ("k8s_node", "n1"), ("pid", pid.to_string().as_str())]
             .iter()
