@@ -96,29 +96,45 @@ const COPY_BUDGET: usize = 1 << 30;
 /// resumed before this returns, whatever happened. Errors (one line): the process cannot be
 /// stopped (gone, already traced), the block list cannot be read.
 pub fn scan(pid: u32, allocs: &aya::maps::Map, opts: ScanOptions) -> anyhow::Result<Scan> {
+    // The objects' image ends are read from their files before the target is stopped.
+    let image_ends =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| roots::image_ends(pid, &m)).unwrap_or_default();
     let t0 = Instant::now();
     let stopped = stop::stop_all(pid)?;
     let blocks = blocks::read(allocs, pid)?;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| anyhow::anyhow!("cannot read /proc/{pid}/maps: {e}"))?;
     let threads: Vec<(i32, u64, u64)> = stopped.threads.iter().map(|t| (t.tid, t.regs.rsp, t.regs.rip)).collect();
-    let layout = roots::layout(&maps, &threads);
+    let layout = roots::layout(&maps, &threads, &image_ends);
     let mut m = Marker::new(pid, &blocks, t0 + opts.max_pause, &layout.code);
-    for t in &stopped.threads {
-        for (reg, v) in stop::pointer_registers(&t.regs) {
-            m.root_bytes += 8;
-            if let Some(i) = m.find(v) {
-                m.mark(i, Origin::Register { tid: t.tid, reg }, 0);
+    // A block reachable from several roots is retained by the first that reaches it: globals
+    // (and everything reachable from them) first, then registers and stacks, then untraced
+    // memory, so the retaining chain names the most telling root (a static array rather than a
+    // stale word in the brk heap).
+    let phase = |k: &roots::RootKind| match k {
+        roots::RootKind::Global { .. } => 0,
+        roots::RootKind::Stack { .. } => 1,
+        roots::RootKind::Untraced { .. } => 2,
+    };
+    for p in 0..3 {
+        if p == 1 {
+            for t in &stopped.threads {
+                for (reg, v) in stop::pointer_registers(&t.regs) {
+                    m.root_bytes += 8;
+                    if let Some(i) = m.find(v) {
+                        m.mark(i, Origin::Register { tid: t.tid, reg }, 0);
+                    }
+                }
             }
         }
-    }
-    for (ri, r) in layout.regions.iter().enumerate() {
-        if m.out_of_time() {
-            break;
+        for (ri, r) in layout.regions.iter().enumerate().filter(|(_, r)| phase(&r.kind) == p) {
+            if m.out_of_time() {
+                break;
+            }
+            m.scan_region(ri as u32, r);
         }
-        m.scan_region(ri as u32, r);
+        m.drain();
     }
-    m.drain();
     let pause_before_resume = t0.elapsed();
     drop(stopped);
     let pause = t0.elapsed().max(pause_before_resume);

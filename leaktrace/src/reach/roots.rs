@@ -40,11 +40,51 @@ pub struct Layout {
     pub bases: std::collections::HashMap<String, u64>,
 }
 
+/// The end of each mapped ELF object's image (its loadable segments, `.bss` included), an
+/// absolute address, by path: `base + max(p_vaddr + p_memsz)` over PT_LOAD (no base for a
+/// non-PIE executable), rounded up to a page. Read from the ELF and program headers of the
+/// very file mapped (through /proc/PID/map_files, first 64 KiB), before the target is stopped.
+/// Objects whose headers cannot be read are missing from the map.
+pub fn image_ends(pid: u32, maps: &str) -> std::collections::HashMap<String, u64> {
+    let mut out = std::collections::HashMap::new();
+    for l in maps.lines().filter_map(procinfo::parse_maps_line) {
+        if l.offset != 0 || !l.path.starts_with('/') || out.contains_key(&l.path) {
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(format!("/proc/{pid}/map_files/{}", l.range)) else { continue };
+        let mut head = Vec::with_capacity(64 << 10);
+        if std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 << 10), &mut head).is_err() {
+            continue;
+        }
+        if let Some(end) = elf_image_end(&head, l.start) {
+            out.insert(l.path.clone(), end);
+        }
+    }
+    out
+}
+
+/// `image_ends` of one object from the start of its file, mapped (offset 0) at `start`.
+fn elf_image_end(head: &[u8], start: u64) -> Option<u64> {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let hdr = object::elf::FileHeader64::<object::Endianness>::parse(head).ok()?;
+    let endian = hdr.endian().ok()?;
+    let phdrs = hdr.program_headers(endian, head).ok()?;
+    let loads = phdrs.iter().filter(|p| p.p_type(endian) == object::elf::PT_LOAD);
+    let lowest = loads.clone().map(|p| p.p_vaddr(endian)).min()?;
+    let end = loads.map(|p| p.p_vaddr(endian).saturating_add(p.p_memsz(endian))).max()?;
+    // ET_EXEC: addresses are absolute; ET_DYN: relative to the load bias (start − lowest page).
+    let bias = if hdr.e_type(endian) == object::elf::ET_EXEC { 0 } else { start.saturating_sub(lowest & !0xfff) };
+    Some((bias.saturating_add(end) + 0xfff) & !0xfff)
+}
+
 /// Threads' (tid, stack pointer, instruction pointer) and /proc/PID/maps → the root regions.
 /// Thread stacks of threads that exited (glibc keeps them mapped for reuse) are not roots: an
 /// anonymous writable mapping right above a small inaccessible one (a guard page) and holding
-/// no live thread's stack pointer is skipped.
-pub fn layout(maps: &str, threads: &[(i32, u64, u64)]) -> Layout {
+/// no live thread's stack pointer is skipped. An anonymous mapping right after an object's
+/// last mapping is its `.bss` up to the object's image end (`image_end`, from
+/// [`image_ends`]; the whole mapping when unknown), and untraced memory beyond (the kernel
+/// merges an adjacent anonymous mapping, e.g. an allocator's, into the .bss tail).
+pub fn layout(maps: &str, threads: &[(i32, u64, u64)], image_end: &std::collections::HashMap<String, u64>) -> Layout {
     let lines: Vec<procinfo::MapsLine<'_>> = maps.lines().filter_map(procinfo::parse_maps_line).collect();
     let mut regions = Vec::new();
     let mut code = Vec::new();
@@ -94,9 +134,19 @@ pub fn layout(maps: &str, threads: &[(i32, u64, u64)]) -> Layout {
                     p.end == l.start && p.path.is_empty() && p.perms == "---p" && p.end - p.start <= 64 << 10
                 });
                 if after_file {
-                    // The .bss beyond the file's last page.
+                    // The .bss beyond the file's last page, then whatever was mapped after it.
                     let path = prev.map(|p| p.path.clone()).unwrap_or_default();
-                    regions.push(Region { start: l.start, end: l.end, kind: RootKind::Global { path } });
+                    let bss_end = image_end.get(&path).map_or(l.end, |&e| e.clamp(l.start, l.end));
+                    if bss_end > l.start {
+                        regions.push(Region { start: l.start, end: bss_end, kind: RootKind::Global { path } });
+                    }
+                    if bss_end < l.end {
+                        regions.push(Region {
+                            start: bss_end,
+                            end: l.end,
+                            kind: RootKind::Untraced { region: "anonymous" },
+                        });
+                    }
                 } else if after_guard && l.start % (64 << 20) != 0 {
                     // A thread stack no live thread uses (glibc's stack cache): stale words.
                 } else {
@@ -139,7 +189,7 @@ mod tests {
     #[test]
     fn regions_by_kind() {
         let threads = [(10, 0x7ffc000ff000, 0x55d0a0001100), (11, 0x7f0000800000, 0x55d0a0001200)];
-        let l = layout(MAPS, &threads);
+        let l = layout(MAPS, &threads, &Default::default());
         let kinds: Vec<(u64, &RootKind)> = l.regions.iter().map(|r| (r.start, &r.kind)).collect();
         // relro, .data, .bss of the executable.
         assert!(matches!(kinds[0], (0x55d0a0003000, RootKind::Global { .. })));
@@ -155,5 +205,45 @@ mod tests {
         assert_eq!(l.regions.len(), 7);
         assert_eq!(l.bases["/srv/server"], 0x55d0a0000000);
         assert_eq!(l.code, vec![(0x55d0a0001000, 0x55d0a0002000)]);
+    }
+}
+
+#[cfg(test)]
+mod bss_tests {
+    use super::*;
+
+    /// An anonymous mapping after an object's data is its .bss only up to the image's end; the
+    /// rest (an arena the kernel placed right after it) is untraced memory.
+    #[test]
+    fn bss_ends_at_the_image_end() {
+        let maps = "\
+7f0000000000-7f0000001000 r--p 00000000 08:01 100 /lib/libx.so
+7f0000001000-7f0000002000 rw-p 00001000 08:01 100 /lib/libx.so
+7f0000002000-7f0000200000 rw-p 00000000 00:00 0
+";
+        let ends = std::collections::HashMap::from([("/lib/libx.so".to_string(), 0x7f0000004000)]);
+        let l = layout(maps, &[], &ends);
+        let got: Vec<(u64, u64, &RootKind)> = l.regions.iter().map(|r| (r.start, r.end, &r.kind)).collect();
+        // relro, .data, .bss, then the arena.
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!((got[1].0, got[1].1), (0x7f0000001000, 0x7f0000002000));
+        assert!(matches!(got[2], (0x7f0000002000, 0x7f0000004000, RootKind::Global { .. })));
+        let last = &l.regions.last().unwrap();
+        assert_eq!((last.start, last.end), (0x7f0000004000, 0x7f0000200000));
+        assert_eq!(last.kind, RootKind::Untraced { region: "anonymous" });
+    }
+
+    /// The image end of a real object: this test binary's own, from its ELF headers.
+    #[test]
+    fn image_end_of_a_real_object() {
+        let pid = std::process::id();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap().display().to_string();
+        let ends = image_ends(pid, &maps);
+        let end = ends[&exe];
+        // Past every file-backed mapping of the executable, and within a page of the last.
+        let last = maps.lines().filter_map(procinfo::parse_maps_line).filter(|l| l.path == exe).map(|l| l.end).max();
+        let last = last.unwrap();
+        assert!(end >= last && end <= last + (64 << 20), "end {end:#x} last mapping end {last:#x}");
     }
 }
