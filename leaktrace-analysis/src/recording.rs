@@ -53,6 +53,11 @@ pub struct Recording {
     /// (`record --reachability`); None without it, or when the target was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachability: Option<crate::reachability::Reachability>,
+    /// Reachability scans taken while recording (`--reachability-every N`: at every Nth
+    /// checkpoint), oldest first; the scan at the end is `reachability`. Empty without the
+    /// option.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reachability_scans: Vec<crate::reachability::Reachability>,
     /// Hook (issue #12, pprof mappings): the target's executable mappings with file offsets and
     /// build IDs, by start address; empty in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

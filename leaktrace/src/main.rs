@@ -135,11 +135,18 @@ struct ReachArgs {
     /// says how far it got.
     #[arg(long, default_value = "5s", value_parser = parse_duration, requires = "reachability")]
     reachability_max_pause: Duration,
+    /// Also scan at every Nth checkpoint (each scan pauses the target), to see lost and
+    /// still-referenced bytes over time, not only at the end.
+    #[arg(long, value_name = "N", requires = "reachability", value_parser = clap::value_parser!(u32).range(1..))]
+    reachability_every: Option<u32>,
 }
 
 impl ReachArgs {
     fn options(&self) -> Option<leaktrace::reach::ScanOptions> {
-        self.reachability.then_some(leaktrace::reach::ScanOptions { max_pause: self.reachability_max_pause })
+        self.reachability.then_some(leaktrace::reach::ScanOptions {
+            max_pause: self.reachability_max_pause,
+            every: self.reachability_every,
+        })
     }
 }
 

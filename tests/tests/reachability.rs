@@ -271,3 +271,41 @@ fn python_extension_lost_and_held_by_its_static_array() {
     assert_eq!(u64_of(zones, "reachable_blocks"), 64, "{ctx}");
     assert_eq!(zones["retained_by"][0]["symbol"], "zone_cache", "{ctx}");
 }
+
+/// `--reachability-every 2`: a scan at every second checkpoint while the extension works at a
+/// steady rate; at every scan parse_record's lost bytes are higher (a forgotten free) and
+/// hold_record's still-referenced bytes are higher (retention), and report.md says which is
+/// which. The target's data are intact after the repeated pauses.
+#[test]
+fn periodic_scans_show_lost_and_held_bytes_rising() {
+    require_root();
+    const N: u64 = 2400;
+    let out = OutDir::new("reach-every");
+    let mut cmd = Command::new(python());
+    cmd.arg(fixture_source("runtimes").join("tsparse_reach.py")).arg(tsparse_ext()).args([&N.to_string(), "400"]);
+    let (target, lt) = start_cmd(cmd, &["--reachability-every", "2"], &out);
+    let o = lt.wait(TIMEOUT);
+    o.assert_success();
+    let sum = finish(target);
+    assert_eq!(sum, N.div_ceil(4) * 100 + 64 * "Zone/0000".len() as u64, "the extension's data changed");
+
+    let r = Report::load(&out.path);
+    let rc = r.get(&["reachability"]);
+    let ctx = format!("{}\n{}", o.stderr, serde_json::to_string_pretty(rc).unwrap());
+    let scans = rc["scans"].as_array().expect("reachability.scans");
+    // 6 s of work at a 500 ms interval: a scan every second, and one at the end.
+    assert!(scans.len() >= 4, "{} scan(s)\n{ctx}", scans.len());
+    assert!(scans.windows(2).all(|w| f64_of(&w[0], "t_s") < f64_of(&w[1], "t_s")), "{ctx}");
+    let at = |site: &Value, key: &str| -> Vec<u64> {
+        site[key].as_array().expect(key).iter().map(|v| v.as_u64().unwrap_or(0)).collect()
+    };
+    let lost = reach_site(&r, "parse_record");
+    let lost_at = at(lost, "unreachable_bytes_at_scans");
+    assert_eq!(lost_at.len(), scans.len(), "{ctx}");
+    assert!(lost_at.windows(2).all(|w| w[1] >= w[0]) && lost_at[lost_at.len() - 1] > lost_at[0], "{lost_at:?}\n{ctx}");
+    assert!(str_of(lost, "trend").starts_with("lost bytes rise at every scan"), "{ctx}");
+    let held = reach_site(&r, "hold_record");
+    assert!(str_of(held, "trend").starts_with("still-referenced bytes rise at every scan"), "{ctx}");
+    let md = std::fs::read_to_string(out.file("report.md")).unwrap();
+    assert!(md.contains(&format!("Lost bytes at each of the {} scans", scans.len())), "{md}");
+}

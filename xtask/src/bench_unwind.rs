@@ -182,10 +182,16 @@ pub fn measure(reps: usize, pairs: u64) -> Result<String> {
 
 /// Put `section` in place of the old one in the document at `out` (at its end if it has none).
 pub fn write_section(out: &Path, section: &str) -> Result<()> {
+    write_marked(out, BEGIN, END, section)
+}
+
+/// Replace the part of `out` between the lines `begin` and `end` (included) with `section`, or
+/// append `section` when the marks are not there.
+pub fn write_marked(out: &Path, begin: &str, end: &str, section: &str) -> Result<()> {
     let old = std::fs::read_to_string(out).unwrap_or_default();
-    let doc = match (old.find(BEGIN), old.find(END)) {
+    let doc = match (old.find(begin), old.find(end)) {
         (Some(b), Some(e)) if e > b => {
-            format!("{}{}{}", &old[..b], section, &old[e + END.len()..].trim_start_matches('\n'))
+            format!("{}{}{}", &old[..b], section, &old[e + end.len()..].trim_start_matches('\n'))
         }
         _ => format!("{}\n{section}", old.trim_end()),
     };

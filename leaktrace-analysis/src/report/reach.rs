@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::analyze::Analysis;
 use crate::human::{bytes, number};
-use crate::reachability::{SiteReach, chain_line};
+use crate::reachability::{Reachability, SiteReach, chain_line};
 use crate::recording::Recording;
 
 /// Sites shown in report.md's section.
@@ -33,13 +33,52 @@ fn function_of(rec: &Recording, a: &Analysis, id: u32) -> String {
     rec.stacks.iter().find(|s| s.id == id).map(|s| crate::analyze::culprit(s).1).unwrap_or_else(|| format!("site {id}"))
 }
 
+/// Every scan of the recording, oldest first: the periodic ones (`--reachability-every`), then
+/// the one at the end.
+fn all_scans(rec: &Recording) -> Vec<&Reachability> {
+    rec.reachability_scans.iter().chain(rec.reachability.as_ref()).collect()
+}
+
+/// (reachable bytes, unreachable bytes) of `site` at `scan` (0 when it had no live block then).
+fn site_at(scan: &Reachability, site: u32) -> (u64, u64) {
+    scan.sites.iter().find(|s| s.stack == site).map_or((0, 0), |s| (s.reachable_bytes, s.unreachable_bytes))
+}
+
+/// What several scans say of lost and still-referenced bytes over time (one sentence), or None
+/// with fewer than two scans or nothing that rose.
+pub fn trend_sentence(values: &[(u64, u64)]) -> Option<String> {
+    if values.len() < 2 {
+        return None;
+    }
+    // Never falling from one scan to the next, and higher at the last than at the first.
+    let rising = |f: fn(&(u64, u64)) -> u64| {
+        values.windows(2).all(|w| f(&w[1]) >= f(&w[0])) && f(&values[values.len() - 1]) > f(&values[0])
+    };
+    match (rising(|v| v.1), rising(|v| v.0)) {
+        (true, _) => Some(format!(
+            "lost bytes rise at every scan ({} → {}): blocks are dropped without a free (a forgotten free)",
+            bytes(values[0].1),
+            bytes(values[values.len() - 1].1)
+        )),
+        (false, true) => Some(format!(
+            "still-referenced bytes rise at every scan ({} → {}) while lost bytes do not: something keeps them (retention: a list, a map or a cache that is never pruned)",
+            bytes(values[0].0),
+            bytes(values[values.len() - 1].0)
+        )),
+        _ => None,
+    }
+}
+
 /// `reachability` of report.json: null without a scan.
 pub fn reach_json(rec: &Recording, a: &Analysis) -> Value {
     let Some(r) = &rec.reachability else { return Value::Null };
+    let scans = all_scans(rec);
+    let several = scans.len() > 1;
     let sites: Vec<Value> = ordered(rec, a)
         .into_iter()
         .map(|s| {
-            json!({
+            let at: Vec<(u64, u64)> = scans.iter().map(|x| site_at(x, s.stack)).collect();
+            let mut v = json!({
                 "id": s.stack,
                 "function": function_of(rec, a, s.stack),
                 "class": a.sites.iter().find(|x| x.id == s.stack).map(|x| x.class.as_str()),
@@ -48,10 +87,30 @@ pub fn reach_json(rec: &Recording, a: &Analysis) -> Value {
                 "unreachable_bytes": s.unreachable_bytes,
                 "unreachable_blocks": s.unreachable_blocks,
                 "retained_by": s.retained_by,
+            });
+            if several {
+                v["reachable_bytes_at_scans"] = json!(at.iter().map(|x| x.0).collect::<Vec<_>>());
+                v["unreachable_bytes_at_scans"] = json!(at.iter().map(|x| x.1).collect::<Vec<_>>());
+                v["trend"] = json!(trend_sentence(&at));
+            }
+            v
+        })
+        .collect();
+    let scan_list: Vec<Value> = scans
+        .iter()
+        .map(|x| {
+            json!({
+                "t_s": x.t_s,
+                "pause_ms": x.pause_ms,
+                "complete": x.complete,
+                "blocks": x.blocks,
+                "reachable_bytes": x.sites.iter().map(|s| s.reachable_bytes).sum::<u64>(),
+                "unreachable_bytes": x.sites.iter().map(|s| s.unreachable_bytes).sum::<u64>(),
             })
         })
         .collect();
     json!({
+        "scans": scan_list,
         "t_s": r.t_s,
         "pause_ms": r.pause_ms,
         "threads": r.threads,
@@ -118,9 +177,26 @@ pub fn reach_md(md: &mut String, rec: &Recording, a: &Analysis) {
         bytes(lost),
         number(r.sites.iter().map(|s| s.unreachable_blocks).sum::<u64>() as f64)
     );
+    let scans = all_scans(rec);
+    if scans.len() > 1 {
+        let steps: Vec<String> = scans
+            .iter()
+            .map(|x| format!("{} at {:.1} s", bytes(x.sites.iter().map(|s| s.unreachable_bytes).sum()), x.t_s))
+            .collect();
+        let pauses: Vec<f64> = scans.iter().map(|x| x.pause_ms).collect();
+        let _ = writeln!(
+            md,
+            "Lost bytes at each of the {} scans (`--reachability-every`): {}; longest pause {:.1} ms.\n",
+            scans.len(),
+            steps.join(", "),
+            pauses.iter().copied().fold(0.0, f64::max)
+        );
+    }
     for s in ordered(rec, a).into_iter().take(MD_SITES) {
         let class = a.sites.iter().find(|x| x.id == s.stack).map(|x| format!(" ({})", x.class)).unwrap_or_default();
-        let _ = writeln!(md, "- **{}**{class}: {}", function_of(rec, a, s.stack), site_sentence(s));
+        let at: Vec<(u64, u64)> = scans.iter().map(|x| site_at(x, s.stack)).collect();
+        let trend = trend_sentence(&at).map(|t| format!("; {t}")).unwrap_or_default();
+        let _ = writeln!(md, "- **{}**{class}: {}{trend}", function_of(rec, a, s.stack), site_sentence(s));
     }
     md.push('\n');
 }
@@ -148,5 +224,17 @@ mod tests {
             site_sentence(&s),
             "1,532 of 1,600 block(s) lost (nothing points at them), 149.6 KiB; the other 68 (6.6 KiB) still pointed at: held by g_sessions (server) → this block"
         );
+    }
+
+    #[test]
+    fn trends_over_scans() {
+        assert_eq!(trend_sentence(&[(0, 100)]), None);
+        let lost = trend_sentence(&[(10, 100), (10, 200), (12, 300)]).unwrap();
+        assert!(lost.starts_with("lost bytes rise at every scan (100 B → 300 B)"), "{lost}");
+        let held = trend_sentence(&[(100, 5), (200, 5), (300, 5)]).unwrap();
+        assert!(held.starts_with("still-referenced bytes rise at every scan (100 B → 300 B)"), "{held}");
+        // A fall in between is no trend; flat is none.
+        assert_eq!(trend_sentence(&[(0, 100), (0, 50), (0, 300)]), None);
+        assert_eq!(trend_sentence(&[(7, 7), (7, 7)]), None);
     }
 }

@@ -31,11 +31,14 @@ pub struct ScanOptions {
     /// Longest pause of the target: the scan stops there (marked so, `complete: false`) and the
     /// threads are resumed.
     pub max_pause: Duration,
+    /// Also scan at every this many periodic checkpoints (`--reachability-every N`); None:
+    /// only at the end.
+    pub every: Option<u32>,
 }
 
 impl Default for ScanOptions {
     fn default() -> Self {
-        ScanOptions { max_pause: Duration::from_secs(5) }
+        ScanOptions { max_pause: Duration::from_secs(5), every: None }
     }
 }
 

@@ -364,6 +364,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 std::mem::take(&mut t.warnings)
             },
             reachability: reach.remove(&t.pid),
+            reachability_scans: std::mem::take(&mut t.reach_scans),
             mappings: t.symbolizer.mappings(),
         };
         let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
@@ -404,6 +405,7 @@ impl Traced {
             end_reason: self.end_reason.unwrap_or(EndReason::Running),
             warnings: Vec::new(),
             reachability: None,
+            reachability_scans: Vec::new(),
             mappings: self.symbolizer.mappings(),
         }
     }

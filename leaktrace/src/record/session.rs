@@ -117,6 +117,8 @@ impl Session {
             _ => POLL,
         };
         let mut polls: u64 = 0;
+        // Periodic checkpoints taken (not the first, nor batch checkpoints).
+        let mut periodic: u64 = 0;
         let mut work_missing_told = false;
         loop {
             polls += 1;
@@ -204,6 +206,20 @@ impl Session {
                     }
                 }
                 self.checkpoint_all(None);
+                periodic += 1;
+                // Reachability hook (#14): a scan at every Nth periodic checkpoint.
+                if let Some(o) = opts.reachability
+                    && o.every.is_some_and(|n| periodic.is_multiple_of(u64::from(n)))
+                {
+                    self.clear_status();
+                    let mut scans =
+                        super::reachability::scan_all(&self.tracer, &mut self.targets, self.mode, o, self.start);
+                    for t in self.targets.iter_mut() {
+                        if let Some(r) = scans.remove(&t.pid) {
+                            t.reach_scans.push(r);
+                        }
+                    }
+                }
                 next += opts.interval;
                 if next < now {
                     next = now + opts.interval;

@@ -48,6 +48,8 @@ pub(super) struct Traced {
     pub(super) last_samples: HashMap<u32, SiteSample>,
     /// Child processes it forked that are not traced (no --follow-forks).
     pub(super) untraced_children: u32,
+    /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
+    pub(super) reach_scans: Vec<crate::reachability::Reachability>,
 }
 
 impl Traced {
@@ -114,6 +116,7 @@ impl Traced {
             exe_resolved: !launched,
             last_samples: HashMap::new(),
             untraced_children: 0,
+            reach_scans: Vec::new(),
         };
         if !launched {
             t.detect_runtime(&objects);

@@ -28,6 +28,7 @@ mod agent;
 mod helpers;
 mod micro;
 mod python;
+mod reach;
 mod redis;
 mod render;
 
@@ -64,6 +65,12 @@ pub struct BenchArgs {
     /// section of the results.
     #[arg(long)]
     pub unwind_only: bool,
+    /// Measure only the reachability scan's pause and update its section of the results.
+    #[arg(long, conflicts_with = "unwind_only")]
+    pub reach_only: bool,
+    /// Live blocks held for the reachability scan's pause.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub reach_blocks: u64,
 }
 
 /// Debian packages the bench needs, by the program that shows each is there.
@@ -90,14 +97,22 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     crate::setup()?;
     crate::build()?;
     let out = args.out.clone().unwrap_or_else(|| root().join("docs/benchmarks.md"));
-    let (reps, pairs) = (args.reps, args.pairs);
-    if !args.unwind_only {
+    let (reps, pairs, reach_blocks, reach_only, unwind_only) =
+        (args.reps, args.pairs, args.reach_blocks, args.reach_only, args.unwind_only);
+    if !unwind_only && !reach_only {
         ensure_packages()?;
         Bench::prepare(args)?.run()?;
     }
-    let section = crate::bench_unwind::measure(reps, pairs)?;
-    crate::bench_unwind::write_section(&out, &section)?;
-    eprintln!("xtask: bench: wrote the stack-walk section of {}", out.display());
+    if !reach_only {
+        let section = crate::bench_unwind::measure(reps, pairs)?;
+        crate::bench_unwind::write_section(&out, &section)?;
+        eprintln!("xtask: bench: wrote the stack-walk section of {}", out.display());
+    }
+    if !unwind_only {
+        let section = reach::measure(reps.min(3), reach_blocks)?;
+        crate::bench_unwind::write_marked(&out, reach::BEGIN, reach::END, &section)?;
+        eprintln!("xtask: bench: wrote the reachability section of {}", out.display());
+    }
     Ok(())
 }
 
