@@ -119,6 +119,15 @@ pub fn scan(pid: u32, allocs: &aya::maps::Map, opts: ScanOptions) -> anyhow::Res
         roots::RootKind::Stack { .. } => 1,
         roots::RootKind::Untraced { .. } => 2,
     };
+    // The untraced memory is read (copied) first, without marking from it yet: the traced blocks
+    // inside it are then scanned from the copy whichever round reaches them (a list of a million
+    // nodes in the heap is one read, not a million).
+    for r in layout.regions.iter().filter(|r| phase(&r.kind) == 2) {
+        if m.out_of_time() {
+            break;
+        }
+        m.copy_untraced(r);
+    }
     for p in 0..3 {
         if p == 1 {
             for t in &stopped.threads {
@@ -387,7 +396,33 @@ impl<'a> Marker<'a> {
         i > 0 && w < self.code[i - 1].1
     }
 
-    /// Scan one root region, chunk by chunk; untraced regions skip the traced blocks in them.
+    /// Read an untraced region into [`Marker::cache`] chunk by chunk (up to [`COPY_BUDGET`] in
+    /// all), without marking from it: [`Marker::scan_region`] marks from the copy later.
+    fn copy_untraced(&mut self, r: &Region) {
+        let mut addr = r.start & !7;
+        while addr < r.end && self.cache_bytes < COPY_BUDGET {
+            let len = ((r.end - addr) as usize).min(CHUNK).min(COPY_BUDGET - self.cache_bytes);
+            let n = self.read(addr, len) & !7;
+            if n == 0 {
+                self.read_errors += 1;
+                addr = (addr | 0xfff) + 1;
+                continue;
+            }
+            let mut b = std::mem::take(&mut self.buf);
+            b.truncate(n);
+            self.cache_bytes += n;
+            self.cache.push((addr, b));
+            addr += n as u64;
+        }
+    }
+
+    /// The copy of untraced memory starting exactly at `addr` ([`Marker::copy_untraced`]).
+    fn cached_chunk(&self, addr: u64) -> Option<usize> {
+        self.cache.binary_search_by_key(&addr, |c| c.0).ok()
+    }
+
+    /// Scan one root region, chunk by chunk; untraced regions skip the traced blocks in them
+    /// and are scanned from their copy when [`Marker::copy_untraced`] made one.
     fn scan_region(&mut self, ri: u32, r: &Region) {
         let mut addr = r.start & !7;
         // Stack: the nearest code address seen so far below the slot names its frame.
@@ -402,15 +437,21 @@ impl<'a> Marker<'a> {
             if self.out_of_time() {
                 return;
             }
-            let len = ((r.end - addr) as usize).min(CHUNK);
-            let n = self.read(addr, len) & !7;
-            if n == 0 {
-                self.read_errors += 1;
-                // Skip the unreadable page.
-                addr = (addr | 0xfff) + 1;
-                continue;
-            }
-            let buf = std::mem::take(&mut self.buf);
+            let copied = if skip_blocks { self.cached_chunk(addr) } else { None };
+            let (n, buf) = match copied {
+                Some(k) => (self.cache[k].1.len(), std::mem::take(&mut self.cache[k].1)),
+                None => {
+                    let len = ((r.end - addr) as usize).min(CHUNK);
+                    let n = self.read(addr, len) & !7;
+                    if n == 0 {
+                        self.read_errors += 1;
+                        // Skip the unreadable page.
+                        addr = (addr | 0xfff) + 1;
+                        continue;
+                    }
+                    (n, std::mem::take(&mut self.buf))
+                }
+            };
             let mut off = 0usize;
             while off < n {
                 let w_addr = addr + off as u64;
@@ -441,12 +482,16 @@ impl<'a> Marker<'a> {
                 }
                 off += 8;
             }
-            if skip_blocks && self.cache_bytes + n <= COPY_BUDGET {
+            if let Some(k) = copied {
+                // Put the copy back.
+                self.cache[k].1 = buf;
+            } else if skip_blocks && self.cache_bytes + n <= COPY_BUDGET {
                 // Keep the copy: the traced blocks in it are scanned from it if reached.
                 let mut b = buf;
                 b.truncate(n);
                 self.cache_bytes += n;
-                self.cache.push((addr, b));
+                let at = self.cache.partition_point(|c| c.0 < addr);
+                self.cache.insert(at, (addr, b));
             } else {
                 self.buf = buf;
             }
@@ -458,8 +503,14 @@ impl<'a> Marker<'a> {
     /// Blocks inside the untraced memory already read are scanned from that copy; the others
     /// are read in batches.
     fn drain(&mut self) {
+        // The copies (sorted by address) stay for the next round.
         let mut cache = std::mem::take(&mut self.cache);
         cache.sort_unstable_by_key(|c| c.0);
+        self.drain_with(&cache);
+        self.cache = cache;
+    }
+
+    fn drain_with(&mut self, cache: &[(u64, Vec<u8>)]) {
         let cached = |s: u64, len: usize| -> Option<&[u8]> {
             let k = cache.partition_point(|c| c.0 <= s).checked_sub(1)?;
             let (start, data) = &cache[k];
