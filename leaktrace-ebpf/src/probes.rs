@@ -864,7 +864,10 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
         return 0;
     }
     count(counter::PAGE_FAULTS);
-    let site = site_here(task_regs(), tgid, site_kind::FAULT);
+    // A fault is inside a function body, not at its entry: the word at the stack pointer is
+    // no return address, so no `caller` (it would split one stack into many sites and put a
+    // bogus frame 1 in each).
+    let site = SiteKey { caller: 0, ..site_here(task_regs(), tgid, site_kind::FAULT) };
     let mut stats = SITES.get_ptr_mut(site);
     if stats.is_none() {
         let _ = SITES.insert(site, SiteStats::default(), BPF_NOEXIST as u64);
