@@ -448,6 +448,10 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
     }
     setup()?;
     build()?;
+    let bin = release_binary();
+    // The long-run test (tests/tests/long_run.rs, 10 minutes, mostly waiting) runs in the
+    // background beside the rest of the suite; not when only some tests are asked for.
+    let long = if e2e_args.is_empty() { Some(LongRun::start(&bin)?) } else { None };
     // Release, like the build above and the end-to-end tests: one set of compiled dependencies.
     let unit_ok = run_status(cargo().args([
         "test",
@@ -457,23 +461,77 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
         "--exclude",
         "leaktrace-tests",
     ]))?;
-    let bin = release_binary();
     let e2e_ok = run_status(
         cargo()
             .env("LEAKTRACE_BIN", &bin)
             .args(["test", "--no-fail-fast", "--release", "-p", "leaktrace-tests", "--", "--test-threads=2"])
             .args(e2e_args),
     )?;
-    match (unit_ok, e2e_ok) {
-        (true, true) => {
+    let long_ok = match long {
+        Some(l) => l.finish()?,
+        None => true,
+    };
+    match (unit_ok, e2e_ok, long_ok) {
+        (true, true, true) => {
             eprintln!("xtask: test: unit and end-to-end tests passed");
             Ok(())
         }
-        (u, e) => {
+        (u, e, l) => {
             let failed: Vec<&str> =
-                [(!u).then_some("unit tests"), (!e).then_some("end-to-end tests")].into_iter().flatten().collect();
+                [(!u).then_some("unit tests"), (!e).then_some("end-to-end tests"), (!l).then_some("the long-run test")]
+                    .into_iter()
+                    .flatten()
+                    .collect();
             bail!("{} failed (see above)", failed.join(" and "))
         }
+    }
+}
+
+/// The long-run end-to-end test, running in the background: its test binary started directly
+/// (not through cargo, whose lock on the target directory would hold up the other tests), its
+/// output in `target/long-run.log`.
+struct LongRun {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl LongRun {
+    fn start(leaktrace: &Path) -> Result<LongRun> {
+        let out = cargo()
+            .args(["test", "--release", "-p", "leaktrace-tests", "--test", "long_run", "--no-run"])
+            .args(["--message-format", "json"])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .context("cannot build the long-run test")?;
+        if !out.status.success() {
+            bail!("cannot build the long-run test");
+        }
+        let exe = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["target"]["name"] == "long_run")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .context("cargo named no executable for the long-run test")?;
+        let log = release_binary().with_file_name("long-run.log");
+        let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--ignored", "--nocapture", "--test-threads=1"])
+            .env("LEAKTRACE_BIN", leaktrace)
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+        eprintln!("xtask: $ {} (in the background; output in {})", show(&cmd), log.display());
+        let child = cmd.spawn().with_context(|| format!("cannot run {}", exe.display()))?;
+        Ok(LongRun { child, log })
+    }
+
+    /// Wait for it; print its output. True when it passed.
+    fn finish(mut self) -> Result<bool> {
+        eprintln!("xtask: waiting for the long-run test ({})", self.log.display());
+        let status = self.child.wait()?;
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        eprintln!("xtask: long-run test output:\n{text}");
+        Ok(status.success())
     }
 }
 
