@@ -364,7 +364,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Report { dir, top } => {
             let rec = Recording::load(&dir.join("recording.json"))?;
-            let files = leaktrace::report::write_all(&rec, &dir, &leaktrace::analyze::AnalyzeOptions { top })?;
+            let out = leaktrace::output::OutDir::existing(&dir)?;
+            let files = leaktrace::report::write_all(&rec, &out, &leaktrace::analyze::AnalyzeOptions { top })?;
             for f in files {
                 println!("{}", f.display());
             }
@@ -441,10 +442,13 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     static DEMO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaktrace-demo"));
     // Not named like the default output directory: run from the temporary directory itself, the
-    // two would be one, and removing this one would remove the report.
-    let tmp = std::env::temp_dir().join(format!("leaktrace-demo-program-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let bin = tmp.join("leaktrace-demo");
+    // two would be one, and removing this one would remove the report. Made exclusively with a
+    // random name (mode 0700): nobody else can plant or swap the binary leaktrace then runs.
+    let tmp = tempfile::Builder::new()
+        .prefix("leaktrace-demo-program-")
+        .tempdir()
+        .context("cannot create a temporary directory for the demo program")?;
+    let bin = tmp.path().join("leaktrace-demo");
     std::fs::write(&bin, DEMO).with_context(|| format!("cannot write {}", bin.display()))?;
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))?;
     let secs = duration.as_secs().max(1);
@@ -471,7 +475,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
     let outcome = result?;
     print_outcome(&outcome);
     println!(

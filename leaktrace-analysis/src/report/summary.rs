@@ -1,10 +1,10 @@
 //! `summary.md` and `summary.json` of a recording of several processes: one line per process
 //! with its verdict, and the processes that were selected but not traced.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::analyze::Analysis;
-use crate::output::write_atomic;
+use crate::output::OutDir;
 use crate::recording::Recording;
 
 use crate::human;
@@ -67,11 +67,9 @@ pub fn summary_json(rows: &[SummaryRow<'_>], skipped: &[String]) -> serde_json::
 }
 
 /// Write summary.md and summary.json into `dir` (atomically). Returns the two paths.
-pub fn write_summary(dir: &Path, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let md_path = dir.join("summary.md");
-    let json_path = dir.join("summary.json");
-    write_atomic(&md_path, summary_md(rows, skipped).as_bytes())?;
-    write_atomic(&json_path, &serde_json::to_vec_pretty(&summary_json(rows, skipped))?)?;
+pub fn write_summary(dir: &OutDir, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let md_path = dir.write("summary.md", summary_md(rows, skipped).as_bytes())?;
+    let json_path = dir.write("summary.json", &serde_json::to_vec_pretty(&summary_json(rows, skipped))?)?;
     Ok(vec![md_path, json_path])
 }
 
