@@ -135,6 +135,25 @@ fn symlinks_planted_at_output_file_names_are_replaced_not_followed() {
 }
 
 #[test]
+fn report_does_not_write_through_a_symlinked_dir() {
+    let d = scratch("report-link");
+    let rec = d.path.join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    std::fs::write(rec.join("recording.json"), SEED).unwrap();
+    let link = d.path.join("link");
+    std::os::unix::fs::symlink(&rec, &link).unwrap();
+    let mut cmd = leaktrace(["report"]);
+    cmd.arg(&link);
+    assert_one_error(&run(cmd, None, TIMEOUT), &[link.to_str().unwrap(), "is a symlink"]);
+    assert_eq!(entries(&rec), vec!["recording.json"], "nothing written through the link");
+    // The directory itself is fine.
+    let mut cmd = leaktrace(["report"]);
+    cmd.arg(&rec);
+    run(cmd, None, TIMEOUT).assert_success();
+    assert_outputs_exist(&rec);
+}
+
+#[test]
 fn a_default_output_name_taken_by_a_symlink_is_not_used() {
     // `compare` names its directory leaktrace-compare-YYYYmmdd-HHMMSS in the current one: plant
     // a link at that name for every second of the next two minutes.
