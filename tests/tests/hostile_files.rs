@@ -387,3 +387,36 @@ fn compare_refuses_hostile_recordings_in_one_line() {
         assert!(!out.exists(), "{name}: compare made its output directory for a refused recording");
     }
 }
+
+#[test]
+fn a_full_disk_with_several_processes_keeps_every_recording() {
+    require_root();
+    // A forking server followed into its children: one recording per process, in pid-N
+    // subdirectories. None fits: each is kept in $TMPDIR and the error line lists them.
+    let forker = fixtures().dir.join("forker-hostile");
+    compile_with("gcc", &[&fixture_source("forker.c")], &forker, &[]);
+    let fs = Tmpfs::mount("enospc-multi", "64k");
+    fs.fill();
+    let fallback = fs.dir.path.join("fallback");
+    std::fs::create_dir(&fallback).unwrap();
+    let out = fs.mnt.join("out");
+    let mut cmd = leaktrace(["record", "--follow-forks", "--interval", "250ms", "--out"]);
+    cmd.arg(&out).arg("--").arg(&forker).args(["2", "50", "200"]).env("TMPDIR", &fallback);
+    let o = run(cmd, None, TIMEOUT);
+    let e = assert_one_error(&o, &["No space left on device", "saved to"]);
+    let kept = entries(&fallback);
+    assert_eq!(kept.len(), 3, "the parent's and both children's recordings are kept: {kept:?}\n{e}");
+    let mut leaked = 0;
+    for (i, k) in kept.iter().enumerate() {
+        assert!(e.contains(k.as_str()), "the error line names {k}: {e}");
+        let rdir = fs.dir.path.join(format!("kept-{i}"));
+        std::fs::create_dir(&rdir).unwrap();
+        std::fs::rename(fallback.join(k), rdir.join("recording.json")).unwrap();
+        leaked += recorded_totals(&rdir, "child_leak").alloc_bytes;
+    }
+    assert_eq!(leaked, 2 * 50 * LEAK_BYTES, "both children's leaks are in the kept recordings\n{e}");
+    for sub in entries(&out) {
+        assert!(sub.starts_with("pid-"), "only the per-process directories: {sub}");
+        assert_eq!(entries(&out.join(&sub)), Vec::<String>::new(), "nothing under a final name in {sub}");
+    }
+}
