@@ -368,6 +368,12 @@ fn report_refuses_hostile_recordings_in_one_line() {
         let e = assert_one_error(&o, &[says, "recording.json"]);
         assert_eq!(entries(&dir), vec!["recording.json"], "{name}: report wrote outputs of a refused recording: {e}");
     }
+    // The cap is the environment's when it sets one.
+    let dir = d.path.join("capped");
+    write_recording(&dir, &Some(SEED.to_vec()));
+    let mut cmd = leaktrace(["report"]);
+    cmd.arg(&dir).env("LEAKTRACE_MAX_RECORDING_BYTES", "1000");
+    assert_one_error(&run(cmd, None, TIMEOUT), &[&format!("is {} bytes, more than the 1000 bytes", SEED.len())]);
 }
 
 #[test]
