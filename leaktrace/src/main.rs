@@ -38,7 +38,7 @@ enum Command {
     },
     /// Run the bundled demo workload (one leak, a bounded cache, temporary buffers) and record it.
     Demo {
-        /// Output directory (default ./leaktrace-demo-PID).
+        /// Output directory (default ./leaktrace-demo-PID-TIMESTAMP, PID the demo program's).
         #[arg(long)]
         out: Option<PathBuf>,
         /// How long the demo runs and is recorded.
@@ -456,12 +456,12 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         "leaktrace demo: recording a message processor for {secs}s (200 messages/s; it leaks 256 B per \
          message in remember_message, keeps a bounded cache, and uses temporary buffers)"
     );
-    let out = out.unwrap_or_else(|| PathBuf::from(format!("leaktrace-demo-{}", std::process::id())));
     let opts = RecordOptions {
         duration: Some(duration + Duration::from_secs(5)),
         interval: Duration::from_millis(500),
-        out: Some(out),
-        dir_prefix: None,
+        // The default directory is named and made exclusively by the recorder, like record's.
+        dir_prefix: out.is_none().then_some("demo"),
+        out,
         top: 5,
         limits: Limits::default(),
         status_line: true,
