@@ -14,6 +14,8 @@ pub mod allocator_frames;
 pub mod analyze;
 pub mod check;
 pub mod compare;
+#[cfg(test)]
+mod hostile_tests;
 pub mod human;
 pub mod output;
 /// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.

@@ -1,56 +1,311 @@
-//! Writing output files atomically: a reader sees the old file or the complete new one, never a
-//! partial write (temporary file in the same directory, fsync, rename).
+//! Output directories and files: the one module through which leaktrace writes (recording.json,
+//! the report, check.json, compare's outputs, the summary). leaktrace runs as root and writes
+//! where it is told (`--out`) or into a directory it names in the current one, which may be a
+//! shared place such as /tmp where another user can plant a symlink or a file. The rules
+//! (docs/reliability.md, "Output directory"):
+//!
+//! - A directory leaktrace names itself (the default timestamped one, a `pid-N` subdirectory)
+//!   is made with `mkdir`, exclusively: if anything is at that path already (a directory, a file,
+//!   a symlink), a default name takes the next suffix (`NAME-2`, `NAME-3`, …), a subdirectory is
+//!   an error. Nothing already there is ever used.
+//! - An explicit `--out` that does not exist is made the same way (its missing parents with it).
+//!   One that exists is used only when it is a directory (not a symlink to one), owned by the
+//!   user running leaktrace, writable by no one else (mode without group/other write), and holds
+//!   no earlier run ([`RECORDING_MARKERS`]). Otherwise: a one-line error, nothing written.
+//! - The directory is opened once (`O_DIRECTORY|O_NOFOLLOW`) and every file is created relative
+//!   to that descriptor: a temporary `.NAME.PID.N.tmp` with `O_CREAT|O_EXCL|O_NOFOLLOW`, written,
+//!   fsynced and renamed onto `NAME` (`renameat`, which replaces a link at `NAME` rather than
+//!   following it). A reader sees no file or the complete one, never a partial write; on any
+//!   error (a full disk, a quota) the temporary is removed and no file appears under `NAME`.
+//! - When recording.json cannot be written into its directory, [`save_fallback`] keeps it in a
+//!   new file (exclusively created, random name) under `$TMPDIR`, /var/tmp or /tmp.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context as _;
-
-/// Write `data` to `path` atomically. Errors name the file.
-pub fn write_atomic(path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().context("output path has no file name")?.to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("cannot write {}", path.display()))
-}
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 /// Output files that mark a directory as holding a recording (or a comparison) already.
 pub const RECORDING_MARKERS: &[&str] = &["recording.json", "report.json", "check.json", "compare.json", "summary.json"];
 
-/// Error if `dir` already holds the outputs of an earlier run: leaktrace never overwrites a
-/// recording, nor leaves old and new files side by side.
-pub fn ensure_fresh_dir(dir: &Path) -> anyhow::Result<()> {
-    if let Some(old) = RECORDING_MARKERS.iter().map(|m| dir.join(m)).find(|p| p.exists()) {
+/// Permission bits of directories leaktrace makes (before the umask).
+const DIR_MODE: u32 = 0o755;
+/// Permission bits of the files leaktrace writes (before the umask).
+const FILE_MODE: u32 = 0o644;
+/// How many suffixed names a default directory name tries when the plain one is taken.
+const DEFAULT_NAME_TRIES: u32 = 100;
+
+/// An output directory, opened once: every file is created relative to its descriptor, so
+/// neither a symlink planted at the directory's path nor one at a file's path can redirect a
+/// write. Made by [`OutDir::create_named`], [`OutDir::for_out`], [`OutDir::existing`] or
+/// [`OutDir::subdir`].
+#[derive(Debug)]
+pub struct OutDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+fn io(e: rustix::io::Errno) -> std::io::Error {
+    e.into()
+}
+
+impl OutDir {
+    /// Make a new directory named by leaktrace (a default output directory): `path`, or when
+    /// anything is at that path already, `path-2`, `path-3`, … (up to 100 tries). Missing parents
+    /// are created. Errors: no name free, or the directory cannot be made, opened or written.
+    pub fn create_named(path: &Path) -> anyhow::Result<OutDir> {
+        create_parents(path)?;
+        for n in 1..=DEFAULT_NAME_TRIES {
+            let p = if n == 1 { path.to_path_buf() } else { suffixed(path, n) };
+            match rustix::fs::mkdir(&p, Mode::from_raw_mode(DIR_MODE)) {
+                Ok(()) => return OutDir::open_made(&p),
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => {
+                    return Err(io(e)).with_context(|| format!("cannot create output directory {}", p.display()));
+                }
+            }
+        }
         anyhow::bail!(
-            "output directory {} already holds an earlier run ({}): choose another --out or remove it",
-            dir.display(),
-            old.display()
-        );
+            "cannot create output directory {}: it and {} suffixed names exist already",
+            path.display(),
+            DEFAULT_NAME_TRIES - 1
+        )
     }
+
+    /// The directory of an explicit `--out PATH`: made exclusively when nothing is at `path`;
+    /// an existing one is used only when it is a real directory (not a symlink) owned by the
+    /// effective user, not writable by group or others, and without an earlier run. Errors say
+    /// which rule refused it.
+    pub fn for_out(path: &Path) -> anyhow::Result<OutDir> {
+        create_parents(path)?;
+        let dir = match rustix::fs::mkdir(path, Mode::from_raw_mode(DIR_MODE)) {
+            Ok(()) => OutDir::open_made(path)?,
+            Err(rustix::io::Errno::EXIST) => OutDir::existing(path)?,
+            Err(e) => {
+                return Err(io(e)).with_context(|| format!("cannot create output directory {}", path.display()));
+            }
+        };
+        dir.ensure_fresh()?;
+        Ok(dir)
+    }
+
+    /// An existing directory to write into (`leaktrace report DIR`): opened without following
+    /// a symlink at `path`, and accepted only when owned by the effective user and not writable
+    /// by group or others, and when files can be created in it.
+    pub fn existing(path: &Path) -> anyhow::Result<OutDir> {
+        let fd = open_dir(path)?;
+        let st = rustix::fs::fstat(&fd).with_context(|| format!("cannot stat {}", path.display()))?;
+        let euid = rustix::process::geteuid().as_raw();
+        if st.st_uid != euid {
+            anyhow::bail!(
+                "output directory {} is owned by uid {}, not by the user running leaktrace (uid {euid}): choose another --out",
+                path.display(),
+                st.st_uid
+            );
+        }
+        if st.st_mode & 0o022 != 0 {
+            anyhow::bail!(
+                "output directory {} is writable by other users (mode {:o}): choose another --out",
+                path.display(),
+                st.st_mode & 0o7777
+            );
+        }
+        let dir = OutDir { fd, path: path.to_path_buf() };
+        dir.probe_writable()?;
+        Ok(dir)
+    }
+
+    /// A new subdirectory `name` (one path component) of this one, made exclusively (`mkdirat`):
+    /// an error when anything is there already.
+    pub fn subdir(&self, name: &str) -> anyhow::Result<OutDir> {
+        let path = self.path.join(name);
+        check_name(name)?;
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(DIR_MODE))
+            .map_err(io)
+            .with_context(|| format!("cannot create output directory {}", path.display()))?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io)
+        .with_context(|| format!("cannot open output directory {}", path.display()))?;
+        Ok(OutDir { fd, path })
+    }
+
+    /// The directory's path as given (for messages and the paths returned by [`OutDir::write`]).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Another handle on the same open directory.
+    pub fn try_clone(&self) -> anyhow::Result<OutDir> {
+        let fd = self.fd.try_clone().with_context(|| format!("cannot duplicate {}", self.path.display()))?;
+        Ok(OutDir { fd, path: self.path.clone() })
+    }
+
+    /// Write `data` as the file `name` (one path component) in this directory, atomically:
+    /// exclusively created temporary, fsync, `renameat` onto `name`. Returns the file's path.
+    /// Errors (a full disk: "No space left on device") name the file; no file is left under
+    /// `name` or under the temporary name.
+    pub fn write(&self, name: &str, data: &[u8]) -> anyhow::Result<PathBuf> {
+        let path = self.path.join(name);
+        check_name(name)?;
+        let (tmp, fd) = self.create_temp(name).with_context(|| format!("cannot write {}", path.display()))?;
+        let result = (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::from(fd);
+            f.write_all(data)?;
+            f.sync_all()?;
+            drop(f);
+            rustix::fs::renameat(&self.fd, &tmp, &self.fd, name).map_err(io)
+        })();
+        if let Err(e) = result {
+            let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
+            return Err(e).with_context(|| format!("cannot write {}", path.display()));
+        }
+        // The rename is durable once the directory is synced; a failure here loses nothing.
+        let _ = rustix::fs::fsync(&self.fd);
+        Ok(path)
+    }
+
+    /// Error if this directory already holds the outputs of an earlier run: leaktrace never
+    /// overwrites a recording, nor leaves old and new files side by side. A marker name taken by
+    /// anything (a symlink included) counts.
+    pub fn ensure_fresh(&self) -> anyhow::Result<()> {
+        for m in RECORDING_MARKERS {
+            if rustix::fs::statat(&self.fd, *m, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+                anyhow::bail!(
+                    "output directory {} already holds an earlier run ({}): choose another --out or remove it",
+                    self.path.display(),
+                    self.path.join(m).display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh temporary file for `name`: `.NAME.PID.N.tmp`, created with O_EXCL|O_NOFOLLOW
+    /// (another name is tried when one is taken).
+    fn create_temp(&self, name: &str) -> std::io::Result<(String, OwnedFd)> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let mut last = std::io::Error::other("no temporary name free");
+        for _ in 0..100 {
+            let tmp = format!(".{name}.{}.{}.tmp", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+            match rustix::fs::openat(
+                &self.fd,
+                &tmp,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(FILE_MODE),
+            ) {
+                Ok(fd) => return Ok((tmp, fd)),
+                Err(rustix::io::Errno::EXIST) => last = io(rustix::io::Errno::EXIST),
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Err(last)
+    }
+
+    /// A directory leaktrace has just made at `path`: open it without following a link and
+    /// check that it is the one made (owned by the effective user, not writable by others) and
+    /// that files can be created in it.
+    fn open_made(path: &Path) -> anyhow::Result<OutDir> {
+        OutDir::existing(path)
+    }
+
+    /// Create and remove an empty temporary file: an unwritable directory is reported before
+    /// anything is recorded.
+    fn probe_writable(&self) -> anyhow::Result<()> {
+        let (tmp, fd) = self
+            .create_temp("leaktrace-write-test")
+            .with_context(|| format!("output directory {} is not writable", self.path.display()))?;
+        drop(fd);
+        let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
+        Ok(())
+    }
+}
+
+/// Open `path` as a directory without following a symlink at its last component.
+fn open_dir(path: &Path) -> anyhow::Result<OwnedFd> {
+    match rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+    {
+        Ok(fd) => Ok(fd),
+        // With O_DIRECTORY a symlink gives ENOTDIR (or ELOOP): say which it is.
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+                anyhow::bail!(
+                    "output directory {} is a symlink: leaktrace does not write through links",
+                    path.display()
+                )
+            }
+            anyhow::bail!("output path {} is not a directory", path.display())
+        }
+        Err(e) => Err(io(e)).with_context(|| format!("cannot open output directory {}", path.display())),
+    }
+}
+
+/// Create the missing parents of `path` (the user's choice of place; its last component is
+/// made by the caller, exclusively).
+fn create_parents(path: &Path) -> anyhow::Result<()> {
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create output directory {}", parent.display())),
+        None => Ok(()),
+    }
+}
+
+fn suffixed(path: &Path, n: u32) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!("-{n}"));
+    PathBuf::from(s)
+}
+
+/// A file name must be one plain path component.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !name.is_empty() && name != "." && name != ".." && !name.contains('/'),
+        "internal error: output file name {name:?} is not one path component"
+    );
     Ok(())
 }
 
-/// Create `dir` (and parents) and check that files can be created in it. Used before attaching,
-/// so that an unwritable --out is reported before anything is recorded.
-pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
-    let probe = dir.join(format!(".leaktrace-write-test.{}", std::process::id()));
-    std::fs::write(&probe, b"").with_context(|| format!("output directory {} is not writable", dir.display()))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+/// Keep `data` (a recording that could not be written where it belongs) in a new file
+/// `PREFIX-XXXXXX.json` under `$TMPDIR`, then /var/tmp, then /tmp (the first that takes it),
+/// created exclusively with a random name and mode 0600. Returns its path. Errors list every
+/// place tried.
+pub fn save_fallback(prefix: &str, data: &[u8]) -> anyhow::Result<PathBuf> {
+    let mut places: Vec<PathBuf> = Vec::new();
+    if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+        places.push(t.into());
+    }
+    for p in ["/var/tmp", "/tmp"] {
+        if !places.iter().any(|q| q == Path::new(p)) {
+            places.push(p.into());
+        }
+    }
+    let mut errors = Vec::new();
+    for dir in &places {
+        let result = (|| -> std::io::Result<PathBuf> {
+            let mut f = tempfile::Builder::new().prefix(&format!("{prefix}-")).suffix(".json").tempfile_in(dir)?;
+            f.write_all(data)?;
+            f.as_file().sync_all()?;
+            let (_, path) = f.keep().map_err(|e| e.error)?;
+            Ok(path)
+        })();
+        match result {
+            Ok(p) => return Ok(p),
+            Err(e) => errors.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    anyhow::bail!("no temporary place took it ({})", errors.join("; "))
 }
 
 /// A default output directory name: `leaktrace-{what}-YYYYmmdd-HHMMSS` in local time, relative to
-/// the current directory (e.g. `leaktrace-1234-20261130-002600`).
+/// the current directory (e.g. `leaktrace-1234-20261130-002600`). Made with
+/// [`OutDir::create_named`].
 pub fn timestamped_dir(what: &str) -> std::path::PathBuf {
     // SAFETY: time and localtime_r only write to the given locals.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
@@ -65,4 +320,86 @@ pub fn timestamped_dir(what: &str) -> std::path::PathBuf {
         tm.tm_min,
         tm.tm_sec
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "leaktrace-output-test-{}-{name}-{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_symlink_at_a_file_name_is_replaced_not_followed() {
+        let d = scratch("link");
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let out = OutDir::for_out(&d.join("out")).unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("out/report.md")).unwrap();
+        out.write("report.md", b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "the link's target is untouched");
+        assert!(!std::fs::symlink_metadata(d.join("out/report.md")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(d.join("out/report.md")).unwrap(), b"new");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_or_file_at_the_directory_path_is_refused_or_skipped() {
+        let d = scratch("dirlink");
+        let elsewhere = scratch("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, d.join("out")).unwrap();
+        let e = OutDir::for_out(&d.join("out")).unwrap_err();
+        assert!(format!("{e:#}").contains("is a symlink"), "{e:#}");
+        std::fs::write(d.join("file"), b"x").unwrap();
+        let e = OutDir::for_out(&d.join("file")).unwrap_err();
+        assert!(format!("{e:#}").contains("not a directory"), "{e:#}");
+        // A default name taken by a link gets a suffix; the link's target stays empty.
+        let named = OutDir::create_named(&d.join("out")).unwrap();
+        assert_eq!(named.path(), d.join("out-2"));
+        named.write("recording.json", b"{}").unwrap();
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn an_existing_out_must_be_private_and_fresh() {
+        let d = scratch("existing");
+        let open = d.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = OutDir::for_out(&open).unwrap_err();
+        assert!(format!("{e:#}").contains("writable by other users"), "{e:#}");
+        let used = d.join("used");
+        std::fs::create_dir(&used).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", used.join("recording.json")).unwrap();
+        let e = OutDir::for_out(&used).unwrap_err();
+        assert!(format!("{e:#}").contains("already holds an earlier run"), "{e:#}");
+        let ok = d.join("ok");
+        std::fs::create_dir(&ok).unwrap();
+        OutDir::for_out(&ok).unwrap().write("a", b"1").unwrap();
+        assert_eq!(std::fs::read_dir(&ok).unwrap().count(), 1, "no temporary left behind");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn subdirectories_are_made_exclusively() {
+        let d = scratch("sub");
+        let out = OutDir::for_out(&d.join("out")).unwrap();
+        std::os::unix::fs::symlink("/", d.join("out/pid-1")).unwrap();
+        let e = out.subdir("pid-1").unwrap_err();
+        assert!(format!("{e:#}").contains("File exists"), "{e:#}");
+        out.subdir("pid-2").unwrap().write("x", b"1").unwrap();
+        assert_eq!(std::fs::read(d.join("out/pid-2/x")).unwrap(), b"1");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

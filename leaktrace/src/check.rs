@@ -12,7 +12,6 @@ use anyhow::Context as _;
 pub use leaktrace_analysis::check::*;
 
 use crate::discover::WorkProbeSpec;
-use crate::output;
 use crate::pipeline;
 use crate::probes::{Limits, Mode};
 use crate::record::{BatchSize, RecordOptions, Schedule, TargetSpec};
@@ -96,7 +95,10 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
     text.push_str(&render(&result));
     let mut json = serde_json::to_vec_pretty(&check_json(&result))?;
     json.push(b'\n');
-    output::write_atomic(&dir.join("check.json"), &json)?;
+    outcome
+        .out
+        .write("check.json", &json)
+        .map_err(|e| anyhow::anyhow!("{e:#}; the recording and report are in {}", dir.display()))?;
     text.push_str(&format!("outputs: {} (check.json, recording.json, report.md, ...)\n", dir.display()));
     Ok(CheckOutcome { dir, result, text })
 }

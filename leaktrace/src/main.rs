@@ -51,7 +51,7 @@ enum Command {
     },
     /// Run the bundled demo workload (one leak, a bounded cache, temporary buffers) and record it.
     Demo {
-        /// Output directory (default ./leaktrace-demo-PID).
+        /// Output directory (default ./leaktrace-demo-PID-TIMESTAMP, PID the demo program's).
         #[arg(long)]
         out: Option<PathBuf>,
         /// How long the demo runs and is recorded.
@@ -384,10 +384,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Report { dir, top, format } => {
             let rec = Recording::load(&dir.join("recording.json"))?;
+            let out = leaktrace::output::OutDir::existing(&dir)?;
             let opts = leaktrace::analyze::AnalyzeOptions { top };
             let files = match format {
-                ReportFormat::All => leaktrace::report::write_all(&rec, &dir, &opts)?,
-                ReportFormat::Pprof => leaktrace::report::write_pprof(&rec, &dir, &opts)?,
+                ReportFormat::All => leaktrace::report::write_all(&rec, &out, &opts)?,
+                ReportFormat::Pprof => leaktrace::report::write_pprof(&rec, &out, &opts)?,
             };
             for f in files {
                 println!("{}", f.display());
@@ -465,10 +466,13 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     static DEMO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaktrace-demo"));
     // Not named like the default output directory: run from the temporary directory itself, the
-    // two would be one, and removing this one would remove the report.
-    let tmp = std::env::temp_dir().join(format!("leaktrace-demo-program-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let bin = tmp.join("leaktrace-demo");
+    // two would be one, and removing this one would remove the report. Made exclusively with a
+    // random name (mode 0700): nobody else can plant or swap the binary leaktrace then runs.
+    let tmp = tempfile::Builder::new()
+        .prefix("leaktrace-demo-program-")
+        .tempdir()
+        .context("cannot create a temporary directory for the demo program")?;
+    let bin = tmp.path().join("leaktrace-demo");
     std::fs::write(&bin, DEMO).with_context(|| format!("cannot write {}", bin.display()))?;
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))?;
     let secs = duration.as_secs().max(1);
@@ -476,12 +480,12 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         "leaktrace demo: recording a message processor for {secs}s (200 messages/s; it leaks 256 B per \
          message in remember_message, keeps a bounded cache, and uses temporary buffers)"
     );
-    let out = out.unwrap_or_else(|| PathBuf::from(format!("leaktrace-demo-{}", std::process::id())));
     let opts = RecordOptions {
         duration: Some(duration + Duration::from_secs(5)),
         interval: Duration::from_millis(500),
-        out: Some(out),
-        dir_prefix: None,
+        // The default directory is named and made exclusively by the recorder, like record's.
+        dir_prefix: out.is_none().then_some("demo"),
+        out,
         top: 5,
         limits: Limits::default(),
         status_line: true,
@@ -495,7 +499,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
     let outcome = result?;
     print_outcome(&outcome);
     println!(

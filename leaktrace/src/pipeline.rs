@@ -3,12 +3,12 @@
 //! processes. The analysis is handed back to the caller (the CLI prints its verdict, `check`
 //! reads the recording), so nothing reads its own outputs back from disk.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::launch::ExitStatus;
-use crate::output;
-use crate::record::{self, RecordOptions, TargetSpec};
+use crate::output::{self, OutDir};
+use crate::record::{self, RecordOptions, RecordedProcess, TargetSpec};
 use crate::recording::{EndReason, Recording};
 use crate::report::{self, summary::SummaryRow};
 
@@ -17,6 +17,8 @@ use crate::report::{self, summary::SummaryRow};
 pub struct RecordOutcome {
     /// Its output directory.
     pub dir: PathBuf,
+    /// That directory, open: later outputs (check.json) are written through it.
+    pub out: OutDir,
     /// The files written there: recording.json first, then [`report::FILES`].
     pub files: Vec<PathBuf>,
     /// How a launched command ended (None when attached with --pid).
@@ -36,35 +38,88 @@ pub struct MultiOutcome {
     pub summary_files: Vec<PathBuf>,
 }
 
-/// Save `recording` into `dir` (which must exist) as recording.json, analyse it once and write
-/// the report rendered from that analysis. Returns the files written (recording.json first) and
-/// the analysis. Errors name the file that could not be written.
-pub fn finish(recording: &Recording, dir: &Path, top: usize) -> anyhow::Result<(Vec<PathBuf>, Analysis)> {
-    let path = dir.join("recording.json");
-    output::write_atomic(&path, &serde_json::to_vec(recording)?)?;
+/// Save `recording` as recording.json in `dir`. When that fails (a full disk, a quota, an I/O
+/// error) the recording is kept in a temporary file instead ([`output::save_fallback`]) and the
+/// error, one line, names both the failure and where the recording is. Returns the file's path.
+pub fn save_recording(recording: &Recording, dir: &OutDir) -> anyhow::Result<PathBuf> {
+    let data = serde_json::to_vec(recording)?;
+    match dir.write("recording.json", &data) {
+        Ok(p) => Ok(p),
+        Err(e) => match output::save_fallback("leaktrace-recording", &data) {
+            Ok(kept) => anyhow::bail!(
+                "{e:#}; the recording was saved to {} instead (`leaktrace report` reads it as DIR/recording.json)",
+                kept.display()
+            ),
+            Err(e2) => anyhow::bail!("{e:#}; nor could it be kept in a temporary file: {e2:#}; the recording is lost"),
+        },
+    }
+}
+
+/// Save `recording` into `dir` as recording.json ([`save_recording`]), analyse it once and
+/// write the report rendered from that analysis. Returns the files written (recording.json
+/// first) and the analysis. Errors name the file that could not be written and where the
+/// recording is.
+pub fn finish(recording: &Recording, dir: &OutDir, top: usize) -> anyhow::Result<(Vec<PathBuf>, Analysis)> {
+    let path = save_recording(recording, dir)?;
     let analysis = analyze(recording, &AnalyzeOptions { top });
-    let mut files = vec![path];
-    files.extend(report::render_all(recording, &analysis, dir)?);
+    let mut files = vec![path.clone()];
+    let rendered = report::render_all(recording, &analysis, dir).map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}; the recording is saved in {} (`leaktrace report {}` renders the report again)",
+            path.display(),
+            dir.path().display()
+        )
+    })?;
+    files.extend(rendered);
     Ok((files, analysis))
+}
+
+/// The output directory of one recorded process: the session's, or its new `pid-N`
+/// subdirectory.
+fn process_dir(top: &OutDir, p: &RecordedProcess) -> anyhow::Result<OutDir> {
+    match &p.subdir {
+        Some(name) => top.subdir(name),
+        None => top.try_clone(),
+    }
 }
 
 /// Record every process the specification selects ([`record::record_all`]), then save, analyse
 /// and report each one, and write the summary when there are several. Errors: those of the
-/// recorder; an output that cannot be written; a work probe that was never found (after the
-/// recording is saved, which the message names).
+/// recorder; an output that cannot be written (the recordings not yet saved are then saved, or
+/// kept in temporary files, and the error says where); a work probe that was never found (after
+/// the recording is saved, which the message names).
 pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<MultiOutcome> {
     let mut recorded = record::record_all(spec, &opts)?;
     let mut outcomes = Vec::new();
-    for p in std::mem::take(&mut recorded.processes) {
-        output::ensure_writable_dir(&p.dir)?;
-        let (files, analysis) = finish(&p.recording, &p.dir, opts.top)?;
-        outcomes.push(RecordOutcome {
-            dir: p.dir,
-            files,
-            exit_status: p.exit_status,
-            recording: p.recording,
-            analysis,
+    let mut processes = std::mem::take(&mut recorded.processes).into_iter();
+    while let Some(p) = processes.next() {
+        let result = process_dir(&recorded.out, &p).and_then(|out| {
+            let (files, analysis) = finish(&p.recording, &out, opts.top)?;
+            Ok((out, files, analysis))
         });
+        match result {
+            Ok((out, files, analysis)) => outcomes.push(RecordOutcome {
+                dir: p.dir,
+                out,
+                files,
+                exit_status: p.exit_status,
+                recording: p.recording,
+                analysis,
+            }),
+            Err(e) => {
+                // Nothing recorded is dropped: the other processes' recordings are saved too.
+                let mut msg = format!("PID {}: {e:#}", p.recording.target.pid);
+                for rest in processes {
+                    let pid = rest.recording.target.pid;
+                    match process_dir(&recorded.out, &rest).and_then(|o| save_recording(&rest.recording, &o)) {
+                        Ok(path) => msg.push_str(&format!("; PID {pid}: recording saved in {}", path.display())),
+                        Err(e) => msg.push_str(&format!("; PID {pid}: {e:#}")),
+                    }
+                }
+                recorded.wait_detached();
+                anyhow::bail!(msg);
+            }
+        }
     }
     let summary_files = if recorded.several {
         let rows: Vec<SummaryRow<'_>> = outcomes
@@ -75,7 +130,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
                 dir: o.dir.strip_prefix(&recorded.dir).unwrap_or(&o.dir).display().to_string(),
             })
             .collect();
-        report::summary::write_summary(&recorded.dir, &rows, &recorded.skipped)?
+        report::summary::write_summary(&recorded.out, &rows, &recorded.skipped)?
     } else {
         Vec::new()
     };
@@ -133,8 +188,7 @@ mod tests {
             })
             .collect();
         let dir = std::env::temp_dir().join(format!("leaktrace-pipeline-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (files, analysis) = finish(&rec, &dir, 3).unwrap();
+        let (files, analysis) = finish(&rec, &OutDir::for_out(&dir).unwrap(), 3).unwrap();
         let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names[0], "recording.json");
         assert_eq!(&names[1..], report::FILES);

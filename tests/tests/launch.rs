@@ -106,7 +106,7 @@ fn cpp_operator_new_leak_found() {
 }
 
 /// `leaktrace demo` unpacks its program into the temporary directory and removes it at the end;
-/// run from that directory, its report (default ./leaktrace-demo-PID) must survive, and name the
+/// run from that directory, its report (default ./leaktrace-demo-PID-TIMESTAMP) must survive, and name the
 /// demo's leak.
 #[test]
 fn demo_run_from_the_temp_dir_keeps_its_report() {

@@ -32,7 +32,7 @@ use serde::Serialize;
 use crate::analyze::{self, basename, culprit, is_allocator};
 use crate::check::stack_index;
 use crate::human::{number, rate_in as rate};
-use crate::output::write_atomic;
+use crate::output::OutDir;
 use crate::recording::{Mode, Recording, Stack, StackKind};
 use crate::timeline::Timeline;
 
@@ -531,14 +531,14 @@ pub fn run(before: &Path, after: &Path, out: Option<PathBuf>) -> anyhow::Result<
     let rb = load(before).context("BEFORE")?;
     let ra = load(after).context("AFTER")?;
     let c = compare(&rb, &before.display().to_string(), &ra, &after.display().to_string())?;
-    let dir = out.unwrap_or_else(default_out_dir);
-    crate::output::ensure_fresh_dir(&dir)?;
-    crate::output::ensure_writable_dir(&dir)?;
+    let out_dir = match out {
+        Some(p) => OutDir::for_out(&p)?,
+        None => OutDir::create_named(&default_out_dir())?,
+    };
+    let dir = out_dir.path().to_path_buf();
     let mut files = Vec::new();
     let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
-        let p = dir.join(name);
-        write_atomic(&p, data)?;
-        files.push(p);
+        files.push(out_dir.write(name, data)?);
         Ok(())
     };
     put("compare.md", compare_md(&c).as_bytes())?;

@@ -11,10 +11,10 @@
 //! | `profile.pb.gz` | pprof heap profile, Go's heap layout ([`pprof`]) |
 //! | `growth.pb.gz` | pprof profile of live bytes gained over the steady window ([`pprof`]) |
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::analyze::{Analysis, AnalyzeOptions, analyze};
-use crate::output::write_atomic;
+use crate::output::OutDir;
 use crate::recording::Recording;
 
 pub mod flame;
@@ -39,35 +39,35 @@ pub const FILES: [&str; 8] = [
     pprof::GROWTH_FILE,
 ];
 
-/// Analyse `rec` and write every output file into `dir` (which must exist). Returns the paths
-/// written, in [`FILES`] order. Errors name the file that could not be written.
-pub fn write_all(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
+/// Analyse `rec` and write every output file into `dir`. Returns the paths written, in
+/// [`FILES`] order. Errors name the file that could not be written.
+pub fn write_all(rec: &Recording, dir: &OutDir, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
     render_all(rec, &analyze(rec, opts), dir)
 }
 
 /// Analyse `rec` and write only its pprof profiles ([`pprof::PROFILE_FILE`],
-/// [`pprof::GROWTH_FILE`]) into `dir` (which must exist): `leaktrace report --format pprof`.
-/// Returns the two paths. Errors name the file that could not be written.
-pub fn write_pprof(rec: &Recording, dir: &Path, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
+/// [`pprof::GROWTH_FILE`]) into `dir`: `leaktrace report --format pprof`. Returns the two paths.
+/// Errors name the file that could not be written.
+pub fn write_pprof(rec: &Recording, dir: &OutDir, opts: &AnalyzeOptions) -> anyhow::Result<Vec<PathBuf>> {
     let (profile, growth) = pprof::profiles(rec, &analyze(rec, opts));
-    let mut written = Vec::with_capacity(2);
-    for (name, data) in [(pprof::PROFILE_FILE, profile), (pprof::GROWTH_FILE, growth)] {
-        let p = dir.join(name);
-        write_atomic(&p, &data)?;
-        written.push(p);
-    }
-    Ok(written)
+    [(pprof::PROFILE_FILE, profile), (pprof::GROWTH_FILE, growth)]
+        .into_iter()
+        .map(|(name, data)| dir.write(name, &data))
+        .collect()
 }
 
-/// Write every output file of `rec`, rendered from its analysis `a`, into `dir` (which must
-/// exist). Returns the paths written, in [`FILES`] order. Errors name the file that could not
-/// be written.
-pub fn render_all(rec: &Recording, a: &Analysis, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut written = Vec::with_capacity(FILES.len());
-    let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
-        let p = dir.join(name);
-        write_atomic(&p, data)?;
-        written.push(p);
+/// Write every output file of `rec`, rendered from its analysis `a`, into `dir`. Returns the
+/// paths written, in [`FILES`] order. Errors name the file that could not be written.
+pub fn render_all(rec: &Recording, a: &Analysis, dir: &OutDir) -> anyhow::Result<Vec<PathBuf>> {
+    render(rec, a)?.into_iter().map(|(name, data)| dir.write(name, &data)).collect()
+}
+
+/// Render every output file of `rec` from its analysis `a`, in memory: (file name, content) in
+/// [`FILES`] order. Errors: a flame graph that cannot be drawn.
+pub fn render(rec: &Recording, a: &Analysis) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
+    let mut files: Vec<(&'static str, Vec<u8>)> = Vec::with_capacity(FILES.len());
+    let mut put = |name: &'static str, data: &[u8]| -> anyhow::Result<()> {
+        files.push((name, data.to_vec()));
         Ok(())
     };
 
@@ -95,7 +95,7 @@ pub fn render_all(rec: &Recording, a: &Analysis, dir: &Path) -> anyhow::Result<V
     let (profile, growth) = pprof::profiles(rec, a);
     put(pprof::PROFILE_FILE, &profile)?;
     put(pprof::GROWTH_FILE, &growth)?;
-    Ok(written)
+    Ok(files)
 }
 
 #[cfg(test)]
@@ -117,7 +117,7 @@ mod tests {
         d
     }
 
-    fn read_json(dir: &Path) -> serde_json::Value {
+    fn read_json(dir: &std::path::Path) -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
     }
 
@@ -125,7 +125,7 @@ mod tests {
     fn writes_all_files() {
         let dir = tempdir("mixed");
         let rec = mixed();
-        let paths = write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        let paths = write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         assert_eq!(paths.len(), FILES.len());
         for f in FILES {
             let p = dir.join(f);
@@ -257,7 +257,7 @@ mod tests {
         for c in &mut rec.checkpoints {
             c.units_of_work = Some(c.t_s as u64 * 10);
         }
-        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         let j = read_json(&dir);
         assert_eq!(j["work_probe"], "handle_request");
         assert_eq!(j["units_of_work"], 600);
@@ -318,7 +318,7 @@ mod tests {
                 s.resident_bytes = Some(s.alloc_bytes);
             }
         }
-        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         let j = read_json(&dir);
         assert_eq!(j["verdict"]["class"], "off-heap");
         let s = &j["sites"][0];
@@ -348,7 +348,7 @@ mod tests {
             m.insert("nested_call".to_string(), 12);
             m
         });
-        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         let j = read_json(&dir);
         assert_eq!(j["drops"]["missed_return"], 4);
         assert_eq!(j["drops"]["address_reused"], 1);
@@ -367,7 +367,7 @@ mod tests {
     fn empty_recording() {
         let dir = tempdir("empty");
         let rec = recording(&[0.0], vec![], &|_| None, &no_counters);
-        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         let j = read_json(&dir);
         assert_eq!(j["sites"].as_array().unwrap().len(), 0);
         assert_eq!(j["duration_s"], 0.0);
@@ -384,7 +384,7 @@ mod tests {
         // No checkpoint at all.
         let dir = tempdir("none");
         let rec = recording(&[], vec![cache_site()], &|_| None, &no_counters);
-        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -412,7 +412,7 @@ mod tests {
             &|t| mem(t as u64 * 4096),
             &no_counters,
         );
-        write_all(&rec, &dir, &AnalyzeOptions::default()).unwrap();
+        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
         let folded = std::fs::read_to_string(dir.join("stacks.folded")).unwrap();
         assert!(folded.contains("[stack lost] 610\n"), "{folded}");
         assert!(folded.contains("f, [u8, 8];libx.so+0x10 4096\n"), "{folded}");

@@ -1,10 +1,10 @@
 //! `summary.md` and `summary.json` of a recording of several processes: one line per process
 //! with its verdict, and the processes that were selected but not traced.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::analyze::Analysis;
-use crate::output::write_atomic;
+use crate::output::OutDir;
 use crate::recording::Recording;
 
 use crate::human;
@@ -71,19 +71,15 @@ pub fn summary_json(rows: &[SummaryRow<'_>], skipped: &[String]) -> serde_json::
 /// Write summary.md and summary.json into `dir` (atomically), and, when at least one process was
 /// traced, the merged pprof profiles of all processes (`profile.pb.gz`, `growth.pb.gz`, see
 /// [`pprof::merge`]; each sample labelled with its `pid`). Returns the paths written.
-pub fn write_summary(dir: &Path, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let md_path = dir.join("summary.md");
-    let json_path = dir.join("summary.json");
-    write_atomic(&md_path, summary_md(rows, skipped).as_bytes())?;
-    write_atomic(&json_path, &serde_json::to_vec_pretty(&summary_json(rows, skipped))?)?;
+pub fn write_summary(dir: &OutDir, rows: &[SummaryRow<'_>], skipped: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let md_path = dir.write("summary.md", summary_md(rows, skipped).as_bytes())?;
+    let json_path = dir.write("summary.json", &serde_json::to_vec_pretty(&summary_json(rows, skipped))?)?;
     let mut written = vec![md_path, json_path];
     if !rows.is_empty() {
         let heap: Vec<_> = rows.iter().map(|r| pprof::heap_profile(r.recording, r.analysis)).collect();
         let growth: Vec<_> = rows.iter().map(|r| pprof::growth_profile(r.recording, r.analysis)).collect();
         for (name, profiles) in [(pprof::PROFILE_FILE, heap), (pprof::GROWTH_FILE, growth)] {
-            let path = dir.join(name);
-            write_atomic(&path, &pprof::encode_gz(&pprof::merge(&profiles)?))?;
-            written.push(path);
+            written.push(dir.write(name, &pprof::encode_gz(&pprof::merge(&profiles)?))?);
         }
     }
     Ok(written)

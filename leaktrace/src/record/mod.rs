@@ -130,6 +130,8 @@ impl Default for RecordOptions {
 pub struct RecordedProcess {
     /// Output directory of this process (the session's, or its `pid-N` subdirectory).
     pub dir: PathBuf,
+    /// Several processes: the name of its subdirectory (`pid-N`), made when it is saved.
+    pub subdir: Option<String>,
     /// How a launched command ended (None when attached with --pid, or still running).
     pub exit_status: Option<ExitStatus>,
     pub recording: Recording,
@@ -141,6 +143,9 @@ pub struct RecordedProcess {
 pub struct Recorded {
     /// The top output directory (one subdirectory `pid-N` per process when there are several).
     pub dir: PathBuf,
+    /// That directory, made (or checked, for an existing --out) and opened before anything was
+    /// attached; every output is written through it ([`output::OutDir`]).
+    pub out: output::OutDir,
     pub processes: Vec<RecordedProcess>,
     /// More than one process (or --follow-forks): per-process subdirectories and a summary.
     pub several: bool,
@@ -210,13 +215,20 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         held = Some(child);
     }
     let several = pids.len() > 1 || opts.follow_forks;
-    let dir = opts.out.clone().unwrap_or_else(|| default_out_dir(opts.dir_prefix, pids[0], several));
-    if let Err(e) = output::ensure_fresh_dir(&dir).and_then(|()| output::ensure_writable_dir(&dir)) {
-        if let Some(c) = held.take() {
-            c.abandon();
+    let out = match &opts.out {
+        Some(p) => output::OutDir::for_out(p),
+        None => output::OutDir::create_named(&default_out_dir(opts.dir_prefix, pids[0], several)),
+    };
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            if let Some(c) = held.take() {
+                c.abandon();
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
+    let dir = out.path().to_path_buf();
 
     let start = Instant::now();
     let mut targets = Vec::new();
@@ -367,10 +379,11 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             reachability_scans: std::mem::take(&mut t.reach_scans),
             mappings: t.symbolizer.mappings(),
         };
-        let tdir = if several { dir.join(format!("pid-{}", t.pid)) } else { dir.clone() };
-        processes.push(RecordedProcess { dir: tdir, exit_status: t.exit_status, recording });
+        let subdir = several.then(|| format!("pid-{}", t.pid));
+        let tdir = subdir.as_ref().map_or_else(|| dir.clone(), |s| dir.join(s));
+        processes.push(RecordedProcess { dir: tdir, subdir, exit_status: t.exit_status, recording });
     }
-    Ok(Recorded { dir, processes, several, skipped, end_reason, detach: Some(detach), push })
+    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
 }
 
 // Hook (issue #12, push): a copy of one process's recording so far, for a periodic push. Keep
