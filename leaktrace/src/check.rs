@@ -66,6 +66,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         pymalloc: false,
         reachability: opts.reachability,
         push: None,
+        allow_seccomp_risk: false,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

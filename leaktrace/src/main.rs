@@ -184,6 +184,11 @@ struct RecordArgs {
     /// Also trace the processes the traced ones fork (from their fork on).
     #[arg(long)]
     follow_forks: bool,
+    /// Attach even to a process under a seccomp filter on an x86-64 kernel 6.11–6.13, whose
+    /// filter may kill it at its first traced return (the `uretprobe` syscall); for kernels
+    /// with the seccomp passthrough fix backported. Without it leaktrace refuses.
+    #[arg(long)]
+    allow_seccomp_risk: bool,
     /// Python targets: also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...), so
     /// objects and blocks pymalloc serves from its arenas are traced by call stack (an
     /// extension's PyMem_Malloc leak is named). Every Python allocation then pays a probe.
@@ -352,6 +357,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 pymalloc: a.pymalloc,
                 reachability: a.reach.options(),
                 push: a.push.config(),
+                allow_seccomp_risk: a.allow_seccomp_risk,
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -468,6 +474,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         pymalloc: false,
         reachability: None,
         push: None,
+        allow_seccomp_risk: false,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

@@ -362,6 +362,18 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         (m, _) => m.to_string(),
     };
     let _ = writeln!(md, "- {how}; mode {mode}");
+    if let Some(ended) = &t.ended {
+        let _ = writeln!(md, "- the process ended during the recording: {ended}");
+    }
+    for e in &t.execs {
+        let _ = writeln!(
+            md,
+            "- at t={:.1}s the process exec'd `{}` (was `{}`): the image changed there; sites before and after belong to different programs",
+            e.t_s,
+            e.command.join(" ").replace('`', "'"),
+            e.from.replace('`', "'"),
+        );
+    }
     let _ = writeln!(
         md,
         "- duration: {} ({} checkpoints, every {} s), ended by: {}",

@@ -48,6 +48,93 @@ pub(super) struct Traced {
     pub(super) last_samples: HashMap<u32, SiteSample>,
     /// Child processes it forked that are not traced (no --follow-forks).
     pub(super) untraced_children: u32,
+    /// Every execve seen during the recording (issue #15).
+    pub(super) execs: Vec<crate::recording::ExecChange>,
+    /// A launched command's own exec (from leaktrace's held child into the command) is still to
+    /// come through the exec tracepoint: not an exec of the recording.
+    pub(super) launch_exec_pending: bool,
+    /// (device, inode) of /proc/PID/exe as last seen: an exec noticed without the tracepoint.
+    pub(super) exe_id: Option<(u64, u64)>,
+    /// The cgroup v2 the process is in and its `oom_kill` count when first seen there.
+    pub(super) oom_watch: Option<OomWatch>,
+    /// How the process ended, in words, once it ended during the recording.
+    pub(super) ended: Option<String>,
+}
+
+/// The OOM-kill counter of a process's cgroup (memory.events `oom_kill`, cgroup v2), read when
+/// the process is first seen in that cgroup and again when it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct OomWatch {
+    /// The memory.events file of the cgroup (/sys/fs/cgroup/PATH/memory.events).
+    pub(super) events: std::path::PathBuf,
+    /// `oom_kill` when first seen there (kills of this cgroup and its descendants).
+    pub(super) baseline: u64,
+}
+
+/// The `oom_kill` count of a cgroup v2 memory.events file; None without a memory controller.
+pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(events).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The memory.events file of the cgroup v2 `pid` is in (/proc/PID/cgroup's "0::/PATH" line),
+/// when that cgroup has one.
+pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let p = std::path::Path::new("/sys/fs/cgroup").join(rel.trim().trim_start_matches('/')).join("memory.events");
+    p.exists().then_some(p)
+}
+
+/// The usual name of signal `sig` ("SIGKILL"), or "signal N".
+pub(super) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        31 => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// How a process ended, in words: `status` is its exit status when leaktrace is its parent
+/// (launch mode; None when attached), `oom` the cgroup's `oom_kill` count (before, after) when
+/// known. A SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise is all
+/// that can be known.
+pub(super) fn ending(status: Option<ExitStatus>, oom: Option<(&std::path::Path, u64, u64)>) -> String {
+    let oom_note = |(events, before, after): (&std::path::Path, u64, u64)| {
+        format!("oom_kill of {} went {before} → {after}", events.display())
+    };
+    let oom_fired = oom.filter(|(_, before, after)| after > before);
+    match (status, oom_fired) {
+        (Some(ExitStatus::Signal(9)), Some(o)) => format!("killed by the OOM killer ({})", oom_note(o)),
+        (Some(ExitStatus::Signal(s)), _) => format!("killed by signal {s} ({})", signal_name(s)),
+        (Some(ExitStatus::Code(c)), _) => format!("exited with status {c}"),
+        (None, Some(o)) => format!(
+            "ended while its cgroup's OOM killer fired ({}): most likely killed by the OOM killer (an attached process's exit status is visible only to its parent)",
+            oom_note(o)
+        ),
+        (None, None) => {
+            "exited (an attached process's exit status is visible only to its parent; its cgroup's OOM killer did not fire)"
+                .to_string()
+        }
+    }
+}
+
+/// (device, inode) of the executable `pid` runs.
+pub(super) fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl Traced {
@@ -114,23 +201,101 @@ impl Traced {
             exe_resolved: !launched,
             last_samples: HashMap::new(),
             untraced_children: 0,
+            execs: Vec::new(),
+            launch_exec_pending: launched,
+            exe_id: if launched { None } else { exe_identity(pid) },
+            oom_watch: None,
+            ended: None,
         };
+        t.watch_cgroup();
         if !launched {
             t.detect_runtime(&objects);
         }
         Ok(t)
     }
 
+    /// Whether the process has ended; when it has, [`Traced::ended`] says how (exit status in
+    /// launch mode, the cgroup's OOM-kill counter where there is one).
     pub(super) fn gone(&mut self) -> bool {
-        if self.launched {
-            if let Some(s) = launch::try_wait(self.pid) {
-                self.exit_status = Some(s);
-                return true;
+        let status = if self.launched {
+            match launch::try_wait(self.pid) {
+                Some(s) => Some(s),
+                None => return false,
             }
-            false
+        } else if procinfo::alive(self.pid) {
+            return false;
         } else {
-            !procinfo::alive(self.pid)
+            None
+        };
+        self.exit_status = status.or(self.exit_status);
+        let oom = self.oom_watch.as_ref().and_then(|w| Some((w.events.as_path(), w.baseline, oom_kills(&w.events)?)));
+        let ended = ending(status, oom);
+        // A plain exit is no caveat; a kill (signal, OOM killer) is one for the last figures.
+        if matches!(status, Some(ExitStatus::Signal(_))) || ended.contains("OOM killer") {
+            self.warnings.push(format!("the process ended during the recording: {ended}"));
         }
+        self.ended = Some(ended);
+        true
+    }
+
+    /// Follow the cgroup the process is in (it may move, e.g. a launched command put in its
+    /// cgroup by a wrapper): the OOM-kill counter's baseline is taken when it is first seen there.
+    pub(super) fn watch_cgroup(&mut self) {
+        let Some(events) = memory_events_of(self.pid) else { return };
+        if self.oom_watch.as_ref().is_some_and(|w| w.events == events) {
+            return;
+        }
+        if let Some(baseline) = oom_kills(&events) {
+            self.oom_watch = Some(OomWatch { events, baseline });
+        }
+    }
+
+    /// The process exec'd (seen at `t_s`): note where the image changed, re-read its
+    /// executable and command line, and re-discover its objects at once (allocators of the new
+    /// image probed, unwind tables loaded; objects already probed keep their probes, which the
+    /// kernel re-arms in the new image as they are filtered by process). Stacks recorded before
+    /// were symbolized against the old image and stay as they are.
+    pub(super) fn on_exec(
+        &mut self,
+        tracer: &mut Tracer,
+        mode: Mode,
+        pymalloc: bool,
+        work_probe: Option<&WorkProbeSpec>,
+        t_s: f64,
+    ) {
+        if std::mem::take(&mut self.launch_exec_pending) {
+            self.exe_id = exe_identity(self.pid);
+            return;
+        }
+        let to = procinfo::exe(self.pid);
+        let command = procinfo::cmdline(self.pid);
+        let change =
+            crate::recording::ExecChange { t_s, from: self.exe.clone(), to: to.clone(), command: command.clone() };
+        eprintln!(
+            "leaktrace: PID {} exec'd {} at t={t_s:.1}s (was {}): re-discovering its objects",
+            self.pid,
+            if to.is_empty() { "?" } else { &to },
+            self.exe
+        );
+        self.warnings.push(format!(
+            "at t={t_s:.1}s the process exec'd `{}` (was `{}`): sites before and after belong to different images; blocks of the old image still live at the exec went away with it",
+            command.join(" "),
+            self.exe
+        ));
+        self.execs.push(change);
+        if !to.is_empty() {
+            self.exe = to;
+            self.exe_resolved = true;
+        }
+        if !command.is_empty() {
+            self.command = command;
+        }
+        self.exe_id = exe_identity(self.pid);
+        // A new program: its runtime is detected anew.
+        self.runtime = None;
+        self.gauge = None;
+        self.symbolizer.refresh();
+        self.rescan(tracer, mode, pymalloc, work_probe, t_s);
     }
 
     /// Detect the target's runtime (once) from the objects it maps.
