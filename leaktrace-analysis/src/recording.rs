@@ -182,7 +182,7 @@ pub struct Target {
     /// None while running or when attached with --pid.
     pub exit_status: Option<i32>,
     /// How the process ended when it ended during the recording, in words (issue #15): "killed
-    /// by the OOM killer (oom_kill of CGROUP/memory.events 0 → 1)", "killed by signal 9
+    /// by the OOM killer (oom_kill of CGROUP/memory.events went 0 → 1)", "killed by signal 9
     /// (SIGKILL)", "exited with status 3", or, attached with --pid, "exited (its exit status is
     /// visible only to its parent)". None when it outlived the recording or in older recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -431,8 +431,12 @@ fn print_outcome(o: &pipeline::RecordOutcome) {
     let rec = &o.recording;
     let cps = rec.checkpoints.len();
     let dur = rec.checkpoints.last().map(|c| c.t_s).unwrap_or(0.0);
-    if let Some(s) = o.exit_status {
-        println!("leaktrace: command ended: {s}");
+    match (&rec.target.ended, o.exit_status) {
+        // Ended on its own during the recording: how, in words (OOM killer, signal, status).
+        (Some(how), _) if rec.target.launched => println!("leaktrace: command ended: {how}"),
+        (Some(how), _) => println!("leaktrace: PID {} {how}", rec.target.pid),
+        (None, Some(s)) => println!("leaktrace: command ended: {s}"),
+        (None, None) => {}
     }
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
     println!("leaktrace: verdict: {}", leaktrace::report::verdict::sentence(&o.analysis));

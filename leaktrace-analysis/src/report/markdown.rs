@@ -351,6 +351,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
                     st - 128
                 )
             }
+            Some(st) if st > 128 => format!("launched by leaktrace, killed by signal {}", st - 128),
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
             None => "launched by leaktrace".to_string(),
         }

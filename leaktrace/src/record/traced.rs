@@ -61,29 +61,61 @@ pub(super) struct Traced {
     pub(super) ended: Option<String>,
 }
 
-/// The OOM-kill counter of a process's cgroup (memory.events `oom_kill`, cgroup v2), read when
+/// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
 /// the process is first seen in that cgroup and again when it ends.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct OomWatch {
-    /// The memory.events file of the cgroup (/sys/fs/cgroup/PATH/memory.events).
+    /// The cgroup's OOM-kill counter file (v2 memory.events, v1 memory.oom_control).
     pub(super) events: std::path::PathBuf,
     /// `oom_kill` when first seen there (kills of this cgroup and its descendants).
     pub(super) baseline: u64,
 }
 
-/// The `oom_kill` count of a cgroup v2 memory.events file; None without a memory controller.
+/// The `oom_kill` count of a memory cgroup's event file (cgroup v2 memory.events, v1
+/// memory.oom_control: both have an "oom_kill N" line); None when unreadable.
 pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
     let text = std::fs::read_to_string(events).ok()?;
     text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
 }
 
-/// The memory.events file of the cgroup v2 `pid` is in (/proc/PID/cgroup's "0::/PATH" line),
-/// when that cgroup has one.
+/// The file holding the OOM-kill counter of the memory cgroup `pid` is in: with the memory
+/// controller on cgroup v1, MOUNT/PATH/memory.oom_control of the `memory` hierarchy; on v2,
+/// MOUNT/PATH/memory.events of the unified hierarchy ("0::PATH"). Mount points come from
+/// /proc/self/mountinfo; paths in /proc/PID/cgroup are relative to leaktrace's cgroup
+/// namespace, as are those mounts. None without a memory controller.
 pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let p = std::path::Path::new("/sys/fs/cgroup").join(rel.trim().trim_start_matches('/')).join("memory.events");
-    p.exists().then_some(p)
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // (mount point, fs type, super options) of each cgroup mount.
+    let mounts: Vec<(&str, &str, &str)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount_point = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?;
+            let opts = r.nth(1).unwrap_or("");
+            fstype.starts_with("cgroup").then_some((mount_point, fstype, opts))
+        })
+        .collect();
+    let join = |mount: &str, rel: &str, file: &str| {
+        std::path::Path::new(mount).join(rel.trim().trim_start_matches('/')).join(file)
+    };
+    for l in cgroups.lines() {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, rel) = (f.next()?, f.next()?, f.next()?);
+        if controllers.split(',').any(|c| c == "memory")
+            && let Some((m, _, _)) =
+                mounts.iter().find(|(_, t, o)| *t == "cgroup" && o.split(',').any(|c| c == "memory"))
+        {
+            let p = join(m, rel, "memory.oom_control");
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    let rel = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    mounts.iter().filter(|(_, t, _)| *t == "cgroup2").map(|(m, _, _)| join(m, rel, "memory.events")).find(|p| p.exists())
 }
 
 /// The usual name of signal `sig` ("SIGKILL"), or "signal N".
