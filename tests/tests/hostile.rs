@@ -110,7 +110,11 @@ fn seccomp_filtered_target_survives_tracing() {
         o.describe()
     );
     let status = t.wait(Duration::from_secs(30)).expect("the target ended");
-    assert!(status.success(), "the seccomp-filtered target did not survive tracing: {status:?} (signal {:?})", status.signal());
+    assert!(
+        status.success(),
+        "the seccomp-filtered target did not survive tracing: {status:?} (signal {:?})",
+        status.signal()
+    );
     let mut lines = Vec::new();
     while let Some(l) = t.next_line(Duration::from_secs(1)) {
         lines.push(l);
@@ -344,9 +348,7 @@ fn count_series(dir: &Path, function: &str) -> Vec<(f64, u64)> {
         .as_array()
         .expect("stacks")
         .iter()
-        .filter(|s| {
-            s["frames"].as_array().is_some_and(|f| f.iter().any(|f| f["function"].as_str() == Some(function)))
-        })
+        .filter(|s| s["frames"].as_array().is_some_and(|f| f.iter().any(|f| f["function"].as_str() == Some(function))))
         .filter_map(|s| s["id"].as_u64())
         .collect();
     let start = f64_of(&rec, "started_unix_ms");

@@ -115,7 +115,11 @@ pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
         }
     }
     let rel = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
-    mounts.iter().filter(|(_, t, _)| *t == "cgroup2").map(|(m, _, _)| join(m, rel, "memory.events")).find(|p| p.exists())
+    mounts
+        .iter()
+        .filter(|(_, t, _)| *t == "cgroup2")
+        .map(|(m, _, _)| join(m, rel, "memory.events"))
+        .find(|p| p.exists())
 }
 
 /// The usual name of signal `sig` ("SIGKILL"), or "signal N".
@@ -698,6 +702,36 @@ pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::fix_caller;
+
+    #[test]
+    fn how_a_process_ended_is_told_from_status_and_oom_counter() {
+        use super::{ExitStatus, ending};
+        let ev = std::path::Path::new("/sys/fs/cgroup/x/memory.events");
+        assert!(
+            ending(Some(ExitStatus::Signal(9)), Some((ev, 0, 1)))
+                .starts_with("killed by the OOM killer (oom_kill of /sys/fs/cgroup/x/memory.events went 0 → 1)")
+        );
+        // SIGKILL without a new OOM kill is someone's kill -9.
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
+        assert_eq!(ending(Some(ExitStatus::Signal(31)), None), "killed by signal 31 (SIGSYS)");
+        assert_eq!(ending(Some(ExitStatus::Code(3)), Some((ev, 0, 1))), "exited with status 3");
+        assert!(ending(None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
+        assert!(ending(None, None).starts_with("exited (an attached process's exit status"));
+    }
+
+    #[test]
+    fn oom_kill_counter_is_read_from_v1_and_v2_files() {
+        let dir = std::env::temp_dir().join(format!("leaktrace-oom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let v2 = dir.join("memory.events");
+        std::fs::write(&v2, "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n").unwrap();
+        let v1 = dir.join("memory.oom_control");
+        std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n").unwrap();
+        assert_eq!(super::oom_kills(&v2), Some(1));
+        assert_eq!(super::oom_kills(&v1), Some(7));
+        assert_eq!(super::oom_kills(&dir.join("absent")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn thinning_keeps_sparse_totals_and_batches() {
