@@ -59,6 +59,8 @@ pub(super) struct Traced {
     pub(super) oom_watch: Option<OomWatch>,
     /// How the process ended, in words, once it ended during the recording.
     pub(super) ended: Option<String>,
+    /// /proc/PID/cgroup as last read by [`Traced::watch_cgroup`].
+    pub(super) cgroup_seen: Option<String>,
 }
 
 /// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
@@ -242,6 +244,7 @@ impl Traced {
             exe_id: if launched { None } else { exe_identity(pid) },
             oom_watch: None,
             ended: None,
+            cgroup_seen: None,
         };
         t.watch_cgroup();
         if !launched {
@@ -277,6 +280,12 @@ impl Traced {
     /// Follow the cgroup the process is in (it may move, e.g. a launched command put in its
     /// cgroup by a wrapper): the OOM-kill counter's baseline is taken when it is first seen there.
     pub(super) fn watch_cgroup(&mut self) {
+        // Resolved again only when /proc/PID/cgroup changed (mountinfo can be long).
+        let Ok(now) = std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)) else { return };
+        if self.cgroup_seen.as_deref() == Some(now.as_str()) {
+            return;
+        }
+        self.cgroup_seen = Some(now);
         let Some(events) = memory_events_of(self.pid) else { return };
         if self.oom_watch.as_ref().is_some_and(|w| w.events == events) {
             return;
@@ -314,7 +323,7 @@ impl Traced {
             self.exe
         );
         self.warnings.push(format!(
-            "at t={t_s:.1}s the process exec'd `{}` (was `{}`): sites before and after belong to different images; blocks of the old image still live at the exec went away with it",
+            "at t={t_s:.1}s the process exec'd `{}` (was `{}`): sites before and after belong to different images; blocks of the old image still live at the exec went away with it but stay counted live in its sites",
             command.join(" "),
             self.exe
         ));
