@@ -75,6 +75,10 @@ struct CheckArgs {
     /// PID of the process to test (as the host sees it).
     #[arg(long, conflicts_with = "command")]
     pid: Option<u32>,
+    /// Attach even to a process under a seccomp filter on an x86-64 kernel 6.11–6.13 (see
+    /// `record --allow-seccomp-risk`).
+    #[arg(long)]
+    allow_seccomp_risk: bool,
     /// Warm-up before the baseline checkpoint (e.g. 5s, 0 for none).
     #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
     warmup: Duration,
@@ -394,6 +398,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 out: a.out,
                 limits: a.limits.into(),
                 reachability: a.reach.options(),
+                allow_seccomp_risk: a.allow_seccomp_risk,
             };
             let outcome = leaktrace::check::check(spec, opts)?;
             print!("{}", outcome.text);
