@@ -334,6 +334,8 @@ fn attached_target_killed_mid_run_keeps_its_recording() {
     assert_eq!(str_of(&report.json, "end_reason"), "target-exited", "{ctx}");
     let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
     assert!(ended.starts_with("exited (an attached process's exit status"), "target.ended: {ended:?}\n{ctx}");
+    let md = std::fs::read_to_string(out.file("report.md")).expect("report.md");
+    assert!(md.contains("the process ended during the recording: exited (an attached"), "report.md:\n{md}");
     // ~3 s at 200/s: at least 1 s worth, at most 6 s worth.
     let live = site_live(&report, "leak_steady");
     assert!((200 * LEAK_BYTES..=1200 * LEAK_BYTES).contains(&live), "leak_steady live {live} B\n{ctx}");

@@ -363,7 +363,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         (m, _) => m.to_string(),
     };
     let _ = writeln!(md, "- {how}; mode {mode}");
-    if let Some(ended) = &t.ended {
+    // A launched command's plain exit is in the line above already; kills and attached ends are not.
+    if let Some(ended) = t.ended.as_ref().filter(|e| !t.launched || !e.starts_with("exited")) {
         let _ = writeln!(md, "- the process ended during the recording: {ended}");
     }
     for e in &t.execs {
