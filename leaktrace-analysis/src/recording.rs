@@ -186,6 +186,30 @@ pub struct Target {
     /// How the launched command ended: exit code, or 128 + signal number (shell convention).
     /// None while running or when attached with --pid.
     pub exit_status: Option<i32>,
+    /// How the process ended when it ended during the recording, in words (issue #15): "killed
+    /// by the OOM killer (oom_kill of CGROUP/memory.events went 0 → 1)", "killed by signal 9
+    /// (SIGKILL)", "exited with status 3", or, attached with --pid, "exited (its exit status is
+    /// visible only to its parent)". None when it outlived the recording or in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// Every `execve` the process made during the recording, in time order (issue #15): the
+    /// image changed there, and the sites before and after belong to different programs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub execs: Vec<ExecChange>,
+}
+
+/// One `execve` of a traced process, seen at the sched:sched_process_exec tracepoint (or, without
+/// tracepoints, as a change of /proc/PID/exe).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExecChange {
+    /// Seconds since the first checkpoint when leaktrace noticed it (within one poll, 100 ms).
+    pub t_s: f64,
+    /// The executable before (/proc/PID/exe as last read).
+    pub from: String,
+    /// The executable after.
+    pub to: String,
+    /// The new command line (/proc/PID/cmdline after the exec).
+    pub command: Vec<String>,
 }
 
 /// One uprobe placement.

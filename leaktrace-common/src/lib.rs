@@ -299,6 +299,9 @@ pub mod map_event {
     /// A traced process (`tgid`) forked: `addr` is the new task's PID (a process, or a thread:
     /// the agent tells them apart).
     pub const FORK: u32 = 5;
+    /// A traced process (`tgid`) completed an `execve`: its image (executable, libraries,
+    /// address space) is new from here on.
+    pub const EXEC: u32 = 6;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].

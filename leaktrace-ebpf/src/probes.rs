@@ -850,6 +850,19 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// A traced process completed an `execve` (sched:sched_process_exec, after the new image is in
+/// place; the exec'ing thread is the leader by now, so its tgid is the process's): tell the
+/// agent, which re-discovers the new image's objects and notes where the image changed.
+#[tracepoint]
+pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    emit(&MapEvent { kind: map_event::EXEC, tgid, ..Default::default() });
+    0
+}
+
 /// Growth mode: a user page fault on a page that was not present (first touch: the kernel makes
 /// a page resident). Counted per call stack, 4096 bytes each. No allocator probe is involved.
 #[tracepoint]

@@ -31,6 +31,8 @@ pub struct CheckOptions {
     pub limits: Limits,
     /// Reachability hook (#14): scan at the end (`--reachability`); None: no scan.
     pub reachability: Option<crate::reach::ScanOptions>,
+    /// `--allow-seccomp-risk`: see [`crate::record::RecordOptions::allow_seccomp_risk`].
+    pub allow_seccomp_risk: bool,
 }
 
 /// What `leaktrace check` did.
@@ -65,6 +67,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         pymalloc: false,
         reachability: opts.reachability,
         push: None,
+        allow_seccomp_risk: opts.allow_seccomp_risk,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

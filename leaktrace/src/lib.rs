@@ -29,6 +29,7 @@ pub mod push;
 pub mod reach;
 pub mod record;
 pub mod runtimes;
+pub mod seccomp;
 /// Issue #12: the live status line.
 pub mod status;
 pub mod symbolize;

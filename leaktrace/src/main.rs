@@ -88,6 +88,10 @@ struct CheckArgs {
     /// PID of the process to test (as the host sees it).
     #[arg(long, conflicts_with = "command")]
     pid: Option<u32>,
+    /// Attach even to a process under a seccomp filter on an x86-64 kernel 6.11–6.13 (see
+    /// `record --allow-seccomp-risk`).
+    #[arg(long)]
+    allow_seccomp_risk: bool,
     /// Warm-up before the baseline checkpoint (e.g. 5s, 0 for none).
     #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
     warmup: Duration,
@@ -204,6 +208,11 @@ struct RecordArgs {
     /// Also trace the processes the traced ones fork (from their fork on).
     #[arg(long)]
     follow_forks: bool,
+    /// Attach even to a process under a seccomp filter on an x86-64 kernel 6.11–6.13, whose
+    /// filter may kill it at its first traced return (the `uretprobe` syscall); for kernels
+    /// with the seccomp passthrough fix backported. Without it leaktrace refuses.
+    #[arg(long)]
+    allow_seccomp_risk: bool,
     /// Python targets: also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...), so
     /// objects and blocks pymalloc serves from its arenas are traced by call stack (an
     /// extension's PyMem_Malloc leak is named). Every Python allocation then pays a probe.
@@ -372,6 +381,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 pymalloc: a.pymalloc,
                 reachability: a.reach.options(),
                 push: a.push.config(),
+                allow_seccomp_risk: a.allow_seccomp_risk,
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -413,6 +423,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 out: a.out,
                 limits: a.limits.into(),
                 reachability: a.reach.options(),
+                allow_seccomp_risk: a.allow_seccomp_risk,
             };
             let outcome = leaktrace::check::check(spec, opts)?;
             print!("{}", outcome.text);
@@ -450,8 +461,12 @@ fn print_outcome(o: &pipeline::RecordOutcome) {
     let rec = &o.recording;
     let cps = rec.checkpoints.len();
     let dur = rec.checkpoints.last().map(|c| c.t_s).unwrap_or(0.0);
-    if let Some(s) = o.exit_status {
-        println!("leaktrace: command ended: {s}");
+    match (&rec.target.ended, o.exit_status) {
+        // Ended on its own during the recording: how, in words (OOM killer, signal, status).
+        (Some(how), _) if rec.target.launched => println!("leaktrace: command ended: {how}"),
+        (Some(how), _) => println!("leaktrace: PID {} {how}", rec.target.pid),
+        (None, Some(s)) => println!("leaktrace: command ended: {s}"),
+        (None, None) => {}
     }
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
     println!("leaktrace: verdict: {}", leaktrace::report::verdict::sentence(&o.analysis));
@@ -496,6 +511,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         pymalloc: false,
         reachability: None,
         push: None,
+        allow_seccomp_risk: false,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

@@ -552,6 +552,10 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
         ebpf.program_mut("sched_process_fork").context("eBPF program sched_process_fork missing")?.try_into()?;
     prog.load().context("loading eBPF program sched_process_fork")?;
     prog.attach("sched", "sched_process_fork").context("attaching to tracepoint sched:sched_process_fork")?;
+    let prog: &mut TracePoint =
+        ebpf.program_mut("sched_process_exec").context("eBPF program sched_process_exec missing")?.try_into()?;
+    prog.load().context("loading eBPF program sched_process_exec")?;
+    prog.attach("sched", "sched_process_exec").context("attaching to tracepoint sched:sched_process_exec")?;
     Ok(())
 }
 

@@ -141,8 +141,17 @@ impl StackSymbolizer {
             let (range, path) = (l.range, &l.path);
             let key = (l.dev.to_string(), l.inode);
             if !self.objects.contains_key(&key) {
-                let file = File::open(format!("/proc/{}/map_files/{range}", self.pid))
-                    .or_else(|_| File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)"))));
+                // The very file mapped (map_files); the path in the target's root only when it is
+                // still that file (same inode): a file replaced on disk since is never read.
+                let file = File::open(format!("/proc/{}/map_files/{range}", self.pid)).or_else(|_| {
+                    use std::os::unix::fs::MetadataExt as _;
+                    let f = File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)")))?;
+                    if f.metadata()?.ino() == l.inode {
+                        Ok(f)
+                    } else {
+                        Err(std::io::Error::other("a different file is at the mapped path now"))
+                    }
+                });
                 match file {
                     Ok(file) => {
                         self.objects.insert(key.clone(), Object { path: l.path.clone(), file, build_id: None });

@@ -166,6 +166,13 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "exe": t.exe,
             "launched": t.launched,
             "exit_status": t.exit_status,
+            "ended": t.ended,
+            "execs": t.execs.iter().map(|e| json!({
+                "t_s": num(e.t_s),
+                "from": e.from,
+                "to": e.to,
+                "command": e.command.join(" "),
+            })).collect::<Vec<_>>(),
             "runtime": t.runtime,
             "runtime_version": t.runtime_version,
         },

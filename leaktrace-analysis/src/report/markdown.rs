@@ -351,6 +351,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
                     st - 128
                 )
             }
+            Some(st) if st > 128 => format!("launched by leaktrace, killed by signal {}", st - 128),
             Some(st) => format!("launched by leaktrace, exited with status {st}"),
             None => "launched by leaktrace".to_string(),
         }
@@ -362,6 +363,19 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         (m, _) => m.to_string(),
     };
     let _ = writeln!(md, "- {how}; mode {mode}");
+    // A launched command's plain exit is in the line above already; kills and attached ends are not.
+    if let Some(ended) = t.ended.as_ref().filter(|e| !t.launched || !e.starts_with("exited")) {
+        let _ = writeln!(md, "- the process ended during the recording: {ended}");
+    }
+    for e in &t.execs {
+        let _ = writeln!(
+            md,
+            "- at t={:.1}s the process exec'd `{}` (was `{}`): the image changed there; sites before and after belong to different programs",
+            e.t_s,
+            e.command.join(" ").replace('`', "'"),
+            e.from.replace('`', "'"),
+        );
+    }
     let _ = writeln!(
         md,
         "- duration: {} ({} checkpoints, every {} s), ended by: {}",

@@ -102,6 +102,9 @@ pub struct RecordOptions {
     /// `--push URL`: send the heap profiles to a profile store during and after the recording
     /// (see `push.rs`); None: no push.
     pub push: Option<crate::push::PushConfig>,
+    /// `--allow-seccomp-risk`: attach to a seccomp-filtered target even on a kernel whose
+    /// uretprobes its filter may block (see `seccomp.rs`; a warning instead of the refusal).
+    pub allow_seccomp_risk: bool,
 }
 
 impl Default for RecordOptions {
@@ -121,6 +124,7 @@ impl Default for RecordOptions {
             pymalloc: false,
             reachability: None,
             push: None,
+            allow_seccomp_risk: false,
         }
     }
 }
@@ -201,6 +205,21 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 return Err(e.into());
             }
         }
+    }
+    // Return probes in a seccomp-filtered process on a kernel that would kill it for them
+    // (seccomp.rs): refused before anything is attached. Growth mode places no return probes.
+    if opts.mode != Mode::Growth {
+        let mut refused = BTreeSet::new();
+        for &pid in &pids {
+            if let Err(e) = crate::seccomp::check_target(pid, opts.allow_seccomp_risk) {
+                if !by_group {
+                    return Err(e);
+                }
+                skipped.push(format!("PID {pid} skipped: {e}"));
+                refused.insert(pid);
+            }
+        }
+        pids.retain(|p| !refused.contains(p));
     }
     if by_group {
         pids.retain(|p| discover::check_pid(*p).is_ok());
@@ -353,6 +372,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 exe: t.exe.clone(),
                 launched: t.launched,
                 exit_status: t.exit_status.map(ExitStatus::as_shell),
+                ended: t.ended.clone(),
+                execs: std::mem::take(&mut t.execs),
             },
             mode: recorded_mode(opts.mode),
             sample_bytes: match opts.mode {
@@ -403,6 +424,8 @@ impl Traced {
                 exe: self.exe.clone(),
                 launched: self.launched,
                 exit_status: self.exit_status.map(ExitStatus::as_shell),
+                ended: self.ended.clone(),
+                execs: self.execs.clone(),
             },
             mode: recorded_mode(opts.mode),
             sample_bytes: match opts.mode {

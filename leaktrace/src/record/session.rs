@@ -136,6 +136,18 @@ impl Session {
                     t.checkpoint(&self.tracer, t_s, None, self.work_probe.is_some());
                     t.end_reason = Some(EndReason::TargetExited);
                 } else {
+                    t.watch_cgroup();
+                    if self.tracer.mappings_unavailable.is_some() {
+                        // No exec tracepoint: an exec shows as a new /proc/PID/exe (a program
+                        // re-exec'ing itself goes unnoticed this way).
+                        let id = traced::exe_identity(t.pid);
+                        if t.exe_id.is_none() {
+                            t.exe_id = id;
+                        } else if id.is_some() && id != t.exe_id {
+                            t.launch_exec_pending = false;
+                            t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+                        }
+                    }
                     t.symbolizer.refresh();
                     if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
                         // A launched runtime maps its libraries right after exec: detect it
@@ -241,16 +253,29 @@ impl Session {
     pub(super) fn drain_events(&mut self) {
         self.tracer.flush_log();
         let mut forks = Vec::new();
+        let mut execs = Vec::new();
         let targets = &mut self.targets;
         self.tracer.drain_map_events(|ev| {
             if ev.kind == leaktrace_common::map_event::FORK {
                 forks.push((ev.tgid, ev.addr as u32));
                 return;
             }
+            if ev.kind == leaktrace_common::map_event::EXEC {
+                execs.push(ev.tgid);
+                return;
+            }
             if let Some(t) = targets.iter_mut().find(|t| t.pid == ev.tgid && t.end_reason.is_none()) {
                 t.space.apply(ev);
             }
         });
+        // An exec replaced a traced process's image (issue #15): note it and re-discover.
+        let t_s = self.start.elapsed().as_secs_f64();
+        for tgid in execs {
+            if let Some(t) = self.targets.iter_mut().find(|t| t.pid == tgid && t.end_reason.is_none()) {
+                self.status.clear();
+                t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+            }
+        }
         for (parent, child) in forks {
             // sched_process_fork also fires for new threads: keep new processes only.
             let is_process = std::fs::read_to_string(format!("/proc/{child}/status"))

@@ -50,6 +50,131 @@ pub(super) struct Traced {
     pub(super) untraced_children: u32,
     /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
     pub(super) reach_scans: Vec<crate::reachability::Reachability>,
+    /// Every execve seen during the recording (issue #15).
+    pub(super) execs: Vec<crate::recording::ExecChange>,
+    /// A launched command's own exec (from leaktrace's held child into the command) is still to
+    /// come through the exec tracepoint: not an exec of the recording.
+    pub(super) launch_exec_pending: bool,
+    /// (device, inode) of /proc/PID/exe as last seen: an exec noticed without the tracepoint.
+    pub(super) exe_id: Option<(u64, u64)>,
+    /// The cgroup v2 the process is in and its `oom_kill` count when first seen there.
+    pub(super) oom_watch: Option<OomWatch>,
+    /// How the process ended, in words, once it ended during the recording.
+    pub(super) ended: Option<String>,
+    /// /proc/PID/cgroup as last read by [`Traced::watch_cgroup`].
+    pub(super) cgroup_seen: Option<String>,
+}
+
+/// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
+/// the process is first seen in that cgroup and again when it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct OomWatch {
+    /// The cgroup's OOM-kill counter file (v2 memory.events, v1 memory.oom_control).
+    pub(super) events: std::path::PathBuf,
+    /// `oom_kill` when first seen there (kills of this cgroup and its descendants).
+    pub(super) baseline: u64,
+}
+
+/// The `oom_kill` count of a memory cgroup's event file (cgroup v2 memory.events, v1
+/// memory.oom_control: both have an "oom_kill N" line); None when unreadable.
+pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(events).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The file holding the OOM-kill counter of the memory cgroup `pid` is in: with the memory
+/// controller on cgroup v1, MOUNT/PATH/memory.oom_control of the `memory` hierarchy; on v2,
+/// MOUNT/PATH/memory.events of the unified hierarchy ("0::PATH"). Mount points come from
+/// /proc/self/mountinfo; paths in /proc/PID/cgroup are relative to leaktrace's cgroup
+/// namespace, as are those mounts. None without a memory controller.
+pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // (mount point, fs type, super options) of each cgroup mount.
+    let mounts: Vec<(&str, &str, &str)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount_point = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?;
+            let opts = r.nth(1).unwrap_or("");
+            fstype.starts_with("cgroup").then_some((mount_point, fstype, opts))
+        })
+        .collect();
+    let join = |mount: &str, rel: &str, file: &str| {
+        std::path::Path::new(mount).join(rel.trim().trim_start_matches('/')).join(file)
+    };
+    for l in cgroups.lines() {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, rel) = (f.next()?, f.next()?, f.next()?);
+        if controllers.split(',').any(|c| c == "memory")
+            && let Some((m, _, _)) =
+                mounts.iter().find(|(_, t, o)| *t == "cgroup" && o.split(',').any(|c| c == "memory"))
+        {
+            let p = join(m, rel, "memory.oom_control");
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    let rel = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    mounts
+        .iter()
+        .filter(|(_, t, _)| *t == "cgroup2")
+        .map(|(m, _, _)| join(m, rel, "memory.events"))
+        .find(|p| p.exists())
+}
+
+/// The usual name of signal `sig` ("SIGKILL"), or "signal N".
+pub(super) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        31 => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// How a process ended, in words: `status` is its exit status when leaktrace is its parent
+/// (launch mode; None when attached), `oom` the cgroup's `oom_kill` count (before, after) when
+/// known. A SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise is all
+/// that can be known.
+pub(super) fn ending(status: Option<ExitStatus>, oom: Option<(&std::path::Path, u64, u64)>) -> String {
+    let oom_note = |(events, before, after): (&std::path::Path, u64, u64)| {
+        format!("oom_kill of {} went {before} → {after}", events.display())
+    };
+    let oom_fired = oom.filter(|(_, before, after)| after > before);
+    match (status, oom_fired) {
+        (Some(ExitStatus::Signal(9)), Some(o)) => format!("killed by the OOM killer ({})", oom_note(o)),
+        (Some(ExitStatus::Signal(s)), _) => format!("killed by signal {s} ({})", signal_name(s)),
+        (Some(ExitStatus::Code(c)), _) => format!("exited with status {c}"),
+        (None, Some(o)) => format!(
+            "ended while its cgroup's OOM killer fired ({}): most likely killed by the OOM killer (an attached process's exit status is visible only to its parent)",
+            oom_note(o)
+        ),
+        (None, None) => {
+            "exited (an attached process's exit status is visible only to its parent; its cgroup's OOM killer did not fire)"
+                .to_string()
+        }
+    }
+}
+
+/// (device, inode) of the executable `pid` runs.
+pub(super) fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl Traced {
@@ -117,23 +242,108 @@ impl Traced {
             last_samples: HashMap::new(),
             untraced_children: 0,
             reach_scans: Vec::new(),
+            execs: Vec::new(),
+            launch_exec_pending: launched,
+            exe_id: if launched { None } else { exe_identity(pid) },
+            oom_watch: None,
+            ended: None,
+            cgroup_seen: None,
         };
+        t.watch_cgroup();
         if !launched {
             t.detect_runtime(&objects);
         }
         Ok(t)
     }
 
+    /// Whether the process has ended; when it has, [`Traced::ended`] says how (exit status in
+    /// launch mode, the cgroup's OOM-kill counter where there is one).
     pub(super) fn gone(&mut self) -> bool {
-        if self.launched {
-            if let Some(s) = launch::try_wait(self.pid) {
-                self.exit_status = Some(s);
-                return true;
+        let status = if self.launched {
+            match launch::try_wait(self.pid) {
+                Some(s) => Some(s),
+                None => return false,
             }
-            false
+        } else if procinfo::alive(self.pid) {
+            return false;
         } else {
-            !procinfo::alive(self.pid)
+            None
+        };
+        self.exit_status = status.or(self.exit_status);
+        let oom = self.oom_watch.as_ref().and_then(|w| Some((w.events.as_path(), w.baseline, oom_kills(&w.events)?)));
+        let ended = ending(status, oom);
+        // A plain exit is no caveat; a kill (signal, OOM killer) is one for the last figures.
+        if matches!(status, Some(ExitStatus::Signal(_))) || ended.contains("OOM killer") {
+            self.warnings.push(format!("the process ended during the recording: {ended}"));
         }
+        self.ended = Some(ended);
+        true
+    }
+
+    /// Follow the cgroup the process is in (it may move, e.g. a launched command put in its
+    /// cgroup by a wrapper): the OOM-kill counter's baseline is taken when it is first seen there.
+    pub(super) fn watch_cgroup(&mut self) {
+        // Resolved again only when /proc/PID/cgroup changed (mountinfo can be long).
+        let Ok(now) = std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)) else { return };
+        if self.cgroup_seen.as_deref() == Some(now.as_str()) {
+            return;
+        }
+        self.cgroup_seen = Some(now);
+        let Some(events) = memory_events_of(self.pid) else { return };
+        if self.oom_watch.as_ref().is_some_and(|w| w.events == events) {
+            return;
+        }
+        if let Some(baseline) = oom_kills(&events) {
+            self.oom_watch = Some(OomWatch { events, baseline });
+        }
+    }
+
+    /// The process exec'd (seen at `t_s`): note where the image changed, re-read its
+    /// executable and command line, and re-discover its objects at once (allocators of the new
+    /// image probed, unwind tables loaded; objects already probed keep their probes, which the
+    /// kernel re-arms in the new image as they are filtered by process). Stacks recorded before
+    /// were symbolized against the old image and stay as they are.
+    pub(super) fn on_exec(
+        &mut self,
+        tracer: &mut Tracer,
+        mode: Mode,
+        pymalloc: bool,
+        work_probe: Option<&WorkProbeSpec>,
+        t_s: f64,
+    ) {
+        if std::mem::take(&mut self.launch_exec_pending) {
+            self.exe_id = exe_identity(self.pid);
+            return;
+        }
+        let to = procinfo::exe(self.pid);
+        let command = procinfo::cmdline(self.pid);
+        let change =
+            crate::recording::ExecChange { t_s, from: self.exe.clone(), to: to.clone(), command: command.clone() };
+        eprintln!(
+            "leaktrace: PID {} exec'd {} at t={t_s:.1}s (was {}): re-discovering its objects",
+            self.pid,
+            if to.is_empty() { "?" } else { &to },
+            self.exe
+        );
+        self.warnings.push(format!(
+            "at t={t_s:.1}s the process exec'd `{}` (was `{}`): sites before and after belong to different images; blocks of the old image still live at the exec went away with it but stay counted live in its sites",
+            command.join(" "),
+            self.exe
+        ));
+        self.execs.push(change);
+        if !to.is_empty() {
+            self.exe = to;
+            self.exe_resolved = true;
+        }
+        if !command.is_empty() {
+            self.command = command;
+        }
+        self.exe_id = exe_identity(self.pid);
+        // A new program: its runtime is detected anew.
+        self.runtime = None;
+        self.gauge = None;
+        self.symbolizer.refresh();
+        self.rescan(tracer, mode, pymalloc, work_probe, t_s);
     }
 
     /// Detect the target's runtime (once) from the objects it maps.
@@ -507,6 +717,36 @@ pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::fix_caller;
+
+    #[test]
+    fn how_a_process_ended_is_told_from_status_and_oom_counter() {
+        use super::{ExitStatus, ending};
+        let ev = std::path::Path::new("/sys/fs/cgroup/x/memory.events");
+        assert!(
+            ending(Some(ExitStatus::Signal(9)), Some((ev, 0, 1)))
+                .starts_with("killed by the OOM killer (oom_kill of /sys/fs/cgroup/x/memory.events went 0 → 1)")
+        );
+        // SIGKILL without a new OOM kill is someone's kill -9.
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
+        assert_eq!(ending(Some(ExitStatus::Signal(31)), None), "killed by signal 31 (SIGSYS)");
+        assert_eq!(ending(Some(ExitStatus::Code(3)), Some((ev, 0, 1))), "exited with status 3");
+        assert!(ending(None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
+        assert!(ending(None, None).starts_with("exited (an attached process's exit status"));
+    }
+
+    #[test]
+    fn oom_kill_counter_is_read_from_v1_and_v2_files() {
+        let dir = std::env::temp_dir().join(format!("leaktrace-oom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let v2 = dir.join("memory.events");
+        std::fs::write(&v2, "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n").unwrap();
+        let v1 = dir.join("memory.oom_control");
+        std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n").unwrap();
+        assert_eq!(super::oom_kills(&v2), Some(1));
+        assert_eq!(super::oom_kills(&v1), Some(7));
+        assert_eq!(super::oom_kills(&dir.join("absent")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn thinning_keeps_sparse_totals_and_batches() {
