@@ -320,6 +320,12 @@ pub struct Checkpoint {
     /// not traced or the process was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<AllocatorFootprint>,
+    /// Taken when a launched command began its teardown (it entered libc's `exit` or CPython's
+    /// `Py_FinalizeEx`, and was held stopped while this checkpoint was read): what was live
+    /// before static destructors, atexit handlers or interpreter finalization freed anything.
+    /// At most one per recording; growth is judged on the checkpoints up to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub teardown: bool,
 }
 
 /// A runtime's managed heap as the runtime itself reports it. Bytes.

@@ -299,6 +299,10 @@ pub mod map_event {
     /// A traced process (`tgid`) forked: `addr` is the new task's PID (a process, or a thread:
     /// the agent tells them apart).
     pub const FORK: u32 = 5;
+    /// A launched command (`tgid`) began its teardown: it called libc's `exit` or the
+    /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
+    /// the teardown checkpoint and sends SIGCONT).
+    pub const TEARDOWN: u32 = 6;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].

@@ -1,5 +1,6 @@
 //! The probe programs and maps (bpf target only).
 
+use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs};
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
@@ -7,10 +8,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
-use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_task_pt_regs};
 use leaktrace_common::{
-    counter, map_event, op, owner, sampling, site_kind, AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey,
-    SiteStats, StackFrames, SyscallArgs,
+    AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames, SyscallArgs, counter,
+    map_event, op, owner, sampling, site_kind,
 };
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
@@ -117,6 +117,11 @@ static MMAP_CALLS: HashMap<u64, MmapCall> = HashMap::with_max_entries(1 << 14, B
 #[map]
 static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
 
+/// Launched commands whose teardown is watched (tgid → 0, inserted by the agent). The first
+/// teardown call deletes its entry (atomically: one caller wins), so each process stops once.
+#[map]
+static TEARDOWN: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+
 /// Sampled mode: the tables and mean distance of `leaktrace_common::sampling`, filled by the agent.
 #[map]
 static SAMPLING: Array<u64> = Array::with_max_entries(sampling::LEN, 0);
@@ -152,9 +157,7 @@ fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
 
 #[inline(always)]
 fn atomic_add(p: *mut u64, v: u64) {
-    unsafe {
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v)
-    };
+    unsafe { core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v) };
 }
 
 /// Entry of an allocating call: remember its arguments and call stack for the return probe.
@@ -217,7 +220,9 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
                     free_addr(tgid, ptr);
                 }
-                unsafe { *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() } };
+                unsafe {
+                    *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() }
+                };
                 return 0;
             }
         }
@@ -241,7 +246,8 @@ fn table(base: u32, i: u64) -> u64 {
 /// 1/mean. Returns the estimated bytes a sampled allocation of `size` stands for.
 #[inline(always)]
 fn sample(size: u64, mean: u64) -> Option<u64> {
-    let next_distance = || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
+    let next_distance =
+        || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
     let left = SAMPLER.current(true)?;
     if unsafe { *left } == 0 {
         unsafe { *left = next_distance() as i64 };
@@ -833,6 +839,23 @@ pub fn work_enter(_ctx: ProbeContext) -> u32 {
     if let Some(p) = WORK.get_ptr_mut(tgid) {
         atomic_add(p, 1);
     }
+    0
+}
+
+/// Entry of libc's `exit` or CPython's `Py_FinalizeEx` in a launched command: its teardown
+/// (static destructors, atexit handlers, interpreter finalization) begins. The first call in
+/// a watched process stops the whole process (SIGSTOP, delivered before the function's first
+/// instruction runs) and tells the agent, which takes a checkpoint of what was live before the
+/// teardown frees anything, then sends SIGCONT.
+#[uprobe]
+pub fn teardown_enter(_ctx: ProbeContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TEARDOWN.remove(&tgid).is_err() {
+        return 0;
+    }
+    emit(&MapEvent { kind: map_event::TEARDOWN, tgid, ..Default::default() });
+    // SIGSTOP (19): the process stops as this probe returns to user space.
+    unsafe { bpf_send_signal(19) };
     0
 }
 

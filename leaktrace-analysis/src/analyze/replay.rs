@@ -27,7 +27,83 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
 }
 
 /// [`analyze`] with the recording's [`Timeline`] already built.
+///
+/// A launched command whose teardown was caught (a checkpoint with
+/// [`crate::recording::Checkpoint::teardown`], followed by the checkpoint after exit) is judged
+/// on the checkpoints up to its teardown: static destructors, atexit handlers and interpreter
+/// finalization free what the program held, and a leak released only at exit is still a leak
+/// of the running program. What the teardown freed is reported apart
+/// ([`Analysis::freed_at_exit`]); what remained after exit stays in [`Analysis::at_exit`].
 pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
+    let Some((head, td)) = before_teardown(rec, tl) else {
+        let mut a = analyze_span(rec, tl, opts);
+        a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(&a.sites, tl));
+        return a;
+    };
+    let htl = Timeline::new(&head);
+    let mut a = analyze_span(&head, &htl, opts);
+    a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(&a.sites, tl));
+    let mut freed = Vec::new();
+    for (i, s) in a.sites.iter().enumerate() {
+        let Some(&si) = tl.index.get(&s.id) else { continue };
+        let (b0, b1) = (tl.live_bytes[si][td], tl.live_bytes[si].last().copied().unwrap_or(0));
+        let (c0, c1) = (tl.live_count[si][td], tl.live_count[si].last().copied().unwrap_or(0));
+        if b0 > b1 {
+            freed.push((i, b0 - b1, c0.saturating_sub(c1)));
+        }
+    }
+    freed.sort_by_key(|&(i, b, _)| (std::cmp::Reverse(b), i));
+    let t0 = tl.times.first().copied().unwrap_or(0.0);
+    a.freed_at_exit = Some(FreedAtExit {
+        teardown_s: tl.times[td] - t0,
+        bytes: freed.iter().map(|f| f.1).sum(),
+        blocks: freed.iter().map(|f| f.2).sum(),
+        sites: freed,
+    });
+    a
+}
+
+/// The part of `rec` up to its teardown checkpoint, and that checkpoint's position in `tl`;
+/// None when no teardown was caught or nothing was recorded after it.
+fn before_teardown(rec: &Recording, tl: &Timeline) -> Option<(Recording, usize)> {
+    let td = tl.order.iter().position(|&i| rec.checkpoints[i].teardown)?;
+    if td + 1 >= tl.order.len() {
+        return None;
+    }
+    let cut = tl.raw_times[td];
+    let head = Recording {
+        checkpoints: rec.checkpoints.iter().filter(|c| c.t_s.is_finite() && c.t_s <= cut).cloned().collect(),
+        ..rec.clone()
+    };
+    Some((head, td))
+}
+
+/// LeakSanitizer's list at exit: the sites (positions in `sites`) still holding memory at the
+/// last checkpoint of `tl` (after exit), apart from libc's and the runtime's one-time
+/// allocations.
+fn at_exit_of(sites: &[SiteAnalysis], tl: &Timeline) -> AtExit {
+    let live = |i: usize| {
+        tl.index.get(&sites[i].id).map_or((0, 0), |&si| {
+            (tl.live_bytes[si].last().copied().unwrap_or(0), tl.live_count[si].last().copied().unwrap_or(0))
+        })
+    };
+    let (kept, one_time): (Vec<usize>, Vec<usize>) = (0..sites.len())
+        .filter(|&i| live(i).0 > 0)
+        .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
+    let mut kept: Vec<(usize, u64, u64)> = kept.into_iter().map(|i| (i, live(i).0, live(i).1)).collect();
+    kept.sort_by_key(|&(i, b, _)| (std::cmp::Reverse(b), i));
+    AtExit {
+        live_bytes: kept.iter().map(|k| k.1).sum(),
+        live_allocations: kept.iter().map(|k| k.2).sum(),
+        sites: kept.iter().map(|k| k.0).collect(),
+        held: kept.iter().map(|k| (k.1, k.2)).collect(),
+        one_time_sites: one_time.len(),
+        one_time_bytes: one_time.iter().map(|&i| live(i).0).sum(),
+    }
+}
+
+/// The analysis of the checkpoints in `tl` (all of them: the caller cuts at the teardown).
+fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
     let mut warnings = Vec::new();
 
     // Checkpoints in time order, ignoring any with a non-finite time.
@@ -349,24 +425,12 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
 
-    // A command that exited: what it still held (LeakSanitizer's list at exit); when its run was
-    // too short to have a shape, that list is the answer and the verdict is inconclusive.
-    let at_exit = (rec.end_reason == EndReason::TargetExited).then(|| {
-        let (kept, one_time): (Vec<usize>, Vec<usize>) = (0..sites.len())
-            .filter(|&i| sites[i].live_bytes > 0)
-            .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
-        let mut kept = kept;
-        kept.sort_by_key(|&i| std::cmp::Reverse(sites[i].live_bytes));
-        AtExit {
-            live_bytes: kept.iter().map(|&i| sites[i].live_bytes).sum(),
-            live_allocations: kept.iter().map(|&i| sites[i].live_allocations).sum(),
-            sites: kept,
-            one_time_sites: one_time.len(),
-            one_time_bytes: one_time.iter().map(|&i| sites[i].live_bytes).sum(),
-        }
-    });
+    // A command that exited: what it still held (LeakSanitizer's list at exit, filled in by the
+    // caller); when its run was too short to have a shape, that list is the answer and the
+    // verdict is inconclusive.
+    let exited = rec.end_reason == EndReason::TargetExited;
     let span_checkpoints = span.end.saturating_sub(span.start);
-    let verdict = if at_exit.is_some() && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
+    let verdict = if exited && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
         Verdict {
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * f_drops),
@@ -380,7 +444,8 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     };
 
     Analysis {
-        at_exit,
+        at_exit: None,
+        freed_at_exit: None,
         checkpoints: n,
         duration_s: duration,
         span_from_s: span_from - t0,
@@ -436,6 +501,9 @@ pub(crate) fn span_of(tl: &Timeline, end_reason: EndReason) -> Span {
 /// window, end of the analysed span), as [`Analysis::steady_from_s`] and [`Analysis::span_to_s`]
 /// give them, without the rest of the analysis.
 pub fn steady_window(rec: &Recording, tl: &Timeline) -> (f64, f64) {
+    if let Some((head, _)) = before_teardown(rec, tl) {
+        return steady_window(&head, &Timeline::new(&head));
+    }
     let times = &tl.times;
     let t0 = times.first().copied().unwrap_or(0.0);
     let span = span_of(tl, rec.end_reason);

@@ -1064,3 +1064,75 @@ fn untraced_shared_memory_growth_is_named() {
     let md = crate::report::markdown::report_md(&r, &a);
     assert!(md.contains("- RSS by kind: anon 4.0 MiB → 4.0 MiB, shmem 0 B → "), "{md}");
 }
+
+/// Issue 17, item A: a launched command whose leak its teardown frees (static destructors,
+/// atexit handlers, interpreter finalization). With the teardown checkpoint, growth is judged
+/// up to it (a leak at 1,000 B/s), the teardown's frees are reported apart and the leak is not
+/// in the list at exit; without it, the same frees make the site look temporary.
+#[test]
+fn leak_freed_at_teardown_is_judged_before_the_teardown() {
+    let mut times: Vec<f64> = (0..=20).map(|k| k as f64 * 0.5).collect();
+    times.push(10.2);
+    let leak: SiteFn = Box::new(|t: f64| {
+        let n = (t.min(10.0) * 10.0).round() as u64;
+        if t > 10.1 { (100 * n, n, 100 * n, n) } else { (100 * n, n, 0, 0) }
+    });
+    let churn: SiteFn = Box::new(|t: f64| {
+        let n = (t * 100.0).round() as u64;
+        (4096 * n, n, 4096 * n, n)
+    });
+    let build = |teardown: bool| {
+        let leak: SiteFn = Box::new({
+            let f = &leak;
+            let v: Vec<(f64, (u64, u64, u64, u64))> = times.iter().map(|&t| (t, f(t))).collect();
+            move |t: f64| v.iter().find(|p| p.0 == t).map_or((0, 0, 0, 0), |p| p.1)
+        });
+        let churn: SiteFn = Box::new({
+            let v: Vec<(f64, (u64, u64, u64, u64))> = times.iter().map(|&t| (t, churn(t))).collect();
+            move |t: f64| v.iter().find(|p| p.0 == t).map_or((0, 0, 0, 0), |p| p.1)
+        });
+        let mut r = recording(
+            &times,
+            vec![(user_stack(1, "remember_request"), leak), (user_stack(2, "scratch_buffer"), churn)],
+            &|_| mem(1 << 20),
+            &no_counters,
+        );
+        r.end_reason = crate::recording::EndReason::TargetExited;
+        if teardown {
+            let n = r.checkpoints.len();
+            r.checkpoints[n - 2].teardown = true;
+        }
+        r
+    };
+    let r = build(true);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{:?}", a.verdict.reason);
+    let site = a.sites.iter().position(|s| s.function == "remember_request").unwrap();
+    assert_eq!(a.sites[site].class, SiteClass::Leak);
+    let rate = a.sites[site].growth_bytes_per_s;
+    assert!((rate - 1000.0).abs() < 50.0, "{rate}");
+    assert_eq!(a.sites[site].live_bytes, 10_000);
+    let f = a.freed_at_exit.as_ref().expect("freed_at_exit");
+    assert_eq!(f.of_site(site), Some((10_000, 100)));
+    assert_eq!((f.bytes, f.blocks), (10_000, 100));
+    assert!((f.teardown_s - 10.0).abs() < 1e-9);
+    let x = a.at_exit.as_ref().expect("at_exit");
+    assert!(!x.sites.contains(&site), "{x:?}");
+    let scratch = a.sites.iter().find(|s| s.function == "scratch_buffer").unwrap();
+    assert_ne!(scratch.class, SiteClass::Leak);
+    let text = sentence(&a);
+    assert!(
+        text.contains("released only at exit: freed at exit: 9.8 KiB in 100 block(s) from remember_request"),
+        "{text}"
+    );
+    let md = crate::report::markdown::report_md(&r, &a);
+    assert!(md.contains("## Freed at exit"), "{md}");
+    // The same recording read back from JSON gives the same analysis.
+    let back: Recording = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    assert_eq!(analyze(&back, &AnalyzeOptions::default()), a);
+
+    // Without the teardown checkpoint (as before, or an attached process): no leak is seen.
+    let a = analyze(&build(false), &AnalyzeOptions::default());
+    assert!(a.freed_at_exit.is_none());
+    assert_ne!(a.sites.iter().find(|s| s.function == "remember_request").unwrap().class, SiteClass::Leak);
+}

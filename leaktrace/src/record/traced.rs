@@ -48,6 +48,12 @@ pub(super) struct Traced {
     pub(super) last_samples: HashMap<u32, SiteSample>,
     /// Child processes it forked that are not traced (no --follow-forks).
     pub(super) untraced_children: u32,
+    /// Launched commands: teardown probes placed, as (object path, function).
+    pub(super) teardown_probes: BTreeSet<(String, &'static str)>,
+    /// Its teardown is watched in the kernel (the TEARDOWN map holds it).
+    pub(super) teardown_watched: bool,
+    /// It began its teardown and is held stopped: the teardown checkpoint is due.
+    pub(super) teardown_pending: bool,
 }
 
 impl Traced {
@@ -114,10 +120,14 @@ impl Traced {
             exe_resolved: !launched,
             last_samples: HashMap::new(),
             untraced_children: 0,
+            teardown_probes: BTreeSet::new(),
+            teardown_watched: false,
+            teardown_pending: false,
         };
         if !launched {
             t.detect_runtime(&objects);
         }
+        t.place_teardown_probes(tracer, &objects);
         Ok(t)
     }
 
@@ -198,6 +208,7 @@ impl Traced {
         for note in unwind_notes(tracer, &fresh) {
             self.warnings.push(format!("{note} (mapped after attach, at t={t_s:.1}s)"));
         }
+        self.place_teardown_probes(tracer, &fresh);
         let Ok(scan) = scan_for_mode(self.pid, &fresh, mode, pymalloc) else { return };
         match tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
@@ -211,6 +222,32 @@ impl Traced {
             }
             Ok(_) => {}
             Err(e) => self.warnings.push(format!("could not probe a newly mapped allocator: {e:#}")),
+        }
+    }
+
+    /// Launched commands: probe the start of their teardown (libc's `exit`, CPython's
+    /// `Py_FinalizeEx`) in `objects` and watch it, so a checkpoint is taken before static
+    /// destructors, atexit handlers or interpreter finalization free anything. Failures become
+    /// warnings (the recording then ends on the checkpoint after exit, as before).
+    pub(super) fn place_teardown_probes(&mut self, tracer: &mut Tracer, objects: &[MappedObject]) {
+        if !self.launched {
+            return;
+        }
+        for (obj, function, off) in discover::find_teardown_functions(objects) {
+            let object = obj.path.display().to_string();
+            if !self.teardown_probes.insert((object.clone(), function)) {
+                continue;
+            }
+            match tracer.attach_teardown_probe(self.pid, &object, &obj.open_path, function, off) {
+                Ok(info) => self.probes.push(info),
+                Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
+            }
+        }
+        if !self.teardown_watched && self.probes.iter().any(|p| p.kind == "teardown") {
+            match tracer.watch_teardown(self.pid, true) {
+                Ok(()) => self.teardown_watched = true,
+                Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
+            }
         }
     }
 
@@ -294,6 +331,7 @@ impl Traced {
             managed: self.gauge.as_mut().and_then(|g| g.sample()),
             units_of_work,
             allocator,
+            teardown: false,
         });
         thin(&mut self.checkpoints, MAX_CHECKPOINTS);
         Some((live, rss))
@@ -455,7 +493,7 @@ pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
     let mut carry: Vec<SiteSample> = Vec::new();
     let mut periodic = 0usize;
     for (i, mut c) in old.into_iter().enumerate() {
-        let keep = i == 0 || i == last || c.batch.is_some() || {
+        let keep = i == 0 || i == last || c.batch.is_some() || c.teardown || {
             periodic += 1;
             periodic.is_multiple_of(2)
         };
