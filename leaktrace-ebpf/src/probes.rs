@@ -1,6 +1,5 @@
 //! The probe programs and maps (bpf target only).
 
-use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs};
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
@@ -8,9 +7,12 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
+use aya_ebpf::helpers::generated::{
+    bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs,
+};
 use leaktrace_common::{
-    AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames, SyscallArgs, counter,
-    map_event, op, owner, sampling, site_kind,
+    counter, map_event, op, owner, sampling, site_kind, AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey,
+    SiteStats, StackFrames, SyscallArgs,
 };
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
@@ -157,7 +159,9 @@ fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
 
 #[inline(always)]
 fn atomic_add(p: *mut u64, v: u64) {
-    unsafe { core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v) };
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v)
+    };
 }
 
 /// Entry of an allocating call: remember its arguments and call stack for the return probe.
@@ -220,9 +224,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
                     free_addr(tgid, ptr);
                 }
-                unsafe {
-                    *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() }
-                };
+                unsafe { *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() } };
                 return 0;
             }
         }
@@ -246,8 +248,7 @@ fn table(base: u32, i: u64) -> u64 {
 /// 1/mean. Returns the estimated bytes a sampled allocation of `size` stands for.
 #[inline(always)]
 fn sample(size: u64, mean: u64) -> Option<u64> {
-    let next_distance =
-        || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
+    let next_distance = || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
     let left = SAMPLER.current(true)?;
     if unsafe { *left } == 0 {
         unsafe { *left = next_distance() as i64 };

@@ -10,14 +10,14 @@
 //! Frames are walked in a `bpf_loop` callback, so the verifier checks one frame's code, not 127
 //! copies of it.
 
-use aya_ebpf::helpers::generated::{bpf_find_vma, bpf_get_current_task_btf, bpf_loop};
 use aya_ebpf::{
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
+use aya_ebpf::helpers::generated::{bpf_find_vma, bpf_get_current_task_btf, bpf_loop};
 use leaktrace_common::{
-    MAX_STACK_DEPTH, ObjectId, ObjectTable, StackFrames, UnwindRow, counter, kernel_offset, unwind, walk_end,
+    counter, kernel_offset, unwind, walk_end, ObjectId, ObjectTable, StackFrames, UnwindRow, MAX_STACK_DEPTH,
 };
 
 use crate::probes::count;
@@ -124,7 +124,14 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
     };
     let callback = step as extern "C" fn(u64, *mut Walk) -> i64;
     // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
-    unsafe { bpf_loop((MAX_STACK_DEPTH - 1) as u32, callback as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
+    unsafe {
+        bpf_loop(
+            (MAX_STACK_DEPTH - 1) as u32,
+            callback as *mut core::ffi::c_void,
+            (&raw mut w).cast(),
+            0,
+        )
+    };
     buf.len = w.n as u32;
     buf.end = w.end;
     if w.end != walk_end::COMPLETE {
@@ -370,13 +377,7 @@ fn lookup(pc: u64) -> Option<UnwindRow> {
     let callback = vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
     // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
     let r = unsafe {
-        bpf_find_vma(
-            bpf_get_current_task_btf().cast(),
-            pc,
-            callback as *mut core::ffi::c_void,
-            (&raw mut info).cast(),
-            0,
-        )
+        bpf_find_vma(bpf_get_current_task_btf().cast(), pc, callback as *mut core::ffi::c_void, (&raw mut info).cast(), 0)
     };
     if r == -16 {
         // -EBUSY: the address space's lock is taken.
