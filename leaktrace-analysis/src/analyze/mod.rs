@@ -362,6 +362,10 @@ pub struct Summary {
     pub allocator_resident_end_bytes: Option<u64>,
     /// Steady-window slope of the allocator resident bytes, bytes per second.
     pub allocator_resident_growth_bytes_per_s: Option<f64>,
+    /// glibc arena heaps the allocator had at the last checkpoint (found in /proc/PID/maps
+    /// whenever they were made), and their resident bytes; None without the figure.
+    pub allocator_arena_heaps: Option<u32>,
+    pub allocator_arena_resident_end_bytes: Option<u64>,
     /// Steady-window slope of the traced live bytes (every site, malloc and mappings), bytes per
     /// second.
     pub growth_bytes_per_s: f64,

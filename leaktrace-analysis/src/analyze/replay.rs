@@ -385,6 +385,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         .find_map(|k| anon[k].map(|a| (k, a)))
         .and_then(|(k, a)| (a > 0).then(|| (native[k] as f64 / a as f64 * 1e4).round() / 1e4));
 
+    let last_allocator = order.iter().rev().find_map(|&i| rec.checkpoints[i].allocator.as_ref());
     let summary = Summary {
         rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
         rss_end_bytes: memory.rss_bytes.last().map(|p| p.1),
@@ -397,6 +398,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         allocator_resident_start_bytes: memory.allocator_resident_bytes.first().map(|p| p.1),
         allocator_resident_end_bytes: memory.allocator_resident_bytes.last().map(|p| p.1),
         allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
+        allocator_arena_heaps: last_allocator.map(|f| f.arena_heaps),
+        allocator_arena_resident_end_bytes: last_allocator.map(|f| f.arena_resident_bytes),
         growth_bytes_per_s: traced_trend.slope_bytes_per_s,
         growth_bytes_per_unit: traced_unit_trend.map(|t| t.slope_bytes_per_s),
         native_growth_bytes_per_unit: native_unit_trend.map(|t| t.slope_bytes_per_s),

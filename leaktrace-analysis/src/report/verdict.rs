@@ -65,6 +65,21 @@ fn released_at_exit(a: &Analysis) -> Option<String> {
     (!named.is_empty()).then(|| format!("released only at exit: freed at exit: {}", named.join(", ")))
 }
 
+/// What the allocator's resident figure is made of: "brk heap and 8 glibc arena heaps, 150.0 MiB
+/// resident at the end, 120.0 MiB of it in the arenas" (or "brk heap and its mappings" when no
+/// arena heap was found).
+fn allocator_parts(a: &Analysis) -> String {
+    let end = a.summary.allocator_resident_end_bytes.unwrap_or(0);
+    match (a.summary.allocator_arena_heaps, a.summary.allocator_arena_resident_end_bytes) {
+        (Some(n), Some(arena)) if n > 0 => format!(
+            "brk heap and {n} glibc arena heap(s), {} resident at the end, {} of it in the arenas",
+            hb(end),
+            hb(arena)
+        ),
+        _ => format!("brk heap and its mappings, {} resident at the end", hb(end)),
+    }
+}
+
 /// "N % of allocator calls were not traced (counters; raise ...)".
 fn losses_phrase(l: &Losses) -> String {
     let named: Vec<String> = l.counters.iter().map(|(name, n)| format!("{name} {n}")).collect();
@@ -101,9 +116,10 @@ fn reason(a: &Analysis) -> String {
             summary
         }
         Reason::AllocatorRetains { trend, native_bytes_per_s } => format!(
-            "fragmentation: the allocator's resident memory (heap and arenas) grows {} ({:.0} B/s \
-             ± {:.0}) over the steady window while live native bytes stay flat ({:.0} B/s): freed \
-             memory is kept by the allocator (fragmentation or retention), not leaked",
+            "fragmentation: the allocator's resident memory ({}) grows {} ({:.0} B/s ± {:.0}) over \
+             the steady window while live native bytes stay flat ({:.0} B/s): freed memory is kept \
+             by the allocator (fragmentation or retention), not leaked",
+            allocator_parts(a),
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
             trend.ci95_bytes_per_s.unwrap_or(0.0),
@@ -111,11 +127,16 @@ fn reason(a: &Analysis) -> String {
         ),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
             let cause = if *heap_flat {
-                "the malloc heap's own footprint does not grow, so the memory comes from elsewhere \
-                 (an allocator that is not traced, thread stacks, mappings made before attach)"
+                format!(
+                    "the malloc heap's own footprint ({}) does not grow, so the memory comes from \
+                     elsewhere (an allocator that is not traced, thread stacks, mappings made before \
+                     attach)",
+                    allocator_parts(a)
+                )
             } else {
                 "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
                  that is not traced"
+                    .to_string()
             };
             format!(
                 "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \

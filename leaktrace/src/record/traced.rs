@@ -279,7 +279,12 @@ impl Traced {
         let memory = procinfo::memory(self.pid);
         // Kernel-side sites (malloc family, page faults), then off-heap mappings with their
         // resident bytes.
-        let resident = self.space.resident(self.pid);
+        // The allocator's regions in the address space, whenever they were made: the brk heap
+        // and glibc's arena heaps (the latter are left out of the allocator's tracked mappings,
+        // which would count an arena made after attach twice).
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
+        let arenas = mappings::glibc_arena_heaps(&maps);
+        let resident = self.space.resident(self.pid, &arenas);
         let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
             self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
         let all = sites.into_iter().map(|(k, v)| (k, v, None)).chain(offheap.into_iter().map(|(k, v)| {
@@ -312,13 +317,17 @@ impl Traced {
                 mmap_resident_bytes: *mmap_resident,
                 ..Default::default()
             };
-            if let Some((start, end)) = heap_range(self.pid) {
+            let pagemap = std::fs::File::open(format!("/proc/{}/pagemap", self.pid)).ok();
+            let resident = |start: u64, end: u64| {
+                pagemap.as_ref().and_then(|pm| mappings::resident_bytes(pm, start, end)).unwrap_or(0)
+            };
+            if let Some((start, end)) = heap_range(&maps) {
                 f.heap_bytes = end - start;
-                f.heap_resident_bytes = std::fs::File::open(format!("/proc/{}/pagemap", self.pid))
-                    .ok()
-                    .and_then(|pm| mappings::resident_bytes(&pm, start, end))
-                    .unwrap_or(0);
+                f.heap_resident_bytes = resident(start, end);
             }
+            f.arena_heaps = arenas.len() as u32;
+            f.arena_bytes = arenas.iter().map(|(s, e)| e - s).sum();
+            f.arena_resident_bytes = arenas.iter().map(|&(s, e)| resident(s, e)).sum();
             f
         });
         let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
@@ -513,9 +522,8 @@ pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
     }
 }
 
-/// The brk heap of `pid` ([heap] in /proc/PID/maps), as (start, end).
-pub(super) fn heap_range(pid: u32) -> Option<(u64, u64)> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+/// The brk heap ([heap] in `maps`, the text of /proc/PID/maps), as (start, end).
+pub(super) fn heap_range(maps: &str) -> Option<(u64, u64)> {
     let heap = maps.lines().filter_map(procinfo::parse_maps_line).find(|l| l.path == "[heap]")?;
     Some((heap.start, heap.end))
 }
