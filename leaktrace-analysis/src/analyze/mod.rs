@@ -328,12 +328,16 @@ pub struct KindGrowth {
     /// Bytes at the first and last point of the series.
     pub start_bytes: u64,
     pub end_bytes: u64,
-    /// Steady-window trend of the series.
+    /// Steady-window trend of the series; for a collected managed heap with at least
+    /// [`MIN_WINDOW_POINTS`] post-GC troughs in the window, the trend of those troughs (what
+    /// survives collection), not of every point (garbage between collections).
     pub trend: Trend,
+    /// Post-GC troughs the trend was fitted on (0: fitted on every point of the window).
+    pub troughs: usize,
     /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
     /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
     pub noise_floor_bytes_per_s: f64,
-    /// The trend is significant growth above the noise floor.
+    /// The trend is significant growth above the noise floor (never when its slope is ≤ 0).
     pub grows: bool,
 }
 

@@ -327,7 +327,12 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
         let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
         let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
-        let trend = fit(&points(&ts, &vs, time_range(&ts, steady_from, span_to)));
+        let window = points(&ts, &vs, time_range(&ts, steady_from, span_to));
+        // A collected heap is measured at its post-GC troughs (rising troughs are the signal;
+        // the garbage between collections is not growth).
+        let post_gc = if kind == MemoryKind::Managed { post_gc_troughs(&window) } else { None };
+        let troughs = post_gc.as_ref().map_or(0, Vec::len);
+        let trend = fit(post_gc.as_deref().unwrap_or(&window));
         let peak = vs.iter().copied().max().unwrap_or(0);
         // Native bytes are exact malloc sizes (a site's floor); the other series hold pages.
         let abs_floor = if kind == MemoryKind::Native { SITE_FLOOR_BYTES_PER_S } else { KIND_FLOOR_BYTES_PER_S };
@@ -341,8 +346,9 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             source: source.to_string(),
             start_bytes: vs.first().copied().unwrap_or(0),
             end_bytes: vs.last().copied().unwrap_or(0),
-            grows: trend.significant_growth && trend.slope_bytes_per_s > floor,
+            grows: trend.significant_growth && trend.slope_bytes_per_s > 0.0 && trend.slope_bytes_per_s > floor,
             trend,
+            troughs,
             noise_floor_bytes_per_s: floor,
         }
     };
@@ -487,6 +493,35 @@ pub(crate) struct Span {
     /// The last checkpoint at which the process allocated or freed (the last one when it never
     /// did).
     pub(crate) last_active: usize,
+}
+
+/// Share of the window's range (max − min) a fall must exceed to count as a collection.
+const GC_DROP_FRACTION: f64 = 0.25;
+
+/// The post-GC troughs of a collected heap's series `window` ((time, bytes) in time order): the
+/// points the series fell to, by more than [`GC_DROP_FRACTION`] of the window's range and at
+/// least [`KIND_FLOOR_BYTES_PER_S`] bytes, and rose from (or ended at). None with fewer than [`MIN_WINDOW_POINTS`] such troughs: the heap was not seen
+/// being collected often enough to measure what survives, and every point is used.
+pub(super) fn post_gc_troughs(window: &[(f64, f64)]) -> Option<Vec<(f64, f64)>> {
+    let max = window.iter().map(|p| p.1).fold(f64::MIN, f64::max);
+    let min = window.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+    let min_drop = (GC_DROP_FRACTION * (max - min)).max(KIND_FLOOR_BYTES_PER_S);
+    let mut out = Vec::new();
+    let mut k = 1;
+    while k < window.len() {
+        if window[k - 1].1 - window[k].1 > min_drop {
+            // Follow the fall to its bottom.
+            let mut j = k;
+            while j + 1 < window.len() && window[j + 1].1 <= window[j].1 {
+                j += 1;
+            }
+            out.push(window[j]);
+            k = j + 1;
+        } else {
+            k += 1;
+        }
+    }
+    (out.len() >= MIN_WINDOW_POINTS).then_some(out)
 }
 
 /// The analysed [`Span`] of `tl` for a recording that ended for `end_reason`.

@@ -1161,3 +1161,67 @@ fn leak_freed_at_teardown_is_judged_before_the_teardown() {
     assert!(a.freed_at_exit.is_none());
     assert_ne!(a.sites.iter().find(|s| s.function == "remember_request").unwrap().class, SiteClass::Leak);
 }
+
+/// Issue 17, item 4: a collected heap is measured at its post-GC troughs. A JVM heap gauge saws
+/// between collections every 5 s (garbage at 1 MB/s): with flat troughs the heap does not grow;
+/// with troughs rising 200 KB/s it grows at that rate, not at the garbage's.
+#[test]
+fn collected_heap_is_measured_at_its_troughs() {
+    for trough_rate in [0.0, 200_000.0] {
+        let mut r = recording(&times61(), vec![temp_site()], &|_| mem(200 << 20), &no_counters);
+        r.target.runtime = Some(Runtime::Jvm);
+        for c in &mut r.checkpoints {
+            let since_gc = c.t_s % 5.0;
+            let used = (100 << 20) as f64 + trough_rate * c.t_s + 1_000_000.0 * since_gc;
+            c.managed = Some(crate::recording::ManagedHeap {
+                used_bytes: used as u64,
+                committed_bytes: 256 << 20,
+                source: "hsperfdata".into(),
+                ..Default::default()
+            });
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let m = a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).unwrap();
+        assert!(m.troughs >= MIN_WINDOW_POINTS, "{m:?}");
+        if trough_rate == 0.0 {
+            assert!(!m.grows, "{m:?}");
+            assert!(m.trend.slope_bytes_per_s.abs() < 1.0, "{m:?}");
+            assert_ne!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+        } else {
+            assert!(m.grows, "{m:?}");
+            assert!((m.trend.slope_bytes_per_s - trough_rate).abs() < 0.01 * trough_rate, "{m:?}");
+            assert_eq!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+        }
+    }
+    // No collection seen (a heap that only rises): every point is fitted.
+    let window: Vec<(f64, f64)> = (0..30).map(|k| (k as f64, 1000.0 * k as f64)).collect();
+    assert_eq!(super::replay::post_gc_troughs(&window), None);
+}
+
+/// Issue 17, item 4: a managed heap whose slope is ≤ 0 is never growth, even when one of its
+/// sites grows (pages mapped after attach whose predecessors were unmapped unseen).
+#[test]
+fn shrinking_managed_heap_is_never_a_leak() {
+    let objs = |id: u32| Stack {
+        id,
+        kind: StackKind::Malloc,
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
+            frame("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0", None),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    let rising: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
+    let falling: SiteFn = Box::new(|t: f64| (200_000, 200, 2000 * t as u64, 2 * t as u64));
+    let mut r = recording(&times61(), vec![(objs(1), rising), (objs(2), falling)], &|_| mem(10 << 20), &no_counters);
+    r.target.runtime = Some(Runtime::Python);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(site(&a, 1).memory_kind, MemoryKind::Managed);
+    assert_eq!(site(&a, 1).class, SiteClass::Leak);
+    let m = a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).unwrap();
+    assert!(m.trend.slope_bytes_per_s < 0.0 && !m.grows, "{m:?}");
+    assert_ne!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
+    assert!(sentence(&a).starts_with("no leak"), "{}", sentence(&a));
+    assert!(sentence(&a).contains("Python heap flat (-1000 B/s)"), "{}", sentence(&a));
+}
