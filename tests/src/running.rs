@@ -208,13 +208,6 @@ pub fn run(cmd: Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
 
 /// `leaktrace record --interval 250ms --out OUT [extra...] -- TARGET...`, to its end.
 pub fn record_launch(out: &OutDir, extra: &[&str], target: Command) -> Output {
-    record_launch_within(out, extra, target, TIMEOUT)
-}
-
-/// [`record_launch`] with its own timeout: for targets that are slow under their probes (an
-/// interpreter with its allocator API hooked attaches, runs and detaches slowly on a loaded
-/// machine).
-pub fn record_launch_within(out: &OutDir, extra: &[&str], target: Command, timeout: Duration) -> Output {
     let mut cmd = leaktrace(["record", "--interval", "250ms", "--out"]);
     cmd.arg(&out.path).args(extra).arg("--");
     for (k, v) in target.get_envs() {
@@ -224,7 +217,7 @@ pub fn record_launch_within(out: &OutDir, extra: &[&str], target: Command, timeo
         };
     }
     cmd.arg(target.get_program()).args(target.get_args());
-    run(cmd, None, timeout)
+    run(cmd, None, TIMEOUT)
 }
 
 /// The "PID <pid>" line every fixture prints first.
