@@ -349,6 +349,12 @@ pub struct Checkpoint {
     /// not traced or the process was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<AllocatorFootprint>,
+    /// Taken when a launched command began its teardown (it entered libc's `exit` or CPython's
+    /// `Py_FinalizeEx`, and was held stopped while this checkpoint was read): what was live
+    /// before static destructors, atexit handlers or interpreter finalization freed anything.
+    /// At most one per recording; growth is judged on the checkpoints up to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub teardown: bool,
 }
 
 /// A runtime's managed heap as the runtime itself reports it. Bytes.
@@ -376,14 +382,28 @@ pub struct AllocatorFootprint {
     pub heap_resident_bytes: u64,
     /// Anonymous mappings made inside allocator calls since attach (arenas, large chunks).
     pub mmap_bytes: u64,
-    /// Resident part of those mappings (pagemap).
+    /// Resident part of those mappings (pagemap), outside the arena heaps below.
     pub mmap_resident_bytes: u64,
+    /// glibc non-main arena heaps found in /proc/PID/maps at this checkpoint, whenever they were
+    /// made (64 MiB-aligned anonymous reservations, see leaktrace's `mappings::glibc_arena_heaps`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub arena_heaps: u32,
+    /// Their read-write bytes (the part of each 64 MiB reservation in use).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub arena_bytes: u64,
+    /// Their resident bytes (pagemap).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub arena_resident_bytes: u64,
+}
+
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl AllocatorFootprint {
-    /// Resident bytes held by the allocator: brk heap plus its own mappings.
+    /// Resident bytes held by the allocator: brk heap, arena heaps and its other mappings.
     pub fn resident_bytes(&self) -> u64 {
-        self.heap_resident_bytes + self.mmap_resident_bytes
+        self.heap_resident_bytes + self.arena_resident_bytes + self.mmap_resident_bytes
     }
 }
 

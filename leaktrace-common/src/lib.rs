@@ -302,6 +302,10 @@ pub mod map_event {
     /// A traced process (`tgid`) completed an `execve`: its image (executable, libraries,
     /// address space) is new from here on.
     pub const EXEC: u32 = 6;
+    /// A launched command (`tgid`) began its teardown: it called libc's `exit` or the
+    /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
+    /// the teardown checkpoint and sends SIGCONT).
+    pub const TEARDOWN: u32 = 7;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].

@@ -1,12 +1,14 @@
 //! The probe programs and maps (bpf target only).
 
-use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_task_pt_regs};
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{btf_map, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
+};
+use aya_ebpf::helpers::generated::{
+    bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs,
 };
 use leaktrace_common::{
     AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames, SyscallArgs, counter,
@@ -116,6 +118,11 @@ static MMAP_CALLS: HashMap<u64, MmapCall> = HashMap::with_max_entries(1 << 14, B
 /// Units of work done by each process: calls of the --work-probe function.
 #[map]
 static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
+/// Launched commands whose teardown is watched (tgid → 0, inserted by the agent). The first
+/// teardown call deletes its entry (atomically: one caller wins), so each process stops once.
+#[map]
+static TEARDOWN: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 
 /// Sampled mode: the tables and mean distance of `leaktrace_common::sampling`, filled by the agent.
 #[map]
@@ -834,6 +841,23 @@ pub fn work_enter(_ctx: ProbeContext) -> u32 {
     if let Some(p) = WORK.get_ptr_mut(tgid) {
         atomic_add(p, 1);
     }
+    0
+}
+
+/// Entry of libc's `exit` or CPython's `Py_FinalizeEx` in a launched command: its teardown
+/// (static destructors, atexit handlers, interpreter finalization) begins. The first call in
+/// a watched process stops the whole process (SIGSTOP, delivered before the function's first
+/// instruction runs) and tells the agent, which takes a checkpoint of what was live before the
+/// teardown frees anything, then sends SIGCONT.
+#[uprobe]
+pub fn teardown_enter(_ctx: ProbeContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TEARDOWN.remove(&tgid).is_err() {
+        return 0;
+    }
+    emit(&MapEvent { kind: map_event::TEARDOWN, tgid, ..Default::default() });
+    // SIGSTOP (19): the process stops as this probe returns to user space.
+    unsafe { bpf_send_signal(19) };
     0
 }
 

@@ -354,6 +354,36 @@ impl std::fmt::Display for WorkProbeSpec {
     }
 }
 
+/// Functions whose entry marks the start of a process's teardown: libc's `exit` (atexit
+/// handlers, C++ static destructors and `__libc_freeres`-like cleanup run inside it) and
+/// CPython's `Py_FinalizeEx` (the interpreter frees its objects there, before `exit`).
+pub const TEARDOWN_FUNCTIONS: &[(&str, &str)] = &[("libc", "exit"), ("python", "Py_FinalizeEx")];
+
+/// The teardown functions ([`TEARDOWN_FUNCTIONS`]) among `objects`: (object, function, file
+/// offset). `exit` is looked for in libc objects only (glibc's libc.so.6, musl's libc), and
+/// `Py_FinalizeEx` in objects whose name holds "python" (the interpreter or libpython), so only
+/// those symbol tables are read.
+pub fn find_teardown_functions(objects: &[MappedObject]) -> Vec<(MappedObject, &'static str, u64)> {
+    let mut out = Vec::new();
+    for o in objects {
+        let name = o.path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let libc = name.starts_with("libc.so") || name.starts_with("libc.musl") || name.starts_with("ld-musl");
+        for &(kind, function) in TEARDOWN_FUNCTIONS {
+            let wanted = match kind {
+                "libc" => libc,
+                _ => name.contains("python"),
+            };
+            if !wanted {
+                continue;
+            }
+            if let Some(off) = function_offsets(&o.open_path, &[function]).ok().and_then(|m| m.get(function).copied()) {
+                out.push((o.clone(), function, off));
+            }
+        }
+    }
+    out
+}
+
 /// Find the work-probe function among `objects` (in order): the object and the file offset of
 /// the function's first instruction.
 pub fn find_work_function(spec: &WorkProbeSpec, objects: &[MappedObject]) -> Option<(MappedObject, u64)> {

@@ -120,21 +120,81 @@ impl AddressSpace {
             .sum()
     }
 
-    /// Resident bytes per off-heap site and of the allocator's regions, from /proc/PID/pagemap.
-    /// None when pagemap cannot be read (process gone).
-    pub fn resident(&self, pid: u32) -> Option<(HashMap<SiteKey, u64>, u64)> {
+    /// Resident bytes per off-heap site and of the allocator's regions, from /proc/PID/pagemap;
+    /// the allocator's regions are counted outside `exclude` only (address ranges counted
+    /// elsewhere: the arena heaps found in /proc/PID/maps). None when pagemap cannot be read
+    /// (process gone).
+    pub fn resident(&self, pid: u32, exclude: &[(u64, u64)]) -> Option<(HashMap<SiteKey, u64>, u64)> {
         let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok()?;
         let mut per_site: HashMap<SiteKey, u64> = HashMap::new();
         let mut allocator = 0;
         for (&start, r) in &self.regions {
-            let bytes = resident_bytes(&pagemap, start, r.end)?;
             match r.site {
-                Some(site) => *per_site.entry(site).or_default() += bytes,
-                None => allocator += bytes,
+                Some(site) => *per_site.entry(site).or_default() += resident_bytes(&pagemap, start, r.end)?,
+                None => {
+                    for (s, e) in outside(start, r.end, exclude) {
+                        allocator += resident_bytes(&pagemap, s, e)?;
+                    }
+                }
             }
         }
         Some((per_site, allocator))
     }
+}
+
+/// The parts of [start, end) outside every range of `exclude` (sorted or not).
+fn outside(start: u64, end: u64, exclude: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut cut: Vec<(u64, u64)> = exclude.iter().copied().filter(|&(s, e)| s < end && e > start).collect();
+    cut.sort_unstable();
+    let mut out = Vec::new();
+    let mut at = start;
+    for (s, e) in cut {
+        if s > at {
+            out.push((at, s.min(end)));
+        }
+        at = at.max(e);
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
+/// glibc's HEAP_MAX_SIZE on 64-bit targets (2 × DEFAULT_MMAP_THRESHOLD_MAX = 64 MiB): every heap
+/// of a non-main arena is reserved at an address aligned to it, readable and writable from its
+/// start (the part in use) and PROT_NONE after (the reserve the heap grows into).
+pub const GLIBC_HEAP_MAX: u64 = 64 << 20;
+
+/// The heaps of glibc's non-main arenas in `maps` (the text of /proc/PID/maps), whenever they
+/// were made: anonymous private mappings that start at a [`GLIBC_HEAP_MAX`]-aligned address,
+/// read-write, followed by the PROT_NONE rest of their reservation so that the two together
+/// span exactly [`GLIBC_HEAP_MAX`] (a heap grown to its full size is one read-write mapping of
+/// a multiple of it, when the kernel merged neighbours). Returns the read-write parts as
+/// [start, end), in address order. Thread stacks (guard page below, not above) and other
+/// mappings do not have this shape. The main arena is the brk heap (`[heap]`), not listed.
+pub fn glibc_arena_heaps(maps: &str) -> Vec<(u64, u64)> {
+    let lines: Vec<crate::procinfo::MapsLine<'_>> = maps.lines().filter_map(crate::procinfo::parse_maps_line).collect();
+    let anon = |l: &crate::procinfo::MapsLine<'_>| l.inode == 0 && l.path.is_empty();
+    let mut out = Vec::new();
+    for (k, l) in lines.iter().enumerate() {
+        if !anon(l) || l.perms != "rw-p" || !l.start.is_multiple_of(GLIBC_HEAP_MAX) {
+            continue;
+        }
+        let len = l.end - l.start;
+        let reserve = lines
+            .get(k + 1)
+            .filter(|n| anon(n) && n.perms == "---p" && n.start == l.end)
+            .map_or(0, |n| n.end.min(l.start + GLIBC_HEAP_MAX).saturating_sub(n.start));
+        let partial = len < GLIBC_HEAP_MAX && len + reserve == GLIBC_HEAP_MAX;
+        let full = len.is_multiple_of(GLIBC_HEAP_MAX);
+        if partial || full {
+            out.push((l.start, l.end));
+        }
+    }
+    out
 }
 
 /// Resident bytes of [start, end), from pagemap entries (bit 63: page present in RAM).
@@ -161,6 +221,36 @@ fn round_up(len: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn glibc_arena_heaps_are_found_by_their_shape() {
+        let maps = "\
+55d4c8a00000-55d4c8a21000 rw-p 00000000 00:00 0                          [heap]
+7f3a94000000-7f3a94132000 rw-p 00000000 00:00 0 
+7f3a94132000-7f3a98000000 ---p 00000000 00:00 0 
+7f3a98000000-7f3a9c000000 rw-p 00000000 00:00 0 
+7f3a9c000000-7f3a9c021000 rw-p 00000000 00:00 0 
+7f3a9c021000-7f3aa0000000 ---p 00000000 00:00 0 
+7f3aa0000000-7f3aa0001000 ---p 00000000 00:00 0 
+7f3aa0001000-7f3aa0801000 rw-p 00000000 00:00 0 
+7f3aa4000000-7f3aa4100000 rw-p 00000000 00:00 0 
+7f3aa4100000-7f3aa4200000 ---p 00000000 00:00 0 
+7f3aa8000000-7f3aa8100000 rw-p 00000000 00:00 0          /memfd:x (deleted)
+7f3aac000000-7f3aac021000 rw-p 00000000 fe:01 42        /usr/lib/x.so
+";
+        assert_eq!(
+            glibc_arena_heaps(maps),
+            vec![(0x7f3a94000000, 0x7f3a94132000), (0x7f3a98000000, 0x7f3a9c000000), (0x7f3a9c000000, 0x7f3a9c021000)]
+        );
+    }
+
+    #[test]
+    fn ranges_outside_exclusions() {
+        assert_eq!(outside(0, 100, &[]), vec![(0, 100)]);
+        assert_eq!(outside(0, 100, &[(20, 30), (0, 10)]), vec![(10, 20), (30, 100)]);
+        assert_eq!(outside(0, 100, &[(50, 200)]), vec![(0, 50)]);
+        assert!(outside(10, 20, &[(0, 100)]).is_empty());
+    }
 
     fn site(n: i32) -> SiteKey {
         SiteKey { stack: n as u64, kind: 1, ..Default::default() }

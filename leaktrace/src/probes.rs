@@ -107,6 +107,8 @@ pub struct Tracer {
     counters: PerCpuArray<MapData, u64>,
     targets: HashMap<MapData, u32, u32>,
     work: HashMap<MapData, u32, u64>,
+    /// Launched commands whose teardown is watched (see [`Tracer::watch_teardown`]).
+    teardown: HashMap<MapData, u32, u32>,
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
@@ -173,6 +175,7 @@ const PROGRAMS: &[&str] = &[
     "work_enter",
     "rust_realloc_enter",
     "wrapper_enter",
+    "teardown_enter",
 ];
 
 /// Syscall tracepoints for the address-space bookkeeping (see `mappings`).
@@ -244,6 +247,7 @@ impl Tracer {
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
         let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
+        let teardown = HashMap::try_from(take(&mut ebpf, "TEARDOWN")?).map_err(|e| LoadError::Load(e.into()))?;
         let unwind = UnwindTables {
             objects: HashMap::try_from(take(&mut ebpf, "UNWIND_OBJECTS")?).map_err(|e| LoadError::Load(e.into()))?,
             rows: take(&mut ebpf, "UNWIND_ROWS")?,
@@ -273,6 +277,7 @@ impl Tracer {
             counters,
             targets,
             work,
+            teardown,
             events,
             mappings_unavailable,
             attached: Vec::new(),
@@ -328,6 +333,47 @@ impl Tracer {
             }
         }
         Ok(placed)
+    }
+
+    /// Put a teardown probe (`teardown_enter`) on `function` at file `offset` of `object` (opened
+    /// through `open_path`) in process `pid`: libc's `exit` or CPython's `Py_FinalizeEx`. It
+    /// acts only while the process is watched ([`Tracer::watch_teardown`]).
+    pub fn attach_teardown_probe(
+        &mut self,
+        pid: u32,
+        object: &str,
+        open_path: &std::path::Path,
+        function: &str,
+        offset: u64,
+    ) -> anyhow::Result<ProbeInfo> {
+        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
+        let prog: &mut UProbe =
+            self.ebpf.program_mut("teardown_enter").context("eBPF program teardown_enter missing")?.try_into()?;
+        let link = prog
+            .attach(offset, open_path, scope)
+            .with_context(|| format!("cannot place the teardown probe on {function} in {object}"))?;
+        self.links.push(("teardown_enter", link));
+        Ok(ProbeInfo {
+            object: object.to_string(),
+            function: function.to_string(),
+            kind: "teardown".to_string(),
+            offset,
+            placement: None,
+        })
+    }
+
+    /// Watch (`on`) or stop watching the teardown of process `tgid`: while watched, its first
+    /// call of a teardown probe's function stops it (SIGSTOP) and queues a
+    /// `map_event::TEARDOWN` event; the entry is then gone (one stop per process).
+    pub fn watch_teardown(&mut self, tgid: u32, on: bool) -> anyhow::Result<()> {
+        if on {
+            self.teardown.insert(tgid, 0, 0).context("adding the target to the TEARDOWN map")
+        } else {
+            match self.teardown.remove(&tgid) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(e).context("removing the target from the TEARDOWN map"),
+            }
+        }
     }
 
     /// Count calls of the function at file `offset` of `object` (opened through `open_path`) in

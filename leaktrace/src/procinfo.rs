@@ -60,6 +60,14 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// Whether process `pid` is stopped by a signal (state `T` in /proc/PID/stat: SIGSTOP, or a
+/// group stop). False when it is gone or unreadable.
+pub fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')').and_then(|(_, rest)| rest.split_ascii_whitespace().next()).is_some_and(|st| st == "T")
+    })
+}
+
 /// One line of /proc/PID/maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapsLine<'a> {

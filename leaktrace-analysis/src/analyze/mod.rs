@@ -328,12 +328,16 @@ pub struct KindGrowth {
     /// Bytes at the first and last point of the series.
     pub start_bytes: u64,
     pub end_bytes: u64,
-    /// Steady-window trend of the series.
+    /// Steady-window trend of the series; for a collected managed heap with at least
+    /// [`MIN_WINDOW_POINTS`] post-GC troughs in the window, the trend of those troughs (what
+    /// survives collection), not of every point (garbage between collections).
     pub trend: Trend,
+    /// Post-GC troughs the trend was fitted on (0: fitted on every point of the window).
+    pub troughs: usize,
     /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
     /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
     pub noise_floor_bytes_per_s: f64,
-    /// The trend is significant growth above the noise floor.
+    /// The trend is significant growth above the noise floor (never when its slope is ≤ 0).
     pub grows: bool,
 }
 
@@ -362,6 +366,10 @@ pub struct Summary {
     pub allocator_resident_end_bytes: Option<u64>,
     /// Steady-window slope of the allocator resident bytes, bytes per second.
     pub allocator_resident_growth_bytes_per_s: Option<f64>,
+    /// glibc arena heaps the allocator had at the last checkpoint (found in /proc/PID/maps
+    /// whenever they were made), and their resident bytes; None without the figure.
+    pub allocator_arena_heaps: Option<u32>,
+    pub allocator_arena_resident_end_bytes: Option<u64>,
     /// Steady-window slope of the traced live bytes (every site, malloc and mappings), bytes per
     /// second.
     pub growth_bytes_per_s: f64,
@@ -523,6 +531,10 @@ pub struct Analysis {
     /// When the target exited (`end_reason` "target-exited"): what it still held at its last
     /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
     pub at_exit: Option<AtExit>,
+    /// A launched command whose teardown was caught (libc's `exit` or CPython's
+    /// `Py_FinalizeEx` entered): what the teardown freed, by site. The rest of the analysis
+    /// covers the checkpoints up to the teardown. None when no teardown was caught.
+    pub freed_at_exit: Option<FreedAtExit>,
     /// Checkpoints used (those with a finite time).
     pub checkpoints: usize,
     /// Last checkpoint time − first checkpoint time, seconds.
@@ -587,6 +599,9 @@ pub struct Analysis {
 pub struct AtExit {
     /// Indexes into [`Analysis::sites`] of the sites with live bytes at exit, largest first.
     pub sites: Vec<usize>,
+    /// Per entry of `sites`: (live bytes, live blocks) after exit (a site's own figures are
+    /// taken at the teardown when one was caught).
+    pub held: Vec<(u64, u64)>,
     /// Sum of their live bytes, bytes.
     pub live_bytes: u64,
     /// Sum of their live blocks.
@@ -595,6 +610,26 @@ pub struct AtExit {
     pub one_time_sites: usize,
     /// Live bytes of the sites left out, bytes.
     pub one_time_bytes: u64,
+}
+
+/// What a launched command's teardown (static destructors, atexit handlers, interpreter
+/// finalization) freed: live bytes at the teardown checkpoint minus live bytes after exit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FreedAtExit {
+    /// When the teardown began, seconds since the first checkpoint.
+    pub teardown_s: f64,
+    /// Bytes and blocks freed during the teardown, all sites.
+    pub bytes: u64,
+    pub blocks: u64,
+    /// (index into [`Analysis::sites`], bytes, blocks) of each site that freed, most bytes first.
+    pub sites: Vec<(usize, u64, u64)>,
+}
+
+impl FreedAtExit {
+    /// Bytes and blocks site `i` (index into [`Analysis::sites`]) freed during the teardown.
+    pub fn of_site(&self, i: usize) -> Option<(u64, u64)> {
+        self.sites.iter().find(|f| f.0 == i).map(|f| (f.1, f.2))
+    }
 }
 
 impl Analysis {

@@ -27,7 +27,83 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
 }
 
 /// [`analyze`] with the recording's [`Timeline`] already built.
+///
+/// A launched command whose teardown was caught (a checkpoint with
+/// [`crate::recording::Checkpoint::teardown`], followed by the checkpoint after exit) is judged
+/// on the checkpoints up to its teardown: static destructors, atexit handlers and interpreter
+/// finalization free what the program held, and a leak released only at exit is still a leak
+/// of the running program. What the teardown freed is reported apart
+/// ([`Analysis::freed_at_exit`]); what remained after exit stays in [`Analysis::at_exit`].
 pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
+    let Some((head, td)) = before_teardown(rec, tl) else {
+        let mut a = analyze_span(rec, tl, opts);
+        a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(&a.sites, tl));
+        return a;
+    };
+    let htl = Timeline::new(&head);
+    let mut a = analyze_span(&head, &htl, opts);
+    a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(&a.sites, tl));
+    let mut freed = Vec::new();
+    for (i, s) in a.sites.iter().enumerate() {
+        let Some(&si) = tl.index.get(&s.id) else { continue };
+        let (b0, b1) = (tl.live_bytes[si][td], tl.live_bytes[si].last().copied().unwrap_or(0));
+        let (c0, c1) = (tl.live_count[si][td], tl.live_count[si].last().copied().unwrap_or(0));
+        if b0 > b1 {
+            freed.push((i, b0 - b1, c0.saturating_sub(c1)));
+        }
+    }
+    freed.sort_by_key(|&(i, b, _)| (std::cmp::Reverse(b), i));
+    let t0 = tl.times.first().copied().unwrap_or(0.0);
+    a.freed_at_exit = Some(FreedAtExit {
+        teardown_s: tl.times[td] - t0,
+        bytes: freed.iter().map(|f| f.1).sum(),
+        blocks: freed.iter().map(|f| f.2).sum(),
+        sites: freed,
+    });
+    a
+}
+
+/// The part of `rec` up to its teardown checkpoint, and that checkpoint's position in `tl`;
+/// None when no teardown was caught or nothing was recorded after it.
+fn before_teardown(rec: &Recording, tl: &Timeline) -> Option<(Recording, usize)> {
+    let td = tl.order.iter().position(|&i| rec.checkpoints[i].teardown)?;
+    if td + 1 >= tl.order.len() {
+        return None;
+    }
+    let cut = tl.raw_times[td];
+    let head = Recording {
+        checkpoints: rec.checkpoints.iter().filter(|c| c.t_s.is_finite() && c.t_s <= cut).cloned().collect(),
+        ..rec.clone()
+    };
+    Some((head, td))
+}
+
+/// LeakSanitizer's list at exit: the sites (positions in `sites`) still holding memory at the
+/// last checkpoint of `tl` (after exit), apart from libc's and the runtime's one-time
+/// allocations.
+fn at_exit_of(sites: &[SiteAnalysis], tl: &Timeline) -> AtExit {
+    let live = |i: usize| {
+        tl.index.get(&sites[i].id).map_or((0, 0), |&si| {
+            (tl.live_bytes[si].last().copied().unwrap_or(0), tl.live_count[si].last().copied().unwrap_or(0))
+        })
+    };
+    let (kept, one_time): (Vec<usize>, Vec<usize>) = (0..sites.len())
+        .filter(|&i| live(i).0 > 0)
+        .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
+    let mut kept: Vec<(usize, u64, u64)> = kept.into_iter().map(|i| (i, live(i).0, live(i).1)).collect();
+    kept.sort_by_key(|&(i, b, _)| (std::cmp::Reverse(b), i));
+    AtExit {
+        live_bytes: kept.iter().map(|k| k.1).sum(),
+        live_allocations: kept.iter().map(|k| k.2).sum(),
+        sites: kept.iter().map(|k| k.0).collect(),
+        held: kept.iter().map(|k| (k.1, k.2)).collect(),
+        one_time_sites: one_time.len(),
+        one_time_bytes: one_time.iter().map(|&i| live(i).0).sum(),
+    }
+}
+
+/// The analysis of the checkpoints in `tl` (all of them: the caller cuts at the teardown).
+fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
     let mut warnings = Vec::new();
 
     // Checkpoints in time order, ignoring any with a non-finite time.
@@ -251,7 +327,12 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
         let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
         let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
-        let trend = fit(&points(&ts, &vs, time_range(&ts, steady_from, span_to)));
+        let window = points(&ts, &vs, time_range(&ts, steady_from, span_to));
+        // A collected heap is measured at its post-GC troughs (rising troughs are the signal;
+        // the garbage between collections is not growth).
+        let post_gc = if kind == MemoryKind::Managed { post_gc_troughs(&window) } else { None };
+        let troughs = post_gc.as_ref().map_or(0, Vec::len);
+        let trend = fit(post_gc.as_deref().unwrap_or(&window));
         let peak = vs.iter().copied().max().unwrap_or(0);
         // Native bytes are exact malloc sizes (a site's floor); the other series hold pages.
         let abs_floor = if kind == MemoryKind::Native { SITE_FLOOR_BYTES_PER_S } else { KIND_FLOOR_BYTES_PER_S };
@@ -265,8 +346,9 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
             source: source.to_string(),
             start_bytes: vs.first().copied().unwrap_or(0),
             end_bytes: vs.last().copied().unwrap_or(0),
-            grows: trend.significant_growth && trend.slope_bytes_per_s > floor,
+            grows: trend.significant_growth && trend.slope_bytes_per_s > 0.0 && trend.slope_bytes_per_s > floor,
             trend,
+            troughs,
             noise_floor_bytes_per_s: floor,
         }
     };
@@ -309,6 +391,7 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
         .find_map(|k| anon[k].map(|a| (k, a)))
         .and_then(|(k, a)| (a > 0).then(|| (native[k] as f64 / a as f64 * 1e4).round() / 1e4));
 
+    let last_allocator = order.iter().rev().find_map(|&i| rec.checkpoints[i].allocator.as_ref());
     let summary = Summary {
         rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
         rss_end_bytes: memory.rss_bytes.last().map(|p| p.1),
@@ -321,6 +404,8 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
         allocator_resident_start_bytes: memory.allocator_resident_bytes.first().map(|p| p.1),
         allocator_resident_end_bytes: memory.allocator_resident_bytes.last().map(|p| p.1),
         allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
+        allocator_arena_heaps: last_allocator.map(|f| f.arena_heaps),
+        allocator_arena_resident_end_bytes: last_allocator.map(|f| f.arena_resident_bytes),
         growth_bytes_per_s: traced_trend.slope_bytes_per_s,
         growth_bytes_per_unit: traced_unit_trend.map(|t| t.slope_bytes_per_s),
         native_growth_bytes_per_unit: native_unit_trend.map(|t| t.slope_bytes_per_s),
@@ -349,24 +434,12 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
 
-    // A command that exited: what it still held (LeakSanitizer's list at exit); when its run was
-    // too short to have a shape, that list is the answer and the verdict is inconclusive.
-    let at_exit = (rec.end_reason == EndReason::TargetExited).then(|| {
-        let (kept, one_time): (Vec<usize>, Vec<usize>) = (0..sites.len())
-            .filter(|&i| sites[i].live_bytes > 0)
-            .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
-        let mut kept = kept;
-        kept.sort_by_key(|&i| std::cmp::Reverse(sites[i].live_bytes));
-        AtExit {
-            live_bytes: kept.iter().map(|&i| sites[i].live_bytes).sum(),
-            live_allocations: kept.iter().map(|&i| sites[i].live_allocations).sum(),
-            sites: kept,
-            one_time_sites: one_time.len(),
-            one_time_bytes: one_time.iter().map(|&i| sites[i].live_bytes).sum(),
-        }
-    });
+    // A command that exited: what it still held (LeakSanitizer's list at exit, filled in by the
+    // caller); when its run was too short to have a shape, that list is the answer and the
+    // verdict is inconclusive.
+    let exited = rec.end_reason == EndReason::TargetExited;
     let span_checkpoints = span.end.saturating_sub(span.start);
-    let verdict = if at_exit.is_some() && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
+    let verdict = if exited && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
         Verdict {
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * f_drops),
@@ -380,7 +453,8 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     };
 
     Analysis {
-        at_exit,
+        at_exit: None,
+        freed_at_exit: None,
         checkpoints: n,
         duration_s: duration,
         span_from_s: span_from - t0,
@@ -421,6 +495,35 @@ pub(crate) struct Span {
     pub(crate) last_active: usize,
 }
 
+/// Share of the window's range (max − min) a fall must exceed to count as a collection.
+const GC_DROP_FRACTION: f64 = 0.25;
+
+/// The post-GC troughs of a collected heap's series `window` ((time, bytes) in time order): the
+/// points the series fell to, by more than [`GC_DROP_FRACTION`] of the window's range and at
+/// least [`KIND_FLOOR_BYTES_PER_S`] bytes, and rose from (or ended at). None with fewer than [`MIN_WINDOW_POINTS`] such troughs: the heap was not seen
+/// being collected often enough to measure what survives, and every point is used.
+pub(super) fn post_gc_troughs(window: &[(f64, f64)]) -> Option<Vec<(f64, f64)>> {
+    let max = window.iter().map(|p| p.1).fold(f64::MIN, f64::max);
+    let min = window.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+    let min_drop = (GC_DROP_FRACTION * (max - min)).max(KIND_FLOOR_BYTES_PER_S);
+    let mut out = Vec::new();
+    let mut k = 1;
+    while k < window.len() {
+        if window[k - 1].1 - window[k].1 > min_drop {
+            // Follow the fall to its bottom.
+            let mut j = k;
+            while j + 1 < window.len() && window[j + 1].1 <= window[j].1 {
+                j += 1;
+            }
+            out.push(window[j]);
+            k = j + 1;
+        } else {
+            k += 1;
+        }
+    }
+    (out.len() >= MIN_WINDOW_POINTS).then_some(out)
+}
+
 /// The analysed [`Span`] of `tl` for a recording that ended for `end_reason`.
 pub(crate) fn span_of(tl: &Timeline, end_reason: EndReason) -> Span {
     let n = tl.len();
@@ -436,6 +539,9 @@ pub(crate) fn span_of(tl: &Timeline, end_reason: EndReason) -> Span {
 /// window, end of the analysed span), as [`Analysis::steady_from_s`] and [`Analysis::span_to_s`]
 /// give them, without the rest of the analysis.
 pub fn steady_window(rec: &Recording, tl: &Timeline) -> (f64, f64) {
+    if let Some((head, _)) = before_teardown(rec, tl) {
+        return steady_window(&head, &Timeline::new(&head));
+    }
     let times = &tl.times;
     let t0 = times.first().copied().unwrap_or(0.0);
     let span = span_of(tl, rec.end_reason);

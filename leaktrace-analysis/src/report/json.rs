@@ -200,14 +200,29 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "live_allocations": x.live_allocations,
             "one_time_sites": x.one_time_sites,
             "one_time_bytes": x.one_time_bytes,
-            "sites": x.sites.iter().map(|&i| {
+            "sites": x.sites.iter().zip(&x.held).map(|(&i, &(live_bytes, live_allocations))| {
                 let s = &a.sites[i];
                 json!({
                     "id": s.id,
                     "function": s.function,
-                    "live_bytes": s.live_bytes,
-                    "live_allocations": s.live_allocations,
+                    "live_bytes": live_bytes,
+                    "live_allocations": live_allocations,
                     "stack": s.frames.iter().map(crate::analyze::frame_label).collect::<Vec<_>>(),
+                })
+            }).collect::<Vec<_>>(),
+        })),
+        "freed_at_exit": a.freed_at_exit.as_ref().map_or(Value::Null, |f| json!({
+            "teardown_s": num(f.teardown_s),
+            "bytes": f.bytes,
+            "blocks": f.blocks,
+            "sites": f.sites.iter().map(|&(i, b, c)| {
+                let s = &a.sites[i];
+                json!({
+                    "id": s.id,
+                    "function": s.function,
+                    "bytes": b,
+                    "blocks": c,
+                    "class": s.class.as_str(),
                 })
             }).collect::<Vec<_>>(),
         })),

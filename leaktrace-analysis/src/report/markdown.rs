@@ -151,14 +151,30 @@ fn at_exit_lines(md: &mut String, a: &Analysis) {
 ",
         super::verdict::at_exit_phrase(a)
     );
-    for &i in &x.sites {
+    for (&i, &(held_bytes, held_blocks)) in x.sites.iter().zip(&x.held) {
         let s = &a.sites[i];
-        let _ = writeln!(md, "- {} in {} block(s) from {}:", bytes(s.live_bytes), s.live_allocations, s.function);
+        let _ = writeln!(md, "- {} in {} block(s) from {}:", bytes(held_bytes), held_blocks, s.function);
         for l in stack_lines(s) {
             let _ = writeln!(md, "    - {l}");
         }
     }
     if !x.sites.is_empty() {
+        md.push('\n');
+    }
+}
+
+/// "Freed at exit": what a launched command's teardown (static destructors, atexit handlers,
+/// interpreter finalization) freed, by site; the growth above was judged before it.
+fn freed_at_exit_lines(md: &mut String, a: &Analysis) {
+    let Some(f) = &a.freed_at_exit else { return };
+    let _ = writeln!(md, "## Freed at exit\n");
+    let _ = writeln!(md, "{}.\n", super::verdict::freed_at_exit_phrase(a));
+    for &(i, b, c) in &f.sites {
+        let s = &a.sites[i];
+        let _ =
+            writeln!(md, "- freed at exit: {} in {} block(s) from {} ({})", bytes(b), c, s.function, s.class.as_str());
+    }
+    if !f.sites.is_empty() {
         md.push('\n');
     }
 }
@@ -442,6 +458,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     memory_by_kind(&mut md, a);
 
     at_exit_lines(&mut md, a);
+    freed_at_exit_lines(&mut md, a);
 
     // Top sites.
     let mut shown: HashSet<u32> = HashSet::new();

@@ -30,6 +30,10 @@ pub fn sentence(a: &Analysis) -> String {
         }
         _ => reason(a),
     };
+    let base = match released_at_exit(a) {
+        Some(r) => format!("{base}; {r}"),
+        None => base,
+    };
     match &v.losses {
         None => base,
         Some(l) => {
@@ -40,6 +44,39 @@ pub fn sentence(a: &Analysis) -> String {
                 format!("inconclusive: {why}; without them: {base}")
             }
         }
+    }
+}
+
+/// "released only at exit: freed at exit: 40.0 KiB in 80 block(s) from remember_request": the
+/// leaking sites whose blocks the teardown freed (growth was judged before it); None when the
+/// verdict is not a leak, or no leaking site freed anything at exit.
+fn released_at_exit(a: &Analysis) -> Option<String> {
+    let f = a.freed_at_exit.as_ref()?;
+    if a.verdict.inconclusive || !matches!(a.verdict.reason, Reason::Leaks { .. }) {
+        return None;
+    }
+    let named: Vec<String> = f
+        .sites
+        .iter()
+        .filter(|&&(i, _, _)| a.sites[i].class == crate::analyze::SiteClass::Leak)
+        .take(3)
+        .map(|&(i, b, c)| format!("{} in {} block(s) from {}", hb(b), c, a.sites[i].function))
+        .collect();
+    (!named.is_empty()).then(|| format!("released only at exit: freed at exit: {}", named.join(", ")))
+}
+
+/// What the allocator's resident figure is made of: "brk heap and 8 glibc arena heaps, 150.0 MiB
+/// resident at the end, 120.0 MiB of it in the arenas" (or "brk heap and its mappings" when no
+/// arena heap was found).
+fn allocator_parts(a: &Analysis) -> String {
+    let end = a.summary.allocator_resident_end_bytes.unwrap_or(0);
+    match (a.summary.allocator_arena_heaps, a.summary.allocator_arena_resident_end_bytes) {
+        (Some(n), Some(arena)) if n > 0 => format!(
+            "brk heap and {n} glibc arena heap(s), {} resident at the end, {} of it in the arenas",
+            hb(end),
+            hb(arena)
+        ),
+        _ => format!("brk heap and its mappings, {} resident at the end", hb(end)),
     }
 }
 
@@ -79,9 +116,10 @@ fn reason(a: &Analysis) -> String {
             summary
         }
         Reason::AllocatorRetains { trend, native_bytes_per_s } => format!(
-            "fragmentation: the allocator's resident memory (heap and arenas) grows {} ({:.0} B/s \
-             ± {:.0}) over the steady window while live native bytes stay flat ({:.0} B/s): freed \
-             memory is kept by the allocator (fragmentation or retention), not leaked",
+            "fragmentation: the allocator's resident memory ({}) grows {} ({:.0} B/s ± {:.0}) over \
+             the steady window while live native bytes stay flat ({:.0} B/s): freed memory is kept \
+             by the allocator (fragmentation or retention), not leaked",
+            allocator_parts(a),
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
             trend.ci95_bytes_per_s.unwrap_or(0.0),
@@ -89,11 +127,16 @@ fn reason(a: &Analysis) -> String {
         ),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
             let cause = if *heap_flat {
-                "the malloc heap's own footprint does not grow, so the memory comes from elsewhere \
-                 (an allocator that is not traced, thread stacks, mappings made before attach)"
+                format!(
+                    "the malloc heap's own footprint ({}) does not grow, so the memory comes from \
+                     elsewhere (an allocator that is not traced, thread stacks, mappings made before \
+                     attach)",
+                    allocator_parts(a)
+                )
             } else {
                 "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
                  that is not traced"
+                    .to_string()
             };
             format!(
                 "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
@@ -309,14 +352,16 @@ pub fn at_exit_phrase(a: &Analysis) -> String {
         .sites
         .iter()
         .take(5)
-        .map(|&i| {
+        .enumerate()
+        .map(|(k, &i)| {
             let s = &a.sites[i];
             let at = s
                 .culprit_frame
                 .and_then(|k| s.frames.get(k))
                 .and_then(|f| Some(format!(" ({}:{})", crate::analyze::basename(f.file.as_deref()?), f.line?)))
                 .unwrap_or_default();
-            format!("{} in {} block(s) from {}{at}", hb(s.live_bytes), s.live_allocations, s.function)
+            let (b, c) = x.held.get(k).copied().unwrap_or((s.live_bytes, s.live_allocations));
+            format!("{} in {} block(s) from {}{at}", hb(b), c, s.function)
         })
         .collect();
     let more = if x.sites.len() > 5 { format!(" and {} more site(s)", x.sites.len() - 5) } else { String::new() };
@@ -324,6 +369,30 @@ pub fn at_exit_phrase(a: &Analysis) -> String {
         "still allocated when the command exited: {} in {} block(s): {}{more}{one_time}",
         hb(x.live_bytes),
         x.live_allocations,
+        named.join(", ")
+    )
+}
+
+/// What a launched command's teardown freed: "the teardown (from 12.3 s) freed 40.0 KiB in 80
+/// block(s): freed at exit: 40.0 KiB in 80 block(s) from remember_request, ...". Up to three
+/// sites are named; empty when no teardown was caught.
+pub fn freed_at_exit_phrase(a: &Analysis) -> String {
+    let Some(f) = &a.freed_at_exit else { return String::new() };
+    if f.sites.is_empty() {
+        return format!("the teardown (from {:.1} s) freed nothing traced", f.teardown_s);
+    }
+    let named: Vec<String> = f
+        .sites
+        .iter()
+        .take(3)
+        .map(|&(i, b, c)| format!("{} in {} block(s) from {}", hb(b), c, a.sites[i].function))
+        .collect();
+    let more = if f.sites.len() > 3 { format!(" and {} more site(s)", f.sites.len() - 3) } else { String::new() };
+    format!(
+        "the teardown (exit handlers, static destructors, interpreter finalization, from {:.1} s) freed {} in {} block(s): freed at exit: {}{more}",
+        f.teardown_s,
+        hb(f.bytes),
+        f.blocks,
         named.join(", ")
     )
 }

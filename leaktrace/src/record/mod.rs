@@ -335,6 +335,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(opts));
+    session.release_teardowns();
     session.clear_status();
     let Session { tracer, mut targets, push, .. } = session;
     // Reachability hook (#14): before the probes go and the launched command is stopped.

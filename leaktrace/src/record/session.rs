@@ -129,6 +129,7 @@ impl Session {
                 _ = tokio::time::sleep(poll) => {}
             }
             self.drain_events();
+            self.take_teardowns();
             let t_s = self.start.elapsed().as_secs_f64();
             for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
                 if t.gone() {
@@ -264,6 +265,13 @@ impl Session {
                 execs.push(ev.tgid);
                 return;
             }
+            if ev.kind == leaktrace_common::map_event::TEARDOWN {
+                if let Some(t) = targets.iter_mut().find(|t| t.pid == ev.tgid) {
+                    t.teardown_watched = false;
+                    t.teardown_pending = true;
+                }
+                return;
+            }
             if let Some(t) = targets.iter_mut().find(|t| t.pid == ev.tgid && t.end_reason.is_none()) {
                 t.space.apply(ev);
             }
@@ -331,6 +339,49 @@ impl Session {
         }
     }
 
+    /// Launched commands that began their teardown (the kernel side stopped them at `exit` or
+    /// `Py_FinalizeEx`): wait until the stop has taken effect, take the teardown checkpoint (what
+    /// was live before the teardown's frees), and let them continue.
+    pub(super) fn take_teardowns(&mut self) {
+        let t_s = self.start.elapsed().as_secs_f64();
+        let work = self.work_probe.is_some();
+        for t in self.targets.iter_mut().filter(|t| t.teardown_pending) {
+            t.teardown_pending = false;
+            // SIGSTOP is delivered as the probe returns to user space: wait for it, briefly (a
+            // checkpoint taken a little late only misses frees, never invents them).
+            let deadline = Instant::now() + Duration::from_millis(500);
+            while !procinfo::stopped(t.pid) && Instant::now() < deadline && procinfo::alive(t.pid) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if t.end_reason.is_none()
+                && t.checkpoint(&self.tracer, t_s, None, work).is_some()
+                && let Some(c) = t.checkpoints.last_mut()
+            {
+                c.teardown = true;
+            }
+            resume(t.pid);
+        }
+    }
+
+    /// At the end of the session: stop watching every teardown and let any process held at its
+    /// teardown go on (a launched command is then stopped or waited for as before).
+    pub(super) fn release_teardowns(&mut self) {
+        for t in self.targets.iter_mut() {
+            if t.teardown_watched {
+                let _ = self.tracer.watch_teardown(t.pid, false);
+                t.teardown_watched = false;
+            }
+        }
+        // A stop queued just before the watch ended still comes through as an event.
+        self.drain_events();
+        for t in self.targets.iter_mut().filter(|t| t.launched) {
+            t.teardown_pending = false;
+            if t.end_reason.is_none() {
+                resume(t.pid);
+            }
+        }
+    }
+
     pub(super) fn checkpoint_all(&mut self, batch: Option<u32>) {
         self.drain_events();
         let t_s = self.start.elapsed().as_secs_f64();
@@ -362,6 +413,12 @@ impl Session {
     pub(super) fn clear_status(&self) {
         self.status.clear();
     }
+}
+
+/// Send SIGCONT to `pid` (a launched command held at its teardown).
+fn resume(pid: u32) {
+    // SAFETY: kill(2) with a PID leaktrace launched; a process already gone makes it fail (ESRCH).
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
 }
 
 #[cfg(test)]

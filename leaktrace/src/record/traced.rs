@@ -63,6 +63,12 @@ pub(super) struct Traced {
     pub(super) ended: Option<String>,
     /// /proc/PID/cgroup as last read by [`Traced::watch_cgroup`].
     pub(super) cgroup_seen: Option<String>,
+    /// Launched commands: teardown probes placed, as (object path, function).
+    pub(super) teardown_probes: BTreeSet<(String, &'static str)>,
+    /// Its teardown is watched in the kernel (the TEARDOWN map holds it).
+    pub(super) teardown_watched: bool,
+    /// It began its teardown and is held stopped: the teardown checkpoint is due.
+    pub(super) teardown_pending: bool,
 }
 
 /// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
@@ -248,11 +254,15 @@ impl Traced {
             oom_watch: None,
             ended: None,
             cgroup_seen: None,
+            teardown_probes: BTreeSet::new(),
+            teardown_watched: false,
+            teardown_pending: false,
         };
         t.watch_cgroup();
         if !launched {
             t.detect_runtime(&objects);
         }
+        t.place_teardown_probes(tracer, &objects);
         Ok(t)
     }
 
@@ -411,6 +421,7 @@ impl Traced {
         for note in unwind_notes(tracer, &fresh) {
             self.warnings.push(format!("{note} (mapped after attach, at t={t_s:.1}s)"));
         }
+        self.place_teardown_probes(tracer, &fresh);
         let Ok(scan) = scan_for_mode(self.pid, &fresh, mode, pymalloc) else { return };
         match tracer.attach(self.pid, &scan.points) {
             Ok(placed) if !placed.is_empty() => {
@@ -424,6 +435,32 @@ impl Traced {
             }
             Ok(_) => {}
             Err(e) => self.warnings.push(format!("could not probe a newly mapped allocator: {e:#}")),
+        }
+    }
+
+    /// Launched commands: probe the start of their teardown (libc's `exit`, CPython's
+    /// `Py_FinalizeEx`) in `objects` and watch it, so a checkpoint is taken before static
+    /// destructors, atexit handlers or interpreter finalization free anything. Failures become
+    /// warnings (the recording then ends on the checkpoint after exit, as before).
+    pub(super) fn place_teardown_probes(&mut self, tracer: &mut Tracer, objects: &[MappedObject]) {
+        if !self.launched {
+            return;
+        }
+        for (obj, function, off) in discover::find_teardown_functions(objects) {
+            let object = obj.path.display().to_string();
+            if !self.teardown_probes.insert((object.clone(), function)) {
+                continue;
+            }
+            match tracer.attach_teardown_probe(self.pid, &object, &obj.open_path, function, off) {
+                Ok(info) => self.probes.push(info),
+                Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
+            }
+        }
+        if !self.teardown_watched && self.probes.iter().any(|p| p.kind == "teardown") {
+            match tracer.watch_teardown(self.pid, true) {
+                Ok(()) => self.teardown_watched = true,
+                Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
+            }
         }
     }
 
@@ -455,7 +492,12 @@ impl Traced {
         let memory = procinfo::memory(self.pid);
         // Kernel-side sites (malloc family, page faults), then off-heap mappings with their
         // resident bytes.
-        let resident = self.space.resident(self.pid);
+        // The allocator's regions in the address space, whenever they were made: the brk heap
+        // and glibc's arena heaps (the latter are left out of the allocator's tracked mappings,
+        // which would count an arena made after attach twice).
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
+        let arenas = mappings::glibc_arena_heaps(&maps);
+        let resident = self.space.resident(self.pid, &arenas);
         let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
             self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
         let all = sites.into_iter().map(|(k, v)| (k, v, None)).chain(offheap.into_iter().map(|(k, v)| {
@@ -491,13 +533,17 @@ impl Traced {
                 mmap_resident_bytes: *mmap_resident,
                 ..Default::default()
             };
-            if let Some((start, end)) = heap_range(self.pid) {
+            let pagemap = std::fs::File::open(format!("/proc/{}/pagemap", self.pid)).ok();
+            let resident = |start: u64, end: u64| {
+                pagemap.as_ref().and_then(|pm| mappings::resident_bytes(pm, start, end)).unwrap_or(0)
+            };
+            if let Some((start, end)) = heap_range(&maps) {
                 f.heap_bytes = end - start;
-                f.heap_resident_bytes = std::fs::File::open(format!("/proc/{}/pagemap", self.pid))
-                    .ok()
-                    .and_then(|pm| mappings::resident_bytes(&pm, start, end))
-                    .unwrap_or(0);
+                f.heap_resident_bytes = resident(start, end);
             }
+            f.arena_heaps = arenas.len() as u32;
+            f.arena_bytes = arenas.iter().map(|(s, e)| e - s).sum();
+            f.arena_resident_bytes = arenas.iter().map(|&(s, e)| resident(s, e)).sum();
             f
         });
         let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
@@ -510,6 +556,7 @@ impl Traced {
             managed: self.gauge.as_mut().and_then(|g| g.sample()),
             units_of_work,
             allocator,
+            teardown: false,
         });
         thin(&mut self.checkpoints, MAX_CHECKPOINTS);
         Some((live, rss))
@@ -671,7 +718,7 @@ pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
     let mut carry: Vec<SiteSample> = Vec::new();
     let mut periodic = 0usize;
     for (i, mut c) in old.into_iter().enumerate() {
-        let keep = i == 0 || i == last || c.batch.is_some() || {
+        let keep = i == 0 || i == last || c.batch.is_some() || c.teardown || {
             periodic += 1;
             periodic.is_multiple_of(2)
         };
@@ -691,9 +738,8 @@ pub fn thin(checkpoints: &mut Vec<Checkpoint>, max: usize) {
     }
 }
 
-/// The brk heap of `pid` ([heap] in /proc/PID/maps), as (start, end).
-pub(super) fn heap_range(pid: u32) -> Option<(u64, u64)> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+/// The brk heap ([heap] in `maps`, the text of /proc/PID/maps), as (start, end).
+pub(super) fn heap_range(maps: &str) -> Option<(u64, u64)> {
     let heap = maps.lines().filter_map(procinfo::parse_maps_line).find(|l| l.path == "[heap]")?;
     Some((heap.start, heap.end))
 }
