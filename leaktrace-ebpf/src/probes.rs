@@ -1,14 +1,12 @@
 //! The probe programs and maps (bpf target only).
 
+use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs};
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{btf_map, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
-};
-use aya_ebpf::helpers::generated::{
-    bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs,
 };
 use leaktrace_common::{
     AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames, SyscallArgs, counter,

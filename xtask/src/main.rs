@@ -538,11 +538,12 @@ impl LongRun {
 /// The userspace crates: what `lint` checks (leaktrace-ebpf builds only for the bpf target).
 const USERSPACE_CRATES: &[&str] = &["leaktrace", "leaktrace-analysis", "leaktrace-common", "xtask", "leaktrace-tests"];
 
-/// `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings` on [`USERSPACE_CRATES`];
-/// an error naming the gate that failed.
+/// `cargo fmt --check` on [`USERSPACE_CRATES`] and the kernel side (leaktrace-ebpf), and
+/// `cargo clippy --all-targets -- -D warnings` on [`USERSPACE_CRATES`] (clippy does not build for
+/// the bpf target); an error naming the gate that failed.
 fn lint() -> Result<()> {
     let packages: Vec<&str> = USERSPACE_CRATES.iter().flat_map(|p| ["-p", p]).collect();
-    run(cargo().arg("fmt").arg("--check").args(&packages))
+    run(cargo().arg("fmt").arg("--check").args(&packages).args(["-p", "leaktrace-ebpf"]))
         .context("`cargo fmt --check` failed: run `cargo fmt` on these packages and commit the result")?;
     run(cargo().arg("clippy").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
         .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;

@@ -387,12 +387,17 @@ impl Traced {
             // followed through an exec chain (env → python3).
             let exe = procinfo::exe(self.pid);
             if !exe.is_empty() {
+                // The command line only when the program changed (an exec chain): a process
+                // that is exiting reads back a cut /proc/PID/cmdline while its memory is being
+                // unmapped (seen in CI right after a teardown checkpoint).
+                if exe != self.exe {
+                    let argv = procinfo::cmdline(self.pid);
+                    if !argv.is_empty() {
+                        self.command = argv;
+                    }
+                }
                 self.exe = exe;
                 self.exe_resolved = true;
-                let argv = procinfo::cmdline(self.pid);
-                if !argv.is_empty() {
-                    self.command = argv;
-                }
             }
         }
         self.detect_runtime(&objects);
