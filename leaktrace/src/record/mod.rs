@@ -361,45 +361,21 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         if let Some(note) = t.jit_note() {
             t.warnings.push(note);
         }
+        if t.untraced_children > 0 {
+            t.warnings.push(format!(
+                "this process forked {} child process(es) that were not traced: their memory is not in this report (record with --follow-forks)",
+                t.untraced_children
+            ));
+        }
         let recording = Recording {
-            format_version: crate::recording::FORMAT_VERSION,
-            leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
-            target: Target {
-                pid: t.pid,
-                runtime: t.runtime.as_ref().map(|r| r.name),
-                runtime_version: t.runtime.as_ref().and_then(|r| r.version.clone()),
-                nspid: if t.nspid.is_empty() { vec![t.pid] } else { t.nspid.clone() },
-                command: t.command.clone(),
-                exe: t.exe.clone(),
-                launched: t.launched,
-                exit_status: t.exit_status.map(ExitStatus::as_shell),
-                ended: t.ended.clone(),
-                execs: std::mem::take(&mut t.execs),
-            },
-            mode: recorded_mode(opts.mode),
-            sample_bytes: match opts.mode {
-                Mode::Sampled { mean_bytes } => Some(mean_bytes),
-                _ => None,
-            },
-            work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
-            started_unix_ms,
-            interval_s: opts.interval.as_secs_f64(),
             probes: std::mem::take(&mut t.probes),
             stacks: std::mem::take(&mut t.stacks),
             checkpoints: std::mem::take(&mut t.checkpoints),
             end_reason: t.end_reason.unwrap_or(end_reason),
-            warnings: {
-                if t.untraced_children > 0 {
-                    t.warnings.push(format!(
-                        "this process forked {} child process(es) that were not traced: their memory is not in this report (record with --follow-forks)",
-                        t.untraced_children
-                    ));
-                }
-                std::mem::take(&mut t.warnings)
-            },
+            warnings: std::mem::take(&mut t.warnings),
             reachability: reach.remove(&t.pid),
             reachability_scans: std::mem::take(&mut t.reach_scans),
-            mappings: t.symbolizer.mappings(),
+            ..t.recording_head(opts, started_unix_ms)
         };
         let subdir = several.then(|| format!("pid-{}", t.pid));
         let tdir = subdir.as_ref().map_or_else(|| dir.clone(), |s| dir.join(s));
@@ -408,11 +384,11 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
 }
 
-// Hook (issue #12, push): a copy of one process's recording so far, for a periodic push. Keep
-// in step with the `Recording` built at the end of `record_all`.
 impl Traced {
-    /// The recording of this process as it is now (cloned; `end_reason` "running").
-    fn snapshot(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
+    /// What a recording of this process says of it and of the options, without its bulk: no
+    /// probes, stacks, checkpoints, warnings or scans, `end_reason` "running". The end of
+    /// `record_all` moves the bulk in; a periodic push ([`Traced::snapshot`]) clones it.
+    fn recording_head(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
         Recording {
             format_version: crate::recording::FORMAT_VERSION,
             leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -437,13 +413,24 @@ impl Traced {
             started_unix_ms,
             interval_s: opts.interval.as_secs_f64(),
             probes: Vec::new(),
-            stacks: self.stacks.clone(),
-            checkpoints: self.checkpoints.clone(),
-            end_reason: self.end_reason.unwrap_or(EndReason::Running),
+            stacks: Vec::new(),
+            checkpoints: Vec::new(),
+            end_reason: EndReason::Running,
             warnings: Vec::new(),
             reachability: None,
             reachability_scans: Vec::new(),
             mappings: self.symbolizer.mappings(),
+        }
+    }
+
+    /// Hook (issue #12, push): the recording of this process as it is now, for a periodic push
+    /// (stacks and checkpoints cloned; `end_reason` "running").
+    fn snapshot(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
+        Recording {
+            stacks: self.stacks.clone(),
+            checkpoints: self.checkpoints.clone(),
+            end_reason: self.end_reason.unwrap_or(EndReason::Running),
+            ..self.recording_head(opts, started_unix_ms)
         }
     }
 }
