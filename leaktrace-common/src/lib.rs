@@ -440,6 +440,16 @@ pub mod unwind {
     /// Kernel side only, never in a table: no mapping at all holds the pc (a garbage return
     /// address from following a frame pointer through code that has none): the walk ends there.
     pub const NO_VMA: u8 = 7;
+    /// Go's `runtime.asmcgocall` at its call of a C function (cgo): the C code ran on the
+    /// thread's system stack, and the goroutine's stack pointer is found from what asmcgocall
+    /// saved at the system stack pointer (the CFA of the C frame): `g` at %rsp + 8 × cfa_offset
+    /// and the depth below `g.stack.hi` at %rsp + 8 × rbp_offset (`g.stack.hi` is `g`'s second
+    /// word; when `g` is 0 the call was made on a system stack already and the depth slot holds
+    /// the old stack pointer itself). The return address into the Go caller is at that stack
+    /// pointer; %rbp is the Go caller's frame pointer, preserved through the C code.
+    pub const GO_SYSTEMSTACK: u8 = 8;
+    /// Offset of `stack.hi` in Go's `g` (the goroutine's stack bounds are its first field).
+    pub const GO_G_STACK_HI: u64 = 8;
     /// Offset of the saved %rip in x86-64's `ucontext_t` (uc_mcontext.gregs[REG_RIP]: 40 + 16 × 8).
     pub const SIGNAL_RIP: u64 = 168;
     /// Offset of the saved %rsp (gregs[REG_RSP]).

@@ -236,6 +236,38 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
             w.fp = fp;
             (ret, cfa)
         }
+        unwind::GO_SYSTEMSTACK => {
+            // cgo: the C code ran on the system stack; asmcgocall saved where the goroutine's
+            // stack pointer was (see `unwind::GO_SYSTEMSTACK`). Another stack: no ordering check.
+            let at = |a: u64| unsafe { bpf_probe_read_user(a as *const u64) };
+            let (Ok(g), Ok(depth)) =
+                (at(w.sp + row.cfa_offset as u64 * 8), at(w.sp + (row.rbp_offset as u8 as u64) * 8))
+            else {
+                w.end = walk_end::READ_FAULT;
+                return 1;
+            };
+            let old_sp = if g == 0 {
+                depth
+            } else {
+                match at(g + unwind::GO_G_STACK_HI) {
+                    Ok(hi) => hi.wrapping_sub(depth),
+                    Err(_) => {
+                        w.end = walk_end::READ_FAULT;
+                        return 1;
+                    }
+                }
+            };
+            if old_sp & 7 != 0 {
+                w.end = walk_end::BAD_FRAME;
+                return 1;
+            }
+            let Ok(ret) = at(old_sp) else {
+                w.end = walk_end::READ_FAULT;
+                return 1;
+            };
+            // %rbp is the Go caller's frame pointer (callee-saved through the C code).
+            (ret, old_sp + 8)
+        }
         _ => {
             // No rule: the frame-pointer chain, when %rbp looks like a frame of this stack.
             let fp = w.fp;

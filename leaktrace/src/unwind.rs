@@ -86,6 +86,7 @@ pub fn build_from(data: &[u8]) -> anyhow::Result<Table> {
             sources.push(".debug_frame");
         }
     }
+    raw.extend(go_cgo_rows(&obj));
     let section = match sources.as_slice() {
         [] => bail!("no .eh_frame or .debug_frame"),
         [one] => *one,
@@ -246,6 +247,82 @@ fn expression_rule(e: &[u8]) -> Option<UnwindRow> {
     None
 }
 
+/// Rows for a cgo binary's stack switch: Go's `runtime.asmcgocall` calls the C function on the
+/// thread's system stack (`unwind::GO_SYSTEMSTACK`). Found by symbol (`.abi0` since Go 1.17's
+/// register ABI), and only when the instructions after its `call *%rax` restore the goroutine's
+/// stack the way the walk undoes it (`mov G(%rsp),%rdi; mov 8(%rdi),%rsi; sub D(%rsp),%rsi`):
+/// the slots G and D come from those instructions, so a Go version that moves them is read
+/// correctly, and one that changes the sequence gets no row (the walk stops there, as before).
+/// A row covers the call instruction only (the walk looks a return address up at `pc − 1`).
+/// Empty for anything that is not a cgo binary with a symbol table.
+fn go_cgo_rows(obj: &object::File<'_>) -> Vec<RawRow> {
+    use object::ObjectSymbol as _;
+    let mut out = Vec::new();
+    let Some(text) = obj.section_by_name(".text") else { return out };
+    let Ok(code) = text.data() else { return out };
+    let func = ["runtime.asmcgocall.abi0", "runtime.asmcgocall"].iter().find_map(|name| {
+        obj.symbols().find(|s| s.name() == Ok(*name) && s.size() > 0).and_then(|s| {
+            let start = usize::try_from(s.address().checked_sub(text.address())?).ok()?;
+            let end = start.checked_add(usize::try_from(s.size()).ok()?)?;
+            let bytes = code.get(start..end)?;
+            asmcgocall_slots(bytes).map(|slots| (s.address(), bytes, slots))
+        })
+    });
+    let Some((addr, bytes, (g_slot, depth_slot))) = func else { return out };
+    let row =
+        UnwindRow { pc: 0, cfa_offset: g_slot as u16, rbp_offset: depth_slot as i8, kind: unwind::GO_SYSTEMSTACK };
+    for i in 0..bytes.len().saturating_sub(1) {
+        if bytes[i..].starts_with(&[0xff, 0xd0]) && restores_stack(&bytes[i + 2..], g_slot, depth_slot) {
+            out.push((addr + i as u64, row, false));
+            out.push((addr + i as u64 + 2, UnwindRow::default(), true));
+        }
+    }
+    out
+}
+
+/// The (g, depth) slots of asmcgocall, in 8-byte units, from the first `call *%rax` followed by
+/// the goroutine-stack restore sequence.
+fn asmcgocall_slots(bytes: &[u8]) -> Option<(u8, u8)> {
+    (0..bytes.len().saturating_sub(1)).find_map(|i| {
+        if !bytes[i..].starts_with(&[0xff, 0xd0]) {
+            return None;
+        }
+        let rest = &bytes[i + 2..];
+        // mov G(%rsp),%rdi
+        let (g, rest) = rsp_operand(rest, &[0x48, 0x8b], 0x3c)?;
+        // mov 8(%rdi),%rsi: g.stack.hi
+        let rest = rest.strip_prefix(&[0x48, 0x8b, 0x77, unwind::GO_G_STACK_HI as u8][..])?;
+        // sub D(%rsp),%rsi
+        let (d, _) = rsp_operand(rest, &[0x48, 0x2b], 0x34)?;
+        (g % 8 == 0 && d % 8 == 0 && g != d && g / 8 <= i8::MAX as u8 && d / 8 <= i8::MAX as u8)
+            .then_some((g / 8, d / 8))
+    })
+}
+
+/// Whether `rest` (the bytes after a `call *%rax`) restores the stack from the slots: the save
+/// path's sequence, or the no-switch path's `mov D(%rsp),%rsi`.
+fn restores_stack(rest: &[u8], g_slot: u8, depth_slot: u8) -> bool {
+    if let Some((g, rest)) = rsp_operand(rest, &[0x48, 0x8b], 0x3c)
+        && g == g_slot * 8
+        && rest.starts_with(&[0x48, 0x8b, 0x77, unwind::GO_G_STACK_HI as u8])
+    {
+        return true;
+    }
+    matches!(rsp_operand(rest, &[0x48, 0x8b], 0x34), Some((d, _)) if d == depth_slot * 8)
+}
+
+/// An instruction `opcode modrm(reg, [%rsp + disp])`: `modrm0` is its ModRM byte with no
+/// displacement (the form for disp 0, followed by the SIB byte 0x24); the disp8 form has ModRM
+/// `modrm0 + 0x40`. Returns the displacement and the bytes after the instruction.
+fn rsp_operand<'a>(b: &'a [u8], opcode: &[u8], modrm0: u8) -> Option<(u8, &'a [u8])> {
+    let b = b.strip_prefix(opcode)?;
+    match b {
+        [m, 0x24, rest @ ..] if *m == modrm0 => Some((0, rest)),
+        [m, 0x24, disp, rest @ ..] if *m == modrm0 + 0x40 && *disp < 0x80 => Some((*disp, rest)),
+        _ => None,
+    }
+}
+
 /// Sort rows by address, let a function's first row win over the end marker of the function
 /// before it at the same address, and merge runs of the same rule.
 fn compact(mut raw: Vec<RawRow>) -> Vec<UnwindRow> {
@@ -348,6 +425,26 @@ mod tests {
         let t = build(&exe).unwrap();
         assert_eq!(t.section, ".eh_frame + .debug_frame", "{t:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Go 1.19's asmcgocall (save path, then the no-switch path): g at 48(%rsp), the depth at
+    /// 40(%rsp); Go 1.21's form (g at 8, depth at 0(%rsp), no displacement byte).
+    #[test]
+    fn asmcgocall_switch_is_decoded() {
+        let go119: &[u8] = &[
+            0x48, 0x89, 0x7c, 0x24, 0x28, 0x48, 0x89, 0xdf, 0x48, 0x89, 0xd9, 0xff, 0xd0, // call *%rax
+            0x48, 0x8b, 0x7c, 0x24, 0x30, 0x48, 0x8b, 0x77, 0x08, 0x48, 0x2b, 0x74, 0x24, 0x28, 0xc3, 0x48, 0x89, 0xdf,
+            0xff, 0xd0, 0x48, 0x8b, 0x74, 0x24, 0x28, 0x48, 0x89, 0xf4, 0xc3,
+        ];
+        assert_eq!(asmcgocall_slots(go119), Some((6, 5)));
+        assert!(restores_stack(&go119[13..], 6, 5));
+        assert!(restores_stack(&go119[33..], 6, 5));
+        assert!(!restores_stack(&go119[33..], 6, 4));
+        let go121: &[u8] =
+            &[0xff, 0xd0, 0x48, 0x8b, 0x7c, 0x24, 0x08, 0x48, 0x8b, 0x77, 0x08, 0x48, 0x2b, 0x34, 0x24, 0xc3];
+        assert_eq!(asmcgocall_slots(go121), Some((1, 0)));
+        // Something else after the call: no rule.
+        assert_eq!(asmcgocall_slots(&[0xff, 0xd0, 0x48, 0x89, 0xc7, 0xc3]), None);
     }
 
     #[test]

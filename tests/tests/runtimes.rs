@@ -398,14 +398,42 @@ fn go_cstring_never_freed_is_native() {
     require_root();
     let mut cmd = Command::new(go_cgo());
     cmd.args(["native", "5000"]);
-    let (r, ctx, _out) = record("go-native", cmd);
+    let (r, ctx, out) = record("go-native", cmd);
     assert_runtime(&r, "go", &ctx);
     let g = assert_grows(&r, "native", 0.8 * 5_000_000.0, &ctx);
     assert!(g < 1.2 * 5_000_000.0, "native grows {g:.0} B/s, expected 5000 × 1000 B/s ± 20%\n{ctx}");
     assert_flat(&r, &["managed", "off-heap"], g, &ctx);
+    // The walk crosses cgo's switch to the system stack: the Go function that called
+    // C.CString (inlined into main.main by the compiler, named from DWARF) is the culprit, and
+    // the stack goes on to the goroutine's start.
     let top = top_site_of_kind(&r, "native", &ctx);
-    assert!(str_of(top, "function").contains("Cfunc__Cmalloc"), "C.CString's cgo wrapper is the culprit\n{ctx}");
-    assert_verdict_starts(&r, "native leak in", &ctx);
+    assert_eq!(str_of(top, "function"), "main.lookupRoute", "the Go caller of C.CString is the culprit\n{ctx}");
+    let frames: Vec<&str> = top["frames"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+    let at = |name: &str| frames.iter().position(|f| *f == name);
+    assert!(
+        at("runtime.asmcgocall") < at("main._Cfunc_CString") && at("main._Cfunc_CString") < at("main.lookupRoute"),
+        "stack through the switch: {frames:?}\n{ctx}"
+    );
+    assert!(frames.contains(&"runtime.goexit"), "stack to the goroutine's start: {frames:?}\n{ctx}");
+    assert!(top["stack_truncated"].is_null(), "{frames:?}\n{ctx}");
+    assert_eq!(top["frees"], 0, "the freed copies of normalize() are another site\n{ctx}");
+    assert_verdict_starts(&r, "native leak in main.lookupRoute", &ctx);
+    // The decoy: the same cgo malloc from normalize(), freed each call, is its own stack, and
+    // no leak site passes through it.
+    let rec: Value = serde_json::from_slice(&std::fs::read(out.path.join("recording.json")).unwrap()).unwrap();
+    let through =
+        |st: &Value, name: &str| st["frames"].as_array().unwrap().iter().any(|f| f["function"].as_str() == Some(name));
+    assert!(
+        rec["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|st| through(st, "main.normalize") && !through(st, "main.lookupRoute")),
+        "no stack of normalize's C.CString\n{ctx}"
+    );
+    for s in r.sites().iter().filter(|s| s["class"] == "leak") {
+        assert!(!through(s, "main.normalize"), "normalize's freed copies flagged: {s:#}\n{ctx}");
+    }
 }
 
 #[test]

@@ -81,12 +81,18 @@ pub(super) fn is_runtime_frame(f: &Frame) -> bool {
     })
 }
 
+/// True for a frame of cgo's generated bridge between Go and C ([`crate::runtimes::go::is_cgo_bridge`]).
+fn is_cgo_frame(f: &Frame) -> bool {
+    f.function.as_deref().is_some_and(crate::runtimes::go::is_cgo_bridge)
+}
+
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
 /// libc's mmap or syscall wrapper: [`crate::allocator_frames::is_mapping_frame`]); when that frame is
 /// system or standard-library code ([`is_system_frame`]: a leak made inside libc, libz, libssl,
 /// libstdc++) and the stack goes on into the user's code, the first frame there (the function
 /// that called into the library), unless the stack passes through a managed runtime's own
-/// object; else the innermost named frame; else the innermost frame. A frame without a function
+/// object; when that frame is cgo's own malloc (`C.CString`), the Go function that called it;
+/// else the innermost named frame; else the innermost frame. A frame without a function
 /// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
 /// Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
@@ -104,6 +110,16 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         let f = &stack.frames[i];
         nameable(f) && !is_allocator(f) && !wrapper(f) && (!entry(i) || named(f))
     });
+    // cgo's own malloc (`C.CString`, `C.CBytes`, `C.malloc`): the Go function that called it,
+    // beyond cgo's bridge and the runtime's stack switch.
+    let go_caller = first.filter(|&i| is_cgo_frame(&stack.frames[i])).and_then(|i| {
+        stack.frames[i..]
+            .iter()
+            .position(|f| {
+                nameable(f) && !is_cgo_frame(f) && !f.function.as_deref().is_some_and(|n| n.starts_with("runtime."))
+            })
+            .map(|j| i + j)
+    });
     let user = first.filter(|&i| is_system_frame(&stack.frames[i])).and_then(|i| {
         if stack.frames.iter().any(is_runtime_frame) {
             return None;
@@ -120,11 +136,11 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         }
         stack.frames[i..].iter().position(is_user_jit_frame).map(|j| i + j)
     });
-    let idx = user.or(first).or_else(|| stack.frames.iter().position(named)).or(if stack.frames.is_empty() {
-        None
-    } else {
-        Some(0)
-    });
+    let idx = go_caller
+        .or(user)
+        .or(first)
+        .or_else(|| stack.frames.iter().position(named))
+        .or(if stack.frames.is_empty() { None } else { Some(0) });
     match idx {
         Some(i) => (Some(i), frame_label(&stack.frames[i])),
         None if stack.lost => (None, "[stack lost]".to_string()),

@@ -45,6 +45,36 @@ fn leak_cache_temporary() {
     assert_eq!(a.top_by_growth()[0].id, 1);
 }
 
+/// `C.CString`'s malloc (cgo's C wrapper, walked across the system-stack switch): the Go
+/// function that called it; a C function called through cgo that mallocs stays the culprit.
+#[test]
+fn culprit_of_cgo_malloc_is_the_go_caller() {
+    let exe = "/srv/app";
+    let st = |names: &[&str]| Stack {
+        id: 1,
+        kind: StackKind::Malloc,
+        frames: std::iter::once(frame("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6", None))
+            .chain(names.iter().map(|n| frame(n, exe, None)))
+            .collect(),
+        lost: false,
+        truncated: None,
+    };
+    let bridge = [
+        "runtime.asmcgocall",
+        "runtime.cgocall",
+        "main._cgo_cmalloc",
+        "main._Cfunc_CString",
+        "main.lookupRoute",
+        "main.main",
+    ];
+    let cstring: Vec<&str> = std::iter::once("_cgo_740f8d7732f3_Cfunc__Cmalloc").chain(bridge).collect();
+    assert_eq!(culprit(&st(&cstring)).1, "main.lookupRoute");
+    // The walk stopped at the switch: the wrapper is all there is.
+    assert_eq!(culprit(&st(&cstring[..2])).1, "_cgo_740f8d7732f3_Cfunc__Cmalloc");
+    let c_code = ["make_buf", "_cgo_740f8d7732f3_Cfunc_make_buf", "runtime.asmcgocall", "main.fill"];
+    assert_eq!(culprit(&st(&c_code)).1, "make_buf");
+}
+
 #[test]
 fn culprit_skips_allocator_frames() {
     let (mut st, _) = leak_site();

@@ -7,8 +7,9 @@
 //!   caller is `x_cgo_mmap` or a `runtime.` function. Go builds with frame pointers, so the
 //!   walk reaches the runtime frames.
 //! - Native: malloc from C code reached through cgo (`C.CString`, `C.malloc`, a preamble's or a
-//!   library's functions). Its direct caller is the cgo wrapper or the C function; the Go caller
-//!   beyond the cgo stack switch is not visible.
+//!   library's functions). The stack walk crosses cgo's switch to the system stack
+//!   (`runtime.asmcgocall`), so the Go callers follow the C frames; for cgo's own malloc
+//!   (`C.CString`) the culprit is the Go function that called it ([`is_cgo_bridge`]).
 //! - Runtime: malloc by cgo's own C support code (`x_cgo_*`, `_cgo_*` thread start-up), and
 //!   thread stacks.
 //! - Off-heap: mappings made through package syscall or x/sys/unix (`syscall.Mmap`).
@@ -29,6 +30,25 @@ fn is_cgo_runtime(name: &str) -> bool {
         || name == "crosscall1"
 }
 
+/// cgo's generated bridge between a Go caller and C code: the C side of a call
+/// (`_cgo_<hash>_Cfunc_<name>`, which also makes `C.CString`/`C.CBytes`/`C.malloc`'s malloc),
+/// the runtime's switch to the system stack (`runtime.cgocall`, `runtime.asmcgocall`) and the
+/// Go side (`<pkg>._Cfunc_<name>`, `<pkg>._cgo_cmalloc`). The stack walk crosses the switch
+/// (unwind rows of kind `GO_SYSTEMSTACK`), so the Go function that called C follows these.
+pub fn is_cgo_bridge(name: &str) -> bool {
+    let name = name.strip_suffix(".abi0").unwrap_or(name);
+    if name.starts_with("_cgo_") && name.contains("_Cfunc_") {
+        return true;
+    }
+    if matches!(name, "runtime.cgocall" | "runtime.asmcgocall") {
+        return true;
+    }
+    // The Go side: the last path element's function (`main._Cfunc_CString`,
+    // `example.com/x/db._cgo_cmalloc`).
+    let func = name.rsplit('/').next().unwrap_or(name);
+    func.split_once('.').is_some_and(|(_, f)| f.starts_with("_Cfunc_") || f == "_cgo_cmalloc")
+}
+
 /// Go's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
@@ -44,6 +64,10 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
         StackKind::Mmap => {
             for f in callers(stack).filter(|f| !is_libc(f)).take(8) {
                 let name = function(f);
+                if is_cgo_bridge(name) {
+                    // C code called from Go mapped it (the Go frames beyond are its callers).
+                    return None;
+                }
                 if name.starts_with("syscall.") || name.starts_with("golang.org/x/sys/unix.") {
                     return Some(MemoryKind::OffHeap);
                 }
@@ -98,5 +122,38 @@ mod tests {
         assert_eq!(classify(&ts), Some(MemoryKind::Runtime));
         let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
         assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
+        // C code called from Go maps memory: the walk goes on through the stack switch into
+        // runtime.cgocall, which must not make it the Go heap's.
+        let c_map = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("ring_alloc", EXE),
+                ("_cgo_740f8d7732f3_Cfunc_ring_alloc", EXE),
+                ("runtime.asmcgocall", EXE),
+                ("runtime.cgocall", EXE),
+                ("main._Cfunc_ring_alloc", EXE),
+                ("main.openRing", EXE),
+            ],
+        );
+        assert_eq!(classify(&c_map), None);
+    }
+
+    #[test]
+    fn cgo_bridge_frames() {
+        for name in [
+            "_cgo_740f8d7732f3_Cfunc__Cmalloc",
+            "runtime.asmcgocall",
+            "runtime.asmcgocall.abi0",
+            "runtime.cgocall",
+            "main._cgo_cmalloc",
+            "main._Cfunc_CString",
+            "github.com/x/y/db._Cfunc_sqlite3_open.abi0",
+        ] {
+            assert!(is_cgo_bridge(name), "{name}");
+        }
+        for name in ["main.lookupRoute", "runtime.mallocgc", "x_cgo_mmap", "_cgo_sys_thread_start", "ring_alloc"] {
+            assert!(!is_cgo_bridge(name), "{name}");
+        }
     }
 }
