@@ -64,15 +64,19 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
         StackKind::Mmap => {
             for f in callers(stack).filter(|f| !is_libc(f)).take(8) {
                 let name = function(f);
-                if is_cgo_bridge(name) {
-                    // C code called from Go mapped it (the Go frames beyond are its callers).
-                    return None;
-                }
                 if name.starts_with("syscall.") || name.starts_with("golang.org/x/sys/unix.") {
                     return Some(MemoryKind::OffHeap);
                 }
                 if name == "x_cgo_mmap" || name.starts_with("runtime.") {
                     return Some(MemoryKind::Managed);
+                }
+                if is_cgo_runtime(name) {
+                    // cgo's support code (thread start-up): judged below.
+                    break;
+                }
+                if is_cgo_bridge(name) {
+                    // C code called from Go mapped it (the Go frames beyond are its callers).
+                    return None;
                 }
             }
             if is_thread_stack(stack) {
@@ -137,6 +141,20 @@ mod tests {
             ],
         );
         assert_eq!(classify(&c_map), None);
+        // A thread's stack, the walk going on through cgo's thread start into the runtime.
+        let m_stack = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("allocate_stack", LIBC),
+                ("__pthread_create_2_1", LIBC),
+                ("_cgo_try_pthread_create", EXE),
+                ("_cgo_sys_thread_start", EXE),
+                ("runtime.asmcgocall", EXE),
+                ("runtime.newm1", EXE),
+            ],
+        );
+        assert_eq!(classify(&m_stack), Some(MemoryKind::Runtime));
     }
 
     #[test]
