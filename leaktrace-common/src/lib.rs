@@ -405,6 +405,12 @@ pub mod walk_end {
     pub const BAD_FRAME: u32 = 3;
     /// The stack memory at the computed CFA could not be read.
     pub const READ_FAULT: u32 = 4;
+    /// The next frame's mapping could not be looked up: `bpf_find_vma` found the address space
+    /// busy. In the page-fault tracepoint (growth mode) interrupts are off, and the kernel can
+    /// then look up one mapping per CPU until they are on again; the walk there keeps the
+    /// mappings it looked up in a per-CPU cache, so this ends only walks that reach a mapping
+    /// not seen before on that CPU after looking one up already.
+    pub const VMA_BUSY: u32 = 5;
 }
 
 /// Unwind tables for the kernel-side walk, built by the agent from the objects' `.eh_frame` /
@@ -437,6 +443,10 @@ pub mod unwind {
     /// ([`SIGNAL_RIP`], [`SIGNAL_RSP`], [`SIGNAL_RBP`] bytes above %rsp), and the next frame is
     /// looked up at the interrupted %rip itself (it is not a return address).
     pub const SIGNAL: u8 = 6;
+    /// Kernel side only, never in a table: the pc's mapping could not be looked up now
+    /// (`bpf_find_vma` busy): not cached; the walk tries the frame-pointer chain, and ends with
+    /// `walk_end::VMA_BUSY` when it does not continue.
+    pub const BUSY: u8 = 9;
     /// Kernel side only, never in a table: no mapping at all holds the pc (a garbage return
     /// address from following a frame pointer through code that has none): the walk ends there.
     pub const NO_VMA: u8 = 7;
@@ -518,8 +528,10 @@ pub mod kernel_offset {
     pub const I_SB: usize = 5;
     /// `super_block.s_dev`.
     pub const S_DEV: usize = 6;
+    /// `vm_area_struct.vm_end`.
+    pub const VM_END: usize = 7;
     /// Number of offsets.
-    pub const NUM: usize = 7;
+    pub const NUM: usize = 8;
 }
 
 impl StackFrames {

@@ -227,7 +227,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
             }
         }
     }
-    let site = site_here(probe_regs(ctx), tgid, site_kind::MALLOC);
+    let site = site_here::<false>(probe_regs(ctx), tgid, site_kind::MALLOC);
     unsafe { *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site } };
     0
 }
@@ -559,12 +559,12 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
 /// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
+fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
     let Some(buf) = walk_buffer() else { return 0 };
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
-    let hash = crate::unwind::walk(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
+    let hash = crate::unwind::walk::<FAULT>(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
     if let Some(slot) = seen
         && unsafe { *slot } == hash
@@ -608,9 +608,9 @@ fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
 /// The site of the code at `r`: its walked call stack and the return address at its stack
 /// pointer (the direct caller at an entry probe).
 #[inline(always)]
-fn site_here(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
+fn site_here<const FAULT: bool>(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
     let caller = if r.sp != 0 { unsafe { bpf_probe_read_user(r.sp as *const u64) }.unwrap_or(0) } else { 0 };
-    SiteKey { tgid, kind, stack: walk_stack(r, tgid), caller }
+    SiteKey { tgid, kind, stack: walk_stack::<FAULT>(r, tgid), caller }
 }
 
 /// A thread inside a hooked allocator call: what it maps is the allocator's.
@@ -648,7 +648,7 @@ pub fn mmap_enter(ctx: ProbeContext) -> u32 {
     let (own, site) = if in_allocator() {
         (owner::ALLOCATOR, SiteKey::default())
     } else {
-        (owner::OFFHEAP, site_here(probe_regs(&ctx), tgid, site_kind::MMAP))
+        (owner::OFFHEAP, site_here::<false>(probe_regs(&ctx), tgid, site_kind::MMAP))
     };
     let _ = MMAP_CALLS.insert(pid_tgid, MmapCall { sp, owner: own, _pad: 0, site }, 0);
     0
@@ -710,7 +710,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         Some(c) => (c.owner, c.site),
         // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
         None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
-        None => (owner::OFFHEAP, site_here(regs, tgid, site_kind::MMAP)),
+        None => (owner::OFFHEAP, site_here::<false>(regs, tgid, site_kind::MMAP)),
     };
     save_args(
         pid_tgid,
@@ -903,7 +903,7 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // A fault is inside a function body, not at its entry: the word at the stack pointer is
     // no return address, so no `caller` (it would split one stack into many sites and put a
     // bogus frame 1 in each).
-    let site = SiteKey { caller: 0, ..site_here(task_regs(), tgid, site_kind::FAULT) };
+    let site = SiteKey { caller: 0, ..site_here::<true>(task_regs(), tgid, site_kind::FAULT) };
     let mut stats = SITES.get_ptr_mut(site);
     if stats.is_none() {
         let _ = SITES.insert(site, SiteStats::default(), BPF_NOEXIST as u64);

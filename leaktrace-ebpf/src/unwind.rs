@@ -109,7 +109,12 @@ fn offset(i: usize) -> u64 {
 /// Walk the user stack from `r` into `buf` (frames, count, why it ended); returns the hash of the
 /// frames (never 0).
 #[inline(always)]
-pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
+///
+/// `FAULT`: the walk runs in the page-fault tracepoint, with interrupts off, where
+/// `bpf_find_vma` can look up only one mapping per CPU until they are on again: mappings are
+/// then kept in `VMA_CACHE` (a copy of the walk made only for that program: the verifier's
+/// budget of the allocator programs has no room for it).
+pub fn walk<const FAULT: bool>(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
     buf.ips[0] = r.ip;
     let mut w = Walk {
         pc: r.ip,
@@ -122,7 +127,7 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
         generation: UNWIND_GEN.get(0).copied().unwrap_or(0),
         exact: 0,
     };
-    let callback = step as extern "C" fn(u64, *mut Walk) -> i64;
+    let callback = step::<FAULT> as extern "C" fn(u64, *mut Walk) -> i64;
     // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
     unsafe { bpf_loop((MAX_STACK_DEPTH - 1) as u32, callback as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
     buf.len = w.n as u32;
@@ -134,6 +139,7 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
             walk_end::DEPTH => "depth limit",
             walk_end::NO_UNWIND_INFO => "no unwind info and no frame pointer",
             walk_end::BAD_FRAME => "implausible frame",
+            walk_end::VMA_BUSY => "address space busy",
             _ => "stack unreadable",
         };
         aya_log_ebpf::debug!(&(), "walk of pid {} stopped after {} frames at {:x}: {}", tgid, w.n, w.pc, why);
@@ -147,7 +153,7 @@ pub fn walk(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
 /// Iteration `index` has `index + 1` frames so far (each iteration adds one or stops). The
 /// position comes from `index`, which the verifier sees as an unknown number, not from a count
 /// kept in `w`: a count it can follow exactly would make each iteration a new state to verify.
-extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
+extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
     // SAFETY: bpf_loop passes the context given to it: `walk`'s `Walk` on its stack.
     let w = unsafe { &mut *w };
     // (bpf_loop runs at most MAX_STACK_DEPTH - 1 iterations; `push` checks the buffer's bound
@@ -156,7 +162,7 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
     // A return address points after its call: look its rule up at the call (pc − 1), which is
     // still inside the caller even when the call was the function's last instruction.
     let lookup = if index == 0 || w.exact != 0 { w.pc } else { w.pc - 1 };
-    let row = rule(w.tgid, lookup, w.generation);
+    let row = rule::<FAULT>(w.tgid, lookup, w.generation);
     let (ret, cfa) = match row.kind {
         unwind::END => {
             w.end = walk_end::COMPLETE;
@@ -277,12 +283,13 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
                 w.end = walk_end::COMPLETE;
                 return 1;
             }
+            let why = if FAULT && row.kind == unwind::BUSY { walk_end::VMA_BUSY } else { walk_end::NO_UNWIND_INFO };
             if fp < w.sp || fp - w.sp > MAX_FRAME_BYTES || fp & 7 != 0 {
-                w.end = walk_end::NO_UNWIND_INFO;
+                w.end = why;
                 return 1;
             }
             let Ok(frame) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
-                w.end = walk_end::NO_UNWIND_INFO;
+                w.end = why;
                 return 1;
             };
             count(counter::FP_FRAMES);
@@ -333,7 +340,7 @@ fn push(w: &mut Walk, index: u64, ret: u64, cfa: u64) -> i64 {
 
 /// The unwind rule for `pc` of process `tgid`: from the per-CPU cache, else found and cached.
 #[inline(always)]
-fn rule(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
+fn rule<const FAULT: bool>(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
     let slot = (mix(pc ^ ((tgid as u64) << 47)) as u32) & (CACHE_SLOTS - 1);
     let cached = UNWIND_CACHE.get_ptr_mut(slot);
     if let Some(c) = cached {
@@ -342,9 +349,10 @@ fn rule(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
             return c.row;
         }
     }
-    let Some(row) = lookup(pc) else {
+    let found = if FAULT { lookup_cached(tgid, pc, generation) } else { lookup(pc) };
+    let Some(row) = found else {
         // The VMA could not be looked at now (its lock was busy): no rule, not cached.
-        return UnwindRow::default();
+        return if FAULT { UnwindRow { kind: unwind::BUSY, ..UnwindRow::default() } } else { UnwindRow::default() };
     };
     if let Some(c) = cached {
         unsafe { *c = CachedRule { pc, generation: generation as u32, tgid, row } };
@@ -356,6 +364,7 @@ fn rule(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
 #[repr(C)]
 struct VmaInfo {
     start: u64,
+    end: u64,
     pgoff: u64,
     dev: u64,
     ino: u64,
@@ -378,6 +387,7 @@ extern "C" fn vma_info(_task: *mut core::ffi::c_void, vma: *mut core::ffi::c_voi
     }
     let sb = read(inode + offset(kernel_offset::I_SB));
     out.start = read(vma + offset(kernel_offset::VM_START));
+    out.end = read(vma + offset(kernel_offset::VM_END));
     out.pgoff = read(vma + offset(kernel_offset::VM_PGOFF));
     out.ino = read(inode + offset(kernel_offset::I_INO));
     // s_dev is a 32-bit dev_t.
@@ -398,7 +408,7 @@ fn lookup(pc: u64) -> Option<UnwindRow> {
     if offset(kernel_offset::VM_FILE) == 0 {
         return Some(UnwindRow::default());
     }
-    let mut info = VmaInfo { start: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
+    let mut info = VmaInfo { start: 0, end: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
     let callback = vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
     // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
     let r = unsafe {
@@ -432,6 +442,88 @@ fn lookup(pc: u64) -> Option<UnwindRow> {
         return Some(UnwindRow::default());
     }
     Some(search(table.first_row, table.rows, vaddr as u32))
+}
+
+/// A mapping the page-fault walk looked up: its range and where its object's rows are.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CachedVma {
+    tgid: u64,
+    generation: u64,
+    start: u64,
+    end: u64,
+    /// The object's virtual address of a pc in this mapping is `pc + bias`.
+    bias: i64,
+    first_row: u32,
+    rows: u32,
+}
+
+const VMA_CACHE_SLOTS: u32 = 256;
+
+/// Per-CPU direct-mapped cache of mappings by (tgid, pc / 1 MiB), for the page-fault walk
+/// ([`walk`]'s `FAULT`). Entries are as stale as the rule cache's: checked by tgid, generation
+/// and range.
+#[map]
+static VMA_CACHE: PerCpuArray<CachedVma> = PerCpuArray::with_max_entries(VMA_CACHE_SLOTS, 0);
+
+/// [`lookup`] through `VMA_CACHE`: the mapping of `pc` from the cache, else from
+/// `bpf_find_vma` (then cached). Only file mappings with a table are cached; the rest is looked
+/// up as [`lookup`] does.
+#[inline(always)]
+fn lookup_cached(tgid: u32, pc: u64, generation: u64) -> Option<UnwindRow> {
+    let slot = (mix((pc >> 20) ^ ((tgid as u64) << 40)) as u32) & (VMA_CACHE_SLOTS - 1);
+    let Some(entry) = VMA_CACHE.get_ptr_mut(slot) else {
+        // (Never: the index is masked to the map's size. Not `lookup`: a second row search
+        // would be a second copy of its loop for the verifier.)
+        return Some(UnwindRow::default());
+    };
+    // SAFETY: a per-CPU map value; a walk preempted by another on this CPU reads an entry of
+    // the other's, told apart by tgid, generation and range.
+    let e = unsafe { &mut *entry };
+    if !(e.tgid == tgid as u64 && e.generation == generation && e.start <= pc && pc < e.end) {
+        let mut info = VmaInfo { start: 0, end: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
+        let callback =
+            vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
+        // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
+        let r = unsafe {
+            bpf_find_vma(
+                bpf_get_current_task_btf().cast(),
+                pc,
+                callback as *mut core::ffi::c_void,
+                (&raw mut info).cast(),
+                0,
+            )
+        };
+        if r == -16 {
+            return None;
+        }
+        if r == -2 {
+            return Some(UnwindRow { kind: unwind::NO_VMA, ..UnwindRow::default() });
+        }
+        if r != 0 || info.found == 0 || info.end <= info.start {
+            return Some(UnwindRow::default());
+        }
+        let id = ObjectId { dev: info.dev, ino: info.ino };
+        let Some(table) = (unsafe { UNWIND_OBJECTS.get(&id) }).copied() else {
+            count(counter::UNWIND_NO_TABLE);
+            return Some(UnwindRow::default());
+        };
+        *e = CachedVma {
+            tgid: tgid as u64,
+            generation,
+            start: info.start,
+            end: info.end,
+            bias: table.vaddr_minus_offset + ((info.pgoff << PAGE_SHIFT) as i64) - info.start as i64,
+            first_row: table.first_row,
+            rows: table.rows,
+        };
+    }
+    // Read back from the map value (not from the values above): one state for the search.
+    let vaddr = (pc as i64).wrapping_add(e.bias) as u64;
+    if vaddr > u32::MAX as u64 {
+        return Some(UnwindRow::default());
+    }
+    Some(search(e.first_row, e.rows, vaddr as u32))
 }
 
 /// State of a row binary search (the `bpf_loop` context of `search_step`): the answer, if any,

@@ -303,6 +303,44 @@ fn growth_mode_names_the_user_function_not_int_malloc() {
     assert_within("pages made resident through remember_small", resident, 400.0 * 64.0 * 64.0, 0.10, ctx);
 }
 
+/// Growth mode walks from the page-fault tracepoint, where interrupts are off and the kernel can
+/// look up one mapping per CPU until they are on again (`bpf_find_vma` answers "busy"); the walk
+/// keeps the mappings it has looked up per CPU. On Debian's interpreter (no frame pointers,
+/// statically linked libpython, plus libc and zlib), nearly every distinct stack is walked to its
+/// outermost frame: without the mapping cache more than half ended at their second object.
+#[test]
+fn growth_mode_walks_a_distro_interpreter_to_the_end() {
+    require_root();
+    let py = Path::new("/usr/bin/python3.11");
+    assert!(py.exists(), "Debian's python3.11 (package python3.11-minimal) is needed");
+    let out = OutDir::new("unwind-growth-python");
+    let mut target = Command::new(py);
+    target.arg(fixture_source("runtimes/fault_walk.py")).arg("60");
+    let o = record_launch(&out, &["--mode", "growth", "--duration", "12s"], target);
+    o.assert_success();
+    let ctx = format!("{}\nreport: {}", o.describe(), out.path.display());
+    let rec: Value = serde_json::from_slice(&std::fs::read(out.path.join("recording.json")).unwrap()).unwrap();
+    let stacks = rec["stacks"].as_array().unwrap();
+    let truncated: Vec<&str> = stacks.iter().filter_map(|s| s["truncated"].as_str()).collect();
+    assert!(stacks.len() >= 50, "only {} stacks\n{ctx}", stacks.len());
+    assert!(
+        truncated.len() * 100 <= stacks.len() * 15,
+        "{} of {} stacks truncated (at most 15 %); first reasons: {:?}\n{ctx}",
+        truncated.len(),
+        stacks.len(),
+        &truncated[..truncated.len().min(8)]
+    );
+    // The Python code's stacks reach the interpreter's main through the eval loop.
+    let through_step = stacks
+        .iter()
+        .filter(|s| {
+            let f: Vec<&str> = s["frames"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+            f.contains(&"_PyEval_EvalFrameDefault") && f.contains(&"Py_BytesMain")
+        })
+        .count();
+    assert!(through_step >= 10, "{through_step} stacks from the eval loop to Py_BytesMain\n{ctx}");
+}
+
 /// `nofp` with its `.eh_frame` removed (and no frame pointers): the user's frames have no unwind
 /// info, so the walk stops in them; the report says where and why, and --debug-unwind prints
 /// the kernel side's reason as it happens.
