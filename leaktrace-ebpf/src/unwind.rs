@@ -482,8 +482,7 @@ fn lookup_cached(tgid: u32, pc: u64, generation: u64) -> Option<UnwindRow> {
     let e = unsafe { &mut *entry };
     if !(e.tgid == tgid as u64 && e.generation == generation && e.start <= pc && pc < e.end) {
         let mut info = VmaInfo { start: 0, end: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
-        let callback =
-            vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
+        let callback = vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
         // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
         let r = unsafe {
             bpf_find_vma(

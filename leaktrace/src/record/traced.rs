@@ -666,7 +666,9 @@ fn truncation(end: u32, frames: &[Frame]) -> Option<String> {
         walk_end::DEPTH => Some(format!("depth limit ({} frames)", leaktrace_common::MAX_STACK_DEPTH)),
         walk_end::NO_UNWIND_INFO => Some(format!("no unwind info for {} (and no frame pointer)", after())),
         walk_end::READ_FAULT => Some(format!("stack unreadable after {}", after())),
-        walk_end::VMA_BUSY => Some(format!("address space busy after {} (its mapping could not be looked up)", after())),
+        walk_end::VMA_BUSY => {
+            Some(format!("address space busy after {} (its mapping could not be looked up)", after()))
+        }
         _ => Some(format!("implausible frame after {}", after())),
     }
 }
