@@ -108,12 +108,11 @@ fn offset(i: usize) -> u64 {
 
 /// Walk the user stack from `r` into `buf` (frames, count, why it ended); returns the hash of the
 /// frames (never 0).
-#[inline(always)]
 ///
 /// `FAULT`: the walk runs in the page-fault tracepoint, with interrupts off, where
 /// `bpf_find_vma` can look up only one mapping per CPU until they are on again: mappings are
-/// then kept in `VMA_CACHE` (a copy of the walk made only for that program: the verifier's
-/// budget of the allocator programs has no room for it).
+/// then kept in `VMA_CACHE`.
+#[inline(always)]
 pub fn walk<const FAULT: bool>(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
     buf.ips[0] = r.ip;
     let mut w = Walk {
@@ -162,7 +161,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
     // A return address points after its call: look its rule up at the call (pc − 1), which is
     // still inside the caller even when the call was the function's last instruction.
     let lookup = if index == 0 || w.exact != 0 { w.pc } else { w.pc - 1 };
-    let row = rule::<FAULT>(w.tgid, lookup, w.generation);
+    let row = unpack(leaktrace_unwind_rule(w.tgid as u64, lookup, w.generation, FAULT as u64));
     let (ret, cfa) = match row.kind {
         unwind::END => {
             w.end = walk_end::COMPLETE;
@@ -336,6 +335,26 @@ fn push(w: &mut Walk, index: u64, ret: u64, cfa: u64) -> i64 {
     w.pc = ret;
     w.exact = 0;
     0
+}
+
+/// The rule for `pc` of process `tgid` ([`rule`]), as a global BPF function (exported to the
+/// linker by build.rs): the verifier checks it once, on its own, with any arguments, instead of
+/// once per state of the walk that calls it. Returns the row's 8 bytes (see [`unpack`]).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_unwind_rule(tgid: u64, pc: u64, generation: u64, fault: u64) -> u64 {
+    let row =
+        if fault != 0 { rule::<true>(tgid as u32, pc, generation) } else { rule::<false>(tgid as u32, pc, generation) };
+    (row.pc as u64)
+        | ((row.cfa_offset as u64) << 32)
+        | ((row.rbp_offset as u8 as u64) << 48)
+        | ((row.kind as u64) << 56)
+}
+
+/// The row packed by [`leaktrace_unwind_rule`].
+#[inline(always)]
+fn unpack(x: u64) -> UnwindRow {
+    UnwindRow { pc: x as u32, cfa_offset: (x >> 32) as u16, rbp_offset: (x >> 48) as u8 as i8, kind: (x >> 56) as u8 }
 }
 
 /// The unwind rule for `pc` of process `tgid`: from the per-CPU cache, else found and cached.
