@@ -258,6 +258,7 @@ impl Tracer {
             .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace")))
             .map_err(|e| LoadError::Load(e.into()))?;
         let single_why = crate::uprobe_multi::supported().err();
+        let started = std::time::Instant::now();
         let mut load_errors = load_programs(&mut ebpf, single_why.is_none(), mode == Mode::Growth);
         for name in PROGRAMS {
             if let Some(e) = load_errors.remove(name) {
@@ -269,9 +270,11 @@ impl Tracer {
                 return Err(LoadError::Load(e.context(format!("loading eBPF program {name}{how}"))));
             }
         }
+        // Timing lines (RUST_LOG=leaktrace=info): `cargo xtask bench --attach-only` reads them.
+        log::info!("programs loaded in {:.3} s", started.elapsed().as_secs_f64());
         match &single_why {
-            None => log::debug!("probes attached with uprobe_multi links"),
-            Some(why) => log::debug!("probes attached one by one (perf-event uprobes): {why}"),
+            None => log::info!("probes attached with uprobe_multi links"),
+            Some(why) => log::info!("probes attached one by one (perf-event uprobes): {why}"),
         }
         let take = |ebpf: &mut Ebpf, name: &str| {
             ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
@@ -343,6 +346,18 @@ impl Tracer {
     /// Errors: the kernel refused a probe (then the probes placed before it stay attached).
     pub fn attach(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
         std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?;
+        let (started, links_before) = (std::time::Instant::now(), self.links.len());
+        let placed = self.attach_points(pid, points)?;
+        log::info!(
+            "PID {pid}: {} probes attached with {} links in {:.3} s",
+            placed.len(),
+            self.links.len() - links_before,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(placed)
+    }
+
+    fn attach_points(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
         // (program, kind, point), return probes first.
         let mut todo: Vec<(&'static str, &'static str, &ProbePoint)> = Vec::new();
         for pass in ["return", "entry"] {
@@ -512,6 +527,7 @@ impl Tracer {
     /// another that is seconds for tens of single probes, so the links are dropped from several
     /// threads at once and their grace periods overlap.
     pub fn shutdown(mut self) {
+        let started = std::time::Instant::now();
         // Each is held only to be dropped (which detaches it).
         let mut links: Vec<Box<dyn Send>> = Vec::with_capacity(self.links.len());
         for link in std::mem::take(&mut self.links) {
@@ -534,7 +550,9 @@ impl Tracer {
                 links.push(Box::new(link));
             }
         }
-        let threads = links.len().clamp(1, 32);
+        let n = links.len();
+        // Grace periods waited for at the same time are shared: one thread per link, up to 256.
+        let threads = links.len().clamp(1, 256);
         let per = links.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
             let mut rest = links;
@@ -544,6 +562,7 @@ impl Tracer {
             }
         });
         drop(self);
+        log::info!("detached {n} links in {:.3} s", started.elapsed().as_secs_f64());
     }
 
     /// Units of work done by `tgid` since the work probe was attached (0 before the first call).
