@@ -524,8 +524,8 @@ impl Tracer {
 
     /// Detach every probe and unload the programs. Removing uprobes waits for RCU grace periods
     /// (~0.1–0.25 s here): once per uprobe_multi link, once per single uprobe. Done one after
-    /// another that is seconds for tens of single probes, so the links are dropped from several
-    /// threads at once and their grace periods overlap.
+    /// another that is seconds for tens of links, so the links are dropped from several threads
+    /// at once and the waits of uprobe_multi links and tracepoints overlap.
     pub fn shutdown(mut self) {
         let started = std::time::Instant::now();
         // Each is held only to be dropped (which detaches it).
@@ -551,8 +551,11 @@ impl Tracer {
             }
         }
         let n = links.len();
-        // Grace periods waited for at the same time are shared: one thread per link, up to 256.
-        let threads = links.len().clamp(1, 256);
+        // Grace periods waited for at the same time are shared: one thread per link, up to 256,
+        // for uprobe_multi links. Single uprobes are removed one at a time whatever the threads
+        // (perf_uprobe_destroy holds the kernel's event_mutex across its wait; measured: 2000
+        // take ~200 s), so 32 threads: more would only sit blocked (and count in the load).
+        let threads = links.len().clamp(1, if self.single_why.is_none() { 256 } else { 32 });
         let per = links.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
             let mut rest = links;

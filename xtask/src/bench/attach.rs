@@ -69,7 +69,7 @@ fn record(work: &Path, args: &[String], single: bool, tag: &str) -> Result<Run> 
     } else {
         cmd.env_remove("LEAKTRACE_SINGLE_UPROBES");
     }
-    eprintln!("xtask: $ {}{}", if single { "LEAKTRACE_SINGLE_UPROBES=1 " } else { "" }, show(&cmd));
+    eprintln!("xtask: $ {}", show(&cmd));
     let started = Instant::now();
     let mut child = cmd.spawn()?;
     let err = child.stderr.take().expect("piped");
@@ -148,10 +148,18 @@ impl Drop for Cgroup {
 
 /// Start `n` attach targets (no extra library) in a new cgroup.
 fn cgroup_of_targets(target: &Path, n: usize) -> Result<Cgroup> {
-    let root = Path::new("/sys/fs/cgroup");
-    if !root.join("cgroup.controllers").is_file() {
-        bail!("no cgroup v2 hierarchy at /sys/fs/cgroup");
-    }
+    // The cgroup v2 mount: /sys/fs/cgroup (unified) or /sys/fs/cgroup/unified (hybrid).
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut mounts: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.split_ascii_whitespace().next()? == "cgroup2").then_some(())?;
+            pre.split_ascii_whitespace().nth(4).map(PathBuf::from)
+        })
+        .collect();
+    mounts.sort_by_key(|p| !p.starts_with("/sys/fs/cgroup"));
+    let root = mounts.first().context("no cgroup v2 hierarchy is mounted (no cgroup2 in /proc/self/mountinfo)")?;
     let path = root.join(format!("leaktrace-bench-{}", std::process::id()));
     std::fs::create_dir(&path).with_context(|| format!("cannot create the cgroup {}", path.display()))?;
     let mut cg = Cgroup { path, children: Vec::new() };
