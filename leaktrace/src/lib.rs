@@ -34,5 +34,6 @@ pub mod seccomp;
 pub mod status;
 pub mod symbolize;
 pub mod unwind;
+pub mod uprobe_multi;
 
 pub use leaktrace_analysis::{analyze, compare, output, reachability, recording, report};

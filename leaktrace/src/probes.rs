@@ -3,13 +3,20 @@
 //! The object is built from `leaktrace-ebpf` by build.rs and embedded in the binary. Every probe
 //! is attached with a PID filter (the kernel installs breakpoints in that process only) and is
 //! tied to the agent's file descriptors: if the agent dies, the kernel removes every probe.
+//!
+//! Two ways to attach, chosen once at load ([`Tracer::attach_mode`]): uprobe_multi links (Linux
+//! 6.6+; one link per process, file and program, holding every offset of that program in that
+//! file: see `uprobe_multi`), or, where the kernel has none or `LEAKTRACE_SINGLE_UPROBES=1`, one
+//! aya perf-event uprobe per offset. The programs are loaded for the one chosen (the kernel does
+//! not let a program loaded for uprobe_multi be attached as a perf event, nor the reverse).
 
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{
-    TracePoint, UProbe,
+    Program, TracePoint, UProbe,
+    trace_point::TracePointLinkId,
     uprobe::{UProbeLinkId, UProbeScope},
 };
 use aya::{Ebpf, EbpfLoader};
@@ -113,13 +120,33 @@ pub struct Tracer {
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
     /// Probes attached so far, as (PID, object path as the target maps it, offset, program).
-    attached: Vec<(u32, String, u64, &'static str)>,
+    attached: std::collections::HashSet<(u32, String, u64, &'static str)>,
     /// Every uprobe link, to detach them all at once at the end (see [`Tracer::shutdown`]).
-    links: Vec<(&'static str, UProbeLinkId)>,
+    links: Vec<Link>,
+    /// The tracepoint links, detached with the uprobes (each waits for RCU grace periods too).
+    tp_links: Vec<(&'static str, TracePointLinkId)>,
+    /// Why uprobe_multi links are not used (then every probe is a perf-event uprobe), if so.
+    single_why: Option<String>,
     /// Unwind tables loaded so far, shared by every target that maps the same file.
     unwind: UnwindTables,
     /// The kernel side's log (--debug-unwind), printed at each poll.
     log: Option<aya_log::EbpfLogger<StderrLog>>,
+}
+
+/// One attachment: a uprobe_multi link (its descriptor: closing it removes every offset), or one
+/// aya perf-event uprobe of `program`.
+enum Link {
+    Multi(std::os::fd::OwnedFd),
+    Single(&'static str, UProbeLinkId),
+}
+
+/// How probes are attached, for the log and the recording: see [`Tracer::attach_mode`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// uprobe_multi links: one per (process, file, program).
+    Multi,
+    /// One perf-event uprobe per (process, offset, program), and why not links.
+    Single(String),
 }
 
 /// Prints the kernel side's log records on stderr, one `leaktrace: kernel: ...` line each.
@@ -230,13 +257,24 @@ impl Tracer {
             )
             .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace")))
             .map_err(|e| LoadError::Load(e.into()))?;
+        let single_why = crate::uprobe_multi::supported().err();
+        let started = std::time::Instant::now();
+        let mut load_errors = load_programs(&mut ebpf, single_why.is_none(), mode == Mode::Growth);
         for name in PROGRAMS {
-            let prog: &mut UProbe = ebpf
-                .program_mut(name)
-                .with_context(|| format!("eBPF program {name} missing from the object"))
-                .and_then(|p| p.try_into().map_err(anyhow::Error::from))
-                .map_err(LoadError::Load)?;
-            prog.load().with_context(|| format!("loading eBPF program {name}")).map_err(LoadError::Load)?;
+            if let Some(e) = load_errors.remove(name) {
+                let how = if single_why.is_none() {
+                    " for uprobe_multi links (LEAKTRACE_SINGLE_UPROBES=1 loads them for single uprobes)"
+                } else {
+                    ""
+                };
+                return Err(LoadError::Load(e.context(format!("loading eBPF program {name}{how}"))));
+            }
+        }
+        // Timing lines (RUST_LOG=leaktrace=info): `cargo xtask bench --attach-only` reads them.
+        log::info!("programs loaded in {:.3} s", started.elapsed().as_secs_f64());
+        match &single_why {
+            None => log::info!("probes attached with uprobe_multi links"),
+            Some(why) => log::info!("probes attached one by one (perf-event uprobes): {why}"),
         }
         let take = |ebpf: &mut Ebpf, name: &str| {
             ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
@@ -264,11 +302,13 @@ impl Tracer {
             ),
             false => None,
         };
-        let mappings_unavailable = attach_tracepoints(&mut ebpf).err().map(|e| format!("{e:#}"));
+        let mut tp_links = Vec::new();
+        let mappings_unavailable =
+            attach_tracepoints(&mut ebpf, &mut load_errors, &mut tp_links).err().map(|e| format!("{e:#}"));
         match mode {
             Mode::Exact => {}
             Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
-            Mode::Growth => attach_page_faults(&mut ebpf).map_err(LoadError::Load)?,
+            Mode::Growth => attach_page_faults(&mut ebpf, &mut load_errors, &mut tp_links).map_err(LoadError::Load)?,
         }
         Ok(Tracer {
             ebpf,
@@ -280,59 +320,150 @@ impl Tracer {
             teardown,
             events,
             mappings_unavailable,
-            attached: Vec::new(),
+            attached: Default::default(),
             links: Vec::new(),
+            tp_links,
+            single_why,
             unwind,
             log,
         })
     }
 
+    /// How probes are attached: uprobe_multi links, or single uprobes and why.
+    pub fn attach_mode(&self) -> AttachMode {
+        match &self.single_why {
+            None => AttachMode::Multi,
+            Some(why) => AttachMode::Single(why.clone()),
+        }
+    }
+
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
     /// attached are skipped. Returns the placements made, for the coverage table.
+    ///
+    /// With uprobe_multi links, one link per file and program holds every offset of that
+    /// program in that file; return programs are attached before entry programs, so that a call
+    /// entered while attaching never leaves an in-flight record whose return is never seen.
+    /// Errors: the kernel refused a probe (then the probes placed before it stay attached).
     pub fn attach(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
-        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
-        let mut placed = Vec::new();
-        for p in points {
-            let object = p.object.path.display().to_string();
-            // Return probe first: a call entered between the two attachments would otherwise
-            // leave an in-flight record whose return is never seen.
-            let programs = p
-                .hook
-                .return_program
-                .map(|r| (r, "return"))
-                .into_iter()
-                .chain(std::iter::once((p.hook.entry_program, "entry")));
-            for (program, kind) in programs {
-                if self
-                    .attached
-                    .iter()
-                    .any(|(pi, o, off, pr)| *pi == pid && *o == object && *off == p.offset && *pr == program)
-                {
+        std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?;
+        let (started, links_before) = (std::time::Instant::now(), self.links.len());
+        let placed = self.attach_points(pid, points)?;
+        log::info!(
+            "PID {pid}: {} probes attached with {} links in {:.3} s",
+            placed.len(),
+            self.links.len() - links_before,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(placed)
+    }
+
+    fn attach_points(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
+        // (program, kind, point), return probes first.
+        let mut todo: Vec<(&'static str, &'static str, &ProbePoint)> = Vec::new();
+        for pass in ["return", "entry"] {
+            for p in points {
+                let program = match pass {
+                    "return" => match p.hook.return_program {
+                        Some(r) => r,
+                        None => continue,
+                    },
+                    _ => p.hook.entry_program,
+                };
+                let key = (pid, p.object.path.display().to_string(), p.offset, program);
+                if self.attached.contains(&key) {
                     continue;
                 }
-                let prog: &mut UProbe = self
-                    .ebpf
-                    .program_mut(program)
-                    .with_context(|| format!("eBPF program {program} missing"))?
-                    .try_into()?;
-                // Both probes at the placement: it only skips instructions every call runs and
-                // that leave the return address at the stack pointer (see `placement`).
-                let (offset, placement) = (p.probe_offset, Some(p.placement.clone()));
-                let link = prog
-                    .attach(offset, &p.object.open_path, scope)
-                    .with_context(|| format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object))?;
-                self.links.push((program, link));
-                self.attached.push((pid, object.clone(), p.offset, program));
-                placed.push(ProbeInfo {
-                    object: object.clone(),
-                    function: p.function.clone(),
-                    kind: kind.to_string(),
-                    offset,
-                    placement,
-                });
+                todo.push((program, pass, p));
             }
         }
+        let mut placed = Vec::new();
+        if self.single_why.is_none() {
+            // Group by (kind, file, program), in first-seen order (return groups come first).
+            let mut groups: Vec<(&'static str, &std::path::Path, &'static str, Vec<&ProbePoint>)> = Vec::new();
+            for &(program, kind, p) in &todo {
+                match groups.iter_mut().find(|g| g.0 == kind && g.1 == p.object.open_path && g.2 == program) {
+                    Some(g) => g.3.push(p),
+                    None => groups.push((kind, &p.object.open_path, program, vec![p])),
+                }
+            }
+            for (kind, open_path, program, group) in groups {
+                let mut offsets: Vec<u64> = group.iter().map(|p| p.probe_offset).collect();
+                offsets.sort_unstable();
+                offsets.dedup();
+                let functions = || group.iter().map(|p| p.function.as_str()).collect::<Vec<_>>().join(", ");
+                let link =
+                    self.attach_multi(program, open_path, &offsets, pid, kind == "return").with_context(|| {
+                        format!(
+                            "cannot place uprobes on {} in {} (PID {pid})",
+                            functions(),
+                            group[0].object.path.display()
+                        )
+                    })?;
+                self.links.push(Link::Multi(link));
+                for p in group {
+                    let object = p.object.path.display().to_string();
+                    self.attached.insert((pid, object.clone(), p.offset, program));
+                    placed.push(probe_info(p, object, kind));
+                }
+            }
+            return Ok(placed);
+        }
+        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
+        for (program, kind, p) in todo {
+            let object = p.object.path.display().to_string();
+            let prog: &mut UProbe = self
+                .ebpf
+                .program_mut(program)
+                .with_context(|| format!("eBPF program {program} missing"))?
+                .try_into()?;
+            // Both probes at the placement: it only skips instructions every call runs and
+            // that leave the return address at the stack pointer (see `placement`).
+            let link = prog
+                .attach(p.probe_offset, &p.object.open_path, scope)
+                .with_context(|| format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object))?;
+            self.links.push(Link::Single(program, link));
+            self.attached.insert((pid, object.clone(), p.offset, program));
+            placed.push(probe_info(p, object, kind));
+        }
         Ok(placed)
+    }
+
+    /// A uprobe_multi link of `program` at `offsets` of the file `open_path`, for `pid`.
+    fn attach_multi(
+        &mut self,
+        program: &str,
+        open_path: &std::path::Path,
+        offsets: &[u64],
+        pid: u32,
+        ret: bool,
+    ) -> anyhow::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        let prog: &mut UProbe =
+            self.ebpf.program_mut(program).with_context(|| format!("eBPF program {program} missing"))?.try_into()?;
+        let fd = prog.fd()?.as_fd().as_raw_fd();
+        Ok(crate::uprobe_multi::attach(fd, open_path, offsets, pid, ret)?)
+    }
+
+    /// One probe of `program` (an entry program) at file `offset` of `open_path` in `pid`, by
+    /// whichever way probes are attached.
+    fn attach_one(
+        &mut self,
+        program: &'static str,
+        open_path: &std::path::Path,
+        offset: u64,
+        pid: u32,
+    ) -> anyhow::Result<()> {
+        if self.single_why.is_none() {
+            let link = self.attach_multi(program, open_path, &[offset], pid, false)?;
+            self.links.push(Link::Multi(link));
+            return Ok(());
+        }
+        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
+        let prog: &mut UProbe =
+            self.ebpf.program_mut(program).with_context(|| format!("eBPF program {program} missing"))?.try_into()?;
+        let link = prog.attach(offset, open_path, scope)?;
+        self.links.push(Link::Single(program, link));
+        Ok(())
     }
 
     /// Put a teardown probe (`teardown_enter`) on `function` at file `offset` of `object` (opened
@@ -346,13 +477,8 @@ impl Tracer {
         function: &str,
         offset: u64,
     ) -> anyhow::Result<ProbeInfo> {
-        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
-        let prog: &mut UProbe =
-            self.ebpf.program_mut("teardown_enter").context("eBPF program teardown_enter missing")?.try_into()?;
-        let link = prog
-            .attach(offset, open_path, scope)
+        self.attach_one("teardown_enter", open_path, offset, pid)
             .with_context(|| format!("cannot place the teardown probe on {function} in {object}"))?;
-        self.links.push(("teardown_enter", link));
         Ok(ProbeInfo {
             object: object.to_string(),
             function: function.to_string(),
@@ -385,13 +511,8 @@ impl Tracer {
         open_path: &std::path::Path,
         offset: u64,
     ) -> anyhow::Result<ProbeInfo> {
-        let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
-        let prog: &mut UProbe =
-            self.ebpf.program_mut("work_enter").context("eBPF program work_enter missing")?.try_into()?;
-        let link = prog
-            .attach(offset, open_path, scope)
+        self.attach_one("work_enter", open_path, offset, pid)
             .with_context(|| format!("cannot place the work probe at offset {offset:#x} of {object}"))?;
-        self.links.push(("work_enter", link));
         Ok(ProbeInfo {
             object: object.to_string(),
             function: String::new(),
@@ -401,19 +522,40 @@ impl Tracer {
         })
     }
 
-    /// Detach every probe and unload the programs. Removing a uprobe waits for an RCU grace
-    /// period (~0.1–0.25 s here); done one after another that is seconds for tens of probes, so
-    /// the links are dropped from several threads at once and their grace periods overlap.
+    /// Detach every probe and unload the programs. Removing uprobes waits for RCU grace periods
+    /// (~0.1–0.25 s here): once per uprobe_multi link, once per single uprobe. Done one after
+    /// another that is seconds for tens of links, so the links are dropped from several threads
+    /// at once and the waits of uprobe_multi links and tracepoints overlap.
     pub fn shutdown(mut self) {
-        let mut links = Vec::with_capacity(self.links.len());
-        for (program, id) in std::mem::take(&mut self.links) {
-            if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
-                && let Ok(link) = prog.take_link(id)
-            {
-                links.push(link);
+        let started = std::time::Instant::now();
+        // Each is held only to be dropped (which detaches it).
+        let mut links: Vec<Box<dyn Send>> = Vec::with_capacity(self.links.len());
+        for link in std::mem::take(&mut self.links) {
+            match link {
+                Link::Multi(fd) => links.push(Box::new(fd)),
+                Link::Single(program, id) => {
+                    if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
+                        && let Ok(link) = prog.take_link(id)
+                    {
+                        links.push(Box::new(link));
+                    }
+                }
             }
         }
-        let threads = links.len().clamp(1, 32);
+        // Tracepoints: each perf-event tracepoint waits for its own grace periods when removed.
+        for (program, id) in std::mem::take(&mut self.tp_links) {
+            if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok())
+                && let Ok(link) = prog.take_link(id)
+            {
+                links.push(Box::new(link));
+            }
+        }
+        let n = links.len();
+        // Grace periods waited for at the same time are shared: one thread per link, up to 256,
+        // for uprobe_multi links. Single uprobes are removed one at a time whatever the threads
+        // (perf_uprobe_destroy holds the kernel's event_mutex across its wait; measured: 2000
+        // take ~200 s), so 32 threads: more would only sit blocked (and count in the load).
+        let threads = links.len().clamp(1, if self.single_why.is_none() { 256 } else { 32 });
         let per = links.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
             let mut rest = links;
@@ -423,6 +565,7 @@ impl Tracer {
             }
         });
         drop(self);
+        log::info!("detached {n} links in {:.3} s", started.elapsed().as_secs_f64());
     }
 
     /// Units of work done by `tgid` since the work probe was attached (0 before the first call).
@@ -550,6 +693,17 @@ impl Tracer {
     }
 }
 
+/// The coverage-table line of a probe of `kind` ("entry", "return") placed at `p`.
+fn probe_info(p: &ProbePoint, object: String, kind: &str) -> ProbeInfo {
+    ProbeInfo {
+        object,
+        function: p.function.clone(),
+        kind: kind.to_string(),
+        offset: p.probe_offset,
+        placement: Some(p.placement.clone()),
+    }
+}
+
 /// Write `rows` into the `UNWIND_ROWS` array from index `first`: with BPF_MAP_UPDATE_BATCH
 /// (one system call per 64 Ki rows; Linux 5.6+), else one update per row (a libcrypto has ~90 000
 /// rows, ~0.1 s that way).
@@ -585,23 +739,87 @@ fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyho
     Ok(())
 }
 
+/// Load the uprobe programs ([`PROGRAMS`]; for uprobe_multi links if `multi`) and the
+/// tracepoint programs ([`TRACEPOINTS`], the sched ones and, if `growth`, `page_fault_user`), on
+/// as many threads as there are CPUs: the verifier runs for each program (~0.1–0.5 s each here),
+/// and for root's programs it runs in parallel. Returns the programs that failed, by name.
+fn load_programs(ebpf: &mut Ebpf, multi: bool, growth: bool) -> StdHashMap<&'static str, anyhow::Error> {
+    let uprobes: Vec<&'static str> = PROGRAMS.to_vec();
+    let mut tracepoints: Vec<&'static str> = TRACEPOINTS.to_vec();
+    tracepoints.extend(["sched_process_fork", "sched_process_exec"]);
+    if growth {
+        tracepoints.push("page_fault_user");
+    }
+    let mut errors = StdHashMap::new();
+    let mut queue: Vec<(&'static str, &mut Program)> = Vec::new();
+    for (name, prog) in ebpf.programs_mut() {
+        if let Some(n) = uprobes.iter().chain(&tracepoints).find(|n| **n == name) {
+            queue.push((n, prog));
+        }
+    }
+    for n in uprobes.iter().chain(&tracepoints) {
+        if !queue.iter().any(|(q, _)| q == n) {
+            errors.insert(*n, anyhow::anyhow!("eBPF program {n} missing from the object"));
+        }
+    }
+    let queue = std::sync::Mutex::new(queue);
+    let found = std::sync::Mutex::new(errors);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let Some((name, prog)) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop() else { break };
+                    let r = match prog {
+                        Program::UProbe(p) if multi => p.load_multi(),
+                        Program::UProbe(p) => p.load(),
+                        Program::TracePoint(p) => p.load(),
+                        _ => Err(aya::programs::ProgramError::UnexpectedProgramType),
+                    };
+                    if let Err(e) = r {
+                        found.lock().unwrap_or_else(|e| e.into_inner()).insert(name, e.into());
+                    }
+                }
+            });
+        }
+    });
+    found.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Attach the syscall tracepoints, mounting tracefs at /sys/kernel/tracing first if it is not.
-fn attach_tracepoints(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+/// The programs were loaded by [`load_programs`] (its errors in `load_errors`); the links are
+/// added to `links`.
+fn attach_tracepoints(
+    ebpf: &mut Ebpf,
+    load_errors: &mut StdHashMap<&'static str, anyhow::Error>,
+    links: &mut Vec<(&'static str, TracePointLinkId)>,
+) -> anyhow::Result<()> {
     ensure_tracefs()?;
-    for name in TRACEPOINTS {
-        let prog: &mut TracePoint =
-            ebpf.program_mut(name).with_context(|| format!("eBPF program {name} missing"))?.try_into()?;
-        prog.load().with_context(|| format!("loading eBPF program {name}"))?;
-        prog.attach("syscalls", name).with_context(|| format!("attaching to tracepoint syscalls:{name}"))?;
+    let all = TRACEPOINTS
+        .iter()
+        .map(|n| ("syscalls", *n))
+        .chain([("sched", "sched_process_fork"), ("sched", "sched_process_exec")]);
+    for (category, name) in all {
+        attach_tracepoint(ebpf, load_errors, links, category, name)?;
+    }
+    Ok(())
+}
+
+/// Attach the loaded tracepoint program `name` to tracepoint `category:name`.
+fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    load_errors: &mut StdHashMap<&'static str, anyhow::Error>,
+    links: &mut Vec<(&'static str, TracePointLinkId)>,
+    category: &str,
+    name: &'static str,
+) -> anyhow::Result<()> {
+    if let Some(e) = load_errors.remove(name) {
+        return Err(e.context(format!("loading eBPF program {name}")));
     }
     let prog: &mut TracePoint =
-        ebpf.program_mut("sched_process_fork").context("eBPF program sched_process_fork missing")?.try_into()?;
-    prog.load().context("loading eBPF program sched_process_fork")?;
-    prog.attach("sched", "sched_process_fork").context("attaching to tracepoint sched:sched_process_fork")?;
-    let prog: &mut TracePoint =
-        ebpf.program_mut("sched_process_exec").context("eBPF program sched_process_exec missing")?.try_into()?;
-    prog.load().context("loading eBPF program sched_process_exec")?;
-    prog.attach("sched", "sched_process_exec").context("attaching to tracepoint sched:sched_process_exec")?;
+        ebpf.program_mut(name).with_context(|| format!("eBPF program {name} missing"))?.try_into()?;
+    let id = prog.attach(category, name).with_context(|| format!("attaching to tracepoint {category}:{name}"))?;
+    links.push((name, id));
     Ok(())
 }
 
@@ -624,13 +842,13 @@ fn fill_sampling(ebpf: &mut Ebpf, mean_bytes: u64) -> anyhow::Result<()> {
 }
 
 /// Growth mode: count first-touch page faults (exceptions:page_fault_user).
-fn attach_page_faults(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+fn attach_page_faults(
+    ebpf: &mut Ebpf,
+    load_errors: &mut StdHashMap<&'static str, anyhow::Error>,
+    links: &mut Vec<(&'static str, TracePointLinkId)>,
+) -> anyhow::Result<()> {
     ensure_tracefs()?;
-    let prog: &mut TracePoint =
-        ebpf.program_mut("page_fault_user").context("eBPF program page_fault_user missing")?.try_into()?;
-    prog.load().context("loading eBPF program page_fault_user")?;
-    prog.attach("exceptions", "page_fault_user").context("attaching to tracepoint exceptions:page_fault_user")?;
-    Ok(())
+    attach_tracepoint(ebpf, load_errors, links, "exceptions", "page_fault_user")
 }
 
 fn ensure_tracefs() -> anyhow::Result<()> {

@@ -95,7 +95,8 @@ fn record_pid(pid: u32, out: &OutDir, extra: &[&str]) -> Running {
 }
 
 fn wait_attached(running: &mut Running) {
-    running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    // Generous: loading the eBPF programs (the verifier) takes 10–30 s on a loaded 2-CPU machine.
+    running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Start `cmd` (a fixture that prints its PID line, then waits for SIGUSR1 with

@@ -158,8 +158,9 @@ pub struct Recorded {
     /// Why the session ended ("duration", "signal", "target-exited", "batches-done",
     /// "work-probe-missing").
     pub end_reason: EndReason,
-    /// The probes being detached in the background (a few seconds: the kernel removes uprobes
-    /// one at a time); [`Recorded::wait_detached`] waits for it.
+    /// The probes being detached in the background (under a second with uprobe_multi links;
+    /// seconds to minutes with single uprobes, which the kernel removes one at a time);
+    /// [`Recorded::wait_detached`] waits for it.
     detach: Option<std::thread::JoinHandle<()>>,
     /// `--push`: the push worker, for the final push once the recordings are saved
     /// ([`Recorded::finish_push`]).

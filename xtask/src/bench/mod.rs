@@ -25,6 +25,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::{Apt, quote, release_binary, root, run, show, which};
 
 mod agent;
+mod attach;
 mod helpers;
 mod micro;
 mod python;
@@ -68,6 +69,10 @@ pub struct BenchArgs {
     /// Measure only the reachability scan's pause and update its section of the results.
     #[arg(long, conflicts_with = "unwind_only")]
     pub reach_only: bool,
+    /// Measure only attach and detach (one process with ~100 probes, `--cgroup` over 50
+    /// processes; uprobe_multi links and single uprobes) and update its section of the results.
+    #[arg(long, conflicts_with_all = ["unwind_only", "reach_only"])]
+    pub attach_only: bool,
     /// Live blocks held for the reachability scan's pause.
     #[arg(long, default_value_t = 1_000_000)]
     pub reach_blocks: u64,
@@ -97,21 +102,27 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     crate::setup()?;
     crate::build()?;
     let out = args.out.clone().unwrap_or_else(|| root().join("docs/benchmarks.md"));
-    let (reps, pairs, reach_blocks, reach_only, unwind_only) =
-        (args.reps, args.pairs, args.reach_blocks, args.reach_only, args.unwind_only);
-    if !unwind_only && !reach_only {
+    let (reps, pairs, reach_blocks, reach_only, unwind_only, attach_only) =
+        (args.reps, args.pairs, args.reach_blocks, args.reach_only, args.unwind_only, args.attach_only);
+    let all = !unwind_only && !reach_only && !attach_only;
+    if all {
         ensure_packages()?;
         Bench::prepare(args)?.run()?;
     }
-    if !reach_only {
+    if all || unwind_only {
         let section = crate::bench_unwind::measure(reps, pairs)?;
         crate::bench_unwind::write_section(&out, &section)?;
         eprintln!("xtask: bench: wrote the stack-walk section of {}", out.display());
     }
-    if !unwind_only {
+    if all || reach_only {
         let section = reach::measure(reps.min(3), reach_blocks)?;
         crate::bench_unwind::write_marked(&out, reach::BEGIN, reach::END, &section)?;
         eprintln!("xtask: bench: wrote the reachability section of {}", out.display());
+    }
+    if all || attach_only {
+        let section = attach::measure(reps.min(3))?;
+        crate::bench_unwind::write_marked(&out, attach::BEGIN, attach::END, &section)?;
+        eprintln!("xtask: bench: wrote the attach/detach section of {}", out.display());
     }
     Ok(())
 }
