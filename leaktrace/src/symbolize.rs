@@ -7,10 +7,16 @@
 //! So stacks can still be symbolized after the target has exited, and PIE executables, shared
 //! libraries and containers need nothing special. Demangling (C++, Rust), file:line and inlined
 //! functions are enabled.
+//!
+//! One blazesym symbolizer and one open handle per object (device, inode) serve every traced
+//! process: a library mapped by 50 processes is read and cached once (blazesym caches by the
+//! path it is given, here the shared handle's /proc/self/fd path), not 50 times.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd as _;
+use std::sync::Arc;
 
 use blazesym::symbolize::{
     CodeInfo, Input, Symbolized, Symbolizer,
@@ -34,16 +40,36 @@ struct Mapping {
 struct Object {
     /// Path as the target sees it.
     path: String,
-    /// Open handle, so the file can be read after the target exits or unmaps it.
-    file: File,
+    /// Open handle, so the file can be read after the target exits or unmaps it (shared by all
+    /// processes that map the object: `SHARED`).
+    file: Arc<File>,
     /// GNU build id (hex), read once when the object is first symbolized.
     build_id: Option<Option<String>>,
+}
+
+/// What all processes' symbolizers share: blazesym's symbolizer (its caches of parsed ELF and
+/// DWARF) and one open handle per object, by (device, inode).
+struct Shared {
+    symbolizer: Symbolizer,
+    files: HashMap<(String, u64), Arc<File>>,
+}
+
+thread_local! {
+    /// The shared state, per thread (blazesym's symbolizer is not `Send`; a `StackSymbolizer`,
+    /// like the one it replaces, stays on the thread that made it).
+    static SHARED: RefCell<Shared> = RefCell::new(Shared {
+        symbolizer: Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .build(),
+        files: HashMap::new(),
+    });
 }
 
 /// Symbolizes user addresses of one process.
 pub struct StackSymbolizer {
     pid: u32,
-    symbolizer: Symbolizer,
     maps: Vec<Mapping>,
     objects: HashMap<(String, u64), Object>,
     /// /proc/PID/maps text of the last snapshot, to skip re-parsing when nothing changed.
@@ -111,11 +137,8 @@ pub fn parse_perf_map(text: &str) -> Vec<(u64, u64, String)> {
 impl StackSymbolizer {
     /// A symbolizer for `pid`, with a first snapshot of its mappings.
     pub fn new(pid: u32) -> Self {
-        let symbolizer =
-            Symbolizer::builder().enable_code_info(true).enable_inlined_fns(true).enable_demangling(true).build();
         let mut s = StackSymbolizer {
             pid,
-            symbolizer,
             maps: Vec::new(),
             objects: HashMap::new(),
             last_maps: String::new(),
@@ -141,16 +164,22 @@ impl StackSymbolizer {
             let (range, path) = (l.range, &l.path);
             let key = (l.dev.to_string(), l.inode);
             if !self.objects.contains_key(&key) {
+                let shared = SHARED.with_borrow(|sh| sh.files.get(&key).cloned());
                 // The very file mapped (map_files); the path in the target's root only when it is
                 // still that file (same inode): a file replaced on disk since is never read.
-                let file = File::open(format!("/proc/{}/map_files/{range}", self.pid)).or_else(|_| {
-                    use std::os::unix::fs::MetadataExt as _;
-                    let f = File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)")))?;
-                    if f.metadata()?.ino() == l.inode {
-                        Ok(f)
-                    } else {
-                        Err(std::io::Error::other("a different file is at the mapped path now"))
-                    }
+                let file = shared.map(Ok).unwrap_or_else(|| {
+                    let file = File::open(format!("/proc/{}/map_files/{range}", self.pid)).or_else(|_| {
+                        use std::os::unix::fs::MetadataExt as _;
+                        let f = File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)")))?;
+                        if f.metadata()?.ino() == l.inode {
+                            Ok(f)
+                        } else {
+                            Err(std::io::Error::other("a different file is at the mapped path now"))
+                        }
+                    })?;
+                    let file = Arc::new(file);
+                    SHARED.with_borrow_mut(|sh| sh.files.insert(key.clone(), Arc::clone(&file)));
+                    Ok::<_, std::io::Error>(file)
                 });
                 match file {
                     Ok(file) => {
@@ -234,49 +263,51 @@ impl StackSymbolizer {
             let obj = &*obj;
             let offsets: Vec<u64> = items.iter().map(|(_, o)| *o).collect();
             let src = Source::Elf(Elf::new(fd_path));
-            let results = self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)).unwrap_or_default();
-            for (j, (i, off)) in items.iter().enumerate() {
-                let ip = ips[*i];
-                let object = Some(obj.path.clone());
-                // The offset of the instruction itself (a return address's frame is looked up
-                // one byte back, inside the call; the label gives the return address's offset).
-                let file_offset = Some(if *i == 0 { *off } else { off + 1 });
-                let build_id = build_id.clone();
-                let frames = match results.get(j) {
-                    Some(Symbolized::Sym(sym)) => {
-                        let mut v = Vec::new();
-                        // blazesym lists inlined callees outermost first, each with the location
-                        // inside itself; emit them innermost first.
-                        for f in sym.inlined.iter().rev() {
-                            let (file, line) = code_location(f.code_info.as_ref());
+            SHARED.with_borrow(|sh| {
+                let results = sh.symbolizer.symbolize(&src, Input::FileOffset(&offsets)).unwrap_or_default();
+                for (j, (i, off)) in items.iter().enumerate() {
+                    let ip = ips[*i];
+                    let object = Some(obj.path.clone());
+                    // The offset of the instruction itself (a return address's frame is looked up
+                    // one byte back, inside the call; the label gives the return address's offset).
+                    let file_offset = Some(if *i == 0 { *off } else { off + 1 });
+                    let build_id = build_id.clone();
+                    let frames = match results.get(j) {
+                        Some(Symbolized::Sym(sym)) => {
+                            let mut v = Vec::new();
+                            // blazesym lists inlined callees outermost first, each with the location
+                            // inside itself; emit them innermost first.
+                            for f in sym.inlined.iter().rev() {
+                                let (file, line) = code_location(f.code_info.as_ref());
+                                v.push(Frame {
+                                    addr: ip,
+                                    object: object.clone(),
+                                    function: Some(f.name.to_string()),
+                                    file,
+                                    line,
+                                    inlined: true,
+                                    file_offset,
+                                    build_id: build_id.clone(),
+                                });
+                            }
+                            let (file, line) = code_location(sym.code_info.as_deref());
                             v.push(Frame {
                                 addr: ip,
-                                object: object.clone(),
-                                function: Some(f.name.to_string()),
+                                object,
+                                function: Some(sym.name.to_string()),
                                 file,
                                 line,
-                                inlined: true,
+                                inlined: false,
                                 file_offset,
-                                build_id: build_id.clone(),
+                                build_id,
                             });
+                            v
                         }
-                        let (file, line) = code_location(sym.code_info.as_deref());
-                        v.push(Frame {
-                            addr: ip,
-                            object,
-                            function: Some(sym.name.to_string()),
-                            file,
-                            line,
-                            inlined: false,
-                            file_offset,
-                            build_id,
-                        });
-                        v
-                    }
-                    _ => vec![Frame { addr: ip, object, file_offset, build_id, ..Default::default() }],
-                };
-                per_ip[*i] = frames;
-            }
+                        _ => vec![Frame { addr: ip, object, file_offset, build_id, ..Default::default() }],
+                    };
+                    per_ip[*i] = frames;
+                }
+            });
         }
         per_ip.into_iter().flatten().collect()
     }
