@@ -510,6 +510,75 @@ pub struct ObjectTable {
     pub vaddr_minus_offset: i64,
 }
 
+/// Fields the kernel side reads from tracepoint records: indexes into the eBPF object's
+/// `TP_OFFSETS` global, which the agent sets at load from the tracepoints' own format files
+/// (tracefs `events/GROUP/EVENT/format`, leaktrace/src/tracepoints.rs): a record's layout is the
+/// kernel's to change (`sched_process_fork` had fixed-size names before 6.x, so `child_pid` moved).
+/// [`FIELDS`](tp_field::FIELDS) names each one and gives the offset this project's kernel (6.18)
+/// has, used when tracefs cannot be read.
+pub mod tp_field {
+    /// `syscalls:sys_enter_mmap` `len`.
+    pub const MMAP_LEN: usize = 0;
+    /// `syscalls:sys_enter_mmap` `prot`.
+    pub const MMAP_PROT: usize = 1;
+    /// `syscalls:sys_enter_mmap` `flags`.
+    pub const MMAP_FLAGS: usize = 2;
+    /// `syscalls:sys_enter_munmap` `addr`.
+    pub const MUNMAP_ADDR: usize = 3;
+    /// `syscalls:sys_enter_munmap` `len`.
+    pub const MUNMAP_LEN: usize = 4;
+    /// `syscalls:sys_enter_mremap` `addr`.
+    pub const MREMAP_ADDR: usize = 5;
+    /// `syscalls:sys_enter_mremap` `old_len`.
+    pub const MREMAP_OLD_LEN: usize = 6;
+    /// `syscalls:sys_enter_mremap` `new_len`.
+    pub const MREMAP_NEW_LEN: usize = 7;
+    /// `syscalls:sys_enter_mremap` `flags`.
+    pub const MREMAP_FLAGS: usize = 8;
+    /// `syscalls:sys_enter_brk` `brk`.
+    pub const BRK_BRK: usize = 9;
+    /// `ret` of the `syscalls:sys_exit_*` events traced (mmap, munmap, mremap, brk: one offset,
+    /// checked for each).
+    pub const SYS_EXIT_RET: usize = 10;
+    /// `sched:sched_process_fork` `child_pid` (4 bytes).
+    pub const FORK_CHILD_PID: usize = 11;
+    /// `exceptions:page_fault_user` `error_code`.
+    pub const FAULT_ERROR_CODE: usize = 12;
+    /// Number of fields.
+    pub const NUM: usize = 13;
+
+    /// (index, `GROUP/EVENT`, field name, size in bytes, offset in 6.18's format files).
+    pub const FIELDS: [(usize, &str, &str, u32, u32); 16] = [
+        (MMAP_LEN, "syscalls/sys_enter_mmap", "len", 8, 24),
+        (MMAP_PROT, "syscalls/sys_enter_mmap", "prot", 8, 32),
+        (MMAP_FLAGS, "syscalls/sys_enter_mmap", "flags", 8, 40),
+        (MUNMAP_ADDR, "syscalls/sys_enter_munmap", "addr", 8, 16),
+        (MUNMAP_LEN, "syscalls/sys_enter_munmap", "len", 8, 24),
+        (MREMAP_ADDR, "syscalls/sys_enter_mremap", "addr", 8, 16),
+        (MREMAP_OLD_LEN, "syscalls/sys_enter_mremap", "old_len", 8, 24),
+        (MREMAP_NEW_LEN, "syscalls/sys_enter_mremap", "new_len", 8, 32),
+        (MREMAP_FLAGS, "syscalls/sys_enter_mremap", "flags", 8, 40),
+        (BRK_BRK, "syscalls/sys_enter_brk", "brk", 8, 16),
+        (SYS_EXIT_RET, "syscalls/sys_exit_mmap", "ret", 8, 16),
+        (SYS_EXIT_RET, "syscalls/sys_exit_munmap", "ret", 8, 16),
+        (SYS_EXIT_RET, "syscalls/sys_exit_mremap", "ret", 8, 16),
+        (SYS_EXIT_RET, "syscalls/sys_exit_brk", "ret", 8, 16),
+        (FORK_CHILD_PID, "sched/sched_process_fork", "child_pid", 4, 20),
+        (FAULT_ERROR_CODE, "exceptions/page_fault_user", "error_code", 8, 24),
+    ];
+
+    /// The offsets of [`FIELDS`] in index order (the first entry of each index).
+    pub const fn defaults() -> [u32; NUM] {
+        let mut out = [0u32; NUM];
+        let mut i = FIELDS.len();
+        while i > 0 {
+            i -= 1;
+            out[FIELDS[i].0] = FIELDS[i].4;
+        }
+        out
+    }
+}
+
 /// Kernel structure field offsets the walk needs to identify a VMA's file (found by the agent
 /// in the running kernel's BTF, /sys/kernel/btf/vmlinux): index into the `KERNEL_OFFSETS`
 /// global. All in bytes.

@@ -10,7 +10,7 @@ use aya_ebpf::{
 };
 use leaktrace_common::{
     AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames, SyscallArgs, counter,
-    map_event, op, owner, sampling, site_kind,
+    map_event, op, owner, sampling, site_kind, tp_field,
 };
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
@@ -673,14 +673,24 @@ fn take_args(pid_tgid: u64, nr: u32) -> Option<SyscallArgs> {
     if a.nr == nr { Some(a) } else { None }
 }
 
+/// Offsets of the tracepoint fields read here (`leaktrace_common::tp_field`), set by the agent
+/// from the tracepoints' format files at load.
+#[unsafe(no_mangle)]
+static TP_OFFSETS: [u32; tp_field::NUM] = tp_field::defaults();
+
+/// The 8-byte tracepoint field `field` (a `tp_field` index) of the record.
 #[inline(always)]
-fn tp_u64(ctx: &TracePointContext, off: usize) -> u64 {
+fn tp_u64(ctx: &TracePointContext, field: usize) -> u64 {
+    // Read through a volatile load: the agent sets the global at load time.
+    let off = unsafe { core::ptr::read_volatile(&TP_OFFSETS[field]) } as usize;
+    // SAFETY: `read_at` is a bpf_probe_read_kernel of the record at that offset; a bad offset
+    // reads an error (0 here), not memory outside the kernel's checks.
     unsafe { ctx.read_at::<u64>(off) }.unwrap_or(0)
 }
 
 #[inline(always)]
 fn syscall_ret(ctx: &TracePointContext) -> Option<u64> {
-    let ret = tp_u64(ctx, 16) as i64;
+    let ret = tp_u64(ctx, tp_field::SYS_EXIT_RET) as i64;
     if (-4095..0).contains(&ret) { None } else { Some(ret as u64) }
 }
 
@@ -691,7 +701,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     if !is_target(tgid) {
         return 0;
     }
-    let flags = tp_u64(&ctx, 40);
+    let flags = tp_u64(&ctx, tp_field::MMAP_FLAGS);
     if flags & MAP_TRACED == 0 {
         return 0;
     }
@@ -714,7 +724,15 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     };
     save_args(
         pid_tgid,
-        SyscallArgs { nr: nr::MMAP, owner: own, a0: tp_u64(&ctx, 24), a1: tp_u64(&ctx, 32), a2: flags, a3: 0, site },
+        SyscallArgs {
+            nr: nr::MMAP,
+            owner: own,
+            a0: tp_u64(&ctx, tp_field::MMAP_LEN),
+            a1: tp_u64(&ctx, tp_field::MMAP_PROT),
+            a2: flags,
+            a3: 0,
+            site,
+        },
     );
     0
 }
@@ -749,7 +767,12 @@ pub fn sys_enter_munmap(ctx: TracePointContext) -> u32 {
     }
     save_args(
         pid_tgid,
-        SyscallArgs { nr: nr::MUNMAP, a0: tp_u64(&ctx, 16), a1: tp_u64(&ctx, 24), ..Default::default() },
+        SyscallArgs {
+            nr: nr::MUNMAP,
+            a0: tp_u64(&ctx, tp_field::MUNMAP_ADDR),
+            a1: tp_u64(&ctx, tp_field::MUNMAP_LEN),
+            ..Default::default()
+        },
     );
     0
 }
@@ -781,10 +804,10 @@ pub fn sys_enter_mremap(ctx: TracePointContext) -> u32 {
         pid_tgid,
         SyscallArgs {
             nr: nr::MREMAP,
-            a0: tp_u64(&ctx, 16),
-            a1: tp_u64(&ctx, 24),
-            a2: tp_u64(&ctx, 32),
-            a3: tp_u64(&ctx, 40),
+            a0: tp_u64(&ctx, tp_field::MREMAP_ADDR),
+            a1: tp_u64(&ctx, tp_field::MREMAP_OLD_LEN),
+            a2: tp_u64(&ctx, tp_field::MREMAP_NEW_LEN),
+            a3: tp_u64(&ctx, tp_field::MREMAP_FLAGS),
             ..Default::default()
         },
     );
@@ -815,7 +838,7 @@ pub fn sys_enter_brk(ctx: TracePointContext) -> u32 {
     if !is_target((pid_tgid >> 32) as u32) {
         return 0;
     }
-    save_args(pid_tgid, SyscallArgs { nr: nr::BRK, a0: tp_u64(&ctx, 16), ..Default::default() });
+    save_args(pid_tgid, SyscallArgs { nr: nr::BRK, a0: tp_u64(&ctx, tp_field::BRK_BRK), ..Default::default() });
     0
 }
 
@@ -860,14 +883,16 @@ pub fn teardown_enter(_ctx: ProbeContext) -> u32 {
 }
 
 /// A traced process forked (or made a thread): tell the agent, which follows new processes
-/// with --follow-forks. sched:sched_process_fork: child_pid @20.
+/// with --follow-forks (sched:sched_process_fork's `child_pid`).
 #[tracepoint]
 pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !is_target(tgid) {
         return 0;
     }
-    let child = unsafe { ctx.read_at::<u32>(20) }.unwrap_or(0);
+    let off = unsafe { core::ptr::read_volatile(&TP_OFFSETS[tp_field::FORK_CHILD_PID]) } as usize;
+    // SAFETY: a bpf_probe_read_kernel of the record at the format file's offset.
+    let child = unsafe { ctx.read_at::<u32>(off) }.unwrap_or(0);
     emit(&MapEvent { kind: map_event::FORK, tgid, addr: child as u64, ..Default::default() });
     0
 }
@@ -894,8 +919,8 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     if !is_target(tgid) {
         return 0;
     }
-    // exceptions:page_fault_user: address @8, ip @16, error_code @24; bit 0 = protection fault.
-    let error_code = tp_u64(&ctx, 24);
+    // exceptions:page_fault_user's error_code: bit 0 = protection fault.
+    let error_code = tp_u64(&ctx, tp_field::FAULT_ERROR_CODE);
     if error_code & 1 != 0 {
         return 0;
     }

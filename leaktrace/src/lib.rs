@@ -33,6 +33,7 @@ pub mod seccomp;
 /// Issue #12: the live status line.
 pub mod status;
 pub mod symbolize;
+pub mod tracepoints;
 pub mod unwind;
 pub mod uprobe_multi;
 

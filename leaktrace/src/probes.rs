@@ -236,6 +236,12 @@ impl Tracer {
         let agent_tgid: u32 = std::process::id();
         // Field offsets for the walk's VMA → file lookup; without them, frame pointers only.
         let offsets = crate::btf::kernel_offsets();
+        // Tracepoint record layouts from the kernel's format files (tracepoints.rs).
+        let (tp_offsets, tp_note) = crate::tracepoints::offsets()
+            .map_err(|e| LoadError::Load(e.context("reading the tracepoints' layouts")))?;
+        if let Some(note) = tp_note {
+            eprintln!("leaktrace: warning: {note}");
+        }
         let mut ebpf = EbpfLoader::new()
             // INFLIGHT and SAMPLER are task-storage maps, which aya 0.14 creates but has no
             // user-side type for (the agent never reads them).
@@ -250,6 +256,7 @@ impl Tracer {
                 offsets.as_ref().unwrap_or(&[0; leaktrace_common::kernel_offset::NUM]),
                 true,
             )
+            .override_global("TP_OFFSETS", &tp_offsets, true)
             .override_global(
                 aya_log::LEVEL,
                 &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }),
