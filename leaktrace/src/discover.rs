@@ -147,8 +147,11 @@ fn open_path(pid: u32, range: &str, path: &Path, inode: u64) -> Option<PathBuf> 
 pub fn function_offsets(path: &Path, wanted: &[&str]) -> anyhow::Result<BTreeMap<String, u64>> {
     let wanted: std::collections::HashSet<&str> = wanted.iter().copied().collect();
     use anyhow::Context as _;
-    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let file = object::File::parse(&*data).with_context(|| format!("{} is not an ELF object", path.display()))?;
+    // Read on demand (headers and the symbol tables only), not the whole file: libraries can be
+    // hundreds of megabytes.
+    let data =
+        object::ReadCache::new(std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?);
+    let file = object::File::parse(&data).with_context(|| format!("{} is not an ELF object", path.display()))?;
     let mut out = BTreeMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         if sym.is_undefined() || sym.kind() != object::SymbolKind::Text || sym.address() == 0 {

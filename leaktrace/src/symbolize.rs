@@ -341,8 +341,9 @@ fn code_location(ci: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
 /// no build-id note).
 fn read_build_id(path: &str) -> Option<String> {
     use object::Object as _;
-    let data = std::fs::read(path).ok()?;
-    let obj = object::File::parse(&*data).ok()?;
+    // Read on demand (headers and notes), not the whole file.
+    let data = object::ReadCache::new(File::open(path).ok()?);
+    let obj = object::File::parse(&data).ok()?;
     let id = obj.build_id().ok()??;
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }

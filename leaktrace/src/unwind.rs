@@ -41,12 +41,14 @@ pub struct Table {
 /// Build the table of the ELF object at `path`. Errors: unreadable or not ELF, no CFI at all,
 /// addresses above 4 GiB, or more than [`MAX_ROWS_PER_OBJECT`] rows.
 pub fn build(path: &Path) -> anyhow::Result<Table> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    build_from(&data)
+    // Read on demand (headers, the CFI sections, the symbol table), not the whole file:
+    // libraries can be hundreds of megabytes.
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    build_from(&object::ReadCache::new(file))
 }
 
-/// [`build`] for the object's bytes.
-pub fn build_from(data: &[u8]) -> anyhow::Result<Table> {
+/// [`build`] for the object's bytes (a byte slice, or a `ReadCache` over a file).
+pub fn build_from<'d, R: object::ReadRef<'d>>(data: R) -> anyhow::Result<Table> {
     if !cfg!(target_arch = "x86_64") {
         bail!("unwind tables are built for x86-64 only");
     }
@@ -255,16 +257,14 @@ fn expression_rule(e: &[u8]) -> Option<UnwindRow> {
 /// correctly, and one that changes the sequence gets no row (the walk stops there, as before).
 /// A row covers the call instruction only (the walk looks a return address up at `pc − 1`).
 /// Empty for anything that is not a cgo binary with a symbol table.
-fn go_cgo_rows(obj: &object::File<'_>) -> Vec<RawRow> {
+fn go_cgo_rows<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<RawRow> {
     use object::ObjectSymbol as _;
     let mut out = Vec::new();
     let Some(text) = obj.section_by_name(".text") else { return out };
-    let Ok(code) = text.data() else { return out };
     let func = ["runtime.asmcgocall.abi0", "runtime.asmcgocall"].iter().find_map(|name| {
         obj.symbols().find(|s| s.name() == Ok(*name) && s.size() > 0).and_then(|s| {
-            let start = usize::try_from(s.address().checked_sub(text.address())?).ok()?;
-            let end = start.checked_add(usize::try_from(s.size()).ok()?)?;
-            let bytes = code.get(start..end)?;
+            // The function's bytes only (a large object's .text is not read).
+            let bytes = text.data_range(s.address(), s.size()).ok()??;
             asmcgocall_slots(bytes).map(|slots| (s.address(), bytes, slots))
         })
     });
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn not_elf_is_an_error() {
-        assert!(build_from(b"\x7fELF garbage").is_err());
-        assert!(build_from(b"").is_err());
+        assert!(build_from(&b"\x7fELF garbage"[..]).is_err());
+        assert!(build_from(&b""[..]).is_err());
     }
 }

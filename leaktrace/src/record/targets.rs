@@ -109,12 +109,15 @@ pub(super) fn script_interpreter(exe: &Path) -> Option<PathBuf> {
 /// PT_INTERP); empty on any other failure.
 pub(super) fn loader_list(exe: &Path) -> Option<Vec<PathBuf>> {
     use object::read::elf::ProgramHeader as _;
-    let Ok(data) = std::fs::read(exe) else { return Some(Vec::new()) };
-    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else { return Some(Vec::new()) };
+    // Read on demand (the program headers and PT_INTERP), not the whole file.
+    let Ok(file) = std::fs::File::open(exe) else { return Some(Vec::new()) };
+    let data = object::ReadCache::new(file);
+    let data = &data;
+    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness, _>::parse(data) else { return Some(Vec::new()) };
     let endian = elf.endian();
     let interp = elf.elf_program_headers().iter().find_map(|ph| {
         (ph.p_type(endian) == object::elf::PT_INTERP)
-            .then(|| ph.data(endian, &*data).ok())
+            .then(|| ph.data(endian, data).ok())
             .flatten()
             .map(|d| String::from_utf8_lossy(d.split(|c| *c == 0).next().unwrap_or(d)).into_owned())
     });
