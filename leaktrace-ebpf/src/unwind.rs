@@ -103,6 +103,8 @@ pub fn mix(x: u64) -> u64 {
 #[inline(always)]
 fn offset(i: usize) -> u64 {
     // Read through a volatile load: the agent sets the global at load time.
+    // SAFETY: a read of this object's own global (aligned, initialized); volatile, so the value
+    // the agent set at load is read.
     unsafe { core::ptr::read_volatile(&KERNEL_OFFSETS[i]) as u64 }
 }
 
@@ -185,6 +187,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
             if row.kind != unwind::PLT && row.rbp_offset == -2 {
                 // The usual frame (push %rbp after the call): saved %rbp and return address
                 // side by side, one read.
+                // SAFETY: bpf_probe_read_user is a checked copy: a bad address is an error, not a fault.
                 let Ok(pair) = (unsafe { bpf_probe_read_user((cfa - 16) as *const [u64; 2]) }) else {
                     w.end = walk_end::READ_FAULT;
                     return 1;
@@ -192,12 +195,14 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
                 w.fp = pair[0];
                 return push(w, index, pair[1], cfa);
             }
+            // SAFETY: a checked copy (bpf_probe_read_user).
             let Ok(ret) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
                 w.end = walk_end::READ_FAULT;
                 return 1;
             };
             if row.kind != unwind::PLT && row.rbp_offset != 0 {
                 let at = cfa.wrapping_add((row.rbp_offset as i64 * 8) as u64);
+                // SAFETY: a checked copy (bpf_probe_read_user).
                 match unsafe { bpf_probe_read_user(at as *const u64) } {
                     Ok(fp) => w.fp = fp,
                     Err(_) => {
@@ -211,6 +216,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
         unwind::SIGNAL => {
             // The kernel's signal frame: the interrupted registers in the ucontext at %rsp. The
             // interrupted stack may be another one (sigaltstack): no ordering check.
+            // SAFETY: checked copies (bpf_probe_read_user).
             let at = |off: u64| unsafe { bpf_probe_read_user((w.sp + off) as *const u64) };
             let (Ok(ip), Ok(sp), Ok(fp)) = (at(unwind::SIGNAL_RIP), at(unwind::SIGNAL_RSP), at(unwind::SIGNAL_RBP))
             else {
@@ -225,6 +231,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
         unwind::CFA_DEREF_RBP => {
             let at = w.fp.wrapping_add((row.rbp_offset as i64 * 8) as u64);
             let (Ok(cfa), Ok(fp)) =
+            // SAFETY: checked copies (bpf_probe_read_user).
                 (unsafe { bpf_probe_read_user(at as *const u64) }, unsafe { bpf_probe_read_user(w.fp as *const u64) })
             else {
                 w.end = walk_end::READ_FAULT;
@@ -234,6 +241,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
                 w.end = walk_end::BAD_FRAME;
                 return 1;
             }
+            // SAFETY: a checked copy (bpf_probe_read_user).
             let Ok(ret) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
                 w.end = walk_end::READ_FAULT;
                 return 1;
@@ -244,6 +252,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
         unwind::GO_SYSTEMSTACK => {
             // cgo: the C code ran on the system stack; asmcgocall saved where the goroutine's
             // stack pointer was (see `unwind::GO_SYSTEMSTACK`). Another stack: no ordering check.
+            // SAFETY: checked copies (bpf_probe_read_user).
             let at = |a: u64| unsafe { bpf_probe_read_user(a as *const u64) };
             let (Ok(g), Ok(depth)) =
                 (at(w.sp + row.cfa_offset as u64 * 8), at(w.sp + (row.rbp_offset as u8 as u64) * 8))
@@ -287,6 +296,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
                 w.end = why;
                 return 1;
             }
+            // SAFETY: a checked copy (bpf_probe_read_user).
             let Ok(frame) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
                 w.end = why;
                 return 1;
@@ -321,7 +331,10 @@ fn push(w: &mut Walk, index: u64, ret: u64, cfa: u64) -> i64 {
     // through a volatile load, so the compiler cannot turn the check into one on `index` and
     // compute the index again after it.
     let i = n as usize;
+    // SAFETY: a volatile read of a local.
     let i = unsafe { core::ptr::read_volatile(&i) };
+    // SAFETY: `buf` is the per-CPU walk buffer `walk_buffer` returned (a valid map value);
+    // `get_mut` checks the bound.
     match unsafe { (*buf).ips.get_mut(i) } {
         Some(slot) => *slot = ret,
         None => {
@@ -363,6 +376,7 @@ fn rule<const FAULT: bool>(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
     let slot = (mix(pc ^ ((tgid as u64) << 47)) as u32) & (CACHE_SLOTS - 1);
     let cached = UNWIND_CACHE.get_ptr_mut(slot);
     if let Some(c) = cached {
+        // SAFETY: a valid per-CPU map value (get_ptr_mut checked the index); read once.
         let c = unsafe { &*c };
         if c.pc == pc && c.tgid == tgid && c.generation == generation as u32 {
             return c.row;
@@ -374,6 +388,7 @@ fn rule<const FAULT: bool>(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
         return if FAULT { UnwindRow { kind: unwind::BUSY, ..UnwindRow::default() } } else { UnwindRow::default() };
     };
     if let Some(c) = cached {
+        // SAFETY: the same map value, written whole.
         unsafe { *c = CachedRule { pc, generation: generation as u32, tgid, row } };
     }
     row
@@ -395,6 +410,7 @@ extern "C" fn vma_info(_task: *mut core::ffi::c_void, vma: *mut core::ffi::c_voi
     // SAFETY: bpf_find_vma passes the context given to it: `lookup`'s `VmaInfo`.
     let out = unsafe { &mut *out };
     let vma = vma as u64;
+    // SAFETY: checked copies of kernel memory (bpf_probe_read_kernel).
     let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0);
     let file = read(vma + offset(kernel_offset::VM_FILE));
     if file == 0 {
@@ -411,6 +427,7 @@ extern "C" fn vma_info(_task: *mut core::ffi::c_void, vma: *mut core::ffi::c_voi
     out.ino = read(inode + offset(kernel_offset::I_INO));
     // s_dev is a 32-bit dev_t.
     out.dev = if sb != 0 {
+        // SAFETY: a checked copy (bpf_probe_read_kernel).
         unsafe { bpf_probe_read_kernel((sb + offset(kernel_offset::S_DEV)) as *const u32) }.unwrap_or(0) as u64
     } else {
         0
@@ -451,6 +468,7 @@ fn lookup(pc: u64) -> Option<UnwindRow> {
         return Some(UnwindRow::default());
     }
     let id = ObjectId { dev: info.dev, ino: info.ino };
+    // SAFETY: a hash-map lookup; the value is copied out at once.
     let Some(table) = (unsafe { UNWIND_OBJECTS.get(&id) }).copied() else {
         count(counter::UNWIND_NO_TABLE);
         return Some(UnwindRow::default());
@@ -522,6 +540,7 @@ fn lookup_cached(tgid: u32, pc: u64, generation: u64) -> Option<UnwindRow> {
             return Some(UnwindRow::default());
         }
         let id = ObjectId { dev: info.dev, ino: info.ino };
+        // SAFETY: a hash-map lookup; the value is copied out at once.
         let Some(table) = (unsafe { UNWIND_OBJECTS.get(&id) }).copied() else {
             count(counter::UNWIND_NO_TABLE);
             return Some(UnwindRow::default());
