@@ -8,7 +8,8 @@
 //!   from `v8::internal::BackingStore::Allocate`), and `node::Buffer` copies.
 //! - Runtime: any other malloc from the node executable (V8's and node's own C++ objects, libuv,
 //!   OpenSSL, ICU, all linked in), and thread stacks.
-//! - Native: malloc from addons (`*.node`) and the libraries they load.
+//! - Native: malloc from addons (`*.node`) and the libraries they load, and malloc by node inside
+//!   an N-API function (`napi_*`) called by an addon.
 
 use super::{MemoryKind, callers, function, is_libc, is_thread_stack, object_name};
 use crate::recording::{Frame, Stack, StackKind};
@@ -36,6 +37,10 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
         StackKind::Malloc => {
             if callers(stack).take(6).any(|f| is_backing_store(function(f))) {
                 return Some(MemoryKind::OffHeap);
+            }
+            if crate::analyze::native_interface_caller(&stack.frames).is_some() {
+                // An addon's memory allocated by node inside an N-API function (napi_*).
+                return Some(MemoryKind::Native);
             }
             let f = callers(stack).find(|f| !is_support_library(f))?;
             Some(if is_node_object(object_name(f)) { MemoryKind::Runtime } else { MemoryKind::Native })
