@@ -447,6 +447,91 @@ fn jvm_jni_leak_through_the_jvm_allocator_is_native() {
     assert_verdict_starts(&r, "native leak in Java_JniLeak_parse (JNI code), Java heap flat", &ctx);
 }
 
+/// Methods in JitWarm.java.
+const JIT_METHODS: usize = 4000;
+
+/// The directory holding JitWarm.class: a generated program of [`JIT_METHODS`] small methods,
+/// `m0` … `m3999`, each a loop of 20 iterations; `JitWarm PER_STEP` calls the next PER_STEP of
+/// them 300 times every 100 ms, so new methods keep getting hot (profiled, then compiled) for
+/// JIT_METHODS / PER_STEP / 10 seconds. Nothing is retained by the program itself.
+fn jit_warm_classes() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = build_dir().join("jitwarm");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut java = String::from("public class JitWarm {\n");
+        for k in 0..JIT_METHODS {
+            java.push_str(&format!(
+                "  static int m{k}(int x) {{ int s = {k}; for (int i = 0; i < x; i++) s = s * 31 + (i ^ {}); return s; }}\n",
+                k * 7 + 1
+            ));
+        }
+        java.push_str("  static int call(int k, int x) { switch (k) {\n");
+        for k in 0..JIT_METHODS {
+            java.push_str(&format!("    case {k}: return m{k}(x);\n"));
+        }
+        java.push_str(&format!(
+            "    default: return 0; }} }}
+  static volatile int sink;
+  public static void main(String[] a) throws Exception {{
+    int perStep = Integer.parseInt(a[0]);
+    System.out.println(\"PID \" + ProcessHandle.current().pid());
+    System.out.flush();
+    long start = System.nanoTime();
+    for (int step = 0; ; step++) {{
+      int base = (step * perStep) % {JIT_METHODS};
+      for (int rep = 0; rep < 300; rep++)
+        for (int k = base; k < base + perStep && k < {JIT_METHODS}; k++) sink = call(k, 20);
+      long d = start + (step + 1) * 100_000_000L - System.nanoTime();
+      if (d > 0) Thread.sleep(d / 1000000);
+    }}
+  }}
+}}
+"
+        ));
+        let file = dir.join("JitWarm.java");
+        std::fs::write(&file, java).expect("write JitWarm.java");
+        check(Command::new("javac").arg("-d").arg(&dir).arg(&file), "javac (JitWarm.java)");
+        dir
+    })
+}
+
+/// Issue 17, item 4: JIT compilation is warm-up, not a leak. JitWarm keeps making new methods hot
+/// (30 every 100 ms, 4000 in all) and retains nothing: the JVM's profiling data, counters and
+/// compiled-method metadata (MethodData in metaspace, nmethod oop maps) grow steadily through the
+/// recording. No site is a leak, the sites that grow carry the "warm_up" look-alike with a
+/// "runtime warm-up" reason, and the verdict says the runtime is warming up.
+#[test]
+fn jvm_jit_warm_up_is_not_a_leak() {
+    require_root();
+    let mut cmd = Command::new("java");
+    cmd.args(["-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-Xshare:auto", "-cp"])
+        .arg(jit_warm_classes())
+        .args(["JitWarm", "30"]);
+    let (r, ctx, _out) = record_for("jvm-jit-warm", cmd, "10s");
+    assert_runtime(&r, "jvm", &ctx);
+    let leaks: Vec<String> = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "class") == "leak")
+        .map(|s| format!("{} ({})", str_of(s, "function"), str_of(s, "memory_kind")))
+        .collect();
+    assert!(leaks.is_empty(), "called leaks in a JVM that only warms up: {leaks:?}\n{ctx}");
+    let warming: Vec<&Value> = r
+        .sites()
+        .iter()
+        .filter(|s| s["lookalike"]["warm_up"] == true && f64_of(s, "growth_bytes_per_s") > 1000.0)
+        .collect();
+    assert!(!warming.is_empty(), "no warm-up site grows: the workload did not keep the JIT busy\n{ctx}");
+    assert!(
+        warming.iter().any(|s| str_of(s, "reason").starts_with("runtime warm-up:")),
+        "no growing warm-up site says it is runtime warm-up\n{ctx}"
+    );
+    assert_eq!(str_of(&r.json["verdict"], "class"), "cache", "{ctx}");
+    let summary = str_of(&r.json["verdict"], "summary");
+    assert!(summary.starts_with("no leak: the runtime is warming up"), "{summary}\n{ctx}");
+}
+
 // ----------------------------------------------------------------------------------------------
 // Go
 

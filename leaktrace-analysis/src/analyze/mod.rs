@@ -470,6 +470,17 @@ pub enum Reason {
         /// Checkpoints in the steady window.
         n: usize,
     },
+    /// No site leaks, but sites of a runtime's warm-up (JIT compilation, code caches: catalog
+    /// look-alikes marked `warm_up`) grow significantly: the runtime is still compiling.
+    WarmUp {
+        /// The fastest-growing warm-up site, the number of such sites and their summed growth
+        /// over the steady window (bytes per second).
+        top: usize,
+        count: usize,
+        total_bytes_per_s: f64,
+        /// RssAnon's slope over the steady window, bytes per second, when measured.
+        rss_anon_bytes_per_s: Option<f64>,
+    },
     /// Memory rose and levelled off at cache sites.
     Caches {
         /// The cache site that grew most, the number of cache sites, and the bytes they retain.

@@ -111,6 +111,29 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         return verdict(class, top_site.confidence, reason);
     }
 
+    // No leak, but a runtime's warm-up sites (JIT compilation, code caches) grow significantly:
+    // the runtime is compiling the program's hot code; what RSS does meanwhile is its doing.
+    let mut warm: Vec<(usize, &SiteAnalysis)> = p
+        .sites
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            s.lookalike.as_ref().is_some_and(|l| l.warm_up)
+                && s.evidence.steady.significant_growth
+                && s.growth_bytes_per_s > s.evidence.noise_floor_bytes_per_s
+        })
+        .collect();
+    warm.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+    if let Some(&(top, top_site)) = warm.first() {
+        let reason = Reason::WarmUp {
+            top,
+            count: warm.len(),
+            total_bytes_per_s: warm.iter().map(|(_, s)| s.growth_bytes_per_s).sum(),
+            rss_anon_bytes_per_s: p.rss_anon_trend.map(|t| t.slope_bytes_per_s),
+        };
+        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence.min(0.7)), reason);
+    }
+
     let share = if p.win.whole_run { 0.6 } else { 1.0 };
     // `grows` grows significantly above its floor while `live` grows slower than a quarter of
     // it. Flat means slow compared with `grows`, whatever its significance: a noisy live slope

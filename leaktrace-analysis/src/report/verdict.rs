@@ -165,6 +165,19 @@ fn reason(a: &Analysis) -> String {
         Reason::TooFewCheckpoints { n } => {
             format!("inconclusive: only {n} checkpoint(s), growth cannot be measured; no leak found")
         }
+        Reason::WarmUp { top, count, total_bytes_per_s, rss_anon_bytes_per_s } => {
+            let top = &a.sites[*top];
+            let what = top.lookalike.as_ref().map_or("runtime warm-up", |l| l.name.as_str());
+            let rss = rss_anon_bytes_per_s.map_or(String::new(), |r| format!("; RSS (anon) {} meanwhile", hr(r)));
+            format!(
+                "no leak: the runtime is warming up — {count} site(s) of its JIT compilation and code \
+                 caches grow {} in all over the steady window, largest {} ({}: {what}){rss}; warm-up \
+                 is not counted as a leak: record after the runtime has warmed up to see it level off",
+                hr(*total_bytes_per_s),
+                top.function,
+                hr(top.growth_bytes_per_s)
+            )
+        }
         Reason::Caches { top, count, retained_bytes, single_step: true } => {
             let top = &a.sites[*top];
             format!(
