@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use leaktrace_tests::*;
 
@@ -654,4 +655,40 @@ fn node_retained_buffers_are_off_heap() {
     assert!(g < 1.2 * 500.0 * 16384.0, "off-heap grows {g:.0} B/s, expected 500 × 16 KiB/s ± 20%\n{ctx}");
     assert_flat(&r, &["managed", "native"], g, &ctx);
     assert_verdict_starts(&r, "off-heap leak in", &ctx);
+}
+
+/// Issue 17, item 4: a Node program that leaks nothing, attached 3 s after it started. churn.js
+/// makes 50,000 small objects a second and drops them; under that pressure V8 sizes up its young
+/// generation after attach (new semi-space pages mapped, the old ones, mapped before attach,
+/// unmapped unseen; RSS rises by about 13 MB and stays there). Neither the V8 heap nor RSS that
+/// rose and levelled off is growth: no site is a leak, the V8 heap does not grow, the verdict is
+/// not a leak (was "managed leak: the V8 heap grows +2.1 MiB/s" when the rise fell in the steady
+/// window; when it falls before, the old rules passed too).
+#[test]
+#[ignore = "known false positive left: when V8 sizes up its young generation in the last seconds of the recording, the \
+            V8 heap (summed from its page mappings) still 'grows' and is called a managed leak at low confidence"]
+fn node_churn_attached_later_is_not_a_leak() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.arg(src("churn.js")).arg("50000");
+    let target = Target::spawn(cmd);
+    target.expect_pid_line();
+    std::thread::sleep(Duration::from_secs(3));
+    let out = OutDir::new("node-churn-attach");
+    let pid = target.pid.to_string();
+    let mut lt = leaktrace(["record", "--pid", &pid, "--interval", "250ms", "--duration", "12s", "--out"]);
+    lt.arg(&out.path);
+    let o = run(lt, None, Duration::from_secs(300));
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
+    assert_runtime(&r, "node", &ctx);
+    let class = str_of(&r.json["verdict"], "class");
+    // "no leak", or "inconclusive: ... rose in one step" when the young generation was sized up
+    // early in the recording (one step is not a plateau): never a leak.
+    assert!(["temporary", "cache", "flat"].contains(&class), "verdict class {class}\n{ctx}");
+    assert_eq!(kind(&r, "managed", &ctx)["grows"], false, "the V8 heap does not grow\n{ctx}");
+    let leaks: Vec<&str> =
+        r.sites().iter().filter(|s| str_of(s, "class") == "leak").map(|s| str_of(s, "function")).collect();
+    assert!(leaks.is_empty(), "sites called leaks: {leaks:?}\n{ctx}");
 }

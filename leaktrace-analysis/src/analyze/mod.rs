@@ -337,8 +337,13 @@ pub struct KindGrowth {
     /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
     /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
     pub noise_floor_bytes_per_s: f64,
-    /// The trend is significant growth above the noise floor (never when its slope is ≤ 0).
+    /// The trend is significant growth above the noise floor (never when its slope is ≤ 0, nor
+    /// when the series levelled off).
     pub grows: bool,
+    /// Managed heap only: it rose over the steady window but stayed flat (not significant, or
+    /// slower than [`PLATEAU_RATIO`] of the steady slope) through the last quarter of the run,
+    /// fitted on its post-GC troughs when collections were seen there: levelled off, not growing.
+    pub levelled_off: bool,
 }
 
 /// Start and end figures of the process, bytes.

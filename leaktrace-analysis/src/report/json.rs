@@ -152,6 +152,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
                 "noise_floor_bytes_per_s": num(k.noise_floor_bytes_per_s),
                 "post_gc_troughs": k.troughs,
                 "grows": k.grows,
+                "levelled_off": k.levelled_off,
             })
         })
         .collect();

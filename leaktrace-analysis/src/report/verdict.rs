@@ -225,10 +225,17 @@ fn kind_label(rt: Runtime, k: MemoryKind) -> String {
     if k == MemoryKind::Managed { heap_name(rt).to_string() } else { k.as_str().to_string() }
 }
 
-/// "native grows +1.0 KiB/s" or "Python heap flat (+0 B/s)".
+/// "native grows +1.0 KiB/s", "V8 heap rose and levelled off (+2.1 MiB/s over the steady
+/// window, flat in the last quarter)" or "Python heap flat (+0 B/s)".
 fn state(rt: Runtime, g: &KindGrowth) -> String {
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
+    } else if g.levelled_off {
+        format!(
+            "{} rose and levelled off ({} over the steady window, flat in the last quarter)",
+            kind_label(rt, g.kind),
+            hr(g.trend.slope_bytes_per_s)
+        )
     } else {
         format!("{} flat ({})", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
     }
