@@ -661,12 +661,11 @@ fn node_retained_buffers_are_off_heap() {
 /// makes 50,000 small objects a second and drops them; under that pressure V8 sizes up its young
 /// generation after attach (new semi-space pages mapped, the old ones, mapped before attach,
 /// unmapped unseen; RSS rises by about 13 MB and stays there). Neither the V8 heap nor RSS that
-/// rose and levelled off is growth: no site is a leak, the V8 heap does not grow, the verdict is
-/// not a leak (was "managed leak: the V8 heap grows +2.1 MiB/s" when the rise fell in the steady
-/// window; when it falls before, the old rules passed too).
+/// rose and levelled off is growth, and the young generation (bounded) is left out of the V8
+/// heap's growth: no site is a leak, the V8 heap does not grow, the verdict is not a leak (was
+/// "managed leak: the V8 heap grows +2.1 MiB/s", or +88 KiB/s when the resize came in the last
+/// seconds; when it came before the steady window, the old rules passed too).
 #[test]
-#[ignore = "known false positive left: when V8 sizes up its young generation in the last seconds of the recording, the \
-            V8 heap (summed from its page mappings) still 'grows' and is called a managed leak at low confidence"]
 fn node_churn_attached_later_is_not_a_leak() {
     require_root();
     let mut cmd = Command::new("node");
@@ -684,9 +683,10 @@ fn node_churn_attached_later_is_not_a_leak() {
     let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
     assert_runtime(&r, "node", &ctx);
     let class = str_of(&r.json["verdict"], "class");
-    // "no leak", or "inconclusive: ... rose in one step" when the young generation was sized up
-    // early in the recording (one step is not a plateau): never a leak.
-    assert!(["temporary", "cache", "flat"].contains(&class), "verdict class {class}\n{ctx}");
+    // "no leak", "inconclusive: ... rose in one step" when the young generation was sized up
+    // early in the recording (one step is not a plateau), or glibc keeping freed memory
+    // (fragmentation): never a leak.
+    assert!(["temporary", "cache", "flat", "fragmentation"].contains(&class), "verdict class {class}\n{ctx}");
     assert_eq!(kind(&r, "managed", &ctx)["grows"], false, "the V8 heap does not grow\n{ctx}");
     let leaks: Vec<&str> =
         r.sites().iter().filter(|s| str_of(s, "class") == "leak").map(|s| str_of(s, "function")).collect();

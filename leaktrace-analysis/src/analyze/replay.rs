@@ -317,7 +317,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
     let gauge: Vec<(f64, u64)> =
         crate::runtimes::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
-    let managed_source = if !gauge.is_empty() { "hsperfdata" } else { "sites" };
+    let gauge_used = !gauge.is_empty();
+    let managed_source = if gauge_used { "hsperfdata" } else { "sites" };
     if rec.target.runtime.is_some() {
         memory.managed_bytes = if gauge.is_empty() { with_times(&by_kind.managed) } else { gauge };
     }
@@ -377,7 +378,20 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     };
     let mut kind_list = Vec::new();
     if rec.target.runtime.is_some() {
-        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &memory.managed_bytes));
+        // Summed from sites, the managed heap's growth is measured without the young generation
+        // (V8's semi-spaces: bounded, resized under allocation pressure — after attach, its new
+        // pages are seen while the old ones, mapped before, were unmapped unseen).
+        let fitted: Vec<(f64, u64)> = if gauge_used {
+            memory.managed_bytes.clone()
+        } else {
+            memory
+                .managed_bytes
+                .iter()
+                .zip(&by_kind.managed_young)
+                .map(|(&(t, b), &(_, y))| (t, b.saturating_sub(y)))
+                .collect()
+        };
+        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &fitted));
     }
     kind_list.push(kind_growth(MemoryKind::Native, "sites", &memory.native_live_bytes));
     kind_list.push(kind_growth(MemoryKind::OffHeap, "sites", &memory.offheap_live_bytes));

@@ -31,6 +31,19 @@ fn is_backing_store(name: &str) -> bool {
         || name.starts_with("node::Buffer::")
 }
 
+/// True for a mapping of V8's young generation: a stack through `v8::internal::SemiSpace`,
+/// `NewSpace` or `PagedNewSpace` code. Its size is bounded by `--max-semi-space-size` (16 MiB
+/// per semi-space by default on 64-bit) and changes with allocation pressure.
+pub fn is_young_generation(stack: &Stack) -> bool {
+    stack.kind == StackKind::Mmap
+        && stack.frames.iter().take(16).any(|f| {
+            let n = function(f);
+            ["v8::internal::SemiSpace", "v8::internal::NewSpace", "v8::internal::PagedNewSpace"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+}
+
 /// Node's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
