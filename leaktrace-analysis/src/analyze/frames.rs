@@ -86,13 +86,50 @@ fn is_cgo_frame(f: &Frame) -> bool {
     f.function.as_deref().is_some_and(crate::runtimes::go::is_cgo_bridge)
 }
 
+/// Prefixes of a managed runtime's native-interface functions, through which a program's native
+/// library asks the runtime for memory on its behalf: HotSpot's JNI functions (`jni_GetStringUTFChars`,
+/// `jni_NewGlobalRef`, ...) and Node's N-API (`napi_create_string_utf8`, ...).
+const NATIVE_INTERFACE_ENTRIES: &[&str] = &["jni_", "napi_"];
+
+/// Index of the native library's frame that called into a runtime's native interface
+/// ([`NATIVE_INTERFACE_ENTRIES`]) on the way to this allocation: the frame right after an entry
+/// frame of the runtime's own object, when it is nameable (function or object known) and is
+/// neither the runtime's code (its executable, libjvm and the JDK's own libraries) nor allocator
+/// code; the frames before the entry must all be allocator,
+/// system or runtime code (the runtime's allocator wrapper: `os::malloc`, `AllocateHeap`).
+/// A runtime-wrapper allocation made for a non-runtime library is that library's native memory
+/// (issue 17 item 4: a JNI library's `GetStringUTFChars` never released). None otherwise.
+pub fn native_interface_caller(frames: &[Frame]) -> Option<usize> {
+    let inner = |f: &Frame| {
+        f.function.is_none() && f.object.is_none() || is_allocator(f) || is_system_frame(f) || is_runtime_frame(f)
+    };
+    for (i, f) in frames.iter().enumerate().take(16) {
+        let entry = is_runtime_frame(f)
+            && f.function.as_deref().is_some_and(|n| NATIVE_INTERFACE_ENTRIES.iter().any(|p| n.starts_with(p)));
+        if entry {
+            let c = frames.get(i + 1)?;
+            let nameable = c.function.as_deref().is_some_and(|n| !n.is_empty()) || c.object.is_some();
+            // A JNI library may be installed in a system directory (Debian's /usr/lib/*/jni/);
+            // the JDK's own libraries (libjava, libzip, ...) are the runtime's.
+            let runtime_library = crate::runtimes::jvm::is_jvm_code(c);
+            return (nameable && !runtime_library && !is_runtime_frame(c) && !is_allocator(c)).then_some(i + 1);
+        }
+        if !inner(f) {
+            return None;
+        }
+    }
+    None
+}
+
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
 /// libc's mmap or syscall wrapper: [`crate::allocator_frames::is_mapping_frame`]); when that frame is
 /// system or standard-library code ([`is_system_frame`]: a leak made inside libc, libz, libssl,
 /// libstdc++) and the stack goes on into the user's code, the first frame there (the function
 /// that called into the library), unless the stack passes through a managed runtime's own
 /// object; when that frame is cgo's own malloc (`C.CString`), the Go function that called it;
-/// else the innermost named frame; else the innermost frame. A frame without a function
+/// the library that called a runtime's native interface when the allocation went through it
+/// ([`native_interface_caller`]: a JNI library's `GetStringUTFChars`, not libjvm's
+/// `os::malloc`); else the innermost named frame; else the innermost frame. A frame without a function
 /// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
 /// Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
@@ -120,6 +157,9 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
             })
             .map(|j| i + j)
     });
+    let interface_caller = first
+        .filter(|&i| is_system_frame(&stack.frames[i]) || is_runtime_frame(&stack.frames[i]))
+        .and_then(|_| native_interface_caller(&stack.frames));
     let user = first.filter(|&i| is_system_frame(&stack.frames[i])).and_then(|i| {
         if stack.frames.iter().any(is_runtime_frame) {
             return None;
@@ -137,6 +177,7 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         stack.frames[i..].iter().position(is_user_jit_frame).map(|j| i + j)
     });
     let idx = go_caller
+        .or(interface_caller)
         .or(user)
         .or(first)
         .or_else(|| stack.frames.iter().position(named))

@@ -337,8 +337,13 @@ pub struct KindGrowth {
     /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
     /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
     pub noise_floor_bytes_per_s: f64,
-    /// The trend is significant growth above the noise floor (never when its slope is ≤ 0).
+    /// The trend is significant growth above the noise floor (never when its slope is ≤ 0, nor
+    /// when the series levelled off).
     pub grows: bool,
+    /// Managed heap only: it rose over the steady window but stayed flat (not significant, or
+    /// slower than [`PLATEAU_RATIO`] of the steady slope) through the last quarter of the run,
+    /// fitted on its post-GC troughs when collections were seen there: levelled off, not growing.
+    pub levelled_off: bool,
 }
 
 /// Start and end figures of the process, bytes.
@@ -469,6 +474,17 @@ pub enum Reason {
     TooFewCheckpoints {
         /// Checkpoints in the steady window.
         n: usize,
+    },
+    /// No site leaks, but sites of a runtime's warm-up (JIT compilation, code caches: catalog
+    /// look-alikes marked `warm_up`) grow significantly: the runtime is still compiling.
+    WarmUp {
+        /// The fastest-growing warm-up site, the number of such sites and their summed growth
+        /// over the steady window (bytes per second).
+        top: usize,
+        count: usize,
+        total_bytes_per_s: f64,
+        /// RssAnon's slope over the steady window, bytes per second, when measured.
+        rss_anon_bytes_per_s: Option<f64>,
     },
     /// Memory rose and levelled off at cache sites.
     Caches {
@@ -689,7 +705,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use frames::{basename, culprit, frame_label, is_allocator, is_one_time_site};
+pub use frames::{basename, culprit, frame_label, is_allocator, is_one_time_site, native_interface_caller};
 pub use replay::{analyze, analyze_timeline, steady_window};
 pub use stats::{fit, t_crit95};
 pub use verdict::lost_share;

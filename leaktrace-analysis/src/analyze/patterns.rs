@@ -34,6 +34,8 @@ struct Look {
     frames: Vec<String>,
     name: String,
     why: String,
+    #[serde(default)]
+    warm_up: bool,
     source: String,
 }
 
@@ -77,6 +79,9 @@ pub struct Lookalike {
     pub name: String,
     /// Why its memory stays.
     pub why: String,
+    /// A runtime's warm-up (JIT compilation, code caches): memory that grows while the runtime
+    /// compiles the program's hot code, not a leak.
+    pub warm_up: bool,
     /// Where that is documented.
     pub source: String,
 }
@@ -124,7 +129,12 @@ pub fn lookalike(frames: &[Frame]) -> Option<Lookalike> {
             .filter_map(|f| f.function.as_deref())
             .map(|n| n.strip_prefix("__GI_").unwrap_or(n))
             .any(|n| l.frames.iter().any(|p| matches(p, n)))
-            .then(|| Lookalike { name: l.name.clone(), why: l.why.clone(), source: l.source.clone() })
+            .then(|| Lookalike {
+                name: l.name.clone(),
+                why: l.why.clone(),
+                warm_up: l.warm_up,
+                source: l.source.clone(),
+            })
     })
 }
 
@@ -148,6 +158,24 @@ mod tests {
         for l in &c.lookalikes {
             assert!(l.source.starts_with("https://"), "{}: {}", l.name, l.source);
         }
+    }
+
+    #[test]
+    fn jit_compilation_is_warm_up_and_arenas_are_not() {
+        const JVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
+        let mdo = [
+            frame("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM, None),
+            frame("MethodData::allocate(ClassLoaderData*, methodHandle const&, JavaThread*)", JVM, None),
+            frame("Method::build_interpreter_method_data(methodHandle const&, JavaThread*)", JVM, None),
+            frame("CompilationPolicy::create_mdo(methodHandle const&, JavaThread*)", JVM, None),
+        ];
+        let l = lookalike(&mdo).expect("JIT compilation is a look-alike");
+        assert!(l.warm_up && l.name.starts_with("JVM JIT compilation"), "{l:?}");
+        // Class loading fills metaspace too, but a class-loader leak is a leak: not warm-up.
+        let class = [frame("ClassFileParser::parse_method(ClassFileStream const*)", JVM, None)];
+        assert!(lookalike(&class).is_none_or(|l| !l.warm_up));
+        let arena = [frame("_int_new_arena", LIBC, None), frame("arena_get2", LIBC, None)];
+        assert!(!lookalike(&arena).unwrap().warm_up);
     }
 
     #[test]

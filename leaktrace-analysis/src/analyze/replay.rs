@@ -317,13 +317,15 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
     let gauge: Vec<(f64, u64)> =
         crate::runtimes::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
-    let managed_source = if !gauge.is_empty() { "hsperfdata" } else { "sites" };
+    let gauge_used = !gauge.is_empty();
+    let managed_source = if gauge_used { "hsperfdata" } else { "sites" };
     if rec.target.runtime.is_some() {
         memory.managed_bytes = if gauge.is_empty() { with_times(&by_kind.managed) } else { gauge };
     }
     memory.offheap_live_bytes = with_times(&by_kind.offheap);
     memory.runtime_live_bytes = with_times(&by_kind.runtime);
     let steady_from = times.get(win.steady.start).copied().unwrap_or(0.0);
+    let late_from = win.late.as_ref().and_then(|r| times.get(r.start)).copied();
     let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
         let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
         let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
@@ -341,12 +343,34 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         } else {
             abs_floor
         };
+        // A managed heap that rose and then stayed flat through the last quarter of the run (V8
+        // sizing up its young generation, a heap filled to its working set) levelled off: not
+        // growth, as a site that levels off is no leak. Judged on every point when no
+        // collections were seen, on the troughs otherwise.
+        let levelled_off = kind == MemoryKind::Managed
+            && trend.slope_bytes_per_s > 0.0
+            && late_from.is_some_and(|from| {
+                let late_window = points(&ts, &vs, time_range(&ts, from, span_to));
+                let late_points = match post_gc_troughs(&late_window) {
+                    Some(t) => t,
+                    None if post_gc.is_some() => return false,
+                    None => late_window,
+                };
+                let late = fit(&late_points);
+                late.n >= MIN_WINDOW_POINTS
+                    && !(late.significant_growth && late.slope_bytes_per_s > floor)
+                    && late.slope_bytes_per_s < PLATEAU_RATIO * trend.slope_bytes_per_s
+            });
         KindGrowth {
             kind,
             source: source.to_string(),
             start_bytes: vs.first().copied().unwrap_or(0),
             end_bytes: vs.last().copied().unwrap_or(0),
-            grows: trend.significant_growth && trend.slope_bytes_per_s > 0.0 && trend.slope_bytes_per_s > floor,
+            grows: trend.significant_growth
+                && trend.slope_bytes_per_s > 0.0
+                && trend.slope_bytes_per_s > floor
+                && !levelled_off,
+            levelled_off,
             trend,
             troughs,
             noise_floor_bytes_per_s: floor,
@@ -354,7 +378,20 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     };
     let mut kind_list = Vec::new();
     if rec.target.runtime.is_some() {
-        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &memory.managed_bytes));
+        // Summed from sites, the managed heap's growth is measured without the young generation
+        // (V8's semi-spaces: bounded, resized under allocation pressure — after attach, its new
+        // pages are seen while the old ones, mapped before, were unmapped unseen).
+        let fitted: Vec<(f64, u64)> = if gauge_used {
+            memory.managed_bytes.clone()
+        } else {
+            memory
+                .managed_bytes
+                .iter()
+                .zip(&by_kind.managed_young)
+                .map(|(&(t, b), &(_, y))| (t, b.saturating_sub(y)))
+                .collect()
+        };
+        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &fitted));
     }
     kind_list.push(kind_growth(MemoryKind::Native, "sites", &memory.native_live_bytes));
     kind_list.push(kind_growth(MemoryKind::OffHeap, "sites", &memory.offheap_live_bytes));
@@ -430,6 +467,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         rss_shmem_trend: rss_shmem_trend.as_ref(),
         rss_shmem: &memory.rss_shmem_bytes,
         f_drops,
+        late_from,
+        span_to,
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);

@@ -143,7 +143,7 @@ pub(super) fn analyze_site(
     let rose_and_flat = rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened;
     let evicting_cache = rose_and_flat && interval > 0.0 && lifetime_s.is_some_and(|l| l >= interval);
 
-    let (class, confidence, mut reason);
+    let (mut class, mut confidence, mut reason);
     if too_short {
         class = SiteClass::Leak;
         confidence = clamp_conf(0.5 * f_n * f_share * f_drops);
@@ -291,6 +291,23 @@ pub(super) fn analyze_site(
         );
     }
 
+    // A runtime's warm-up (JIT compilation, code caches: a catalog look-alike marked warm_up) in
+    // the runtime's own or managed memory grows while the program's hot code gets compiled: not
+    // a leak, however steady within the recording.
+    let lookalike = patterns::lookalike(&st.frames);
+    if class == SiteClass::Leak
+        && matches!(memory_kind, MemoryKind::Runtime | MemoryKind::Managed)
+        && let Some(l) = lookalike.as_ref().filter(|l| l.warm_up)
+    {
+        class = SiteClass::Cache;
+        confidence = clamp_conf(0.5 * f_n * f_drops);
+        reason = format!(
+            "runtime warm-up: {} ({}); grew {:.1} B/s over the steady window, not counted as a leak \
+             (record after the runtime has warmed up to see whether it levels off)",
+            l.name, l.why, steady.slope_bytes_per_s
+        );
+    }
+
     SiteAnalysis {
         id: st.id,
         kind: st.kind,
@@ -313,7 +330,7 @@ pub(super) fn analyze_site(
         growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
         likely_missing_release: patterns::release_hint(&st.frames, culprit_frame),
-        lookalike: patterns::lookalike(&st.frames),
+        lookalike,
         class,
         confidence,
         evidence: SiteEvidence {

@@ -1255,3 +1255,24 @@ fn shrinking_managed_heap_is_never_a_leak() {
     assert!(sentence(&a).starts_with("no leak"), "{}", sentence(&a));
     assert!(sentence(&a).contains("Python heap flat (-1000 B/s)"), "{}", sentence(&a));
 }
+
+/// Issue 17, item 4: a process or managed series that rose over the steady window and stayed
+/// flat through the last quarter levelled off (V8 sizing up its young generation); one that keeps
+/// rising, or falls, did not.
+#[test]
+fn series_that_rose_and_stayed_flat_levelled_off() {
+    let series = |flat_from: u64| -> Vec<(f64, u64)> {
+        (0..40u64).map(|k| (k as f64 * 0.25, k.min(flat_from) * 100_000)).collect()
+    };
+    let steady = |s: &[(f64, u64)]| {
+        let pts: Vec<(f64, f64)> = s.iter().filter(|p| p.0 >= 5.0).map(|p| (p.0, p.1 as f64)).collect();
+        fit(&pts)
+    };
+    let step = series(30);
+    assert!(super::verdict::levelled_off(&step, Some(7.5), 9.75, &steady(&step), 4096.0));
+    let rising = series(40);
+    assert!(!super::verdict::levelled_off(&rising, Some(7.5), 9.75, &steady(&rising), 4096.0));
+    let falling: Vec<(f64, u64)> = (0..40u64).map(|k| (k as f64 * 0.25, 10_000_000 - k * 1000)).collect();
+    assert!(!super::verdict::levelled_off(&falling, Some(7.5), 9.75, &steady(&falling), 4096.0));
+    assert!(!super::verdict::levelled_off(&step, None, 9.75, &steady(&step), 4096.0));
+}

@@ -23,6 +23,24 @@ pub(super) struct ProcessInput<'a> {
     pub(super) rss_shmem_trend: Option<&'a Trend>,
     pub(super) rss_shmem: &'a [(f64, u64)],
     pub(super) f_drops: f64,
+    /// Start of the last quarter of the analysed span and its end, seconds (the checkpoints'
+    /// time base); None without a late window.
+    pub(super) late_from: Option<f64>,
+    pub(super) span_to: f64,
+}
+
+/// True when `series` ((time, bytes)) grew over the steady window (`steady`) but not through the
+/// last quarter of the span (`from`..=`to`): its late slope is not significant growth above
+/// `floor` and is below [`PLATEAU_RATIO`] of the steady slope, over at least
+/// [`MIN_WINDOW_POINTS`] points. A process series that rose and stayed flat (a runtime sizing up
+/// its heap) levelled off.
+pub(super) fn levelled_off(series: &[(f64, u64)], from: Option<f64>, to: f64, steady: &Trend, floor: f64) -> bool {
+    let Some(from) = from.filter(|_| steady.slope_bytes_per_s > 0.0) else { return false };
+    let pts: Vec<(f64, f64)> = series.iter().filter(|p| p.0 >= from && p.0 <= to).map(|p| (p.0, p.1 as f64)).collect();
+    let late = fit(&pts);
+    late.n >= MIN_WINDOW_POINTS
+        && !(late.significant_growth && late.slope_bytes_per_s > floor)
+        && late.slope_bytes_per_s < PLATEAU_RATIO * steady.slope_bytes_per_s
 }
 
 /// Off-heap program memory: an anonymous mapping that is neither the allocator's, the loader's
@@ -111,6 +129,29 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         return verdict(class, top_site.confidence, reason);
     }
 
+    // No leak, but a runtime's warm-up sites (JIT compilation, code caches) grow significantly:
+    // the runtime is compiling the program's hot code; what RSS does meanwhile is its doing.
+    let mut warm: Vec<(usize, &SiteAnalysis)> = p
+        .sites
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            s.lookalike.as_ref().is_some_and(|l| l.warm_up)
+                && s.evidence.steady.significant_growth
+                && s.growth_bytes_per_s > s.evidence.noise_floor_bytes_per_s
+        })
+        .collect();
+    warm.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+    if let Some(&(top, top_site)) = warm.first() {
+        let reason = Reason::WarmUp {
+            top,
+            count: warm.len(),
+            total_bytes_per_s: warm.iter().map(|(_, s)| s.growth_bytes_per_s).sum(),
+            rss_anon_bytes_per_s: p.rss_anon_trend.map(|t| t.slope_bytes_per_s),
+        };
+        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence.min(0.7)), reason);
+    }
+
     let share = if p.win.whole_run { 0.6 } else { 1.0 };
     // `grows` grows significantly above its floor while `live` grows slower than a quarter of
     // it. Flat means slow compared with `grows`, whatever its significance: a noisy live slope
@@ -134,7 +175,12 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     }
 
     // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
-    let rss_grows = p.rss_anon_trend.filter(|rt| outgrows(rt, process_floor(p.rss_anon, p.duration), p.traced_trend));
+    // RSS that rose and then stayed flat through the last quarter levelled off (V8 sizing up its
+    // young generation): not growth.
+    let rss_grows = p.rss_anon_trend.filter(|rt| {
+        let floor = process_floor(p.rss_anon, p.duration);
+        outgrows(rt, floor, p.traced_trend) && !levelled_off(p.rss_anon, p.late_from, p.span_to, rt, floor)
+    });
     if let Some(rt) = rss_grows {
         // With the allocator's footprint measured (and not growing), the growth is not the
         // malloc heap's.

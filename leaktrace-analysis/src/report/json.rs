@@ -150,7 +150,9 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
                 "growth_bytes_per_s": num(k.trend.slope_bytes_per_s),
                 "growth_ci95_bytes_per_s": opt_num(k.trend.ci95_bytes_per_s),
                 "noise_floor_bytes_per_s": num(k.noise_floor_bytes_per_s),
+                "post_gc_troughs": k.troughs,
                 "grows": k.grows,
+                "levelled_off": k.levelled_off,
             })
         })
         .collect();

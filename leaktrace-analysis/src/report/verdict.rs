@@ -165,6 +165,19 @@ fn reason(a: &Analysis) -> String {
         Reason::TooFewCheckpoints { n } => {
             format!("inconclusive: only {n} checkpoint(s), growth cannot be measured; no leak found")
         }
+        Reason::WarmUp { top, count, total_bytes_per_s, rss_anon_bytes_per_s } => {
+            let top = &a.sites[*top];
+            let what = top.lookalike.as_ref().map_or("runtime warm-up", |l| l.name.as_str());
+            let rss = rss_anon_bytes_per_s.map_or(String::new(), |r| format!("; RSS (anon) {} meanwhile", hr(r)));
+            format!(
+                "no leak: the runtime is warming up — {count} site(s) of its JIT compilation and code \
+                 caches grow {} in all over the steady window, largest {} ({}: {what}){rss}; warm-up \
+                 is not counted as a leak: record after the runtime has warmed up to see it level off",
+                hr(*total_bytes_per_s),
+                top.function,
+                hr(top.growth_bytes_per_s)
+            )
+        }
         Reason::Caches { top, count, retained_bytes, single_step: true } => {
             let top = &a.sites[*top];
             format!(
@@ -212,10 +225,17 @@ fn kind_label(rt: Runtime, k: MemoryKind) -> String {
     if k == MemoryKind::Managed { heap_name(rt).to_string() } else { k.as_str().to_string() }
 }
 
-/// "native grows +1.0 KiB/s" or "Python heap flat (+0 B/s)".
+/// "native grows +1.0 KiB/s", "V8 heap rose and levelled off (+2.1 MiB/s over the steady
+/// window, flat in the last quarter)" or "Python heap flat (+0 B/s)".
 fn state(rt: Runtime, g: &KindGrowth) -> String {
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
+    } else if g.levelled_off {
+        format!(
+            "{} rose and levelled off ({} over the steady window, flat in the last quarter)",
+            kind_label(rt, g.kind),
+            hr(g.trend.slope_bytes_per_s)
+        )
     } else {
         format!("{} flat ({})", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
     }

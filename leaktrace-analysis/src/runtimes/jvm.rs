@@ -11,7 +11,9 @@
 //! - Runtime: any other malloc or mapping from libjvm or from the JDK's own native libraries
 //!   (libjava, libzip, libnio, ...): the JVM's native memory (metaspace, code cache, GC data
 //!   structures, thread stacks, compiler arenas) — what `-XX:NativeMemoryTracking` reports.
-//! - Native: malloc from any other library — JNI code.
+//! - Native: malloc from any other library — JNI code — and malloc by libjvm inside a JNI
+//!   function (`jni_*`) called by such a library (`GetStringUTFChars`'s copy): a runtime-wrapper
+//!   allocation made for a non-runtime library is that library's.
 //!
 //! PerfData layout (OpenJDK `runtime/perfMemory.hpp`): a prologue {magic 0xcafec0c0 as bytes
 //! CA FE C0 C0; byte_order (0 big, 1 little); major, minor; accessible; used; overflow;
@@ -94,7 +96,9 @@ pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
     }
 }
 
-fn is_jvm_code(f: &Frame) -> bool {
+/// True for a frame of libjvm or of the JDK's own native libraries (by name, or installed under a
+/// `/lib/jvm/` directory).
+pub(crate) fn is_jvm_code(f: &Frame) -> bool {
     let o = object_name(f);
     o == "libjvm.so" || JDK_LIBS.contains(&o) || f.object.as_deref().is_some_and(|p| p.contains("/lib/jvm/"))
 }
@@ -108,6 +112,11 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
                 n.starts_with("Unsafe_AllocateMemory") || n.starts_with("Unsafe_ReallocateMemory")
             }) {
                 return Some(MemoryKind::OffHeap);
+            }
+            if crate::analyze::native_interface_caller(&stack.frames).is_some() {
+                // JNI code's memory allocated by libjvm on its behalf (GetStringUTFChars,
+                // GetByteArrayElements copies, ...): the JNI library's, not the JVM's own.
+                return Some(MemoryKind::Native);
             }
             let f = first_caller(stack)?;
             if stack.lost && is_unsafe_wrapper(function(f)) {
@@ -177,6 +186,31 @@ mod tests {
         assert_eq!(classify(&zip), Some(MemoryKind::Runtime));
         let jni = st("malloc", &[("malloc", LIBC), ("Java_com_acme_Codec_decode", "/opt/app/libcodec.so")]);
         assert_eq!(classify(&jni), Some(MemoryKind::Native));
+        // GetStringUTFChars's copy, malloc'd by libjvm's wrapper for a JNI library: native, and
+        // the JNI function is the culprit; the same call from the JDK's libjava is the JVM's.
+        let wrapped = |caller: (&'static str, &'static str)| {
+            st(
+                "malloc",
+                &[
+                    ("__GI___libc_malloc", LIBC),
+                    ("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM),
+                    ("AllocateHeap(unsigned long, MEMFLAGS, AllocFailStrategy::AllocFailEnum)", JVM),
+                    ("jni_GetStringUTFChars", JVM),
+                    caller,
+                    ("", ""),
+                ],
+            )
+        };
+        let mine = wrapped(("Java_JniLeak_parse", "/tmp/app/libjnileak.so"));
+        assert_eq!(classify(&mine), Some(MemoryKind::Native));
+        assert_eq!(crate::analyze::culprit(&mine), (Some(4), "Java_JniLeak_parse".to_string()));
+        let stripped = wrapped(("", "/usr/lib/x86_64-linux-gnu/jni/libcodec.so"));
+        assert_eq!(classify(&stripped), Some(MemoryKind::Native));
+        assert_eq!(crate::analyze::culprit(&stripped).0, Some(4));
+        let jdk =
+            wrapped(("Java_java_io_UnixFileSystem_canonicalize0", "/usr/lib/jvm/java-17-openjdk-amd64/lib/libjava.so"));
+        assert_eq!(classify(&jdk), Some(MemoryKind::Runtime));
+        assert_eq!(crate::analyze::culprit(&jdk).0, Some(1));
         let heap = st(
             "mmap",
             &[

@@ -198,6 +198,10 @@ pub struct KindSeries {
     pub offheap: Vec<(f64, u64)>,
     /// Runtime-kind sites.
     pub runtime: Vec<(f64, u64)>,
+    /// The part of `managed` in the runtime's young generation (V8's semi-space pages:
+    /// [`node::is_young_generation`]), bounded by the runtime's configuration (V8's
+    /// `--max-semi-space-size`): resized under allocation pressure, never a leak.
+    pub managed_young: Vec<(f64, u64)>,
 }
 
 /// What a site holds at a checkpoint: a malloc site its live bytes; a mapping its resident
@@ -208,6 +212,7 @@ pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
     let mut out = KindSeries::default();
     for (k, &t) in tl.raw_times.iter().enumerate() {
         let mut sums = [0u64; 4];
+        let mut young = 0u64;
         for (si, st) in tl.stacks.iter().enumerate() {
             if tl.first_seen[si].is_none_or(|f| f > k) {
                 continue;
@@ -222,7 +227,11 @@ pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
                 MemoryKind::Runtime => 3,
             };
             sums[i] = sums[i].saturating_add(bytes);
+            if i == 0 && node::is_young_generation(st) {
+                young = young.saturating_add(bytes);
+            }
         }
+        out.managed_young.push((t, young));
         out.managed.push((t, sums[0]));
         out.native.push((t, sums[1]));
         out.offheap.push((t, sums[2]));

@@ -8,7 +8,8 @@
 //!   from `v8::internal::BackingStore::Allocate`), and `node::Buffer` copies.
 //! - Runtime: any other malloc from the node executable (V8's and node's own C++ objects, libuv,
 //!   OpenSSL, ICU, all linked in), and thread stacks.
-//! - Native: malloc from addons (`*.node`) and the libraries they load.
+//! - Native: malloc from addons (`*.node`) and the libraries they load, and malloc by node inside
+//!   an N-API function (`napi_*`) called by an addon.
 
 use super::{MemoryKind, callers, function, is_libc, is_thread_stack, object_name};
 use crate::recording::{Frame, Stack, StackKind};
@@ -30,12 +31,29 @@ fn is_backing_store(name: &str) -> bool {
         || name.starts_with("node::Buffer::")
 }
 
+/// True for a mapping of V8's young generation: a stack through `v8::internal::SemiSpace`,
+/// `NewSpace` or `PagedNewSpace` code. Its size is bounded by `--max-semi-space-size` (16 MiB
+/// per semi-space by default on 64-bit) and changes with allocation pressure.
+pub fn is_young_generation(stack: &Stack) -> bool {
+    stack.kind == StackKind::Mmap
+        && stack.frames.iter().take(16).any(|f| {
+            let n = function(f);
+            ["v8::internal::SemiSpace", "v8::internal::NewSpace", "v8::internal::PagedNewSpace"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+}
+
 /// Node's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
         StackKind::Malloc => {
             if callers(stack).take(6).any(|f| is_backing_store(function(f))) {
                 return Some(MemoryKind::OffHeap);
+            }
+            if crate::analyze::native_interface_caller(&stack.frames).is_some() {
+                // An addon's memory allocated by node inside an N-API function (napi_*).
+                return Some(MemoryKind::Native);
             }
             let f = callers(stack).find(|f| !is_support_library(f))?;
             Some(if is_node_object(object_name(f)) { MemoryKind::Runtime } else { MemoryKind::Native })
