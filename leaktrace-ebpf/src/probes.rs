@@ -564,7 +564,17 @@ fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
-    let hash = crate::unwind::walk(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
+    let native = crate::unwind::walk(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
+    // An interpreter's frames (CPython), when this thread runs Python code: part of the key, so
+    // that the same native stack under different Python callers is a different stack.
+    let py = crate::python::walk(tgid, bpf_get_current_pid_tgid() as u32);
+    let hash = match py {
+        Some(h) => match crate::unwind::mix(native ^ h) {
+            0 => 1,
+            x => x,
+        },
+        None => native,
+    };
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
     if let Some(slot) = seen
         && unsafe { *slot } == hash
@@ -580,6 +590,17 @@ fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
             return 0;
         }
     } else {
+        if py.is_some()
+            && let Some(pybuf) = crate::python::buffer()
+        {
+            match crate::python::PY_STACKS.insert(hash, unsafe { &*pybuf }, BPF_NOEXIST as u64) {
+                Ok(()) | Err(EEXIST) => {}
+                Err(_) => {
+                    count(counter::STACKS_FULL);
+                    return 0;
+                }
+            }
+        }
         match STACKS.insert(hash, &*buf, BPF_NOEXIST as u64) {
             Ok(()) => {
                 // Read through a volatile load: another run of this program on this CPU may
@@ -588,6 +609,7 @@ fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
                     // Another walk reused the buffer before the copy: what was stored may be
                     // its frames.
                     let _ = STACKS.remove(hash);
+                    let _ = crate::python::PY_STACKS.remove(hash);
                     count(counter::STACK_ERROR);
                     return 0;
                 }

@@ -104,6 +104,10 @@ pub struct Tracer {
     ebpf: Ebpf,
     sites: HashMap<MapData, SiteKey, SiteStats>,
     stacks: HashMap<MapData, u64, StackFrames>,
+    /// Interpreter frames of the stacks that have any (same keys as `stacks`).
+    py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
+    /// Traced CPython processes: tgid → where their frames are.
+    py_targets: HashMap<MapData, u32, leaktrace_common::PyTarget>,
     counters: PerCpuArray<MapData, u64>,
     targets: HashMap<MapData, u32, u32>,
     work: HashMap<MapData, u32, u64>,
@@ -217,6 +221,7 @@ impl Tracer {
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
             .map_max_entries("STACKS", limits.max_stacks)
+            .map_max_entries("PY_STACKS", limits.max_stacks)
             .map_max_entries("UNWIND_ROWS", if offsets.is_ok() { limits.max_unwind_rows } else { 1 })
             .override_global(
                 "KERNEL_OFFSETS",
@@ -243,6 +248,8 @@ impl Tracer {
         };
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -274,6 +281,8 @@ impl Tracer {
             ebpf,
             sites,
             stacks,
+            py_stacks,
+            py_targets,
             counters,
             targets,
             work,
@@ -434,6 +443,23 @@ impl Tracer {
     /// system-wide and filter on this set).
     pub fn add_target(&mut self, tgid: u32) -> anyhow::Result<()> {
         self.targets.insert(tgid, 1, 0).context("adding the target to the TARGETS map")
+    }
+
+    /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
+    /// where they are, see [`crate::pyframes`]).
+    pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
+        self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")
+    }
+
+    /// Stop reading the interpreter frames of process `tgid` (it exec'd another program).
+    pub fn remove_python_target(&mut self, tgid: u32) {
+        let _ = self.py_targets.remove(&tgid);
+    }
+
+    /// The interpreter frames stored with stack `key` (innermost first), if it has any.
+    pub fn py_stack(&self, key: u64) -> Option<Vec<leaktrace_common::PyFrame>> {
+        let s = self.py_stacks.get(&key, 0).ok()?;
+        Some(s.frames[..(s.len as usize).min(leaktrace_common::MAX_PY_FRAMES)].to_vec())
     }
 
     /// Print what the kernel side logged since the last call (--debug-unwind; else nothing).

@@ -35,6 +35,10 @@ pub(super) struct Traced {
     pub(super) work_attached: bool,
     /// Managed runtime of the target, once detected.
     pub(super) runtime: Option<crate::runtimes::RuntimeInfo>,
+    /// CPython whose frames the kernel reads at allocations (issue #11), once located.
+    pub(super) python: Option<crate::pyframes::Interpreter>,
+    /// The interpreter's frames were looked for (found or not: once per program image).
+    pub(super) python_tried: bool,
     /// The runtime's own heap figures, sampled at every checkpoint.
     pub(super) gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
     pub(super) probes: Vec<ProbeInfo>,
@@ -240,6 +244,8 @@ impl Traced {
             space: AddressSpace::default(),
             work_attached: probes.iter().any(|p| p.kind == "work"),
             runtime: None,
+            python: None,
+            python_tried: false,
             gauge: None,
             probes,
             probed,
@@ -261,6 +267,7 @@ impl Traced {
         t.watch_cgroup();
         if !launched {
             t.detect_runtime(&objects);
+            t.python_frames(tracer, &objects);
         }
         t.place_teardown_probes(tracer, &objects);
         Ok(t)
@@ -352,6 +359,10 @@ impl Traced {
         // A new program: its runtime is detected anew.
         self.runtime = None;
         self.gauge = None;
+        if self.python.take().is_some() {
+            tracer.remove_python_target(self.pid);
+        }
+        self.python_tried = false;
         self.symbolizer.refresh();
         self.rescan(tracer, mode, pymalloc, work_probe, t_s);
     }
@@ -365,6 +376,29 @@ impl Traced {
             self.warnings.extend(rt.notes.iter().cloned());
             self.gauge = crate::runtimes::gauge(self.pid, &rt);
             self.runtime = Some(rt);
+        }
+    }
+
+    /// When the target runs CPython: have the kernel read its Python frames at allocations
+    /// (once per program image); a note says why not when they cannot be read.
+    pub(super) fn python_frames(&mut self, tracer: &mut Tracer, objects: &[MappedObject]) {
+        if self.python_tried || self.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python) {
+            return;
+        }
+        self.python_tried = true;
+        match crate::pyframes::locate(self.pid, objects) {
+            Ok((interp, target)) => match tracer.add_python_target(self.pid, target) {
+                Ok(()) => {
+                    let (major, minor) = interp.layout.version;
+                    self.warnings.push(format!(
+                        "Python frames (function, file, line) read from CPython {major}.{minor}'s frame chain at each \
+                         allocation by the thread holding the GIL, in place of the eval loop's frames"
+                    ));
+                    self.python = Some(interp);
+                }
+                Err(e) => self.warnings.push(format!("Python frames are not read: {e:#}")),
+            },
+            Err(why) => self.warnings.push(why),
         }
     }
 
@@ -401,6 +435,7 @@ impl Traced {
             }
         }
         self.detect_runtime(&objects);
+        self.python_frames(tracer, &objects);
         if let (Some(spec), false) = (work_probe, self.work_attached)
             && let Some((obj, off)) = discover::find_work_function(spec, &objects)
         {
@@ -614,6 +649,14 @@ impl Traced {
             }
         }
         let truncated = if lost { None } else { truncation(end, &frames) };
+        // CPython frames read with this stack, in place of the interpreter's eval loop.
+        if key.stack != 0
+            && let Some(py) = self.python.as_mut()
+            && let Some(raw) = tracer.py_stack(key.stack)
+        {
+            let py_frames = py.frames(&raw);
+            frames = crate::pyframes::merge(frames, py_frames);
+        }
         let id = self.stacks.len() as u32;
         self.stacks.push(Stack {
             id,

@@ -1,0 +1,379 @@
+//! CPython frames in the stacks: where a traced interpreter keeps its frame chain (given to the
+//! kernel side at attach, see `leaktrace-ebpf/src/python.rs`), and the code objects the kernel
+//! found there turned into Python frames (qualified name, file, line) read from the target's
+//! memory. See docs/ARCHITECTURE.md ("Python frames").
+//!
+//! Structure offsets come from [`LAYOUTS`], one per supported version, measured with
+//! `offsetof` on the version's own headers (`Include/internal/*.h`, built with `Py_BUILD_CORE`)
+//! and checked at attach against the running interpreter: its `Py_Version` and the object that
+//! defines `_PyRuntime`.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt as _;
+use std::path::Path;
+
+use leaktrace_common::{PyFrame, PyTarget, py_offset};
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+use crate::discover::MappedObject;
+use crate::recording::{Frame, FrameKind};
+
+/// The structure offsets of one CPython version (bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// (major, minor).
+    pub version: (u8, u8),
+    /// `_PyRuntime` → the pointer to the thread state holding the GIL.
+    pub runtime_tstate_current: u64,
+    /// Offsets the kernel follows ([`PyTarget::offsets`]).
+    pub kernel: [u32; py_offset::NUM],
+    /// `PyCodeObject` fields.
+    pub co_code_adaptive: u64,
+    pub co_filename: u64,
+    pub co_name: u64,
+    pub co_qualname: u64,
+    pub co_firstlineno: u64,
+    pub co_linetable: u64,
+    /// `sizeof(PyASCIIObject)` and `sizeof(PyCompactUnicodeObject)`: where a compact string's
+    /// characters start.
+    pub ascii_header: u64,
+    pub compact_header: u64,
+}
+
+/// The supported versions. 3.11: `_PyRuntime.gilstate.tstate_current`,
+/// `PyThreadState.cframe` → `_PyCFrame.current_frame` → `_PyInterpreterFrame` { `f_code`,
+/// `prev_instr`, `previous` }, `PyThreadState.native_thread_id` (identical in 3.11.2 and 3.11.7).
+pub const LAYOUTS: &[Layout] = &[Layout {
+    version: (3, 11),
+    runtime_tstate_current: 576,
+    kernel: [56, 8, 160, 32, 56, 48],
+    co_code_adaptive: 184,
+    co_filename: 112,
+    co_name: 120,
+    co_qualname: 128,
+    co_firstlineno: 72,
+    co_linetable: 136,
+    ascii_header: 48,
+    compact_header: 72,
+}];
+
+/// A traced interpreter: its layout and the code objects already read.
+pub struct Interpreter {
+    pub layout: Layout,
+    pid: u32,
+    code: HashMap<u64, Option<Code>>,
+}
+
+/// What a code object says of itself.
+#[derive(Clone, Debug)]
+struct Code {
+    qualname: String,
+    filename: String,
+    firstlineno: u32,
+    linetable: Vec<u8>,
+}
+
+/// Find the interpreter of `pid` among its `objects` (the object that defines `_PyRuntime`:
+/// libpython, or a statically linked python executable) and where its frames are. Err: why the
+/// frames cannot be read (one line, for the report's notes).
+pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarget), String> {
+    let mut found = None;
+    for o in objects {
+        let name = o.path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        if !(name.starts_with("libpython") || name.starts_with("python")) {
+            continue;
+        }
+        if let Some(s) = runtime_symbols(&o.open_path) {
+            found = Some((o, s));
+            break;
+        }
+    }
+    let Some((obj, (runtime_vaddr, version, first_load))) = found else {
+        return Err("Python frames are not read: no object of the process defines _PyRuntime".into());
+    };
+    let (major, minor) = version.ok_or_else(|| {
+        format!("Python frames are not read: {} has no Py_Version (CPython before 3.11)", obj.path.display())
+    })?;
+    let layout = LAYOUTS.iter().find(|l| l.version == (major, minor)).ok_or_else(|| {
+        format!("Python frames are not read: CPython {major}.{minor} is not supported (supported: 3.11); stacks are native only")
+    })?;
+    let bias = load_bias(pid, obj, first_load)
+        .ok_or_else(|| format!("Python frames are not read: {} is not mapped at offset 0", obj.path.display()))?;
+    let target = PyTarget {
+        tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate_current,
+        offsets: layout.kernel,
+    };
+    Ok((Interpreter { layout: *layout, pid, code: HashMap::new() }, target))
+}
+
+/// `_PyRuntime`'s virtual address, the version from `Py_Version` (3.11+), and the lowest
+/// PT_LOAD's virtual address (page-aligned), for an object that defines `_PyRuntime`.
+fn runtime_symbols(path: &Path) -> Option<(u64, Option<(u8, u8)>, u64)> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let mut runtime = None;
+    let mut version = None;
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        if sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        match sym.name() {
+            Ok("_PyRuntime") if runtime.is_none() => runtime = Some(sym.address()),
+            Ok("Py_Version") if version.is_none() => {
+                // A const unsigned long (PY_VERSION_HEX) in a file-backed section.
+                let v = file
+                    .segments()
+                    .find_map(|s| {
+                        let (a, size) = (s.address(), s.size());
+                        if !(a..a + size).contains(&sym.address()) {
+                            return None;
+                        }
+                        let bytes = s.data().ok()?;
+                        let at = (sym.address() - a) as usize;
+                        bytes.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                    })
+                    .unwrap_or(0);
+                if v != 0 {
+                    version = Some(((v >> 24) as u8, (v >> 16) as u8));
+                }
+            }
+            _ => {}
+        }
+    }
+    let first_load = file.segments().map(|s| s.address() & !0xfff).min().unwrap_or(0);
+    Some((runtime?, version, first_load))
+}
+
+/// Where `obj` is loaded in `pid`: the start of its mapping at file offset 0 minus its first
+/// segment's address (0 for a non-PIE executable).
+fn load_bias(pid: u32, obj: &MappedObject, first_load: u64) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let range = f.next()?;
+        let _perms = f.next()?;
+        let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+        let _dev = f.next()?;
+        let inode: u64 = f.next()?.parse().ok()?;
+        if inode != obj.inode || offset != 0 {
+            return None;
+        }
+        let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+        Some(start.wrapping_sub(first_load))
+    })
+}
+
+impl Interpreter {
+    /// The Python frames of `frames` (innermost first, as the kernel read them): code objects
+    /// read from the process's memory once each. Frames whose code object cannot be read are
+    /// left out.
+    pub fn frames(&mut self, frames: &[PyFrame]) -> Vec<Frame> {
+        let mut out = Vec::with_capacity(frames.len());
+        for f in frames {
+            let layout = self.layout;
+            let pid = self.pid;
+            let code = self.code.entry(f.code).or_insert_with(|| read_code(pid, &layout, f.code));
+            let Some(code) = code else { continue };
+            let index = f.instr.wrapping_sub(f.code + layout.co_code_adaptive) as i64 / 2;
+            let line = if (0..1 << 24).contains(&index) {
+                line_of(&code.linetable, code.firstlineno, index as u32)
+            } else {
+                Some(code.firstlineno)
+            };
+            out.push(Frame {
+                addr: f.code,
+                function: Some(code.qualname.clone()),
+                file: Some(code.filename.clone()),
+                line,
+                kind: FrameKind::Python,
+                ..Default::default()
+            });
+        }
+        out
+    }
+}
+
+fn read_mem(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+    let f = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, addr).ok()?;
+    Some(buf)
+}
+
+fn read_u64(pid: u32, addr: u64) -> Option<u64> {
+    read_mem(pid, addr, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+}
+
+/// A code object's names, first line and line table.
+fn read_code(pid: u32, l: &Layout, code: u64) -> Option<Code> {
+    let qualname = read_str(pid, l, read_u64(pid, code + l.co_qualname)?)
+        .or_else(|| read_str(pid, l, read_u64(pid, code + l.co_name)?))?;
+    let filename = read_str(pid, l, read_u64(pid, code + l.co_filename)?)?;
+    let firstlineno = read_mem(pid, code + l.co_firstlineno, 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))?;
+    let table = read_u64(pid, code + l.co_linetable)?;
+    // PyBytesObject: ob_size at 16, the bytes at 32.
+    let len = read_u64(pid, table + 16)?;
+    let linetable = if len <= 1 << 20 { read_mem(pid, table + 32, len as usize)? } else { Vec::new() };
+    Some(Code { qualname, filename, firstlineno, linetable })
+}
+
+/// A compact `str` object's text (ASCII or 1-, 2- or 4-byte kinds), at most 4096 characters.
+fn read_str(pid: u32, l: &Layout, obj: u64) -> Option<String> {
+    if obj == 0 {
+        return None;
+    }
+    let head = read_mem(pid, obj + 16, 24)?;
+    let length = u64::from_le_bytes(head[0..8].try_into().unwrap());
+    let state = u32::from_le_bytes(head[16..20].try_into().unwrap());
+    let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+    if compact == 0 || length > 4096 || !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let data = obj + if ascii == 1 { l.ascii_header } else { l.compact_header };
+    let raw = read_mem(pid, data, length as usize * kind as usize)?;
+    let chars: Option<String> = match kind {
+        1 => Some(raw.iter().map(|&b| b as char).collect()),
+        2 => raw.chunks(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32)).collect(),
+        _ => raw.chunks(4).map(|c| char::from_u32(u32::from_le_bytes(c.try_into().unwrap()))).collect(),
+    };
+    chars
+}
+
+/// The line of code unit `index` (instruction offset / 2) in a CPython 3.11+ location table
+/// (`co_linetable`, Objects/locations.md), counted from `firstlineno`; None where the table
+/// says the instruction has no line, or does not cover it.
+pub fn line_of(table: &[u8], firstlineno: u32, index: u32) -> Option<u32> {
+    let mut line = firstlineno as i64;
+    let mut at = 0u32;
+    let mut i = 0usize;
+    while i < table.len() {
+        let first = table[i];
+        if first & 0x80 == 0 {
+            return None; // not the start of an entry: a table we do not understand
+        }
+        i += 1;
+        let code = (first >> 3) & 15;
+        let units = (first & 7) as u32 + 1;
+        let mut has_line = true;
+        match code {
+            15 => has_line = false,
+            14 => {
+                line += svarint(table, &mut i)?;
+                for _ in 0..3 {
+                    varint(table, &mut i)?;
+                }
+            }
+            13 => line += svarint(table, &mut i)?,
+            10..=12 => {
+                line += (code - 10) as i64;
+                i += 2;
+            }
+            _ => i += 1,
+        }
+        if index < at + units {
+            return (has_line && line > 0).then_some(line as u32);
+        }
+        at += units;
+    }
+    None
+}
+
+fn varint(t: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let b = *t.get(*i)?;
+        *i += 1;
+        v |= ((b & 63) as u64) << shift;
+        if b & 64 == 0 || shift > 56 {
+            return Some(v);
+        }
+        shift += 6;
+    }
+}
+
+fn svarint(t: &[u8], i: &mut usize) -> Option<i64> {
+    let v = varint(t, i)?;
+    Some(if v & 1 == 1 { -((v >> 1) as i64) } else { (v >> 1) as i64 })
+}
+
+/// Put the Python frames `py` (innermost first) in `native` in place of the interpreter's eval
+/// loop: at the first `_PyEval_EvalFrameDefault` frame, and without the later ones (each of
+/// them runs some of these Python frames); at the end when the walk did not reach the eval loop.
+pub fn merge(native: Vec<Frame>, py: Vec<Frame>) -> Vec<Frame> {
+    if py.is_empty() {
+        return native;
+    }
+    let is_eval = |f: &Frame| f.function.as_deref().is_some_and(|n| n == "_PyEval_EvalFrameDefault");
+    let mut out = Vec::with_capacity(native.len() + py.len());
+    let mut py = Some(py);
+    for f in native {
+        if is_eval(&f) {
+            if let Some(p) = py.take() {
+                out.extend(p);
+            }
+            continue;
+        }
+        out.push(f);
+    }
+    if let Some(p) = py {
+        out.extend(p);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The line table of this function, compiled by CPython 3.11.7 (`f.__code__.co_linetable`,
+    /// co_firstlineno 1); the expected line of each code unit is from `f.__code__.co_lines()`:
+    ///
+    /// ```python
+    /// def f(x):          # 1
+    ///     y = x + 1      # 2
+    ///
+    ///     return g(y,    # 4
+    ///              x)    # 5
+    /// ```
+    #[test]
+    fn line_table_311() {
+        let table: &[u8] = &[
+            0x80, 0x00, 0xd8, 0x08, 0x09, 0x88, 0x41, 0x89, 0x05, 0x80, 0x41, 0xe5, 0x0b, 0x0c, 0x88, 0x51, 0xd8, 0x0d,
+            0x0e, 0xf1, 0x03, 0x01, 0x0c, 0x10, 0xf4, 0x00, 0x01, 0x0c, 0x10, 0xf0, 0x00, 0x01, 0x05, 0x10,
+        ];
+        let expect: &[(u32, Option<u32>)] = &[
+            (0, Some(1)),
+            (1, Some(2)),
+            (2, Some(2)),
+            (3, Some(2)),
+            (4, Some(2)),
+            (5, Some(2)),
+            (6, Some(4)),
+            (7, Some(4)),
+            (8, Some(4)),
+            (9, Some(4)),
+            (10, Some(4)),
+            (11, Some(4)),
+            (12, Some(4)),
+            (13, Some(5)),
+            (14, Some(4)),
+            (15, Some(4)),
+            (16, Some(4)),
+            (17, Some(4)),
+            (18, Some(4)),
+            (19, Some(4)),
+            (20, Some(4)),
+            (21, Some(4)),
+        ];
+        // the first unit past the table has no line
+        assert_eq!(line_of(table, 1, 22), None);
+        for &(unit, line) in expect {
+            assert_eq!(line_of(table, 1, unit), line, "code unit {unit}");
+        }
+        // Counted from the code object's first line.
+        assert_eq!(line_of(table, 40, 13), Some(44));
+        // Not a table (no entry start bit): no line rather than a wrong one.
+        assert_eq!(line_of(&[0x01, 0x02], 1, 0), None);
+    }
+}
