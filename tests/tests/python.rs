@@ -1,7 +1,15 @@
 //! A real program nobody here wrote: CPython (with a shared libpython) growing a list of 1 KiB
 //! bytes objects, traced by `leaktrace record --pid PID` until the script says it is done (then
 //! SIGINT ends the recording: the test does not depend on how fast a loaded machine runs it).
+//!
+//! Python frames (issue #11): a C extension built -O2 without frame pointers leaks the strdup'd
+//! copy of every record (tsparse_ext.parse_record), called from Python code whose lines the test
+//! reads from the script; the leaking site's stack names the Python functions and lines in
+//! place of the eval loop, in report.json, report.md, stacks.folded and live.svg, under pyenv's
+//! shared-libpython 3.11 and Debian's statically linked /usr/bin/python3.11, exact and sampled.
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use leaktrace_tests::*;
@@ -63,4 +71,113 @@ fn python_list_growth_traced_into_libpython() {
     assert_eq!(t["pid"].as_u64(), Some(target.pid as u64));
     assert_eq!(t["launched"].as_bool(), Some(false));
     assert_eq!(r.get(&["end_reason"]).as_str(), Some("signal"), "ended by SIGINT\n{ctx}");
+}
+
+/// Debian's CPython 3.11: the interpreter statically linked into the executable.
+const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
+
+/// The directory holding tsparse_ext*.so built -O2 without frame pointers against the test's
+/// python3, which must be 3.11 (the extension is loaded by Debian's 3.11 too: same ABI).
+fn tsparse_ext_311() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = temp_root().join("fixtures-pyframes");
+        std::fs::create_dir_all(&dir).expect("create fixtures dir");
+        let cfg = |var: &str| {
+            let o = Command::new(python())
+                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+                .output()
+                .expect("python3");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let (include, suffix, version) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"), cfg("py_version_short"));
+        assert_eq!(version, "3.11", "the Python frame tests need python3 to be CPython 3.11 (pyenv 3.11.7)");
+        let o = Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
+            .arg(dir.join(format!("tsparse_ext{suffix}")))
+            .arg(fixture_source("runtimes").join("tsparse_ext.c"))
+            .output()
+            .expect("gcc");
+        assert!(o.status.success(), "gcc tsparse_ext.c: {}", String::from_utf8_lossy(&o.stderr));
+        dir
+    })
+}
+
+/// The 1-based line of pyframes_leak.py that contains `text`.
+fn script_line(script: &Path, text: &str) -> u64 {
+    let src = std::fs::read_to_string(script).expect("read pyframes_leak.py");
+    src.lines().position(|l| l.contains(text)).map(|i| i as u64 + 1).unwrap_or_else(|| panic!("no `{text}` in script"))
+}
+
+/// Record pyframes_leak.py under `interpreter` (extra leaktrace options `extra`) and check that
+/// the leak's stack reads strdup ← parse_record ← Handler.handle (line of the parse_record call)
+/// ← serve (line of the handle call) ← <module>, in every output.
+fn python_frames_name_the_callers(name: &str, interpreter: &Path, extra: &[&str]) {
+    require_root();
+    assert!(interpreter.exists(), "{} is not installed", interpreter.display());
+    let script = fixture_source("runtimes").join("pyframes_leak.py");
+    let leak_line = script_line(&script, "tsparse_ext.parse_record(rec)");
+    let call_line = script_line(&script, "h.handle(i)");
+    let out = OutDir::new(name);
+    let mut cmd = Command::new(interpreter);
+    cmd.arg(&script).arg(tsparse_ext_311()).arg("60");
+    let mut args = vec!["--duration", "8s"];
+    args.extend_from_slice(extra);
+    let o = record_launch(&out, &args, cmd);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
+    assert!(
+        r.json["warnings"].as_array().into_iter().flatten().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("Python frames (function, file, line) read from CPython 3.11"))),
+        "no note that Python frames are read\n{ctx}"
+    );
+    // The leak, named by the extension's function (the culprit stays native).
+    let site = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "function") == "parse_record")
+        .max_by_key(|s| u64_of(s, "live_bytes"))
+        .unwrap_or_else(|| panic!("no parse_record site\n{ctx}"));
+    assert_eq!(str_of(site, "class"), "leak", "{ctx}");
+    let frames = site["frames"].as_array().unwrap();
+    let at = frames.iter().position(|f| f["function"] == "parse_record").expect("parse_record frame");
+    let py = |i: usize| &frames[at + i];
+    let expect = [("Handler.handle", leak_line), ("serve", call_line)];
+    for (i, (func, line)) in expect.iter().enumerate() {
+        let f = py(1 + i);
+        assert_eq!(f["kind"], "python", "frame {} after parse_record: {f}\n{ctx}", 1 + i);
+        assert_eq!(f["function"], *func, "{f}\n{ctx}");
+        assert_eq!(f["line"].as_u64(), Some(*line), "{func}'s line: {f}\n{ctx}");
+        assert!(str_of(f, "file").ends_with("pyframes_leak.py"), "{f}\n{ctx}");
+    }
+    assert_eq!(py(3)["function"], "<module>", "{ctx}");
+    assert!(
+        !frames.iter().any(|f| f["function"] == "_PyEval_EvalFrameDefault"),
+        "the eval loop's frames are still in the stack\n{ctx}"
+    );
+    assert!(frames[..at].iter().all(|f| f["kind"] == "native"), "{ctx}");
+    // The same stack in the other outputs.
+    let read = |f: &str| std::fs::read_to_string(out.path.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let handle = format!("Handler.handle (pyframes_leak.py:{leak_line})");
+    let folded = format!("serve (pyframes_leak.py:{call_line});{handle};parse_record;");
+    assert!(read("stacks.folded").contains(&folded), "no `{folded}` in stacks.folded\n{ctx}");
+    assert!(read("live.svg").contains(&handle), "no `{handle}` in live.svg\n{ctx}");
+    assert!(read("report.md").contains(&format!("[py] {handle}")), "no `[py] {handle}` in report.md\n{ctx}");
+}
+
+#[test]
+fn python_frames_shared_libpython_311() {
+    python_frames_name_the_callers("pyframes-pyenv", python(), &[]);
+}
+
+#[test]
+fn python_frames_shared_libpython_311_sampled() {
+    python_frames_name_the_callers("pyframes-pyenv-sampled", python(), &["--sample-bytes", "4096"]);
+}
+
+#[test]
+fn python_frames_debian_static_311() {
+    python_frames_name_the_callers("pyframes-debian", Path::new(DEBIAN_PYTHON), &[]);
 }
