@@ -88,7 +88,7 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
             break;
         }
     }
-    let Some((obj, (runtime_vaddr, version, first_load))) = found else {
+    let Some((obj, RuntimeSymbols { runtime: runtime_vaddr, version, first_load })) = found else {
         return Err("Python frames are not read: no object of the process defines _PyRuntime".into());
     };
     let (major, minor) = version.ok_or_else(|| {
@@ -106,9 +106,18 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
     Ok((Interpreter { layout: *layout, pid, code: HashMap::new() }, target))
 }
 
-/// `_PyRuntime`'s virtual address, the version from `Py_Version` (3.11+), and the lowest
-/// PT_LOAD's virtual address (page-aligned), for an object that defines `_PyRuntime`.
-fn runtime_symbols(path: &Path) -> Option<(u64, Option<(u8, u8)>, u64)> {
+/// What an object that defines `_PyRuntime` says of it.
+struct RuntimeSymbols {
+    /// `_PyRuntime`'s virtual address.
+    runtime: u64,
+    /// (major, minor) from `Py_Version` (3.11+).
+    version: Option<(u8, u8)>,
+    /// The lowest segment's virtual address, page-aligned.
+    first_load: u64,
+}
+
+/// The [`RuntimeSymbols`] of `path`; None when it does not define `_PyRuntime`.
+fn runtime_symbols(path: &Path) -> Option<RuntimeSymbols> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let mut runtime = None;
@@ -141,7 +150,7 @@ fn runtime_symbols(path: &Path) -> Option<(u64, Option<(u8, u8)>, u64)> {
         }
     }
     let first_load = file.segments().map(|s| s.address() & !0xfff).min().unwrap_or(0);
-    Some((runtime?, version, first_load))
+    Some(RuntimeSymbols { runtime: runtime?, version, first_load })
 }
 
 /// Where `obj` is loaded in `pid`: the start of its mapping at file offset 0 minus its first
