@@ -420,7 +420,8 @@ pub struct PyStack {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PyTarget {
     /// Address in the target of the `PyThreadState *` of the thread holding the GIL (3.11:
-    /// `&_PyRuntime.gilstate.tstate_current`).
+    /// `&_PyRuntime.gilstate.tstate_current`), or of the first pointer of the path to it
+    /// ([`py_offset::TSTATE_PATH1`]).
     pub tstate_addr: u64,
     /// Field offsets in bytes, indexed by [`py_offset`].
     pub offsets: [u32; py_offset::NUM],
@@ -444,7 +445,14 @@ pub mod py_offset {
     pub const FRAME_INSTR: usize = 4;
     /// Frame → the calling frame (3.11: `previous`).
     pub const FRAME_PREVIOUS: usize = 5;
-    pub const NUM: usize = 6;
+    /// When not [`NONE`]: the pointer read at [`super::PyTarget::tstate_addr`] is not the thread
+    /// state yet, but the structure whose field at this offset is followed (3.12: `_PyRuntime
+    /// .interpreters.main` → `PyInterpreterState.ceval.gil`).
+    pub const TSTATE_PATH1: usize = 6;
+    /// When not [`NONE`]: one more pointer followed after [`TSTATE_PATH1`] (3.12:
+    /// `_gil_runtime_state.last_holder`, the thread state that took the GIL last).
+    pub const TSTATE_PATH2: usize = 7;
+    pub const NUM: usize = 8;
     /// An offset that is not used.
     pub const NONE: u32 = u32::MAX;
 }

@@ -60,7 +60,15 @@ pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
     unsafe { (*buf).len = 0 };
     let t = unsafe { *PY_TARGETS.get_ptr(tgid)? };
     let off = |i: usize| t.offsets[i];
-    let tstate = read_u64(t.tstate_addr)?;
+    let mut tstate = read_u64(t.tstate_addr)?;
+    for hop in [py_offset::TSTATE_PATH1, py_offset::TSTATE_PATH2] {
+        if tstate == 0 {
+            return None;
+        }
+        if off(hop) != py_offset::NONE {
+            tstate = read_u64(tstate + off(hop) as u64)?;
+        }
+    }
     if tstate == 0 {
         return None;
     }

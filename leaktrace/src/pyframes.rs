@@ -23,8 +23,9 @@ use crate::recording::{Frame, FrameKind};
 pub struct Layout {
     /// (major, minor).
     pub version: (u8, u8),
-    /// `_PyRuntime` → the pointer to the thread state holding the GIL.
-    pub runtime_tstate_current: u64,
+    /// Offset in `_PyRuntime` of the pointer to the thread state holding the GIL, or of the
+    /// first pointer of the path to it (`py_offset::TSTATE_PATH1`).
+    pub runtime_tstate: u64,
     /// Offsets the kernel follows ([`PyTarget::offsets`]).
     pub kernel: [u32; py_offset::NUM],
     /// `PyCodeObject` fields.
@@ -40,22 +41,46 @@ pub struct Layout {
     pub compact_header: u64,
 }
 
-/// The supported versions. 3.11: `_PyRuntime.gilstate.tstate_current`,
-/// `PyThreadState.cframe` → `_PyCFrame.current_frame` → `_PyInterpreterFrame` { `f_code`,
-/// `prev_instr`, `previous` }, `PyThreadState.native_thread_id` (identical in 3.11.2 and 3.11.7).
-pub const LAYOUTS: &[Layout] = &[Layout {
-    version: (3, 11),
-    runtime_tstate_current: 576,
-    kernel: [56, 8, 160, 32, 56, 48],
-    co_code_adaptive: 184,
-    co_filename: 112,
-    co_name: 120,
-    co_qualname: 128,
-    co_firstlineno: 72,
-    co_linetable: 136,
-    ascii_header: 48,
-    compact_header: 72,
-}];
+const NONE: u32 = py_offset::NONE;
+
+/// The supported versions.
+///
+/// - 3.11: `_PyRuntime.gilstate.tstate_current` (the GIL holder, NULL when no thread holds
+///   it) → `PyThreadState.cframe` → `_PyCFrame.current_frame` → `_PyInterpreterFrame`
+///   { `f_code`, `prev_instr`, `previous` }; `PyThreadState.native_thread_id`. Identical in
+///   3.11.2 (Debian) and 3.11.7 (pyenv).
+/// - 3.12: the thread state is thread-local (`_Py_tss_tstate`), so the GIL's last holder:
+///   `_PyRuntime.interpreters.main` → `PyInterpreterState.ceval.gil` →
+///   `_gil_runtime_state.last_holder`; the frame chain as in 3.11, with the C stack's shim
+///   frames (`<shim>` code objects) left out by the agent.
+pub const LAYOUTS: &[Layout] = &[
+    Layout {
+        version: (3, 11),
+        runtime_tstate: 576,
+        kernel: [56, 8, 160, 32, 56, 48, NONE, NONE],
+        co_code_adaptive: 184,
+        co_filename: 112,
+        co_name: 120,
+        co_qualname: 128,
+        co_firstlineno: 72,
+        co_linetable: 136,
+        ascii_header: 48,
+        compact_header: 72,
+    },
+    Layout {
+        version: (3, 12),
+        runtime_tstate: 48,
+        kernel: [56, 0, 144, 0, 56, 8, 384, 8],
+        co_code_adaptive: 192,
+        co_filename: 112,
+        co_name: 120,
+        co_qualname: 128,
+        co_firstlineno: 68,
+        co_linetable: 136,
+        ascii_header: 40,
+        compact_header: 56,
+    },
+];
 
 /// A traced interpreter: its layout and the code objects already read.
 pub struct Interpreter {
@@ -95,14 +120,16 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
         format!("Python frames are not read: {} has no Py_Version (CPython before 3.11)", obj.path.display())
     })?;
     let layout = LAYOUTS.iter().find(|l| l.version == (major, minor)).ok_or_else(|| {
-        format!("Python frames are not read: CPython {major}.{minor} is not supported (supported: 3.11); stacks are native only")
+        let supported: Vec<String> = LAYOUTS.iter().map(|l| format!("{}.{}", l.version.0, l.version.1)).collect();
+        format!(
+            "Python frames are not read: CPython {major}.{minor} is not supported (supported: {}); stacks are native only",
+            supported.join(", ")
+        )
     })?;
     let bias = load_bias(pid, obj, first_load)
         .ok_or_else(|| format!("Python frames are not read: {} is not mapped at offset 0", obj.path.display()))?;
-    let target = PyTarget {
-        tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate_current,
-        offsets: layout.kernel,
-    };
+    let target =
+        PyTarget { tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate, offsets: layout.kernel };
     Ok((Interpreter { layout: *layout, pid, code: HashMap::new() }, target))
 }
 
@@ -183,6 +210,10 @@ impl Interpreter {
             let pid = self.pid;
             let code = self.code.entry(f.code).or_insert_with(|| read_code(pid, &layout, f.code));
             let Some(code) = code else { continue };
+            if code.filename == "<shim>" {
+                // 3.12+: the frame the eval loop pushes on entry from C (owned by the C stack).
+                continue;
+            }
             let index = f.instr.wrapping_sub(f.code + layout.co_code_adaptive) as i64 / 2;
             let line = if (0..1 << 24).contains(&index) {
                 line_of(&code.linetable, code.firstlineno, index as u32)

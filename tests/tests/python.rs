@@ -6,7 +6,8 @@
 //! copy of every record (tsparse_ext.parse_record), called from Python code whose lines the test
 //! reads from the script; the leaking site's stack names the Python functions and lines in
 //! place of the eval loop, in report.json, report.md, stacks.folded and live.svg, under pyenv's
-//! shared-libpython 3.11 and Debian's statically linked /usr/bin/python3.11, exact and sampled.
+//! shared-libpython 3.11 (exact and sampled) and 3.12, and Debian's statically linked
+//! /usr/bin/python3.11.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -76,22 +77,32 @@ fn python_list_growth_traced_into_libpython() {
 /// Debian's CPython 3.11: the interpreter statically linked into the executable.
 const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 
+/// pyenv's CPython 3.12 (shared libpython).
+const PYENV_312: &str = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+
 /// The directory holding tsparse_ext*.so built -O2 without frame pointers against the test's
 /// python3, which must be 3.11 (the extension is loaded by Debian's 3.11 too: same ABI).
 fn tsparse_ext_311() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = temp_root().join("fixtures-pyframes");
+    DIR.get_or_init(|| tsparse_ext_for(python(), "3.11"))
+}
+
+/// tsparse_ext*.so built against `interpreter`'s headers, which must be CPython `version`.
+fn tsparse_ext_for(interpreter: &Path, version: &str) -> PathBuf {
+    {
+        let dir = temp_root().join(format!("fixtures-pyframes-{version}"));
         std::fs::create_dir_all(&dir).expect("create fixtures dir");
         let cfg = |var: &str| {
-            let o = Command::new(python())
+            let o = Command::new(interpreter)
                 .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
                 .output()
                 .expect("python3");
             String::from_utf8_lossy(&o.stdout).trim().to_string()
         };
+        let version_wanted = version;
         let (include, suffix, version) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"), cfg("py_version_short"));
-        assert_eq!(version, "3.11", "the Python frame tests need python3 to be CPython 3.11 (pyenv 3.11.7)");
+        let (version_found, version) = (version, version_wanted);
+        assert_eq!(version_found, version, "{} is not CPython {version}", interpreter.display());
         let o = Command::new("gcc")
             .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
             .arg(dir.join(format!("tsparse_ext{suffix}")))
@@ -100,7 +111,7 @@ fn tsparse_ext_311() -> &'static Path {
             .expect("gcc");
         assert!(o.status.success(), "gcc tsparse_ext.c: {}", String::from_utf8_lossy(&o.stderr));
         dir
-    })
+    }
 }
 
 /// The 1-based line of pyframes_leak.py that contains `text`.
@@ -112,7 +123,7 @@ fn script_line(script: &Path, text: &str) -> u64 {
 /// Record pyframes_leak.py under `interpreter` (extra leaktrace options `extra`) and check that
 /// the leak's stack reads strdup ← parse_record ← Handler.handle (line of the parse_record call)
 /// ← serve (line of the handle call) ← <module>, in every output.
-fn python_frames_name_the_callers(name: &str, interpreter: &Path, extra: &[&str]) {
+fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, version: &str, extra: &[&str]) {
     require_root();
     assert!(interpreter.exists(), "{} is not installed", interpreter.display());
     let script = fixture_source("runtimes").join("pyframes_leak.py");
@@ -120,7 +131,7 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, extra: &[&str]
     let call_line = script_line(&script, "h.handle(i)");
     let out = OutDir::new(name);
     let mut cmd = Command::new(interpreter);
-    cmd.arg(&script).arg(tsparse_ext_311()).arg("60");
+    cmd.arg(&script).arg(ext).arg("60");
     let mut args = vec!["--duration", "8s"];
     args.extend_from_slice(extra);
     let o = record_launch(&out, &args, cmd);
@@ -128,9 +139,9 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, extra: &[&str]
     let r = Report::load(&out.path);
     let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
     assert!(
-        r.json["warnings"].as_array().into_iter().flatten().any(|w| w
-            .as_str()
-            .is_some_and(|w| w.starts_with("Python frames (function, file, line) read from CPython 3.11"))),
+        r.json["warnings"].as_array().into_iter().flatten().any(|w| w.as_str().is_some_and(
+            |w| w.starts_with(&format!("Python frames (function, file, line) read from CPython {version}"))
+        )),
         "no note that Python frames are read\n{ctx}"
     );
     // The leak, named by the extension's function (the culprit stays native).
@@ -153,6 +164,7 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, extra: &[&str]
         assert!(str_of(f, "file").ends_with("pyframes_leak.py"), "{f}\n{ctx}");
     }
     assert_eq!(py(3)["function"], "<module>", "{ctx}");
+    assert_ne!(py(4)["kind"], "python", "a Python frame past <module> (a shim?): {}\n{ctx}", py(4));
     assert!(
         !frames.iter().any(|f| f["function"] == "_PyEval_EvalFrameDefault"),
         "the eval loop's frames are still in the stack\n{ctx}"
@@ -169,15 +181,29 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, extra: &[&str]
 
 #[test]
 fn python_frames_shared_libpython_311() {
-    python_frames_name_the_callers("pyframes-pyenv", python(), &[]);
+    python_frames_name_the_callers("pyframes-pyenv", python(), tsparse_ext_311(), "3.11", &[]);
 }
 
 #[test]
 fn python_frames_shared_libpython_311_sampled() {
-    python_frames_name_the_callers("pyframes-pyenv-sampled", python(), &["--sample-bytes", "4096"]);
+    python_frames_name_the_callers(
+        "pyframes-pyenv-sampled",
+        python(),
+        tsparse_ext_311(),
+        "3.11",
+        &["--sample-bytes", "4096"],
+    );
 }
 
 #[test]
 fn python_frames_debian_static_311() {
-    python_frames_name_the_callers("pyframes-debian", Path::new(DEBIAN_PYTHON), &[]);
+    python_frames_name_the_callers("pyframes-debian", Path::new(DEBIAN_PYTHON), tsparse_ext_311(), "3.11", &[]);
+}
+
+/// 3.12: the GIL holder is found through the main interpreter's GIL (`last_holder`), and the
+/// C stack's shim frames are left out.
+#[test]
+fn python_frames_shared_libpython_312() {
+    let py = Path::new(PYENV_312);
+    python_frames_name_the_callers("pyframes-312", py, &tsparse_ext_for(py, "3.12"), "3.12", &[]);
 }
