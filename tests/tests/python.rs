@@ -207,3 +207,32 @@ fn python_frames_shared_libpython_312() {
     let py = Path::new(PYENV_312);
     python_frames_name_the_callers("pyframes-312", py, &tsparse_ext_for(py, "3.12"), "3.12", &[]);
 }
+
+/// A pure Python allocation (with --pymalloc): the objects grow.py keeps in its list are made by
+/// the interpreter for one line of the script, which is the culprit of their sites
+/// (`<module> (grow.py:LINE)`), not an interpreter function. (--max-stacks: imports at startup
+/// make thousands of distinct stacks once every object allocation is traced.)
+#[test]
+fn python_frames_name_the_line_of_a_pure_python_leak() {
+    require_root();
+    let script = fixture_source("runtimes").join("grow.py");
+    let line = script_line(&script, "hoard.append(");
+    let out = OutDir::new("pyframes-pure");
+    let mut cmd = Command::new(python());
+    cmd.arg(&script).args(["managed", "5000"]);
+    let o = record_launch(&out, &["--pymalloc", "--max-stacks", "200000", "--duration", "8s"], cmd);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
+    let want = format!("<module> (grow.py:{line})");
+    let leaks: Vec<&Value> = r.sites().iter().filter(|s| str_of(s, "class") == "leak").collect();
+    assert!(!leaks.is_empty(), "no leak site\n{ctx}");
+    assert_eq!(str_of(leaks[0], "function"), want, "the largest leak's culprit\n{ctx}");
+    let culprit = leaks[0]["culprit_frame"].as_u64().expect("culprit index") as usize;
+    let f = &leaks[0]["frames"][culprit];
+    assert_eq!((f["kind"].as_str(), f["line"].as_u64()), (Some("python"), Some(line)), "{f}\n{ctx}");
+    // Most of the leaking bytes are this line's.
+    let of_line: u64 = leaks.iter().filter(|s| str_of(s, "function") == want).map(|s| u64_of(s, "live_bytes")).sum();
+    let all: u64 = leaks.iter().map(|s| u64_of(s, "live_bytes")).sum();
+    assert!(of_line * 10 >= all * 8, "{of_line} of {all} leaking bytes are the line's\n{ctx}");
+}
