@@ -39,6 +39,19 @@ pub struct Layout {
     /// characters start.
     pub ascii_header: u64,
     pub compact_header: u64,
+    /// How the frame's instruction position and the line table read.
+    pub format: Format,
+}
+
+/// The version's frame and line-table formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// 3.11+: `prev_instr` (a pointer into `co_code_adaptive`), the location table
+    /// ([`line_of`]).
+    Locations,
+    /// 3.10: `f_lasti` (an instruction index, 32 bits), the PEP 626 line table
+    /// ([`line_of_310`]); no `co_qualname` (the function's bare name).
+    Pep626,
 }
 
 const NONE: u32 = py_offset::NONE;
@@ -49,6 +62,9 @@ const NONE: u32 = py_offset::NONE;
 ///   it) → `PyThreadState.cframe` → `_PyCFrame.current_frame` → `_PyInterpreterFrame`
 ///   { `f_code`, `prev_instr`, `previous` }; `PyThreadState.native_thread_id`. Identical in
 ///   3.11.2 (Debian) and 3.11.7 (pyenv).
+/// - 3.10: `_PyRuntime.gilstate.tstate_current` → `PyThreadState.frame` → `PyFrameObject`
+///   { `f_code`, `f_lasti`, `f_back` }. No `native_thread_id`: the GIL holder's frames are read
+///   for whichever thread allocates (see the limits in docs/ARCHITECTURE.md); no `co_qualname`.
 /// - 3.12: the thread state is thread-local (`_Py_tss_tstate`), so the GIL's last holder:
 ///   `_PyRuntime.interpreters.main` → `PyInterpreterState.ceval.gil` →
 ///   `_gil_runtime_state.last_holder`; the frame chain as in 3.11, with the C stack's shim
@@ -66,6 +82,7 @@ pub const LAYOUTS: &[Layout] = &[
         co_linetable: 136,
         ascii_header: 48,
         compact_header: 72,
+        format: Format::Locations,
     },
     Layout {
         version: (3, 12),
@@ -79,6 +96,21 @@ pub const LAYOUTS: &[Layout] = &[
         co_linetable: 136,
         ascii_header: 40,
         compact_header: 56,
+        format: Format::Locations,
+    },
+    Layout {
+        version: (3, 10),
+        runtime_tstate: 568,
+        kernel: [NONE, 24, NONE, 32, 96, 24, NONE, NONE],
+        co_code_adaptive: 0,
+        co_filename: 104,
+        co_name: 112,
+        co_qualname: 112,
+        co_firstlineno: 40,
+        co_linetable: 120,
+        ascii_header: 48,
+        compact_header: 72,
+        format: Format::Pep626,
     },
 ];
 
@@ -116,8 +148,13 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
     let Some((obj, RuntimeSymbols { runtime: runtime_vaddr, version, first_load })) = found else {
         return Err("Python frames are not read: no object of the process defines _PyRuntime".into());
     };
-    let (major, minor) = version.ok_or_else(|| {
-        format!("Python frames are not read: {} has no Py_Version (CPython before 3.11)", obj.path.display())
+    // Before 3.11 there is no Py_Version: the version in the object's name (libpython3.10.so.1.0,
+    // python3.10).
+    let (major, minor) = version.or_else(|| version_in_name(&obj.path)).ok_or_else(|| {
+        format!(
+            "Python frames are not read: no CPython version in {} (no Py_Version, no version in its name)",
+            obj.path.display()
+        )
     })?;
     let layout = LAYOUTS.iter().find(|l| l.version == (major, minor)).ok_or_else(|| {
         let supported: Vec<String> = LAYOUTS.iter().map(|l| format!("{}.{}", l.version.0, l.version.1)).collect();
@@ -131,6 +168,14 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
     let target =
         PyTarget { tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate, offsets: layout.kernel };
     Ok((Interpreter { layout: *layout, pid, code: HashMap::new() }, target))
+}
+
+/// The (major, minor) of `libpython3.10.so.1.0`, `python3.10`, `libpython3.10d.so`.
+fn version_in_name(path: &Path) -> Option<(u8, u8)> {
+    let name = path.file_name()?.to_str()?;
+    let v = name.trim_start_matches("lib").strip_prefix("python")?;
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// What an object that defines `_PyRuntime` says of it.
@@ -214,11 +259,17 @@ impl Interpreter {
                 // 3.12+: the frame the eval loop pushes on entry from C (owned by the C stack).
                 continue;
             }
-            let index = f.instr.wrapping_sub(f.code + layout.co_code_adaptive) as i64 / 2;
-            let line = if (0..1 << 24).contains(&index) {
-                line_of(&code.linetable, code.firstlineno, index as u32)
-            } else {
+            let index = match layout.format {
+                Format::Locations => f.instr.wrapping_sub(f.code + layout.co_code_adaptive) as i64 / 2,
+                Format::Pep626 => f.instr as u32 as i32 as i64,
+            };
+            let line = if !(0..1 << 24).contains(&index) {
+                // Not started yet (prev_instr before the first instruction, f_lasti -1).
                 Some(code.firstlineno)
+            } else if layout.format == Format::Pep626 {
+                line_of_310(&code.linetable, code.firstlineno, index as u32)
+            } else {
+                line_of(&code.linetable, code.firstlineno, index as u32)
             };
             out.push(Frame {
                 addr: f.code,
@@ -318,6 +369,30 @@ pub fn line_of(table: &[u8], firstlineno: u32, index: u32) -> Option<u32> {
     None
 }
 
+/// The line of instruction `index` (code units) in a CPython 3.10 line table (`co_linetable`,
+/// PEP 626, Objects/lnotab_notes.txt: pairs of an unsigned byte-offset delta and a signed line
+/// delta, -128 for "no line"), counted from `firstlineno`; None where the table says the
+/// instruction has no line, or does not cover it.
+pub fn line_of_310(table: &[u8], firstlineno: u32, index: u32) -> Option<u32> {
+    let target = index as u64 * 2;
+    let (mut addr, mut line) = (0u64, firstlineno as i64);
+    for pair in table.chunks_exact(2) {
+        let end = addr + pair[0] as u64;
+        let delta = pair[1] as i8;
+        let cur = if delta == -128 {
+            None
+        } else {
+            line += delta as i64;
+            Some(line)
+        };
+        if (addr..end).contains(&target) {
+            return cur.filter(|&l| l > 0).map(|l| l as u32);
+        }
+        addr = end;
+    }
+    None
+}
+
 fn varint(t: &[u8], i: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     let mut shift = 0;
@@ -338,13 +413,19 @@ fn svarint(t: &[u8], i: &mut usize) -> Option<i64> {
 }
 
 /// Put the Python frames `py` (innermost first) in `native` in place of the interpreter's eval
-/// loop: at the first `_PyEval_EvalFrameDefault` frame, and without the later ones (each of
+/// loop (`_PyEval_EvalFrameDefault` frames). As many eval frames as Python frames (always in
+/// 3.10, where each Python call is a C call): one for one, in order. Else (3.11+, where Python
+/// calls Python without a C call): all at the first eval frame, without the later ones (each of
 /// them runs some of these Python frames); at the end when the walk did not reach the eval loop.
 pub fn merge(native: Vec<Frame>, py: Vec<Frame>) -> Vec<Frame> {
     if py.is_empty() {
         return native;
     }
     let is_eval = |f: &Frame| f.function.as_deref().is_some_and(|n| n == "_PyEval_EvalFrameDefault");
+    if native.iter().filter(|f| is_eval(f)).count() == py.len() {
+        let mut py = py.into_iter();
+        return native.into_iter().map(|f| if is_eval(&f) { py.next().unwrap_or(f) } else { f }).collect();
+    }
     let mut out = Vec::with_capacity(native.len() + py.len());
     let mut py = Some(py);
     for f in native {
@@ -415,5 +496,55 @@ mod tests {
         assert_eq!(line_of(table, 40, 13), Some(44));
         // Not a table (no entry start bit): no line rather than a wrong one.
         assert_eq!(line_of(&[0x01, 0x02], 1, 0), None);
+    }
+
+    /// The same function compiled by CPython 3.10.13 (PEP 626 table), lines from `co_lines()`.
+    #[test]
+    fn line_table_310() {
+        let table: &[u8] = &[0x08, 0x01, 0x04, 0x02, 0x02, 0x01, 0x04, 0xff];
+        let expect: &[(u32, Option<u32>)] = &[
+            (0, Some(2)),
+            (1, Some(2)),
+            (2, Some(2)),
+            (3, Some(2)),
+            (4, Some(4)),
+            (5, Some(4)),
+            (6, Some(5)),
+            (7, Some(4)),
+            (8, Some(4)),
+        ];
+        assert_eq!(line_of_310(table, 1, 9), None);
+        for &(unit, line) in expect {
+            assert_eq!(line_of_310(table, 1, unit), line, "code unit {unit}");
+        }
+        // A range with no line (-128).
+        assert_eq!(line_of_310(&[0x02, 0x00, 0x02, 0x80], 7, 1), None);
+        assert_eq!(line_of_310(&[0x02, 0x00, 0x02, 0x80], 7, 0), Some(7));
+    }
+
+    #[test]
+    fn merge_in_place_of_the_eval_loop() {
+        let n = |name: &str| Frame { function: Some(name.into()), ..Default::default() };
+        let p = |name: &str| Frame { function: Some(name.into()), kind: FrameKind::Python, ..Default::default() };
+        let names = |v: Vec<Frame>| v.into_iter().map(|f| f.function.unwrap()).collect::<Vec<_>>();
+        let eval = "_PyEval_EvalFrameDefault";
+        // One eval frame per Python frame (3.10): one for one.
+        let native = vec![n("strdup"), n("ext"), n(eval), n("call"), n(eval), n("main")];
+        assert_eq!(names(merge(native, vec![p("f"), p("g")])), ["strdup", "ext", "f", "call", "g", "main"]);
+        // Fewer eval frames (3.11): all at the first, the later ones dropped.
+        let native = vec![n("strdup"), n("ext"), n(eval), n("call"), n(eval), n("main")];
+        assert_eq!(
+            names(merge(native, vec![p("f"), p("g"), p("h")])),
+            ["strdup", "ext", "f", "g", "h", "call", "main"]
+        );
+        // No eval frame reached: at the end.
+        assert_eq!(names(merge(vec![n("a")], vec![p("f")])), ["a", "f"]);
+    }
+
+    #[test]
+    fn versions_in_names() {
+        assert_eq!(version_in_name(Path::new("/usr/lib/libpython3.10.so.1.0")), Some((3, 10)));
+        assert_eq!(version_in_name(Path::new("/usr/bin/python3.9")), Some((3, 9)));
+        assert_eq!(version_in_name(Path::new("/usr/bin/python3")), None);
     }
 }
