@@ -567,14 +567,20 @@ fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
     let native = crate::unwind::walk(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
     // An interpreter's frames (CPython), when this thread runs Python code: part of the key, so
     // that the same native stack under different Python callers is a different stack.
-    let py = crate::python::walk(tgid, bpf_get_current_pid_tgid() as u32);
-    let hash = match py {
+    let mut py = crate::python::walk(tgid, bpf_get_current_pid_tgid() as u32);
+    let mut hash = match py {
         Some(h) => match crate::unwind::mix(native ^ h) {
             0 => 1,
             x => x,
         },
         None => native,
     };
+    if py.is_some() && crate::python::over_budget() && STACKS.get_ptr(hash).is_none() {
+        // No room left for new stacks with Python frames: this one is stored as native only
+        // (those stored before keep theirs).
+        py = None;
+        hash = native;
+    }
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
     if let Some(slot) = seen
         && unsafe { *slot } == hash
@@ -594,7 +600,8 @@ fn walk_stack(r: UserRegs, tgid: u32) -> u64 {
             && let Some(pybuf) = crate::python::buffer()
         {
             match crate::python::PY_STACKS.insert(hash, unsafe { &*pybuf }, BPF_NOEXIST as u64) {
-                Ok(()) | Err(EEXIST) => {}
+                Ok(()) => crate::python::count_stored(),
+                Err(EEXIST) => {}
                 Err(_) => {
                     count(counter::STACKS_FULL);
                     return 0;

@@ -412,6 +412,13 @@ fn svarint(t: &[u8], i: &mut usize) -> Option<i64> {
     Some(if v & 1 == 1 { -((v >> 1) as i64) } else { (v >> 1) as i64 })
 }
 
+/// Whether Python frames `py` are those of an import (a frame of the import machinery,
+/// `<frozen importlib._bootstrap>` or `<frozen importlib._bootstrap_external>`): what is allocated
+/// there is the imported module's code and state.
+pub fn in_import(py: &[Frame]) -> bool {
+    py.iter().any(|f| f.file.as_deref().is_some_and(|n| n.starts_with("<frozen importlib.")))
+}
+
 /// Put the Python frames `py` (innermost first) in `native` in place of the interpreter's eval
 /// loop (`_PyEval_EvalFrameDefault` frames). As many eval frames as Python frames (always in
 /// 3.10, where each Python call is a C call): one for one, in order. Else (3.11+, where Python

@@ -228,7 +228,7 @@ fn python_frames_shared_libpython_312() {
     python_frames_name_the_callers("pyframes-312", py, &tsparse_ext_for(py, "3.12"), "3.12", &[]);
 }
 
-/// A pure Python allocation (with --pymalloc): the objects grow.py keeps in its list are made by
+/// A pure Python allocation (with --pymalloc and --python-frames on): the objects grow.py keeps in its list are made by
 /// the interpreter for one line of the script, which is the culprit of their sites
 /// (`<module> (grow.py:LINE)`), not an interpreter function. (--max-stacks: imports at startup
 /// make thousands of distinct stacks once every object allocation is traced.)
@@ -240,7 +240,11 @@ fn python_frames_name_the_line_of_a_pure_python_leak() {
     let out = OutDir::new("pyframes-pure");
     let mut cmd = Command::new(python());
     cmd.arg(&script).args(["managed", "5000"]);
-    let o = record_launch(&out, &["--pymalloc", "--max-stacks", "200000", "--duration", "8s"], cmd);
+    let o = record_launch(
+        &out,
+        &["--pymalloc", "--python-frames", "on", "--max-stacks", "200000", "--duration", "8s"],
+        cmd,
+    );
     o.assert_success();
     let r = Report::load(&out.path);
     let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
