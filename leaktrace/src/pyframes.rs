@@ -157,7 +157,9 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
         )
     })?;
     let layout = LAYOUTS.iter().find(|l| l.version == (major, minor)).ok_or_else(|| {
-        let supported: Vec<String> = LAYOUTS.iter().map(|l| format!("{}.{}", l.version.0, l.version.1)).collect();
+        let mut versions: Vec<(u8, u8)> = LAYOUTS.iter().map(|l| l.version).collect();
+        versions.sort();
+        let supported: Vec<String> = versions.iter().map(|(a, b)| format!("{a}.{b}")).collect();
         format!(
             "Python frames are not read: CPython {major}.{minor} is not supported (supported: {}); stacks are native only",
             supported.join(", ")
