@@ -260,3 +260,38 @@ fn python_frames_name_the_line_of_a_pure_python_leak() {
     let all: u64 = leaks.iter().map(|s| u64_of(s, "live_bytes")).sum();
     assert!(of_line * 10 >= all * 8, "{of_line} of {all} leaking bytes are the line's\n{ctx}");
 }
+
+/// An interpreter whose version has no layout (pyenv's 3.9): one note says so, and the stacks
+/// stay native only.
+#[test]
+fn python_frames_unsupported_version_is_noted() {
+    require_root();
+    let py = Path::new("/root/.pyenv/versions/3.9.18/bin/python3.9");
+    assert!(py.exists(), "{} is not installed", py.display());
+    let out = OutDir::new("pyframes-39");
+    let mut cmd = Command::new(py);
+    cmd.args(["-c", "import time\nx = []\nfor i in range(200):\n    x.append(bytes(4000))\n    time.sleep(0.01)\n"]);
+    let o = record_launch(&out, &["--duration", "4s"], cmd);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    let notes: Vec<&str> = r.json["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.starts_with("Python frames"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "Python frames are not read: CPython 3.9 is not supported (supported: 3.10, 3.11, 3.12); stacks are native only"
+        ],
+        "{ctx}"
+    );
+    assert!(!r.sites().is_empty(), "no sites\n{ctx}");
+    assert!(
+        r.sites().iter().flat_map(|s| s["frames"].as_array().into_iter().flatten()).all(|f| f["kind"] == "native"),
+        "a Python frame under 3.9\n{ctx}"
+    );
+}
