@@ -275,6 +275,38 @@ pub struct Frame {
     /// (/usr/lib/debug/.build-id/xx/yyyy.debug) on another machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
+    /// What code the frame is: machine code (`native`, the default, left out of recording.json)
+    /// or an interpreter's frame (`python`: `function` is the code object's qualified name,
+    /// `file` and `line` its source file and the line being run; `addr` is the code object's
+    /// address and `object` is None).
+    #[serde(default, skip_serializing_if = "FrameKind::is_native")]
+    pub kind: FrameKind,
+}
+
+/// The kind of code a [`Frame`] is.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    /// Machine code in a mapped object or JIT code.
+    #[default]
+    Native,
+    /// A CPython frame read from the interpreter's frame chain at the allocation.
+    Python,
+}
+
+impl FrameKind {
+    /// True for [`FrameKind::Native`].
+    pub fn is_native(&self) -> bool {
+        *self == FrameKind::Native
+    }
+
+    /// The name in report.json (`native`, `python`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FrameKind::Native => "native",
+            FrameKind::Python => "python",
+        }
+    }
 }
 
 /// Memory of the process at a checkpoint, from /proc/PID/status. All values in bytes.

@@ -389,6 +389,74 @@ pub struct StackFrames {
     pub ips: [u64; MAX_STACK_DEPTH],
 }
 
+/// Most interpreter (Python) frames read per stack, innermost first; deeper ones are left out.
+pub const MAX_PY_FRAMES: usize = 32;
+
+/// One interpreter frame as the kernel reads it at an allocation: the code object's address and
+/// the frame's instruction position, both raw from the target's memory (for CPython 3.11+ the
+/// `prev_instr` pointer, for 3.10 and older the `f_lasti` index in its low 32 bits). The agent
+/// reads the code object's names and line table from the target (/proc/PID/mem).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PyFrame {
+    pub code: u64,
+    pub instr: u64,
+}
+
+/// The interpreter frames of one stack (`PY_STACKS`, keyed like `STACKS` by the stack's hash,
+/// which covers these frames too): `len` valid entries of `frames`, innermost first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PyStack {
+    pub len: u32,
+    pub _pad: u32,
+    pub frames: [PyFrame; MAX_PY_FRAMES],
+}
+
+/// Where a traced CPython process keeps its frames (`PY_TARGETS`, by tgid), set by the agent at
+/// attach: the address of the pointer to the thread state holding the GIL, and the structure
+/// offsets of the running version ([`py_offset`], bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PyTarget {
+    /// Address in the target of the `PyThreadState *` of the thread holding the GIL (3.11:
+    /// `&_PyRuntime.gilstate.tstate_current`), or of the first pointer of the path to it
+    /// ([`py_offset::TSTATE_PATH1`]).
+    pub tstate_addr: u64,
+    /// Field offsets in bytes, indexed by [`py_offset`].
+    pub offsets: [u32; py_offset::NUM],
+}
+
+/// Indexes of [`PyTarget::offsets`]: the fields the kernel follows from the thread state to the
+/// innermost frame and along the frame chain.
+pub mod py_offset {
+    /// `PyThreadState` → the pointer followed to reach the current frame's holder (3.11:
+    /// `cframe`); [`NONE`] when the thread state holds the frame pointer itself (3.10: `frame`
+    /// is read at [`CURRENT_FRAME`] of the thread state).
+    pub const TSTATE_CFRAME: usize = 0;
+    /// Offset of the current frame pointer in the holder (3.11: `_PyCFrame.current_frame`).
+    pub const CURRENT_FRAME: usize = 1;
+    /// `PyThreadState.native_thread_id` (the thread's Linux tid): frames are read only when the
+    /// GIL holder is the thread that allocates; [`NONE`] skips the check.
+    pub const TSTATE_THREAD_ID: usize = 2;
+    /// Frame → its code object (3.11: `_PyInterpreterFrame.f_code`).
+    pub const FRAME_CODE: usize = 3;
+    /// Frame → its instruction position (3.11: `prev_instr`).
+    pub const FRAME_INSTR: usize = 4;
+    /// Frame → the calling frame (3.11: `previous`).
+    pub const FRAME_PREVIOUS: usize = 5;
+    /// When not [`NONE`]: the pointer read at [`super::PyTarget::tstate_addr`] is not the thread
+    /// state yet, but the structure whose field at this offset is followed (3.12: `_PyRuntime
+    /// .interpreters.main` → `PyInterpreterState.ceval.gil`).
+    pub const TSTATE_PATH1: usize = 6;
+    /// When not [`NONE`]: one more pointer followed after [`TSTATE_PATH1`] (3.12:
+    /// `_gil_runtime_state.last_holder`, the thread state that took the GIL last).
+    pub const TSTATE_PATH2: usize = 7;
+    pub const NUM: usize = 8;
+    /// An offset that is not used.
+    pub const NONE: u32 = u32::MAX;
+}
+
 /// Why a stack walk ended. Stored in [`StackFrames::end`]; every value but
 /// [`walk_end::COMPLETE`] means the stack is truncated (its outer callers are unknown).
 pub mod walk_end {
@@ -623,6 +691,8 @@ mod pod {
     unsafe impl aya::Pod for SyscallArgs {}
     unsafe impl aya::Pod for MmapCall {}
     unsafe impl aya::Pod for StackFrames {}
+    unsafe impl aya::Pod for PyStack {}
+    unsafe impl aya::Pod for PyTarget {}
     unsafe impl aya::Pod for UnwindRow {}
     unsafe impl aya::Pod for ObjectId {}
     unsafe impl aya::Pod for ObjectTable {}

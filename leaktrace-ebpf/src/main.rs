@@ -21,4 +21,6 @@ fn main() {}
 #[cfg(target_arch = "bpf")]
 mod probes;
 #[cfg(target_arch = "bpf")]
+mod python;
+#[cfg(target_arch = "bpf")]
 mod unwind;

@@ -564,7 +564,23 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
-    let hash = crate::unwind::walk::<FAULT>(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
+    let native = crate::unwind::walk::<FAULT>(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
+    // An interpreter's frames (CPython), when this thread runs Python code: part of the key, so
+    // that the same native stack under different Python callers is a different stack.
+    let mut py = crate::python::walk(tgid, bpf_get_current_pid_tgid() as u32);
+    let mut hash = match py {
+        Some(h) => match crate::unwind::mix(native ^ h) {
+            0 => 1,
+            x => x,
+        },
+        None => native,
+    };
+    if py.is_some() && crate::python::over_budget() && STACKS.get_ptr(hash).is_none() {
+        // No room left for new stacks with Python frames: this one is stored as native only
+        // (those stored before keep theirs).
+        py = None;
+        hash = native;
+    }
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
     if let Some(slot) = seen
         && unsafe { *slot } == hash
@@ -580,6 +596,18 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
             return 0;
         }
     } else {
+        if py.is_some()
+            && let Some(pybuf) = crate::python::buffer()
+        {
+            match crate::python::PY_STACKS.insert(hash, unsafe { &*pybuf }, BPF_NOEXIST as u64) {
+                Ok(()) => crate::python::count_stored(),
+                Err(EEXIST) => {}
+                Err(_) => {
+                    count(counter::STACKS_FULL);
+                    return 0;
+                }
+            }
+        }
         match STACKS.insert(hash, &*buf, BPF_NOEXIST as u64) {
             Ok(()) => {
                 // Read through a volatile load: another run of this program on this CPU may
@@ -588,6 +616,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
                     // Another walk reused the buffer before the copy: what was stored may be
                     // its frames.
                     let _ = STACKS.remove(hash);
+                    let _ = crate::python::PY_STACKS.remove(hash);
                     count(counter::STACK_ERROR);
                     return 0;
                 }

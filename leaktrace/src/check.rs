@@ -65,6 +65,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         mode: Mode::Exact,
         follow_forks: false,
         pymalloc: false,
+        python_frames: true,
         reachability: opts.reachability,
         push: None,
         allow_seccomp_risk: opts.allow_seccomp_risk,

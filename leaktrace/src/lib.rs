@@ -25,6 +25,8 @@ pub mod probes;
 pub mod procinfo;
 /// Issue #12: `--push` to Pyroscope.
 pub mod push;
+/// Issue #11: CPython frames in the stacks.
+pub mod pyframes;
 /// `record --reachability` (#14): stop the target briefly and scan it for pointers to blocks.
 pub mod reach;
 pub mod record;

@@ -165,7 +165,7 @@ struct LimitArgs {
     #[arg(long, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     max_sites: u32,
     /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, allocated as
-    /// stacks are found).
+    /// stacks are found), and as many more with Python frames (~1.5 KiB each).
     #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
     /// Unwind-table rows for the stack walk, over all objects the targets map (kernel map size,
@@ -218,6 +218,13 @@ struct RecordArgs {
     /// extension's PyMem_Malloc leak is named). Every Python allocation then pays a probe.
     #[arg(long)]
     pymalloc: bool,
+    /// Python targets: read the Python frames (function, file, line) at each allocation. auto:
+    /// on, except with --pymalloc, where every Python object's allocation would carry them (many
+    /// more distinct stacks: the imports at startup alone fill the default --max-stacks, and the
+    /// walk slows them); on with --pymalloc names the Python line that allocates (raise
+    /// --max-stacks).
+    #[arg(long, value_enum, default_value_t = PythonFrames::Auto)]
+    python_frames: PythonFrames,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -259,6 +266,14 @@ struct RecordArgs {
     /// Command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// `--python-frames`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum PythonFrames {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -379,6 +394,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 mode: mode_of(a.mode, a.sample_bytes)?,
                 follow_forks: a.follow_forks,
                 pymalloc: a.pymalloc,
+                python_frames: match a.python_frames {
+                    PythonFrames::On => true,
+                    PythonFrames::Off => false,
+                    PythonFrames::Auto => !a.pymalloc,
+                },
                 reachability: a.reach.options(),
                 push: a.push.config(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
@@ -509,6 +529,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         mode: Default::default(),
         follow_forks: false,
         pymalloc: false,
+        python_frames: true,
         reachability: None,
         push: None,
         allow_seccomp_risk: false,

@@ -32,7 +32,9 @@ pub struct Limits {
     pub max_allocs: u32,
     /// Maximum distinct call-stack sites (entries of SITES).
     pub max_sites: u32,
-    /// Maximum distinct call stacks (entries of STACKS, ~1 KiB each, allocated as stacks are found).
+    /// Maximum distinct call stacks, and as many more with Python frames (STACKS has twice as
+    /// many entries, ~1 KiB each, PY_STACKS as many, ~0.5 KiB each; allocated as stacks are
+    /// found).
     pub max_stacks: u32,
     /// Unwind-table rows over all objects (entries of UNWIND_ROWS, 8 bytes each, allocated at
     /// load time).
@@ -111,6 +113,14 @@ pub struct Tracer {
     ebpf: Ebpf,
     sites: HashMap<MapData, SiteKey, SiteStats>,
     stacks: HashMap<MapData, u64, StackFrames>,
+    /// Interpreter frames of the stacks that have any (same keys as `stacks`).
+    py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
+    /// Traced CPython processes: tgid → where their frames are.
+    py_targets: HashMap<MapData, u32, leaktrace_common::PyTarget>,
+    /// Stacks with Python frames stored so far (against the budget of --max-stacks).
+    py_stack_count: aya::maps::Array<MapData, u64>,
+    /// That budget.
+    py_stack_budget: u64,
     counters: PerCpuArray<MapData, u64>,
     targets: HashMap<MapData, u32, u32>,
     work: HashMap<MapData, u32, u64>,
@@ -249,7 +259,11 @@ impl Tracer {
             .override_global("AGENT_TGID", &agent_tgid, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
-            .map_max_entries("STACKS", limits.max_stacks)
+            // Room for --max-stacks stacks with Python frames besides the native ones (see
+            // PY_STACK_BUDGET in leaktrace-ebpf/src/python.rs).
+            .map_max_entries("STACKS", limits.max_stacks.saturating_mul(2))
+            .map_max_entries("PY_STACKS", limits.max_stacks)
+            .override_global("PY_STACK_BUDGET", &(limits.max_stacks as u64), true)
             .map_max_entries("UNWIND_ROWS", if offsets.is_ok() { limits.max_unwind_rows } else { 1 })
             .override_global(
                 "KERNEL_OFFSETS",
@@ -288,6 +302,10 @@ impl Tracer {
         };
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_stack_count =
+            aya::maps::Array::try_from(take(&mut ebpf, "PY_STACK_COUNT")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -321,6 +339,10 @@ impl Tracer {
             ebpf,
             sites,
             stacks,
+            py_stacks,
+            py_targets,
+            py_stack_count,
+            py_stack_budget: limits.max_stacks as u64,
             counters,
             targets,
             work,
@@ -584,6 +606,30 @@ impl Tracer {
     /// system-wide and filter on this set).
     pub fn add_target(&mut self, tgid: u32) -> anyhow::Result<()> {
         self.targets.insert(tgid, 1, 0).context("adding the target to the TARGETS map")
+    }
+
+    /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
+    /// where they are, see [`crate::pyframes`]).
+    pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
+        self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")
+    }
+
+    /// The budget of stacks with Python frames (--max-stacks), when it is spent: new stacks are
+    /// stored with their native frames only from then on.
+    pub fn python_budget_spent(&self) -> Option<u64> {
+        let n = self.py_stack_count.get(&0, 0).unwrap_or(0);
+        (n >= self.py_stack_budget).then_some(self.py_stack_budget)
+    }
+
+    /// Stop reading the interpreter frames of process `tgid` (it exec'd another program).
+    pub fn remove_python_target(&mut self, tgid: u32) {
+        let _ = self.py_targets.remove(&tgid);
+    }
+
+    /// The interpreter frames stored with stack `key` (innermost first), if it has any.
+    pub fn py_stack(&self, key: u64) -> Option<Vec<leaktrace_common::PyFrame>> {
+        let s = self.py_stacks.get(&key, 0).ok()?;
+        Some(s.frames[..(s.len as usize).min(leaktrace_common::MAX_PY_FRAMES)].to_vec())
     }
 
     /// Print what the kernel side logged since the last call (--debug-unwind; else nothing).

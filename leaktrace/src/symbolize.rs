@@ -288,6 +288,7 @@ impl StackSymbolizer {
                                     inlined: true,
                                     file_offset,
                                     build_id: build_id.clone(),
+                                    ..Default::default()
                                 });
                             }
                             let (file, line) = code_location(sym.code_info.as_deref());
@@ -300,6 +301,7 @@ impl StackSymbolizer {
                                 inlined: false,
                                 file_offset,
                                 build_id,
+                                ..Default::default()
                             });
                             v
                         }

@@ -1,7 +1,16 @@
 //! A real program nobody here wrote: CPython (with a shared libpython) growing a list of 1 KiB
 //! bytes objects, traced by `leaktrace record --pid PID` until the script says it is done (then
 //! SIGINT ends the recording: the test does not depend on how fast a loaded machine runs it).
+//!
+//! Python frames (issue #11): a C extension built -O2 without frame pointers leaks the strdup'd
+//! copy of every record (tsparse_ext.parse_record), called from Python code whose lines the test
+//! reads from the script; the leaking site's stack names the Python functions and lines in
+//! place of the eval loop, in report.json, report.md, stacks.folded and live.svg, under pyenv's
+//! shared-libpython 3.11 (exact and sampled), 3.10 and 3.12, and Debian's statically linked
+//! /usr/bin/python3.11.
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use leaktrace_tests::*;
@@ -63,4 +72,226 @@ fn python_list_growth_traced_into_libpython() {
     assert_eq!(t["pid"].as_u64(), Some(target.pid as u64));
     assert_eq!(t["launched"].as_bool(), Some(false));
     assert_eq!(r.get(&["end_reason"]).as_str(), Some("signal"), "ended by SIGINT\n{ctx}");
+}
+
+/// Debian's CPython 3.11: the interpreter statically linked into the executable.
+const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
+
+/// pyenv's CPython 3.10 (shared libpython).
+const PYENV_310: &str = "/root/.pyenv/versions/3.10.13/bin/python3.10";
+
+/// pyenv's CPython 3.12 (shared libpython).
+const PYENV_312: &str = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+
+/// The directory holding tsparse_ext*.so built -O2 without frame pointers against the test's
+/// python3, which must be 3.11 (the extension is loaded by Debian's 3.11 too: same ABI).
+fn tsparse_ext_311() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| tsparse_ext_for(python(), "3.11"))
+}
+
+/// tsparse_ext*.so built against `interpreter`'s headers, which must be CPython `version`.
+fn tsparse_ext_for(interpreter: &Path, version: &str) -> PathBuf {
+    {
+        let dir = temp_root().join(format!("fixtures-pyframes-{version}"));
+        std::fs::create_dir_all(&dir).expect("create fixtures dir");
+        let cfg = |var: &str| {
+            let o = Command::new(interpreter)
+                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+                .output()
+                .expect("python3");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let version_wanted = version;
+        let (include, suffix, version) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"), cfg("py_version_short"));
+        let (version_found, version) = (version, version_wanted);
+        assert_eq!(version_found, version, "{} is not CPython {version}", interpreter.display());
+        let o = Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
+            .arg(dir.join(format!("tsparse_ext{suffix}")))
+            .arg(fixture_source("runtimes").join("tsparse_ext.c"))
+            .output()
+            .expect("gcc");
+        assert!(o.status.success(), "gcc tsparse_ext.c: {}", String::from_utf8_lossy(&o.stderr));
+        dir
+    }
+}
+
+/// The 1-based line of pyframes_leak.py that contains `text`.
+fn script_line(script: &Path, text: &str) -> u64 {
+    let src = std::fs::read_to_string(script).expect("read pyframes_leak.py");
+    src.lines().position(|l| l.contains(text)).map(|i| i as u64 + 1).unwrap_or_else(|| panic!("no `{text}` in script"))
+}
+
+/// Record pyframes_leak.py under `interpreter` (extra leaktrace options `extra`) and check that
+/// the leak's stack reads strdup ← parse_record ← Handler.handle (line of the parse_record call)
+/// ← serve (line of the handle call) ← <module>, in every output.
+fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, version: &str, extra: &[&str]) {
+    require_root();
+    assert!(interpreter.exists(), "{} is not installed", interpreter.display());
+    let script = fixture_source("runtimes").join("pyframes_leak.py");
+    let leak_line = script_line(&script, "tsparse_ext.parse_record(rec)");
+    let call_line = script_line(&script, "h.handle(i)");
+    let out = OutDir::new(name);
+    let mut cmd = Command::new(interpreter);
+    cmd.arg(&script).arg(ext).arg("60");
+    let mut args = vec!["--duration", "8s"];
+    args.extend_from_slice(extra);
+    let o = record_launch(&out, &args, cmd);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
+    assert!(
+        r.json["warnings"].as_array().into_iter().flatten().any(|w| w.as_str().is_some_and(
+            |w| w.starts_with(&format!("Python frames (function, file, line) read from CPython {version}"))
+        )),
+        "no note that Python frames are read\n{ctx}"
+    );
+    // The leak, named by the extension's function (the culprit stays native).
+    let site = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "function") == "parse_record")
+        .max_by_key(|s| u64_of(s, "live_bytes"))
+        .unwrap_or_else(|| panic!("no parse_record site\n{ctx}"));
+    assert_eq!(str_of(site, "class"), "leak", "{ctx}");
+    let frames = site["frames"].as_array().unwrap();
+    let at = frames.iter().position(|f| f["function"] == "parse_record").expect("parse_record frame");
+    // The Python frames after parse_record, in order (3.11+: right after it, the call being
+    // specialized to a direct C call; 3.10: after the vectorcall helpers).
+    let py: Vec<&Value> = frames[at + 1..].iter().filter(|f| f["kind"] == "python").collect();
+    // 3.10's code objects have no qualified name.
+    let handle = if version == "3.10" { "handle" } else { "Handler.handle" };
+    let expect = [(handle, Some(leak_line)), ("serve", Some(call_line)), ("<module>", None)];
+    assert_eq!(py.len(), expect.len(), "Python frames after parse_record: {py:?}\n{ctx}");
+    for (f, (func, line)) in py.iter().zip(expect) {
+        assert_eq!(f["function"], func, "{f}\n{ctx}");
+        if let Some(line) = line {
+            assert_eq!(f["line"].as_u64(), Some(line), "{func}'s line: {f}\n{ctx}");
+        }
+        assert!(str_of(f, "file").ends_with("pyframes_leak.py"), "{f}\n{ctx}");
+    }
+    assert!(
+        !frames.iter().any(|f| f["function"] == "_PyEval_EvalFrameDefault"),
+        "the eval loop's frames are still in the stack\n{ctx}"
+    );
+    assert!(frames[..at].iter().all(|f| f["kind"] == "native"), "{ctx}");
+    // The same stack in the other outputs.
+    let read = |f: &str| std::fs::read_to_string(out.path.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let handle = format!("{handle} (pyframes_leak.py:{leak_line})");
+    let serve = format!("serve (pyframes_leak.py:{call_line});");
+    let in_order = |l: &str| {
+        let (s, h, p) = (l.find(&serve), l.find(&handle), l.find(";parse_record;"));
+        matches!((s, h, p), (Some(s), Some(h), Some(p)) if s < h && h < p)
+    };
+    assert!(
+        read("stacks.folded").lines().any(in_order),
+        "no folded stack with `{serve}`, then `{handle}`, then parse_record\n{ctx}"
+    );
+    assert!(read("live.svg").contains(&handle), "no `{handle}` in live.svg\n{ctx}");
+    assert!(read("report.md").contains(&format!("[py] {handle}")), "no `[py] {handle}` in report.md\n{ctx}");
+}
+
+#[test]
+fn python_frames_shared_libpython_311() {
+    python_frames_name_the_callers("pyframes-pyenv", python(), tsparse_ext_311(), "3.11", &[]);
+}
+
+#[test]
+fn python_frames_shared_libpython_311_sampled() {
+    python_frames_name_the_callers(
+        "pyframes-pyenv-sampled",
+        python(),
+        tsparse_ext_311(),
+        "3.11",
+        &["--sample-bytes", "4096"],
+    );
+}
+
+#[test]
+fn python_frames_debian_static_311() {
+    python_frames_name_the_callers("pyframes-debian", Path::new(DEBIAN_PYTHON), tsparse_ext_311(), "3.11", &[]);
+}
+
+/// 3.10: frame objects (`f_lasti`, the PEP 626 line table), one eval-loop frame per Python frame.
+#[test]
+fn python_frames_shared_libpython_310() {
+    let py = Path::new(PYENV_310);
+    python_frames_name_the_callers("pyframes-310", py, &tsparse_ext_for(py, "3.10"), "3.10", &[]);
+}
+
+/// 3.12: the GIL holder is found through the main interpreter's GIL (`last_holder`), and the
+/// C stack's shim frames are left out.
+#[test]
+fn python_frames_shared_libpython_312() {
+    let py = Path::new(PYENV_312);
+    python_frames_name_the_callers("pyframes-312", py, &tsparse_ext_for(py, "3.12"), "3.12", &[]);
+}
+
+/// A pure Python allocation (with --pymalloc and --python-frames on): the objects grow.py keeps in its list are made by
+/// the interpreter for one line of the script, which is the culprit of their sites
+/// (`<module> (grow.py:LINE)`), not an interpreter function. (--max-stacks: imports at startup
+/// make thousands of distinct stacks once every object allocation is traced.)
+#[test]
+fn python_frames_name_the_line_of_a_pure_python_leak() {
+    require_root();
+    let script = fixture_source("runtimes").join("grow.py");
+    let line = script_line(&script, "hoard.append(");
+    let out = OutDir::new("pyframes-pure");
+    let mut cmd = Command::new(python());
+    cmd.arg(&script).args(["managed", "5000"]);
+    let o = record_launch(
+        &out,
+        &["--pymalloc", "--python-frames", "on", "--max-stacks", "200000", "--duration", "8s"],
+        cmd,
+    );
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
+    let want = format!("<module> (grow.py:{line})");
+    let leaks: Vec<&Value> = r.sites().iter().filter(|s| str_of(s, "class") == "leak").collect();
+    assert!(!leaks.is_empty(), "no leak site\n{ctx}");
+    assert_eq!(str_of(leaks[0], "function"), want, "the largest leak's culprit\n{ctx}");
+    let culprit = leaks[0]["culprit_frame"].as_u64().expect("culprit index") as usize;
+    let f = &leaks[0]["frames"][culprit];
+    assert_eq!((f["kind"].as_str(), f["line"].as_u64()), (Some("python"), Some(line)), "{f}\n{ctx}");
+    // Most of the leaking bytes are this line's.
+    let of_line: u64 = leaks.iter().filter(|s| str_of(s, "function") == want).map(|s| u64_of(s, "live_bytes")).sum();
+    let all: u64 = leaks.iter().map(|s| u64_of(s, "live_bytes")).sum();
+    assert!(of_line * 10 >= all * 8, "{of_line} of {all} leaking bytes are the line's\n{ctx}");
+}
+
+/// An interpreter whose version has no layout (pyenv's 3.9): one note says so, and the stacks
+/// stay native only.
+#[test]
+fn python_frames_unsupported_version_is_noted() {
+    require_root();
+    let py = Path::new("/root/.pyenv/versions/3.9.18/bin/python3.9");
+    assert!(py.exists(), "{} is not installed", py.display());
+    let out = OutDir::new("pyframes-39");
+    let mut cmd = Command::new(py);
+    cmd.args(["-c", "import time\nx = []\nfor i in range(200):\n    x.append(bytes(4000))\n    time.sleep(0.01)\n"]);
+    let o = record_launch(&out, &["--duration", "4s"], cmd);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    let notes: Vec<&str> = r.json["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.starts_with("Python frames"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "Python frames are not read: CPython 3.9 is not supported (supported: 3.10, 3.11, 3.12); stacks are native only"
+        ],
+        "{ctx}"
+    );
+    assert!(!r.sites().is_empty(), "no sites\n{ctx}");
+    assert!(
+        r.sites().iter().flat_map(|s| s["frames"].as_array().into_iter().flatten()).all(|f| f["kind"] == "native"),
+        "a Python frame under 3.9\n{ctx}"
+    );
 }

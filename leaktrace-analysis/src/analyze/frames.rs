@@ -8,6 +8,15 @@ use crate::runtimes::MemoryKind;
 /// and objdump take), else `basename(object)+0xaddr` (recordings made before file offsets were
 /// kept), else `0xaddr`.
 pub fn frame_label(f: &Frame) -> String {
+    if f.kind == crate::recording::FrameKind::Python {
+        // A Python frame: its function and the line being run (`handle (app.py:42)`).
+        let func = f.function.as_deref().unwrap_or("?");
+        return match (&f.file, f.line) {
+            (Some(file), Some(line)) => format!("{func} ({}:{line})", basename(file)),
+            (Some(file), None) => format!("{func} ({})", basename(file)),
+            _ => func.to_string(),
+        };
+    }
     match (&f.function, &f.object, f.file_offset) {
         (Some(func), _, _) if !func.is_empty() => func.clone(),
         (_, Some(obj), Some(off)) => format!("{}+{:#x}", basename(obj), off),
@@ -166,15 +175,19 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         }
         stack.frames[i..].iter().position(|f| nameable(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
     });
-    // A runtime's JIT frames named from its perf map (Node with --perf-basic-prof): memory the
-    // runtime allocated for the program's own JavaScript is the JavaScript function's.
+    // A runtime's JIT frames named from its perf map (Node with --perf-basic-prof), or a Python
+    // frame read from the interpreter: memory the runtime allocated for the program's own
+    // JavaScript or Python code is that function's (its line, for Python).
     let user = user.or_else(|| {
         let i = first?;
         let f = &stack.frames[i];
         if !(is_runtime_frame(f) || is_system_frame(f)) {
             return None;
         }
-        stack.frames[i..].iter().position(is_user_jit_frame).map(|j| i + j)
+        stack.frames[i..]
+            .iter()
+            .position(|f| is_user_jit_frame(f) || f.kind == crate::recording::FrameKind::Python)
+            .map(|j| i + j)
     });
     let idx = go_caller
         .or(interface_caller)

@@ -56,6 +56,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
                 "allocator": is_allocator(f),
                 "file_offset": f.file_offset,
                 "build_id": f.build_id,
+                "kind": f.kind.as_str(),
             })
         })
         .collect();

@@ -22,8 +22,13 @@ fn short_file(path: &str) -> &str {
     }
 }
 
-/// `function (file:line) [object]`, with " (inlined)" for an inlined frame.
+/// `function (file:line) [object]`, with " (inlined)" for an inlined frame; `[py] function
+/// (file:line)` for a Python frame.
 pub fn frame_line(f: &Frame) -> String {
+    if f.kind == crate::recording::FrameKind::Python {
+        // `[py] handle (app.py:42)`: the label has the location already.
+        return format!("[py] {}", frame_label(f));
+    }
     let mut s = frame_label(f);
     match (&f.file, f.line) {
         (Some(file), Some(line)) => {

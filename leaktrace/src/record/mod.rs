@@ -96,6 +96,8 @@ pub struct RecordOptions {
     /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
     /// from pymalloc's arenas are traced by stack (`--pymalloc`).
     pub pymalloc: bool,
+    /// Read CPython targets' Python frames at each allocation (`--python-frames`).
+    pub python_frames: bool,
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
@@ -122,6 +124,7 @@ impl Default for RecordOptions {
             mode: Mode::Exact,
             follow_forks: false,
             pymalloc: false,
+            python_frames: true,
             reachability: None,
             push: None,
             allow_seccomp_risk: false,
@@ -327,6 +330,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         work_probe: opts.work_probe.clone(),
         follow_forks: opts.follow_forks,
         pymalloc: opts.pymalloc,
+        python_frames: opts.python_frames,
     };
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);

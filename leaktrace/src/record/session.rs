@@ -23,6 +23,8 @@ pub(super) struct Session {
     pub(super) work_probe: Option<WorkProbeSpec>,
     pub(super) follow_forks: bool,
     pub(super) pymalloc: bool,
+    /// `RecordOptions::python_frames`, for forked children.
+    pub(super) python_frames: bool,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -311,6 +313,7 @@ impl Session {
                 work_probe: self.work_probe.clone(),
                 mode: self.mode,
                 pymalloc: self.pymalloc,
+                python_frames: self.python_frames,
                 ..RecordOptions::default()
             };
             match Traced::attach(

@@ -27,6 +27,9 @@ pub(super) struct Traced {
     pub(super) stacks: Vec<Stack>,
     /// Kernel site key (tgid cleared) → index in `stacks`.
     pub(super) stack_index: HashMap<SiteKey, u32>,
+    /// Stacks with native frames only, by (site kind, frame addresses): where a stack whose
+    /// Python frames are left out (made during an import) joins its native twin.
+    pub(super) native_stacks: HashMap<(u32, Vec<u64>), u32>,
     pub(super) checkpoints: Vec<Checkpoint>,
     pub(super) warnings: Vec<String>,
     pub(super) exit_status: Option<ExitStatus>,
@@ -35,6 +38,14 @@ pub(super) struct Traced {
     pub(super) work_attached: bool,
     /// Managed runtime of the target, once detected.
     pub(super) runtime: Option<crate::runtimes::RuntimeInfo>,
+    /// CPython whose frames the kernel reads at allocations (issue #11), once located.
+    pub(super) python: Option<crate::pyframes::Interpreter>,
+    /// The interpreter's frames were looked for (found or not: once per program image).
+    pub(super) python_tried: bool,
+    /// Python frames are to be read (`--python-frames`).
+    pub(super) python_frames_on: bool,
+    /// The note that the budget of stacks with Python frames is spent was given.
+    pub(super) python_budget_noted: bool,
     /// The runtime's own heap figures, sampled at every checkpoint.
     pub(super) gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
     pub(super) probes: Vec<ProbeInfo>,
@@ -234,12 +245,17 @@ impl Traced {
             symbolizer: StackSymbolizer::new(pid),
             stacks: Vec::new(),
             stack_index: HashMap::new(),
+            native_stacks: HashMap::new(),
             checkpoints: Vec::new(),
             warnings: notes,
             exit_status: None,
             space: AddressSpace::default(),
             work_attached: probes.iter().any(|p| p.kind == "work"),
             runtime: None,
+            python: None,
+            python_tried: false,
+            python_frames_on: opts.python_frames,
+            python_budget_noted: false,
             gauge: None,
             probes,
             probed,
@@ -261,6 +277,7 @@ impl Traced {
         t.watch_cgroup();
         if !launched {
             t.detect_runtime(&objects);
+            t.python_frames(tracer, &objects);
         }
         t.place_teardown_probes(tracer, &objects);
         Ok(t)
@@ -352,6 +369,10 @@ impl Traced {
         // A new program: its runtime is detected anew.
         self.runtime = None;
         self.gauge = None;
+        if self.python.take().is_some() {
+            tracer.remove_python_target(self.pid);
+        }
+        self.python_tried = false;
         self.symbolizer.refresh();
         self.rescan(tracer, mode, pymalloc, work_probe, t_s);
     }
@@ -365,6 +386,32 @@ impl Traced {
             self.warnings.extend(rt.notes.iter().cloned());
             self.gauge = crate::runtimes::gauge(self.pid, &rt);
             self.runtime = Some(rt);
+        }
+    }
+
+    /// When the target runs CPython: have the kernel read its Python frames at allocations
+    /// (once per program image); a note says why not when they cannot be read.
+    pub(super) fn python_frames(&mut self, tracer: &mut Tracer, objects: &[MappedObject]) {
+        if !self.python_frames_on
+            || self.python_tried
+            || self.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python)
+        {
+            return;
+        }
+        self.python_tried = true;
+        match crate::pyframes::locate(self.pid, objects) {
+            Ok((interp, target)) => match tracer.add_python_target(self.pid, target) {
+                Ok(()) => {
+                    let (major, minor) = interp.layout.version;
+                    self.warnings.push(format!(
+                        "Python frames (function, file, line) read from CPython {major}.{minor}'s frame chain at each \
+                         allocation by the thread holding the GIL, in place of the eval loop's frames"
+                    ));
+                    self.python = Some(interp);
+                }
+                Err(e) => self.warnings.push(format!("Python frames are not read: {e:#}")),
+            },
+            Err(why) => self.warnings.push(why),
         }
     }
 
@@ -401,6 +448,7 @@ impl Traced {
             }
         }
         self.detect_runtime(&objects);
+        self.python_frames(tracer, &objects);
         if let (Some(spec), false) = (work_probe, self.work_attached)
             && let Some((obj, off)) = discover::find_work_function(spec, &objects)
         {
@@ -521,6 +569,22 @@ impl Traced {
             });
         }
         samples.sort_by_key(|s| s.stack);
+        // Kernel sites that are one recorded stack (a stack made during a Python import joins
+        // its native twin, see `stack_for`): one sample, their sum.
+        samples.dedup_by(|later, kept| {
+            if later.stack != kept.stack {
+                return false;
+            }
+            kept.alloc_bytes += later.alloc_bytes;
+            kept.alloc_count += later.alloc_count;
+            kept.free_bytes += later.free_bytes;
+            kept.free_count += later.free_count;
+            kept.resident_bytes = match (kept.resident_bytes, later.resident_bytes) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            true
+        });
         let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
         // Sparse: only the sites whose totals changed since the previous checkpoint are kept (a
         // site absent from a checkpoint keeps its last totals), so memory grows with activity,
@@ -614,7 +678,40 @@ impl Traced {
             }
         }
         let truncated = if lost { None } else { truncation(end, &frames) };
+        if self.python.is_some()
+            && !self.python_budget_noted
+            && let Some(budget) = tracer.python_budget_spent()
+        {
+            self.python_budget_noted = true;
+            self.warnings.push(format!(
+                "the {budget} stacks with Python frames that --max-stacks allows were all stored: stacks first seen \
+                 after that have native frames only (raise --max-stacks, or --python-frames off)"
+            ));
+        }
+        // CPython frames read with this stack, in place of the interpreter's eval loop.
+        let mut with_python = false;
+        if key.stack != 0
+            && let Some(py) = self.python.as_mut()
+            && let Some(raw) = tracer.py_stack(key.stack)
+        {
+            let py_frames = py.frames(&raw);
+            // Made during an import (module code and state, kept by design): its Python frames
+            // are left out, and the stack is its native twin (one site for every import, as
+            // without Python frames, rather than one per importing line).
+            if !crate::pyframes::in_import(&py_frames) {
+                with_python = !py_frames.is_empty();
+                frames = crate::pyframes::merge(frames, py_frames);
+            }
+        }
+        let twin = (!lost && !with_python).then(|| (key.kind, frames.iter().map(|f| f.addr).collect::<Vec<u64>>()));
+        if let Some(&id) = twin.as_ref().and_then(|t| self.native_stacks.get(t)) {
+            self.stack_index.insert(key, id);
+            return id;
+        }
         let id = self.stacks.len() as u32;
+        if let Some(t) = twin {
+            self.native_stacks.insert(t, id);
+        }
         self.stacks.push(Stack {
             id,
             kind: match key.kind {
