@@ -1,5 +1,6 @@
 //! Verdicts that fooled leaktrace before (issue 17), on real processes with known truth
-//! (tests/fixtures/verdicts.c): a tiny leak under heavy churn, a leak seen as one burst.
+//! (tests/fixtures/verdicts.c): a tiny leak under heavy churn, a leak seen as one burst,
+//! a bounded cache with constant eviction, compare against report, memory from before attach.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -323,4 +324,39 @@ fn arenas_made_before_attach_are_counted() {
     let leaks: Vec<&str> =
         r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
+}
+
+/// Item 5: a bounded cache with constant eviction. lru_put() fills a cache of 4,000 values of
+/// 1,125 B (4.5 MB) in 4 s and then evicts the oldest on every insert (1,000 a second, each value
+/// lives 4 s: a turnover far above the temporary threshold), for 20 s. Its site is a cache at
+/// 4,000 live blocks, not temporary and not a leak, and the verdict names lru_put, not the 1 MiB
+/// pool allocated once at start.
+#[test]
+fn bounded_cache_with_constant_eviction_is_a_cache() {
+    require_root();
+    let (_out, r, ctx) = record_verdicts("lru-cache", &[], "lru", 20);
+    let cache = r.site("lru_put");
+    assert_eq!(str_of(cache, "class"), "cache", "{ctx}");
+    assert_eq!(u64_of(cache, "live_allocations"), 4000, "{ctx}");
+    assert_eq!(u64_of(cache, "live_bytes"), 4000 * 1125, "{ctx}");
+    assert!(u64_of(cache, "frees") >= 10_000, "the cache turns over\n{ctx}");
+    let verdict = r.get(&["verdict"]);
+    assert_eq!(str_of(verdict, "class"), "cache", "{ctx}");
+    let summary = str_of(verdict, "summary");
+    assert!(summary.contains("lru_put"), "{ctx}");
+    assert!(!summary.contains("make_pool"), "{ctx}");
+    for s in r.sites_of("make_pool") {
+        assert_ne!(str_of(s, "class"), "leak", "the pool is allocated once\n{ctx}");
+    }
+    let leaks: Vec<&str> =
+        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
+    eprintln!(
+        "lru: verdict {} ({}); lru_put {} B in {} blocks, turnover {}",
+        verdict["class"],
+        verdict["confidence"],
+        cache["live_bytes"],
+        cache["live_allocations"],
+        cache["evidence"]["turnover"]
+    );
 }
