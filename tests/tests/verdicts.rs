@@ -480,3 +480,38 @@ fn frees_of_blocks_from_before_attach_are_named() {
     assert!(!md.contains("keeps free"), "{line}\n{ctx}");
     eprintln!("preattach: {untracked} frees of pre-attach blocks; {line}");
 }
+
+/// Item 5, the reported shape: a CPython `functools.lru_cache(maxsize=4000)` whose every call
+/// misses (tests/fixtures/lru_cache.py, case 17-py-lru-cache-plateau of ../shared/cases), at 400
+/// calls a second for 30 s: full after 10 s, then every miss evicts. render's 1,057-byte values
+/// are a cache of 4,000 blocks (4,228,000 B), the verdict is a cache naming render, not one of
+/// pymalloc's 1 MiB arenas, and nothing is a leak.
+#[test]
+fn python_lru_cache_with_eviction_is_a_cache() {
+    require_root();
+    let out = OutDir::new("py-lru-cache");
+    let mut target = Command::new(python());
+    target.arg("-u").arg(fixture_source("lru_cache.py")).env("RATE", "400").env("DURATION", "30");
+    let o = record_launch(&out, &[], target);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
+    // A Python frame's site is named "render (lru_cache.py:LINE)".
+    let cache = r
+        .sites()
+        .iter()
+        .find(|s| s["function"].as_str().is_some_and(|f| f.starts_with("render (lru_cache.py:")))
+        .unwrap_or_else(|| panic!("no site of render\n{ctx}"));
+    assert_eq!(str_of(cache, "class"), "cache", "{ctx}");
+    assert_eq!(u64_of(cache, "live_allocations"), 4000, "{ctx}");
+    assert_eq!(u64_of(cache, "live_bytes"), 4000 * 1057, "{ctx}");
+    let verdict = r.get(&["verdict"]);
+    assert_eq!(str_of(verdict, "class"), "cache", "{ctx}");
+    let summary = str_of(verdict, "summary");
+    assert!(summary.contains("largest: render (lru_cache.py:"), "{ctx}");
+    assert!(!summary.contains("_PyObject_ArenaMmap"), "{ctx}");
+    let leaks: Vec<&str> =
+        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
+    eprintln!("py lru_cache: {summary}");
+}
