@@ -162,6 +162,7 @@ pub(super) fn growth_json(g: Growth) -> serde_json::Value {
         "significant": g.significant,
         "floor": finite(g.floor),
         "leak": g.leak,
+        "not_a_leak_in_report": g.not_a_leak_in_report,
         "live_bytes": g.live_bytes,
     })
 }
