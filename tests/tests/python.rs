@@ -366,7 +366,8 @@ fn decref_leak_names_the_extension_and_the_line(name: &str, interpreter: &Path, 
     let frames = top["frames"].as_array().unwrap();
     let at = top["culprit_frame"].as_u64().expect("culprit index") as usize;
     assert_eq!((frames[at]["kind"].as_str(), frames[at]["function"].as_str()), (Some("native"), Some("tag_checksum")));
-    let caller = frames[at + 1..].iter().find(|f| f["kind"] == "python").unwrap_or_else(|| panic!("no Python frame\n{ctx}"));
+    let caller =
+        frames[at + 1..].iter().find(|f| f["kind"] == "python").unwrap_or_else(|| panic!("no Python frame\n{ctx}"));
     assert_eq!(caller["function"], "ingest", "{caller}\n{ctx}");
     assert_eq!(caller["line"].as_u64(), Some(leak_line), "ingest's line: {caller}\n{ctx}");
     assert!(str_of(caller, "file").ends_with("decref_leak.py"), "{caller}\n{ctx}");

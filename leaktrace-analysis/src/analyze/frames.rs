@@ -93,7 +93,8 @@ pub(super) fn is_runtime_frame(f: &Frame) -> bool {
 /// True when a frame is CPython's own code: libpython, or an interpreter executable
 /// (`python3.11`) with the interpreter linked in.
 fn is_python_runtime_frame(f: &Frame) -> bool {
-    is_runtime_frame(f) && f.object.as_deref().map(basename).is_some_and(|b| b.starts_with("python") || b.starts_with("libpython"))
+    is_runtime_frame(f)
+        && f.object.as_deref().map(basename).is_some_and(|b| b.starts_with("python") || b.starts_with("libpython"))
 }
 
 /// True for a native frame of a program's own C extension (or of any library that is neither
