@@ -157,9 +157,9 @@ pub fn native_interface_caller(frames: &[Frame]) -> Option<usize> {
 /// the library that called a runtime's native interface when the allocation went through it
 /// ([`native_interface_caller`]: a JNI library's `GetStringUTFChars`, not libjvm's
 /// `os::malloc`); when that frame is a runtime's code, the first Python frame or named JIT
-/// frame beyond it, or, for CPython's code, a C extension's frame met before it (the extension
-/// whose `PyBytes_FromStringAndSize` object was never released, not the Python line that called
-/// it); else the innermost named frame; else the innermost frame. A frame without a function
+/// frame beyond it, or, for CPython's code allocating (not mapping an arena), a C extension's
+/// frame met before it (the extension whose `PyBytes_FromStringAndSize` object was never
+/// released, not the Python line that called it); else the innermost named frame; else the innermost frame. A frame without a function
 /// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
 /// Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
@@ -208,7 +208,8 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         if !(is_runtime_frame(f) || is_system_frame(f)) {
             return None;
         }
-        let python_api = is_python_runtime_frame(f);
+        // An arena pymalloc maps holds every caller's objects: not the extension's.
+        let python_api = stack.kind == StackKind::Malloc && is_python_runtime_frame(f);
         stack.frames[i..]
             .iter()
             .position(|f| {

@@ -150,6 +150,20 @@ fn culprit_skips_allocator_frames() {
         let mut pure = decref.clone();
         pure.frames.remove(3);
         assert_eq!(culprit(&pure), (Some(4), "ingest (app.py:22)".to_string()), "{libpython}");
+        // An arena pymalloc maps while serving the extension holds everyone's objects.
+        let arena = Stack {
+            kind: StackKind::Mmap,
+            frames: vec![
+                lib("__GI___mmap64", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("_PyObject_ArenaMmap", libpython),
+                lib("new_arena", libpython),
+                lib("_PyObject_Malloc", libpython),
+                lib("split_fields", "/srv/pymem_ext.cpython-311-x86_64-linux-gnu.so"),
+                lib("cfunction_call", libpython),
+            ],
+            ..st.clone()
+        };
+        assert_eq!(culprit(&arena).1, "_PyObject_ArenaMmap", "{libpython}");
     }
     // A Rust trait method of the standard library is std code; a program whose name merely
     // starts like a runtime's is not a runtime.
