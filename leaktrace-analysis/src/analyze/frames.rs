@@ -90,6 +90,24 @@ pub(super) fn is_runtime_frame(f: &Frame) -> bool {
     })
 }
 
+/// True when a frame is CPython's own code: libpython, or an interpreter executable
+/// (`python3.11`) with the interpreter linked in.
+fn is_python_runtime_frame(f: &Frame) -> bool {
+    is_runtime_frame(f)
+        && f.object.as_deref().map(basename).is_some_and(|b| b.starts_with("python") || b.starts_with("libpython"))
+}
+
+/// True for a native frame of a program's own C extension (or of any library that is neither
+/// the interpreter, system code nor an allocator) with a known object: the code that called the
+/// interpreter's C API when the interpreter allocated for it.
+fn is_python_extension_frame(f: &Frame) -> bool {
+    f.kind == crate::recording::FrameKind::Native
+        && f.object.is_some()
+        && !is_runtime_frame(f)
+        && !is_system_frame(f)
+        && !is_allocator(f)
+}
+
 /// True for a frame of cgo's generated bridge between Go and C ([`crate::runtimes::go::is_cgo_bridge`]).
 fn is_cgo_frame(f: &Frame) -> bool {
     f.function.as_deref().is_some_and(crate::runtimes::go::is_cgo_bridge)
@@ -138,7 +156,10 @@ pub fn native_interface_caller(frames: &[Frame]) -> Option<usize> {
 /// object; when that frame is cgo's own malloc (`C.CString`), the Go function that called it;
 /// the library that called a runtime's native interface when the allocation went through it
 /// ([`native_interface_caller`]: a JNI library's `GetStringUTFChars`, not libjvm's
-/// `os::malloc`); else the innermost named frame; else the innermost frame. A frame without a function
+/// `os::malloc`); when that frame is a runtime's code, the first Python frame or named JIT
+/// frame beyond it, or, for CPython's code allocating (not mapping an arena), a C extension's
+/// frame met before it (the extension whose `PyBytes_FromStringAndSize` object was never
+/// released, not the Python line that called it); else the innermost named frame; else the innermost frame. A frame without a function
 /// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
 /// Returns (index, label).
 pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
@@ -178,15 +199,24 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
     // A runtime's JIT frames named from its perf map (Node with --perf-basic-prof), or a Python
     // frame read from the interpreter: memory the runtime allocated for the program's own
     // JavaScript or Python code is that function's (its line, for Python).
+    // Before the Python frame, a C extension that called the interpreter's C API (an object it
+    // made with `PyBytes_FromStringAndSize` and never released: a missing `Py_DECREF`) is the
+    // culprit, not the Python line that called the extension.
     let user = user.or_else(|| {
         let i = first?;
         let f = &stack.frames[i];
         if !(is_runtime_frame(f) || is_system_frame(f)) {
             return None;
         }
+        // An arena pymalloc maps holds every caller's objects: not the extension's.
+        let python_api = stack.kind == StackKind::Malloc && is_python_runtime_frame(f);
         stack.frames[i..]
             .iter()
-            .position(|f| is_user_jit_frame(f) || f.kind == crate::recording::FrameKind::Python)
+            .position(|f| {
+                is_user_jit_frame(f)
+                    || f.kind == crate::recording::FrameKind::Python
+                    || python_api && is_python_extension_frame(f)
+            })
             .map(|j| i + j)
     });
     let idx = go_caller

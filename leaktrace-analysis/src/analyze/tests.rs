@@ -122,6 +122,49 @@ fn culprit_skips_allocator_frames() {
         ..st.clone()
     };
     assert_eq!(culprit(&python).1, "_PyEval_EvalFrameDefault");
+    // A missing Py_DECREF: an object a C extension made through the C API (pymalloc), with the
+    // Python frames read: the extension's function, not the Python line that called it; an
+    // object the interpreter made for a line of Python: that line.
+    let py = |function: &str, line: u32| Frame {
+        kind: crate::recording::FrameKind::Python,
+        function: Some(function.to_string()),
+        file: Some("/srv/app.py".to_string()),
+        line: Some(line),
+        ..Default::default()
+    };
+    for libpython in ["/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/usr/bin/python3.11"] {
+        let decref = Stack {
+            frames: vec![
+                lib("PyObject_Malloc", libpython),
+                lib("_PyBytes_FromSize", libpython),
+                lib("PyBytes_FromStringAndSize", libpython),
+                lib("tag_checksum", "/srv/tagsum_ext.cpython-311-x86_64-linux-gnu.so"),
+                lib("cfunction_vectorcall_O", libpython),
+                py("ingest", 22),
+                py("<module>", 30),
+                lib("Py_BytesMain", libpython),
+            ],
+            ..st.clone()
+        };
+        assert_eq!(culprit(&decref), (Some(3), "tag_checksum".to_string()), "{libpython}");
+        let mut pure = decref.clone();
+        pure.frames.remove(3);
+        assert_eq!(culprit(&pure), (Some(4), "ingest (app.py:22)".to_string()), "{libpython}");
+        // An arena pymalloc maps while serving the extension holds everyone's objects.
+        let arena = Stack {
+            kind: StackKind::Mmap,
+            frames: vec![
+                lib("__GI___mmap64", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                lib("_PyObject_ArenaMmap", libpython),
+                lib("new_arena", libpython),
+                lib("_PyObject_Malloc", libpython),
+                lib("split_fields", "/srv/pymem_ext.cpython-311-x86_64-linux-gnu.so"),
+                lib("cfunction_call", libpython),
+            ],
+            ..st.clone()
+        };
+        assert_eq!(culprit(&arena).1, "_PyObject_ArenaMmap", "{libpython}");
+    }
     // A Rust trait method of the standard library is std code; a program whose name merely
     // starts like a runtime's is not a runtime.
     let rust = Stack {
