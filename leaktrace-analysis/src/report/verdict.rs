@@ -378,6 +378,8 @@ pub fn at_exit_phrase(a: &Analysis) -> String {
             let at = s
                 .culprit_frame
                 .and_then(|k| s.frames.get(k))
+                // A Python frame's label already carries its file and line.
+                .filter(|f| f.kind != crate::recording::FrameKind::Python)
                 .and_then(|f| Some(format!(" ({}:{})", crate::analyze::basename(f.file.as_deref()?), f.line?)))
                 .unwrap_or_default();
             let (b, c) = x.held.get(k).copied().unwrap_or((s.live_bytes, s.live_allocations));
