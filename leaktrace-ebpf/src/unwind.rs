@@ -436,14 +436,11 @@ extern "C" fn vma_info(_task: *mut core::ffi::c_void, vma: *mut core::ffi::c_voi
     0
 }
 
-/// Find the row for `pc` in the current task's address space: its VMA, the VMA's object, the
-/// object's rows. None when the VMA could not be looked at (busy); a default (no-rule) row when
-/// there is no VMA, no file, no table or no row.
+/// The VMA of `pc` in the current task's address space (`bpf_find_vma`) and its object's table.
+/// Err(None): the VMA could not be looked at now (busy); Err(Some(row)): no mapping holds the
+/// pc (`NO_VMA`), or one the walk has no rows for (no-rule).
 #[inline(always)]
-fn lookup(pc: u64) -> Option<UnwindRow> {
-    if offset(kernel_offset::VM_FILE) == 0 {
-        return Some(UnwindRow::default());
-    }
+fn vma_table(pc: u64) -> Result<(VmaInfo, ObjectTable), Option<UnwindRow>> {
     let mut info = VmaInfo { start: 0, end: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
     let callback = vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
     // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
@@ -457,21 +454,37 @@ fn lookup(pc: u64) -> Option<UnwindRow> {
         )
     };
     if r == -16 {
-        // -EBUSY: the address space's lock is taken.
-        return None;
+        // -EBUSY: the address space's lock is taken, or (interrupts off) the CPU's deferred
+        // unlock of an earlier lookup has not run yet.
+        return Err(None);
     }
     if r == -2 {
         // -ENOENT: no mapping holds the pc.
-        return Some(UnwindRow { kind: unwind::NO_VMA, ..UnwindRow::default() });
+        return Err(Some(UnwindRow { kind: unwind::NO_VMA, ..UnwindRow::default() }));
     }
-    if r != 0 || info.found == 0 {
-        return Some(UnwindRow::default());
+    if r != 0 || info.found == 0 || info.end <= info.start {
+        return Err(Some(UnwindRow::default()));
     }
     let id = ObjectId { dev: info.dev, ino: info.ino };
     // SAFETY: a hash-map lookup; the value is copied out at once.
     let Some(table) = (unsafe { UNWIND_OBJECTS.get(&id) }).copied() else {
         count(counter::UNWIND_NO_TABLE);
+        return Err(Some(UnwindRow::default()));
+    };
+    Ok((info, table))
+}
+
+/// Find the row for `pc` in the current task's address space: its VMA, the VMA's object, the
+/// object's rows. None when the VMA could not be looked at (busy); a default (no-rule) row when
+/// there is no VMA, no file, no table or no row.
+#[inline(always)]
+fn lookup(pc: u64) -> Option<UnwindRow> {
+    if offset(kernel_offset::VM_FILE) == 0 {
         return Some(UnwindRow::default());
+    }
+    let (info, table) = match vma_table(pc) {
+        Ok(found) => found,
+        Err(row) => return row,
     };
     let file_offset = pc - info.start + (info.pgoff << PAGE_SHIFT);
     let vaddr = (file_offset as i64 + table.vaddr_minus_offset) as u64;
@@ -508,6 +521,9 @@ static VMA_CACHE: PerCpuArray<CachedVma> = PerCpuArray::with_max_entries(VMA_CAC
 /// up as [`lookup`] does.
 #[inline(always)]
 fn lookup_cached(tgid: u32, pc: u64, generation: u64) -> Option<UnwindRow> {
+    if offset(kernel_offset::VM_FILE) == 0 {
+        return Some(UnwindRow::default());
+    }
     let slot = (mix((pc >> 20) ^ ((tgid as u64) << 40)) as u32) & (VMA_CACHE_SLOTS - 1);
     let Some(entry) = VMA_CACHE.get_ptr_mut(slot) else {
         // (Never: the index is masked to the map's size. Not `lookup`: a second row search
@@ -518,32 +534,9 @@ fn lookup_cached(tgid: u32, pc: u64, generation: u64) -> Option<UnwindRow> {
     // the other's, told apart by tgid, generation and range.
     let e = unsafe { &mut *entry };
     if !(e.tgid == tgid as u64 && e.generation == generation && e.start <= pc && pc < e.end) {
-        let mut info = VmaInfo { start: 0, end: 0, pgoff: 0, dev: 0, ino: 0, found: 0 };
-        let callback = vma_info as extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void, *mut VmaInfo) -> i64;
-        // SAFETY: `vma_info` has bpf_find_vma's callback signature; `info` outlives the call.
-        let r = unsafe {
-            bpf_find_vma(
-                bpf_get_current_task_btf().cast(),
-                pc,
-                callback as *mut core::ffi::c_void,
-                (&raw mut info).cast(),
-                0,
-            )
-        };
-        if r == -16 {
-            return None;
-        }
-        if r == -2 {
-            return Some(UnwindRow { kind: unwind::NO_VMA, ..UnwindRow::default() });
-        }
-        if r != 0 || info.found == 0 || info.end <= info.start {
-            return Some(UnwindRow::default());
-        }
-        let id = ObjectId { dev: info.dev, ino: info.ino };
-        // SAFETY: a hash-map lookup; the value is copied out at once.
-        let Some(table) = (unsafe { UNWIND_OBJECTS.get(&id) }).copied() else {
-            count(counter::UNWIND_NO_TABLE);
-            return Some(UnwindRow::default());
+        let (info, table) = match vma_table(pc) {
+            Ok(found) => found,
+            Err(row) => return row,
         };
         *e = CachedVma {
             tgid: tgid as u64,
