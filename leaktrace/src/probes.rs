@@ -32,9 +32,8 @@ pub struct Limits {
     pub max_allocs: u32,
     /// Maximum distinct call-stack sites (entries of SITES).
     pub max_sites: u32,
-    /// Maximum distinct call stacks, and as many more with Python frames (STACKS has twice as
-    /// many entries, ~1 KiB each, PY_STACKS as many, ~0.5 KiB each; allocated as stacks are
-    /// found).
+    /// Maximum distinct call stacks (entries of STACKS, ~1 KiB each), half of which at most may
+    /// carry Python frames (PY_STACKS, ~0.5 KiB each); allocated as stacks are found.
     pub max_stacks: u32,
     /// Unwind-table rows over all objects (entries of UNWIND_ROWS, 8 bytes each, allocated at
     /// load time).
@@ -238,6 +237,11 @@ pub fn check_privileges() -> Result<(), LoadError> {
     Ok(())
 }
 
+/// How many of `max_stacks` stacks may carry Python frames: half (at least 1).
+fn py_stack_budget(max_stacks: u32) -> u32 {
+    (max_stacks / 2).max(1)
+}
+
 impl Tracer {
     /// Load the embedded eBPF object with the given map sizes; the agent's own PID is excluded.
     pub fn load(limits: Limits, mode: Mode) -> Result<Tracer, LoadError> {
@@ -259,11 +263,11 @@ impl Tracer {
             .override_global("AGENT_TGID", &agent_tgid, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
-            // Room for --max-stacks stacks with Python frames besides the native ones (see
-            // PY_STACK_BUDGET in leaktrace-ebpf/src/python.rs).
-            .map_max_entries("STACKS", limits.max_stacks.saturating_mul(2))
-            .map_max_entries("PY_STACKS", limits.max_stacks)
-            .override_global("PY_STACK_BUDGET", &(limits.max_stacks as u64), true)
+            // --max-stacks bounds all stacks; those with Python frames may take half of them
+            // (PY_STACK_BUDGET in leaktrace-ebpf/src/python.rs), so native ones keep room.
+            .map_max_entries("STACKS", limits.max_stacks)
+            .map_max_entries("PY_STACKS", py_stack_budget(limits.max_stacks))
+            .override_global("PY_STACK_BUDGET", &u64::from(py_stack_budget(limits.max_stacks)), true)
             .map_max_entries("UNWIND_ROWS", if offsets.is_ok() { limits.max_unwind_rows } else { 1 })
             .override_global(
                 "KERNEL_OFFSETS",
@@ -342,7 +346,7 @@ impl Tracer {
             py_stacks,
             py_targets,
             py_stack_count,
-            py_stack_budget: limits.max_stacks as u64,
+            py_stack_budget: u64::from(py_stack_budget(limits.max_stacks)),
             counters,
             targets,
             work,
