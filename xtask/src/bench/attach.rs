@@ -51,6 +51,24 @@ fn seconds_after(line: &str, key: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
+/// `reps` runs of each variant, interleaved (uprobe_multi, then single uprobes), each tagged
+/// `TAG-multi-N` / `TAG-single-N`; the load average at each start is added to `loads`.
+fn both_variants(
+    work: &Path,
+    args: &[String],
+    reps: usize,
+    tag: &str,
+    loads: &mut Vec<f64>,
+) -> Result<(Vec<Run>, Vec<Run>)> {
+    let (mut multi, mut single) = (Vec::new(), Vec::new());
+    for rep in 0..reps.max(1) {
+        loads.extend(loadavg());
+        multi.push(record(work, args, false, &format!("{tag}-multi-{rep}"))?);
+        single.push(record(work, args, true, &format!("{tag}-single-{rep}"))?);
+    }
+    Ok((multi, single))
+}
+
 /// Run `leaktrace record ARGS --duration 3s --quiet --out DIR`, single uprobes if `single`.
 fn record(work: &Path, args: &[String], single: bool, tag: &str) -> Result<Run> {
     let out = work.join(format!("rec-{tag}"));
@@ -253,34 +271,16 @@ pub(super) fn measure(reps: usize) -> Result<String> {
     })?;
     one.wait_stdout_line("PID ", Duration::from_secs(10))?;
     let args = vec!["--pid".to_string(), one.pid().to_string()];
-    let (mut m1, mut s1) = (Vec::new(), Vec::new());
-    for rep in 0..reps.max(1) {
-        loads.extend(loadavg());
-        m1.push(record(&work, &args, false, &format!("one-multi-{rep}"))?);
-        s1.push(record(&work, &args, true, &format!("one-single-{rep}"))?);
-    }
+    let (m1, s1) = both_variants(&work, &args, reps, "one", &mut loads)?;
     drop(one);
 
     // --cgroup over 50 processes.
     let cg = cgroup_of_targets(&target, CGROUP_PROCESSES)?;
     let args = vec!["--cgroup".to_string(), cg.path.display().to_string()];
-    let (mut m50, mut s50) = (Vec::new(), Vec::new());
-    for rep in 0..reps.max(1) {
-        loads.extend(loadavg());
-        m50.push(record(&work, &args, false, &format!("cg-multi-{rep}"))?);
-        s50.push(record(&work, &args, true, &format!("cg-single-{rep}"))?);
-    }
+    let (m50, s50) = both_variants(&work, &args, reps, "cg", &mut loads)?;
     drop(cg);
 
-    let load = if loads.is_empty() {
-        "unknown".to_string()
-    } else {
-        format!(
-            "{:.1}–{:.1}",
-            loads.iter().copied().fold(f64::INFINITY, f64::min),
-            loads.iter().copied().fold(0.0, f64::max)
-        )
-    };
+    let load = load_range(&loads);
     let mut s = String::new();
     s.push_str(BEGIN);
     s.push('\n');

@@ -36,6 +36,18 @@ pub(super) fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
+/// The range of 1-minute load averages sampled at the starts of runs ("2.1–3.4"), or "unknown".
+pub(super) fn load_range(loads: &[f64]) -> String {
+    if loads.is_empty() {
+        return "unknown".to_string();
+    }
+    format!(
+        "{:.1}–{:.1}",
+        loads.iter().copied().fold(f64::INFINITY, f64::min),
+        loads.iter().copied().fold(0.0, f64::max)
+    )
+}
+
 /// Wait until the 1-minute load average is below `max` (at most `max_wait`); says what happened.
 pub(super) fn wait_for_quiet(max: f64, max_wait: Duration) -> String {
     let start = Instant::now();

@@ -102,15 +102,7 @@ pub(super) fn measure(reps: usize, n: u64) -> Result<String> {
     let pauses: Vec<f64> = runs.iter().map(|r| r.pause_ms).collect();
     let (min, max) = (pauses.iter().copied().fold(f64::INFINITY, f64::min), pauses.iter().copied().fold(0.0, f64::max));
     let last = runs.last().expect("at least one run");
-    let load = if loads.is_empty() {
-        "unknown".to_string()
-    } else {
-        format!(
-            "{:.1}–{:.1}",
-            loads.iter().copied().fold(f64::INFINITY, f64::min),
-            loads.iter().copied().fold(0.0, f64::max)
-        )
-    };
+    let load = load_range(&loads);
     let mut s = String::new();
     s.push_str(BEGIN);
     s.push('\n');
