@@ -32,11 +32,16 @@ fn field(format: &str, name: &str) -> Option<(u32, u32)> {
 /// reads, or two events that must share an offset (the `sys_exit_*` events' `ret`) disagreeing.
 pub fn offsets_in(root: &Path) -> anyhow::Result<[u32; tp_field::NUM]> {
     let mut out = [u32::MAX; tp_field::NUM];
+    // Several fields come from one event: each format file is read once.
+    let mut formats: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
     for (index, event, name, size, _) in tp_field::FIELDS {
         let path = root.join("events").join(event).join("format");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        if !formats.contains_key(event) {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            formats.insert(event, text);
+        }
         let (offset, found_size) =
-            field(&text, name).with_context(|| format!("no field `{name}` in {}", path.display()))?;
+            field(&formats[event], name).with_context(|| format!("no field `{name}` in {}", path.display()))?;
         if found_size != size {
             bail!("{event}: field `{name}` is {found_size} bytes, leaktrace reads {size}");
         }
