@@ -6,5 +6,6 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("bpf") {
         println!("cargo:rustc-link-arg-bins=--export=leaktrace_unwind_rule");
+        println!("cargo:rustc-link-arg-bins=--export=leaktrace_stack_word");
     }
 }

@@ -552,15 +552,16 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 
 /// Walk the user stack (`unwind::walk`: unwind tables, frame pointers where there are none),
 /// store the frames in `STACKS` the first time they are seen, and return their key (a 64-bit
-/// hash; 0 when they could not be stored).
+/// hash; 0 when they could not be stored) and the walk's generation (its tag in the stack window,
+/// `unwind::read_stack`).
 ///
 /// Why not `bpf_get_stackid`: it follows frame pointers only (most libraries and release builds
 /// have none), and the kernel's walk goes on until a read faults: on glibc programs the
 /// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
 /// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
-    let Some(buf) = walk_buffer() else { return 0 };
+fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
+    let Some(buf) = walk_buffer() else { return (0, 0) };
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
@@ -585,7 +586,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
     if let Some(slot) = seen
         && unsafe { *slot } == hash
     {
-        return hash;
+        return (hash, generation);
     }
     if let Some(stored) = STACKS.get_ptr(hash) {
         // A different stack under the same key (64-bit hashes: not expected in practice):
@@ -593,7 +594,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
         // left over from earlier walks: a one-frame stack has no ips[1] to compare.)
         if unsafe { (*stored).len != buf.len || (buf.len > 1 && (*stored).ips[1] != buf.ips[1]) } {
             count(counter::STACK_ERROR);
-            return 0;
+            return (0, generation);
         }
     } else {
         if py.is_some()
@@ -604,7 +605,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
                 Err(EEXIST) => {}
                 Err(_) => {
                     count(counter::STACKS_FULL);
-                    return 0;
+                    return (0, generation);
                 }
             }
         }
@@ -618,28 +619,36 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> u64 {
                     let _ = STACKS.remove(hash);
                     let _ = crate::python::PY_STACKS.remove(hash);
                     count(counter::STACK_ERROR);
-                    return 0;
+                    return (0, generation);
                 }
             }
             Err(EEXIST) => {}
             Err(_) => {
                 count(counter::STACKS_FULL);
-                return 0;
+                return (0, generation);
             }
         }
     }
     if let Some(slot) = seen {
         unsafe { *slot = hash };
     }
-    hash
+    (hash, generation)
 }
 
 /// The site of the code at `r`: its walked call stack and the return address at its stack
 /// pointer (the direct caller at an entry probe).
 #[inline(always)]
 fn site_here<const FAULT: bool>(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
-    let caller = if r.sp != 0 { unsafe { bpf_probe_read_user(r.sp as *const u64) }.unwrap_or(0) } else { 0 };
-    SiteKey { tgid, kind, stack: walk_stack::<FAULT>(r, tgid), caller }
+    let (stack, generation) = walk_stack::<FAULT>(r, tgid);
+    // At an entry probe the walk's first frame read this word: it is in the stack window.
+    let caller = match r.sp {
+        0 => 0,
+        sp => match crate::unwind::leaktrace_stack_word(generation, sp) {
+            crate::unwind::READ_FAILED => 0,
+            w => w,
+        },
+    };
+    SiteKey { tgid, kind, stack, caller }
 }
 
 /// A thread inside a hooked allocator call: what it maps is the allocator's.

@@ -9,7 +9,12 @@
 //! return address is read at CFA − 8 and the caller's %rbp where the rule says it was saved.
 //! Frames are walked in a `bpf_loop` callback, so the verifier checks one frame's code, not 127
 //! copies of it.
+//!
+//! Stack memory is read a window at a time (`STACK_WINDOW`: up to 2 KiB, never past the end of
+//! the page it starts in): each `bpf_probe_read_user` costs ~40 ns whatever its size up to a few
+//! KiB, and a stack's frames are next to each other, so one read serves several frames.
 
+use aya_ebpf::helpers::generated::bpf_probe_read_user as probe_read_user_raw;
 use aya_ebpf::helpers::generated::{bpf_find_vma, bpf_get_current_task_btf, bpf_loop};
 use aya_ebpf::{
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
@@ -60,6 +65,28 @@ const CACHE_SLOTS: u32 = 4096;
 #[map]
 static UNWIND_CACHE: PerCpuArray<CachedRule> = PerCpuArray::with_max_entries(CACHE_SLOTS, 0);
 
+/// Largest window of stack bytes read at once (a power of two; see `StackWindow`).
+const WINDOW_BYTES: u64 = 2048;
+const WINDOW_WORDS: usize = (WINDOW_BYTES / 8) as usize;
+
+/// A copy of user stack memory, `len` bytes from `base`, made by the walk `owner` on this CPU.
+#[repr(C)]
+pub struct StackWindow {
+    /// The `StackFrames::generation` of the walk that filled it. A walk on this CPU that runs in
+    /// between (the first one preempted) writes its own here before it overwrites `bytes`, so a
+    /// read that still finds its walk's value after copying a word got that walk's bytes.
+    owner: u64,
+    /// User address of `words[0]` (8-aligned).
+    base: u64,
+    /// Bytes of `words` that are valid (0: empty).
+    len: u64,
+    words: [u64; WINDOW_WORDS],
+}
+
+/// This CPU's window of the stack being walked (see `read_stack`).
+#[map]
+static STACK_WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(1, 0);
+
 /// Largest distance between two frames that the walk follows (bytes): a default thread stack is
 /// 8 MiB, so no real frame is larger.
 const MAX_FRAME_BYTES: u64 = 8 << 20;
@@ -90,6 +117,8 @@ struct Walk {
     generation: u64,
     /// The current pc was interrupted by a signal (not a return address): look it up as is.
     exact: u64,
+    /// This walk's tag in `STACK_WINDOW` (its `StackFrames::generation`).
+    owner: u64,
 }
 
 /// A 64-bit mixing step (multiply, then fold the high half down), so that every input bit
@@ -127,6 +156,7 @@ pub fn walk<const FAULT: bool>(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64
         end: walk_end::DEPTH,
         generation: UNWIND_GEN.get(0).copied().unwrap_or(0),
         exact: 0,
+        owner: buf.generation,
     };
     let callback = step::<FAULT> as extern "C" fn(u64, *mut Walk) -> i64;
     // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
@@ -187,29 +217,21 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
             if row.kind != unwind::PLT && row.rbp_offset == -2 {
                 // The usual frame (push %rbp after the call): saved %rbp and return address
                 // side by side, one read.
-                // SAFETY: bpf_probe_read_user is a checked copy: a bad address is an error, not a fault.
-                let Ok(pair) = (unsafe { bpf_probe_read_user((cfa - 16) as *const [u64; 2]) }) else {
+                let ret = leaktrace_stack_word(w.owner, cfa - 8);
+                if ret == READ_FAILED {
                     w.end = walk_end::READ_FAULT;
                     return 1;
-                };
-                w.fp = pair[0];
-                return push(w, index, pair[1], cfa);
+                }
+                w.fp = leaktrace_stack_word(w.owner, cfa - 16);
+                return push(w, index, ret, cfa);
             }
-            // SAFETY: a checked copy (bpf_probe_read_user).
-            let Ok(ret) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
+            let ret = leaktrace_stack_word(w.owner, cfa - 8);
+            if ret == READ_FAILED {
                 w.end = walk_end::READ_FAULT;
                 return 1;
-            };
+            }
             if row.kind != unwind::PLT && row.rbp_offset != 0 {
-                let at = cfa.wrapping_add((row.rbp_offset as i64 * 8) as u64);
-                // SAFETY: a checked copy (bpf_probe_read_user).
-                match unsafe { bpf_probe_read_user(at as *const u64) } {
-                    Ok(fp) => w.fp = fp,
-                    Err(_) => {
-                        w.end = walk_end::READ_FAULT;
-                        return 1;
-                    }
-                }
+                w.fp = leaktrace_stack_word(w.owner, cfa.wrapping_add((row.rbp_offset as i64 * 8) as u64));
             }
             (ret, cfa)
         }
@@ -296,17 +318,78 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
                 w.end = why;
                 return 1;
             }
-            // SAFETY: a checked copy (bpf_probe_read_user).
-            let Ok(frame) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
+            let ret = leaktrace_stack_word(w.owner, fp + 8);
+            if ret == READ_FAILED {
                 w.end = why;
                 return 1;
-            };
+            }
             count(counter::FP_FRAMES);
-            w.fp = frame[0];
-            (frame[1], fp + 16)
+            w.fp = leaktrace_stack_word(w.owner, fp);
+            (ret, fp + 16)
         }
     };
     push(w, index, ret, cfa)
+}
+
+/// What [`leaktrace_stack_word`] returns when the read failed. A word that holds this value
+/// reads the same: as a return address or a CFA it is not one either (above the user address
+/// space), and a saved %rbp is taken as it is (a frame pointer of this value fails the walk's
+/// checks where one is followed).
+pub(crate) const READ_FAILED: u64 = u64::MAX;
+
+/// The 8 bytes of user memory at `addr`, for the walk `owner`, or [`READ_FAILED`]: from this
+/// CPU's window of the stack when they are in it; else the window is filled from `addr` to the
+/// end of its page (at most `WINDOW_BYTES`: the page holding `addr` is mapped if the word is, the
+/// next one may not be, and a read that faults costs ~10 times one that does not) and the word
+/// taken from it. Unaligned addresses are read on their own.
+///
+/// A global BPF function (exported to the linker by build.rs) for the same reason as
+/// [`leaktrace_unwind_rule`]: inlined into every program and frame step, its branches multiplied
+/// the verifier's states (40 s to load).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_stack_word(owner: u64, addr: u64) -> u64 {
+    let Some(win) = STACK_WINDOW.get_ptr_mut(0) else {
+        // SAFETY: a checked copy (bpf_probe_read_user).
+        return unsafe { bpf_probe_read_user(addr as *const u64) }.unwrap_or(READ_FAILED);
+    };
+    if addr & 7 != 0 {
+        // SAFETY: a checked copy (bpf_probe_read_user).
+        return unsafe { bpf_probe_read_user(addr as *const u64) }.unwrap_or(READ_FAILED);
+    }
+    // SAFETY: `win` is this CPU's map value (get_ptr_mut checked the index); the fields another
+    // walk on this CPU may change are read and written through volatile accesses, `owner` first
+    // (see `StackWindow::owner`).
+    unsafe {
+        let off = addr.wrapping_sub(core::ptr::read_volatile(&raw const (*win).base));
+        if core::ptr::read_volatile(&raw const (*win).owner) == owner
+            && off < core::ptr::read_volatile(&raw const (*win).len)
+            && off < WINDOW_BYTES
+        {
+            let v = (*win).words[(off / 8) as usize & (WINDOW_WORDS - 1)];
+            if core::ptr::read_volatile(&raw const (*win).owner) == owner {
+                return v;
+            }
+        }
+        let mut len = 4096 - (addr & 4095);
+        if len > WINDOW_BYTES {
+            len = WINDOW_BYTES;
+        }
+        core::ptr::write_volatile(&raw mut (*win).owner, owner);
+        core::ptr::write_volatile(&raw mut (*win).len, 0);
+        let r = probe_read_user_raw((&raw mut (*win).words).cast(), len as u32, addr as *const core::ffi::c_void);
+        if r != 0 {
+            return bpf_probe_read_user(addr as *const u64).unwrap_or(READ_FAILED);
+        }
+        core::ptr::write_volatile(&raw mut (*win).base, addr);
+        core::ptr::write_volatile(&raw mut (*win).len, len);
+        let v = (*win).words[0];
+        if core::ptr::read_volatile(&raw const (*win).owner) == owner {
+            v
+        } else {
+            bpf_probe_read_user(addr as *const u64).unwrap_or(READ_FAILED)
+        }
+    }
 }
 
 /// Append the caller found by iteration `index` (its return address `ret`, the stack pointer
