@@ -51,12 +51,12 @@ fn seconds_after(line: &str, key: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// `reps` runs of each variant, interleaved (uprobe_multi, then single uprobes), each tagged
-/// `TAG-multi-N` / `TAG-single-N`; the load average at each start is added to `loads`.
+/// `reps` runs of uprobe_multi and `single_reps` (at most `reps`) of single uprobes, interleaved,
+/// each tagged `TAG-multi-N` / `TAG-single-N`; the load average at each start is added to `loads`.
 fn both_variants(
     work: &Path,
     args: &[String],
-    reps: usize,
+    (reps, single_reps): (usize, usize),
     tag: &str,
     loads: &mut Vec<f64>,
 ) -> Result<(Vec<Run>, Vec<Run>)> {
@@ -64,7 +64,9 @@ fn both_variants(
     for rep in 0..reps.max(1) {
         loads.extend(loadavg());
         multi.push(record(work, args, false, &format!("{tag}-multi-{rep}"))?);
-        single.push(record(work, args, true, &format!("{tag}-single-{rep}"))?);
+        if rep < single_reps.max(1) {
+            single.push(record(work, args, true, &format!("{tag}-single-{rep}"))?);
+        }
     }
     Ok((multi, single))
 }
@@ -271,13 +273,14 @@ pub(super) fn measure(reps: usize) -> Result<String> {
     })?;
     one.wait_stdout_line("PID ", Duration::from_secs(10))?;
     let args = vec!["--pid".to_string(), one.pid().to_string()];
-    let (m1, s1) = both_variants(&work, &args, reps, "one", &mut loads)?;
+    let (m1, s1) = both_variants(&work, &args, (reps, reps), "one", &mut loads)?;
     drop(one);
 
     // --cgroup over 50 processes.
     let cg = cgroup_of_targets(&target, CGROUP_PROCESSES)?;
     let args = vec!["--cgroup".to_string(), cg.path.display().to_string()];
-    let (m50, s50) = both_variants(&work, &args, reps, "cg", &mut loads)?;
+    // Single uprobes over 50 processes take ~3 minutes a run to detach: one run, as a comparison.
+    let (m50, s50) = both_variants(&work, &args, (reps, 1), "cg", &mut loads)?;
     drop(cg);
 
     let load = load_range(&loads);
@@ -285,8 +288,8 @@ pub(super) fn measure(reps: usize) -> Result<String> {
     s.push_str(BEGIN);
     s.push('\n');
     s.push_str(&format!(
-        "Measured by `cargo xtask bench` ({date}; `--attach-only` runs just this part), {} run(s) of each variant, \
-         interleaved, 1-minute load {load} at the starts (2 CPUs). Every run is \
+        "Measured by `cargo xtask bench` ({date}; `--attach-only` runs just this part), {} run(s) of each variant \
+         (one of single uprobes under `--cgroup`: ~3 minutes each), interleaved, 1-minute load {load} at the starts (2 CPUs). Every run is \
          `RUST_LOG=leaktrace=info leaktrace record ... --duration 3s --quiet --out DIR` (exact mode); \
          \"uprobe_multi\" is the default, \"single\" the fallback forced by `LEAKTRACE_SINGLE_UPROBES=1`. The parts come \
          from leaktrace's timing log lines (leaktrace/src/probes.rs), CPU and peak RSS from wait4's rusage.\n\n",
