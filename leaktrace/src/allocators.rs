@@ -93,7 +93,7 @@ pub const MALLOC_API: &[Hook] = &[
 
 /// An allocator family: objects defining `{prefix}malloc` and `{prefix}free` are probed for
 /// [`MALLOC_API`] under that prefix.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Family {
     /// Name in the coverage table.
     pub name: &'static str,
@@ -111,6 +111,31 @@ pub const FAMILIES: &[Family] = &[
     Family { name: "tcmalloc (tc_)", prefix: "tc_" },
     Family { name: "mimalloc (mi_)", prefix: "mi_" },
 ];
+
+/// Which allocator API discovery found in an object (an object may provide several): what the
+/// coverage lines name in brackets, e.g. `[malloc, pymalloc (CPython's allocator API)]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocatorFamily {
+    /// The malloc API under one of [`FAMILIES`]' prefixes: the object is an allocator.
+    Malloc(Family),
+    /// CPython's allocator API ([`PYMALLOC_API`], `--pymalloc`).
+    Pymalloc,
+    /// The C++ runtime's operator new ([`CXX_NEW`]) in an object that is not an allocator.
+    CxxNew,
+    /// Rust's allocator shims ([`RUST_API`]): a process without any malloc family.
+    RustShims,
+}
+
+impl std::fmt::Display for AllocatorFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AllocatorFamily::Malloc(fam) => fam.name,
+            AllocatorFamily::Pymalloc => "pymalloc (CPython's allocator API)",
+            AllocatorFamily::CxxNew => "C++ runtime operator new",
+            AllocatorFamily::RustShims => "Rust allocator shims",
+        })
+    }
+}
 
 /// C++ operator new in all its forms (plain, array, nothrow, aligned). Hooked wherever defined:
 /// the C++ runtime's operator new (libstdc++) calls malloc without a frame of its own, so a probe

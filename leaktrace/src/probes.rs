@@ -23,7 +23,7 @@ use aya::{Ebpf, EbpfLoader};
 use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter};
 
 use crate::discover::ProbePoint;
-use crate::recording::ProbeInfo;
+use crate::recording::{ProbeInfo, ProbeKind};
 
 /// Sizes of the kernel maps. A full map loses data; the loss is counted and reported.
 #[derive(Clone, Copy, Debug)]
@@ -392,11 +392,11 @@ impl Tracer {
 
     fn attach_points(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
         // (program, kind, point), return probes first.
-        let mut todo: Vec<(&'static str, &'static str, &ProbePoint)> = Vec::new();
-        for pass in ["return", "entry"] {
+        let mut todo: Vec<(&'static str, ProbeKind, &ProbePoint)> = Vec::new();
+        for pass in [ProbeKind::Return, ProbeKind::Entry] {
             for p in points {
                 let program = match pass {
-                    "return" => match p.hook.return_program {
+                    ProbeKind::Return => match p.hook.return_program {
                         Some(r) => r,
                         None => continue,
                     },
@@ -412,7 +412,7 @@ impl Tracer {
         let mut placed = Vec::new();
         if self.single_why.is_none() {
             // Group by (kind, file, program), in first-seen order (return groups come first).
-            let mut groups: Vec<(&'static str, &std::path::Path, &'static str, Vec<&ProbePoint>)> = Vec::new();
+            let mut groups: Vec<(ProbeKind, &std::path::Path, &'static str, Vec<&ProbePoint>)> = Vec::new();
             for &(program, kind, p) in &todo {
                 match groups.iter_mut().find(|g| g.0 == kind && g.1 == p.object.open_path && g.2 == program) {
                     Some(g) => g.3.push(p),
@@ -425,7 +425,7 @@ impl Tracer {
                 offsets.dedup();
                 let functions = || group.iter().map(|p| p.function.as_str()).collect::<Vec<_>>().join(", ");
                 let link =
-                    self.attach_multi(program, open_path, &offsets, pid, kind == "return").with_context(|| {
+                    self.attach_multi(program, open_path, &offsets, pid, kind == ProbeKind::Return).with_context(|| {
                         format!(
                             "cannot place uprobes on {} in {} (PID {pid})",
                             functions(),
@@ -515,7 +515,7 @@ impl Tracer {
         Ok(ProbeInfo {
             object: object.to_string(),
             function: function.to_string(),
-            kind: "teardown".to_string(),
+            kind: ProbeKind::Teardown,
             offset,
             placement: None,
         })
@@ -549,7 +549,7 @@ impl Tracer {
         Ok(ProbeInfo {
             object: object.to_string(),
             function: String::new(),
-            kind: "work".to_string(),
+            kind: ProbeKind::Work,
             offset,
             placement: None,
         })
@@ -750,12 +750,12 @@ impl Tracer {
     }
 }
 
-/// The coverage-table line of a probe of `kind` ("entry", "return") placed at `p`.
-fn probe_info(p: &ProbePoint, object: String, kind: &str) -> ProbeInfo {
+/// The coverage-table line of a probe of `kind` (entry or return) placed at `p`.
+fn probe_info(p: &ProbePoint, object: String, kind: ProbeKind) -> ProbeInfo {
     ProbeInfo {
         object,
         function: p.function.clone(),
-        kind: kind.to_string(),
+        kind,
         offset: p.probe_offset,
         placement: Some(p.placement.clone()),
     }

@@ -11,7 +11,9 @@ use crate::launch::{self, ExitStatus};
 use crate::mappings::{self, AddressSpace};
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
-use crate::recording::{AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, SiteSample, Stack, StackKind};
+use crate::recording::{
+    AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind,
+};
 use crate::symbolize::StackSymbolizer;
 
 use super::*;
@@ -250,7 +252,7 @@ impl Traced {
             warnings: notes,
             exit_status: None,
             space: AddressSpace::default(),
-            work_attached: probes.iter().any(|p| p.kind == "work"),
+            work_attached: probes.iter().any(|p| p.kind == ProbeKind::Work),
             runtime: None,
             python: None,
             python_tried: false,
@@ -509,7 +511,7 @@ impl Traced {
                 Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
             }
         }
-        if !self.teardown_watched && self.probes.iter().any(|p| p.kind == "teardown") {
+        if !self.teardown_watched && self.probes.iter().any(|p| p.kind == ProbeKind::Teardown) {
             match tracer.watch_teardown(self.pid, true) {
                 Ok(()) => self.teardown_watched = true,
                 Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
@@ -797,10 +799,11 @@ pub(super) fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
         by_object.entry(p.object.path.display().to_string()).or_default().push(at);
     }
     for (object, functions) in by_object {
-        let fams: Vec<&str> = scan
+        let fams: Vec<String> = scan
             .families
             .iter()
-            .filter_map(|f| f.strip_prefix(object.as_str()).and_then(|r| r.strip_prefix(": ")))
+            .filter(|f| f.object.display().to_string() == object)
+            .map(|f| f.family.to_string())
             .collect();
         eprintln!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
     }
