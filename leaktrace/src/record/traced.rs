@@ -11,9 +11,7 @@ use crate::launch::{self, ExitStatus};
 use crate::mappings::{self, AddressSpace};
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
-use crate::recording::{
-    AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind,
-};
+use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind};
 use crate::symbolize::StackSymbolizer;
 
 use super::*;
@@ -53,14 +51,10 @@ pub(super) struct Traced {
     pub(super) probes: Vec<ProbeInfo>,
     /// Objects already scanned for allocators, by (device major, minor, inode).
     pub(super) probed: BTreeSet<(i32, i32, u64)>,
-    /// Set when this process's recording ended before the run (it exited).
-    pub(super) end_reason: Option<EndReason>,
     /// `exe` was read from /proc/PID/exe (launched commands: after their exec).
     pub(super) exe_resolved: bool,
     /// The last sample recorded for each stack (checkpoints keep only changed sites).
     pub(super) last_samples: HashMap<u32, SiteSample>,
-    /// Child processes it forked that are not traced (no --follow-forks).
-    pub(super) untraced_children: u32,
     /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
     pub(super) reach_scans: Vec<crate::reachability::Reachability>,
     /// Every execve seen during the recording (issue #15).
@@ -78,10 +72,8 @@ pub(super) struct Traced {
     pub(super) cgroup_seen: Option<String>,
     /// Launched commands: teardown probes placed, as (object path, function).
     pub(super) teardown_probes: BTreeSet<(String, &'static str)>,
-    /// Its teardown is watched in the kernel (the TEARDOWN map holds it).
-    pub(super) teardown_watched: bool,
-    /// It began its teardown and is held stopped: the teardown checkpoint is due.
-    pub(super) teardown_pending: bool,
+    /// What the session loop keeps of it: how it ended, its teardown, untraced children.
+    pub(super) session: super::session::SessionState,
 }
 
 /// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
@@ -261,10 +253,8 @@ impl Traced {
             gauge: None,
             probes,
             probed,
-            end_reason: None,
             exe_resolved: !launched,
             last_samples: HashMap::new(),
-            untraced_children: 0,
             reach_scans: Vec::new(),
             execs: Vec::new(),
             launch_exec_pending: launched,
@@ -273,8 +263,7 @@ impl Traced {
             ended: None,
             cgroup_seen: None,
             teardown_probes: BTreeSet::new(),
-            teardown_watched: false,
-            teardown_pending: false,
+            session: Default::default(),
         };
         t.watch_cgroup();
         if !launched {
@@ -511,9 +500,9 @@ impl Traced {
                 Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
             }
         }
-        if !self.teardown_watched && self.probes.iter().any(|p| p.kind == ProbeKind::Teardown) {
+        if !self.session.teardown_watched && self.probes.iter().any(|p| p.kind == ProbeKind::Teardown) {
             match tracer.watch_teardown(self.pid, true) {
-                Ok(()) => self.teardown_watched = true,
+                Ok(()) => self.session.teardown_watched = true,
                 Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
             }
         }
