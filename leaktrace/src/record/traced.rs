@@ -771,7 +771,7 @@ pub(super) fn scan_for_mode(
 ) -> Result<discover::AllocatorScan, discover::TargetError> {
     let mut scan = discover::scan_allocators(pid, objects, pymalloc)?;
     if mode == Mode::Growth {
-        scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
+        scan.points.retain(|p| *p.hook.entry_program == leaktrace_common::program::MMAP_ENTER);
     }
     Ok(scan)
 }
