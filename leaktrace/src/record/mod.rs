@@ -5,7 +5,7 @@
 //!
 //! Files: this one holds the options and [`record_all`] (attach, run the session, build the
 //! recordings); `targets.rs` which processes and objects; `traced.rs` one traced process's state
-//! and checkpoints; `session.rs` the polling loop that decides when checkpoints are taken and
+//! and checkpoints; `ending.rs` how a traced process ended; `session.rs` the polling loop that decides when checkpoints are taken and
 //! when the recording ends, over a trait; `live.rs` that trait's real side (the eBPF tracer,
 //! /proc, the status line and the periodic hooks).
 
@@ -20,6 +20,7 @@ use crate::probes::{Limits, Mode, Tracer};
 use crate::recording::{self, EndReason, Recording, Target};
 use crate::{output, procinfo};
 
+mod ending;
 mod live;
 // Reachability hook (#14).
 mod reachability;
