@@ -162,6 +162,20 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// What a probe in the coverage table ([`ProbeInfo`]) does.
+    ProbeKind {
+        /// At an allocator function's entry: its arguments and the caller's stack.
+        Entry = "entry",
+        /// At its return: the block it returned.
+        Return = "return",
+        /// At libc's `exit` or CPython's `Py_FinalizeEx`: the launched command's teardown.
+        Teardown = "teardown",
+        /// At the `--work-probe` function: a unit of work.
+        Work = "work",
+    }
+}
+
 /// The traced process.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Target {
@@ -219,8 +233,9 @@ pub struct ProbeInfo {
     pub object: String,
     /// Hooked function, e.g. "malloc".
     pub function: String,
-    /// "entry" or "return".
-    pub kind: String,
+    /// "entry", "return", "teardown" (libc's `exit`, CPython's `Py_FinalizeEx`) or "work" (the
+    /// `--work-probe` function).
+    pub kind: ProbeKind,
     /// File offset of the probe in the object, bytes.
     pub offset: u64,
     /// Entry probes: where in the function the probe sits and why (e.g. "+9: after the NULL

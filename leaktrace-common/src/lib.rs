@@ -647,6 +647,140 @@ pub mod tp_field {
     }
 }
 
+/// The eBPF programs of `leaktrace-ebpf` (its `#[uprobe]`, `#[uretprobe]` and `#[tracepoint]`
+/// functions; a program's name in the object is its function's name) and what each reads: the
+/// loader loads and attaches them from this table, probe placement reads [`Program::args`], and
+/// a test of the agent checks the table against the built object.
+pub mod program {
+    /// How a program is attached.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Kind {
+        /// A uprobe at a function's entry (or past its first instructions: the agent's probe
+        /// placement).
+        Entry,
+        /// A return probe (uretprobe) of an allocating function: reads the return value.
+        Return,
+        /// The tracepoint `group:NAME`, NAME being the program's name; reads its record's fields
+        /// ([`crate::tp_field`]).
+        Tracepoint {
+            /// Tracepoint group (`syscalls`, `sched`, `exceptions`).
+            group: &'static str,
+        },
+    }
+
+    /// One eBPF program.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Program {
+        /// Its name in the object (the function's name in `leaktrace-ebpf`).
+        pub name: &'static str,
+        pub kind: Kind,
+        /// Entry programs: the integer argument registers it reads, in the C ABI's order (%rdi,
+        /// %rsi, %rdx, %rcx, %r8, %r9 on x86-64), by the argument's name; a name starting with
+        /// `_` is a register it skips. Probe placement must not move a probe past an instruction
+        /// that changes one of the first `args.len()`. Empty for the others.
+        pub args: &'static [&'static str],
+        /// Loaded and attached in growth mode only.
+        pub growth_only: bool,
+    }
+
+    impl Program {
+        /// How many argument registers it reads, counted from the first (see [`Program::args`]).
+        pub const fn args_read(&self) -> usize {
+            self.args.len()
+        }
+
+        /// A uprobe program (entry or return), as opposed to a tracepoint.
+        pub const fn is_uprobe(&self) -> bool {
+            matches!(self.kind, Kind::Entry | Kind::Return)
+        }
+    }
+
+    const fn entry(name: &'static str, args: &'static [&'static str]) -> Program {
+        Program { name, kind: Kind::Entry, args, growth_only: false }
+    }
+
+    const fn tracepoint(group: &'static str, name: &'static str) -> Program {
+        Program { name, kind: Kind::Tracepoint { group }, args: &[], growth_only: false }
+    }
+
+    /// `malloc(size)` and every allocator call of that shape (operator new, `mallocx`,
+    /// `__rust_alloc`, `PyObject_Malloc`, …).
+    pub const MALLOC_ENTER: Program = entry("malloc_enter", &["size"]);
+    /// `calloc(nmemb, size)`.
+    pub const CALLOC_ENTER: Program = entry("calloc_enter", &["nmemb", "size"]);
+    /// `realloc(ptr, size)`.
+    pub const REALLOC_ENTER: Program = entry("realloc_enter", &["ptr", "size"]);
+    /// `reallocarray(ptr, nmemb, size)`.
+    pub const REALLOCARRAY_ENTER: Program = entry("reallocarray_enter", &["ptr", "nmemb", "size"]);
+    /// `posix_memalign(memptr, alignment, size)`: the block's address is read at `memptr` on
+    /// return.
+    pub const POSIX_MEMALIGN_ENTER: Program = entry("posix_memalign_enter", &["memptr", "_alignment", "size"]);
+    /// `aligned_alloc(alignment, size)`.
+    pub const ALIGNED_ALLOC_ENTER: Program = entry("aligned_alloc_enter", &["_alignment", "size"]);
+    /// `memalign(alignment, size)`.
+    pub const MEMALIGN_ENTER: Program = entry("memalign_enter", &["_alignment", "size"]);
+    /// `valloc(size)`.
+    pub const VALLOC_ENTER: Program = entry("valloc_enter", &["size"]);
+    /// `pvalloc(size)`.
+    pub const PVALLOC_ENTER: Program = entry("pvalloc_enter", &["size"]);
+    /// `free(ptr)` and every release of that shape (operator delete, `sdallocx`, …).
+    pub const FREE_ENTER: Program = entry("free_enter", &["ptr"]);
+    /// An allocating wrapper (`strdup`): no argument, the size comes from the call it makes.
+    pub const WRAPPER_ENTER: Program = entry("wrapper_enter", &[]);
+    /// `__rust_realloc(ptr, old_size, align, new_size)`.
+    pub const RUST_REALLOC_ENTER: Program = entry("rust_realloc_enter", &["ptr", "_old_size", "_align", "new_size"]);
+    /// libc's `mmap(addr, length, prot, flags, …)`: the caller's stack for an anonymous or shared
+    /// mapping.
+    pub const MMAP_ENTER: Program = entry("mmap_enter", &["_addr", "_length", "_prot", "flags"]);
+    /// The `--work-probe` function: one unit of work per call.
+    pub const WORK_ENTER: Program = entry("work_enter", &[]);
+    /// libc's `exit` or CPython's `Py_FinalizeEx` in a launched command: its teardown begins.
+    pub const TEARDOWN_ENTER: Program = entry("teardown_enter", &[]);
+    /// The return of every allocating function: the block's address.
+    pub const ALLOC_RETURN: Program =
+        Program { name: "alloc_return", kind: Kind::Return, args: &[], growth_only: false };
+    /// Growth mode: first-touch page faults (`exceptions:page_fault_user`).
+    pub const PAGE_FAULT_USER: Program = Program {
+        name: "page_fault_user",
+        kind: Kind::Tracepoint { group: "exceptions" },
+        args: &[],
+        growth_only: true,
+    };
+
+    /// Every program, uprobes first; the tracepoints in the order they are attached.
+    pub const ALL: &[Program] = &[
+        MALLOC_ENTER,
+        CALLOC_ENTER,
+        REALLOC_ENTER,
+        REALLOCARRAY_ENTER,
+        POSIX_MEMALIGN_ENTER,
+        ALIGNED_ALLOC_ENTER,
+        MEMALIGN_ENTER,
+        VALLOC_ENTER,
+        PVALLOC_ENTER,
+        FREE_ENTER,
+        ALLOC_RETURN,
+        MMAP_ENTER,
+        WORK_ENTER,
+        RUST_REALLOC_ENTER,
+        WRAPPER_ENTER,
+        TEARDOWN_ENTER,
+        // The address-space bookkeeping (the agent's `mappings`).
+        tracepoint("syscalls", "sys_enter_mmap"),
+        tracepoint("syscalls", "sys_exit_mmap"),
+        tracepoint("syscalls", "sys_enter_munmap"),
+        tracepoint("syscalls", "sys_exit_munmap"),
+        tracepoint("syscalls", "sys_enter_mremap"),
+        tracepoint("syscalls", "sys_exit_mremap"),
+        tracepoint("syscalls", "sys_enter_brk"),
+        tracepoint("syscalls", "sys_exit_brk"),
+        // Forks (--follow-forks) and execs of traced processes.
+        tracepoint("sched", "sched_process_fork"),
+        tracepoint("sched", "sched_process_exec"),
+        PAGE_FAULT_USER,
+    ];
+}
+
 /// Kernel structure field offsets the walk needs to identify a VMA's file (found by the agent
 /// in the running kernel's BTF, /sys/kernel/btf/vmlinux): index into the `KERNEL_OFFSETS`
 /// global. All in bytes.
@@ -704,6 +838,24 @@ mod tests {
     use std::vec::Vec;
 
     use super::counter::*;
+
+    #[test]
+    fn program_table_has_each_name_once_and_every_traced_tracepoint() {
+        use crate::program::{ALL, Kind};
+        for (i, p) in ALL.iter().enumerate() {
+            assert!(ALL[..i].iter().all(|q| q.name != p.name), "{} twice", p.name);
+            assert!(p.args_read() <= 6, "{}: six argument registers", p.name);
+            assert!(p.kind == Kind::Entry || p.args.is_empty(), "{}: only entry programs read arguments", p.name);
+        }
+        // Every tracepoint whose fields are read has its program, in its group.
+        for (_, event, field, _, _) in crate::tp_field::FIELDS {
+            let (group, name) = event.split_once('/').unwrap();
+            assert!(
+                ALL.iter().any(|p| p.name == name && p.kind == Kind::Tracepoint { group }),
+                "{event} ({field}) has no program"
+            );
+        }
+    }
 
     #[test]
     fn counter_table_is_by_index_and_keeps_the_names() {

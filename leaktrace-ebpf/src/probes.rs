@@ -74,6 +74,9 @@ impl<T> TaskStorage<T> {
     #[inline(always)]
     fn current(&self, create: bool) -> Option<*mut T> {
         let flags = if create { aya_ebpf::bindings::BPF_LOCAL_STORAGE_GET_F_CREATE as u64 } else { 0 };
+        // SAFETY: the helper's arguments as it expects them: this map's definition (the loader
+        // puts the map's fd in its place), the current task (a BTF pointer from the kernel), no
+        // initial value. It returns null or this thread's value.
         let p = unsafe {
             aya_ebpf::helpers::generated::bpf_task_storage_get(
                 core::ptr::from_ref(self).cast_mut().cast(),
@@ -141,22 +144,30 @@ const MAP_TRACED: u64 = MAP_ANONYMOUS | MAP_SHARED;
 #[inline(always)]
 pub(crate) fn count(idx: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        // SAFETY: this CPU's slot of a per-CPU array value (get_ptr_mut checked the index),
+        // valid while the program runs; a program interrupting this one on the CPU can at worst
+        // lose one count.
         unsafe { *p += 1 };
     }
 }
 
 #[inline(always)]
 fn agent_tgid() -> u32 {
+    // SAFETY: a read of this object's own global (aligned, initialized); volatile, so the value
+    // the agent set at load time is read, not the zero it was compiled with.
     unsafe { core::ptr::read_volatile(&AGENT_TGID) }
 }
 
 #[inline(always)]
 fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
+    // SAFETY: a probe context's register set (`ctx.regs`), valid for the whole program run.
     user_regs(unsafe { &*regs }).sp
 }
 
 #[inline(always)]
 fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: callers pass a field of a map value they looked up (valid while the program runs,
+    // aligned); the add is atomic, as other CPUs add to the same value.
     unsafe { core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, v) };
 }
 
@@ -175,37 +186,39 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         count(counter::INFLIGHT_FULL);
         return 0;
     };
+    // SAFETY: this thread's task-storage value, valid for the whole program run (the kernel frees
+    // it with the thread). The only `&mut` to it in this program: no other program uses it
+    // meanwhile (only this thread's programs do, and one that interrupted this one would find
+    // the storage busy and get none).
+    let cur = unsafe { &mut *cur };
     let mean = sampling_mean();
-    if unsafe { (*cur).sp } != 0 {
-        let cur_sp = unsafe { (*cur).sp };
-        if sp < cur_sp {
+    if cur.sp != 0 {
+        if sp < cur.sp {
             // Called from inside an allocator call of this thread: the outer call accounts for
             // it. A wrapper (strdup) learns its size from the call it makes, and in sampled
             // mode is sampled on that size.
-            unsafe {
-                if (*cur).op == op::WRAPPER && (*cur).size == 0 {
-                    if mean == 0 {
-                        (*cur).size = size;
-                    } else {
-                        match sample(size, mean) {
-                            Some(weight) => (*cur).size = weight,
-                            None => (*cur).op = op::UNSAMPLED,
-                        }
+            if cur.op == op::WRAPPER && cur.size == 0 {
+                if mean == 0 {
+                    cur.size = size;
+                } else {
+                    match sample(size, mean) {
+                        Some(weight) => cur.size = weight,
+                        None => cur.op = op::UNSAMPLED,
                     }
                 }
             }
             count(counter::NESTED_CALL);
             return 0;
         }
-        if sp == cur_sp {
+        if sp == cur.sp {
             // A tail jump from one hooked function into another: the same call goes on.
-            unsafe { (*cur).tail_calls += 1 };
+            cur.tail_calls += 1;
             count(counter::NESTED_CALL);
             return 0;
         }
         // An older call of this thread never returned through its return probe.
         count(counter::MISSED_RETURN);
-        unsafe { (*cur).sp = 0 };
+        cur.sp = 0;
     }
     let mut size = size;
     // A wrapper's size is known only at the call it makes: sampled there (above).
@@ -220,15 +233,13 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
                     free_addr(tgid, ptr);
                 }
-                unsafe {
-                    *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() }
-                };
+                *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() };
                 return 0;
             }
         }
     }
     let site = site_here::<false>(probe_regs(ctx), tgid, site_kind::MALLOC);
-    unsafe { *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site } };
+    *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site };
     0
 }
 
@@ -246,18 +257,22 @@ fn table(base: u32, i: u64) -> u64 {
 /// 1/mean. Returns the estimated bytes a sampled allocation of `size` stands for.
 #[inline(always)]
 fn sample(size: u64, mean: u64) -> Option<u64> {
-    let next_distance =
-        || (mean * table(sampling::EXP_BASE, unsafe { bpf_get_prandom_u32() } as u64)) >> sampling::SHIFT;
+    // SAFETY: a helper without arguments.
+    let random = || unsafe { bpf_get_prandom_u32() } as u64;
+    let next_distance = || (mean * table(sampling::EXP_BASE, random())) >> sampling::SHIFT;
     let left = SAMPLER.current(true)?;
-    if unsafe { *left } == 0 {
-        unsafe { *left = next_distance() as i64 };
+    // SAFETY: this thread's task-storage value, as in `enter`: valid for the program run, the
+    // only reference to it.
+    let left = unsafe { &mut *left };
+    if *left == 0 {
+        *left = next_distance() as i64;
     }
-    let remaining = unsafe { *left } - size as i64;
+    let remaining = *left - size as i64;
     if remaining > 0 {
-        unsafe { *left = remaining };
+        *left = remaining;
         return None;
     }
-    unsafe { *left = next_distance() as i64 };
+    *left = next_distance() as i64;
     count(counter::SAMPLED);
     // x = size / mean in table steps of 8 / TABLE.
     let idx = size * (sampling::TABLE as u64 / 8) / mean;
@@ -273,7 +288,9 @@ fn sample(size: u64, mean: u64) -> Option<u64> {
 #[inline(always)]
 fn account_free(info: &AllocInfo) {
     if let Some(s) = SITES.get_ptr_mut(info.site) {
+        // SAFETY: field addresses of a SITES value, no reference made (other CPUs add to it too).
         atomic_add(unsafe { &raw mut (*s).free_bytes }, info.size);
+        // SAFETY: as above.
         atomic_add(unsafe { &raw mut (*s).free_count }, 1);
     }
     count(counter::FREES);
@@ -284,6 +301,8 @@ fn account_free(info: &AllocInfo) {
 fn free_addr(tgid: u32, addr: u64) {
     let key = AllocKey { tgid, _pad: 0, addr };
     let info = match ALLOCS.get_ptr(key) {
+        // SAFETY: a value the lookup returned, copied at once (valid while the program runs,
+        // even if another CPU deletes the entry).
         Some(p) => unsafe { *p },
         None => {
             if sampling_mean() == 0 {
@@ -307,10 +326,13 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
         Err(EEXIST) => {
             // The address is live already: the free of the old block was not seen.
             if let Some(old) = ALLOCS.get_ptr_mut(key) {
-                let prev = unsafe { *old };
+                // SAFETY: a value the lookup returned, valid while the program runs; the only
+                // reference to it here (the entry of a live address: the target itself would
+                // race if another thread freed it now).
+                let old = unsafe { &mut *old };
                 count(counter::ADDRESS_REUSED);
-                account_free(&prev);
-                unsafe { *old = info };
+                account_free(old);
+                *old = info;
             }
         }
         Err(_) => {
@@ -326,7 +348,9 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
     }
     match stats {
         Some(s) => {
+            // SAFETY: field addresses of a SITES value, no reference made (other CPUs add to it).
             atomic_add(unsafe { &raw mut (*s).alloc_bytes }, size);
+            // SAFETY: as above.
             atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
             count(counter::ALLOCS);
         }
@@ -345,25 +369,26 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    let (slot, cur) = match INFLIGHT.current(false) {
-        Some(p) if unsafe { (*p).sp } != 0 => (p, unsafe { *p }),
-        _ => {
-            if sampling_mean() == 0 {
-                count(counter::ORPHAN_RETURN);
-            }
-            return 0;
+    // SAFETY: this thread's task-storage value, as in `enter`: valid for the program run, the
+    // only reference to it in this program.
+    let slot = INFLIGHT.current(false).map(|p| unsafe { &mut *p });
+    let Some(slot) = slot.filter(|s| s.sp != 0) else {
+        if sampling_mean() == 0 {
+            count(counter::ORPHAN_RETURN);
         }
+        return 0;
     };
+    let cur = *slot;
     if sp < cur.sp + 8 {
         // Return of a nested call that was folded into the outer one.
         return 0;
     }
     if sp == cur.sp + 8 && cur.tail_calls > 0 {
         // The return probe of a function tail-jumped into fires first at the same return.
-        unsafe { (*slot).tail_calls -= 1 };
+        slot.tail_calls -= 1;
         return 0;
     }
-    unsafe { (*slot).sp = 0 };
+    slot.sp = 0;
     if cur.op == op::UNSAMPLED {
         return 0;
     }
@@ -379,6 +404,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
                 count(counter::FAILED_ALLOC);
                 return 0;
             }
+            // SAFETY: a checked copy (bpf_probe_read_user): a bad address is an error, not a fault.
             match unsafe { bpf_probe_read_user(cur.ptr as *const u64) } {
                 Ok(a) if a != 0 => a,
                 _ => {
@@ -428,6 +454,7 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
         return 0;
     }
     if let Some(cur) = INFLIGHT.current(false) {
+        // SAFETY: this thread's task-storage value (as in `enter`), read once.
         let cur_sp = unsafe { (*cur).sp };
         if cur_sp != 0 && stack_pointer(ctx.regs) < cur_sp {
             // free called by a hooked allocator function: the outer call accounts for it.
@@ -526,12 +553,15 @@ fn user_regs(r: &aya_ebpf::bindings::pt_regs) -> UserRegs {
 /// The registers of a uprobe's context (the user registers at the probed instruction).
 #[inline(always)]
 fn probe_regs(ctx: &ProbeContext) -> UserRegs {
+    // SAFETY: the probe context's register set, valid for the whole program run.
     user_regs(unsafe { &*ctx.regs })
 }
 
 /// The current task's user registers (at a tracepoint: where it entered the kernel).
 #[inline(always)]
 fn task_regs() -> UserRegs {
+    // SAFETY: helpers on the current task (a BTF pointer from the kernel); its pt_regs pointer is
+    // checked for null and read with a checked copy (bpf_probe_read_kernel).
     unsafe {
         let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const aya_ebpf::bindings::pt_regs;
         if regs.is_null() {
@@ -562,6 +592,10 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 #[inline(always)]
 fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
     let Some(buf) = walk_buffer() else { return (0, 0) };
+    // SAFETY: this CPU's walk buffer (a per-CPU array value, valid while the program runs). The
+    // walk's callback writes frames through the same map value (`unwind::step`), between the
+    // accesses made here; a program that interrupts this one on the CPU may reuse it, which the
+    // generation check below detects.
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
@@ -583,6 +617,8 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
         hash = native;
     }
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
+    // SAFETY (here and where the slot is written below): this CPU's slot of a per-CPU array value
+    // (get_ptr_mut checked the index), valid while the program runs.
     if let Some(slot) = seen
         && unsafe { *slot } == hash
     {
@@ -592,6 +628,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
         // A different stack under the same key (64-bit hashes: not expected in practice):
         // attribution is lost rather than given to the other stack. (Entries past `len` are
         // left over from earlier walks: a one-frame stack has no ips[1] to compare.)
+        // SAFETY: a value the lookup returned (entries are never overwritten), read in place.
         if unsafe { (*stored).len != buf.len || (buf.len > 1 && (*stored).ips[1] != buf.ips[1]) } {
             count(counter::STACK_ERROR);
             return (0, generation);
@@ -600,6 +637,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
         if py.is_some()
             && let Some(pybuf) = crate::python::buffer()
         {
+            // SAFETY: this CPU's Python frame buffer (a per-CPU array value), copied by the insert.
             match crate::python::PY_STACKS.insert(hash, unsafe { &*pybuf }, BPF_NOEXIST as u64) {
                 Ok(()) => crate::python::count_stored(),
                 Err(EEXIST) => {}
@@ -613,6 +651,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
             Ok(()) => {
                 // Read through a volatile load: another run of this program on this CPU may
                 // have changed it since (the reason for the check).
+                // SAFETY: a volatile read of a field of the buffer (aligned, initialized).
                 if unsafe { core::ptr::read_volatile(&raw const buf.generation) } != generation {
                     // Another walk reused the buffer before the copy: what was stored may be
                     // its frames.
@@ -630,6 +669,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
         }
     }
     if let Some(slot) = seen {
+        // SAFETY: the STACKS_SEEN slot read above.
         unsafe { *slot = hash };
     }
     (hash, generation)
@@ -654,6 +694,7 @@ fn site_here<const FAULT: bool>(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
 /// A thread inside a hooked allocator call: what it maps is the allocator's.
 #[inline(always)]
 fn in_allocator() -> bool {
+    // SAFETY: this thread's task-storage value (as in `enter`), read once.
     INFLIGHT.current(false).is_some_and(|c| unsafe { (*c).sp } != 0)
 }
 
@@ -706,6 +747,7 @@ fn save_args(pid_tgid: u64, a: SyscallArgs) {
 
 #[inline(always)]
 fn take_args(pid_tgid: u64, nr: u32) -> Option<SyscallArgs> {
+    // SAFETY: a value the lookup returned, copied at once (valid while the program runs).
     let a = unsafe { *SYSCALLS.get_ptr(pid_tgid)? };
     let _ = SYSCALLS.remove(pid_tgid);
     if a.nr == nr { Some(a) } else { None }
@@ -719,7 +761,7 @@ static TP_OFFSETS: [u32; tp_field::NUM] = tp_field::defaults();
 /// The 8-byte tracepoint field `field` (a `tp_field` index) of the record.
 #[inline(always)]
 fn tp_u64(ctx: &TracePointContext, field: usize) -> u64 {
-    // Read through a volatile load: the agent sets the global at load time.
+    // SAFETY: a read of this object's own global; volatile, as the agent sets it at load time.
     let off = unsafe { core::ptr::read_volatile(&TP_OFFSETS[field]) } as usize;
     // SAFETY: `read_at` is a bpf_probe_read_kernel of the record at that offset; a bad offset
     // reads an error (0 here), not memory outside the kernel's checks.
@@ -748,6 +790,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     let libc_call = match MMAP_CALLS.get_ptr(pid_tgid) {
         // The libc wrapper's frame is just below its entry stack pointer.
         Some(c) => {
+            // SAFETY: a value the lookup returned, copied at once (valid while the program runs).
             let c = unsafe { *c };
             let _ = MMAP_CALLS.remove(pid_tgid);
             if sp <= c.sp && sp + 512 > c.sp { Some(c) } else { None }
@@ -916,6 +959,7 @@ pub fn teardown_enter(_ctx: ProbeContext) -> u32 {
     }
     emit(&MapEvent { kind: map_event::TEARDOWN, tgid, ..Default::default() });
     // SIGSTOP (19): the process stops as this probe returns to user space.
+    // SAFETY: a helper taking a signal number; it signals the current process.
     unsafe { bpf_send_signal(19) };
     0
 }
@@ -928,6 +972,7 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
     if !is_target(tgid) {
         return 0;
     }
+    // SAFETY: a read of this object's own global; volatile, as the agent sets it at load time.
     let off = unsafe { core::ptr::read_volatile(&TP_OFFSETS[tp_field::FORK_CHILD_PID]) } as usize;
     // SAFETY: a bpf_probe_read_kernel of the record at the format file's offset.
     let child = unsafe { ctx.read_at::<u32>(off) }.unwrap_or(0);
@@ -974,7 +1019,9 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     }
     match stats {
         Some(s) => {
+            // SAFETY: field addresses of a SITES value, no reference made (other CPUs add to it).
             atomic_add(unsafe { &raw mut (*s).alloc_bytes }, 4096);
+            // SAFETY: as above.
             atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
         }
         None => count(counter::SITES_FULL),

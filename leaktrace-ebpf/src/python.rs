@@ -39,6 +39,7 @@ static PY_STACK_COUNT: Array<u64> = Array::with_max_entries(1, 0);
 /// Whether the budget of stacks with Python frames is spent.
 #[inline(always)]
 pub(crate) fn over_budget() -> bool {
+    // SAFETY: a read of this object's own global; volatile, as the agent sets it at load time.
     let budget = unsafe { core::ptr::read_volatile(&PY_STACK_BUDGET) };
     PY_STACK_COUNT.get(0).copied().unwrap_or(0) >= budget
 }
@@ -47,6 +48,8 @@ pub(crate) fn over_budget() -> bool {
 #[inline(always)]
 pub(crate) fn count_stored() {
     if let Some(p) = PY_STACK_COUNT.get_ptr_mut(0) {
+        // SAFETY: the array's one value (get_ptr_mut checked the index), valid while the program
+        // runs; added to atomically, as other CPUs add to it too.
         unsafe { core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(p, 1) };
     }
 }
@@ -67,6 +70,7 @@ struct Walk {
 
 #[inline(always)]
 fn read_u64(addr: u64) -> Option<u64> {
+    // SAFETY: a checked copy (bpf_probe_read_user): a bad address is an error, not a fault.
     unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
 }
 
@@ -86,12 +90,16 @@ pub(crate) fn buffer() -> Option<*mut PyStack> {
 #[inline(always)]
 pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
     let buf = buffer()?;
+    // SAFETY: this CPU's frame buffer (a per-CPU array value, valid while the program runs),
+    // written through the pointer, no reference kept: `step` writes its frames meanwhile.
     unsafe { (*buf).len = 0 };
+    // SAFETY: a value the lookup returned, copied at once.
     let target = unsafe { *PY_TARGETS.get_ptr(tgid)? };
     let mut w = Walk { target, frame: 0, hash: 0x6a09_e667_f3bc_c908, n: 0, tid: tid as u64 };
     let callback = step as extern "C" fn(u64, *mut Walk) -> i64;
     // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
     unsafe { bpf_loop(MAX_PY_FRAMES as u32 + 1, callback as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
+    // SAFETY: as above: the buffer's `len`, written through the pointer.
     unsafe { (*buf).len = w.n as u32 };
     if w.n == 0 { None } else { Some(crate::unwind::mix(w.hash ^ w.n)) }
 }
@@ -151,7 +159,10 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
     let Some(buf) = buffer() else { return 1 };
     // Bounds-checked on the very value used as the index (see unwind.rs `push`).
     let i = (index - 1) as usize;
+    // SAFETY: a volatile read of a local.
     let i = unsafe { core::ptr::read_volatile(&i) };
+    // SAFETY: `buf` is this CPU's frame buffer (`buffer`, a valid map value); `get_mut` checks
+    // the bound.
     match unsafe { (*buf).frames.get_mut(i) } {
         Some(slot) => *slot = PyFrame { code, instr },
         None => return 1,

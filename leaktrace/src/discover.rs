@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use crate::allocators::{CXX_DELETE, CXX_NEW, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, PYMALLOC_API, RUST_API, WRAPPERS};
+use crate::allocators::{
+    AllocatorFamily, CXX_DELETE, CXX_NEW, FAMILIES, Hook, MALLOC_API, MMAP_HOOK, PYMALLOC_API, RUST_API, WRAPPERS,
+};
 
 /// Why a PID cannot be traced. Each message names the PID and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +70,16 @@ pub struct AllocatorScan {
     pub searched: Vec<PathBuf>,
     /// Notes for the report (aliases skipped).
     pub notes: Vec<String>,
-    /// Allocator families found, as "object: family".
-    pub families: Vec<String>,
+    /// Allocator families found, in the order found (an object may have several).
+    pub families: Vec<FoundFamily>,
+}
+
+/// An allocator family found in an object (the coverage lines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundFamily {
+    /// Path of the object as the target maps it.
+    pub object: PathBuf,
+    pub family: AllocatorFamily,
 }
 
 /// Check that `pid` is a live user-space process that can be traced.
@@ -246,7 +256,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Re
                 continue;
             }
             is_allocator = true;
-            scan.families.push(format!("{}: {}", obj.path.display(), fam.name));
+            scan.families.push(FoundFamily { object: obj.path.clone(), family: AllocatorFamily::Malloc(*fam) });
             for hook in MALLOC_API {
                 add(&mut scan, hook, format!("{}{}", fam.prefix, hook.function));
             }
@@ -270,7 +280,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Re
             }
         }
         if pymalloc && offsets.contains_key("PyObject_Malloc") && offsets.contains_key("PyObject_Free") {
-            scan.families.push(format!("{}: pymalloc (CPython's allocator API)", obj.path.display()));
+            scan.families.push(FoundFamily { object: obj.path.clone(), family: AllocatorFamily::Pymalloc });
             for hook in PYMALLOC_API {
                 add(&mut scan, hook, hook.function.to_string());
             }
@@ -280,7 +290,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Re
                 add(&mut scan, hook, hook.function.to_string());
             }
         } else if cxx_new {
-            scan.families.push(format!("{}: C++ runtime operator new", obj.path.display()));
+            scan.families.push(FoundFamily { object: obj.path.clone(), family: AllocatorFamily::CxxNew });
         } else if RUST_API.iter().all(|h| offsets.contains_key(h.function)) {
             rust_candidates.push((obj.clone(), offsets.clone()));
         }
@@ -288,7 +298,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Re
     if scan.points.is_empty() {
         // No malloc family anywhere: a Rust program with its own global allocator.
         for (obj, offsets) in rust_candidates {
-            scan.families.push(format!("{}: Rust allocator shims", obj.path.display()));
+            scan.families.push(FoundFamily { object: obj.path.clone(), family: AllocatorFamily::RustShims });
             for hook in RUST_API {
                 if let Some(&offset) = offsets.get(hook.function) {
                     scan.points.push(ProbePoint {
@@ -418,6 +428,10 @@ mod tests {
         let scan = scan_allocators(me, &objs, false).unwrap();
         let names: Vec<_> = scan.points.iter().map(|p| p.function.as_str()).collect();
         assert!(names.contains(&"malloc") && names.contains(&"free"), "{names:?}");
+        let libc = scan.points.iter().find(|p| p.function == "malloc").unwrap().object.path.clone();
+        let fams: Vec<String> =
+            scan.families.iter().filter(|f| f.object == libc).map(|f| f.family.to_string()).collect();
+        assert_eq!(fams, ["malloc"], "the coverage line names libc's family as before");
         // glibc's free is probed after its NULL check, on an emulated instruction.
         let free = scan.points.iter().find(|p| p.function == "free").unwrap();
         assert!(free.probe_offset > free.offset, "{}", free.placement);

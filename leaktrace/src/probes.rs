@@ -20,10 +20,10 @@ use aya::programs::{
     uprobe::{UProbeLinkId, UProbeScope},
 };
 use aya::{Ebpf, EbpfLoader};
-use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter};
+use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter, program};
 
 use crate::discover::ProbePoint;
-use crate::recording::ProbeInfo;
+use crate::recording::{ProbeInfo, ProbeKind};
 
 /// Sizes of the kernel maps. A full map loses data; the loss is counted and reported.
 #[derive(Clone, Copy, Debug)]
@@ -195,36 +195,21 @@ pub enum UnwindOutcome {
     Missing(String),
 }
 
-const PROGRAMS: &[&str] = &[
-    "malloc_enter",
-    "calloc_enter",
-    "realloc_enter",
-    "reallocarray_enter",
-    "posix_memalign_enter",
-    "aligned_alloc_enter",
-    "memalign_enter",
-    "valloc_enter",
-    "pvalloc_enter",
-    "free_enter",
-    "alloc_return",
-    "mmap_enter",
-    "work_enter",
-    "rust_realloc_enter",
-    "wrapper_enter",
-    "teardown_enter",
-];
+/// The eBPF object (leaktrace-ebpf, built by build.rs), embedded.
+const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace"));
 
-/// Syscall tracepoints for the address-space bookkeeping (see `mappings`).
-const TRACEPOINTS: &[&str] = &[
-    "sys_enter_mmap",
-    "sys_exit_mmap",
-    "sys_enter_munmap",
-    "sys_exit_munmap",
-    "sys_enter_mremap",
-    "sys_exit_mremap",
-    "sys_enter_brk",
-    "sys_exit_brk",
-];
+/// The uprobe programs (entry and return), loaded in every mode.
+fn uprobe_programs() -> impl Iterator<Item = &'static program::Program> {
+    program::ALL.iter().filter(|p| p.is_uprobe())
+}
+
+/// The tracepoint programs of `growth` mode or not, in the order they are attached.
+fn tracepoint_programs(growth: bool) -> impl Iterator<Item = (&'static str, &'static str)> {
+    program::ALL.iter().filter(move |p| growth || !p.growth_only).filter_map(|p| match p.kind {
+        program::Kind::Tracepoint { group } => Some((group, p.name)),
+        _ => None,
+    })
+}
 
 /// Check what tracing needs before anything else is looked at: root, and uprobe support.
 pub fn check_privileges() -> Result<(), LoadError> {
@@ -280,12 +265,12 @@ impl Tracer {
                 &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }),
                 true,
             )
-            .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leaktrace")))
+            .load(OBJECT)
             .map_err(|e| LoadError::Load(e.into()))?;
         let single_why = crate::uprobe_multi::supported().err();
         let started = std::time::Instant::now();
         let mut load_errors = load_programs(&mut ebpf, single_why.is_none(), mode == Mode::Growth);
-        for name in PROGRAMS {
+        for name in uprobe_programs().map(|p| p.name) {
             if let Some(e) = load_errors.remove(name) {
                 let how = if single_why.is_none() {
                     " for uprobe_multi links (LEAKTRACE_SINGLE_UPROBES=1 loads them for single uprobes)"
@@ -392,15 +377,15 @@ impl Tracer {
 
     fn attach_points(&mut self, pid: u32, points: &[ProbePoint]) -> anyhow::Result<Vec<ProbeInfo>> {
         // (program, kind, point), return probes first.
-        let mut todo: Vec<(&'static str, &'static str, &ProbePoint)> = Vec::new();
-        for pass in ["return", "entry"] {
+        let mut todo: Vec<(&'static str, ProbeKind, &ProbePoint)> = Vec::new();
+        for pass in [ProbeKind::Return, ProbeKind::Entry] {
             for p in points {
                 let program = match pass {
-                    "return" => match p.hook.return_program {
-                        Some(r) => r,
+                    ProbeKind::Return => match p.hook.return_program {
+                        Some(r) => r.name,
                         None => continue,
                     },
-                    _ => p.hook.entry_program,
+                    _ => p.hook.entry_program.name,
                 };
                 let key = (pid, p.object.path.display().to_string(), p.offset, program);
                 if self.attached.contains(&key) {
@@ -412,7 +397,7 @@ impl Tracer {
         let mut placed = Vec::new();
         if self.single_why.is_none() {
             // Group by (kind, file, program), in first-seen order (return groups come first).
-            let mut groups: Vec<(&'static str, &std::path::Path, &'static str, Vec<&ProbePoint>)> = Vec::new();
+            let mut groups: Vec<(ProbeKind, &std::path::Path, &'static str, Vec<&ProbePoint>)> = Vec::new();
             for &(program, kind, p) in &todo {
                 match groups.iter_mut().find(|g| g.0 == kind && g.1 == p.object.open_path && g.2 == program) {
                     Some(g) => g.3.push(p),
@@ -424,8 +409,9 @@ impl Tracer {
                 offsets.sort_unstable();
                 offsets.dedup();
                 let functions = || group.iter().map(|p| p.function.as_str()).collect::<Vec<_>>().join(", ");
-                let link =
-                    self.attach_multi(program, open_path, &offsets, pid, kind == "return").with_context(|| {
+                let link = self
+                    .attach_multi(program, open_path, &offsets, pid, kind == ProbeKind::Return)
+                    .with_context(|| {
                         format!(
                             "cannot place uprobes on {} in {} (PID {pid})",
                             functions(),
@@ -510,12 +496,12 @@ impl Tracer {
         function: &str,
         offset: u64,
     ) -> anyhow::Result<ProbeInfo> {
-        self.attach_one("teardown_enter", open_path, offset, pid)
+        self.attach_one(program::TEARDOWN_ENTER.name, open_path, offset, pid)
             .with_context(|| format!("cannot place the teardown probe on {function} in {object}"))?;
         Ok(ProbeInfo {
             object: object.to_string(),
             function: function.to_string(),
-            kind: "teardown".to_string(),
+            kind: ProbeKind::Teardown,
             offset,
             placement: None,
         })
@@ -544,12 +530,12 @@ impl Tracer {
         open_path: &std::path::Path,
         offset: u64,
     ) -> anyhow::Result<ProbeInfo> {
-        self.attach_one("work_enter", open_path, offset, pid)
+        self.attach_one(program::WORK_ENTER.name, open_path, offset, pid)
             .with_context(|| format!("cannot place the work probe at offset {offset:#x} of {object}"))?;
         Ok(ProbeInfo {
             object: object.to_string(),
             function: String::new(),
-            kind: "work".to_string(),
+            kind: ProbeKind::Work,
             offset,
             placement: None,
         })
@@ -750,12 +736,12 @@ impl Tracer {
     }
 }
 
-/// The coverage-table line of a probe of `kind` ("entry", "return") placed at `p`.
-fn probe_info(p: &ProbePoint, object: String, kind: &str) -> ProbeInfo {
+/// The coverage-table line of a probe of `kind` (entry or return) placed at `p`.
+fn probe_info(p: &ProbePoint, object: String, kind: ProbeKind) -> ProbeInfo {
     ProbeInfo {
         object,
         function: p.function.clone(),
-        kind: kind.to_string(),
+        kind,
         offset: p.probe_offset,
         placement: Some(p.placement.clone()),
     }
@@ -796,17 +782,13 @@ fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyho
     Ok(())
 }
 
-/// Load the uprobe programs ([`PROGRAMS`]; for uprobe_multi links if `multi`) and the
-/// tracepoint programs ([`TRACEPOINTS`], the sched ones and, if `growth`, `page_fault_user`), on
+/// Load the uprobe programs (for uprobe_multi links if `multi`) and the tracepoint programs
+/// (`page_fault_user` only if `growth`) of the program table (`leaktrace_common::program`), on
 /// as many threads as there are CPUs: the verifier runs for each program (~0.1–0.5 s each here),
 /// and for root's programs it runs in parallel. Returns the programs that failed, by name.
 fn load_programs(ebpf: &mut Ebpf, multi: bool, growth: bool) -> StdHashMap<&'static str, anyhow::Error> {
-    let uprobes: Vec<&'static str> = PROGRAMS.to_vec();
-    let mut tracepoints: Vec<&'static str> = TRACEPOINTS.to_vec();
-    tracepoints.extend(["sched_process_fork", "sched_process_exec"]);
-    if growth {
-        tracepoints.push("page_fault_user");
-    }
+    let uprobes: Vec<&'static str> = uprobe_programs().map(|p| p.name).collect();
+    let tracepoints: Vec<&'static str> = tracepoint_programs(growth).map(|(_, name)| name).collect();
     let mut errors = StdHashMap::new();
     let mut queue: Vec<(&'static str, &mut Program)> = Vec::new();
     for (name, prog) in ebpf.programs_mut() {
@@ -852,11 +834,7 @@ fn attach_tracepoints(
     links: &mut Vec<(&'static str, TracePointLinkId)>,
 ) -> anyhow::Result<()> {
     ensure_tracefs()?;
-    let all = TRACEPOINTS
-        .iter()
-        .map(|n| ("syscalls", *n))
-        .chain([("sched", "sched_process_fork"), ("sched", "sched_process_exec")]);
-    for (category, name) in all {
+    for (category, name) in tracepoint_programs(false) {
         attach_tracepoint(ebpf, load_errors, links, category, name)?;
     }
     Ok(())
@@ -905,7 +883,10 @@ fn attach_page_faults(
     links: &mut Vec<(&'static str, TracePointLinkId)>,
 ) -> anyhow::Result<()> {
     ensure_tracefs()?;
-    attach_tracepoint(ebpf, load_errors, links, "exceptions", "page_fault_user")
+    let program::Kind::Tracepoint { group } = program::PAGE_FAULT_USER.kind else {
+        unreachable!("a tracepoint program")
+    };
+    attach_tracepoint(ebpf, load_errors, links, group, program::PAGE_FAULT_USER.name)
 }
 
 fn ensure_tracefs() -> anyhow::Result<()> {
@@ -930,4 +911,39 @@ fn ensure_tracefs() -> anyhow::Result<()> {
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+#[cfg(test)]
+mod tests {
+    use leaktrace_common::program::{ALL, Kind};
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    /// The program table is the built object's: each program of the object is in it, with the
+    /// kind its section says, and each program of the table is in the object.
+    #[test]
+    fn program_table_matches_the_built_object() {
+        let file = object::File::parse(super::OBJECT).expect("the embedded eBPF object");
+        let mut programs: Vec<(String, String)> = Vec::new();
+        for sym in file.symbols().filter(|s| s.is_global() && s.kind() == object::SymbolKind::Text) {
+            let Some(section) = sym.section_index().and_then(|i| file.section_by_index(i).ok()) else { continue };
+            let section = section.name().unwrap_or("").to_string();
+            if ["uprobe", "uretprobe", "tracepoint"].iter().any(|k| section.starts_with(k)) {
+                programs.push((sym.name().unwrap().to_string(), section));
+            }
+        }
+        assert!(programs.len() > 20, "programs found in the object: {programs:?}");
+        for (name, section) in &programs {
+            let p =
+                ALL.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("{name} ({section}) not in the table"));
+            let kind_ok = match p.kind {
+                Kind::Entry => section.starts_with("uprobe"),
+                Kind::Return => section.starts_with("uretprobe"),
+                Kind::Tracepoint { .. } => section.starts_with("tracepoint"),
+            };
+            assert!(kind_ok, "{name}: {:?} in the table, section {section} in the object", p.kind);
+        }
+        for p in ALL {
+            assert!(programs.iter().any(|(n, _)| n == p.name), "{} missing from the object", p.name);
+        }
+    }
 }

@@ -5,8 +5,9 @@
 //!
 //! Files: this one holds the options and [`record_all`] (attach, run the session, build the
 //! recordings); `targets.rs` which processes and objects; `traced.rs` one traced process's state
-//! and checkpoints; `session.rs` the polling loop that decides when checkpoints are taken and
-//! when the recording ends.
+//! and checkpoints; `ending.rs` how a traced process ended; `session.rs` the polling loop that decides when checkpoints are taken and
+//! when the recording ends, over a trait; `live.rs` that trait's real side (the eBPF tracer,
+//! /proc, the status line and the periodic hooks).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -19,12 +20,15 @@ use crate::probes::{Limits, Mode, Tracer};
 use crate::recording::{self, EndReason, Recording, Target};
 use crate::{output, procinfo};
 
+mod ending;
+mod live;
 // Reachability hook (#14).
 mod reachability;
 mod session;
 mod targets;
 mod traced;
 
+use live::Live;
 use session::Session;
 use targets::launch_objects;
 pub use targets::resolve_pids;
@@ -320,29 +324,26 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         eprintln!("leaktrace: {s}");
     }
 
-    let mut session = Session {
+    let started_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let host = Live {
         tracer,
-        targets,
-        start,
         status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
-        push: None,
+        // Hook (issue #12, push): the push worker starts with the recording.
+        push: opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms)),
         mode: opts.mode,
         work_probe: opts.work_probe.clone(),
-        follow_forks: opts.follow_forks,
         pymalloc: opts.pymalloc,
         python_frames: opts.python_frames,
     };
-    let started_unix_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-
-    // Hook (issue #12, push): the push worker starts with the recording.
-    session.push = opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms));
+    let mut session =
+        Session { host, targets, start, work_probe: opts.work_probe.clone(), follow_forks: opts.follow_forks };
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(opts));
     session.release_teardowns();
-    session.clear_status();
-    let Session { tracer, mut targets, push, .. } = session;
+    session.host.status.clear();
+    let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
         Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
@@ -366,17 +367,17 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         if let Some(note) = t.jit_note() {
             t.warnings.push(note);
         }
-        if t.untraced_children > 0 {
+        if t.session.untraced_children > 0 {
             t.warnings.push(format!(
                 "this process forked {} child process(es) that were not traced: their memory is not in this report (record with --follow-forks)",
-                t.untraced_children
+                t.session.untraced_children
             ));
         }
         let recording = Recording {
             probes: std::mem::take(&mut t.probes),
             stacks: std::mem::take(&mut t.stacks),
             checkpoints: std::mem::take(&mut t.checkpoints),
-            end_reason: t.end_reason.unwrap_or(end_reason),
+            end_reason: t.session.end_reason.unwrap_or(end_reason),
             warnings: std::mem::take(&mut t.warnings),
             reachability: reach.remove(&t.pid),
             reachability_scans: std::mem::take(&mut t.reach_scans),
@@ -434,7 +435,7 @@ impl Traced {
         Recording {
             stacks: self.stacks.clone(),
             checkpoints: self.checkpoints.clone(),
-            end_reason: self.end_reason.unwrap_or(EndReason::Running),
+            end_reason: self.session.end_reason.unwrap_or(EndReason::Running),
             ..self.recording_head(opts, started_unix_ms)
         }
     }

@@ -42,7 +42,7 @@ pub(super) fn scan_all(
 ) -> HashMap<u32, Reachability> {
     let mut out = HashMap::new();
     for t in targets.iter_mut() {
-        if t.end_reason.is_some() || !crate::procinfo::alive(t.pid) {
+        if t.session.end_reason.is_some() || !crate::procinfo::alive(t.pid) {
             continue;
         }
         if !matches!(mode, Mode::Exact) {

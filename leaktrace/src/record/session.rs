@@ -1,30 +1,102 @@
 //! The session loop: polls every traced process every 100 ms (exit, ring buffer, new mappings,
-//! forks), takes the checkpoints (periodic, and `check`'s batches) and decides when the recording
-//! ends.
+//! forks, execs, teardowns), takes the checkpoints (periodic, and `check`'s batches) and decides
+//! when the recording ends. It reaches the kernel and the processes through the [`Tracing`]
+//! trait only (the real one is `live.rs`), so its batch, fork and exit logic is unit-tested
+//! here against a fake, without root.
 
 use std::time::{Duration, Instant};
 
-use crate::discover::{self, WorkProbeSpec};
-use crate::probes::{Mode, Tracer};
-use crate::procinfo;
-use crate::recording::EndReason;
+use leaktrace_common::{MapEvent, map_event};
 
-use super::*;
+use crate::discover::WorkProbeSpec;
+use crate::recording::{Checkpoint, EndReason};
 
-pub(super) struct Session {
-    pub(super) tracer: Tracer,
-    pub(super) targets: Vec<Traced>,
+use super::{BatchSize, RecordOptions, Schedule};
+
+/// What the session loop keeps of each traced process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct SessionState {
+    /// Set when this process's recording ended before the run (it exited).
+    pub(super) end_reason: Option<EndReason>,
+    /// Its teardown is watched in the kernel (the TEARDOWN map holds it).
+    pub(super) teardown_watched: bool,
+    /// It began its teardown and is held stopped: the teardown checkpoint is due.
+    pub(super) teardown_pending: bool,
+    /// Child processes it forked that are not traced (no --follow-forks).
+    pub(super) untraced_children: u32,
+}
+
+/// One traced process as the session loop sees it.
+pub(super) trait Tracee {
+    /// Its PID (host namespace).
+    fn pid(&self) -> u32;
+    /// leaktrace started it (`record -- CMD`): it is held at its teardown and resumed.
+    fn launched(&self) -> bool;
+    /// The `--work-probe` function was found and probed in it.
+    fn work_attached(&self) -> bool;
+    fn state(&self) -> &SessionState;
+    fn state_mut(&mut self) -> &mut SessionState;
+    /// Add a warning line to its recording.
+    fn warn(&mut self, line: String);
+    /// Its checkpoints so far, oldest first.
+    fn checkpoints(&self) -> &[Checkpoint];
+    fn last_checkpoint_mut(&mut self) -> Option<&mut Checkpoint>;
+    /// Apply a mapping event (mmap, munmap, mremap, brk) to its address space.
+    fn apply(&mut self, ev: &MapEvent);
+}
+
+/// What the session loop asks of the tracer, of /proc and of the outside world (clock, stderr,
+/// status line, periodic hooks). `live.rs` is the real one; the unit tests below use a fake.
+pub(super) trait Tracing {
+    /// A traced process.
+    type Proc: Tracee;
+    /// The current instant (the real clock; a fake one in tests).
+    fn now(&self) -> Instant;
+    /// Kernel events queued since the last call (the `EVENTS` ring buffer), in order.
+    fn events(&mut self) -> Vec<MapEvent>;
+    /// Calls of the work-probe function in `pid` since attach.
+    fn work_units(&self, pid: u32) -> u64;
+    /// `pid` is a process (thread-group leader), not a new thread: sched_process_fork fires for
+    /// both.
+    fn is_process(&self, pid: u32) -> bool;
+    /// Attach to `child`, forked by a traced process (`--follow-forks`). Ok(None): it is gone
+    /// already (its objects could not be listed). Errors: probes could not be placed.
+    fn follow(&mut self, child: u32) -> anyhow::Result<Option<Self::Proc>>;
+    /// Take a checkpoint of `p` at `t_s` (seconds since the first checkpoint), closing `check`'s
+    /// batch `batch` if given. Returns (live bytes, RSS bytes) when one was taken.
+    fn checkpoint(&mut self, p: &mut Self::Proc, t_s: f64, batch: Option<u32>) -> Option<(u64, u64)>;
+    /// `p` has ended (it records how).
+    fn gone(&mut self, p: &mut Self::Proc) -> bool;
+    /// Look at a live process between checkpoints (poll number `polls`): its cgroup, an exec seen
+    /// without the tracepoint, new objects to symbolize, its runtime.
+    fn poll(&mut self, p: &mut Self::Proc, polls: u64, t_s: f64);
+    /// `p` exec'd (the exec tracepoint): re-discover it.
+    fn exec(&mut self, p: &mut Self::Proc, t_s: f64);
+    /// Probe what `p` mapped since the last rescan (dlopen), at a periodic checkpoint.
+    fn rescan(&mut self, p: &mut Self::Proc, t_s: f64);
+    /// Start (`on`) or stop watching `pid`'s teardown in the kernel; failures are ignored.
+    fn watch_teardown(&mut self, pid: u32, on: bool);
+    /// Wait (briefly, at most 0.5 s) until `pid`, stopped by the kernel side at its teardown, is
+    /// stopped.
+    fn wait_stopped(&self, pid: u32);
+    /// Let `pid`, held at its teardown, continue (SIGCONT).
+    fn resume(&mut self, pid: u32);
+    /// Tell the user one line (stderr, the status line cleared first).
+    fn say(&mut self, line: &str);
+    /// Checkpoints were taken at `t_s`: (index in `targets`, live bytes, RSS bytes) each.
+    fn checkpoints_taken(&mut self, targets: &[Self::Proc], taken: &[(usize, u64, u64)], t_s: f64);
+    /// The `n`th periodic checkpoint was taken (reachability scans, pushes); `start` is time 0.
+    fn periodic(&mut self, targets: &mut [Self::Proc], n: u64, opts: &RecordOptions, start: Instant);
+}
+
+/// A recording session: the tracer and the processes it traces.
+pub(super) struct Session<H: Tracing> {
+    pub(super) host: H,
+    pub(super) targets: Vec<H::Proc>,
+    /// Time 0: the first checkpoint ([`Session::begin`]).
     pub(super) start: Instant,
-    /// The live status line (issue #12, status.rs).
-    pub(super) status: crate::status::Status,
-    /// `--push`: the push worker (issue #12).
-    pub(super) push: Option<crate::push::Pusher>,
-    pub(super) mode: Mode,
     pub(super) work_probe: Option<WorkProbeSpec>,
     pub(super) follow_forks: bool,
-    pub(super) pymalloc: bool,
-    /// `RecordOptions::python_frames`, for forked children.
-    pub(super) python_frames: bool,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -88,7 +160,40 @@ pub(super) const WORK_PROBE_GRACE_S: f64 = 2.0;
 /// How often the loop looks at the targets (exit, new mappings, forks) between checkpoints.
 pub(super) const POLL: Duration = Duration::from_millis(100);
 
-impl Session {
+/// Where the loop is between two polls.
+#[derive(Clone, Debug)]
+pub(super) struct Progress {
+    /// When the next periodic checkpoint is due.
+    next: Instant,
+    /// `--duration`'s end.
+    deadline: Option<Instant>,
+    /// `check`'s batches.
+    batch: Option<BatchPlan>,
+    /// Polls so far.
+    polls: u64,
+    /// Periodic checkpoints taken (not the first, nor batch checkpoints).
+    periodic: u64,
+    /// The work probe was reported missing.
+    work_missing_told: bool,
+}
+
+/// How often the loop polls under `opts`: batches counted in units of work end at a call count,
+/// so it looks more often and a batch overshoots by few calls.
+pub(super) fn poll_interval(opts: &RecordOptions) -> Duration {
+    match opts.schedule {
+        Schedule::Batches { size: BatchSize::Units(_), .. } => POLL / 5,
+        _ => POLL,
+    }
+}
+
+impl<H: Tracing> Session<H> {
+    /// Seconds since time 0.
+    fn t_s(&self) -> f64 {
+        self.host.now().saturating_duration_since(self.start).as_secs_f64()
+    }
+
+    /// Poll until the session ends: [`Session::step`] every [`poll_interval`]; a signal (SIGINT,
+    /// SIGTERM, SIGHUP) ends it with a last checkpoint.
     pub(super) async fn run(&mut self, opts: &RecordOptions) -> EndReason {
         use tokio::signal::unix::{SignalKind, signal};
         let mut sigint = signal(SignalKind::interrupt()).ok();
@@ -102,240 +207,179 @@ impl Session {
                 None => std::future::pending().await,
             }
         }
-        // Time 0 is the first checkpoint, taken now that every probe is in place (attaching can
-        // take seconds); --duration counts from here too.
-        self.start = Instant::now();
-        self.checkpoint_all(None);
-        let mut next = Instant::now() + opts.interval;
-        let deadline = opts.duration.map(|d| self.start + d);
-        let mut batch: Option<BatchPlan> = match &opts.schedule {
-            Schedule::Periodic => None,
-            Schedule::Batches { warmup, count, size } => Some(BatchPlan::new(self.start, *warmup, *count, *size)),
-        };
-        // Batches counted in units of work end at a call count: look more often, so a batch
-        // overshoots by few calls.
-        let poll = match opts.schedule {
-            Schedule::Batches { size: BatchSize::Units(_), .. } => POLL / 5,
-            _ => POLL,
-        };
-        let mut polls: u64 = 0;
-        // Periodic checkpoints taken (not the first, nor batch checkpoints).
-        let mut periodic: u64 = 0;
-        let mut work_missing_told = false;
+        let mut progress = self.begin(opts);
+        let poll = poll_interval(opts);
         loop {
-            polls += 1;
             tokio::select! {
                 _ = recv(&mut sigint) => { self.checkpoint_all(None); return EndReason::Signal }
                 _ = recv(&mut sigterm) => { self.checkpoint_all(None); return EndReason::Signal }
                 _ = recv(&mut sighup) => { self.checkpoint_all(None); return EndReason::Signal }
                 _ = tokio::time::sleep(poll) => {}
             }
-            self.drain_events();
-            self.take_teardowns();
-            let t_s = self.start.elapsed().as_secs_f64();
-            for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
-                if t.gone() {
-                    // Its maps still hold everything it allocated: one last checkpoint.
-                    t.checkpoint(&self.tracer, t_s, None, self.work_probe.is_some());
-                    t.end_reason = Some(EndReason::TargetExited);
-                } else {
-                    t.watch_cgroup();
-                    if self.tracer.mappings_unavailable.is_some() {
-                        // No exec tracepoint: an exec shows as a new /proc/PID/exe (a program
-                        // re-exec'ing itself goes unnoticed this way).
-                        let id = traced::exe_identity(t.pid);
-                        if t.exe_id.is_none() {
-                            t.exe_id = id;
-                        } else if id.is_some() && id != t.exe_id {
-                            t.launch_exec_pending = false;
-                            t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
-                        }
-                    }
-                    t.symbolizer.refresh();
-                    if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
-                        // A launched runtime maps its libraries right after exec: detect it
-                        // early (twice a second, for 10 s) rather than at the first periodic
-                        // checkpoint only; later libraries are seen by the periodic rescan.
-                        if let Ok(objects) = discover::mapped_objects(t.pid) {
-                            t.detect_runtime(&objects);
-                        }
-                    }
-                }
-            }
-            if self.targets.iter().all(|t| t.end_reason.is_some()) {
-                return EndReason::TargetExited;
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                self.checkpoint_all(None);
-                return EndReason::Duration;
-            }
-            if let Some(plan) = batch.as_mut() {
-                let first = self.targets[0].pid;
-                if plan.due(now, || self.tracer.work_units(first)) {
-                    let (n, count) = (plan.next, plan.count);
-                    self.checkpoint_all(Some(n));
-                    self.clear_status();
-                    eprintln!(
-                        "leaktrace: {} at {:.1}s",
-                        if n == 0 {
-                            "warm-up done, baseline taken".to_string()
-                        } else {
-                            format!("batch {n}/{count} done")
-                        },
-                        self.start.elapsed().as_secs_f64()
-                    );
-                    if plan.finished() {
-                        return EndReason::BatchesDone;
-                    }
-                    // The next batch starts where the checkpoint just taken measured, not after it
-                    // (symbolizing new stacks can take a while).
-                    let cp = self.targets[0].checkpoints.last();
-                    plan.advance(now, || {
-                        cp.and_then(|c| c.units_of_work).unwrap_or_else(|| self.tracer.work_units(first))
-                    });
-                    next = now + opts.interval;
-                    continue;
-                }
-            }
-            if now >= next {
-                let t_s = self.start.elapsed().as_secs_f64();
-                for t in self.targets.iter_mut().filter(|t| t.end_reason.is_none()) {
-                    t.rescan(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
-                }
-                // A work probe that cannot be placed once the command has loaded its libraries
-                // is a mistake to report, not to wait on: `check` by units would never end.
-                if let (Some(spec), false) = (&self.work_probe, self.targets[0].work_attached)
-                    && t_s >= WORK_PROBE_GRACE_S
-                    && !work_missing_told
-                {
-                    work_missing_told = true;
-                    self.clear_status();
-                    eprintln!(
-                        "leaktrace: warning: --work-probe {spec}: no function `{}` in the objects PID {} maps after {t_s:.0} s",
-                        spec.symbol, self.targets[0].pid
-                    );
-                    if matches!(opts.schedule, Schedule::Batches { size: BatchSize::Units(_), .. }) {
-                        self.checkpoint_all(None);
-                        return EndReason::WorkProbeMissing;
-                    }
-                }
-                self.checkpoint_all(None);
-                periodic += 1;
-                // Reachability hook (#14): a scan at every Nth periodic checkpoint.
-                if let Some(o) = opts.reachability
-                    && o.every.is_some_and(|n| periodic.is_multiple_of(u64::from(n)))
-                {
-                    self.clear_status();
-                    let mut scans =
-                        super::reachability::scan_all(&self.tracer, &mut self.targets, self.mode, o, self.start);
-                    for t in self.targets.iter_mut() {
-                        if let Some(r) = scans.remove(&t.pid) {
-                            t.reach_scans.push(r);
-                        }
-                    }
-                }
-                next += opts.interval;
-                if next < now {
-                    next = now + opts.interval;
-                }
-                // Hook (issue #12, push): a periodic push, handed to the push thread.
-                if self.push.as_ref().is_some_and(crate::push::Pusher::due) {
-                    let targets = &mut self.targets;
-                    if let Some(p) = self.push.as_mut() {
-                        let started = p.started_unix_ms();
-                        p.tick(|| targets.iter_mut().map(|t| t.snapshot(opts, started)).collect());
-                    }
-                }
+            if let Some(end) = self.step(opts, &mut progress) {
+                return end;
             }
         }
     }
 
-    /// Apply queued mapping events to their process; with --follow-forks, attach to new children
-    /// of traced processes.
+    /// Start the session: time 0 is the first checkpoint, taken now that every probe is in place
+    /// (attaching can take seconds); --duration counts from here too.
+    pub(super) fn begin(&mut self, opts: &RecordOptions) -> Progress {
+        self.start = self.host.now();
+        self.checkpoint_all(None);
+        Progress {
+            next: self.host.now() + opts.interval,
+            deadline: opts.duration.map(|d| self.start + d),
+            batch: match &opts.schedule {
+                Schedule::Periodic => None,
+                Schedule::Batches { warmup, count, size } => Some(BatchPlan::new(self.start, *warmup, *count, *size)),
+            },
+            polls: 0,
+            periodic: 0,
+            work_missing_told: false,
+        }
+    }
+
+    /// One poll: events, teardowns, exits; then the deadline, the batch due, the periodic
+    /// checkpoint. Returns why the session ends, when it does (the last checkpoint taken).
+    pub(super) fn step(&mut self, opts: &RecordOptions, p: &mut Progress) -> Option<EndReason> {
+        p.polls += 1;
+        self.drain_events();
+        self.take_teardowns();
+        let t_s = self.t_s();
+        for t in self.targets.iter_mut().filter(|t| t.state().end_reason.is_none()) {
+            if self.host.gone(t) {
+                // Its maps still hold everything it allocated: one last checkpoint.
+                self.host.checkpoint(t, t_s, None);
+                t.state_mut().end_reason = Some(EndReason::TargetExited);
+            } else {
+                self.host.poll(t, p.polls, t_s);
+            }
+        }
+        if self.targets.iter().all(|t| t.state().end_reason.is_some()) {
+            return Some(EndReason::TargetExited);
+        }
+        let now = self.host.now();
+        if p.deadline.is_some_and(|d| now >= d) {
+            self.checkpoint_all(None);
+            return Some(EndReason::Duration);
+        }
+        if let Some(plan) = p.batch.as_mut() {
+            let first = self.targets[0].pid();
+            if plan.due(now, || self.host.work_units(first)) {
+                let (n, count) = (plan.next, plan.count);
+                self.checkpoint_all(Some(n));
+                let what =
+                    if n == 0 { "warm-up done, baseline taken".to_string() } else { format!("batch {n}/{count} done") };
+                let line = format!("{what} at {:.1}s", self.t_s());
+                self.host.say(&line);
+                if plan.finished() {
+                    return Some(EndReason::BatchesDone);
+                }
+                // The next batch starts where the checkpoint just taken measured, not after it
+                // (symbolizing new stacks can take a while).
+                let cp = self.targets[0].checkpoints().last();
+                let host = &self.host;
+                plan.advance(now, || cp.and_then(|c| c.units_of_work).unwrap_or_else(|| host.work_units(first)));
+                p.next = now + opts.interval;
+                return None;
+            }
+        }
+        if now >= p.next {
+            let t_s = self.t_s();
+            for t in self.targets.iter_mut().filter(|t| t.state().end_reason.is_none()) {
+                self.host.rescan(t, t_s);
+            }
+            // A work probe that cannot be placed once the command has loaded its libraries is a
+            // mistake to report, not to wait on: `check` by units would never end.
+            if let (Some(spec), false) = (&self.work_probe, self.targets[0].work_attached())
+                && t_s >= WORK_PROBE_GRACE_S
+                && !p.work_missing_told
+            {
+                p.work_missing_told = true;
+                let line = format!(
+                    "warning: --work-probe {spec}: no function `{}` in the objects PID {} maps after {t_s:.0} s",
+                    spec.symbol,
+                    self.targets[0].pid()
+                );
+                self.host.say(&line);
+                if matches!(opts.schedule, Schedule::Batches { size: BatchSize::Units(_), .. }) {
+                    self.checkpoint_all(None);
+                    return Some(EndReason::WorkProbeMissing);
+                }
+            }
+            self.checkpoint_all(None);
+            p.periodic += 1;
+            self.host.periodic(&mut self.targets, p.periodic, opts, self.start);
+            p.next += opts.interval;
+            if p.next < now {
+                p.next = now + opts.interval;
+            }
+        }
+        None
+    }
+
+    /// Apply queued mapping events to their process; note execs and teardowns; with
+    /// --follow-forks, attach to new children of traced processes.
     pub(super) fn drain_events(&mut self) {
-        self.tracer.flush_log();
         let mut forks = Vec::new();
         let mut execs = Vec::new();
-        let targets = &mut self.targets;
-        self.tracer.drain_map_events(|ev| {
-            if ev.kind == leaktrace_common::map_event::FORK {
-                forks.push((ev.tgid, ev.addr as u32));
-                return;
-            }
-            if ev.kind == leaktrace_common::map_event::EXEC {
-                execs.push(ev.tgid);
-                return;
-            }
-            if ev.kind == leaktrace_common::map_event::TEARDOWN {
-                if let Some(t) = targets.iter_mut().find(|t| t.pid == ev.tgid) {
-                    t.teardown_watched = false;
-                    t.teardown_pending = true;
+        for ev in self.host.events() {
+            match ev.kind {
+                map_event::FORK => forks.push((ev.tgid, ev.addr as u32)),
+                map_event::EXEC => execs.push(ev.tgid),
+                map_event::TEARDOWN => {
+                    if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == ev.tgid) {
+                        let s = t.state_mut();
+                        s.teardown_watched = false;
+                        s.teardown_pending = true;
+                    }
                 }
-                return;
+                _ => {
+                    if let Some(t) =
+                        self.targets.iter_mut().find(|t| t.pid() == ev.tgid && t.state().end_reason.is_none())
+                    {
+                        t.apply(&ev);
+                    }
+                }
             }
-            if let Some(t) = targets.iter_mut().find(|t| t.pid == ev.tgid && t.end_reason.is_none()) {
-                t.space.apply(ev);
-            }
-        });
+        }
         // An exec replaced a traced process's image (issue #15): note it and re-discover.
-        let t_s = self.start.elapsed().as_secs_f64();
+        let t_s = self.t_s();
         for tgid in execs {
-            if let Some(t) = self.targets.iter_mut().find(|t| t.pid == tgid && t.end_reason.is_none()) {
-                self.status.clear();
-                t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+            if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == tgid && t.state().end_reason.is_none()) {
+                self.host.exec(t, t_s);
             }
         }
         for (parent, child) in forks {
             // sched_process_fork also fires for new threads: keep new processes only.
-            let is_process = std::fs::read_to_string(format!("/proc/{child}/status"))
-                .ok()
-                .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).map(|v| v.trim() == child.to_string()))
-                .unwrap_or(false);
-            if !is_process || self.targets.iter().any(|t| t.pid == child) {
+            if !self.host.is_process(child) || self.targets.iter().any(|t| t.pid() == child) {
                 continue;
             }
             if !self.follow_forks {
                 // A wrapper script or a forking server: say plainly that the children are not traced.
-                if let Some(p) = self.targets.iter_mut().find(|t| t.pid == parent) {
-                    p.untraced_children += 1;
-                    if p.untraced_children == 1 {
-                        self.clear_status();
-                        eprintln!(
-                            "leaktrace: warning: PID {parent} forked PID {child}, which is not traced (add --follow-forks to trace children)"
-                        );
+                if let Some(p) = self.targets.iter_mut().find(|t| t.pid() == parent) {
+                    p.state_mut().untraced_children += 1;
+                    if p.state().untraced_children == 1 {
+                        self.host.say(&format!(
+                            "warning: PID {parent} forked PID {child}, which is not traced (add --follow-forks to trace children)"
+                        ));
                     }
                 }
                 continue;
             }
-            let Ok(objects) = discover::mapped_objects(child) else { continue };
-            let opts = RecordOptions {
-                work_probe: self.work_probe.clone(),
-                mode: self.mode,
-                pymalloc: self.pymalloc,
-                python_frames: self.python_frames,
-                ..RecordOptions::default()
-            };
-            match Traced::attach(
-                &mut self.tracer,
-                child,
-                objects,
-                procinfo::cmdline(child),
-                procinfo::exe(child),
-                false,
-                &opts,
-            ) {
-                Ok(mut t) => {
-                    let t_s = self.start.elapsed().as_secs_f64();
-                    t.warnings.push(format!("forked by PID {parent}; traced from t={t_s:.1}s"));
-                    self.clear_status();
-                    eprintln!("leaktrace: following PID {child}, forked by PID {parent}");
-                    t.checkpoint(&self.tracer, t_s, None, self.work_probe.is_some());
+            match self.host.follow(child) {
+                Ok(None) => {}
+                Ok(Some(mut t)) => {
+                    let t_s = self.t_s();
+                    t.warn(format!("forked by PID {parent}; traced from t={t_s:.1}s"));
+                    self.host.say(&format!("following PID {child}, forked by PID {parent}"));
+                    self.host.checkpoint(&mut t, t_s, None);
                     self.targets.push(t);
                 }
                 Err(e) => {
-                    if let Some(p) = self.targets.iter_mut().find(|t| t.pid == parent) {
-                        p.warnings.push(format!("could not follow child PID {child}: {e:#}"));
+                    if let Some(p) = self.targets.iter_mut().find(|t| t.pid() == parent) {
+                        p.warn(format!("could not follow child PID {child}: {e:#}"));
                     }
                 }
             }
@@ -346,23 +390,17 @@ impl Session {
     /// `Py_FinalizeEx`): wait until the stop has taken effect, take the teardown checkpoint (what
     /// was live before the teardown's frees), and let them continue.
     pub(super) fn take_teardowns(&mut self) {
-        let t_s = self.start.elapsed().as_secs_f64();
-        let work = self.work_probe.is_some();
-        for t in self.targets.iter_mut().filter(|t| t.teardown_pending) {
-            t.teardown_pending = false;
-            // SIGSTOP is delivered as the probe returns to user space: wait for it, briefly (a
-            // checkpoint taken a little late only misses frees, never invents them).
-            let deadline = Instant::now() + Duration::from_millis(500);
-            while !procinfo::stopped(t.pid) && Instant::now() < deadline && procinfo::alive(t.pid) {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if t.end_reason.is_none()
-                && t.checkpoint(&self.tracer, t_s, None, work).is_some()
-                && let Some(c) = t.checkpoints.last_mut()
+        let t_s = self.t_s();
+        for t in self.targets.iter_mut().filter(|t| t.state().teardown_pending) {
+            t.state_mut().teardown_pending = false;
+            self.host.wait_stopped(t.pid());
+            if t.state().end_reason.is_none()
+                && self.host.checkpoint(t, t_s, None).is_some()
+                && let Some(c) = t.last_checkpoint_mut()
             {
                 c.teardown = true;
             }
-            resume(t.pid);
+            self.host.resume(t.pid());
         }
     }
 
@@ -370,63 +408,354 @@ impl Session {
     /// teardown go on (a launched command is then stopped or waited for as before).
     pub(super) fn release_teardowns(&mut self) {
         for t in self.targets.iter_mut() {
-            if t.teardown_watched {
-                let _ = self.tracer.watch_teardown(t.pid, false);
-                t.teardown_watched = false;
+            if t.state().teardown_watched {
+                self.host.watch_teardown(t.pid(), false);
+                t.state_mut().teardown_watched = false;
             }
         }
         // A stop queued just before the watch ended still comes through as an event.
         self.drain_events();
-        for t in self.targets.iter_mut().filter(|t| t.launched) {
-            t.teardown_pending = false;
-            if t.end_reason.is_none() {
-                resume(t.pid);
+        for t in self.targets.iter_mut().filter(|t| t.launched()) {
+            t.state_mut().teardown_pending = false;
+            if t.state().end_reason.is_none() {
+                self.host.resume(t.pid());
             }
         }
     }
 
+    /// A checkpoint of every process still traced (`batch`: the batch of `check` it closes).
     pub(super) fn checkpoint_all(&mut self, batch: Option<u32>) {
         self.drain_events();
-        let t_s = self.start.elapsed().as_secs_f64();
+        let t_s = self.t_s();
         let mut taken: Vec<(usize, u64, u64)> = Vec::new();
-        for (i, t) in self.targets.iter_mut().enumerate().filter(|(_, t)| t.end_reason.is_none()) {
-            if let Some((l, r)) = t.checkpoint(&self.tracer, t_s, batch, self.work_probe.is_some()) {
+        for (i, t) in self.targets.iter_mut().enumerate().filter(|(_, t)| t.state().end_reason.is_none()) {
+            if let Some((l, r)) = self.host.checkpoint(t, t_s, batch) {
                 taken.push((i, l, r));
             }
         }
-        // Hook (issue #12, status line): what each process shows, drawn by status.rs.
-        let procs: Vec<crate::status::ProcessStatus<'_>> = taken
-            .iter()
-            .map(|&(i, live_bytes, rss_bytes)| {
-                let t = &self.targets[i];
-                crate::status::ProcessStatus {
-                    pid: t.pid,
-                    live_bytes,
-                    rss_bytes,
-                    stacks: &t.stacks,
-                    last_samples: &t.last_samples,
-                    first: t.checkpoints.first(),
-                    latest: t.checkpoints.last(),
-                }
-            })
-            .collect();
-        self.status.update(t_s, &procs);
+        self.host.checkpoints_taken(&self.targets, &taken, t_s);
     }
-
-    pub(super) fn clear_status(&self) {
-        self.status.clear();
-    }
-}
-
-/// Send SIGCONT to `pid` (a launched command held at its teardown).
-fn resume(pid: u32) {
-    // SAFETY: kill(2) with a PID leaktrace launched; a process already gone makes it fail (ESRCH).
-    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
+
+    /// A traced process of the fake: what the loop did to it.
+    #[derive(Default)]
+    struct FakeProc {
+        pid: u32,
+        launched: bool,
+        work_attached: bool,
+        state: SessionState,
+        warnings: Vec<String>,
+        checkpoints: Vec<Checkpoint>,
+        /// Mapping events applied.
+        applied: Vec<u32>,
+        execs: u32,
+        rescans: u32,
+    }
+
+    impl FakeProc {
+        fn new(pid: u32) -> FakeProc {
+            FakeProc { pid, ..Default::default() }
+        }
+    }
+
+    impl Tracee for FakeProc {
+        fn pid(&self) -> u32 {
+            self.pid
+        }
+        fn launched(&self) -> bool {
+            self.launched
+        }
+        fn work_attached(&self) -> bool {
+            self.work_attached
+        }
+        fn state(&self) -> &SessionState {
+            &self.state
+        }
+        fn state_mut(&mut self) -> &mut SessionState {
+            &mut self.state
+        }
+        fn warn(&mut self, line: String) {
+            self.warnings.push(line);
+        }
+        fn checkpoints(&self) -> &[Checkpoint] {
+            &self.checkpoints
+        }
+        fn last_checkpoint_mut(&mut self) -> Option<&mut Checkpoint> {
+            self.checkpoints.last_mut()
+        }
+        fn apply(&mut self, ev: &MapEvent) {
+            self.applied.push(ev.kind);
+        }
+    }
+
+    /// A tracer without a kernel: a clock the test moves, events the test queues, processes
+    /// that exit when the test says.
+    struct Fake {
+        now: Instant,
+        queued: Vec<MapEvent>,
+        /// Work-probe calls so far, for every process.
+        units: u64,
+        /// PIDs that are processes (the others are threads).
+        processes: BTreeSet<u32>,
+        exited: BTreeSet<u32>,
+        /// Children whose probes cannot be placed.
+        refuse: BTreeSet<u32>,
+        said: Vec<String>,
+        resumed: Vec<u32>,
+        unwatched: Vec<u32>,
+        /// Periodic hook calls: n each.
+        periodic: Vec<u64>,
+    }
+
+    impl Fake {
+        fn new() -> Fake {
+            Fake {
+                now: Instant::now(),
+                queued: Vec::new(),
+                units: 0,
+                processes: BTreeSet::new(),
+                exited: BTreeSet::new(),
+                refuse: BTreeSet::new(),
+                said: Vec::new(),
+                resumed: Vec::new(),
+                unwatched: Vec::new(),
+                periodic: Vec::new(),
+            }
+        }
+    }
+
+    impl Tracing for Fake {
+        type Proc = FakeProc;
+        fn now(&self) -> Instant {
+            self.now
+        }
+        fn events(&mut self) -> Vec<MapEvent> {
+            std::mem::take(&mut self.queued)
+        }
+        fn work_units(&self, _pid: u32) -> u64 {
+            self.units
+        }
+        fn is_process(&self, pid: u32) -> bool {
+            self.processes.contains(&pid)
+        }
+        fn follow(&mut self, child: u32) -> anyhow::Result<Option<FakeProc>> {
+            anyhow::ensure!(!self.refuse.contains(&child), "the kernel refused a probe");
+            Ok(Some(FakeProc::new(child)))
+        }
+        fn checkpoint(&mut self, p: &mut FakeProc, t_s: f64, batch: Option<u32>) -> Option<(u64, u64)> {
+            p.checkpoints.push(Checkpoint { t_s, batch, units_of_work: Some(self.units), ..Default::default() });
+            Some((0, 0))
+        }
+        fn gone(&mut self, p: &mut FakeProc) -> bool {
+            self.exited.contains(&p.pid)
+        }
+        fn poll(&mut self, _p: &mut FakeProc, _polls: u64, _t_s: f64) {}
+        fn exec(&mut self, p: &mut FakeProc, _t_s: f64) {
+            p.execs += 1;
+        }
+        fn rescan(&mut self, p: &mut FakeProc, _t_s: f64) {
+            p.rescans += 1;
+        }
+        fn watch_teardown(&mut self, pid: u32, on: bool) {
+            assert!(!on, "the loop only stops watching");
+            self.unwatched.push(pid);
+        }
+        fn wait_stopped(&self, _pid: u32) {}
+        fn resume(&mut self, pid: u32) {
+            self.resumed.push(pid);
+        }
+        fn say(&mut self, line: &str) {
+            self.said.push(line.to_string());
+        }
+        fn checkpoints_taken(&mut self, _targets: &[FakeProc], _taken: &[(usize, u64, u64)], _t_s: f64) {}
+        fn periodic(&mut self, _targets: &mut [FakeProc], n: u64, _opts: &RecordOptions, _start: Instant) {
+            self.periodic.push(n);
+        }
+    }
+
+    fn session(pids: &[u32], follow_forks: bool) -> Session<Fake> {
+        let host = Fake::new();
+        let start = host.now;
+        let targets = pids.iter().map(|&p| FakeProc::new(p)).collect();
+        Session { host, targets, start, work_probe: None, follow_forks }
+    }
+
+    fn event(kind: u32, tgid: u32, addr: u64) -> MapEvent {
+        MapEvent { kind, tgid, addr, ..Default::default() }
+    }
+
+    /// Poll until the session ends (at most `max` polls), the clock moving one poll interval
+    /// and the work counter `units_per_poll` each time.
+    fn run(s: &mut Session<Fake>, opts: &RecordOptions, units_per_poll: u64, max: u32) -> Option<EndReason> {
+        let mut p = s.begin(opts);
+        for _ in 0..max {
+            s.host.now += poll_interval(opts);
+            s.host.units += units_per_poll;
+            if let Some(end) = s.step(opts, &mut p) {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn batches_close_on_work_units_counted_from_each_batch_checkpoint() {
+        let opts = RecordOptions {
+            interval: Duration::from_secs(60),
+            schedule: Schedule::Batches { warmup: Duration::from_secs(1), count: 2, size: BatchSize::Units(100) },
+            ..RecordOptions::default()
+        };
+        let mut s = session(&[10], false);
+        s.targets[0].work_attached = true;
+        assert_eq!(run(&mut s, &opts, 30, 1000), Some(EndReason::BatchesDone));
+        let cps = &s.targets[0].checkpoints;
+        let batches: Vec<Option<u32>> = cps.iter().map(|c| c.batch).collect();
+        assert_eq!(batches, [None, Some(0), Some(1), Some(2)], "first, baseline, two batches; no periodic one");
+        // The baseline closes when the warm-up's second is over (50 polls of 20 ms).
+        assert!((cps[1].t_s - 1.0).abs() < 1e-6, "baseline at {} s", cps[1].t_s);
+        // Each batch ends 100 units after the units its predecessor's checkpoint measured,
+        // overshooting by less than one poll's calls.
+        for w in cps[1..].windows(2) {
+            let (a, b) = (w[0].units_of_work.unwrap(), w[1].units_of_work.unwrap());
+            assert!((100..130).contains(&(b - a)), "batch of {} units ({a} → {b})", b - a);
+        }
+        let said: Vec<&str> = s.host.said.iter().map(|l| l.split(" at ").next().unwrap()).collect();
+        assert_eq!(said, ["warm-up done, baseline taken", "batch 1/2 done", "batch 2/2 done"]);
+    }
+
+    #[test]
+    fn a_missing_work_probe_ends_a_check_by_units_after_the_grace_period() {
+        let opts = RecordOptions {
+            interval: Duration::from_secs(1),
+            schedule: Schedule::Batches { warmup: Duration::from_secs(30), count: 2, size: BatchSize::Units(100) },
+            work_probe: Some("handle_request".parse().unwrap()),
+            ..RecordOptions::default()
+        };
+        let mut s = session(&[10], false);
+        s.work_probe = opts.work_probe.clone();
+        assert_eq!(run(&mut s, &opts, 0, 10_000), Some(EndReason::WorkProbeMissing));
+        let last = s.targets[0].checkpoints.last().unwrap();
+        assert!((last.t_s - WORK_PROBE_GRACE_S).abs() < 1e-6, "ended at {} s", last.t_s);
+        assert_eq!(s.host.said.len(), 1, "{:?}", s.host.said);
+        assert!(
+            s.host.said[0].contains("no function `handle_request` in the objects PID 10 maps"),
+            "{:?}",
+            s.host.said
+        );
+    }
+
+    #[test]
+    fn duration_ends_with_a_checkpoint_after_the_periodic_ones() {
+        let opts = RecordOptions {
+            duration: Some(Duration::from_secs(1)),
+            interval: Duration::from_millis(300),
+            ..RecordOptions::default()
+        };
+        let mut s = session(&[10, 20], false);
+        assert_eq!(run(&mut s, &opts, 0, 100), Some(EndReason::Duration));
+        for t in &s.targets {
+            let at: Vec<String> = t.checkpoints.iter().map(|c| format!("{:.1}", c.t_s)).collect();
+            assert_eq!(at, ["0.0", "0.3", "0.6", "0.9", "1.0"], "PID {}", t.pid);
+            assert_eq!(t.rescans, 3, "a rescan at each periodic checkpoint");
+        }
+        assert_eq!(s.host.periodic, [1, 2, 3], "the periodic hooks see each periodic checkpoint once");
+    }
+
+    #[test]
+    fn forks_without_follow_forks_are_counted_and_told_once() {
+        let opts = RecordOptions { interval: Duration::from_secs(60), ..RecordOptions::default() };
+        let mut s = session(&[10], false);
+        s.host.processes.extend([11, 12]);
+        let mut p = s.begin(&opts);
+        // Two child processes, and a new thread (13) that sched_process_fork reports too.
+        s.host.queued =
+            vec![event(map_event::FORK, 10, 11), event(map_event::FORK, 10, 13), event(map_event::FORK, 10, 12)];
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None);
+        assert_eq!(s.targets.len(), 1, "children are not traced");
+        assert_eq!(s.targets[0].state.untraced_children, 2, "the thread is not a child process");
+        assert_eq!(s.host.said.len(), 1, "{:?}", s.host.said);
+        assert!(s.host.said[0].contains("PID 10 forked PID 11, which is not traced"), "{:?}", s.host.said);
+    }
+
+    #[test]
+    fn followed_forks_are_attached_once_and_checkpointed_from_their_fork() {
+        let opts = RecordOptions { interval: Duration::from_secs(60), ..RecordOptions::default() };
+        let mut s = session(&[10], true);
+        s.host.processes.extend([11, 14]);
+        s.host.refuse.insert(14);
+        let mut p = s.begin(&opts);
+        s.host.now += Duration::from_millis(1500);
+        s.host.queued = vec![
+            event(map_event::FORK, 10, 11),
+            event(map_event::FORK, 10, 13), // a thread
+            event(map_event::FORK, 10, 11), // seen twice: attached once
+            event(map_event::FORK, 10, 14), // its probes are refused
+            event(map_event::MMAP, 11, 0x7000_0000),
+        ];
+        assert_eq!(s.step(&opts, &mut p), None);
+        let pids: Vec<u32> = s.targets.iter().map(|t| t.pid).collect();
+        assert_eq!(pids, [10, 11]);
+        let child = &s.targets[1];
+        assert_eq!(child.warnings, ["forked by PID 10; traced from t=1.5s"]);
+        assert_eq!(child.checkpoints.len(), 1, "its first checkpoint is taken at once");
+        assert!((child.checkpoints[0].t_s - 1.5).abs() < 1e-6);
+        assert!(child.applied.is_empty(), "its mappings before the attach are not its events");
+        let parent = &s.targets[0];
+        assert_eq!(parent.warnings.len(), 1, "{:?}", parent.warnings);
+        assert!(parent.warnings[0].starts_with("could not follow child PID 14: the kernel refused"));
+        assert_eq!(s.host.said, ["following PID 11, forked by PID 10"]);
+    }
+
+    #[test]
+    fn execs_teardowns_and_exits_go_to_their_process() {
+        let opts = RecordOptions { interval: Duration::from_secs(60), ..RecordOptions::default() };
+        let mut s = session(&[10, 20], false);
+        s.targets[0].launched = true;
+        s.targets[0].state.teardown_watched = true;
+        let mut p = s.begin(&opts);
+        s.host.queued = vec![
+            event(map_event::EXEC, 20, 0),
+            event(map_event::TEARDOWN, 10, 0),
+            event(map_event::MMAP, 20, 0x1000),
+            event(map_event::MUNMAP, 99, 0x1000), // not traced
+        ];
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None);
+        let (a, b) = (&s.targets[0], &s.targets[1]);
+        assert_eq!((a.execs, b.execs), (0, 1));
+        assert_eq!(b.applied, [map_event::MMAP]);
+        // The teardown checkpoint is taken and the command let go.
+        assert_eq!(a.checkpoints.len(), 2);
+        assert!(a.checkpoints[1].teardown && !b.checkpoints.iter().any(|c| c.teardown));
+        assert_eq!(s.host.resumed, [10]);
+        assert!(!a.state.teardown_pending && !a.state.teardown_watched);
+
+        // PID 20 exits: a last checkpoint, and its later events are not applied.
+        s.host.exited.insert(20);
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None, "PID 10 still runs");
+        s.host.queued = vec![event(map_event::MMAP, 20, 0x2000)];
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None);
+        let b = &s.targets[1];
+        assert_eq!(b.state.end_reason, Some(EndReason::TargetExited));
+        assert_eq!(b.checkpoints.len(), 2, "the first and the last");
+        assert_eq!(b.applied, [map_event::MMAP]);
+
+        s.host.exited.insert(10);
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), Some(EndReason::TargetExited));
+        s.release_teardowns();
+        assert_eq!(s.host.resumed, [10], "an ended process is not resumed again");
+        assert!(s.host.unwatched.is_empty(), "its watch ended with its teardown stop");
+    }
 
     #[test]
     fn batches_of_units_start_where_the_last_checkpoint_measured() {

@@ -11,8 +11,10 @@ use crate::launch::{self, ExitStatus};
 use crate::mappings::{self, AddressSpace};
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
-use crate::recording::{AllocatorFootprint, Checkpoint, EndReason, Frame, ProbeInfo, SiteSample, Stack, StackKind};
+use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind};
 use crate::symbolize::StackSymbolizer;
+
+use super::ending::{OomWatch, ending, memory_events_of, oom_kills};
 
 use super::*;
 
@@ -51,14 +53,10 @@ pub(super) struct Traced {
     pub(super) probes: Vec<ProbeInfo>,
     /// Objects already scanned for allocators, by (device major, minor, inode).
     pub(super) probed: BTreeSet<(i32, i32, u64)>,
-    /// Set when this process's recording ended before the run (it exited).
-    pub(super) end_reason: Option<EndReason>,
     /// `exe` was read from /proc/PID/exe (launched commands: after their exec).
     pub(super) exe_resolved: bool,
     /// The last sample recorded for each stack (checkpoints keep only changed sites).
     pub(super) last_samples: HashMap<u32, SiteSample>,
-    /// Child processes it forked that are not traced (no --follow-forks).
-    pub(super) untraced_children: u32,
     /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
     pub(super) reach_scans: Vec<crate::reachability::Reachability>,
     /// Every execve seen during the recording (issue #15).
@@ -76,116 +74,8 @@ pub(super) struct Traced {
     pub(super) cgroup_seen: Option<String>,
     /// Launched commands: teardown probes placed, as (object path, function).
     pub(super) teardown_probes: BTreeSet<(String, &'static str)>,
-    /// Its teardown is watched in the kernel (the TEARDOWN map holds it).
-    pub(super) teardown_watched: bool,
-    /// It began its teardown and is held stopped: the teardown checkpoint is due.
-    pub(super) teardown_pending: bool,
-}
-
-/// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
-/// the process is first seen in that cgroup and again when it ends.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct OomWatch {
-    /// The cgroup's OOM-kill counter file (v2 memory.events, v1 memory.oom_control).
-    pub(super) events: std::path::PathBuf,
-    /// `oom_kill` when first seen there (kills of this cgroup and its descendants).
-    pub(super) baseline: u64,
-}
-
-/// The `oom_kill` count of a memory cgroup's event file (cgroup v2 memory.events, v1
-/// memory.oom_control: both have an "oom_kill N" line); None when unreadable.
-pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
-    let text = std::fs::read_to_string(events).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
-}
-
-/// The file holding the OOM-kill counter of the memory cgroup `pid` is in: with the memory
-/// controller on cgroup v1, MOUNT/PATH/memory.oom_control of the `memory` hierarchy; on v2,
-/// MOUNT/PATH/memory.events of the unified hierarchy ("0::PATH"). Mount points come from
-/// /proc/self/mountinfo; paths in /proc/PID/cgroup are relative to leaktrace's cgroup
-/// namespace, as are those mounts. None without a memory controller.
-pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    // (mount point, fs type, super options) of each cgroup mount.
-    let mounts: Vec<(&str, &str, &str)> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mount_point = left.split(' ').nth(4)?;
-            let mut r = right.split(' ');
-            let fstype = r.next()?;
-            let opts = r.nth(1).unwrap_or("");
-            fstype.starts_with("cgroup").then_some((mount_point, fstype, opts))
-        })
-        .collect();
-    let join = |mount: &str, rel: &str, file: &str| {
-        std::path::Path::new(mount).join(rel.trim().trim_start_matches('/')).join(file)
-    };
-    for l in cgroups.lines() {
-        let mut f = l.splitn(3, ':');
-        let (_, controllers, rel) = (f.next()?, f.next()?, f.next()?);
-        if controllers.split(',').any(|c| c == "memory")
-            && let Some((m, _, _)) =
-                mounts.iter().find(|(_, t, o)| *t == "cgroup" && o.split(',').any(|c| c == "memory"))
-        {
-            let p = join(m, rel, "memory.oom_control");
-            if p.exists() {
-                return Some(p);
-            }
-        }
-    }
-    let rel = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
-    mounts
-        .iter()
-        .filter(|(_, t, _)| *t == "cgroup2")
-        .map(|(m, _, _)| join(m, rel, "memory.events"))
-        .find(|p| p.exists())
-}
-
-/// The usual name of signal `sig` ("SIGKILL"), or "signal N".
-pub(super) fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        31 => "SIGSYS",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
-}
-
-/// How a process ended, in words: `status` is its exit status when leaktrace is its parent
-/// (launch mode; None when attached), `oom` the cgroup's `oom_kill` count (before, after) when
-/// known. A SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise is all
-/// that can be known.
-pub(super) fn ending(status: Option<ExitStatus>, oom: Option<(&std::path::Path, u64, u64)>) -> String {
-    let oom_note = |(events, before, after): (&std::path::Path, u64, u64)| {
-        format!("oom_kill of {} went {before} → {after}", events.display())
-    };
-    let oom_fired = oom.filter(|(_, before, after)| after > before);
-    match (status, oom_fired) {
-        (Some(ExitStatus::Signal(9)), Some(o)) => format!("killed by the OOM killer ({})", oom_note(o)),
-        (Some(ExitStatus::Signal(s)), _) => format!("killed by signal {s} ({})", signal_name(s)),
-        (Some(ExitStatus::Code(c)), _) => format!("exited with status {c}"),
-        (None, Some(o)) => format!(
-            "ended while its cgroup's OOM killer fired ({}): most likely killed by the OOM killer (an attached process's exit status is visible only to its parent)",
-            oom_note(o)
-        ),
-        (None, None) => {
-            "exited (an attached process's exit status is visible only to its parent; its cgroup's OOM killer did not fire)"
-                .to_string()
-        }
-    }
+    /// What the session loop keeps of it: how it ended, its teardown, untraced children.
+    pub(super) session: super::session::SessionState,
 }
 
 /// (device, inode) of the executable `pid` runs.
@@ -250,7 +140,7 @@ impl Traced {
             warnings: notes,
             exit_status: None,
             space: AddressSpace::default(),
-            work_attached: probes.iter().any(|p| p.kind == "work"),
+            work_attached: probes.iter().any(|p| p.kind == ProbeKind::Work),
             runtime: None,
             python: None,
             python_tried: false,
@@ -259,10 +149,8 @@ impl Traced {
             gauge: None,
             probes,
             probed,
-            end_reason: None,
             exe_resolved: !launched,
             last_samples: HashMap::new(),
-            untraced_children: 0,
             reach_scans: Vec::new(),
             execs: Vec::new(),
             launch_exec_pending: launched,
@@ -271,8 +159,7 @@ impl Traced {
             ended: None,
             cgroup_seen: None,
             teardown_probes: BTreeSet::new(),
-            teardown_watched: false,
-            teardown_pending: false,
+            session: Default::default(),
         };
         t.watch_cgroup();
         if !launched {
@@ -509,9 +396,9 @@ impl Traced {
                 Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
             }
         }
-        if !self.teardown_watched && self.probes.iter().any(|p| p.kind == "teardown") {
+        if !self.session.teardown_watched && self.probes.iter().any(|p| p.kind == ProbeKind::Teardown) {
             match tracer.watch_teardown(self.pid, true) {
-                Ok(()) => self.teardown_watched = true,
+                Ok(()) => self.session.teardown_watched = true,
                 Err(e) => self.warnings.push(format!("teardown not watched: {e:#}")),
             }
         }
@@ -780,7 +667,7 @@ pub(super) fn scan_for_mode(
 ) -> Result<discover::AllocatorScan, discover::TargetError> {
     let mut scan = discover::scan_allocators(pid, objects, pymalloc)?;
     if mode == Mode::Growth {
-        scan.points.retain(|p| p.hook.entry_program == "mmap_enter");
+        scan.points.retain(|p| *p.hook.entry_program == leaktrace_common::program::MMAP_ENTER);
     }
     Ok(scan)
 }
@@ -797,10 +684,11 @@ pub(super) fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
         by_object.entry(p.object.path.display().to_string()).or_default().push(at);
     }
     for (object, functions) in by_object {
-        let fams: Vec<&str> = scan
+        let fams: Vec<String> = scan
             .families
             .iter()
-            .filter_map(|f| f.strip_prefix(object.as_str()).and_then(|r| r.strip_prefix(": ")))
+            .filter(|f| f.object.display().to_string() == object)
+            .map(|f| f.family.to_string())
             .collect();
         eprintln!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
     }
@@ -868,36 +756,6 @@ pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::fix_caller;
-
-    #[test]
-    fn how_a_process_ended_is_told_from_status_and_oom_counter() {
-        use super::{ExitStatus, ending};
-        let ev = std::path::Path::new("/sys/fs/cgroup/x/memory.events");
-        assert!(
-            ending(Some(ExitStatus::Signal(9)), Some((ev, 0, 1)))
-                .starts_with("killed by the OOM killer (oom_kill of /sys/fs/cgroup/x/memory.events went 0 → 1)")
-        );
-        // SIGKILL without a new OOM kill is someone's kill -9.
-        assert_eq!(ending(Some(ExitStatus::Signal(9)), Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
-        assert_eq!(ending(Some(ExitStatus::Signal(31)), None), "killed by signal 31 (SIGSYS)");
-        assert_eq!(ending(Some(ExitStatus::Code(3)), Some((ev, 0, 1))), "exited with status 3");
-        assert!(ending(None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
-        assert!(ending(None, None).starts_with("exited (an attached process's exit status"));
-    }
-
-    #[test]
-    fn oom_kill_counter_is_read_from_v1_and_v2_files() {
-        let dir = std::env::temp_dir().join(format!("leaktrace-oom-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let v2 = dir.join("memory.events");
-        std::fs::write(&v2, "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n").unwrap();
-        let v1 = dir.join("memory.oom_control");
-        std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n").unwrap();
-        assert_eq!(super::oom_kills(&v2), Some(1));
-        assert_eq!(super::oom_kills(&v1), Some(7));
-        assert_eq!(super::oom_kills(&dir.join("absent")), None);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     #[test]
     fn thinning_keeps_sparse_totals_and_batches() {

@@ -1,0 +1,145 @@
+//! How a traced process ended, in words: its exit status or signal (launch mode), and whether
+//! the OOM killer took it (the `oom_kill` counter of its memory cgroup, v1 or v2, read when it
+//! is first seen there and again at its end).
+
+use crate::launch::ExitStatus;
+
+/// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
+/// the process is first seen in that cgroup and again when it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct OomWatch {
+    /// The cgroup's OOM-kill counter file (v2 memory.events, v1 memory.oom_control).
+    pub(super) events: std::path::PathBuf,
+    /// `oom_kill` when first seen there (kills of this cgroup and its descendants).
+    pub(super) baseline: u64,
+}
+
+/// The `oom_kill` count of a memory cgroup's event file (cgroup v2 memory.events, v1
+/// memory.oom_control: both have an "oom_kill N" line); None when unreadable.
+pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(events).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The file holding the OOM-kill counter of the memory cgroup `pid` is in: with the memory
+/// controller on cgroup v1, MOUNT/PATH/memory.oom_control of the `memory` hierarchy; on v2,
+/// MOUNT/PATH/memory.events of the unified hierarchy ("0::PATH"). Mount points come from
+/// /proc/self/mountinfo; paths in /proc/PID/cgroup are relative to leaktrace's cgroup
+/// namespace, as are those mounts. None without a memory controller.
+pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // (mount point, fs type, super options) of each cgroup mount.
+    let mounts: Vec<(&str, &str, &str)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount_point = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?;
+            let opts = r.nth(1).unwrap_or("");
+            fstype.starts_with("cgroup").then_some((mount_point, fstype, opts))
+        })
+        .collect();
+    let join = |mount: &str, rel: &str, file: &str| {
+        std::path::Path::new(mount).join(rel.trim().trim_start_matches('/')).join(file)
+    };
+    for l in cgroups.lines() {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, rel) = (f.next()?, f.next()?, f.next()?);
+        if controllers.split(',').any(|c| c == "memory")
+            && let Some((m, _, _)) =
+                mounts.iter().find(|(_, t, o)| *t == "cgroup" && o.split(',').any(|c| c == "memory"))
+        {
+            let p = join(m, rel, "memory.oom_control");
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    let rel = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    mounts
+        .iter()
+        .filter(|(_, t, _)| *t == "cgroup2")
+        .map(|(m, _, _)| join(m, rel, "memory.events"))
+        .find(|p| p.exists())
+}
+
+/// The usual name of signal `sig` ("SIGKILL"), or "signal N".
+pub(super) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        31 => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// How a process ended, in words: `status` is its exit status when leaktrace is its parent
+/// (launch mode; None when attached), `oom` the cgroup's `oom_kill` count (before, after) when
+/// known. A SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise is all
+/// that can be known.
+pub(super) fn ending(status: Option<ExitStatus>, oom: Option<(&std::path::Path, u64, u64)>) -> String {
+    let oom_note = |(events, before, after): (&std::path::Path, u64, u64)| {
+        format!("oom_kill of {} went {before} → {after}", events.display())
+    };
+    let oom_fired = oom.filter(|(_, before, after)| after > before);
+    match (status, oom_fired) {
+        (Some(ExitStatus::Signal(9)), Some(o)) => format!("killed by the OOM killer ({})", oom_note(o)),
+        (Some(ExitStatus::Signal(s)), _) => format!("killed by signal {s} ({})", signal_name(s)),
+        (Some(ExitStatus::Code(c)), _) => format!("exited with status {c}"),
+        (None, Some(o)) => format!(
+            "ended while its cgroup's OOM killer fired ({}): most likely killed by the OOM killer (an attached process's exit status is visible only to its parent)",
+            oom_note(o)
+        ),
+        (None, None) => {
+            "exited (an attached process's exit status is visible only to its parent; its cgroup's OOM killer did not fire)"
+                .to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn how_a_process_ended_is_told_from_status_and_oom_counter() {
+        use super::ending;
+        use crate::launch::ExitStatus;
+        let ev = std::path::Path::new("/sys/fs/cgroup/x/memory.events");
+        assert!(
+            ending(Some(ExitStatus::Signal(9)), Some((ev, 0, 1)))
+                .starts_with("killed by the OOM killer (oom_kill of /sys/fs/cgroup/x/memory.events went 0 → 1)")
+        );
+        // SIGKILL without a new OOM kill is someone's kill -9.
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
+        assert_eq!(ending(Some(ExitStatus::Signal(31)), None), "killed by signal 31 (SIGSYS)");
+        assert_eq!(ending(Some(ExitStatus::Code(3)), Some((ev, 0, 1))), "exited with status 3");
+        assert!(ending(None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
+        assert!(ending(None, None).starts_with("exited (an attached process's exit status"));
+    }
+
+    #[test]
+    fn oom_kill_counter_is_read_from_v1_and_v2_files() {
+        let dir = std::env::temp_dir().join(format!("leaktrace-oom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let v2 = dir.join("memory.events");
+        std::fs::write(&v2, "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n").unwrap();
+        let v1 = dir.join("memory.oom_control");
+        std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n").unwrap();
+        assert_eq!(super::oom_kills(&v2), Some(1));
+        assert_eq!(super::oom_kills(&v1), Some(7));
+        assert_eq!(super::oom_kills(&dir.join("absent")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,212 @@
+//! The session loop's real tracer ([`Live`]): the eBPF [`Tracer`], /proc and the [`Traced`]
+//! processes behind the loop's [`Tracing`] trait, with the status line and the periodic hooks
+//! (reachability scans, pushes) the loop triggers.
+
+use std::time::{Duration, Instant};
+
+use leaktrace_common::MapEvent;
+
+use crate::discover::{self, WorkProbeSpec};
+use crate::probes::{Mode, Tracer};
+use crate::procinfo;
+use crate::recording::Checkpoint;
+
+use super::session::{SessionState, Tracee, Tracing};
+use super::traced::{self, Traced};
+use super::{RecordOptions, reachability};
+
+/// The real tracer of a session.
+pub(super) struct Live {
+    pub(super) tracer: Tracer,
+    /// The live status line (issue #12, status.rs).
+    pub(super) status: crate::status::Status,
+    /// `--push`: the push worker (issue #12).
+    pub(super) push: Option<crate::push::Pusher>,
+    pub(super) mode: Mode,
+    pub(super) work_probe: Option<WorkProbeSpec>,
+    pub(super) pymalloc: bool,
+    /// `RecordOptions::python_frames`, for forked children.
+    pub(super) python_frames: bool,
+}
+
+impl Tracee for Traced {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn launched(&self) -> bool {
+        self.launched
+    }
+
+    fn work_attached(&self) -> bool {
+        self.work_attached
+    }
+
+    fn state(&self) -> &SessionState {
+        &self.session
+    }
+
+    fn state_mut(&mut self) -> &mut SessionState {
+        &mut self.session
+    }
+
+    fn warn(&mut self, line: String) {
+        self.warnings.push(line);
+    }
+
+    fn checkpoints(&self) -> &[Checkpoint] {
+        &self.checkpoints
+    }
+
+    fn last_checkpoint_mut(&mut self) -> Option<&mut Checkpoint> {
+        self.checkpoints.last_mut()
+    }
+
+    fn apply(&mut self, ev: &MapEvent) {
+        self.space.apply(ev);
+    }
+}
+
+impl Tracing for Live {
+    type Proc = Traced;
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn events(&mut self) -> Vec<MapEvent> {
+        self.tracer.flush_log();
+        let mut out = Vec::new();
+        self.tracer.drain_map_events(|ev| out.push(*ev));
+        out
+    }
+
+    fn work_units(&self, pid: u32) -> u64 {
+        self.tracer.work_units(pid)
+    }
+
+    fn is_process(&self, pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).map(|v| v.trim() == pid.to_string()))
+            .unwrap_or(false)
+    }
+
+    fn follow(&mut self, child: u32) -> anyhow::Result<Option<Traced>> {
+        let Ok(objects) = discover::mapped_objects(child) else { return Ok(None) };
+        let opts = RecordOptions {
+            work_probe: self.work_probe.clone(),
+            mode: self.mode,
+            pymalloc: self.pymalloc,
+            python_frames: self.python_frames,
+            ..RecordOptions::default()
+        };
+        let exe = procinfo::exe(child);
+        Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), exe, false, &opts).map(Some)
+    }
+
+    fn checkpoint(&mut self, t: &mut Traced, t_s: f64, batch: Option<u32>) -> Option<(u64, u64)> {
+        t.checkpoint(&self.tracer, t_s, batch, self.work_probe.is_some())
+    }
+
+    fn gone(&mut self, t: &mut Traced) -> bool {
+        t.gone()
+    }
+
+    fn poll(&mut self, t: &mut Traced, polls: u64, t_s: f64) {
+        t.watch_cgroup();
+        if self.tracer.mappings_unavailable.is_some() {
+            // No exec tracepoint: an exec shows as a new /proc/PID/exe (a program re-exec'ing
+            // itself goes unnoticed this way).
+            let id = traced::exe_identity(t.pid);
+            if t.exe_id.is_none() {
+                t.exe_id = id;
+            } else if id.is_some() && id != t.exe_id {
+                t.launch_exec_pending = false;
+                t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+            }
+        }
+        t.symbolizer.refresh();
+        if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
+            // A launched runtime maps its libraries right after exec: detect it early (twice a
+            // second, for 10 s) rather than at the first periodic checkpoint only; later
+            // libraries are seen by the periodic rescan.
+            if let Ok(objects) = discover::mapped_objects(t.pid) {
+                t.detect_runtime(&objects);
+            }
+        }
+    }
+
+    fn exec(&mut self, t: &mut Traced, t_s: f64) {
+        self.status.clear();
+        t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+    }
+
+    fn rescan(&mut self, t: &mut Traced, t_s: f64) {
+        t.rescan(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+    }
+
+    fn watch_teardown(&mut self, pid: u32, on: bool) {
+        let _ = self.tracer.watch_teardown(pid, on);
+    }
+
+    fn wait_stopped(&self, pid: u32) {
+        // SIGSTOP is delivered as the probe returns to user space: wait for it, briefly (a
+        // checkpoint taken a little late only misses frees, never invents them).
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !procinfo::stopped(pid) && Instant::now() < deadline && procinfo::alive(pid) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn resume(&mut self, pid: u32) {
+        // SAFETY: kill(2) with a PID leaktrace launched; a process already gone makes it fail
+        // (ESRCH).
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+
+    fn say(&mut self, line: &str) {
+        self.status.clear();
+        eprintln!("leaktrace: {line}");
+    }
+
+    fn checkpoints_taken(&mut self, targets: &[Traced], taken: &[(usize, u64, u64)], t_s: f64) {
+        // Hook (issue #12, status line): what each process shows, drawn by status.rs.
+        let procs: Vec<crate::status::ProcessStatus<'_>> = taken
+            .iter()
+            .map(|&(i, live_bytes, rss_bytes)| {
+                let t = &targets[i];
+                crate::status::ProcessStatus {
+                    pid: t.pid,
+                    live_bytes,
+                    rss_bytes,
+                    stacks: &t.stacks,
+                    last_samples: &t.last_samples,
+                    first: t.checkpoints.first(),
+                    latest: t.checkpoints.last(),
+                }
+            })
+            .collect();
+        self.status.update(t_s, &procs);
+    }
+
+    fn periodic(&mut self, targets: &mut [Traced], n: u64, opts: &RecordOptions, start: Instant) {
+        // Reachability hook (#14): a scan at every Nth periodic checkpoint.
+        if let Some(o) = opts.reachability
+            && o.every.is_some_and(|every| n.is_multiple_of(u64::from(every)))
+        {
+            self.status.clear();
+            let mut scans = reachability::scan_all(&self.tracer, targets, self.mode, o, start);
+            for t in targets.iter_mut() {
+                if let Some(r) = scans.remove(&t.pid) {
+                    t.reach_scans.push(r);
+                }
+            }
+        }
+        // Hook (issue #12, push): a periodic push, handed to the push thread.
+        if let Some(p) = self.push.as_mut().filter(|p| p.due()) {
+            let started = p.started_unix_ms();
+            p.tick(|| targets.iter_mut().map(|t| t.snapshot(opts, started)).collect());
+        }
+    }
+}
