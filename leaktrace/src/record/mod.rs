@@ -315,7 +315,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         eprintln!(
             "leaktrace: attached to PID {} ({}): {} probes in {}",
             t.pid,
-            t.command.join(" "),
+            command_line(&t.command),
             t.probes.len(),
             objs.into_iter().collect::<Vec<_>>().join(", ")
         );
@@ -462,4 +462,37 @@ fn default_out_dir(prefix: Option<&str>, pid: u32, several: bool) -> PathBuf {
         Some(p) => format!("{p}-{name}"),
         None => name,
     })
+}
+
+/// A command line for a one-line message: its words joined by spaces, cut after
+/// [`COMMAND_LINE_CHARS`] characters with how many words were left out (a process with 300
+/// arguments made a 20 KiB "attached to" line).
+fn command_line(words: &[String]) -> String {
+    let full = words.join(" ");
+    if full.chars().count() <= COMMAND_LINE_CHARS {
+        return full;
+    }
+    let cut: String = full.chars().take(COMMAND_LINE_CHARS).collect();
+    let shown = cut.split(' ').count();
+    format!("{cut}… ({} of {} arguments not shown)", words.len().saturating_sub(shown), words.len())
+}
+
+/// Longest command line `command_line` prints whole, in characters.
+const COMMAND_LINE_CHARS: usize = 200;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_command_lines_are_cut_with_a_count() {
+        let short: Vec<String> = ["./host", "a.so"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(command_line(&short), "./host a.so");
+        let long: Vec<String> =
+            std::iter::once("./host".to_string()).chain((0..300).map(|i| format!("/lib/small/lib{i}.so"))).collect();
+        let line = command_line(&long);
+        assert!(line.starts_with("./host /lib/small/lib0.so /lib/small/lib1.so"), "{line}");
+        assert!(line.ends_with("(289 of 301 arguments not shown)"), "{line}");
+        assert!(line.chars().count() < 250, "{line}");
+    }
 }
