@@ -82,13 +82,15 @@ pub struct StackSymbolizer {
 /// function, hex without 0x; written by Node with `--perf-basic-prof`, by the JVM with
 /// `jcmd PID Compiler.perfmap` or `-XX:+DumpPerfMapAtExit`), read through the target's root so a
 /// container's /tmp is used, under the PID the process has in its own namespace. Re-read when
-/// the file has grown (runtimes append as they compile).
+/// the file has changed: grown (Node appends as it compiles) or rewritten (each `jcmd
+/// Compiler.perfmap` writes the JVM's whole code cache anew).
 #[derive(Default)]
 pub struct PerfMap {
     /// (start, end, name), sorted by start.
     entries: Vec<(u64, u64, String)>,
-    /// Size of the file when last read.
+    /// Size and modification time of the file when last read.
     read_len: u64,
+    read_mtime: Option<std::time::SystemTime>,
 }
 
 impl PerfMap {
@@ -101,12 +103,14 @@ impl PerfMap {
     fn refresh(&mut self, pid: u32, ns_pid: u32) -> bool {
         let path = Self::path(pid, ns_pid);
         let Ok(meta) = std::fs::metadata(&path) else { return !self.entries.is_empty() };
-        if meta.len() == self.read_len {
+        let mtime = meta.modified().ok();
+        if meta.len() == self.read_len && mtime == self.read_mtime {
             return true;
         }
         let Ok(text) = std::fs::read_to_string(&path) else { return !self.entries.is_empty() };
         self.entries = parse_perf_map(&text);
         self.read_len = meta.len();
+        self.read_mtime = mtime;
         true
     }
 
@@ -326,6 +330,32 @@ impl StackSymbolizer {
         crate::procinfo::nspid(self.pid).last().copied().unwrap_or(self.pid)
     }
 
+    /// Name the JIT frames of `stacks` that are still unnamed (no object, no function) from the
+    /// runtime's perf map as it is now (re-read if it changed): a map written after a stack was
+    /// first symbolized (`jcmd PID Compiler.perfmap`, or a function Node compiled later) names
+    /// it. A return address is looked up one byte back, as in [`StackSymbolizer::symbolize`].
+    /// Returns how many frames were named (0 without a map).
+    pub fn name_jit_frames(&mut self, stacks: &mut [crate::recording::Stack]) -> usize {
+        let unnamed = |f: &Frame| f.object.is_none() && f.function.is_none();
+        if !stacks.iter().any(|s| s.frames.iter().any(unnamed)) || !self.perf_map.refresh(self.pid, self.ns_pid()) {
+            return 0;
+        }
+        let mut named = 0;
+        for s in stacks {
+            for (i, f) in s.frames.iter_mut().enumerate() {
+                if !unnamed(f) {
+                    continue;
+                }
+                let at = if i == 0 { f.addr } else { f.addr.saturating_sub(1) };
+                if let Some(name) = self.perf_map.lookup(at) {
+                    f.function = Some(name.to_string());
+                    named += 1;
+                }
+            }
+        }
+        named
+    }
+
     /// Whether the runtime's perf map (`/tmp/perf-PID.map` in the target's root) exists.
     pub fn has_perf_map(&self) -> bool {
         std::path::Path::new(&PerfMap::path(self.pid, self.ns_pid())).exists() || !self.perf_map.entries.is_empty()
@@ -368,9 +398,13 @@ mod tests {
         let text = "7f00 10 JS:*step /tmp/grow.js:11\n\
                     garbage line\n\
                     7e00 100 Builtin:ArgumentsAdaptorTrampoline\n\
-                    0x8000 8 LazyCompile:~recordAudit /srv/app.js:3\n";
-        let map = PerfMap { entries: parse_perf_map(text), read_len: 0 };
-        assert_eq!(map.entries.len(), 3);
+                    0x8000 8 LazyCompile:~recordAudit /srv/app.js:3\n\
+                    0x0000000000009000 0x0000000000000340 void Ledger.appendRecord(long)\n";
+        let map = PerfMap { entries: parse_perf_map(text), ..Default::default() };
+        assert_eq!(map.entries.len(), 4);
+        // HotSpot's form (`jcmd PID Compiler.perfmap`): 0x-prefixed, the method's external name.
+        assert_eq!(map.lookup(0x933f), Some("void Ledger.appendRecord(long)"));
+        assert_eq!(map.lookup(0x9340), None);
         assert_eq!(map.lookup(0x7f08), Some("JS:*step /tmp/grow.js:11"));
         assert_eq!(map.lookup(0x7e10), Some("Builtin:ArgumentsAdaptorTrampoline"));
         assert_eq!(map.lookup(0x7e80), Some("Builtin:ArgumentsAdaptorTrampoline"));

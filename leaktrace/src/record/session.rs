@@ -25,6 +25,8 @@ pub(super) struct Session {
     pub(super) pymalloc: bool,
     /// `RecordOptions::python_frames`, for forked children.
     pub(super) python_frames: bool,
+    /// `RecordOptions::jvm_perf_map`, for forked children.
+    pub(super) jvm_perf_map: bool,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -152,6 +154,7 @@ impl Session {
                         }
                     }
                     t.symbolizer.refresh();
+                    t.jvm_tick();
                     if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
                         // A launched runtime maps its libraries right after exec: detect it
                         // early (twice a second, for 10 s) rather than at the first periodic
@@ -314,6 +317,7 @@ impl Session {
                 mode: self.mode,
                 pymalloc: self.pymalloc,
                 python_frames: self.python_frames,
+                jvm_perf_map: self.jvm_perf_map,
                 ..RecordOptions::default()
             };
             match Traced::attach(
