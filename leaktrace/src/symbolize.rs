@@ -74,6 +74,15 @@ pub struct StackSymbolizer {
     objects: HashMap<(String, u64), Object>,
     /// /proc/PID/maps text of the last snapshot, to skip re-parsing when nothing changed.
     last_maps: String,
+    /// Executable file mappings of the last snapshot (start, end, offset, object): the frames
+    /// cache stays valid while they do not change (anonymous mappings come and go all the time).
+    last_exec: Vec<(u64, u64, u64, (String, u64))>,
+    /// Frames already made for an address in a mapped file, by (address, whether it is the
+    /// probed instruction rather than a return address): stacks share most of their frames (every
+    /// Python allocation's goes through the same eval-loop frames), and blazesym's lookup with
+    /// file:line and demangling is the agent's main cost when thousands of stacks are new.
+    /// Cleared when the executable mappings change.
+    frames_cache: HashMap<(u64, bool), Vec<Frame>>,
     /// The runtime's perf map (JIT code names), once read.
     perf_map: PerfMap,
 }
@@ -146,6 +155,8 @@ impl StackSymbolizer {
             maps: Vec::new(),
             objects: HashMap::new(),
             last_maps: String::new(),
+            last_exec: Vec::new(),
+            frames_cache: HashMap::new(),
             perf_map: PerfMap::default(),
         };
         s.refresh();
@@ -195,6 +206,11 @@ impl StackSymbolizer {
             fresh.push(Mapping { start: l.start, end: l.end, offset: l.offset, key });
         }
         // Newest snapshot first; older mappings stay behind it for unmapped libraries.
+        let exec: Vec<_> = fresh.iter().map(|m| (m.start, m.end, m.offset, m.key.clone())).collect();
+        if exec != self.last_exec {
+            self.frames_cache.clear();
+            self.last_exec = exec;
+        }
         fresh.append(&mut self.maps);
         self.maps = fresh;
         self.last_maps = text;
@@ -237,9 +253,15 @@ impl StackSymbolizer {
         if ips.iter().any(|ip| self.locate(*ip).is_none()) {
             self.refresh();
         }
-        // Group by object so each object is asked once.
+        // Group by object so each object is asked once; addresses made into frames before come
+        // from the cache.
         let mut by_object: HashMap<(String, u64), Vec<(usize, u64)>> = HashMap::new();
+        let mut cached: Vec<Option<Vec<Frame>>> = vec![None; ips.len()];
         for (i, &ip) in ips.iter().enumerate() {
+            if let Some(frames) = self.frames_cache.get(&(ip, i == 0)) {
+                cached[i] = Some(frames.clone());
+                continue;
+            }
             let probe_addr = if i == 0 { ip } else { ip.saturating_sub(1) };
             if let Some((m, off)) = self.locate(probe_addr) {
                 by_object.entry(m.key.clone()).or_default().push((i, off));
@@ -251,7 +273,11 @@ impl StackSymbolizer {
         let mut per_ip: Vec<Vec<Frame>> = ips
             .iter()
             .enumerate()
-            .map(|(i, &ip)| {
+            .zip(cached)
+            .map(|((i, &ip), cached)| {
+                if let Some(frames) = cached {
+                    return frames;
+                }
                 let function = if have_map && jit.contains(&i) {
                     self.perf_map.lookup(jit_addr(ips, i)).map(str::to_string)
                 } else {
@@ -311,6 +337,7 @@ impl StackSymbolizer {
                         }
                         _ => vec![Frame { addr: ip, object, file_offset, build_id, ..Default::default() }],
                     };
+                    self.frames_cache.insert((ip, *i == 0), frames.clone());
                     per_ip[*i] = frames;
                 }
             });
@@ -392,6 +419,28 @@ pub fn frame_location(f: &Frame) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_of_an_address_are_made_once() {
+        let mut s = StackSymbolizer::new(std::process::id());
+        let ip = frames_of_an_address_are_made_once as fn() as usize as u64;
+        // The function's first instruction, and a return address one byte into it.
+        let first = s.symbolize(&[ip, ip + 1]);
+        let named = |frames: &[Frame]| {
+            frames
+                .iter()
+                .filter(|f| f.function.as_deref().is_some_and(|n| n.contains("frames_of_an_address_are_made_once")))
+                .count()
+        };
+        assert_eq!(named(&first), 2, "{first:?}");
+        assert_eq!(s.frames_cache.len(), 2, "one entry per (address, probed or return)");
+        let again = s.symbolize(&[ip, ip + 1]);
+        assert_eq!(format!("{first:?}"), format!("{again:?}"), "the cache gives the same frames");
+        // A snapshot whose executable mappings did not change keeps the cache.
+        s.last_maps.clear();
+        s.refresh();
+        assert_eq!(s.frames_cache.len(), 2);
+    }
 
     #[test]
     fn perf_map_lines_and_lookup() {
