@@ -596,6 +596,23 @@ fn jvm_without_preserve_frame_pointer_is_said() {
     assert!(notes[0].contains("jcmd VM.flags"), "not read from the JVM's flags: {}\n{ctx}", notes[0]);
 }
 
+/// With --jvm-perf-map on a JVM that refuses attach (-XX:+DisableAttachMechanism), the failure
+/// is one caveat line giving the command and jcmd's error, and no other note asks for a map.
+#[test]
+fn jvm_perf_map_failure_is_one_caveat() {
+    require_root();
+    let cmd = ledger(&["-XX:+PreserveFramePointer", "-XX:+DisableAttachMechanism"], 500, 4096);
+    let (r, ctx, _out) = record_with("jvm-noattach", cmd, &["--duration", "8s", "--jvm-perf-map"]);
+    let failed = warnings_with(&r, "--jvm-perf-map");
+    assert_eq!(failed.len(), 1, "one note about --jvm-perf-map expected: {failed:?}\n{ctx}");
+    assert!(
+        failed[0].contains("failed") && failed[0].contains("AttachNotSupportedException"),
+        "the note does not give jcmd's error: {}\n{ctx}",
+        failed[0]
+    );
+    assert!(warnings_with(&r, "Java frames named").is_empty(), "{ctx}");
+}
+
 /// Methods in JitWarm.java.
 const JIT_METHODS: usize = 4000;
 

@@ -6,7 +6,9 @@
 //!
 //! One command at a time, in the background: the session polls [`Jcmd::poll`] and is never held
 //! up by a JVM that is slow to answer (jcmd is a JVM itself: about a second of CPU per run). A
-//! command that runs longer than [`TIMEOUT`] is killed (the child leaktrace started, by its PID).
+//! command that runs longer than [`TIMEOUT`] is killed (the child leaktrace started, by its PID);
+//! after [`MAX_FAILURES_IN_A_ROW`] failures no more are started. None is sent before the JVM is
+//! [`attachable`].
 //!
 //! jcmd attaches through the target's own /tmp (`/proc/PID/root/tmp/.java_pid<NSPID>`, with the
 //! PID the JVM has in its namespace: JDK 10 and later), so a JVM in another PID or mount
@@ -23,6 +25,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_PERF_MAP_RUNS: u32 = 20;
 /// Least time between the end of one `Compiler.perfmap` run and the start of the next.
 pub const PERF_MAP_GAP: Duration = Duration::from_secs(5);
+/// After this many failed commands in a row (no attach: `-XX:+DisableAttachMechanism`, another
+/// user's JVM, an old JDK), no more are run during the recording.
+pub const MAX_FAILURES_IN_A_ROW: u32 = 3;
 
 /// A diagnostic command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +84,8 @@ pub struct Jcmd {
     last_perf_map: Option<Instant>,
     /// The JVM can be attached to ([`attachable`]), seen once.
     ready: bool,
+    /// Commands that failed since the last one that succeeded.
+    failures_in_a_row: u32,
 }
 
 impl Jcmd {
@@ -93,6 +100,7 @@ impl Jcmd {
             perf_map_runs: 0,
             last_perf_map: None,
             ready: false,
+            failures_in_a_row: 0,
         }
     }
 
@@ -112,7 +120,7 @@ impl Jcmd {
         if let Some(done) = self.reap(false) {
             return Some(done);
         }
-        if self.running.is_some() {
+        if self.running.is_some() || self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW {
             return None;
         }
         if !self.ready {
@@ -153,6 +161,14 @@ impl Jcmd {
 
     /// Start `job`; Some when it could not be started.
     fn start(&mut self, job: Job) -> Option<Done> {
+        let done = self.spawn(job);
+        if done.is_some() {
+            self.failures_in_a_row += 1;
+        }
+        done
+    }
+
+    fn spawn(&mut self, job: Job) -> Option<Done> {
         let spawned = Command::new(&self.program)
             .arg(self.pid.to_string())
             .args(job.args())
@@ -208,6 +224,7 @@ impl Jcmd {
                 Ok(s) => Err(format!("{s}: {}", first_error_line(&stdout, &stderr))),
                 Err(why) => Err(why),
             };
+            self.failures_in_a_row = if result.is_ok() { 0 } else { self.failures_in_a_row + 1 };
             return Some(Done { job: r.job, result });
         }
     }
@@ -350,6 +367,11 @@ mod tests {
         assert_eq!(j.perf_map_runs, 1);
         j.want_perf_map();
         assert!(j.poll().is_none(), "the next run waits PERF_MAP_GAP");
+        j.last_perf_map = None;
+        assert!(j.poll().is_some(), "a third try");
+        j.last_perf_map = None;
+        j.want_perf_map();
+        assert!(j.poll().is_none(), "no fourth try after {MAX_FAILURES_IN_A_ROW} failures in a row");
         let all = j.finish();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].job, Job::PerfMap);
