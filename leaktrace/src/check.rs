@@ -66,6 +66,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         follow_forks: false,
         pymalloc: false,
         python_frames: true,
+        jvm_perf_map: false,
         reachability: opts.reachability,
         push: None,
         allow_seccomp_risk: opts.allow_seccomp_risk,

@@ -225,6 +225,12 @@ struct RecordArgs {
     /// --max-stacks).
     #[arg(long, value_enum, default_value_t = PythonFrames::Auto)]
     python_frames: PythonFrames,
+    /// JVM targets: let leaktrace run `jcmd PID Compiler.perfmap` (the JVM writes
+    /// /tmp/perf-PID.map) when new unnamed JIT frames appear (at most 20 times, 5 s apart) and
+    /// once at the end, so Java frames are named; and `jcmd PID VM.flags -all` once, to say
+    /// whether -XX:+PreserveFramePointer is on. Uses the target JDK's jcmd, else jcmd on PATH.
+    #[arg(long)]
+    jvm_perf_map: bool,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -399,6 +405,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     PythonFrames::Off => false,
                     PythonFrames::Auto => !a.pymalloc,
                 },
+                jvm_perf_map: a.jvm_perf_map,
                 reachability: a.reach.options(),
                 push: a.push.config(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
@@ -530,6 +537,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         follow_forks: false,
         pymalloc: false,
         python_frames: true,
+        jvm_perf_map: false,
         reachability: None,
         push: None,
         allow_seccomp_risk: false,

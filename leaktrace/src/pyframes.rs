@@ -117,8 +117,46 @@ pub const LAYOUTS: &[Layout] = &[
 /// A traced interpreter: its layout and the code objects already read.
 pub struct Interpreter {
     pub layout: Layout,
-    pid: u32,
+    mem: Memory,
     code: HashMap<u64, Option<Code>>,
+}
+
+/// The target's memory, read through one /proc/PID/mem handle kept for the session: opening it
+/// takes the target's mm and exec locks, which a busy process holds often (opened per read, as
+/// before, stalls of 7–12 s were measured with `--pymalloc --python-frames on`). Reopened when a
+/// read finds no address space behind the handle (the process exec'd: the handle keeps the old,
+/// emptied one) — an unmapped address fails with EIO instead and is not retried.
+struct Memory {
+    pid: u32,
+    file: Option<std::fs::File>,
+}
+
+impl Memory {
+    /// The memory of `pid`, opened at the first read.
+    fn new(pid: u32) -> Memory {
+        Memory { pid, file: None }
+    }
+
+    /// `len` bytes at `addr`; None when they cannot be read.
+    fn read(&mut self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        for reopened in [false, true] {
+            if self.file.is_none() {
+                self.file = Some(std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?);
+            }
+            match self.file.as_ref()?.read_exact_at(&mut buf, addr) {
+                Ok(()) => return Some(buf),
+                // A read of 0 bytes: no address space behind the handle any more (exec, exit).
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !reopened && len > 0 => self.file = None,
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    fn u64_at(&mut self, addr: u64) -> Option<u64> {
+        self.read(addr, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    }
 }
 
 /// What a code object says of itself.
@@ -169,7 +207,7 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
         .ok_or_else(|| format!("Python frames are not read: {} is not mapped at offset 0", obj.path.display()))?;
     let target =
         PyTarget { tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate, offsets: layout.kernel };
-    Ok((Interpreter { layout: *layout, pid, code: HashMap::new() }, target))
+    Ok((Interpreter { layout: *layout, mem: Memory::new(pid), code: HashMap::new() }, target))
 }
 
 /// The (major, minor) of `libpython3.10.so.1.0`, `python3.10`, `libpython3.10d.so`.
@@ -254,8 +292,8 @@ impl Interpreter {
         let mut out = Vec::with_capacity(frames.len());
         for f in frames {
             let layout = self.layout;
-            let pid = self.pid;
-            let code = self.code.entry(f.code).or_insert_with(|| read_code(pid, &layout, f.code));
+            let mem = &mut self.mem;
+            let code = self.code.entry(f.code).or_insert_with(|| read_code(mem, &layout, f.code));
             let Some(code) = code else { continue };
             if code.filename == "<shim>" {
                 // 3.12+: the frame the eval loop pushes on entry from C (owned by the C stack).
@@ -286,36 +324,31 @@ impl Interpreter {
     }
 }
 
-fn read_mem(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
-    let f = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
-    let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, addr).ok()?;
-    Some(buf)
-}
-
-fn read_u64(pid: u32, addr: u64) -> Option<u64> {
-    read_mem(pid, addr, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
-}
-
 /// A code object's names, first line and line table.
-fn read_code(pid: u32, l: &Layout, code: u64) -> Option<Code> {
-    let qualname = read_str(pid, l, read_u64(pid, code + l.co_qualname)?)
-        .or_else(|| read_str(pid, l, read_u64(pid, code + l.co_name)?))?;
-    let filename = read_str(pid, l, read_u64(pid, code + l.co_filename)?)?;
-    let firstlineno = read_mem(pid, code + l.co_firstlineno, 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))?;
-    let table = read_u64(pid, code + l.co_linetable)?;
+fn read_code(mem: &mut Memory, l: &Layout, code: u64) -> Option<Code> {
+    let qualname = match mem.u64_at(code + l.co_qualname).and_then(|o| read_str(mem, l, o)) {
+        Some(q) => q,
+        None => {
+            let name = mem.u64_at(code + l.co_name)?;
+            read_str(mem, l, name)?
+        }
+    };
+    let filename = mem.u64_at(code + l.co_filename)?;
+    let filename = read_str(mem, l, filename)?;
+    let firstlineno = mem.read(code + l.co_firstlineno, 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))?;
+    let table = mem.u64_at(code + l.co_linetable)?;
     // PyBytesObject: ob_size at 16, the bytes at 32.
-    let len = read_u64(pid, table + 16)?;
-    let linetable = if len <= 1 << 20 { read_mem(pid, table + 32, len as usize)? } else { Vec::new() };
+    let len = mem.u64_at(table + 16)?;
+    let linetable = if len <= 1 << 20 { mem.read(table + 32, len as usize)? } else { Vec::new() };
     Some(Code { qualname, filename, firstlineno, linetable })
 }
 
 /// A compact `str` object's text (ASCII or 1-, 2- or 4-byte kinds), at most 4096 characters.
-fn read_str(pid: u32, l: &Layout, obj: u64) -> Option<String> {
+fn read_str(mem: &mut Memory, l: &Layout, obj: u64) -> Option<String> {
     if obj == 0 {
         return None;
     }
-    let head = read_mem(pid, obj + 16, 24)?;
+    let head = mem.read(obj + 16, 24)?;
     let length = u64::from_le_bytes(head[0..8].try_into().unwrap());
     let state = u32::from_le_bytes(head[16..20].try_into().unwrap());
     let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
@@ -323,7 +356,7 @@ fn read_str(pid: u32, l: &Layout, obj: u64) -> Option<String> {
         return None;
     }
     let data = obj + if ascii == 1 { l.ascii_header } else { l.compact_header };
-    let raw = read_mem(pid, data, length as usize * kind as usize)?;
+    let raw = mem.read(data, length as usize * kind as usize)?;
     let chars: Option<String> = match kind {
         1 => Some(raw.iter().map(|&b| b as char).collect()),
         2 => raw.chunks(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32)).collect(),
@@ -455,6 +488,7 @@ pub fn merge(native: Vec<Frame>, py: Vec<Frame>) -> Vec<Frame> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd as _;
 
     /// The line table of this function, compiled by CPython 3.11.7 (`f.__code__.co_linetable`,
     /// co_firstlineno 1); the expected line of each code unit is from `f.__code__.co_lines()`:
@@ -466,6 +500,22 @@ mod tests {
     ///     return g(y,    # 4
     ///              x)    # 5
     /// ```
+    #[test]
+    fn memory_is_read_through_one_handle() {
+        let data: Vec<u8> = (0..64u8).collect();
+        let mut mem = Memory::new(std::process::id());
+        assert_eq!(mem.read(data.as_ptr() as u64 + 8, 4), Some(vec![8, 9, 10, 11]));
+        let fd = mem.file.as_ref().map(|f| f.as_raw_fd()).expect("opened at the first read");
+        assert_eq!(mem.u64_at(data.as_ptr() as u64), Some(u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7])));
+        // An unmapped address fails (EIO) without reopening the handle.
+        assert_eq!(mem.read(8, 8), None);
+        assert_eq!(mem.file.as_ref().map(|f| f.as_raw_fd()), Some(fd), "the same handle is kept");
+        assert_eq!(mem.read(data.as_ptr() as u64 + 63, 1), Some(vec![63]));
+        // A process that does not exist: no handle, no data.
+        let mut gone = Memory::new(u32::MAX - 1);
+        assert_eq!(gone.read(data.as_ptr() as u64, 1), None);
+    }
+
     #[test]
     fn line_table_311() {
         let table: &[u8] = &[

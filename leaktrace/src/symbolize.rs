@@ -74,6 +74,15 @@ pub struct StackSymbolizer {
     objects: HashMap<(String, u64), Object>,
     /// /proc/PID/maps text of the last snapshot, to skip re-parsing when nothing changed.
     last_maps: String,
+    /// Executable file mappings of the last snapshot (start, end, offset, object): the frames
+    /// cache stays valid while they do not change (anonymous mappings come and go all the time).
+    last_exec: Vec<(u64, u64, u64, (String, u64))>,
+    /// Frames already made for an address in a mapped file, by (address, whether it is the
+    /// probed instruction rather than a return address): stacks share most of their frames (every
+    /// Python allocation's goes through the same eval-loop frames), and blazesym's lookup with
+    /// file:line and demangling is the agent's main cost when thousands of stacks are new.
+    /// Cleared when the executable mappings change.
+    frames_cache: HashMap<(u64, bool), Vec<Frame>>,
     /// The runtime's perf map (JIT code names), once read.
     perf_map: PerfMap,
 }
@@ -82,13 +91,15 @@ pub struct StackSymbolizer {
 /// function, hex without 0x; written by Node with `--perf-basic-prof`, by the JVM with
 /// `jcmd PID Compiler.perfmap` or `-XX:+DumpPerfMapAtExit`), read through the target's root so a
 /// container's /tmp is used, under the PID the process has in its own namespace. Re-read when
-/// the file has grown (runtimes append as they compile).
+/// the file has changed: grown (Node appends as it compiles) or rewritten (each `jcmd
+/// Compiler.perfmap` writes the JVM's whole code cache anew).
 #[derive(Default)]
 pub struct PerfMap {
     /// (start, end, name), sorted by start.
     entries: Vec<(u64, u64, String)>,
-    /// Size of the file when last read.
+    /// Size and modification time of the file when last read.
     read_len: u64,
+    read_mtime: Option<std::time::SystemTime>,
 }
 
 impl PerfMap {
@@ -101,12 +112,14 @@ impl PerfMap {
     fn refresh(&mut self, pid: u32, ns_pid: u32) -> bool {
         let path = Self::path(pid, ns_pid);
         let Ok(meta) = std::fs::metadata(&path) else { return !self.entries.is_empty() };
-        if meta.len() == self.read_len {
+        let mtime = meta.modified().ok();
+        if meta.len() == self.read_len && mtime == self.read_mtime {
             return true;
         }
         let Ok(text) = std::fs::read_to_string(&path) else { return !self.entries.is_empty() };
         self.entries = parse_perf_map(&text);
         self.read_len = meta.len();
+        self.read_mtime = mtime;
         true
     }
 
@@ -142,6 +155,8 @@ impl StackSymbolizer {
             maps: Vec::new(),
             objects: HashMap::new(),
             last_maps: String::new(),
+            last_exec: Vec::new(),
+            frames_cache: HashMap::new(),
             perf_map: PerfMap::default(),
         };
         s.refresh();
@@ -191,6 +206,11 @@ impl StackSymbolizer {
             fresh.push(Mapping { start: l.start, end: l.end, offset: l.offset, key });
         }
         // Newest snapshot first; older mappings stay behind it for unmapped libraries.
+        let exec: Vec<_> = fresh.iter().map(|m| (m.start, m.end, m.offset, m.key.clone())).collect();
+        if exec != self.last_exec {
+            self.frames_cache.clear();
+            self.last_exec = exec;
+        }
         fresh.append(&mut self.maps);
         self.maps = fresh;
         self.last_maps = text;
@@ -233,9 +253,15 @@ impl StackSymbolizer {
         if ips.iter().any(|ip| self.locate(*ip).is_none()) {
             self.refresh();
         }
-        // Group by object so each object is asked once.
+        // Group by object so each object is asked once; addresses made into frames before come
+        // from the cache.
         let mut by_object: HashMap<(String, u64), Vec<(usize, u64)>> = HashMap::new();
+        let mut cached: Vec<Option<Vec<Frame>>> = vec![None; ips.len()];
         for (i, &ip) in ips.iter().enumerate() {
+            if let Some(frames) = self.frames_cache.get(&(ip, i == 0)) {
+                cached[i] = Some(frames.clone());
+                continue;
+            }
             let probe_addr = if i == 0 { ip } else { ip.saturating_sub(1) };
             if let Some((m, off)) = self.locate(probe_addr) {
                 by_object.entry(m.key.clone()).or_default().push((i, off));
@@ -247,7 +273,11 @@ impl StackSymbolizer {
         let mut per_ip: Vec<Vec<Frame>> = ips
             .iter()
             .enumerate()
-            .map(|(i, &ip)| {
+            .zip(cached)
+            .map(|((i, &ip), cached)| {
+                if let Some(frames) = cached {
+                    return frames;
+                }
                 let function = if have_map && jit.contains(&i) {
                     self.perf_map.lookup(jit_addr(ips, i)).map(str::to_string)
                 } else {
@@ -307,6 +337,7 @@ impl StackSymbolizer {
                         }
                         _ => vec![Frame { addr: ip, object, file_offset, build_id, ..Default::default() }],
                     };
+                    self.frames_cache.insert((ip, *i == 0), frames.clone());
                     per_ip[*i] = frames;
                 }
             });
@@ -324,6 +355,32 @@ impl StackSymbolizer {
     /// The process's PID in its own PID namespace (the name of its perf map).
     fn ns_pid(&self) -> u32 {
         crate::procinfo::nspid(self.pid).last().copied().unwrap_or(self.pid)
+    }
+
+    /// Name the JIT frames of `stacks` that are still unnamed (no object, no function) from the
+    /// runtime's perf map as it is now (re-read if it changed): a map written after a stack was
+    /// first symbolized (`jcmd PID Compiler.perfmap`, or a function Node compiled later) names
+    /// it. A return address is looked up one byte back, as in [`StackSymbolizer::symbolize`].
+    /// Returns how many frames were named (0 without a map).
+    pub fn name_jit_frames(&mut self, stacks: &mut [crate::recording::Stack]) -> usize {
+        let unnamed = |f: &Frame| f.object.is_none() && f.function.is_none();
+        if !stacks.iter().any(|s| s.frames.iter().any(unnamed)) || !self.perf_map.refresh(self.pid, self.ns_pid()) {
+            return 0;
+        }
+        let mut named = 0;
+        for s in stacks {
+            for (i, f) in s.frames.iter_mut().enumerate() {
+                if !unnamed(f) {
+                    continue;
+                }
+                let at = if i == 0 { f.addr } else { f.addr.saturating_sub(1) };
+                if let Some(name) = self.perf_map.lookup(at) {
+                    f.function = Some(name.to_string());
+                    named += 1;
+                }
+            }
+        }
+        named
     }
 
     /// Whether the runtime's perf map (`/tmp/perf-PID.map` in the target's root) exists.
@@ -364,13 +421,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn frames_of_an_address_are_made_once() {
+        let mut s = StackSymbolizer::new(std::process::id());
+        let ip = frames_of_an_address_are_made_once as fn() as usize as u64;
+        // The function's first instruction, and a return address one byte into it.
+        let first = s.symbolize(&[ip, ip + 1]);
+        let named = |frames: &[Frame]| {
+            frames
+                .iter()
+                .filter(|f| f.function.as_deref().is_some_and(|n| n.contains("frames_of_an_address_are_made_once")))
+                .count()
+        };
+        assert_eq!(named(&first), 2, "{first:?}");
+        assert_eq!(s.frames_cache.len(), 2, "one entry per (address, probed or return)");
+        let again = s.symbolize(&[ip, ip + 1]);
+        assert_eq!(format!("{first:?}"), format!("{again:?}"), "the cache gives the same frames");
+        // A snapshot whose executable mappings did not change keeps the cache.
+        s.last_maps.clear();
+        s.refresh();
+        assert_eq!(s.frames_cache.len(), 2);
+    }
+
+    #[test]
     fn perf_map_lines_and_lookup() {
         let text = "7f00 10 JS:*step /tmp/grow.js:11\n\
                     garbage line\n\
                     7e00 100 Builtin:ArgumentsAdaptorTrampoline\n\
-                    0x8000 8 LazyCompile:~recordAudit /srv/app.js:3\n";
-        let map = PerfMap { entries: parse_perf_map(text), read_len: 0 };
-        assert_eq!(map.entries.len(), 3);
+                    0x8000 8 LazyCompile:~recordAudit /srv/app.js:3\n\
+                    0x0000000000009000 0x0000000000000340 void Ledger.appendRecord(long)\n";
+        let map = PerfMap { entries: parse_perf_map(text), ..Default::default() };
+        assert_eq!(map.entries.len(), 4);
+        // HotSpot's form (`jcmd PID Compiler.perfmap`): 0x-prefixed, the method's external name.
+        assert_eq!(map.lookup(0x933f), Some("void Ledger.appendRecord(long)"));
+        assert_eq!(map.lookup(0x9340), None);
         assert_eq!(map.lookup(0x7f08), Some("JS:*step /tmp/grow.js:11"));
         assert_eq!(map.lookup(0x7e10), Some("Builtin:ArgumentsAdaptorTrampoline"));
         assert_eq!(map.lookup(0x7e80), Some("Builtin:ArgumentsAdaptorTrampoline"));

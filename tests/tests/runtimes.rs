@@ -90,13 +90,21 @@ fn pymem_ext() -> &'static Path {
     })
 }
 
-/// The directory holding Grow.class and JniLeak.class.
+/// The directory holding Grow.class, JniLeak.class and Ledger.class.
 fn java_classes() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
         let out = build_dir().join("java");
         std::fs::create_dir_all(&out).unwrap();
-        check(Command::new("javac").arg("-d").arg(&out).arg(src("Grow.java")).arg(src("JniLeak.java")), "javac");
+        check(
+            Command::new("javac")
+                .arg("-d")
+                .arg(&out)
+                .arg(src("Grow.java"))
+                .arg(src("JniLeak.java"))
+                .arg(src("Ledger.java")),
+            "javac",
+        );
         out
     })
 }
@@ -162,8 +170,13 @@ fn record(name: &str, cmd: Command) -> (Report, String, OutDir) {
 }
 
 fn record_for(name: &str, cmd: Command, duration: &str) -> (Report, String, OutDir) {
+    record_with(name, cmd, &["--duration", duration])
+}
+
+/// Record `cmd` with these leaktrace options (`--duration` among them).
+fn record_with(name: &str, cmd: Command, options: &[&str]) -> (Report, String, OutDir) {
     let out = OutDir::new(name);
-    let o = record_launch(&out, &["--duration", duration], cmd);
+    let o = record_launch(&out, options, cmd);
     o.assert_success();
     let r = Report::load(&out.path);
     let kinds = r.get(&["summary", "by_kind"]).clone();
@@ -446,6 +459,158 @@ fn jvm_jni_leak_through_the_jvm_allocator_is_native() {
         assert_eq!(str_of(s, "function"), "Java_JniLeak_parse", "another site called a leak\n{ctx}");
     }
     assert_verdict_starts(&r, "native leak in Java_JniLeak_parse (JNI code), Java heap flat", &ctx);
+}
+
+/// Ledger (Ledger.java): `rate` records a second of `size` bytes from Unsafe.allocateMemory in
+/// `appendRecord`, never freed, beside the decoy `scratch` (as many calls, each freed). C1 only
+/// (one compiled version of each method, compiled after a few hundred calls), and neither
+/// method is inlined into main's loop, so each keeps its own JIT frame (inlined, a leak would
+/// be named after the method it was inlined into).
+fn ledger(jvm_flags: &[&str], rate: u32, size: u32) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args(["-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:TieredStopAtLevel=1"])
+        .args(["-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Ledger::*"])
+        .args(jvm_flags)
+        .arg("-cp")
+        .arg(java_classes())
+        .args(["Ledger", &rate.to_string(), &size.to_string()]);
+    cmd
+}
+
+/// The report's warnings (caveats) that contain `text`.
+fn warnings_with<'a>(r: &'a Report, text: &str) -> Vec<&'a str> {
+    r.json["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.contains(text))
+        .collect()
+}
+
+/// The function names of a site's frames, innermost first ("?" for an unnamed frame).
+fn frame_names(site: &Value) -> Vec<&str> {
+    site["frames"].as_array().into_iter().flatten().map(|f| f["function"].as_str().unwrap_or("?")).collect()
+}
+
+/// The JVM writes /tmp/perf-PID.map on `jcmd PID Compiler.perfmap` and leaves it: removed after a test.
+fn remove_perf_map(r: &Report) {
+    if let Some(pid) = r.get(&["target", "pid"]).as_u64() {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+}
+
+/// Issue 11: JVM with -XX:+PreserveFramePointer and --jvm-perf-map. Ledger.appendRecord leaks
+/// 500 × 4096 B/s of Unsafe.allocateMemory blocks from JIT-compiled code; leaktrace runs `jcmd
+/// PID Compiler.perfmap` and names the JIT frames from the map. The leak's sites name the Java
+/// method (HotSpot's perf-map form, `void Ledger.appendRecord(long)`) as their culprit and grow,
+/// together, at 2,048,000 B/s ± 10 %; the verdict names the method; the stack goes on through
+/// the interpreted main loop into libjvm's JavaCalls (the walk crosses compiled and interpreted
+/// Java frames). The decoy `Ledger.scratch` (same calls, each block freed) is seen, named, and
+/// not a leak. No note asks for the flag or for -XX:+PreserveFramePointer.
+#[test]
+fn jvm_perf_map_names_the_java_method_that_leaks() {
+    require_root();
+    let cmd = ledger(&["-XX:+PreserveFramePointer"], 500, 4096);
+    let (r, ctx, _out) = record_with("jvm-perfmap", cmd, &["--duration", "12s", "--jvm-perf-map"]);
+    remove_perf_map(&r);
+    assert_eq!(r.get(&["target", "runtime"]).as_str(), Some("jvm"), "target.runtime\n{ctx}");
+    let leaking: Vec<&Value> = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "class") == "leak" && str_of(s, "function").contains("Ledger.appendRecord"))
+        .collect();
+    assert!(!leaking.is_empty(), "no leak site named after Ledger.appendRecord\n{ctx}");
+    for s in &leaking {
+        assert_eq!(str_of(s, "function"), "void Ledger.appendRecord(long)", "HotSpot's perf-map name\n{ctx}");
+        assert_eq!(str_of(s, "memory_kind"), "off-heap", "{ctx}");
+    }
+    let expected = 500.0 * 4096.0;
+    let rate: f64 = leaking.iter().map(|s| f64_of(s, "growth_bytes_per_s")).sum();
+    assert_within("Ledger.appendRecord growth (B/s)", rate, expected, 0.10, &ctx);
+    // The walk: libjvm's Unsafe entry, the compiled method, main's loop (interpreted, or
+    // compiled on stack replacement), the JVM's call into Java: a frame-pointer walk through JIT
+    // and interpreter code, then unwind tables again.
+    let top = leaking.iter().max_by(|a, b| f64_of(a, "growth_bytes_per_s").total_cmp(&f64_of(b, "growth_bytes_per_s")));
+    let names = frame_names(top.unwrap());
+    let after = |from: usize, pred: &dyn Fn(&str) -> bool| names[from..].iter().position(|n| pred(n)).map(|i| from + i);
+    let walked = after(0, &|n| n.starts_with("Unsafe_AllocateMemory0"))
+        .and_then(|i| after(i, &|n| n == "void Ledger.appendRecord(long)"))
+        .and_then(|i| after(i + 1, &|n| n == "Interpreter" || n.contains("Ledger.main(")))
+        .and_then(|i| after(i, &|n| n.starts_with("JavaCalls::call_helper")));
+    assert!(
+        walked.is_some(),
+        "the stack does not go Unsafe_AllocateMemory0 → Ledger.appendRecord → main's loop (Interpreter) → \
+         JavaCalls::call_helper: {names:?}\n{ctx}"
+    );
+    let verdict = str_of(&r.json["verdict"], "summary");
+    assert!(verdict.contains("Ledger.appendRecord"), "the verdict does not name the method: {verdict}\n{ctx}");
+    // The decoy: seen and named in the recording (its stacks: thousands of calls, each block
+    // freed — one may be in flight at the last checkpoint), and no site of it is a leak.
+    let decoy = totals_where(&r.dir, |frames| frames.iter().any(|f| f["function"] == "long Ledger.scratch(long)"));
+    assert!(decoy.alloc_count >= 2000, "the decoy Ledger.scratch was not seen (or not named): {decoy:?}\n{ctx}");
+    assert!(decoy.free_count + 1 >= decoy.alloc_count, "the decoy's blocks are not all freed: {decoy:?}\n{ctx}");
+    let flagged: Vec<&str> = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "class") == "leak" && frame_names(s).iter().any(|n| n.contains("Ledger.scratch")))
+        .map(|s| str_of(s, "function"))
+        .collect();
+    assert!(flagged.is_empty(), "the decoy Ledger.scratch is called a leak: {flagged:?}\n{ctx}");
+    assert!(warnings_with(&r, "Java frames named from the JVM's perf map").len() == 1, "no perf-map note\n{ctx}");
+    for unwanted in ["--jvm-perf-map", "PreserveFramePointer", "Compiler.perfmap` failed"] {
+        let w: Vec<&str> =
+            warnings_with(&r, unwanted).into_iter().filter(|w| !w.starts_with("Java frames named")).collect();
+        assert!(w.is_empty(), "unexpected note about {unwanted}: {w:?}\n{ctx}");
+    }
+}
+
+/// Without --jvm-perf-map the leak's JIT frames stay unnamed, and the report says how to name
+/// them (the flag, or `jcmd PID Compiler.perfmap`); -XX:+PreserveFramePointer is on (from the
+/// command line), so no note asks for it.
+#[test]
+fn jvm_without_perf_map_says_how_to_name_java_frames() {
+    require_root();
+    let cmd = ledger(&["-XX:+PreserveFramePointer"], 500, 4096);
+    let (r, ctx, _out) = record_for("jvm-noperfmap", cmd, "8s");
+    let hint = warnings_with(&r, "--jvm-perf-map");
+    assert_eq!(hint.len(), 1, "no note on how to name Java frames\n{ctx}");
+    assert!(hint[0].contains("jcmd PID Compiler.perfmap"), "{}\n{ctx}", hint[0]);
+    assert!(warnings_with(&r, "without -XX:+PreserveFramePointer").is_empty(), "PreserveFramePointer is on\n{ctx}");
+    assert!(
+        !r.sites().iter().any(|s| frame_names(s).iter().any(|n| n.contains("Ledger."))),
+        "a Java frame was named without a perf map\n{ctx}"
+    );
+}
+
+/// With --jvm-perf-map, a JVM started without -XX:+PreserveFramePointer is told so, from
+/// `jcmd PID VM.flags -all` (the report says where the value comes from).
+#[test]
+fn jvm_without_preserve_frame_pointer_is_said() {
+    require_root();
+    let cmd = ledger(&[], 500, 4096);
+    let (r, ctx, _out) = record_with("jvm-nofp", cmd, &["--duration", "8s", "--jvm-perf-map"]);
+    remove_perf_map(&r);
+    let notes = warnings_with(&r, "without -XX:+PreserveFramePointer");
+    assert_eq!(notes.len(), 1, "no note that PreserveFramePointer is off\n{ctx}");
+    assert!(notes[0].contains("jcmd VM.flags"), "not read from the JVM's flags: {}\n{ctx}", notes[0]);
+}
+
+/// With --jvm-perf-map on a JVM that refuses attach (-XX:+DisableAttachMechanism), the failure
+/// is one caveat line giving the command and jcmd's error, and no other note asks for a map.
+#[test]
+fn jvm_perf_map_failure_is_one_caveat() {
+    require_root();
+    let cmd = ledger(&["-XX:+PreserveFramePointer", "-XX:+DisableAttachMechanism"], 500, 4096);
+    let (r, ctx, _out) = record_with("jvm-noattach", cmd, &["--duration", "8s", "--jvm-perf-map"]);
+    let failed = warnings_with(&r, "--jvm-perf-map");
+    assert_eq!(failed.len(), 1, "one note about --jvm-perf-map expected: {failed:?}\n{ctx}");
+    assert!(
+        failed[0].contains("failed") && failed[0].contains("AttachNotSupportedException"),
+        "the note does not give jcmd's error: {}\n{ctx}",
+        failed[0]
+    );
+    assert!(warnings_with(&r, "Java frames named").is_empty(), "{ctx}");
 }
 
 /// Methods in JitWarm.java.

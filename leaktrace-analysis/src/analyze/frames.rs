@@ -66,10 +66,14 @@ pub fn is_system_frame(f: &Frame) -> bool {
 
 /// True for a JIT frame named from a V8 perf map (`JS:*step /srv/app.js:10:14`,
 /// `LazyCompile:~handler /srv/app.js:3`) whose code is the program's, not Node's own library
-/// (`node:internal/...`, `node:buffer`).
+/// (`node:internal/...`, `node:buffer`), or from HotSpot's (`void com.acme.Ledger.append(long)`,
+/// not the JDK's own classes: [`crate::runtimes::jvm::is_user_java_frame`]).
 pub fn is_user_jit_frame(f: &Frame) -> bool {
     if f.object.is_some() {
         return false;
+    }
+    if crate::runtimes::jvm::is_user_java_frame(f) {
+        return true;
     }
     let Some((kind, rest)) = f.function.as_deref().and_then(|n| n.split_once(':')) else { return false };
     let location = rest.split_once(' ').map(|(_, loc)| loc).unwrap_or("");

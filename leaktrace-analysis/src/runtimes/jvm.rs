@@ -84,11 +84,36 @@ fn is_unsafe_wrapper(name: &str) -> bool {
     name == "os::malloc(unsigned long, MEMFLAGS)" || name == "os::realloc(void*, unsigned long, MEMFLAGS)"
 }
 
+/// Packages of the JDK's own classes: their JIT frames are the runtime's, not the program's.
+const JDK_PACKAGES: &[&str] = &["java.", "javax.", "jdk.", "sun.", "com.sun."];
+
+/// True for a JIT frame named from HotSpot's perf map (`jcmd PID Compiler.perfmap`: a compiled
+/// method's external name, `RETURN_TYPE CLASS.METHOD(PARAMETER TYPES)`, e.g.
+/// `void com.acme.Ledger.appendRecord(long)`) whose class is the program's, not the JDK's
+/// ([`JDK_PACKAGES`]). The perf map's other entries (`Interpreter`, `StubRoutines (1)`, adapters)
+/// are not methods.
+pub fn is_user_java_frame(f: &Frame) -> bool {
+    if f.object.is_some() || f.kind != crate::recording::FrameKind::Native {
+        return false;
+    }
+    let Some((_ret, method)) = f.function.as_deref().and_then(|n| n.split_once(' ')) else { return false };
+    let Some((path, params)) = method.split_once('(') else { return false };
+    let Some((class, name)) = path.rsplit_once('.') else { return false };
+    params.ends_with(')')
+        && !class.is_empty()
+        && !name.is_empty()
+        && !class.contains(' ')
+        && !JDK_PACKAGES.iter().any(|p| class.starts_with(p))
+}
+
 /// A better name than the innermost frame for a site of `kind` (e.g. the Unsafe entry point
-/// rather than os::malloc).
+/// rather than os::malloc; the program's Java method that called Unsafe, when the stack has it).
 pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
     if kind != MemoryKind::OffHeap || stack.kind != StackKind::Malloc {
         return None;
+    }
+    if let Some(f) = stack.frames.iter().find(|f| is_user_java_frame(f)) {
+        return Some(format!("{} (Unsafe.allocateMemory)", function(f)));
     }
     match callers(stack).find(|f| function(f).starts_with("Unsafe_")) {
         Some(f) => Some(format!("{} (Unsafe.allocateMemory: direct buffers)", function(f))),
@@ -151,7 +176,7 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{LIBC, st};
+    use super::super::tests::{LIBC, fr, st};
     use super::*;
 
     const JVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
@@ -239,6 +264,45 @@ mod tests {
         assert_eq!(
             site_label(MemoryKind::OffHeap, &direct).as_deref(),
             Some("Unsafe_AllocateMemory0 (Unsafe.allocateMemory: direct buffers)")
+        );
+    }
+
+    /// A JIT frame named from a perf map (no object).
+    fn jit(name: &str) -> Frame {
+        Frame { addr: 0x7f00_0000_1000, function: Some(name.into()), ..Default::default() }
+    }
+
+    #[test]
+    fn java_frames_from_the_perf_map() {
+        assert!(is_user_java_frame(&jit("void Ledger.appendRecord(long)")));
+        assert!(is_user_java_frame(&jit("java.lang.Object com.acme.Cache$Entry.load(java.lang.String, int)")));
+        assert!(!is_user_java_frame(&jit("long jdk.internal.misc.Unsafe.allocateMemory0(long)")));
+        assert!(!is_user_java_frame(&jit("void java.util.ArrayList.add(java.lang.Object)")));
+        assert!(!is_user_java_frame(&jit("Interpreter")));
+        assert!(!is_user_java_frame(&jit("StubRoutines (1)")));
+        assert!(!is_user_java_frame(&jit("JS:*step /srv/app.js:10")));
+        assert!(
+            !is_user_java_frame(&fr("void Ledger.appendRecord(long)", JVM)),
+            "a frame with an object is not JIT code"
+        );
+        // Unsafe.allocateMemory from the program's method: off-heap, named after that method.
+        let mut s = st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", JVM),
+                ("os::malloc(unsigned long, MEMFLAGS)", JVM),
+                ("Unsafe_AllocateMemory0", JVM),
+            ],
+        );
+        s.frames.push(jit("long jdk.internal.misc.Unsafe.allocateMemory0(long)"));
+        s.frames.push(jit("void Ledger.appendRecord(long)"));
+        s.frames.push(jit("Interpreter"));
+        assert_eq!(classify(&s), Some(MemoryKind::OffHeap));
+        assert_eq!(crate::analyze::culprit(&s), (Some(5), "void Ledger.appendRecord(long)".to_string()));
+        assert_eq!(
+            site_label(MemoryKind::OffHeap, &s).as_deref(),
+            Some("void Ledger.appendRecord(long) (Unsafe.allocateMemory)")
         );
     }
 }

@@ -27,6 +27,8 @@ pub(super) struct Live {
     pub(super) pymalloc: bool,
     /// `RecordOptions::python_frames`, for forked children.
     pub(super) python_frames: bool,
+    /// `RecordOptions::jvm_perf_map`, for forked children.
+    pub(super) jvm_perf_map: bool,
 }
 
 impl Tracee for Traced {
@@ -99,6 +101,7 @@ impl Tracing for Live {
             mode: self.mode,
             pymalloc: self.pymalloc,
             python_frames: self.python_frames,
+            jvm_perf_map: self.jvm_perf_map,
             ..RecordOptions::default()
         };
         let exe = procinfo::exe(child);
@@ -127,6 +130,7 @@ impl Tracing for Live {
             }
         }
         t.symbolizer.refresh();
+        t.jvm_tick();
         if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
             // A launched runtime maps its libraries right after exec: detect it early (twice a
             // second, for 10 s) rather than at the first periodic checkpoint only; later

@@ -102,6 +102,10 @@ pub struct RecordOptions {
     pub pymalloc: bool,
     /// Read CPython targets' Python frames at each allocation (`--python-frames`).
     pub python_frames: bool,
+    /// `--jvm-perf-map`: on JVM targets, leaktrace may run `jcmd PID Compiler.perfmap` (when new
+    /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
+    /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
+    pub jvm_perf_map: bool,
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
@@ -129,6 +133,7 @@ impl Default for RecordOptions {
             follow_forks: false,
             pymalloc: false,
             python_frames: true,
+            jvm_perf_map: false,
             reachability: None,
             push: None,
             allow_seccomp_risk: false,
@@ -335,6 +340,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         work_probe: opts.work_probe.clone(),
         pymalloc: opts.pymalloc,
         python_frames: opts.python_frames,
+        jvm_perf_map: opts.jvm_perf_map,
     };
     let mut session =
         Session { host, targets, start, work_probe: opts.work_probe.clone(), follow_forks: opts.follow_forks };
@@ -344,6 +350,11 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     session.release_teardowns();
     session.host.status.clear();
     let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
+    // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
+    // JVM writes it once more first), before a reachability scan stops the target.
+    for t in targets.iter_mut() {
+        t.jit_final();
+    }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
         Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),

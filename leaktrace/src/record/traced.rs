@@ -48,6 +48,18 @@ pub(super) struct Traced {
     pub(super) python_frames_on: bool,
     /// The note that the budget of stacks with Python frames is spent was given.
     pub(super) python_budget_noted: bool,
+    /// `--jvm-perf-map`: leaktrace may run jcmd on a JVM target.
+    pub(super) jvm_perf_map_on: bool,
+    /// The JVM's diagnostic commands (`--jvm-perf-map` and a JVM detected).
+    pub(super) jcmd: Option<crate::runtimes::jcmd::Jcmd>,
+    /// Stacks already looked at for unnamed JIT frames (by index in `stacks`).
+    pub(super) jit_scanned: usize,
+    /// `jcmd PID Compiler.perfmap` runs that succeeded.
+    pub(super) perf_maps_written: u32,
+    /// A jcmd problem is reported (no jcmd, or a command failed): no other note asks for a map.
+    pub(super) jcmd_failure_noted: bool,
+    /// The first failed command's caveat, given at the end unless a perf map was written after all.
+    pub(super) jcmd_failure: Option<String>,
     /// The runtime's own heap figures, sampled at every checkpoint.
     pub(super) gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
     pub(super) probes: Vec<ProbeInfo>,
@@ -146,6 +158,12 @@ impl Traced {
             python_tried: false,
             python_frames_on: opts.python_frames,
             python_budget_noted: false,
+            jvm_perf_map_on: opts.jvm_perf_map,
+            jcmd: None,
+            jit_scanned: 0,
+            perf_maps_written: 0,
+            jcmd_failure_noted: false,
+            jcmd_failure: None,
             gauge: None,
             probes,
             probed,
@@ -256,6 +274,7 @@ impl Traced {
         // A new program: its runtime is detected anew.
         self.runtime = None;
         self.gauge = None;
+        self.jcmd = None;
         if self.python.take().is_some() {
             tracer.remove_python_target(self.pid);
         }
@@ -272,7 +291,127 @@ impl Traced {
         if let Some(rt) = crate::runtimes::detect(self.pid, objects) {
             self.warnings.extend(rt.notes.iter().cloned());
             self.gauge = crate::runtimes::gauge(self.pid, &rt);
+            let jvm = rt.name == crate::recording::Runtime::Jvm;
             self.runtime = Some(rt);
+            if jvm {
+                self.jvm_setup(objects);
+            }
+        }
+    }
+
+    /// A JVM was detected. With `--jvm-perf-map`: its jcmd, whose first command reads the
+    /// flags (is -XX:+PreserveFramePointer on?); without, or with no jcmd to run, that is read
+    /// from its command line and environment. A note says when it is off.
+    fn jvm_setup(&mut self, objects: &[MappedObject]) {
+        use crate::runtimes::{jcmd, jvm};
+        if self.jvm_perf_map_on {
+            let libjvm = objects.iter().find(|o| crate::runtimes::file_name(&o.path) == "libjvm.so");
+            match libjvm.and_then(|o| jcmd::program_for(self.pid, &o.path)) {
+                Some(program) => {
+                    self.jcmd = Some(jcmd::Jcmd::new(self.pid, program));
+                    return;
+                }
+                None => {
+                    self.jcmd_failure_noted = true;
+                    self.warnings.push(
+                        "--jvm-perf-map: no jcmd to run (neither the target's JDK has bin/jcmd here nor is one on PATH): \
+                         Java frames stay unnamed"
+                            .into(),
+                    );
+                }
+            }
+        }
+        self.warnings.extend(jvm::frame_pointer_note_from_args(self.pid));
+    }
+
+    /// `--jvm-perf-map`, at every poll: ask for a perf map when stacks with unnamed JIT frames
+    /// appeared since the last look, collect the jcmd command that ended (a new perf map names
+    /// the stacks' JIT frames), start the next one due. Never blocks.
+    pub(super) fn jvm_tick(&mut self) {
+        let Some(j) = self.jcmd.as_mut() else { return };
+        if self.stacks.len() > self.jit_scanned {
+            if self.stacks[self.jit_scanned..].iter().any(|s| s.frames.iter().skip(1).any(unnamed_jit)) {
+                j.want_perf_map();
+            }
+            self.jit_scanned = self.stacks.len();
+        }
+        if let Some(done) = j.poll() {
+            self.jcmd_done(done);
+        }
+    }
+
+    /// End of the recording (the process still runs): with `--jvm-perf-map` and JIT frames still
+    /// unnamed, one last `jcmd PID Compiler.perfmap`, waited for (at most
+    /// [`crate::runtimes::jcmd::TIMEOUT`] per command). Then, for every runtime, unnamed JIT frames
+    /// are named from the perf map as it is now.
+    pub(super) fn jit_final(&mut self) {
+        let unnamed = self.stacks.iter().any(|s| s.frames.iter().skip(1).any(unnamed_jit));
+        // A jcmd that never succeeded (no attach) is not waited for again.
+        if unnamed
+            && (self.jcmd_failure.is_none() || self.perf_maps_written > 0)
+            && self.session.end_reason.is_none()
+            && procinfo::alive(self.pid)
+            && let Some(j) = self.jcmd.as_mut()
+        {
+            eprintln!(
+                "leaktrace: PID {}: asking the JVM for its perf map ({})",
+                self.pid,
+                crate::runtimes::jcmd::Job::PerfMap.describe(&j.program, self.pid)
+            );
+            for done in j.finish() {
+                self.jcmd_done(done);
+            }
+        }
+        self.symbolizer.name_jit_frames(&mut self.stacks);
+        if let Some(failure) = self.jcmd_failure.take()
+            && self.perf_maps_written == 0
+        {
+            self.warnings.push(failure);
+        }
+        if self.perf_maps_written > 0 {
+            let unnamed = self.stacks.iter().flat_map(|s| s.frames.iter().skip(1)).filter(|f| unnamed_jit(f)).count();
+            self.warnings.push(format!(
+                "Java frames named from the JVM's perf map, written {} time(s) during the recording with `jcmd PID \
+                 Compiler.perfmap` (--jvm-perf-map): a frame takes the name of the code at its address when the map \
+                 was written{}",
+                self.perf_maps_written,
+                if unnamed > 0 {
+                    format!("; {unnamed} frame(s) stayed unnamed (code freed before the map was written)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+
+    /// A jcmd command ended.
+    fn jcmd_done(&mut self, done: crate::runtimes::jcmd::Done) {
+        use crate::runtimes::{jcmd, jvm};
+        match (done.job, done.result) {
+            (jcmd::Job::Flags, Ok(out)) => match jcmd::preserve_frame_pointer(&out) {
+                Some(on) => {
+                    self.warnings.extend(jvm::frame_pointer_note(on, "jcmd VM.flags: PreserveFramePointer = false"))
+                }
+                None => self.warnings.extend(jvm::frame_pointer_note_from_args(self.pid)),
+            },
+            (jcmd::Job::PerfMap, Ok(_)) => {
+                self.perf_maps_written += 1;
+                self.symbolizer.name_jit_frames(&mut self.stacks);
+            }
+            (job, Err(why)) => {
+                if self.jcmd_failure.is_none() {
+                    self.jcmd_failure_noted = true;
+                    let program = self.jcmd.as_ref().map(|j| j.program.clone()).unwrap_or_default();
+                    self.jcmd_failure = Some(format!(
+                        "--jvm-perf-map: `{}` failed ({why}): Java frames stay unnamed (a JVM in another container may \
+                         need jcmd run inside it: `jcmd 1 Compiler.perfmap` there, during the recording)",
+                        job.describe(&program, self.pid)
+                    ));
+                }
+                if job == jcmd::Job::Flags {
+                    self.warnings.extend(jvm::frame_pointer_note_from_args(self.pid));
+                }
+            }
         }
     }
 
@@ -522,12 +661,8 @@ impl Traced {
     /// a perf map, what to run it with so they are named.
     pub(super) fn jit_note(&self) -> Option<String> {
         let runtime = self.runtime.as_ref()?.name;
-        let unnamed_jit = self
-            .stacks
-            .iter()
-            .flat_map(|s| s.frames.iter().skip(1))
-            .any(|f| f.object.is_none() && f.function.is_none());
-        if !unnamed_jit || self.symbolizer.has_perf_map() {
+        let any_unnamed = self.stacks.iter().flat_map(|s| s.frames.iter().skip(1)).any(unnamed_jit);
+        if !any_unnamed || self.symbolizer.has_perf_map() || self.jcmd_failure_noted {
             return None;
         }
         match runtime {
@@ -537,9 +672,10 @@ impl Traced {
                     .to_string(),
             ),
             crate::recording::Runtime::Jvm => Some(
-                "JIT frames (Java) are unnamed: write a perf map with `jcmd PID Compiler.perfmap` during the \
-                 recording (or start the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit), and \
-                 -XX:+PreserveFramePointer so the walk can go through Java frames"
+                "JIT frames (Java) are unnamed: record with --jvm-perf-map (leaktrace then runs `jcmd PID \
+                 Compiler.perfmap`, and the JVM writes /tmp/perf-PID.map, which leaktrace reads), or run that \
+                 yourself during the recording; and start the JVM with -XX:+PreserveFramePointer so the walk \
+                 goes through Java frames"
                     .to_string(),
             ),
             _ => None,
@@ -613,6 +749,11 @@ impl Traced {
         self.stack_index.insert(key, id);
         id
     }
+}
+
+/// A frame in code outside any mapped file (JIT code) that has no name yet.
+fn unnamed_jit(f: &Frame) -> bool {
+    f.object.is_none() && f.function.is_none()
 }
 
 /// Load the unwind tables of `objects` (those not loaded yet); one note per object that has

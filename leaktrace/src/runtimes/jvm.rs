@@ -45,6 +45,98 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
 }
 
 // ----------------------------------------------------------------------------------------------
+// -XX:+PreserveFramePointer
+
+/// `java` launcher options whose value is the next argument.
+const TWO_TOKEN_OPTIONS: &[&str] = &[
+    "-cp",
+    "-classpath",
+    "--class-path",
+    "-p",
+    "--module-path",
+    "--upgrade-module-path",
+    "--add-modules",
+    "--limit-modules",
+    "--add-exports",
+    "--add-opens",
+    "--add-reads",
+    "--patch-module",
+    "--enable-native-access",
+];
+
+/// Whether `-XX:+PreserveFramePointer` is set for a JVM started with `argv` and the environment
+/// `env` (NAME=VALUE strings), from the places HotSpot reads options from, in its order:
+/// JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS (the `java` launcher puts it before its arguments), the
+/// command line, _JAVA_OPTIONS; the last setting wins. None when none of them sets it (the
+/// default: off on x86-64). Options in @argfiles or -XX:Flags/-XX:VMOptionsFile files are not read.
+pub fn preserve_frame_pointer_arg(argv: &[String], env: &[String]) -> Option<bool> {
+    let var = |name: &str| {
+        env.iter().filter_map(|e| e.strip_prefix(name)?.strip_prefix('=')).next_back().unwrap_or("").to_string()
+    };
+    let setting = |a: &str| match a {
+        "-XX:+PreserveFramePointer" => Some(true),
+        "-XX:-PreserveFramePointer" => Some(false),
+        _ => None,
+    };
+    let tool = var("JAVA_TOOL_OPTIONS");
+    let jdk = var("JDK_JAVA_OPTIONS");
+    let underscore = var("_JAVA_OPTIONS");
+    // Arguments after the main class (or -jar FILE, -m MODULE) are the program's, not the JVM's.
+    let mut jvm_args = Vec::new();
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        if TWO_TOKEN_OPTIONS.contains(&a.as_str()) {
+            it.next();
+            continue;
+        }
+        if !a.starts_with('-') || matches!(a.as_str(), "-jar" | "-m" | "--module") {
+            break;
+        }
+        jvm_args.push(a.as_str());
+    }
+    tool.split_whitespace()
+        .chain(jdk.split_whitespace())
+        .chain(jvm_args)
+        .chain(underscore.split_whitespace())
+        .filter_map(setting)
+        .next_back()
+}
+
+/// The note for a JVM whose JIT code keeps no frame pointers, or None when
+/// `-XX:+PreserveFramePointer` is on. `source` says where the value was read.
+pub fn frame_pointer_note(on: bool, source: &str) -> Option<String> {
+    (!on).then(|| {
+        format!(
+            "the JVM runs without -XX:+PreserveFramePointer ({source}): its JIT-compiled Java code uses %rbp as an \
+             ordinary register, so stacks stop at, or go wrong after, the first compiled Java frame; start it with \
+             -XX:+PreserveFramePointer to walk through Java frames (interpreted frames keep %rbp either way)"
+        )
+    })
+}
+
+/// The environment of `pid` (NAME=VALUE strings); empty when unreadable.
+pub fn environ(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|b| {
+            b.split(|&c| c == 0).filter(|v| !v.is_empty()).map(|v| String::from_utf8_lossy(v).into_owned()).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// [`frame_pointer_note`] from the command line and environment of `pid`
+/// ([`preserve_frame_pointer_arg`]).
+pub fn frame_pointer_note_from_args(pid: u32) -> Option<String> {
+    let argv = crate::procinfo::cmdline(pid);
+    match preserve_frame_pointer_arg(&argv, &environ(pid)) {
+        Some(on) => frame_pointer_note(on, "-XX:-PreserveFramePointer given"),
+        None => frame_pointer_note(
+            false,
+            "not on its command line nor in JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS or _JAVA_OPTIONS; off by default",
+        ),
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
 // hsperfdata
 
 /// One PerfData counter.
@@ -240,6 +332,29 @@ mod tests {
             buf.extend(e);
         }
         buf
+    }
+
+    #[test]
+    fn preserve_frame_pointer_from_arguments_and_environment() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let env = |e: &[&str]| e.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let on = argv(&["java", "-Xmx1g", "-XX:+PreserveFramePointer", "-cp", ".", "Main"]);
+        assert_eq!(preserve_frame_pointer_arg(&on, &[]), Some(true));
+        assert_eq!(preserve_frame_pointer_arg(&argv(&["java", "-cp", ".", "Main"]), &[]), None);
+        // The program's own arguments are not the JVM's.
+        let late = argv(&["java", "-cp", "/app", "Main", "-XX:+PreserveFramePointer"]);
+        assert_eq!(preserve_frame_pointer_arg(&late, &[]), None);
+        let jar = argv(&["java", "-jar", "app.jar", "-XX:+PreserveFramePointer"]);
+        assert_eq!(preserve_frame_pointer_arg(&jar, &[]), None);
+        let tool = env(&["HOME=/root", "JAVA_TOOL_OPTIONS=-Xss1m -XX:+PreserveFramePointer"]);
+        assert_eq!(preserve_frame_pointer_arg(&argv(&["java", "Main"]), &tool), Some(true));
+        // The command line overrides JAVA_TOOL_OPTIONS; _JAVA_OPTIONS overrides both.
+        let off = argv(&["java", "-XX:-PreserveFramePointer", "Main"]);
+        assert_eq!(preserve_frame_pointer_arg(&off, &tool), Some(false));
+        let both = env(&["JAVA_TOOL_OPTIONS=-XX:+PreserveFramePointer", "_JAVA_OPTIONS=-XX:-PreserveFramePointer"]);
+        assert_eq!(preserve_frame_pointer_arg(&on, &both), Some(false));
+        assert!(frame_pointer_note(true, "x").is_none());
+        assert!(frame_pointer_note(false, "x").unwrap().contains("-XX:+PreserveFramePointer"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! objects it maps and its executable) and, for the JVM, the gauge of its managed heap sampled at
 //! every checkpoint. The rules that classify recorded stacks by runtime are in
 //! `leaktrace_analysis::runtimes`; the recorder calls [`detect`] on the target's mapped objects
-//! and, at every checkpoint, the [`HeapGauge`] of the runtime if it has one.
+//! and, at every checkpoint, the [`HeapGauge`] of the runtime if it has one. With
+//! `--jvm-perf-map`, [`jcmd`] runs the JVM's diagnostic commands (its perf map, its flags).
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use crate::discover::MappedObject;
 use crate::recording::{ManagedHeap, Runtime};
 
 pub mod go;
+pub mod jcmd;
 pub mod jvm;
 pub mod node;
 pub mod python;

@@ -1,0 +1,400 @@
+//! The JVM's diagnostic commands, run with `jcmd` when the user allows it (`--jvm-perf-map`):
+//! `VM.flags -all` once (is `-XX:+PreserveFramePointer` on?) and `Compiler.perfmap` (the JVM
+//! writes /tmp/perf-PID.map, the names of its JIT code, in its own /tmp) when new unnamed JIT
+//! frames appeared, at most [`MAX_PERF_MAP_RUNS`] times and [`PERF_MAP_GAP`] apart, and once more
+//! at the end of the recording.
+//!
+//! One command at a time, in the background: the session polls [`Jcmd::poll`] and is never held
+//! up by a JVM that is slow to answer (jcmd is a JVM itself: about a second of CPU per run). A
+//! command that runs longer than [`TIMEOUT`] is killed (the child leaktrace started, by its PID);
+//! after [`MAX_FAILURES_IN_A_ROW`] failures no more are started. None is sent before the JVM is
+//! [`attachable`].
+//!
+//! jcmd attaches through the target's own /tmp (`/proc/PID/root/tmp/.java_pid<NSPID>`, with the
+//! PID the JVM has in its namespace: JDK 10 and later), so a JVM in another PID or mount
+//! namespace can be reached from the host when the JDK of the `jcmd` run is 10 or later and the
+//! JVM accepts root (JDK 11+); where it cannot, the command fails and the report says so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A command longer than this is killed (jcmd's own attach timeout is 10 s).
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+/// `Compiler.perfmap` runs during a recording at most this many times (the final run is extra).
+pub const MAX_PERF_MAP_RUNS: u32 = 20;
+/// Least time between the end of one `Compiler.perfmap` run and the start of the next.
+pub const PERF_MAP_GAP: Duration = Duration::from_secs(5);
+/// After this many failed commands in a row (no attach: `-XX:+DisableAttachMechanism`, another
+/// user's JVM, an old JDK), no more are run during the recording.
+pub const MAX_FAILURES_IN_A_ROW: u32 = 3;
+
+/// A diagnostic command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// `VM.flags -all`: every flag's value.
+    Flags,
+    /// `Compiler.perfmap`: write /tmp/perf-PID.map.
+    PerfMap,
+}
+
+impl Job {
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Job::Flags => &["VM.flags", "-all"],
+            Job::PerfMap => &["Compiler.perfmap"],
+        }
+    }
+
+    /// The command as the user would type it, for messages.
+    pub fn describe(self, jcmd: &Path, pid: u32) -> String {
+        format!("{} {pid} {}", jcmd.display(), self.args().join(" "))
+    }
+}
+
+/// A command that ended: Ok(stdout) or Err(why, one line).
+#[derive(Debug)]
+pub struct Done {
+    pub job: Job,
+    pub result: Result<String, String>,
+}
+
+/// A running command with the threads draining its output.
+struct Running {
+    job: Job,
+    child: Child,
+    started: Instant,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+/// The diagnostic commands of one JVM (host PID `pid`).
+pub struct Jcmd {
+    pid: u32,
+    /// The jcmd program.
+    pub program: PathBuf,
+    running: Option<Running>,
+    /// `VM.flags -all` still to run.
+    flags_pending: bool,
+    /// A `Compiler.perfmap` run is wanted (new unnamed JIT frames).
+    perf_map_wanted: bool,
+    /// `Compiler.perfmap` runs started during the recording.
+    pub perf_map_runs: u32,
+    /// When the last `Compiler.perfmap` run ended.
+    last_perf_map: Option<Instant>,
+    /// The JVM can be attached to ([`attachable`]), seen once.
+    ready: bool,
+    /// Commands that failed since the last one that succeeded.
+    failures_in_a_row: u32,
+}
+
+impl Jcmd {
+    /// The commands for JVM `pid` run with `program`; `VM.flags -all` is queued first.
+    pub fn new(pid: u32, program: PathBuf) -> Jcmd {
+        Jcmd {
+            pid,
+            program,
+            running: None,
+            flags_pending: true,
+            perf_map_wanted: false,
+            perf_map_runs: 0,
+            last_perf_map: None,
+            ready: false,
+            failures_in_a_row: 0,
+        }
+    }
+
+    /// Ask for a `Compiler.perfmap` run (started by [`Jcmd::poll`] when the bounds allow).
+    pub fn want_perf_map(&mut self) {
+        self.perf_map_wanted = true;
+    }
+
+    /// A command in progress (or queued).
+    pub fn busy(&self) -> bool {
+        self.running.is_some() || self.flags_pending
+    }
+
+    /// Collect the command that ended (or kill the one past [`TIMEOUT`]), then start the next
+    /// one due. Never blocks.
+    pub fn poll(&mut self) -> Option<Done> {
+        if let Some(done) = self.reap(false) {
+            return Some(done);
+        }
+        if self.running.is_some() || self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW {
+            return None;
+        }
+        if !self.ready {
+            self.ready = attachable(self.pid);
+            if !self.ready {
+                return None;
+            }
+        }
+        if self.flags_pending {
+            self.flags_pending = false;
+            return self.start(Job::Flags);
+        }
+        if self.perf_map_wanted
+            && self.perf_map_runs < MAX_PERF_MAP_RUNS
+            && self.last_perf_map.is_none_or(|t| t.elapsed() >= PERF_MAP_GAP)
+        {
+            self.perf_map_wanted = false;
+            self.perf_map_runs += 1;
+            return self.start(Job::PerfMap);
+        }
+        None
+    }
+
+    /// End of the recording: wait for the command in progress, then run `Compiler.perfmap` once
+    /// more (whatever the bounds) and wait for it. Returns what ended, in order.
+    pub fn finish(&mut self) -> Vec<Done> {
+        let mut out: Vec<Done> = self.reap(true).into_iter().collect();
+        self.flags_pending = false;
+        self.perf_map_wanted = false;
+        if !(self.ready || attachable(self.pid)) {
+            out.push(Done { job: Job::PerfMap, result: Err(NOT_ATTACHABLE.to_string()) });
+            return out;
+        }
+        out.extend(self.start(Job::PerfMap));
+        out.extend(self.reap(true));
+        out
+    }
+
+    /// Start `job`; Some when it could not be started.
+    fn start(&mut self, job: Job) -> Option<Done> {
+        let done = self.spawn(job);
+        if done.is_some() {
+            self.failures_in_a_row += 1;
+        }
+        done
+    }
+
+    fn spawn(&mut self, job: Job) -> Option<Done> {
+        let spawned = Command::new(&self.program)
+            .arg(self.pid.to_string())
+            .args(job.args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                if job == Job::PerfMap {
+                    self.last_perf_map = Some(Instant::now());
+                }
+                return Some(Done { job, result: Err(format!("cannot run {}: {e}", self.program.display())) });
+            }
+        };
+        let out = drain(child.stdout.take());
+        let err = drain(child.stderr.take());
+        self.running = Some(Running { job, child, started: Instant::now(), out, err });
+        None
+    }
+
+    /// The running command, if it ended (with `wait`: once it ends, or is killed at [`TIMEOUT`]).
+    fn reap(&mut self, wait: bool) -> Option<Done> {
+        loop {
+            let r = self.running.as_mut()?;
+            let status = match r.child.try_wait() {
+                Ok(Some(s)) => Some(Ok(s)),
+                Ok(None) if r.started.elapsed() >= TIMEOUT => {
+                    // The child leaktrace started, by its handle (its PID is still ours: not reaped).
+                    let _ = r.child.kill();
+                    let _ = r.child.wait();
+                    Some(Err(format!("timed out after {} s", TIMEOUT.as_secs())))
+                }
+                Ok(None) => None,
+                Err(e) => Some(Err(format!("wait: {e}"))),
+            };
+            let Some(status) = status else {
+                if !wait {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            };
+            let r = self.running.take()?;
+            let stdout = r.out.join().unwrap_or_default();
+            let stderr = r.err.join().unwrap_or_default();
+            if r.job == Job::PerfMap {
+                self.last_perf_map = Some(Instant::now());
+            }
+            let result = match status {
+                Ok(s) if s.success() && !stdout.lines().any(exception_line) => Ok(stdout),
+                Ok(s) => Err(format!("{s}: {}", first_error_line(&stdout, &stderr))),
+                Err(why) => Err(why),
+            };
+            self.failures_in_a_row = if result.is_ok() { 0 } else { self.failures_in_a_row + 1 };
+            return Some(Done { job: r.job, result });
+        }
+    }
+}
+
+/// Why no command was run on a JVM that never became [`attachable`].
+pub const NOT_ATTACHABLE: &str = "the JVM does not handle SIGQUIT (still starting, or run with -Xrs) and has no attach \
+     listener: jcmd's attach request would kill it, so none was sent";
+
+/// Whether jcmd may attach to JVM `pid`: its attach listener is up (the socket
+/// /tmp/.java_pid<NSPID> in its root), or it catches SIGQUIT (the `SigCgt` mask of
+/// /proc/PID/status), which is how jcmd asks it to start the listener. A JVM still starting, or
+/// run with -Xrs, does not: SIGQUIT's default action would end it (the check JDK 20's attach
+/// makes itself, JDK-8292695; JDK 17's does not).
+pub fn attachable(pid: u32) -> bool {
+    let ns_pid = crate::procinfo::nspid(pid).last().copied().unwrap_or(pid);
+    if Path::new(&format!("/proc/{pid}/root/tmp/.java_pid{ns_pid}")).exists() {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGQUIT - 1)) != 0)
+}
+
+/// A thread reading `pipe` to its end (so a long output never blocks the child).
+fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut r) = pipe {
+            let _ = r.read_to_end(&mut buf);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// The line of jcmd's output that says what went wrong (an exception's message), else the last
+/// non-empty line of stderr or stdout.
+pub fn first_error_line(stdout: &str, stderr: &str) -> String {
+    let lines = || stdout.lines().chain(stderr.lines()).map(str::trim).filter(|l| !l.is_empty());
+    lines().find(|l| exception_line(l)).or_else(|| lines().next_back()).unwrap_or("no output").to_string()
+}
+
+/// A line where jcmd reports a Java exception (`com.sun.tools.attach.AttachNotSupportedException:
+/// ...`, `java.lang.IllegalArgumentException: Unknown diagnostic command`), not a flag whose name
+/// has "Exception" in it.
+fn exception_line(l: &str) -> bool {
+    l.split_whitespace().next().is_some_and(|w| (w.ends_with("Exception:") || w.ends_with("Error:")) && w.contains('.'))
+}
+
+/// `PreserveFramePointer`'s value in the output of `jcmd PID VM.flags -all` (lines such as
+/// `     bool PreserveFramePointer                     = false    {product} {default}`); None
+/// when the flag is not listed.
+pub fn preserve_frame_pointer(flags: &str) -> Option<bool> {
+    flags.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let (_ty, name, eq, value) = (it.next()?, it.next()?, it.next()?, it.next()?);
+        (name == "PreserveFramePointer" && eq == "=").then(|| value == "true")
+    })
+}
+
+/// The jcmd to run for JVM `pid`: the one of the target's own JDK (`<java.home>/bin/jcmd`, from
+/// its libjvm's path `<java.home>/lib/server/libjvm.so`) when that file is the same in leaktrace's
+/// and the target's mount namespace, else `jcmd` on PATH. None: neither exists.
+pub fn program_for(pid: u32, libjvm: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let own = libjvm.parent().and_then(Path::parent).and_then(Path::parent).map(|home| home.join("bin/jcmd"));
+    if let Some(own) = own {
+        let theirs = Path::new(&format!("/proc/{pid}/root")).join(own.strip_prefix("/").unwrap_or(own.as_path()));
+        let same = match (std::fs::metadata(&own), std::fs::metadata(&theirs)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        };
+        if same {
+            return Some(own);
+        }
+    }
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("jcmd")).find(|j| j.is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preserve_frame_pointer_from_vm_flags() {
+        let on = "1234:\n     bool PrintWarnings                            = true                                      {product} {default}\n     bool PreserveFramePointer                     = true                                      {product} {command line}\n";
+        assert_eq!(preserve_frame_pointer(on), Some(true));
+        let off = "     bool PreserveFramePointer                     = false                                     {product} {default}\n";
+        assert_eq!(preserve_frame_pointer(off), Some(false));
+        let noisy = "     bool ShowCodeDetailsInExceptionMessages       = true    {manageable} {default}\n";
+        assert!(!noisy.lines().any(exception_line));
+        assert_eq!(preserve_frame_pointer("1234:\nCommand executed successfully\n"), None);
+    }
+
+    #[test]
+    fn a_process_that_would_die_of_sigquit_is_not_attachable() {
+        // A child with SIGQUIT at its default action (sleep): no attach request may be sent.
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        assert!(!attachable(child.id()));
+        let mut j = Jcmd::new(child.id(), PathBuf::from("/bin/true"));
+        assert!(j.poll().is_none());
+        assert!(j.running.is_none(), "nothing started");
+        let done = j.finish();
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].result.as_ref().unwrap_err(), NOT_ATTACHABLE);
+        let _ = child.kill();
+        let _ = child.wait();
+        // A process that catches SIGQUIT (a shell trapping it) is.
+        let mut trap = Command::new("sh").args(["-c", "trap 'echo' QUIT; sleep 30 & wait"]).spawn().expect("sh");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !attachable(trap.id()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(attachable(trap.id()), "a shell trapping SIGQUIT catches it");
+        let _ = trap.kill();
+        let _ = trap.wait();
+    }
+
+    #[test]
+    fn error_line_names_the_exception() {
+        let out = "1234:\ncom.sun.tools.attach.AttachNotSupportedException: Unable to open socket file /proc/1234/root/tmp/.java_pid1: target process 1234 doesn't respond within 10500ms or HotSpot VM not loaded\n\tat jdk.attach/sun.tools.attach.VirtualMachineImpl.<init>(VirtualMachineImpl.java:100)\n";
+        assert!(first_error_line(out, "").starts_with("com.sun.tools.attach.AttachNotSupportedException: Unable"));
+        assert_eq!(first_error_line("", "boom\n\n"), "boom");
+        assert_eq!(first_error_line("", ""), "no output");
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error_not_a_hang() {
+        let mut j = Jcmd::new(1, PathBuf::from("/nonexistent/jcmd"));
+        j.ready = true;
+        let done = j.poll().expect("spawn fails at once");
+        assert_eq!(done.job, Job::Flags);
+        assert!(done.result.unwrap_err().contains("cannot run /nonexistent/jcmd"));
+        j.want_perf_map();
+        let done = j.poll().expect("the perf map run fails too");
+        assert_eq!(done.job, Job::PerfMap);
+        assert_eq!(j.perf_map_runs, 1);
+        j.want_perf_map();
+        assert!(j.poll().is_none(), "the next run waits PERF_MAP_GAP");
+        j.last_perf_map = None;
+        assert!(j.poll().is_some(), "a third try");
+        j.last_perf_map = None;
+        j.want_perf_map();
+        assert!(j.poll().is_none(), "no fourth try after {MAX_FAILURES_IN_A_ROW} failures in a row");
+        let all = j.finish();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].job, Job::PerfMap);
+    }
+
+    #[test]
+    fn a_command_is_run_in_the_background_and_its_output_collected() {
+        // `sh PID VM.flags -all`: sh reads the file named PID, which does not exist: a failure
+        // with a message, collected without blocking the caller.
+        let mut j = Jcmd::new(999_999_999, PathBuf::from("/bin/sh"));
+        j.ready = true;
+        assert!(j.poll().is_none(), "started, not ended");
+        assert!(j.busy());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let done = loop {
+            if let Some(d) = j.poll() {
+                break d;
+            }
+            assert!(Instant::now() < deadline, "sh never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(done.job, Job::Flags);
+        assert!(done.result.is_err());
+        assert!(!j.busy());
+    }
+}
