@@ -3,10 +3,13 @@
 //! found there turned into Python frames (qualified name, file, line) read from the target's
 //! memory. See docs/ARCHITECTURE.md ("Python frames").
 //!
-//! Structure offsets come from [`LAYOUTS`], one per supported version, measured with
-//! `offsetof` on the version's own headers (`Include/internal/*.h`, built with `Py_BUILD_CORE`)
-//! and checked at attach against the running interpreter: its `Py_Version` and the object that
-//! defines `_PyRuntime`.
+//! Structure offsets come, for 3.13, from the interpreter's own `_Py_DebugOffsets` (the first
+//! field of `_PyRuntime`: cookie `xdebugpy`, `PY_VERSION_HEX`, then `offsetof` values the
+//! interpreter was built with; [`debug_offsets_layout`]), and otherwise from [`LAYOUTS`], one per
+//! supported version, measured with `offsetof` on the version's own headers
+//! (`Include/internal/*.h`, built with `Py_BUILD_CORE`) and checked at attach against the running
+//! interpreter: its `Py_Version` (or, before 3.11, the version in its file name) and the object
+//! that defines `_PyRuntime`.
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt as _;
@@ -69,6 +72,11 @@ const NONE: u32 = py_offset::NONE;
 ///   `_PyRuntime.interpreters.main` → `PyInterpreterState.ceval.gil` →
 ///   `_gil_runtime_state.last_holder`; the frame chain as in 3.11, with the C stack's shim
 ///   frames (`<shim>` code objects) left out by the agent.
+/// - 3.13: as 3.12 but the thread state holds the frame (`PyThreadState.current_frame`, no
+///   `_PyCFrame`), a frame's code is `f_executable` and its position `instr_ptr` (the instruction
+///   being run); the GIL's last holder read from the main interpreter's own GIL
+///   (`PyInterpreterState._gil.last_holder`, where `ceval.gil` points). Used only when the
+///   interpreter's `_Py_DebugOffsets` cannot be read; measured on 3.13.0.
 pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 11),
@@ -112,11 +120,114 @@ pub const LAYOUTS: &[Layout] = &[
         compact_header: 72,
         format: Format::Pep626,
     },
+    Layout {
+        version: (3, 13),
+        runtime_tstate: 632,
+        kernel: [NONE, 72, 160, 0, 56, 8, 7760, NONE],
+        co_code_adaptive: 200,
+        co_filename: 112,
+        co_name: 120,
+        co_qualname: 128,
+        co_firstlineno: 68,
+        co_linetable: 136,
+        ascii_header: 40,
+        compact_header: 56,
+        format: Format::Locations,
+    },
 ];
+
+/// Where a layout's offsets came from (for the report's note).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The interpreter's `_Py_DebugOffsets`.
+    DebugOffsets,
+    /// [`LAYOUTS`].
+    Table,
+}
+
+/// Byte offsets of the fields of CPython 3.13's `_Py_DebugOffsets` (Include/internal/
+/// pycore_runtime.h: every field a `uint64_t`, the 8-byte cookie first) that leaktrace reads.
+mod dbg {
+    pub const VERSION: usize = 8;
+    pub const INTERPRETERS_HEAD: usize = 40;
+    pub const INTERP_SIZE: usize = 48;
+    pub const INTERP_GIL_HOLDER: usize = 144;
+    pub const TSTATE_SIZE: usize = 152;
+    pub const TSTATE_CURRENT_FRAME: usize = 184;
+    pub const TSTATE_NATIVE_THREAD_ID: usize = 200;
+    pub const FRAME_SIZE: usize = 224;
+    pub const FRAME_PREVIOUS: usize = 232;
+    pub const FRAME_EXECUTABLE: usize = 240;
+    pub const FRAME_INSTR_PTR: usize = 248;
+    pub const CODE_SIZE: usize = 272;
+    pub const CODE_FILENAME: usize = 280;
+    pub const CODE_NAME: usize = 288;
+    pub const CODE_QUALNAME: usize = 296;
+    pub const CODE_LINETABLE: usize = 304;
+    pub const CODE_FIRSTLINENO: usize = 312;
+    pub const CODE_ADAPTIVE: usize = 344;
+    pub const UNICODE_ASCII_SIZE: usize = 560;
+    /// The bytes read: up to the end of the unicode offsets.
+    pub const LEN: usize = 568;
+}
+
+/// The layout of CPython 3.13 from the `_Py_DebugOffsets` at the start of `_PyRuntime`
+/// (`bytes`, at least [`dbg::LEN`] of them). None when the cookie is not `xdebugpy`, the
+/// version is not 3.13 (3.14 changed the structure) or an offset lies outside its structure.
+pub fn debug_offsets_layout(bytes: &[u8]) -> Option<Layout> {
+    if bytes.len() < dbg::LEN || &bytes[..8] != b"xdebugpy" {
+        return None;
+    }
+    let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+    let hex = at(dbg::VERSION);
+    if (hex >> 24, (hex >> 16) & 0xff) != (3, 13) {
+        return None;
+    }
+    let within = |size: usize, fields: &[usize]| fields.iter().all(|&f| at(f) + 8 <= at(size));
+    if !within(dbg::INTERP_SIZE, &[dbg::INTERP_GIL_HOLDER])
+        || !within(dbg::TSTATE_SIZE, &[dbg::TSTATE_CURRENT_FRAME, dbg::TSTATE_NATIVE_THREAD_ID])
+        || !within(dbg::FRAME_SIZE, &[dbg::FRAME_PREVIOUS, dbg::FRAME_EXECUTABLE, dbg::FRAME_INSTR_PTR])
+        || !within(
+            dbg::CODE_SIZE,
+            &[dbg::CODE_FILENAME, dbg::CODE_NAME, dbg::CODE_QUALNAME, dbg::CODE_LINETABLE, dbg::CODE_FIRSTLINENO],
+        )
+        || at(dbg::CODE_ADAPTIVE) > at(dbg::CODE_SIZE)
+        || !(16..=256).contains(&at(dbg::UNICODE_ASCII_SIZE))
+    {
+        return None;
+    }
+    let k = |i: usize| u32::try_from(at(i)).ok();
+    Some(Layout {
+        version: (3, 13),
+        runtime_tstate: at(dbg::INTERPRETERS_HEAD),
+        kernel: [
+            NONE,
+            k(dbg::TSTATE_CURRENT_FRAME)?,
+            k(dbg::TSTATE_NATIVE_THREAD_ID)?,
+            k(dbg::FRAME_EXECUTABLE)?,
+            k(dbg::FRAME_INSTR_PTR)?,
+            k(dbg::FRAME_PREVIOUS)?,
+            k(dbg::INTERP_GIL_HOLDER)?,
+            NONE,
+        ],
+        co_code_adaptive: at(dbg::CODE_ADAPTIVE),
+        co_filename: at(dbg::CODE_FILENAME),
+        co_name: at(dbg::CODE_NAME),
+        co_qualname: at(dbg::CODE_QUALNAME),
+        co_firstlineno: at(dbg::CODE_FIRSTLINENO),
+        co_linetable: at(dbg::CODE_LINETABLE),
+        ascii_header: at(dbg::UNICODE_ASCII_SIZE),
+        // PyCompactUnicodeObject: PyASCIIObject, then utf8_length and utf8.
+        compact_header: at(dbg::UNICODE_ASCII_SIZE) + 16,
+        format: Format::Locations,
+    })
+}
 
 /// A traced interpreter: its layout and the code objects already read.
 pub struct Interpreter {
     pub layout: Layout,
+    /// Where [`Interpreter::layout`] came from.
+    pub source: Source,
     mem: Memory,
     code: HashMap<u64, Option<Code>>,
 }
@@ -183,7 +294,7 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
             break;
         }
     }
-    let Some((obj, RuntimeSymbols { runtime: runtime_vaddr, version, first_load })) = found else {
+    let Some((obj, RuntimeSymbols { runtime: runtime_vaddr, version, first_load, debug })) = found else {
         return Err("Python frames are not read: no object of the process defines _PyRuntime".into());
     };
     // Before 3.11 there is no Py_Version: the version in the object's name (libpython3.10.so.1.0,
@@ -194,20 +305,28 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
             obj.path.display()
         )
     })?;
-    let layout = LAYOUTS.iter().find(|l| l.version == (major, minor)).ok_or_else(|| {
-        let mut versions: Vec<(u8, u8)> = LAYOUTS.iter().map(|l| l.version).collect();
-        versions.sort();
-        let supported: Vec<String> = versions.iter().map(|(a, b)| format!("{a}.{b}")).collect();
-        format!(
-            "Python frames are not read: CPython {major}.{minor} is not supported (supported: {}); stacks are native only",
-            supported.join(", ")
-        )
-    })?;
+    let table = LAYOUTS.iter().find(|l| l.version == (major, minor)).copied();
+    let (layout, source) = match (debug.filter(|d| d.version == (major, minor)), table) {
+        (Some(d), _) => (d, Source::DebugOffsets),
+        (None, Some(t)) => (t, Source::Table),
+        (None, None) => return Err(unsupported(major, minor)),
+    };
     let bias = load_bias(pid, obj, first_load)
         .ok_or_else(|| format!("Python frames are not read: {} is not mapped at offset 0", obj.path.display()))?;
     let target =
         PyTarget { tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate, offsets: layout.kernel };
-    Ok((Interpreter { layout: *layout, mem: Memory::new(pid), code: HashMap::new() }, target))
+    Ok((Interpreter { layout, source, mem: Memory::new(pid), code: HashMap::new() }, target))
+}
+
+/// The note for an interpreter whose version has no layout.
+fn unsupported(major: u8, minor: u8) -> String {
+    let mut versions: Vec<(u8, u8)> = LAYOUTS.iter().map(|l| l.version).collect();
+    versions.sort();
+    let supported: Vec<String> = versions.iter().map(|(a, b)| format!("{a}.{b}")).collect();
+    format!(
+        "Python frames are not read: CPython {major}.{minor} is not supported (supported: {}); stacks are native only",
+        supported.join(", ")
+    )
 }
 
 /// The (major, minor) of `libpython3.10.so.1.0`, `python3.10`, `libpython3.10d.so`.
@@ -226,6 +345,8 @@ struct RuntimeSymbols {
     version: Option<(u8, u8)>,
     /// The lowest segment's virtual address, page-aligned.
     first_load: u64,
+    /// The layout its `_Py_DebugOffsets` gives (3.13).
+    debug: Option<Layout>,
 }
 
 /// The [`RuntimeSymbols`] of `path`; None when it does not define `_PyRuntime`.
@@ -242,19 +363,8 @@ fn runtime_symbols(path: &Path) -> Option<RuntimeSymbols> {
             Ok("_PyRuntime") if runtime.is_none() => runtime = Some(sym.address()),
             Ok("Py_Version") if version.is_none() => {
                 // A const unsigned long (PY_VERSION_HEX) in a file-backed section.
-                let v = file
-                    .segments()
-                    .find_map(|s| {
-                        let (a, size) = (s.address(), s.size());
-                        if !(a..a + size).contains(&sym.address()) {
-                            return None;
-                        }
-                        let bytes = s.data().ok()?;
-                        let at = (sym.address() - a) as usize;
-                        bytes.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
-                    })
-                    .unwrap_or(0);
-                if v != 0 {
+                let v = file_bytes(&file, sym.address(), 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+                if let Some(v) = v.filter(|&v| v != 0) {
                     version = Some(((v >> 24) as u8, (v >> 16) as u8));
                 }
             }
@@ -262,7 +372,25 @@ fn runtime_symbols(path: &Path) -> Option<RuntimeSymbols> {
         }
     }
     let first_load = file.segments().map(|s| s.address() & !0xfff).min().unwrap_or(0);
-    Some(RuntimeSymbols { runtime: runtime?, version, first_load })
+    let runtime = runtime?;
+    // `_PyRuntime` is initialized data (3.13: its `_Py_DebugOffsets` first), the same bytes as
+    // in the running process until it starts.
+    let debug = file_bytes(&file, runtime, dbg::LEN).and_then(debug_offsets_layout);
+    Some(RuntimeSymbols { runtime, version, first_load, debug })
+}
+
+/// `len` bytes of `file` at virtual address `addr`, when a segment holds them in the file (not
+/// .bss).
+fn file_bytes<'a>(file: &object::File<'a>, addr: u64, len: usize) -> Option<&'a [u8]> {
+    file.segments().find_map(|s| {
+        let (a, size) = (s.address(), s.size());
+        if !(a..a + size).contains(&addr) {
+            return None;
+        }
+        let bytes = s.data().ok()?;
+        let at = (addr - a) as usize;
+        bytes.get(at..at + len)
+    })
 }
 
 /// Where `obj` is loaded in `pid`: the start of its mapping at file offset 0 minus its first
@@ -326,6 +454,13 @@ impl Interpreter {
 
 /// A code object's names, first line and line table.
 fn read_code(mem: &mut Memory, l: &Layout, code: u64) -> Option<Code> {
+    // A code object: its type (`ob_type`, at 8) is named "code" (`tp_name`, at 24). 3.13's
+    // frames entered from C hold None in `f_executable`.
+    let ob_type = mem.u64_at(code + 8)?;
+    let tp_name = mem.u64_at(ob_type + 24)?;
+    if mem.read(tp_name, 5)? != b"code\0" {
+        return None;
+    }
     let qualname = match mem.u64_at(code + l.co_qualname).and_then(|o| read_str(mem, l, o)) {
         Some(q) => q,
         None => {
@@ -579,6 +714,55 @@ mod tests {
         // A range with no line (-128).
         assert_eq!(line_of_310(&[0x02, 0x00, 0x02, 0x80], 7, 1), None);
         assert_eq!(line_of_310(&[0x02, 0x00, 0x02, 0x80], 7, 0), Some(7));
+    }
+
+    /// `_Py_DebugOffsets` read as 3.13.0 writes it (the offsets measured on its headers), and
+    /// refused with another cookie, another version or an offset outside its structure.
+    #[test]
+    fn debug_offsets_313() {
+        let mut b = vec![0u8; dbg::LEN];
+        let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        put(dbg::VERSION, 0x030d_00f0);
+        for (at, v) in [
+            (dbg::INTERPRETERS_HEAD, 632),
+            (dbg::INTERP_SIZE, 100_000),
+            (dbg::INTERP_GIL_HOLDER, 7760),
+            (dbg::TSTATE_SIZE, 400),
+            (dbg::TSTATE_CURRENT_FRAME, 72),
+            (dbg::TSTATE_NATIVE_THREAD_ID, 160),
+            (dbg::FRAME_SIZE, 80),
+            (dbg::FRAME_PREVIOUS, 8),
+            (dbg::FRAME_EXECUTABLE, 0),
+            (dbg::FRAME_INSTR_PTR, 56),
+            (dbg::CODE_SIZE, 208),
+            (dbg::CODE_FILENAME, 112),
+            (dbg::CODE_NAME, 120),
+            (dbg::CODE_QUALNAME, 128),
+            (dbg::CODE_LINETABLE, 136),
+            (dbg::CODE_FIRSTLINENO, 68),
+            (dbg::CODE_ADAPTIVE, 200),
+            (dbg::UNICODE_ASCII_SIZE, 40),
+        ] {
+            put(at, v);
+        }
+        b[..8].copy_from_slice(b"xdebugpy");
+        let l = debug_offsets_layout(&b).expect("a 3.13 layout");
+        let table = LAYOUTS.iter().find(|t| t.version == (3, 13)).unwrap();
+        assert_eq!(l.kernel, table.kernel);
+        assert_eq!(
+            (l.runtime_tstate, l.co_code_adaptive, l.co_qualname, l.co_firstlineno, l.ascii_header, l.compact_header),
+            (632, 200, 128, 68, 40, 56)
+        );
+        let mut other = b.clone();
+        other[0] = b'y';
+        assert!(debug_offsets_layout(&other).is_none(), "another cookie");
+        let mut v314 = b.clone();
+        v314[dbg::VERSION..dbg::VERSION + 8].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
+        assert!(debug_offsets_layout(&v314).is_none(), "3.14");
+        let mut outside = b.clone();
+        outside[dbg::FRAME_INSTR_PTR..dbg::FRAME_INSTR_PTR + 8].copy_from_slice(&80u64.to_le_bytes());
+        assert!(debug_offsets_layout(&outside).is_none(), "instr_ptr past the frame");
+        assert!(debug_offsets_layout(&b[..100]).is_none(), "too short");
     }
 
     #[test]

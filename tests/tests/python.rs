@@ -6,7 +6,7 @@
 //! copy of every record (tsparse_ext.parse_record), called from Python code whose lines the test
 //! reads from the script; the leaking site's stack names the Python functions and lines in
 //! place of the eval loop, in report.json, report.md, stacks.folded and live.svg, under pyenv's
-//! shared-libpython 3.11 (exact and sampled), 3.10 and 3.12, and Debian's statically linked
+//! shared-libpython 3.11 (exact and sampled), 3.10, 3.12 and 3.13, and Debian's statically linked
 //! /usr/bin/python3.11.
 //!
 //! A missing Py_DECREF (tagsum_ext.tag_checksum, pymalloc objects, with --pymalloc and
@@ -84,6 +84,9 @@ const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 /// pyenv's CPython 3.10 (shared libpython).
 const PYENV_310: &str = "/root/.pyenv/versions/3.10.13/bin/python3.10";
 
+/// pyenv's CPython 3.13 (shared libpython).
+const PYENV_313: &str = "/root/.pyenv/versions/3.13.0/bin/python3.13";
+
 /// pyenv's CPython 3.12 (shared libpython).
 const PYENV_312: &str = "/root/.pyenv/versions/3.12.1/bin/python3.12";
 
@@ -132,7 +135,7 @@ fn script_line(script: &Path, text: &str) -> u64 {
 /// Record pyframes_leak.py under `interpreter` (extra leaktrace options `extra`) and check that
 /// the leak's stack reads strdup ← parse_record ← Handler.handle (line of the parse_record call)
 /// ← serve (line of the handle call) ← <module>, in every output.
-fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, version: &str, extra: &[&str]) {
+fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, version: &str, extra: &[&str]) -> Report {
     require_root();
     assert!(interpreter.exists(), "{} is not installed", interpreter.display());
     let script = fixture_source("runtimes").join("pyframes_leak.py");
@@ -196,6 +199,7 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, ve
     );
     assert!(read("live.svg").contains(&handle), "no `{handle}` in live.svg\n{ctx}");
     assert!(read("report.md").contains(&format!("[py] {handle}")), "no `[py] {handle}` in report.md\n{ctx}");
+    r
 }
 
 #[test]
@@ -232,6 +236,21 @@ fn python_frames_shared_libpython_310() {
 fn python_frames_shared_libpython_312() {
     let py = Path::new(PYENV_312);
     python_frames_name_the_callers("pyframes-312", py, &tsparse_ext_for(py, "3.12"), "3.12", &[]);
+}
+
+/// 3.13: the offsets are the interpreter's own (`_Py_DebugOffsets`, said in the note), the
+/// thread state holds the frame (`current_frame`), frames name their code in `f_executable`.
+#[test]
+fn python_frames_shared_libpython_313() {
+    let py = Path::new(PYENV_313);
+    let r = python_frames_name_the_callers("pyframes-313", py, &tsparse_ext_for(py, "3.13"), "3.13", &[]);
+    let note =
+        "Python frames (function, file, line) read from CPython 3.13's frame chain (offsets from its _Py_DebugOffsets)";
+    assert!(
+        r.json["warnings"].as_array().into_iter().flatten().any(|w| w.as_str().is_some_and(|w| w.starts_with(note))),
+        "no note that the offsets are the interpreter's own: {}",
+        r.json["warnings"]
+    );
 }
 
 /// A pure Python allocation (with --pymalloc and --python-frames on): the objects grow.py keeps in its list are made by
@@ -291,7 +310,7 @@ fn python_frames_unsupported_version_is_noted() {
     assert_eq!(
         notes,
         [
-            "Python frames are not read: CPython 3.9 is not supported (supported: 3.10, 3.11, 3.12); stacks are native only"
+            "Python frames are not read: CPython 3.9 is not supported (supported: 3.10, 3.11, 3.12, 3.13); stacks are native only"
         ],
         "{ctx}"
     );

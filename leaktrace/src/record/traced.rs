@@ -429,9 +429,13 @@ impl Traced {
             Ok((interp, target)) => match tracer.add_python_target(self.pid, target) {
                 Ok(()) => {
                     let (major, minor) = interp.layout.version;
+                    let source = match interp.source {
+                        crate::pyframes::Source::DebugOffsets => " (offsets from its _Py_DebugOffsets)",
+                        crate::pyframes::Source::Table => "",
+                    };
                     self.warnings.push(format!(
-                        "Python frames (function, file, line) read from CPython {major}.{minor}'s frame chain at each \
-                         allocation by the thread holding the GIL, in place of the eval loop's frames"
+                        "Python frames (function, file, line) read from CPython {major}.{minor}'s frame chain{source} at \
+                         each allocation by the thread holding the GIL, in place of the eval loop's frames"
                     ));
                     self.python = Some(interp);
                 }
