@@ -55,6 +55,9 @@ pub enum Format {
     /// 3.10: `f_lasti` (an instruction index, 32 bits), the PEP 626 line table
     /// ([`line_of_310`]); no `co_qualname` (the function's bare name).
     Pep626,
+    /// 3.8 and 3.9: `f_lasti` (a byte offset into `co_code`, 32 bits), the line number table
+    /// `co_lnotab` ([`line_of_lnotab`]); no `co_qualname`.
+    Lnotab,
 }
 
 const NONE: u32 = py_offset::NONE;
@@ -77,6 +80,8 @@ const NONE: u32 = py_offset::NONE;
 ///   being run); the GIL's last holder read from the main interpreter's own GIL
 ///   (`PyInterpreterState._gil.last_holder`, where `ceval.gil` points). Used only when the
 ///   interpreter's `_Py_DebugOffsets` cannot be read; measured on 3.13.0.
+/// - 3.9 and 3.8: as 3.10 (`PyFrameObject` chain from `gilstate.tstate_current`), with
+///   `f_lasti` in bytes and `co_lnotab`.
 pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 11),
@@ -133,6 +138,34 @@ pub const LAYOUTS: &[Layout] = &[
         ascii_header: 40,
         compact_header: 56,
         format: Format::Locations,
+    },
+    Layout {
+        version: (3, 9),
+        runtime_tstate: 568,
+        kernel: [NONE, 24, NONE, 32, 104, 24, NONE, NONE],
+        co_code_adaptive: 0,
+        co_filename: 104,
+        co_name: 112,
+        co_qualname: 112,
+        co_firstlineno: 40,
+        co_linetable: 120,
+        ascii_header: 48,
+        compact_header: 72,
+        format: Format::Lnotab,
+    },
+    Layout {
+        version: (3, 8),
+        runtime_tstate: 1368,
+        kernel: [NONE, 24, NONE, 32, 104, 24, NONE, NONE],
+        co_code_adaptive: 0,
+        co_filename: 104,
+        co_name: 112,
+        co_qualname: 112,
+        co_firstlineno: 40,
+        co_linetable: 120,
+        ascii_header: 48,
+        compact_header: 72,
+        format: Format::Lnotab,
     },
 ];
 
@@ -429,13 +462,15 @@ impl Interpreter {
             }
             let index = match layout.format {
                 Format::Locations => f.instr.wrapping_sub(f.code + layout.co_code_adaptive) as i64 / 2,
-                Format::Pep626 => f.instr as u32 as i32 as i64,
+                Format::Pep626 | Format::Lnotab => f.instr as u32 as i32 as i64,
             };
             let line = if !(0..1 << 24).contains(&index) {
                 // Not started yet (prev_instr before the first instruction, f_lasti -1).
                 Some(code.firstlineno)
             } else if layout.format == Format::Pep626 {
                 line_of_310(&code.linetable, code.firstlineno, index as u32)
+            } else if layout.format == Format::Lnotab {
+                line_of_lnotab(&code.linetable, code.firstlineno, index as u32)
             } else {
                 line_of(&code.linetable, code.firstlineno, index as u32)
             };
@@ -454,12 +489,14 @@ impl Interpreter {
 
 /// A code object's names, first line and line table.
 fn read_code(mem: &mut Memory, l: &Layout, code: u64) -> Option<Code> {
-    // A code object: its type (`ob_type`, at 8) is named "code" (`tp_name`, at 24). 3.13's
-    // frames entered from C hold None in `f_executable`.
-    let ob_type = mem.u64_at(code + 8)?;
-    let tp_name = mem.u64_at(ob_type + 24)?;
-    if mem.read(tp_name, 5)? != b"code\0" {
-        return None;
+    // 3.13+: a code object, its type (`ob_type`, at 8) named "code" (`tp_name`, at 24): the
+    // frames entered from C hold None in `f_executable`. (Older frames always hold code.)
+    if l.version >= (3, 13) {
+        let ob_type = mem.u64_at(code + 8)?;
+        let tp_name = mem.u64_at(ob_type + 24)?;
+        if mem.read(tp_name, 5)? != b"code\0" {
+            return None;
+        }
     }
     let qualname = match mem.u64_at(code + l.co_qualname).and_then(|o| read_str(mem, l, o)) {
         Some(q) => q,
@@ -561,6 +598,22 @@ pub fn line_of_310(table: &[u8], firstlineno: u32, index: u32) -> Option<u32> {
         addr = end;
     }
     None
+}
+
+/// The line of byte offset `lasti` in a CPython 3.8/3.9 `co_lnotab` (Objects/lnotab_notes.txt:
+/// pairs of an unsigned byte-offset delta and a signed line delta; the line of an offset is the
+/// one after the last pair whose offset is not past it, as `PyCode_Addr2Line`), counted from
+/// `firstlineno`. The table does not say where the code ends: never None but for a line below 1.
+pub fn line_of_lnotab(table: &[u8], firstlineno: u32, lasti: u32) -> Option<u32> {
+    let (mut addr, mut line) = (0u64, firstlineno as i64);
+    for pair in table.chunks_exact(2) {
+        addr += pair[0] as u64;
+        if addr > lasti as u64 {
+            break;
+        }
+        line += pair[1] as i8 as i64;
+    }
+    (line > 0).then_some(line as u32)
 }
 
 fn varint(t: &[u8], i: &mut usize) -> Option<u64> {
@@ -714,6 +767,19 @@ mod tests {
         // A range with no line (-128).
         assert_eq!(line_of_310(&[0x02, 0x00, 0x02, 0x80], 7, 1), None);
         assert_eq!(line_of_310(&[0x02, 0x00, 0x02, 0x80], 7, 0), Some(7));
+    }
+
+    /// The same function compiled by CPython 3.9.18 and 3.8.18 (`co_lnotab`, the same in both);
+    /// lines from `dis.get_instructions` (byte offsets).
+    #[test]
+    fn line_table_lnotab() {
+        let table: &[u8] = &[0, 1, 8, 2, 4, 1, 2, 255];
+        let expect: &[(u32, u32)] = &[(0, 2), (2, 2), (4, 2), (6, 2), (8, 4), (10, 4), (12, 5), (14, 4), (16, 4)];
+        for &(offset, line) in expect {
+            assert_eq!(line_of_lnotab(table, 1, offset), Some(line), "byte offset {offset}");
+        }
+        assert_eq!(line_of_lnotab(table, 40, 12), Some(44));
+        assert_eq!(line_of_lnotab(&[2, 0x80], 1, 2), None, "a line below 1");
     }
 
     /// `_Py_DebugOffsets` read as 3.13.0 writes it (the offsets measured on its headers), and

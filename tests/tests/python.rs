@@ -6,7 +6,7 @@
 //! copy of every record (tsparse_ext.parse_record), called from Python code whose lines the test
 //! reads from the script; the leaking site's stack names the Python functions and lines in
 //! place of the eval loop, in report.json, report.md, stacks.folded and live.svg, under pyenv's
-//! shared-libpython 3.11 (exact and sampled), 3.10, 3.12 and 3.13, and Debian's statically linked
+//! shared-libpython 3.11 (exact and sampled), 3.8, 3.9, 3.10, 3.12 and 3.13, and Debian's statically linked
 //! /usr/bin/python3.11.
 //!
 //! A missing Py_DECREF (tagsum_ext.tag_checksum, pymalloc objects, with --pymalloc and
@@ -83,6 +83,10 @@ const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 
 /// pyenv's CPython 3.10 (shared libpython).
 const PYENV_310: &str = "/root/.pyenv/versions/3.10.13/bin/python3.10";
+
+/// pyenv's CPython 3.8 and 3.9 (shared libpython).
+const PYENV_38: &str = "/root/.pyenv/versions/3.8.18/bin/python3.8";
+const PYENV_39: &str = "/root/.pyenv/versions/3.9.18/bin/python3.9";
 
 /// pyenv's CPython 3.13 (shared libpython).
 const PYENV_313: &str = "/root/.pyenv/versions/3.13.0/bin/python3.13";
@@ -169,8 +173,8 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, ve
     // The Python frames after parse_record, in order (3.11+: right after it, the call being
     // specialized to a direct C call; 3.10: after the vectorcall helpers).
     let py: Vec<&Value> = frames[at + 1..].iter().filter(|f| f["kind"] == "python").collect();
-    // 3.10's code objects have no qualified name.
-    let handle = if version == "3.10" { "handle" } else { "Handler.handle" };
+    // Before 3.11 code objects have no qualified name.
+    let handle = if ["3.8", "3.9", "3.10"].contains(&version) { "handle" } else { "Handler.handle" };
     let expect = [(handle, Some(leak_line)), ("serve", Some(call_line)), ("<module>", None)];
     assert_eq!(py.len(), expect.len(), "Python frames after parse_record: {py:?}\n{ctx}");
     for (f, (func, line)) in py.iter().zip(expect) {
@@ -253,6 +257,19 @@ fn python_frames_shared_libpython_313() {
     );
 }
 
+/// 3.9 and 3.8: frame objects as 3.10, with `f_lasti` in bytes and the `co_lnotab` line table.
+#[test]
+fn python_frames_shared_libpython_39() {
+    let py = Path::new(PYENV_39);
+    python_frames_name_the_callers("pyframes-39", py, &tsparse_ext_for(py, "3.9"), "3.9", &[]);
+}
+
+#[test]
+fn python_frames_shared_libpython_38() {
+    let py = Path::new(PYENV_38);
+    python_frames_name_the_callers("pyframes-38", py, &tsparse_ext_for(py, "3.8"), "3.8", &[]);
+}
+
 /// A pure Python allocation (with --pymalloc and --python-frames on): the objects grow.py keeps in its list are made by
 /// the interpreter for one line of the script, which is the culprit of their sites
 /// (`<module> (grow.py:LINE)`), not an interpreter function. (--max-stacks: imports at startup
@@ -286,14 +303,14 @@ fn python_frames_name_the_line_of_a_pure_python_leak() {
     assert!(of_line * 10 >= all * 8, "{of_line} of {all} leaking bytes are the line's\n{ctx}");
 }
 
-/// An interpreter whose version has no layout (pyenv's 3.9): one note says so, and the stacks
+/// An interpreter whose version has no layout (pyenv's 3.7): one note says so, and the stacks
 /// stay native only.
 #[test]
 fn python_frames_unsupported_version_is_noted() {
     require_root();
-    let py = Path::new("/root/.pyenv/versions/3.9.18/bin/python3.9");
+    let py = Path::new("/root/.pyenv/versions/3.7.16/bin/python3.7");
     assert!(py.exists(), "{} is not installed", py.display());
-    let out = OutDir::new("pyframes-39");
+    let out = OutDir::new("pyframes-37");
     let mut cmd = Command::new(py);
     cmd.args(["-c", "import time\nx = []\nfor i in range(200):\n    x.append(bytes(4000))\n    time.sleep(0.01)\n"]);
     let o = record_launch(&out, &["--duration", "4s"], cmd);
@@ -310,14 +327,14 @@ fn python_frames_unsupported_version_is_noted() {
     assert_eq!(
         notes,
         [
-            "Python frames are not read: CPython 3.9 is not supported (supported: 3.10, 3.11, 3.12, 3.13); stacks are native only"
+            "Python frames are not read: CPython 3.7 is not supported (supported: 3.8, 3.9, 3.10, 3.11, 3.12, 3.13); stacks are native only"
         ],
         "{ctx}"
     );
     assert!(!r.sites().is_empty(), "no sites\n{ctx}");
     assert!(
         r.sites().iter().flat_map(|s| s["frames"].as_array().into_iter().flatten()).all(|f| f["kind"] == "native"),
-        "a Python frame under 3.9\n{ctx}"
+        "a Python frame under 3.7\n{ctx}"
     );
 }
 
