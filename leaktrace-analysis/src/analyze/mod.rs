@@ -334,8 +334,10 @@ pub struct KindGrowth {
     pub trend: Trend,
     /// Post-GC troughs the trend was fitted on (0: fitted on every point of the window).
     pub troughs: usize,
-    /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
-    /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
+    /// Bytes per second: max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native
+    /// malloc bytes), [`SITE_FLOOR_FRACTION`] × peak / span duration), where the peak of the
+    /// managed heap is at least the process's peak RSS-anon (a heap summed from sites mapped
+    /// since attach is a slice of the heap: a rise under 1 % of RSS-anon is no evidence).
     pub noise_floor_bytes_per_s: f64,
     /// The trend is significant growth above the noise floor (never when its slope is ≤ 0, nor
     /// when the series levelled off).

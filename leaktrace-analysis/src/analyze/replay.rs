@@ -326,6 +326,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     memory.runtime_live_bytes = with_times(&by_kind.runtime);
     let steady_from = times.get(win.steady.start).copied().unwrap_or(0.0);
     let late_from = win.late.as_ref().and_then(|r| times.get(r.start)).copied();
+    let rss_anon_peak = memory.rss_anon_bytes.iter().map(|p| p.1).max().unwrap_or(0);
     let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
         let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
         let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
@@ -336,10 +337,15 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         let troughs = post_gc.as_ref().map_or(0, Vec::len);
         let trend = fit(post_gc.as_deref().unwrap_or(&window));
         let peak = vs.iter().copied().max().unwrap_or(0);
+        // A managed heap is judged against the process's anonymous memory too: summed from its
+        // sites it is only what was mapped since attach (a slice of the heap), and a rise over
+        // the run under 1 % of RSS-anon is what a collected heap moves by between collections
+        // (a few pages promoted into V8's old space), not evidence of a leak.
+        let scale = if kind == MemoryKind::Managed { peak.max(rss_anon_peak) } else { peak };
         // Native bytes are exact malloc sizes (a site's floor); the other series hold pages.
         let abs_floor = if kind == MemoryKind::Native { SITE_FLOOR_BYTES_PER_S } else { KIND_FLOOR_BYTES_PER_S };
         let floor = if span_duration > 0.0 {
-            (SITE_FLOOR_FRACTION * peak as f64 / span_duration).max(abs_floor)
+            (SITE_FLOOR_FRACTION * scale as f64 / span_duration).max(abs_floor)
         } else {
             abs_floor
         };

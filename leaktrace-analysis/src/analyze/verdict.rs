@@ -284,10 +284,12 @@ pub(super) fn kind_verdict(
         }
     }
     rates.sort_by(|a, b| b.1.total_cmp(&a.1));
-    // A managed heap whose measured slope is ≤ 0 does not grow, whatever its sites look like
-    // (pages mapped after attach whose predecessors, mapped before, were unmapped unseen).
-    let managed_shrinks = managed.is_some_and(|m| m.trend.n >= MIN_WINDOW_POINTS && m.trend.slope_bytes_per_s <= 0.0);
-    if managed_shrinks {
+    // A managed heap measured not to grow (slope ≤ 0, or a rise within its noise floor: under
+    // 1 % of RSS-anon over the run) does not grow, whatever its sites look like (pages mapped
+    // after attach whose predecessors, mapped before, were unmapped unseen; a few pages promoted
+    // into V8's old space).
+    let managed_flat = managed.is_some_and(|m| m.trend.n >= MIN_WINDOW_POINTS && !m.grows);
+    if managed_flat {
         rates.retain(|(k, _)| *k != MemoryKind::Managed);
     }
     let leak_kind = match growing.iter().find(|g| g.kind == MemoryKind::Managed || has_leak_site(g.kind)) {
@@ -296,7 +298,7 @@ pub(super) fn kind_verdict(
     };
     let only_managed_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
         && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| s.memory_kind == MemoryKind::Managed);
-    if leak_kind.is_none() && managed_shrinks && only_managed_leaks && v.class == ProcessClass::Leak {
+    if leak_kind.is_none() && managed_flat && only_managed_leaks && v.class == ProcessClass::Leak {
         // The only leaking sites are the managed heap's, and the heap does not grow: no leak.
         let native = kinds.iter().find(|g| g.kind == MemoryKind::Native).map_or(0.0, |g| g.trend.slope_bytes_per_s);
         return Verdict {

@@ -226,7 +226,8 @@ fn kind_label(rt: Runtime, k: MemoryKind) -> String {
 }
 
 /// "native grows +1.0 KiB/s", "V8 heap rose and levelled off (+2.1 MiB/s over the steady
-/// window, flat in the last quarter)" or "Python heap flat (+0 B/s)".
+/// window, flat in the last quarter)", "V8 heap flat (+4.8 KiB/s, below its noise floor of
+/// +37.5 KiB/s)" or "Python heap flat (+0 B/s)".
 fn state(rt: Runtime, g: &KindGrowth) -> String {
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
@@ -235,6 +236,13 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
             "{} rose and levelled off ({} over the steady window, flat in the last quarter)",
             kind_label(rt, g.kind),
             hr(g.trend.slope_bytes_per_s)
+        )
+    } else if g.trend.significant_growth && g.trend.slope_bytes_per_s > 0.0 {
+        format!(
+            "{} flat ({}, below its noise floor of {})",
+            kind_label(rt, g.kind),
+            hr(g.trend.slope_bytes_per_s),
+            hr(g.noise_floor_bytes_per_s)
         )
     } else {
         format!("{} flat ({})", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
