@@ -377,6 +377,14 @@ pub struct Summary {
     /// whenever they were made), and their resident bytes; None without the figure.
     pub allocator_arena_heaps: Option<u32>,
     pub allocator_arena_resident_end_bytes: Option<u64>,
+    /// Other mappings found to hold the allocator's blocks at the last checkpoint (jemalloc's,
+    /// mimalloc's, tcmalloc's mmaps, whenever they were made: `AllocatorFootprint::block_regions`)
+    /// and their resident bytes; None without the figure.
+    pub allocator_block_regions: Option<u32>,
+    pub allocator_block_region_resident_end_bytes: Option<u64>,
+    /// The malloc that is not glibc's among the probed objects ("jemalloc", "tcmalloc",
+    /// "mimalloc"), from the probes' object names; None for glibc, musl or an unknown one.
+    pub allocator_family: Option<&'static str>,
     /// Steady-window slope of the traced live bytes (every site, malloc and mappings), bytes per
     /// second.
     pub growth_bytes_per_s: f64,

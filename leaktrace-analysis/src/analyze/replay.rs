@@ -449,6 +449,11 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
         allocator_arena_heaps: last_allocator.map(|f| f.arena_heaps),
         allocator_arena_resident_end_bytes: last_allocator.map(|f| f.arena_resident_bytes),
+        allocator_block_regions: last_allocator.map(|f| f.block_regions),
+        allocator_block_region_resident_end_bytes: last_allocator.map(|f| f.block_region_resident_bytes),
+        allocator_family: ["jemalloc", "tcmalloc", "mimalloc"]
+            .into_iter()
+            .find(|fam| rec.probes.iter().any(|p| p.object.rsplit('/').next().is_some_and(|name| name.contains(fam)))),
         growth_bytes_per_s: traced_trend.slope_bytes_per_s,
         growth_bytes_per_unit: traced_unit_trend.map(|t| t.slope_bytes_per_s),
         native_growth_bytes_per_unit: native_unit_trend.map(|t| t.slope_bytes_per_s),
@@ -465,6 +470,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         win: &win,
         duration: span_duration,
         native_trend: &native_trend,
+        native_median_bytes_per_s: median_slope(&points(times, &native, win.steady.clone())),
         traced_trend: &traced_trend,
         rss_anon_trend: rss_anon_trend.as_ref(),
         rss_anon: &memory.rss_anon_bytes,

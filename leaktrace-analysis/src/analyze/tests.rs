@@ -428,6 +428,40 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
         "{text}"
     );
     assert!(!text.contains("elsewhere"), "{text}");
+
+    // Another malloc's mappings found by its blocks (jemalloc, issue 17 item 6), and live bytes
+    // flat but for two late checkpoints that caught the 8 threads' batches live between their
+    // malloc and their free (64 MiB): still the allocator's retention.
+    let spike = |t: f64| if t == 56.0 || t == 59.0 { 1024u64 } else { 0 };
+    let batch: SiteFn = Box::new(move |t: f64| {
+        let n = 1024 * t as u64;
+        (65536 * n, n, 65536 * (n - spike(t)), n - spike(t))
+    });
+    let (batch_stack, _) = temp_site();
+    let mut pin_stack = batch_stack.clone();
+    pin_stack.id = 99;
+    pin_stack.frames[1].function = Some("pin_block".into());
+    let pins: SiteFn = Box::new(|_| (768 << 10, 8, 0, 0));
+    let mut r = recording(
+        &times61(),
+        vec![(batch_stack, batch), (pin_stack, pins)],
+        &|t| mem((72 << 20) + (2_000_000.0 * t) as u64),
+        &no_counters,
+    );
+    r.probes[0].object = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2".into();
+    for c in &mut r.checkpoints {
+        c.allocator = Some(crate::recording::AllocatorFootprint {
+            block_regions: 10,
+            block_region_bytes: 140 << 20,
+            block_region_resident_bytes: (72 << 20) + (2_000_000.0 * c.t_s) as u64,
+            ..Default::default()
+        });
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let text = sentence(&a);
+    assert!(a.native_trend.slope_bytes_per_s > 0.25 * 2_000_000.0, "the spikes pull the least-squares slope: {text}");
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{text}");
+    assert!(text.contains("(brk heap and 10 jemalloc mapping(s) holding its blocks, 186.4 MiB resident at the end, 186.4 MiB in those mappings)"), "{text}");
 }
 
 #[test]
