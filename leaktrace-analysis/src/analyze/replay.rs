@@ -484,6 +484,18 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
+    // A managed heap measured not to grow makes none of its sites a leak (pages mapped after
+    // attach whose predecessors were unmapped unseen, and the runtime's bookkeeping of them):
+    // they hold memory of a bounded heap, a cache as look-alikes are.
+    if let Some(rt) = rec.target.runtime
+        && kind_list.iter().any(|g| g.kind == MemoryKind::Managed && g.trend.n >= MIN_WINDOW_POINTS && !g.grows)
+    {
+        for s in sites.iter_mut().filter(|s| s.class == SiteClass::Leak) {
+            if s.memory_kind == MemoryKind::Managed || crate::runtimes::follows_managed_heap(rt, &s.frames) {
+                s.class = SiteClass::Cache;
+            }
+        }
+    }
 
     // A command that exited: what it still held (LeakSanitizer's list at exit, filled in by the
     // caller); when its run was too short to have a shape, that list is the answer and the

@@ -286,11 +286,20 @@ pub(super) fn kind_verdict(
     }
     growing.sort_by(|a, b| b.trend.slope_bytes_per_s.total_cmp(&a.trend.slope_bytes_per_s));
     let has_leak_site = |k: MemoryKind| sites.iter().any(|s| s.class == SiteClass::Leak && s.memory_kind == k);
+    // The runtime's bookkeeping of the managed heap's pages (V8's per-page free lists) is the
+    // managed heap's: it grows as the heap maps pages, and is judged with it.
+    let kind_of = |s: &SiteAnalysis| {
+        if s.memory_kind == MemoryKind::Runtime && crate::runtimes::follows_managed_heap(rt, &s.frames) {
+            MemoryKind::Managed
+        } else {
+            s.memory_kind
+        }
+    };
     let mut rates: Vec<(MemoryKind, f64)> = Vec::new();
     for s in sites.iter().filter(|s| s.class == SiteClass::Leak) {
-        match rates.iter_mut().find(|(k, _)| *k == s.memory_kind) {
+        match rates.iter_mut().find(|(k, _)| *k == kind_of(s)) {
             Some((_, r)) => *r += s.growth_bytes_per_s,
-            None => rates.push((s.memory_kind, s.growth_bytes_per_s)),
+            None => rates.push((kind_of(s), s.growth_bytes_per_s)),
         }
     }
     rates.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -307,7 +316,7 @@ pub(super) fn kind_verdict(
         None => rates.first().map(|(k, _)| *k),
     };
     let only_managed_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
-        && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| s.memory_kind == MemoryKind::Managed);
+        && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| kind_of(s) == MemoryKind::Managed);
     if leak_kind.is_none() && managed_flat && only_managed_leaks && v.class == ProcessClass::Leak {
         // The only leaking sites are the managed heap's, and the heap does not grow: no leak.
         let native = kinds.iter().find(|g| g.kind == MemoryKind::Native).map_or(0.0, |g| g.trend.slope_bytes_per_s);
