@@ -342,7 +342,8 @@ pub struct KindGrowth {
     /// The trend is significant growth above the noise floor (never when its slope is ≤ 0, nor
     /// when the series levelled off).
     pub grows: bool,
-    /// Managed heap only: it rose over the steady window but stayed flat (not significant, or
+    /// Managed heap only: it rose over the steady window (significantly, above the noise floor)
+    /// but stayed flat (not significant, or
     /// slower than [`PLATEAU_RATIO`] of the steady slope) through the last quarter of the run,
     /// fitted on its post-GC troughs when collections were seen there: levelled off, not growing.
     pub levelled_off: bool,

@@ -353,8 +353,10 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         // sizing up its young generation, a heap filled to its working set) levelled off: not
         // growth, as a site that levels off is no leak. Judged on every point when no
         // collections were seen, on the troughs otherwise.
+        // It must have risen: significantly, above its floor (a rise within the floor is flat).
         let levelled_off = kind == MemoryKind::Managed
-            && trend.slope_bytes_per_s > 0.0
+            && trend.significant_growth
+            && trend.slope_bytes_per_s > floor
             && late_from.is_some_and(|from| {
                 let late_window = points(&ts, &vs, time_range(&ts, from, span_to));
                 let late_points = match post_gc_troughs(&late_window) {
