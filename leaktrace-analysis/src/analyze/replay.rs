@@ -488,12 +488,15 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     let verdict = losses_verdict(verdict, &drops, &events);
     // A managed heap measured not to grow makes none of its sites a leak (pages mapped after
     // attach whose predecessors were unmapped unseen, and the runtime's bookkeeping of them):
-    // they hold memory of a bounded heap, a cache as look-alikes are.
-    if let Some(rt) = rec.target.runtime
-        && kind_list.iter().any(|g| g.kind == MemoryKind::Managed && g.trend.n >= MIN_WINDOW_POINTS && !g.grows)
-    {
+    // they hold memory of a bounded heap, a cache as look-alikes are. The same for the runtime's
+    // own sites while its series does not grow.
+    if let Some(rt) = rec.target.runtime {
+        let flat = |k: MemoryKind| kind_list.iter().any(|g| g.kind == k && g.trend.n >= MIN_WINDOW_POINTS && !g.grows);
+        let (managed_flat, runtime_flat) = (flat(MemoryKind::Managed), flat(MemoryKind::Runtime));
         for s in sites.iter_mut().filter(|s| s.class == SiteClass::Leak) {
-            if s.memory_kind == MemoryKind::Managed || crate::runtimes::follows_managed_heap(rt, &s.frames) {
+            let follows = s.memory_kind == MemoryKind::Runtime && crate::runtimes::follows_managed_heap(rt, &s.frames);
+            let kind = if follows { MemoryKind::Managed } else { s.memory_kind };
+            if (kind == MemoryKind::Managed && managed_flat) || (kind == MemoryKind::Runtime && runtime_flat) {
                 s.class = SiteClass::Cache;
             }
         }

@@ -307,18 +307,22 @@ pub(super) fn kind_verdict(
     // 1 % of RSS-anon over the run) does not grow, whatever its sites look like (pages mapped
     // after attach whose predecessors, mapped before, were unmapped unseen; a few pages promoted
     // into V8's old space).
-    let managed_flat = managed.is_some_and(|m| m.trend.n >= MIN_WINDOW_POINTS && !m.grows);
-    if managed_flat {
-        rates.retain(|(k, _)| *k != MemoryKind::Managed);
-    }
+    // The same for the runtime's own memory (its bookkeeping, not the program's): runtime sites
+    // that look like leaks while the runtime's series does not grow above its floor (V8's task
+    // queue holding one more task at the end) make no leak.
+    let measured_flat =
+        |k: MemoryKind| kinds.iter().find(|g| g.kind == k).is_some_and(|g| g.trend.n >= MIN_WINDOW_POINTS && !g.grows);
+    let flat_kind = |k: MemoryKind| matches!(k, MemoryKind::Managed | MemoryKind::Runtime) && measured_flat(k);
+    rates.retain(|(k, _)| !flat_kind(*k));
     let leak_kind = match growing.iter().find(|g| g.kind == MemoryKind::Managed || has_leak_site(g.kind)) {
         Some(g) => Some(g.kind),
         None => rates.first().map(|(k, _)| *k),
     };
-    let only_managed_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
-        && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| kind_of(s) == MemoryKind::Managed);
-    if leak_kind.is_none() && managed_flat && only_managed_leaks && v.class == ProcessClass::Leak {
-        // The only leaking sites are the managed heap's, and the heap does not grow: no leak.
+    let only_flat_kind_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
+        && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| flat_kind(kind_of(s)));
+    if leak_kind.is_none() && only_flat_kind_leaks && v.class == ProcessClass::Leak {
+        // The only leaking sites are the managed heap's or the runtime's, and neither grows: no
+        // leak.
         let native = kinds.iter().find(|g| g.kind == MemoryKind::Native).map_or(0.0, |g| g.trend.slope_bytes_per_s);
         return Verdict {
             class: ProcessClass::Flat,
@@ -348,7 +352,7 @@ pub(super) fn kind_verdict(
         }
         Some(k) => {
             let mut of_kind: Vec<(usize, &SiteAnalysis)> =
-                sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak && s.memory_kind == k).collect();
+                sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak && kind_of(s) == k).collect();
             of_kind.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
             let Some(&(top_index, top)) = of_kind.first() else { return v };
             let stack = Stack {
