@@ -429,7 +429,8 @@ pub struct AllocatorFootprint {
     pub heap_resident_bytes: u64,
     /// Anonymous mappings made inside allocator calls since attach (arenas, large chunks).
     pub mmap_bytes: u64,
-    /// Resident part of those mappings (pagemap), outside the arena heaps below.
+    /// Resident part of those mappings (pagemap), outside the arena heaps and block regions
+    /// below.
     pub mmap_resident_bytes: u64,
     /// glibc non-main arena heaps found in /proc/PID/maps at this checkpoint, whenever they were
     /// made (64 MiB-aligned anonymous reservations, see leaktrace's `mappings::glibc_arena_heaps`).
@@ -441,6 +442,18 @@ pub struct AllocatorFootprint {
     /// Their resident bytes (pagemap).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub arena_resident_bytes: u64,
+    /// Other anonymous mappings found to hold blocks the allocator returned since attach (the
+    /// pages where they began, freed ones included), whenever the mappings were made: jemalloc's extents, mimalloc's segments, tcmalloc's
+    /// spans when it maps (see leaktrace's `mappings::block_regions`); neither the brk heap nor
+    /// the arena heaps above.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub block_regions: u32,
+    /// Their mapped bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub block_region_bytes: u64,
+    /// Their resident bytes (pagemap), off-heap regions in them left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub block_region_resident_bytes: u64,
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
@@ -448,9 +461,13 @@ fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
 }
 
 impl AllocatorFootprint {
-    /// Resident bytes held by the allocator: brk heap, arena heaps and its other mappings.
+    /// Resident bytes held by the allocator: brk heap, arena heaps, the mappings holding its
+    /// blocks and its other mappings.
     pub fn resident_bytes(&self) -> u64 {
-        self.heap_resident_bytes + self.arena_resident_bytes + self.mmap_resident_bytes
+        self.heap_resident_bytes
+            + self.arena_resident_bytes
+            + self.block_region_resident_bytes
+            + self.mmap_resident_bytes
     }
 }
 

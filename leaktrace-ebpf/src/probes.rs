@@ -5,7 +5,7 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{btf_map, map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use leaktrace_common::{
@@ -20,6 +20,17 @@ static AGENT_TGID: u32 = 0;
 /// Outstanding blocks: (tgid, address) → size, site. Sized by the agent (--max-allocs).
 #[map]
 static ALLOCS: HashMap<AllocKey, AllocInfo> = HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
+
+/// Pages where the allocator's blocks began since attach: (tgid, page address) → 1, freed blocks
+/// included. The agent finds the allocator's mappings by them, whenever they were made
+/// (`mappings::block_regions`). LRU: when full, the pages least recently noted go first.
+#[map]
+static BLOCK_PAGES: LruHashMap<AllocKey, u32> = LruHashMap::with_max_entries(1 << 16, 0);
+
+/// Per CPU: the last page noted in `BLOCK_PAGES` (most allocations follow one on the same page:
+/// they skip the map update).
+#[map]
+static LAST_PAGE: PerCpuArray<AllocKey> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per call-stack totals. Sized by the agent (--max-sites).
 #[map]
@@ -316,9 +327,26 @@ fn free_addr(tgid: u32, addr: u64) {
     }
 }
 
+/// Note the page where a block of `tgid` begins in `BLOCK_PAGES`, unless it is this CPU's last.
+#[inline(always)]
+fn note_page(tgid: u32, addr: u64) {
+    let key = AllocKey { tgid, _pad: 0, addr: addr & !0xfff };
+    if let Some(last) = LAST_PAGE.get_ptr_mut(0) {
+        // SAFETY: a per-CPU array slot, written only from this CPU with preemption off.
+        unsafe {
+            if (*last).tgid == tgid && (*last).addr == key.addr {
+                return;
+            }
+            *last = key;
+        }
+    }
+    let _ = BLOCK_PAGES.insert(&key, &1, 0);
+}
+
 /// Record a new outstanding block.
 #[inline(always)]
 fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
+    note_page(tgid, addr);
     let key = AllocKey { tgid, _pad: 0, addr };
     let info = AllocInfo { size, site };
     match ALLOCS.insert(key, info, BPF_NOEXIST as u64) {

@@ -105,6 +105,12 @@ impl AddressSpace {
         removed
     }
 
+    /// Address ranges [start, end) of the off-heap regions (mappings made outside an allocator
+    /// call since attach), in address order.
+    pub fn offheap_ranges(&self) -> Vec<(u64, u64)> {
+        self.regions.iter().filter(|(_, r)| r.site.is_some()).map(|(&s, r)| (s, r.end)).collect()
+    }
+
     /// Cumulative totals of every off-heap site (mapped = alloc, unmapped = free).
     pub fn offheap_sites(&self) -> impl Iterator<Item = (&SiteKey, &SiteStats)> {
         self.sites.iter()
@@ -143,7 +149,7 @@ impl AddressSpace {
 }
 
 /// The parts of [start, end) outside every range of `exclude` (sorted or not).
-fn outside(start: u64, end: u64, exclude: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub fn outside(start: u64, end: u64, exclude: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut cut: Vec<(u64, u64)> = exclude.iter().copied().filter(|&(s, e)| s < end && e > start).collect();
     cut.sort_unstable();
     let mut out = Vec::new();
@@ -197,6 +203,32 @@ pub fn glibc_arena_heaps(maps: &str) -> Vec<(u64, u64)> {
     out
 }
 
+/// The allocator's mappings found by the blocks it handed out, whenever they were made: the
+/// anonymous private read-write mappings of `maps` (the text of /proc/PID/maps) that hold one of
+/// `blocks` (addresses where blocks began since attach, freed ones included, sorted: the
+/// kernel's BLOCK_PAGES) or overlap one of `known` (the mappings found so at earlier
+/// checkpoints), as [start, end) in address order. jemalloc's extents,
+/// mimalloc's segments and tcmalloc's spans (when it maps rather than extends the brk heap) are
+/// anonymous mmaps with no shape of their own; a block the process's malloc returned lies in
+/// memory its allocator owns, which thread stacks, a runtime's heap or the program's own
+/// mappings never hold. Left out: named mappings (the brk heap, `[stack]`, files) and mappings
+/// overlapping `skip` (glibc's arena heaps, counted as such). What this cannot tell: a mapping
+/// where no block began since attach is not found, and the kernel merges neighbouring
+/// anonymous mappings of the same flags into one, so a mapping of the program's made next to
+/// the allocator's (before attach) counts with it.
+pub fn block_regions(maps: &str, blocks: &[u64], known: &[(u64, u64)], skip: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let overlaps = |ranges: &[(u64, u64)], s: u64, e: u64| ranges.iter().any(|&(a, b)| a < e && b > s);
+    maps.lines()
+        .filter_map(crate::procinfo::parse_maps_line)
+        .filter(|l| l.inode == 0 && l.path.is_empty() && l.perms == "rw-p" && !overlaps(skip, l.start, l.end))
+        .filter(|l| {
+            let first = blocks.partition_point(|&b| b < l.start);
+            blocks.get(first).is_some_and(|&b| b < l.end) || overlaps(known, l.start, l.end)
+        })
+        .map(|l| (l.start, l.end))
+        .collect()
+}
+
 /// Resident bytes of [start, end), from pagemap entries (bit 63: page present in RAM).
 pub fn resident_bytes(pagemap: &File, start: u64, end: u64) -> Option<u64> {
     let mut resident = 0;
@@ -242,6 +274,37 @@ mod tests {
             glibc_arena_heaps(maps),
             vec![(0x7f3a94000000, 0x7f3a94132000), (0x7f3a98000000, 0x7f3a9c000000), (0x7f3a9c000000, 0x7f3a9c021000)]
         );
+    }
+
+    #[test]
+    fn block_regions_are_the_mappings_holding_blocks() {
+        let maps = "\
+55d4c8a00000-55d4c8a21000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0000400000 rw-p 00000000 00:00 0 
+7f0000400000-7f0000600000 ---p 00000000 00:00 0 
+7f0000600000-7f0000800000 rw-p 00000000 00:00 0 
+7f1000000000-7f1000200000 rw-p 00000000 00:00 0 
+7f2000000000-7f2000001000 ---p 00000000 00:00 0 
+7f2000001000-7f2000801000 rw-p 00000000 00:00 0 
+7f3000000000-7f3000100000 rw-p 00000000 00:00 0          /memfd:x (deleted)
+7f3a94000000-7f3a94132000 rw-p 00000000 00:00 0 
+7f3a94132000-7f3a98000000 ---p 00000000 00:00 0 
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+";
+        let arena = (0x7f3a94000000, 0x7f3a94132000);
+        // Blocks in the first extent, in the brk heap, in a memfd, in the arena heap and on the
+        // stack: only the extent is found (the others are named or counted elsewhere); the
+        // PROT_NONE reserve, the thread stack and the mapping with no block are not.
+        let blocks = [0x55d4c8a00100, 0x7f0000000010, 0x7f00003fff00, 0x7f3000000100, 0x7f3a94000100, 0x7ffd00000100];
+        let found = block_regions(maps, &blocks, &[], &[arena]);
+        assert_eq!(found, vec![(0x7f0000000000, 0x7f0000400000)]);
+        // A block at the very end of a mapping is not in it; the one that starts there is.
+        assert_eq!(block_regions(maps, &[0x7f0000800000], &[], &[]), Vec::<(u64, u64)>::new());
+        assert_eq!(block_regions(maps, &[0x7f0000600000], &[], &[]), vec![(0x7f0000600000, 0x7f0000800000)]);
+        // Found before, no block now: still the allocator's while a mapping overlaps it (here
+        // grown by a merge).
+        let known = [(0x7f1000000000, 0x7f1000100000)];
+        assert_eq!(block_regions(maps, &[], &known, &[arena]), vec![(0x7f1000000000, 0x7f1000200000)]);
     }
 
     #[test]

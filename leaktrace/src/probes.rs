@@ -668,6 +668,26 @@ impl Tracer {
         self.ebpf.map("ALLOCS")
     }
 
+    /// Page addresses where blocks of `tgid` began since attach (the kernel's `BLOCK_PAGES`,
+    /// freed blocks included, the least recently noted dropped when the map is full), sorted.
+    /// One system call per entry of the map (65,536 at most). Errors: the map is missing or
+    /// unreadable.
+    pub fn block_pages(&self, tgid: u32) -> anyhow::Result<Vec<u64>> {
+        let map = self.ebpf.map("BLOCK_PAGES").context("no BLOCK_PAGES map")?;
+        let pages: HashMap<&MapData, leaktrace_common::AllocKey, u32> =
+            HashMap::try_from(map).context("BLOCK_PAGES is not a hash map")?;
+        let mut out = Vec::new();
+        for key in pages.keys() {
+            match key {
+                Ok(k) if k.tgid == tgid => out.push(k.addr),
+                Ok(_) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e).context("reading the BLOCK_PAGES map"),
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
     /// Why unwind tables are off altogether (the kernel's BTF lacks what the walk needs), if so.
     pub fn unwind_disabled(&self) -> Option<&str> {
         self.unwind.disabled.as_deref()

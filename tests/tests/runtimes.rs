@@ -857,10 +857,11 @@ fn node_retained_buffers_are_off_heap() {
 /// rose and levelled off is growth, and the young generation (bounded) is left out of the V8
 /// heap's growth: no site is a leak, the V8 heap does not grow, the verdict is not a leak (was
 /// "managed leak: the V8 heap grows +2.1 MiB/s", or +88 KiB/s when the resize came in the last
-/// seconds; when it came before the steady window, the old rules passed too).
+/// seconds; when it came before the steady window, the old rules passed too). Once, in CI, the
+/// old space's pages mapped after attach rose +4.8 KiB/s ± 2.5 to 48 KiB: under 1 % of the
+/// process's RSS-anon over the run, within the managed heap's noise floor (unit test
+/// `tiny_managed_rise_against_rss_is_not_a_leak`).
 #[test]
-#[ignore = "flaky in CI (2026-11-30): once 'managed leak: the V8 heap grows +4.8 KiB/s ± 2.5 to 48 KiB' \
-            when V8's old space moved during the window; passes alone: run with --ignored"]
 fn node_churn_attached_later_is_not_a_leak() {
     require_root();
     let mut cmd = Command::new("node");

@@ -315,9 +315,9 @@ fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
 }
 
 /// What the production end-to-end tests (tests/tests/production.rs) need besides the compilers:
-/// jemalloc and tcmalloc to link fixtures with, the static C library (`gcc -static`), bpftool
-/// (to see that a killed agent leaves no eBPF program behind), and util-linux's unshare and
-/// setpriv (a container, a non-root run).
+/// jemalloc, tcmalloc and mimalloc to link fixtures with and to LD_PRELOAD (tests/tests/verdicts.rs),
+/// the static C library (`gcc -static`), bpftool (to see that a killed agent leaves no eBPF program
+/// behind), and util-linux's unshare and setpriv (a container, a non-root run).
 fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     // gcc prints the full path of a library it can link with, else only the name given.
     let gcc_finds = |file: &str| {
@@ -330,6 +330,10 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (gcc_finds("libjemalloc.so"), "libjemalloc-dev"),
         (gcc_finds("libtcmalloc.so"), "libgoogle-perftools-dev"),
         (gcc_finds("libmimalloc.so"), "libmimalloc-dev"),
+        // The runtime libraries tests/tests/verdicts.rs LD_PRELOADs (Debian's package names).
+        (gcc_finds("libjemalloc.so.2"), "libjemalloc2"),
+        (gcc_finds("libtcmalloc_minimal.so.4"), "libtcmalloc-minimal4"),
+        (gcc_finds("libmimalloc.so.2"), "libmimalloc2.0"),
         (which("musl-gcc").is_some(), "musl-tools"),
         (gcc_finds("libc.a"), "libc6-dev"),
         (sbin_or_path("bpftool"), "bpftool"),

@@ -334,13 +334,16 @@ pub struct KindGrowth {
     pub trend: Trend,
     /// Post-GC troughs the trend was fitted on (0: fitted on every point of the window).
     pub troughs: usize,
-    /// max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native malloc bytes),
-    /// [`SITE_FLOOR_FRACTION`] × peak / span duration).
+    /// Bytes per second: max([`KIND_FLOOR_BYTES_PER_S`] ([`SITE_FLOOR_BYTES_PER_S`] for native
+    /// malloc bytes), [`SITE_FLOOR_FRACTION`] × peak / span duration), where the peak of the
+    /// managed heap is at least the process's peak RSS-anon (a heap summed from sites mapped
+    /// since attach is a slice of the heap: a rise under 1 % of RSS-anon is no evidence).
     pub noise_floor_bytes_per_s: f64,
     /// The trend is significant growth above the noise floor (never when its slope is ≤ 0, nor
     /// when the series levelled off).
     pub grows: bool,
-    /// Managed heap only: it rose over the steady window but stayed flat (not significant, or
+    /// Managed heap only: it rose over the steady window (significantly, above the noise floor)
+    /// but stayed flat (not significant, or
     /// slower than [`PLATEAU_RATIO`] of the steady slope) through the last quarter of the run,
     /// fitted on its post-GC troughs when collections were seen there: levelled off, not growing.
     pub levelled_off: bool,
@@ -375,6 +378,14 @@ pub struct Summary {
     /// whenever they were made), and their resident bytes; None without the figure.
     pub allocator_arena_heaps: Option<u32>,
     pub allocator_arena_resident_end_bytes: Option<u64>,
+    /// Other mappings found to hold the allocator's blocks at the last checkpoint (jemalloc's,
+    /// mimalloc's, tcmalloc's mmaps, whenever they were made: `AllocatorFootprint::block_regions`)
+    /// and their resident bytes; None without the figure.
+    pub allocator_block_regions: Option<u32>,
+    pub allocator_block_region_resident_end_bytes: Option<u64>,
+    /// The malloc that is not glibc's among the probed objects ("jemalloc", "tcmalloc",
+    /// "mimalloc"), from the probes' object names; None for glibc, musl or an unknown one.
+    pub allocator_family: Option<&'static str>,
     /// Steady-window slope of the traced live bytes (every site, malloc and mappings), bytes per
     /// second.
     pub growth_bytes_per_s: f64,

@@ -326,6 +326,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     memory.runtime_live_bytes = with_times(&by_kind.runtime);
     let steady_from = times.get(win.steady.start).copied().unwrap_or(0.0);
     let late_from = win.late.as_ref().and_then(|r| times.get(r.start)).copied();
+    let rss_anon_peak = memory.rss_anon_bytes.iter().map(|p| p.1).max().unwrap_or(0);
     let kind_growth = |kind: MemoryKind, source: &str, pts: &[(f64, u64)]| -> KindGrowth {
         let ts: Vec<f64> = pts.iter().map(|p| p.0).collect();
         let vs: Vec<u64> = pts.iter().map(|p| p.1).collect();
@@ -336,10 +337,15 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         let troughs = post_gc.as_ref().map_or(0, Vec::len);
         let trend = fit(post_gc.as_deref().unwrap_or(&window));
         let peak = vs.iter().copied().max().unwrap_or(0);
+        // A managed heap is judged against the process's anonymous memory too: summed from its
+        // sites it is only what was mapped since attach (a slice of the heap), and a rise over
+        // the run under 1 % of RSS-anon is what a collected heap moves by between collections
+        // (a few pages promoted into V8's old space), not evidence of a leak.
+        let scale = if kind == MemoryKind::Managed { peak.max(rss_anon_peak) } else { peak };
         // Native bytes are exact malloc sizes (a site's floor); the other series hold pages.
         let abs_floor = if kind == MemoryKind::Native { SITE_FLOOR_BYTES_PER_S } else { KIND_FLOOR_BYTES_PER_S };
         let floor = if span_duration > 0.0 {
-            (SITE_FLOOR_FRACTION * peak as f64 / span_duration).max(abs_floor)
+            (SITE_FLOOR_FRACTION * scale as f64 / span_duration).max(abs_floor)
         } else {
             abs_floor
         };
@@ -347,8 +353,10 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         // sizing up its young generation, a heap filled to its working set) levelled off: not
         // growth, as a site that levels off is no leak. Judged on every point when no
         // collections were seen, on the troughs otherwise.
+        // It must have risen: significantly, above its floor (a rise within the floor is flat).
         let levelled_off = kind == MemoryKind::Managed
-            && trend.slope_bytes_per_s > 0.0
+            && trend.significant_growth
+            && trend.slope_bytes_per_s > floor
             && late_from.is_some_and(|from| {
                 let late_window = points(&ts, &vs, time_range(&ts, from, span_to));
                 let late_points = match post_gc_troughs(&late_window) {
@@ -443,6 +451,11 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         allocator_resident_growth_bytes_per_s: allocator_trend.map(|t| t.slope_bytes_per_s),
         allocator_arena_heaps: last_allocator.map(|f| f.arena_heaps),
         allocator_arena_resident_end_bytes: last_allocator.map(|f| f.arena_resident_bytes),
+        allocator_block_regions: last_allocator.map(|f| f.block_regions),
+        allocator_block_region_resident_end_bytes: last_allocator.map(|f| f.block_region_resident_bytes),
+        allocator_family: ["jemalloc", "tcmalloc", "mimalloc"]
+            .into_iter()
+            .find(|fam| rec.probes.iter().any(|p| p.object.rsplit('/').next().is_some_and(|name| name.contains(fam)))),
         growth_bytes_per_s: traced_trend.slope_bytes_per_s,
         growth_bytes_per_unit: traced_unit_trend.map(|t| t.slope_bytes_per_s),
         native_growth_bytes_per_unit: native_unit_trend.map(|t| t.slope_bytes_per_s),
@@ -459,6 +472,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         win: &win,
         duration: span_duration,
         native_trend: &native_trend,
+        native_median_bytes_per_s: median_slope(&points(times, &native, win.steady.clone())),
         traced_trend: &traced_trend,
         rss_anon_trend: rss_anon_trend.as_ref(),
         rss_anon: &memory.rss_anon_bytes,
@@ -472,6 +486,21 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
+    // A managed heap measured not to grow makes none of its sites a leak (pages mapped after
+    // attach whose predecessors were unmapped unseen, and the runtime's bookkeeping of them):
+    // they hold memory of a bounded heap, a cache as look-alikes are. The same for the runtime's
+    // own sites while its series does not grow.
+    if let Some(rt) = rec.target.runtime {
+        let flat = |k: MemoryKind| kind_list.iter().any(|g| g.kind == k && g.trend.n >= MIN_WINDOW_POINTS && !g.grows);
+        let (managed_flat, runtime_flat) = (flat(MemoryKind::Managed), flat(MemoryKind::Runtime));
+        for s in sites.iter_mut().filter(|s| s.class == SiteClass::Leak) {
+            let follows = s.memory_kind == MemoryKind::Runtime && crate::runtimes::follows_managed_heap(rt, &s.frames);
+            let kind = if follows { MemoryKind::Managed } else { s.memory_kind };
+            if (kind == MemoryKind::Managed && managed_flat) || (kind == MemoryKind::Runtime && runtime_flat) {
+                s.class = SiteClass::Cache;
+            }
+        }
+    }
 
     // A command that exited: what it still held (LeakSanitizer's list at exit, filled in by the
     // caller); when its run was too short to have a shape, that list is the answer and the

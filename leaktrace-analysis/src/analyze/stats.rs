@@ -3,6 +3,29 @@
 
 use super::*;
 
+/// Theil–Sen slope of `(t_s, bytes)` points, bytes per second: the median of the slopes between
+/// every two points at different times (at most 200 points are used, evenly spaced). Robust to
+/// a few points far off the line: blocks caught live at one checkpoint, between their malloc
+/// and their free, move it little. None with fewer than two distinct times.
+pub fn median_slope(points: &[(f64, f64)]) -> Option<f64> {
+    let step = points.len().div_ceil(200).max(1);
+    let pts: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
+    let mut slopes: Vec<f64> = Vec::new();
+    for (i, a) in pts.iter().enumerate() {
+        for b in &pts[i + 1..] {
+            if b.0 != a.0 {
+                slopes.push((b.1 - a.1) / (b.0 - a.0));
+            }
+        }
+    }
+    if slopes.is_empty() {
+        return None;
+    }
+    slopes.sort_by(f64::total_cmp);
+    let m = slopes.len() / 2;
+    Some(if slopes.len() % 2 == 1 { slopes[m] } else { 0.5 * (slopes[m - 1] + slopes[m]) })
+}
+
 /// Two-sided 95 % quantile of Student's t with `df` degrees of freedom.
 pub fn t_crit95(df: usize) -> f64 {
     const TABLE: [f64; 30] = [

@@ -15,6 +15,9 @@ pub(super) struct ProcessInput<'a> {
     pub(super) win: &'a Windows,
     pub(super) duration: f64,
     pub(super) native_trend: &'a Trend,
+    /// Theil–Sen slope of the live malloc bytes over the steady window ([`median_slope`]),
+    /// bytes per second; None with too few points.
+    pub(super) native_median_bytes_per_s: Option<f64>,
     pub(super) traced_trend: &'a Trend,
     pub(super) rss_anon_trend: Option<&'a Trend>,
     pub(super) rss_anon: &'a [(f64, u64)],
@@ -156,21 +159,23 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     // `grows` grows significantly above its floor while `live` grows slower than a quarter of
     // it. Flat means slow compared with `grows`, whatever its significance: a noisy live slope
     // close to it is not evidence of fragmentation.
-    let outgrows = |grows: &Trend, floor: f64, live: &Trend| {
+    let outgrows = |grows: &Trend, floor: f64, live: f64| {
         grows.n >= MIN_WINDOW_POINTS
             && grows.significant_growth
             && grows.slope_bytes_per_s > floor
-            && live.slope_bytes_per_s < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
+            && live < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
     };
-    let gap = |grows: &Trend, live: &Trend| 1.0 - (live.slope_bytes_per_s.max(0.0) / grows.slope_bytes_per_s).min(1.0);
+    let gap = |grows: &Trend, live: f64| 1.0 - (live.max(0.0) / grows.slope_bytes_per_s).min(1.0);
 
     // Fragmentation, measured: the allocator's own resident memory (brk heap and arenas) grows,
-    // live malloc bytes do not.
-    let alloc_grows =
-        p.allocator_trend.filter(|at| outgrows(at, process_floor(p.allocator, p.duration), p.native_trend));
+    // live malloc bytes do not. Their slope is the smaller of the least-squares and the
+    // Theil–Sen one: blocks caught live at a checkpoint or two between their malloc and free
+    // (a batch allocated and freed at once) pull a least-squares slope, not the median.
+    let native_live = p.native_trend.slope_bytes_per_s.min(p.native_median_bytes_per_s.unwrap_or(f64::INFINITY));
+    let alloc_grows = p.allocator_trend.filter(|at| outgrows(at, process_floor(p.allocator, p.duration), native_live));
     if let Some(at) = alloc_grows {
-        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, p.native_trend) * share * p.f_drops);
-        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: p.native_trend.slope_bytes_per_s };
+        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native_live) * share * p.f_drops);
+        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native_live };
         return verdict(ProcessClass::Fragmentation, confidence, reason);
     }
 
@@ -179,15 +184,18 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     // young generation): not growth.
     let rss_grows = p.rss_anon_trend.filter(|rt| {
         let floor = process_floor(p.rss_anon, p.duration);
-        outgrows(rt, floor, p.traced_trend) && !levelled_off(p.rss_anon, p.late_from, p.span_to, rt, floor)
+        outgrows(rt, floor, p.traced_trend.slope_bytes_per_s)
+            && !levelled_off(p.rss_anon, p.late_from, p.span_to, rt, floor)
     });
     if let Some(rt) = rss_grows {
         // With the allocator's footprint measured (and not growing), the growth is not the
         // malloc heap's.
         let heap_flat = p.allocator_trend.is_some_and(|t| t.n >= MIN_WINDOW_POINTS);
         let f_heap = if heap_flat { 0.7 } else { 1.0 };
-        let confidence =
-            clamp_conf((f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend) * share * p.f_drops * f_heap).min(0.8));
+        let confidence = clamp_conf(
+            (f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend.slope_bytes_per_s) * share * p.f_drops * f_heap)
+                .min(0.8),
+        );
         let reason =
             Reason::RssOutgrowsTraced { trend: *rt, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, heap_flat };
         return verdict(ProcessClass::Fragmentation, confidence, reason);
@@ -196,11 +204,13 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     // Shared memory grows, nothing traced does (mappings made before attach, or shared memory
     // the program does not map through a traced call): off-heap memory that grows, never "no
     // leak". Confidence at most 0.7: the memory is not attributed to a stack.
-    let shmem_grows =
-        p.rss_shmem_trend.filter(|st| outgrows(st, process_floor(p.rss_shmem, p.duration), p.traced_trend));
+    let shmem_grows = p
+        .rss_shmem_trend
+        .filter(|st| outgrows(st, process_floor(p.rss_shmem, p.duration), p.traced_trend.slope_bytes_per_s));
     if let Some(st) = shmem_grows {
-        let confidence =
-            clamp_conf((f_tstat(st) * f_points(st.n) * gap(st, p.traced_trend) * share * p.f_drops).min(0.7));
+        let confidence = clamp_conf(
+            (f_tstat(st) * f_points(st.n) * gap(st, p.traced_trend.slope_bytes_per_s) * share * p.f_drops).min(0.7),
+        );
         let reason = Reason::UntracedShmem { trend: *st, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s };
         return verdict(ProcessClass::OffHeap, confidence, reason);
     }
@@ -276,28 +286,43 @@ pub(super) fn kind_verdict(
     }
     growing.sort_by(|a, b| b.trend.slope_bytes_per_s.total_cmp(&a.trend.slope_bytes_per_s));
     let has_leak_site = |k: MemoryKind| sites.iter().any(|s| s.class == SiteClass::Leak && s.memory_kind == k);
+    // The runtime's bookkeeping of the managed heap's pages (V8's per-page free lists) is the
+    // managed heap's: it grows as the heap maps pages, and is judged with it.
+    let kind_of = |s: &SiteAnalysis| {
+        if s.memory_kind == MemoryKind::Runtime && crate::runtimes::follows_managed_heap(rt, &s.frames) {
+            MemoryKind::Managed
+        } else {
+            s.memory_kind
+        }
+    };
     let mut rates: Vec<(MemoryKind, f64)> = Vec::new();
     for s in sites.iter().filter(|s| s.class == SiteClass::Leak) {
-        match rates.iter_mut().find(|(k, _)| *k == s.memory_kind) {
+        match rates.iter_mut().find(|(k, _)| *k == kind_of(s)) {
             Some((_, r)) => *r += s.growth_bytes_per_s,
-            None => rates.push((s.memory_kind, s.growth_bytes_per_s)),
+            None => rates.push((kind_of(s), s.growth_bytes_per_s)),
         }
     }
     rates.sort_by(|a, b| b.1.total_cmp(&a.1));
-    // A managed heap whose measured slope is ≤ 0 does not grow, whatever its sites look like
-    // (pages mapped after attach whose predecessors, mapped before, were unmapped unseen).
-    let managed_shrinks = managed.is_some_and(|m| m.trend.n >= MIN_WINDOW_POINTS && m.trend.slope_bytes_per_s <= 0.0);
-    if managed_shrinks {
-        rates.retain(|(k, _)| *k != MemoryKind::Managed);
-    }
+    // A managed heap measured not to grow (slope ≤ 0, or a rise within its noise floor: under
+    // 1 % of RSS-anon over the run) does not grow, whatever its sites look like (pages mapped
+    // after attach whose predecessors, mapped before, were unmapped unseen; a few pages promoted
+    // into V8's old space).
+    // The same for the runtime's own memory (its bookkeeping, not the program's): runtime sites
+    // that look like leaks while the runtime's series does not grow above its floor (V8's task
+    // queue holding one more task at the end) make no leak.
+    let measured_flat =
+        |k: MemoryKind| kinds.iter().find(|g| g.kind == k).is_some_and(|g| g.trend.n >= MIN_WINDOW_POINTS && !g.grows);
+    let flat_kind = |k: MemoryKind| matches!(k, MemoryKind::Managed | MemoryKind::Runtime) && measured_flat(k);
+    rates.retain(|(k, _)| !flat_kind(*k));
     let leak_kind = match growing.iter().find(|g| g.kind == MemoryKind::Managed || has_leak_site(g.kind)) {
         Some(g) => Some(g.kind),
         None => rates.first().map(|(k, _)| *k),
     };
-    let only_managed_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
-        && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| s.memory_kind == MemoryKind::Managed);
-    if leak_kind.is_none() && managed_shrinks && only_managed_leaks && v.class == ProcessClass::Leak {
-        // The only leaking sites are the managed heap's, and the heap does not grow: no leak.
+    let only_flat_kind_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
+        && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| flat_kind(kind_of(s)));
+    if leak_kind.is_none() && only_flat_kind_leaks && v.class == ProcessClass::Leak {
+        // The only leaking sites are the managed heap's or the runtime's, and neither grows: no
+        // leak.
         let native = kinds.iter().find(|g| g.kind == MemoryKind::Native).map_or(0.0, |g| g.trend.slope_bytes_per_s);
         return Verdict {
             class: ProcessClass::Flat,
@@ -327,7 +352,7 @@ pub(super) fn kind_verdict(
         }
         Some(k) => {
             let mut of_kind: Vec<(usize, &SiteAnalysis)> =
-                sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak && s.memory_kind == k).collect();
+                sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak && kind_of(s) == k).collect();
             of_kind.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
             let Some(&(top_index, top)) = of_kind.first() else { return v };
             let stack = Stack {

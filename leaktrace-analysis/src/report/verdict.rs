@@ -65,19 +65,31 @@ fn released_at_exit(a: &Analysis) -> Option<String> {
     (!named.is_empty()).then(|| format!("released only at exit: freed at exit: {}", named.join(", ")))
 }
 
-/// What the allocator's resident figure is made of: "brk heap and 8 glibc arena heaps, 150.0 MiB
-/// resident at the end, 120.0 MiB of it in the arenas" (or "brk heap and its mappings" when no
-/// arena heap was found).
+/// What the allocator's resident figure is made of: "brk heap and 8 glibc arena heap(s), 150.0
+/// MiB resident at the end, 120.0 MiB of it in the arenas", "brk heap and 3 jemalloc mapping(s)
+/// holding its blocks, 90.0 MiB resident at the end, 89.0 MiB of it in those mappings" (or "brk
+/// heap and its mappings" when neither was found).
 fn allocator_parts(a: &Analysis) -> String {
-    let end = a.summary.allocator_resident_end_bytes.unwrap_or(0);
-    match (a.summary.allocator_arena_heaps, a.summary.allocator_arena_resident_end_bytes) {
-        (Some(n), Some(arena)) if n > 0 => format!(
-            "brk heap and {n} glibc arena heap(s), {} resident at the end, {} of it in the arenas",
-            hb(end),
-            hb(arena)
-        ),
-        _ => format!("brk heap and its mappings, {} resident at the end", hb(end)),
+    let s = &a.summary;
+    let end = s.allocator_resident_end_bytes.unwrap_or(0);
+    let mut parts = Vec::new();
+    let mut of_it = Vec::new();
+    if let (Some(n), Some(arena)) = (s.allocator_arena_heaps, s.allocator_arena_resident_end_bytes)
+        && n > 0
+    {
+        parts.push(format!("{n} glibc arena heap(s)"));
+        of_it.push(format!("{} of it in the arenas", hb(arena)));
     }
+    if let (Some(n), Some(res)) = (s.allocator_block_regions, s.allocator_block_region_resident_end_bytes)
+        && n > 0
+    {
+        parts.push(format!("{n} {} mapping(s) holding its blocks", s.allocator_family.unwrap_or("allocator")));
+        of_it.push(format!("{} in those mappings", hb(res)));
+    }
+    if parts.is_empty() {
+        return format!("brk heap and its mappings, {} resident at the end", hb(end));
+    }
+    format!("brk heap and {}, {} resident at the end, {}", parts.join(" and "), hb(end), of_it.join(", "))
 }
 
 /// "N % of allocator calls were not traced (counters; raise ...)".
@@ -226,7 +238,8 @@ fn kind_label(rt: Runtime, k: MemoryKind) -> String {
 }
 
 /// "native grows +1.0 KiB/s", "V8 heap rose and levelled off (+2.1 MiB/s over the steady
-/// window, flat in the last quarter)" or "Python heap flat (+0 B/s)".
+/// window, flat in the last quarter)", "V8 heap flat (+4.8 KiB/s, below its noise floor of
+/// +37.5 KiB/s)" or "Python heap flat (+0 B/s)".
 fn state(rt: Runtime, g: &KindGrowth) -> String {
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
@@ -235,6 +248,13 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
             "{} rose and levelled off ({} over the steady window, flat in the last quarter)",
             kind_label(rt, g.kind),
             hr(g.trend.slope_bytes_per_s)
+        )
+    } else if g.trend.significant_growth && g.trend.slope_bytes_per_s > 0.0 {
+        format!(
+            "{} flat ({}, below its noise floor of {})",
+            kind_label(rt, g.kind),
+            hr(g.trend.slope_bytes_per_s),
+            hr(g.noise_floor_bytes_per_s)
         )
     } else {
         format!("{} flat ({})", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))

@@ -89,6 +89,18 @@ pub fn site_label(runtime: Option<Runtime>, kind: MemoryKind, stack: &Stack) -> 
     }
 }
 
+/// True for the runtime's bookkeeping of its managed heap's pages, allocated once per page the
+/// heap maps (Node: a stack through `v8::internal::MemoryAllocator::AllocatePage`, e.g. V8's
+/// per-page free-list categories): it grows and levels off with the heap, and is judged with it.
+pub fn follows_managed_heap(runtime: Runtime, frames: &[Frame]) -> bool {
+    match runtime {
+        Runtime::Node => {
+            frames.iter().take(16).any(|f| function(f).starts_with("v8::internal::MemoryAllocator::AllocatePage"))
+        }
+        _ => false,
+    }
+}
+
 /// Human name of a runtime's managed heap ("Python heap", "Java heap", ...).
 pub fn heap_name(runtime: Runtime) -> &'static str {
     match runtime {

@@ -88,6 +88,11 @@ pub(super) struct Traced {
     pub(super) teardown_probes: BTreeSet<(String, &'static str)>,
     /// What the session loop keeps of it: how it ended, its teardown, untraced children.
     pub(super) session: super::session::SessionState,
+    /// The allocator's mappings found by the addresses of its blocks (`mappings::block_regions`)
+    /// at the last checkpoint, [start, end).
+    pub(super) block_regions: Vec<(u64, u64)>,
+    /// When the live blocks were last read from the kernel for that, and how long it took.
+    pub(super) block_scan: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 /// (device, inode) of the executable `pid` runs.
@@ -178,6 +183,8 @@ impl Traced {
             cgroup_seen: None,
             teardown_probes: BTreeSet::new(),
             session: Default::default(),
+            block_regions: Vec::new(),
+            block_scan: None,
         };
         t.watch_cgroup();
         if !launched {
@@ -580,7 +587,13 @@ impl Traced {
         // which would count an arena made after attach twice).
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
         let arenas = mappings::glibc_arena_heaps(&maps);
-        let resident = self.space.resident(self.pid, &arenas);
+        // Other allocators' mappings (jemalloc, mimalloc, tcmalloc's mmaps), made before attach
+        // or after: the anonymous mappings where its blocks began since attach.
+        let blocks = self.scan_blocks(tracer);
+        self.block_regions =
+            mappings::block_regions(&maps, blocks.as_deref().unwrap_or(&[]), &self.block_regions, &arenas);
+        let counted: Vec<(u64, u64)> = arenas.iter().chain(&self.block_regions).copied().collect();
+        let resident = self.space.resident(self.pid, &counted);
         let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
             self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
         let all = sites.into_iter().map(|(k, v)| (k, v, None)).chain(offheap.into_iter().map(|(k, v)| {
@@ -643,6 +656,16 @@ impl Traced {
             f.arena_heaps = arenas.len() as u32;
             f.arena_bytes = arenas.iter().map(|(s, e)| e - s).sum();
             f.arena_resident_bytes = arenas.iter().map(|&(s, e)| resident(s, e)).sum();
+            // Off-heap regions merged into a block region are counted at their sites.
+            let offheap = self.space.offheap_ranges();
+            f.block_regions = self.block_regions.len() as u32;
+            f.block_region_bytes = self.block_regions.iter().map(|(s, e)| e - s).sum();
+            f.block_region_resident_bytes = self
+                .block_regions
+                .iter()
+                .flat_map(|&(s, e)| mappings::outside(s, e, &offheap))
+                .map(|(s, e)| resident(s, e))
+                .sum();
             f
         });
         let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
@@ -659,6 +682,33 @@ impl Traced {
         });
         thin(&mut self.checkpoints, MAX_CHECKPOINTS);
         Some((live, rss))
+    }
+
+    /// Pages where this process's blocks began since attach (sorted), read from the kernel's
+    /// BLOCK_PAGES map for [`mappings::block_regions`]; None when not due, unreadable, when the
+    /// only malloc probed is the C library's (glibc's regions are the brk heap and its arena
+    /// heaps, found by shape; its other mappings are large chunks, tracked since attach), or
+    /// with CPython's allocator probed (`--pymalloc`: its blocks lie in the runtime's arenas).
+    /// The read costs one system call per page noted, so it is made again only after 20 times
+    /// its last duration (at most 10 s).
+    fn scan_blocks(&mut self, tracer: &Tracer) -> Option<Vec<u64>> {
+        let is_libc = |object: &str| {
+            let name = object.rsplit('/').next().unwrap_or(object);
+            ["libc.so", "libc-", "libc.musl", "ld-musl"].iter().any(|p| name.starts_with(p))
+        };
+        let other_malloc = self.probes.iter().any(|p| p.function.ends_with("malloc") && !is_libc(&p.object));
+        if !other_malloc || self.probes.iter().any(|p| p.function.starts_with("PyObject_")) {
+            return None;
+        }
+        let now = std::time::Instant::now();
+        if let Some((at, cost)) = self.block_scan
+            && now.duration_since(at) < (cost * 20).min(std::time::Duration::from_secs(10))
+        {
+            return None;
+        }
+        let pages = tracer.block_pages(self.pid).ok()?;
+        self.block_scan = Some((now, now.elapsed()));
+        Some(pages)
     }
 
     /// When JIT frames (code outside any mapped file) stayed unnamed in a runtime that can write
