@@ -332,7 +332,9 @@ fn free_addr(tgid: u32, addr: u64) {
 fn note_page(tgid: u32, addr: u64) {
     let key = AllocKey { tgid, _pad: 0, addr: addr & !0xfff };
     if let Some(last) = LAST_PAGE.get_ptr_mut(0) {
-        // SAFETY: a per-CPU array slot, written only from this CPU with preemption off.
+        // SAFETY: this CPU's slot of a per-CPU array (get_ptr_mut checked the index), valid while
+        // the program runs; a program that interrupts this one on the CPU can at worst make an
+        // update repeat (the page is still inserted below by whichever wrote it last).
         unsafe {
             if (*last).tgid == tgid && (*last).addr == key.addr {
                 return;

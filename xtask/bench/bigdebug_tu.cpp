@@ -1,5 +1,5 @@
-// One translation unit of xtask/bench/objects.sh's library with ~100 MB of DWARF (compiled 45 times
-// with -DNS=ns0..ns44).
+// One translation unit of xtask/bench/objects.sh's library with ~100 MB of DWARF (compiled 110 times
+// with -DNS=ns0..ns109).
 #include <map>
 #include <string>
 #include <vector>
@@ -24,7 +24,7 @@ int work(int n) {
 }
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
-// ns0_alloc .. ns44_alloc: the allocation goes through this TU's own (C++) code.
+// ns0_alloc .. ns109_alloc: the allocation goes through this TU's own (C++) code.
 extern "C" void *CAT(NS, _alloc)(unsigned long n) {
   NS::work((int)n);
   return std::malloc(n);

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Scale of discovery and symbolization (issue #13): a process mapping 300 small shared objects
-# and one with ~100 MB of DWARF (-g3, 45 C++ translation units of std containers, regex and
+# and one with ~100 MB of DWARF (-g3, 110 C++ translation units of std containers, regex and
 # streams), traced by `leaktrace record --pid` for 5 s. Prints the objects' figures, then
 # leaktrace's wall time, peak RSS and what the report names.
 #
@@ -20,10 +20,10 @@ for i in $(seq 0 299); do
   gcc -O2 -g -fPIC -shared -o "$f" small/s$i.c
 done
 
-# One library with ~100 MB of DWARF: 45 translation units of the same C++ code in namespaces
-# ns0..ns44, -O0 -g3 -fno-eliminate-unused-debug-types (macro and type information kept).
+# One library with ~100 MB of DWARF: 110 translation units of the same C++ code in namespaces
+# ns0..ns109, -O0 -g3 -fno-eliminate-unused-debug-types (macro and type information kept).
 if [ ! -e big/libbigdebug.so ]; then
-  for i in $(seq 0 44); do
+  for i in $(seq 0 109); do
     echo "g++ -O0 -g3 -fno-eliminate-unused-debug-types -fPIC -c -DNS=ns$i $ROOT/xtask/bench/bigdebug_tu.cpp -o big/tu$i.o"
   done | xargs -P "$(nproc)" -I{} sh -c '{}'
   g++ -shared -o big/libbigdebug.so big/tu*.o
