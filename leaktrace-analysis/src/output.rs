@@ -29,7 +29,22 @@ use anyhow::Context as _;
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 /// Output files that mark a directory as holding a recording (or a comparison) already.
-pub const RECORDING_MARKERS: &[&str] = &["recording.json", "report.json", "check.json", "compare.json", "summary.json"];
+pub const RECORDING_MARKERS: &[&str] = &[
+    "recording.json",
+    "report.json",
+    "check.json",
+    "compare.json",
+    "summary.json",
+    // Every other file a run writes (report::FILES): a user's own report.md in the directory
+    // would otherwise be replaced without a word.
+    "report.md",
+    "stacks.folded",
+    "live.svg",
+    "growth.svg",
+    "memory.svg",
+    "profile.pb.gz",
+    "growth.pb.gz",
+];
 
 /// Permission bits of directories leaktrace makes (before the umask).
 const DIR_MODE: u32 = 0o755;
@@ -179,7 +194,8 @@ impl OutDir {
         for m in RECORDING_MARKERS {
             if rustix::fs::statat(&self.fd, *m, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
                 anyhow::bail!(
-                    "output directory {} already holds an earlier run ({}): choose another --out or remove it",
+                    "output directory {} already holds an earlier run ({}, a file leaktrace writes): choose another --out \
+                     or remove it",
                     self.path.display(),
                     self.path.join(m).display()
                 );
@@ -401,5 +417,21 @@ mod tests {
         out.subdir("pid-2").unwrap().write("x", b"1").unwrap();
         assert_eq!(std::fs::read(d.join("out/pid-2/x")).unwrap(), b"1");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn every_output_file_marks_an_earlier_run() {
+        for f in crate::report::FILES {
+            assert!(RECORDING_MARKERS.contains(&f), "{f} is written by a run but not checked before one");
+        }
+        let dir = std::env::temp_dir().join(format!("lt-out-user-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("report.md"), "my notes").unwrap();
+        let e = OutDir::for_out(&dir).err().expect("a directory with the user's report.md is refused");
+        assert!(format!("{e:#}").contains("report.md"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(dir.join("report.md")).unwrap(), "my notes");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
