@@ -355,6 +355,16 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     for t in targets.iter_mut() {
         t.jit_final();
     }
+    if opts.jvm_perf_map
+        && !targets.iter().any(|t| t.runtime.as_ref().is_some_and(|r| r.name == crate::recording::Runtime::Jvm))
+    {
+        // Said, not silently ignored: the user asked for something that had nothing to act on.
+        let line = "--jvm-perf-map did nothing: no traced process runs a JVM".to_string();
+        eprintln!("leaktrace: {line}");
+        for t in targets.iter_mut() {
+            t.warnings.push(line.clone());
+        }
+    }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
         Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
