@@ -288,7 +288,7 @@ fn allocator_rest(rec: &Recording, a: &Analysis) -> String {
         )
     } else {
         "blocks allocated before attach and still live, or freed memory the allocator keeps and its \
-         overhead (which, unknown)"
+         overhead; which of them is not known"
             .to_string()
     }
 }
@@ -319,12 +319,23 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     if let Some(fp) = s.allocator_resident_end_bytes {
         // The allocator's footprint holds the traced live bytes and the rest: say what is known
         // of the rest ([`allocator_rest`]).
-        parts.push(format!("{} {}", allocator_rest(rec, a), bytes(fp.saturating_sub(native))));
+        // Attached: an allocator's mapping where no block began since attach is not found (other
+        // mallocs than glibc are found by the blocks in their mappings).
+        let missed = if rec.target.launched {
+            ""
+        } else {
+            "; a mapping of the allocator where no block began since attach is not counted"
+        };
+        parts.push(format!(
+            "the allocator's other resident memory {} ({}{missed})",
+            bytes(fp.saturating_sub(native)),
+            allocator_rest(rec, a)
+        ));
         accounted = accounted.saturating_add(fp.saturating_sub(native));
     }
     let _ = writeln!(
         md,
-        "- Memory outside what was traced: RSS anon is {} at the end; {} account for {}; the other {} \
+        "- Memory outside what was traced: RSS anon is {} at the end; {}: {} in all; the other {} \
          (thread stacks, memory allocated before attach or by untraced allocators, runtime memory) \
          is not attributed to any stack.",
         bytes(anon),
