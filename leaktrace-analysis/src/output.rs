@@ -29,22 +29,14 @@ use anyhow::Context as _;
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 /// Output files that mark a directory as holding a recording (or a comparison) already.
-pub const RECORDING_MARKERS: &[&str] = &[
-    "recording.json",
-    "report.json",
-    "check.json",
-    "compare.json",
-    "summary.json",
-    // Every other file a run writes (report::FILES): a user's own report.md in the directory
-    // would otherwise be replaced without a word.
-    "report.md",
-    "stacks.folded",
-    "live.svg",
-    "growth.svg",
-    "memory.svg",
-    "profile.pb.gz",
-    "growth.pb.gz",
-];
+pub const RECORDING_MARKERS: &[&str] = &["recording.json", "report.json", "check.json", "compare.json", "summary.json"];
+
+/// The other files a run writes (`report::FILES` but report.json): one of them that is not a
+/// symlink (a user's own report.md, say) refuses the directory too, where it would be replaced
+/// without a word; a symlink planted at one of these names is replaced, never followed (it holds
+/// nothing to lose).
+pub const OUTPUT_FILES: &[&str] =
+    &["report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg", "profile.pb.gz", "growth.pb.gz"];
 
 /// Permission bits of directories leaktrace makes (before the umask).
 const DIR_MODE: u32 = 0o755;
@@ -189,9 +181,14 @@ impl OutDir {
 
     /// Error if this directory already holds the outputs of an earlier run: leaktrace never
     /// overwrites a recording, nor leaves old and new files side by side. A marker name taken by
-    /// anything (a symlink included) counts.
+    /// anything (a symlink included) counts; of the other output names (`OUTPUT_FILES`), anything but a
+    /// symlink.
     pub fn ensure_fresh(&self) -> anyhow::Result<()> {
-        for m in RECORDING_MARKERS {
+        let user_file = |m: &str| {
+            rustix::fs::statat(&self.fd, m, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink)
+        };
+        for m in RECORDING_MARKERS.iter().chain(OUTPUT_FILES.iter().filter(|m| user_file(m))) {
             if rustix::fs::statat(&self.fd, *m, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
                 anyhow::bail!(
                     "output directory {} already holds an earlier run ({}, a file leaktrace writes): choose another --out \
@@ -422,7 +419,10 @@ mod tests {
     #[test]
     fn every_output_file_marks_an_earlier_run() {
         for f in crate::report::FILES {
-            assert!(RECORDING_MARKERS.contains(&f), "{f} is written by a run but not checked before one");
+            assert!(
+                RECORDING_MARKERS.contains(&f) || OUTPUT_FILES.contains(&f),
+                "{f} is written by a run but not checked before one"
+            );
         }
         let dir = std::env::temp_dir().join(format!("lt-out-user-report-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -576,6 +576,8 @@ fn jvm_without_perf_map_says_how_to_name_java_frames() {
     let hint = warnings_with(&r, "--jvm-perf-map");
     assert_eq!(hint.len(), 1, "no note on how to name Java frames\n{ctx}");
     assert!(hint[0].contains("jcmd PID Compiler.perfmap"), "{}\n{ctx}", hint[0]);
+    // The JVM runs with the flag: the note does not tell the user to add it.
+    assert!(!hint[0].contains("PreserveFramePointer"), "{}\n{ctx}", hint[0]);
     assert!(warnings_with(&r, "without -XX:+PreserveFramePointer").is_empty(), "PreserveFramePointer is on\n{ctx}");
     assert!(
         !r.sites().iter().any(|s| frame_names(s).iter().any(|n| n.contains("Ledger."))),

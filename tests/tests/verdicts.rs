@@ -283,9 +283,27 @@ fn arena_rss_from_smaps(pid: u32) -> u64 {
 #[test]
 fn arenas_made_before_attach_are_counted() {
     require_root();
+    let mut cmd = Command::new(arenas_binary("arenas"));
+    cmd.arg("120");
+    let target = Target::spawn(cmd);
+    target.expect_pid_line();
+    assert_eq!(target.next_line(std::time::Duration::from_secs(30)).as_deref(), Some("ready"));
+    let before = arena_rss_from_smaps(target.pid);
+    assert!(before >= 64 << 20, "the 8 arenas hold only {before} B before attach (8 MiB each expected)");
+    assert_fragmentation_counted(
+        target.pid,
+        "arenas",
+        ("arena Rss", arena_rss_from_smaps),
+        before,
+        "8 glibc arena heap(s)",
+    );
+}
+
+/// tests/fixtures/arenas.c compiled (`gcc -O1 -g -pthread`) as `name` in the fixtures directory.
+fn arenas_binary(name: &str) -> PathBuf {
     let dir = temp_root().join("fixtures-verdicts");
     std::fs::create_dir_all(&dir).expect("create fixtures-verdicts");
-    let bin = dir.join("arenas");
+    let bin = dir.join(name);
     let o = Command::new("gcc")
         .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
         .arg(&bin)
@@ -293,23 +311,31 @@ fn arenas_made_before_attach_are_counted() {
         .output()
         .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
     assert!(o.status.success(), "compiling arenas.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-    let mut cmd = Command::new(&bin);
-    cmd.arg("120");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
-    assert_eq!(target.next_line(std::time::Duration::from_secs(30)).as_deref(), Some("ready"));
-    let before = arena_rss_from_smaps(target.pid);
-    assert!(before >= 64 << 20, "the 8 arenas hold only {before} B before attach (8 MiB each expected)");
+    bin
+}
 
-    let out = OutDir::new("arenas");
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", "16s", "--interval", "500ms"]);
+/// Record the running arenas.c `pid` (attached, 16 s at 500 ms) into `out_name` and check what
+/// both allocator tests ask: the allocator's resident figure at the end within 25 % of
+/// `rss.1(pid)` after the recording (`rss.0` names it; `before` is its value before attach), the
+/// verdict fragmentation naming `parts`, never memory that "comes from elsewhere", no leak site.
+/// Returns (allocator resident at the end, bytes, the measured Rss after, the verdict's summary).
+fn assert_fragmentation_counted(
+    pid: u32,
+    out_name: &str,
+    rss: (&str, fn(u32) -> u64),
+    before: u64,
+    parts: &str,
+) -> (f64, u64, String) {
+    let out = OutDir::new(out_name);
+    let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--duration", "16s", "--interval", "500ms"]);
     lt.arg("--out").arg(&out.path);
     let o = run(lt, None, TIMEOUT);
-    let after = arena_rss_from_smaps(target.pid);
+    let after = (rss.1)(pid);
     o.assert_success();
     let r = Report::load(&out.path);
     let ctx = format!(
-        "arena Rss (smaps) {before} B before attach, {after} B after the recording\nreport {}:\n{}\nleaktrace stderr:\n{}",
+        "{} (smaps) {before} B before attach, {after} B after the recording\nreport {}:\n{}\nleaktrace stderr:\n{}",
+        rss.0,
         out.path.display(),
         r.summary(),
         o.stderr
@@ -318,12 +344,13 @@ fn arenas_made_before_attach_are_counted() {
     assert_within("allocator resident at the end (B)", end, after as f64, 0.25, &ctx);
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "fragmentation", "{ctx}");
-    let summary = str_of(verdict, "summary");
-    assert!(summary.contains("8 glibc arena heap(s)"), "{ctx}");
+    let summary = str_of(verdict, "summary").to_string();
+    assert!(summary.contains(parts), "the summary does not name {parts:?}\n{ctx}");
     assert!(!summary.contains("comes from elsewhere"), "{ctx}");
     let leaks: Vec<&str> =
         r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
+    (end, after, summary)
 }
 
 /// Resident bytes (smaps Rss) of `pid`'s anonymous private memory: unnamed mappings and the brk
@@ -371,17 +398,7 @@ fn allocator_library(file: &str, package: &str) -> String {
 /// elsewhere"; no site is a leak.
 fn other_allocator_regions_are_counted(name: &str, library: &str, parts: &str) {
     require_root();
-    let dir = temp_root().join("fixtures-verdicts");
-    std::fs::create_dir_all(&dir).expect("create fixtures-verdicts");
-    let bin = dir.join(format!("arenas-{name}"));
-    let o = Command::new("gcc")
-        .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(fixture_source("arenas.c"))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-    assert!(o.status.success(), "compiling arenas.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-    let mut cmd = Command::new(&bin);
+    let mut cmd = Command::new(arenas_binary(&format!("arenas-{name}")));
     cmd.arg("120").env("LD_PRELOAD", library);
     let target = Target::spawn(cmd);
     target.expect_pid_line();
@@ -392,30 +409,13 @@ fn other_allocator_regions_are_counted(name: &str, library: &str, parts: &str) {
     // 8 MiB written by each thread.
     assert!(before >= 64 << 20, "the 8 threads hold only {before} B before attach (8 MiB each written)");
 
-    let out = OutDir::new(&format!("regions-{name}"));
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", "16s", "--interval", "500ms"]);
-    lt.arg("--out").arg(&out.path);
-    let o = run(lt, None, TIMEOUT);
-    let after = anon_rss_from_smaps(target.pid);
-    o.assert_success();
-    let r = Report::load(&out.path);
-    let ctx = format!(
-        "anonymous Rss (smaps) {before} B before attach, {after} B after the recording\nreport {}:\n{}\nleaktrace \
-         stderr:\n{}",
-        out.path.display(),
-        r.summary(),
-        o.stderr
+    let (end, after, summary) = assert_fragmentation_counted(
+        target.pid,
+        &format!("regions-{name}"),
+        ("anonymous Rss", anon_rss_from_smaps),
+        before,
+        parts,
     );
-    let end = r.get(&["summary", "allocator_resident_end_bytes"]).as_u64().unwrap_or(0) as f64;
-    assert_within("allocator resident at the end (B)", end, after as f64, 0.25, &ctx);
-    let verdict = r.get(&["verdict"]);
-    assert_eq!(str_of(verdict, "class"), "fragmentation", "{ctx}");
-    let summary = str_of(verdict, "summary");
-    assert!(summary.contains(parts), "the summary does not name {parts:?}\n{ctx}");
-    assert!(!summary.contains("comes from elsewhere"), "{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
-    assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("{name}: allocator resident {end} B at the end, anonymous Rss {after} B; {summary}");
 }
 

@@ -725,11 +725,13 @@ impl Traced {
                  --perf-basic-prof-only-functions) so it writes /tmp/perf-PID.map, which leaktrace reads"
                     .to_string(),
             ),
+            // Whether -XX:+PreserveFramePointer is on is said in a note of its own when the JVM is
+            // found (runtimes::jvm::frame_pointer_note): not repeated here, where it was advice
+            // even to a JVM started with the flag.
             crate::recording::Runtime::Jvm => Some(
                 "JIT frames (Java) are unnamed: record with --jvm-perf-map (leaktrace then runs `jcmd PID \
                  Compiler.perfmap`, and the JVM writes /tmp/perf-PID.map, which leaktrace reads), or run that \
-                 yourself during the recording; and start the JVM with -XX:+PreserveFramePointer so the walk \
-                 goes through Java frames"
+                 yourself during the recording"
                     .to_string(),
             ),
             _ => None,
