@@ -613,7 +613,7 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// Walk the user stack (`unwind::walk`: unwind tables, frame pointers where there are none),
 /// store the frames in `STACKS` the first time they are seen, and return their key (a 64-bit
 /// hash; 0 when they could not be stored) and the walk's generation (its tag in the stack window,
-/// `unwind::read_stack`).
+/// `unwind::leaktrace_stack_word`).
 ///
 /// Why not `bpf_get_stackid`: it follows frame pointers only (most libraries and release builds
 /// have none), and the kernel's walk goes on until a read faults: on glibc programs the

@@ -83,7 +83,7 @@ pub struct StackWindow {
     words: [u64; WINDOW_WORDS],
 }
 
-/// This CPU's window of the stack being walked (see `read_stack`).
+/// This CPU's window of the stack being walked (see `leaktrace_stack_word`).
 #[map]
 static STACK_WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(1, 0);
 
