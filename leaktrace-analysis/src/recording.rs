@@ -454,6 +454,19 @@ pub struct AllocatorFootprint {
     /// Their resident bytes (pagemap), off-heap regions in them left out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub block_region_resident_bytes: u64,
+    /// Large anonymous mappings nothing else claims (no block began in them since attach, not
+    /// traced, not a thread stack, at least 1 MiB), counted as the allocator's when its malloc is
+    /// jemalloc, mimalloc or tcmalloc and no managed runtime runs: memory it held from before
+    /// attach (see leaktrace's `mappings::unclaimed_regions`). Likely, not certain: the program's
+    /// own mappings made before attach look the same.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unclaimed_regions: u32,
+    /// Their mapped bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unclaimed_region_bytes: u64,
+    /// Their resident bytes (pagemap).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unclaimed_region_resident_bytes: u64,
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
@@ -462,11 +475,12 @@ fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
 
 impl AllocatorFootprint {
     /// Resident bytes held by the allocator: brk heap, arena heaps, the mappings holding its
-    /// blocks and its other mappings.
+    /// blocks, the unclaimed mappings counted as its, and its other mappings.
     pub fn resident_bytes(&self) -> u64 {
         self.heap_resident_bytes
             + self.arena_resident_bytes
             + self.block_region_resident_bytes
+            + self.unclaimed_region_resident_bytes
             + self.mmap_resident_bytes
     }
 }

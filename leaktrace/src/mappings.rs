@@ -111,6 +111,12 @@ impl AddressSpace {
         self.regions.iter().filter(|(_, r)| r.site.is_some()).map(|(&s, r)| (s, r.end)).collect()
     }
 
+    /// Address ranges [start, end) of every region traced since attach (off-heap and the
+    /// allocator's), in address order.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        self.regions.iter().map(|(&s, r)| (s, r.end)).collect()
+    }
+
     /// Cumulative totals of every off-heap site (mapped = alloc, unmapped = free).
     pub fn offheap_sites(&self) -> impl Iterator<Item = (&SiteKey, &SiteStats)> {
         self.sites.iter()
@@ -229,6 +235,38 @@ pub fn block_regions(maps: &str, blocks: &[u64], known: &[(u64, u64)], skip: &[(
         .collect()
 }
 
+/// Smallest mapping [`unclaimed_regions`] counts: jemalloc grows its virtual memory by at least
+/// 2 MiB (a huge page), mimalloc's segments are 32 MiB, tcmalloc maps at least 1 MiB; the
+/// loader's and the C library's small anonymous mappings (TLS, stdio) are under it.
+pub const UNCLAIMED_MIN: u64 = 1 << 20;
+
+/// The anonymous mappings of `maps` (the text of /proc/PID/maps) that nothing else claims: private,
+/// read-write, unnamed, at least [`UNCLAIMED_MIN`] long, not a thread's stack (a PROT_NONE guard
+/// page right below it: glibc's `pthread_create` stacks) and overlapping none of `skip` (glibc's
+/// arena heaps, the mappings found by their blocks, the mappings traced since attach), as
+/// [start, end) in address order. In a process whose malloc is jemalloc, mimalloc or tcmalloc
+/// and that runs no managed runtime, these are the allocator's mappings where no block began
+/// since attach (memory it holds from before attach: retained, dirty or muzzy extents,
+/// abandoned segments): their own allocators are the only other makers of large anonymous
+/// mappings, and the program's own mappings made before attach cannot be told from them, which
+/// is why the report calls them "likely" the allocator's.
+pub fn unclaimed_regions(maps: &str, skip: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let lines: Vec<crate::procinfo::MapsLine<'_>> = maps.lines().filter_map(crate::procinfo::parse_maps_line).collect();
+    let anon = |l: &crate::procinfo::MapsLine<'_>| l.inode == 0 && l.path.is_empty();
+    let overlaps = |s: u64, e: u64| skip.iter().any(|&(a, b)| a < e && b > s);
+    let mut out = Vec::new();
+    for (k, l) in lines.iter().enumerate() {
+        if !anon(l) || l.perms != "rw-p" || l.end - l.start < UNCLAIMED_MIN || overlaps(l.start, l.end) {
+            continue;
+        }
+        let guarded = k > 0 && anon(&lines[k - 1]) && lines[k - 1].perms == "---p" && lines[k - 1].end == l.start;
+        if !guarded {
+            out.push((l.start, l.end));
+        }
+    }
+    out
+}
+
 /// Resident bytes of [start, end), from pagemap entries (bit 63: page present in RAM).
 pub fn resident_bytes(pagemap: &File, start: u64, end: u64) -> Option<u64> {
     let mut resident = 0;
@@ -305,6 +343,31 @@ mod tests {
         // grown by a merge).
         let known = [(0x7f1000000000, 0x7f1000100000)];
         assert_eq!(block_regions(maps, &[], &known, &[arena]), vec![(0x7f1000000000, 0x7f1000200000)]);
+    }
+
+    #[test]
+    fn unclaimed_regions_leave_out_stacks_small_and_claimed_mappings() {
+        // jemalloc-like extents (1 MiB-aligned, holes between), a thread stack under its guard
+        // page, a small TLS mapping, a memfd, an arena heap and a claimed mapping.
+        let maps = "\
+55d4c8a00000-55d4c8a21000 rw-p 00000000 00:00 0                          [heap]
+7f304bc00000-7f3084200000 rw-p 00000000 00:00 0 
+7f3084300000-7f3084e00000 rw-p 00000000 00:00 0 
+7f3085000000-7f3085200000 rw-p 00000000 00:00 0 
+7f308adfc000-7f308adfd000 ---p 00000000 00:00 0 
+7f308adfd000-7f308b5fd000 rw-p 00000000 00:00 0 
+7f308d817000-7f308d81a000 rw-p 00000000 00:00 0 
+7f3090000000-7f3090400000 rw-p 00000000 00:00 0          /memfd:x (deleted)
+7f3a94000000-7f3a94132000 rw-p 00000000 00:00 0 
+7f3a94132000-7f3a98000000 ---p 00000000 00:00 0 
+7ffd00000000-7ffd00821000 rw-p 00000000 00:00 0                          [stack]
+";
+        let skip = [(0x7f3a94000000, 0x7f3a94132000), (0x7f3085100000, 0x7f3085101000)];
+        assert_eq!(
+            unclaimed_regions(maps, &skip),
+            vec![(0x7f304bc00000, 0x7f3084200000), (0x7f3084300000, 0x7f3084e00000)]
+        );
+        assert_eq!(unclaimed_regions(maps, &[]).len(), 4);
     }
 
     #[test]

@@ -383,6 +383,11 @@ pub struct Summary {
     /// and their resident bytes; None without the figure.
     pub allocator_block_regions: Option<u32>,
     pub allocator_block_region_resident_end_bytes: Option<u64>,
+    /// Large anonymous mappings nothing else claims, counted as the allocator's at the last
+    /// checkpoint (memory it held from before attach, likely: `AllocatorFootprint::unclaimed_regions`)
+    /// and their resident bytes; None without the figure.
+    pub allocator_unclaimed_regions: Option<u32>,
+    pub allocator_unclaimed_resident_end_bytes: Option<u64>,
     /// The malloc that is not glibc's among the probed objects ("jemalloc", "tcmalloc",
     /// "mimalloc"), from the probes' object names; None for glibc, musl or an unknown one.
     pub allocator_family: Option<&'static str>,

@@ -453,6 +453,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         allocator_arena_resident_end_bytes: last_allocator.map(|f| f.arena_resident_bytes),
         allocator_block_regions: last_allocator.map(|f| f.block_regions),
         allocator_block_region_resident_end_bytes: last_allocator.map(|f| f.block_region_resident_bytes),
+        allocator_unclaimed_regions: last_allocator.map(|f| f.unclaimed_regions),
+        allocator_unclaimed_resident_end_bytes: last_allocator.map(|f| f.unclaimed_region_resident_bytes),
         allocator_family: ["jemalloc", "tcmalloc", "mimalloc"]
             .into_iter()
             .find(|fam| rec.probes.iter().any(|p| p.object.rsplit('/').next().is_some_and(|name| name.contains(fam)))),

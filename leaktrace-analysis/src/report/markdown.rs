@@ -319,9 +319,10 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     if let Some(fp) = s.allocator_resident_end_bytes {
         // The allocator's footprint holds the traced live bytes and the rest: say what is known
         // of the rest ([`allocator_rest`]).
-        // Attached: an allocator's mapping where no block began since attach is not found (other
-        // mallocs than glibc are found by the blocks in their mappings).
-        let missed = if rec.target.launched {
+        // Attached: other mallocs than glibc are found by the blocks in their mappings and, with
+        // no managed runtime, by the large anonymous mappings nothing else claims; with a runtime
+        // an allocator's mapping where no block began since attach is not found.
+        let missed = if rec.target.launched || s.allocator_unclaimed_regions.is_some_and(|n| n > 0) {
             ""
         } else {
             "; a mapping of the allocator where no block began since attach is not counted"

@@ -86,6 +86,15 @@ fn allocator_parts(a: &Analysis) -> String {
         parts.push(format!("{n} {} mapping(s) holding its blocks", s.allocator_family.unwrap_or("allocator")));
         of_it.push(format!("{} in those mappings", hb(res)));
     }
+    if let (Some(n), Some(res)) = (s.allocator_unclaimed_regions, s.allocator_unclaimed_resident_end_bytes)
+        && n > 0
+    {
+        parts.push(format!(
+            "{n} other anonymous mapping(s) from before attach, likely {}'s (no block began in them since)",
+            s.allocator_family.unwrap_or("the allocator")
+        ));
+        of_it.push(format!("{} in those", hb(res)));
+    }
     if parts.is_empty() {
         return format!("brk heap and its mappings, {} resident at the end", hb(end));
     }

@@ -592,7 +592,17 @@ impl Traced {
         let blocks = self.scan_blocks(tracer);
         self.block_regions =
             mappings::block_regions(&maps, blocks.as_deref().unwrap_or(&[]), &self.block_regions, &arenas);
-        let counted: Vec<(u64, u64)> = arenas.iter().chain(&self.block_regions).copied().collect();
+        let mut counted: Vec<(u64, u64)> = arenas.iter().chain(&self.block_regions).copied().collect();
+        // With such an allocator and no managed runtime, the large anonymous mappings nothing
+        // else claims are its too: memory it held before attach where no block began since.
+        let unclaimed = if self.other_malloc() && self.runtime.is_none() {
+            let mut skip = counted.clone();
+            skip.extend(self.space.ranges());
+            mappings::unclaimed_regions(&maps, &skip)
+        } else {
+            Vec::new()
+        };
+        counted.extend(&unclaimed);
         let resident = self.space.resident(self.pid, &counted);
         let offheap: Vec<(SiteKey, leaktrace_common::SiteStats)> =
             self.space.offheap_sites().map(|(k, v)| (*k, *v)).collect();
@@ -666,6 +676,9 @@ impl Traced {
                 .flat_map(|&(s, e)| mappings::outside(s, e, &offheap))
                 .map(|(s, e)| resident(s, e))
                 .sum();
+            f.unclaimed_regions = unclaimed.len() as u32;
+            f.unclaimed_region_bytes = unclaimed.iter().map(|(s, e)| e - s).sum();
+            f.unclaimed_region_resident_bytes = unclaimed.iter().map(|&(s, e)| resident(s, e)).sum();
             f
         });
         let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
@@ -684,6 +697,18 @@ impl Traced {
         Some((live, rss))
     }
 
+    /// Whether a malloc other than the C library's is probed in this process (jemalloc,
+    /// mimalloc, tcmalloc: allocators whose mappings have no shape of their own) and CPython's
+    /// allocator is not (`--pymalloc`: its blocks lie in the runtime's arenas).
+    fn other_malloc(&self) -> bool {
+        let is_libc = |object: &str| {
+            let name = object.rsplit('/').next().unwrap_or(object);
+            ["libc.so", "libc-", "libc.musl", "ld-musl"].iter().any(|p| name.starts_with(p))
+        };
+        self.probes.iter().any(|p| p.function.ends_with("malloc") && !is_libc(&p.object))
+            && !self.probes.iter().any(|p| p.function.starts_with("PyObject_"))
+    }
+
     /// Pages where this process's blocks began since attach (sorted), read from the kernel's
     /// BLOCK_PAGES map for [`mappings::block_regions`]; None when not due, unreadable, when the
     /// only malloc probed is the C library's (glibc's regions are the brk heap and its arena
@@ -692,12 +717,7 @@ impl Traced {
     /// The read costs one system call per page noted, so it is made again only after 20 times
     /// its last duration (at most 10 s).
     fn scan_blocks(&mut self, tracer: &Tracer) -> Option<Vec<u64>> {
-        let is_libc = |object: &str| {
-            let name = object.rsplit('/').next().unwrap_or(object);
-            ["libc.so", "libc-", "libc.musl", "ld-musl"].iter().any(|p| name.starts_with(p))
-        };
-        let other_malloc = self.probes.iter().any(|p| p.function.ends_with("malloc") && !is_libc(&p.object));
-        if !other_malloc || self.probes.iter().any(|p| p.function.starts_with("PyObject_")) {
+        if !self.other_malloc() {
             return None;
         }
         let now = std::time::Instant::now();
