@@ -496,6 +496,14 @@ fn jemalloc_memory_retained_before_attach_is_counted() {
     retained_before_attach_is_counted("jemalloc", &lib);
 }
 
+/// tcmalloc (Debian's libtcmalloc-minimal4): spans pinned by blocks kept from before attach (in
+/// the brk heap it grows, and its mappings), no block since.
+#[test]
+fn tcmalloc_memory_retained_before_attach_is_counted() {
+    let lib = allocator_library("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4");
+    retained_before_attach_is_counted("tcmalloc", &lib);
+}
+
 /// mimalloc: pages pinned by blocks kept from before attach, no block since.
 #[test]
 fn mimalloc_memory_retained_before_attach_is_counted() {
