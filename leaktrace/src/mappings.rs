@@ -189,7 +189,7 @@ pub const GLIBC_HEAP_MAX: u64 = 64 << 20;
 /// mappings do not have this shape. The main arena is the brk heap (`[heap]`), not listed.
 pub fn glibc_arena_heaps(maps: &str) -> Vec<(u64, u64)> {
     let lines: Vec<crate::procinfo::MapsLine<'_>> = maps.lines().filter_map(crate::procinfo::parse_maps_line).collect();
-    let anon = |l: &crate::procinfo::MapsLine<'_>| l.inode == 0 && l.path.is_empty();
+    let anon = crate::procinfo::MapsLine::is_anonymous;
     let mut out = Vec::new();
     for (k, l) in lines.iter().enumerate() {
         if !anon(l) || l.perms != "rw-p" || !l.start.is_multiple_of(GLIBC_HEAP_MAX) {
@@ -226,7 +226,7 @@ pub fn block_regions(maps: &str, blocks: &[u64], known: &[(u64, u64)], skip: &[(
     let overlaps = |ranges: &[(u64, u64)], s: u64, e: u64| ranges.iter().any(|&(a, b)| a < e && b > s);
     maps.lines()
         .filter_map(crate::procinfo::parse_maps_line)
-        .filter(|l| l.inode == 0 && l.path.is_empty() && l.perms == "rw-p" && !overlaps(skip, l.start, l.end))
+        .filter(|l| l.is_anonymous() && l.perms == "rw-p" && !overlaps(skip, l.start, l.end))
         .filter(|l| {
             let first = blocks.partition_point(|&b| b < l.start);
             blocks.get(first).is_some_and(|&b| b < l.end) || overlaps(known, l.start, l.end)
@@ -252,7 +252,7 @@ pub const UNCLAIMED_MIN: u64 = 1 << 20;
 /// is why the report calls them "likely" the allocator's.
 pub fn unclaimed_regions(maps: &str, skip: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let lines: Vec<crate::procinfo::MapsLine<'_>> = maps.lines().filter_map(crate::procinfo::parse_maps_line).collect();
-    let anon = |l: &crate::procinfo::MapsLine<'_>| l.inode == 0 && l.path.is_empty();
+    let anon = crate::procinfo::MapsLine::is_anonymous;
     let overlaps = |s: u64, e: u64| skip.iter().any(|&(a, b)| a < e && b > s);
     let mut out = Vec::new();
     for (k, l) in lines.iter().enumerate() {

@@ -87,6 +87,13 @@ pub struct MapsLine<'a> {
     pub path: String,
 }
 
+impl MapsLine<'_> {
+    /// An unnamed anonymous mapping (no file, no pseudo-name such as `[heap]` or `[stack]`).
+    pub fn is_anonymous(&self) -> bool {
+        self.inode == 0 && self.path.is_empty()
+    }
+}
+
 /// Parse one line of /proc/PID/maps; None for a malformed line.
 pub fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
     let mut it = line.split_ascii_whitespace();
