@@ -44,6 +44,9 @@ pub struct MappedObject {
     pub inode: u64,
     /// A path through which the agent can open this exact file (map_files or root).
     pub open_path: PathBuf,
+    /// Whether the process maps any part of it executable (code: a frame can be in it). Data
+    /// files (locale archives, a JVM's hsperfdata, caches) are mapped read-only or read-write.
+    pub executable: bool,
 }
 
 /// An allocator entry point to probe: `hook.function` at file `offset` of `object`.
@@ -120,7 +123,16 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
     })?;
     let mut seen: BTreeMap<(i32, i32, u64), MappedObject> = BTreeMap::new();
     let mut order = Vec::new();
-    for l in maps.lines().filter_map(crate::procinfo::parse_maps_line) {
+    let lines: Vec<_> = maps.lines().filter_map(crate::procinfo::parse_maps_line).collect();
+    let code: std::collections::BTreeSet<(i32, i32, u64)> = lines
+        .iter()
+        .filter(|l| l.inode != 0 && l.perms.contains('x'))
+        .map(|l| {
+            let dev = parse_dev(l.dev);
+            (dev.0, dev.1, l.inode)
+        })
+        .collect();
+    for l in &lines {
         if !l.path.starts_with('/') || l.inode == 0 || l.offset != 0 {
             continue;
         }
@@ -130,7 +142,8 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
             continue;
         }
         let Some(open_path) = open_path(pid, l.range, Path::new(&l.path), l.inode) else { continue };
-        seen.insert(key, MappedObject { path: PathBuf::from(&l.path), dev, inode: l.inode, open_path });
+        let executable = code.contains(&key);
+        seen.insert(key, MappedObject { path: PathBuf::from(&l.path), dev, inode: l.inode, open_path, executable });
         order.push(key);
     }
     Ok(order.into_iter().filter_map(|k| seen.remove(&k)).collect())

@@ -62,7 +62,13 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
         let m = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
         let dev = (libc::major(m.dev()) as i32, libc::minor(m.dev()) as i32);
         if !out.iter().any(|o: &MappedObject| o.dev == dev && o.inode == m.ino()) {
-            out.push(MappedObject { path: path.to_path_buf(), dev, inode: m.ino(), open_path: path.to_path_buf() });
+            out.push(MappedObject {
+                path: path.to_path_buf(),
+                dev,
+                inode: m.ino(),
+                open_path: path.to_path_buf(),
+                executable: true,
+            });
         }
         Ok(())
     };

@@ -832,12 +832,15 @@ fn unnamed_jit(f: &Frame) -> bool {
     f.object.is_none() && f.function.is_none()
 }
 
-/// Load the unwind tables of `objects` (those not loaded yet); one note per object that has
-/// none, since frames in it are walked by frame pointers only.
+/// Load the unwind tables of the code among `objects` (those not loaded yet; files mapped only
+/// as data, such as locale archives or a JVM's hsperfdata, hold no frame and are left out); one
+/// note per object that has none, since frames in it are walked by frame pointers only.
 fn unwind_notes(tracer: &mut Tracer, objects: &[MappedObject]) -> Vec<String> {
     if let Some(why) = tracer.unwind_disabled() {
         return vec![format!("stacks are walked by frame pointers only (no unwind tables: {why})")];
     }
+    let objects: Vec<MappedObject> = objects.iter().filter(|o| o.executable).cloned().collect();
+    let objects = objects.as_slice();
     let outcomes = tracer.load_unwind_tables(objects);
     objects
         .iter()
