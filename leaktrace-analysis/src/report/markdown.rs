@@ -100,18 +100,27 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
         bytes_signed(s.growth_bytes),
         exact_signed(s.growth_bytes)
     );
+    // A mapping site counts a region as freed once wholly unmapped; a munmap of part of a
+    // region (a JVM or a runtime trimming its reservations) frees bytes without a whole one.
+    let freed = match (s.kind, s.frees) {
+        (StackKind::Mmap, _) if s.freed_bytes == 0 => "unmapped none".to_string(),
+        (StackKind::Mmap, 0) => {
+            format!("unmapped {} ({}) in parts of mappings", bytes(s.freed_bytes), exact(s.freed_bytes))
+        }
+        (StackKind::Mmap, n) => {
+            format!("unmapped {} ({}), {n} whole mapping(s) among it", bytes(s.freed_bytes), exact(s.freed_bytes))
+        }
+        (_, n) => format!("freed {} ({}) in {n}", bytes(s.freed_bytes), exact(s.freed_bytes)),
+    };
     let _ = writeln!(
         md,
-        "- live at end: {} ({}) in {} block(s); allocated {} ({}) in {} call(s), freed {} ({}) in {}",
+        "- live at end: {} ({}) in {} block(s); allocated {} ({}) in {} call(s), {freed}",
         bytes(s.live_bytes),
         exact(s.live_bytes),
         s.live_allocations,
         bytes(s.allocated_bytes),
         exact(s.allocated_bytes),
         s.allocations,
-        bytes(s.freed_bytes),
-        exact(s.freed_bytes),
-        s.frees
     );
     if s.kind == StackKind::Mmap {
         let res = s.resident_bytes.map_or("unknown".to_string(), |r| format!("{} ({})", bytes(r), exact(r)));

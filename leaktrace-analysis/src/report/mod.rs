@@ -309,13 +309,15 @@ mod tests {
         };
         let mut rec = recording(
             &times61(),
-            vec![(map, Box::new(|t: f64| (16384 * t as u64, t as u64, 0, 0)))],
+            // 20 KiB mapped a second, 4 KiB of it unmapped again (a part of a mapping: no
+            // whole one freed).
+            vec![(map, Box::new(|t: f64| (20480 * t as u64, t as u64, 4096 * t as u64, 0)))],
             &|t| mem((1 << 20) + 16384 * t as u64),
             &no_counters,
         );
         for c in &mut rec.checkpoints {
             for s in &mut c.sites {
-                s.resident_bytes = Some(s.alloc_bytes);
+                s.resident_bytes = Some(s.alloc_bytes - s.free_bytes);
             }
         }
         write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
@@ -333,6 +335,7 @@ mod tests {
         assert!(verdict_line.starts_with("**Verdict: off-heap** (confidence"), "{verdict_line}");
         assert!(verdict_line.contains("— map_buffers maps +16.0 KiB/s"), "{verdict_line}");
         assert!(md.contains("- mapped at end: 960.0 KiB (983,040 B), resident 960.0 KiB (983,040 B)"), "{md}");
+        assert!(md.contains("unmapped 240.0 KiB (245,760 B) in parts of mappings\n"), "{md}");
         assert!(md.contains("- off-heap (anonymous mappings made by the program, resident): "), "{md}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
