@@ -86,6 +86,30 @@ fn growth_mode_names_the_leaking_function() {
     assert!(widest > other, "growth.svg: leak_pages ({widest}) is not wider than cache_pages ({other})\n{ctx}");
 }
 
+/// Growth mode counts pages faulted in, not pages returned: churn_pages maps, writes and unmaps
+/// 1 MiB 100 times a second (RSS flat), leak_pages keeps 64 KiB each time (RSS grows 6.4 MB/s).
+/// churn_pages faults in 100 MiB/s, far more than RSS grows: it is temporary, not a leak; the
+/// verdict is a leak naming leak_pages, and the traced growth is leak_pages' (within 30 %),
+/// not the churn's.
+#[test]
+fn growth_mode_pages_returned_are_not_a_leak() {
+    require_root();
+    const N: u64 = 500; // 5 s
+    let (out, o) = record_modes("growth-churn", &["--mode", "growth"], "churn", N);
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
+    let churn: Vec<&Value> = r.sites().iter().filter(|s| names(s).contains(&"churn_pages")).collect();
+    assert!(!churn.is_empty(), "no site names churn_pages\n{ctx}");
+    for s in &churn {
+        assert_ne!(str_of(s, "class"), "leak", "churn_pages is called a leak\n{ctx}");
+    }
+    let verdict = r.get(&["verdict"]);
+    assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
+    assert!(str_of(verdict, "summary").contains("leak_pages"), "{ctx}");
+    let growth = r.get(&["summary", "growth_bytes_per_s"]).as_f64().unwrap_or(0.0);
+    assert_within("traced growth (B/s)", growth, 65536.0 * 100.0, 0.3, &ctx);
+}
+
 /// Function names of a site's frames, innermost first.
 fn names(site: &Value) -> Vec<&str> {
     site["frames"].as_array().into_iter().flatten().filter_map(|f| f["function"].as_str()).collect()

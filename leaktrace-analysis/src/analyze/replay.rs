@@ -417,6 +417,51 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         Some(fit(&points(&mt, &mv, w.steady)))
     };
     let rss_anon_trend = series_trend(&memory.rss_anon_bytes);
+    // Growth mode counts the pages a stack faulted in, never the pages returned since (munmap,
+    // MADV_DONTNEED, an arena trimmed): a fault site can only grow. A fault site that grows more
+    // than twice as fast as RSS-anon (its 95 % upper bound) cannot be holding its pages: they
+    // are returned and faulted in again (churn). Such sites are temporary, and the traced growth
+    // leaves them out; a site growing no faster than RSS-anon may hold its pages and stays.
+    let anon_bound = rss_anon_trend
+        .as_ref()
+        .filter(|t| t.n >= MIN_WINDOW_POINTS)
+        .map(|t| (t.slope_bytes_per_s + t.ci95_bytes_per_s.unwrap_or(0.0)).max(0.0));
+    let mut returned: Vec<u32> = Vec::new();
+    if let Some(bound) = anon_bound {
+        for s in sites
+            .iter_mut()
+            .filter(|s| s.kind == StackKind::Fault && s.class == SiteClass::Leak && s.growth_bytes_per_s > 2.0 * bound)
+        {
+            s.class = SiteClass::Temporary;
+            s.evidence.reason = format!(
+                "it faults in {:.1} B/s of new pages while RSS anon grows at most {bound:.1} B/s: the pages \
+                 are returned (munmap, MADV_DONTNEED) and faulted in again, not held (growth mode counts \
+                 pages faulted in, not pages returned)",
+                s.growth_bytes_per_s
+            );
+            returned.push(s.id);
+        }
+    }
+    let faults_returned = !returned.is_empty();
+    let traced_trend = if faults_returned {
+        let rate: f64 = sites.iter().filter(|s| returned.contains(&s.id)).map(|s| s.growth_bytes_per_s).sum();
+        warnings.push(format!(
+            "{} stack(s) fault in {rate:.1} B/s of new pages while RSS anon grows at most {:.1} B/s: their \
+             pages are returned and faulted in again (churn), so they are not called leaks",
+            returned.len(),
+            anon_bound.unwrap_or(0.0)
+        ));
+        let mut held = traced.clone();
+        for (si, st) in stacks.iter().enumerate().filter(|(_, st)| returned.contains(&st.id)) {
+            let _ = st;
+            for (k, v) in series[si].live_bytes.iter().enumerate() {
+                held[k] = held[k].saturating_sub(*v);
+            }
+        }
+        fit(&points(times, &held, win.steady.clone()))
+    } else {
+        traced_trend
+    };
     let allocator_trend = series_trend(&memory.allocator_resident_bytes);
     let rss_shmem_trend = series_trend(&memory.rss_shmem_bytes);
 
@@ -485,6 +530,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         f_drops,
         late_from,
         span_to,
+        faults_returned,
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);

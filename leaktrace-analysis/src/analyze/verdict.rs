@@ -30,6 +30,9 @@ pub(super) struct ProcessInput<'a> {
     /// time base); None without a late window.
     pub(super) late_from: Option<f64>,
     pub(super) span_to: f64,
+    /// Growth mode: the fault sites' pages are returned and faulted in again (RSS-anon does not
+    /// follow them; see `replay`): churn is the answer, not a few pages touched once.
+    pub(super) faults_returned: bool,
 }
 
 /// True when `series` ((time, bytes)) grew over the steady window (`steady`) but not through the
@@ -230,6 +233,18 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         .collect();
     caches.sort_by_key(|(_, s)| std::cmp::Reverse(s.growth_bytes));
     let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
+    // Pages faulted in and returned again dwarf a cache of a few pages touched once (a stack
+    // page, static data): churn is the answer then.
+    let fault_churn: u64 = p
+        .sites
+        .iter()
+        .filter(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary)
+        .map(|s| s.allocated_bytes)
+        .sum();
+    let cache_total: u64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0) as u64).sum();
+    if p.faults_returned && cache_total < fault_churn / 100 {
+        caches.clear();
+    }
     if let Some(&(top, top_site)) = caches.first() {
         let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
         let single_step = top_site.evidence.single_step;
@@ -250,8 +265,10 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     let f_flat = 1.0 - 0.5 * (p.native_trend.slope_bytes_per_s.abs() / floor_native).min(1.0);
     let temps: Vec<&SiteAnalysis> = p.sites.iter().filter(|s| s.class == SiteClass::Temporary).collect();
     if !temps.is_empty() {
-        let churn: u64 = temps.iter().map(|s| s.freed_bytes).sum();
-        let allocs: u64 = temps.iter().map(|s| s.frees).sum();
+        // A fault site's pages are returned unseen (munmap): what it faulted in is its churn.
+        let fault = |s: &&&SiteAnalysis| s.kind == StackKind::Fault;
+        let churn: u64 = temps.iter().map(|s| if fault(&s) { s.allocated_bytes } else { s.freed_bytes }).sum();
+        let allocs: u64 = temps.iter().map(|s| if fault(&s) { s.allocations } else { s.frees }).sum();
         let reason = Reason::ShortLived {
             count: temps.len(),
             freed_bytes: churn,
