@@ -38,12 +38,16 @@ pub fn is_allocator(f: &Frame) -> bool {
 /// True for a frame of system or standard-library code: a shared library installed in a system
 /// library directory (libc, libstdc++, libz, libssl, libsqlite3, ...: /lib, /usr/lib, /lib64,
 /// /usr/lib64), or a function of the C++ or Rust standard library (`std::`, `__gnu_cxx::`,
-/// `alloc::`, `core::`), inlined into user code or not.
+/// `alloc::`, `core::`), inlined into user code or not. Packages installed under a system
+/// directory are not system code: a Python extension in `dist-packages`/`site-packages`
+/// (`/usr/lib/python3/dist-packages/lxml/etree.cpython-311-x86_64-linux-gnu.so`), a Node addon
+/// in `node_modules` — they are the third-party extensions whose leaks people trace.
 pub fn is_system_frame(f: &Frame) -> bool {
     let in_system_lib = f.object.as_deref().is_some_and(|o| {
         let name = basename(o);
         ["/lib/", "/usr/lib/", "/lib64/", "/usr/lib64/"].iter().any(|d| o.starts_with(d))
             && (name.ends_with(".so") || name.contains(".so."))
+            && !["/dist-packages/", "/site-packages/", "/node_modules/"].iter().any(|d| o.contains(d))
     });
     let std_function = f.function.as_deref().is_some_and(|n| {
         const STD: [&str; 4] = ["std::", "__gnu_cxx::", "alloc::", "core::"];
@@ -278,4 +282,23 @@ pub fn is_one_time_site(frames: &[Frame], kind: MemoryKind) -> bool {
         (f.function.is_some() || f.object.is_some()) && !is_system_frame(f) && !is_allocator(f) && !loader(f)
     };
     frames.iter().any(one_time) || !frames.iter().any(user)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(object: &str) -> Frame {
+        Frame { object: Some(object.into()), function: Some("f".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn packages_installed_under_system_directories_are_not_system_code() {
+        assert!(is_system_frame(&at("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13")));
+        assert!(is_system_frame(&at("/usr/lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so")));
+        assert!(!is_system_frame(&at("/usr/lib/python3/dist-packages/lxml/etree.cpython-311-x86_64-linux-gnu.so")));
+        assert!(!is_system_frame(&at("/usr/lib/python3.11/site-packages/ext/_leak.cpython-311-x86_64-linux-gnu.so")));
+        assert!(!is_system_frame(&at("/usr/lib/node_modules/addon/build/Release/addon.node.so")));
+        assert!(!is_system_frame(&at("/srv/app/libplugin.so")));
+    }
 }
