@@ -154,6 +154,60 @@ impl HeldChild {
     }
 }
 
+/// A small process that lets a launched command go on if leaktrace dies without doing so itself
+/// (SIGKILL, OOM kill) while the command is held stopped at its teardown (a teardown probe
+/// SIGSTOPs it until the agent's last checkpoint, then the agent sends SIGCONT): every 100 ms it
+/// checks that its parent (the agent) is alive; once reparented, it sends SIGCONT to the command
+/// and to the agent's process group (children of the command stopped the same way) and exits.
+/// It closes every file descriptor (it holds no BPF link, map or pipe of the agent's), ignores
+/// the terminal's signals (Ctrl-C is the agent's to handle) and is killed and reaped when this
+/// value is dropped.
+pub struct Guardian {
+    pid: libc::pid_t,
+}
+
+impl Guardian {
+    /// Fork the guardian of the launched command `command`. Errors: fork failed.
+    pub fn start(command: u32) -> anyhow::Result<Guardian> {
+        // SAFETY: plain system calls; values read before the fork.
+        let (parent, group) = unsafe { (libc::getpid(), libc::getpgrp()) };
+        // SAFETY: fork(2); the child runs only async-signal-safe calls (sigaction through
+        // signal, close_range, getppid, nanosleep, kill, _exit) and never returns.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: async-signal-safe calls only (see above).
+            unsafe {
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+                let nap = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+                while libc::getppid() == parent {
+                    libc::nanosleep(&nap, std::ptr::null_mut());
+                }
+                libc::kill(command as libc::pid_t, libc::SIGCONT);
+                libc::kill(-group, libc::SIGCONT);
+                libc::_exit(0);
+            }
+        }
+        Ok(Guardian { pid })
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        // SAFETY: kill and waitpid of the guardian this value forked (reaped once, here).
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+}
+
 /// Non-blocking reap: Some(status) once the child has exited.
 pub fn try_wait(pid: u32) -> Option<ExitStatus> {
     let mut status = 0;

@@ -341,6 +341,66 @@ fn attached_target_killed_mid_run_keeps_its_recording() {
     assert!((200 * LEAK_BYTES..=1200 * LEAK_BYTES).contains(&live), "leak_steady live {live} B\n{ctx}");
 }
 
+/// leaktrace SIGKILLed while the command it launched is held stopped (as at the command's
+/// teardown, between the teardown probe's SIGSTOP and the agent's SIGCONT after its last
+/// checkpoint): the command goes on — leaktrace's guardian process, which outlives it, sends
+/// SIGCONT — instead of staying stopped forever. leaktrace runs under a shell that stays (as in
+/// a script, a CI job or `kubectl exec`): its process group is not orphaned, so the kernel's
+/// SIGHUP+SIGCONT to an orphaned group does not come to the rescue. Without the guardian the
+/// command stays in state T.
+#[test]
+fn launched_command_is_not_left_stopped_when_leaktrace_is_killed() {
+    require_root();
+    let out = OutDir::new("guardian");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg("\"$0\" \"$@\"; sleep 30").arg(leaktrace_bin());
+    cmd.args(["record", "--duration", "60s", "--out"]).arg(&out.path).arg("--");
+    cmd.arg(hostile()).args(["steady", "100000", "200"]);
+    let mut sh = Running::spawn(cmd, None);
+    let line = sh.wait_for_stderr_line("leaktrace: attached to PID ", TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    let pid: i32 = line
+        .trim_start_matches("leaktrace: attached to PID ")
+        .split(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no PID in {line:?}"));
+    let stat = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let state = |pid: i32| {
+        stat(pid).and_then(|s| s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next().map(str::to_string)))
+    };
+    // The command's parent is leaktrace (ppid: the second field after the name).
+    let agent: i32 = stat(pid)
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1).and_then(|p| p.parse().ok())))
+        .expect("the command's parent");
+    assert_ne!(agent as u32, sh.pid(), "leaktrace is not the command's parent");
+    // SAFETY: signals to the test's own processes.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while state(pid).as_deref() != Some("T") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state(pid).as_deref(), Some("T"), "the command did not stop");
+    // SAFETY: as above.
+    unsafe { libc::kill(agent, libc::SIGKILL) };
+    // The guardian checks every 100 ms.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while state(pid).as_deref() == Some("T") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = state(pid);
+    // SAFETY: as above; the command and the shell's group (its `sleep`) are ended either way.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::kill(-(sh.pid() as i32), libc::SIGKILL);
+    }
+    let o = sh.wait(TIMEOUT);
+    assert!(
+        after.is_some() && after.as_deref() != Some("T"),
+        "the command stayed stopped ({after:?})\n{}",
+        o.describe()
+    );
+}
+
 /// The cumulative allocation count of the stacks through `function`, at each checkpoint of the
 /// recording in `dir`, as (Unix time in ms, count).
 fn count_series(dir: &Path, function: &str) -> Vec<(f64, u64)> {

@@ -241,9 +241,18 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let mut tracer = Tracer::load(opts.limits, opts.mode)?;
 
     let mut held: Option<HeldChild> = None;
+    // Dropped on every way out of this function: killed and reaped.
+    let mut _guardian: Option<launch::Guardian> = None;
     if let TargetSpec::Launch(argv) = &spec {
         let child = launch::spawn_held(argv)?;
         pids = vec![child.pid];
+        match launch::Guardian::start(child.pid) {
+            Ok(g) => _guardian = Some(g),
+            Err(e) => {
+                child.abandon();
+                return Err(e.context("starting the process that resumes the command if leaktrace dies"));
+            }
+        }
         held = Some(child);
     }
     let several = pids.len() > 1 || opts.follow_forks;
