@@ -235,6 +235,12 @@ impl Tracer {
         let agent_tgid: u32 = std::process::id();
         // Field offsets for the walk's VMA → file lookup; without them, frame pointers only.
         let offsets = crate::btf::kernel_offsets();
+        // task_struct.thread.fsbase, for the Python frames of a thread that does not hold the GIL
+        // (leaktrace-ebpf/src/python.rs); 0: thread states are told apart by native_thread_id.
+        let task_fsbase = crate::btf::task_fsbase_offset().unwrap_or_else(|e| {
+            log::info!("Python threads told apart by native_thread_id: {e:#}");
+            0
+        });
         // Tracepoint record layouts from the kernel's format files (tracepoints.rs).
         let (tp_offsets, tp_note) = crate::tracepoints::offsets()
             .map_err(|e| LoadError::Load(e.context("reading the tracepoints' layouts")))?;
@@ -260,6 +266,7 @@ impl Tracer {
                 true,
             )
             .override_global("TP_OFFSETS", &tp_offsets, true)
+            .override_global("TASK_FSBASE", &task_fsbase, true)
             .override_global(
                 aya_log::LEVEL,
                 &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }),
