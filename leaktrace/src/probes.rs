@@ -116,6 +116,9 @@ pub struct Tracer {
     py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
     /// Traced CPython processes: tgid → where their frames are.
     py_targets: HashMap<MapData, u32, leaktrace_common::PyTarget>,
+    /// Whether the kernel side knows `task_struct.thread.fsbase` (BTF): Python threads are then
+    /// told apart by their TLS base, else by `native_thread_id` (3.11+) or not at all.
+    python_threads_by_fsbase: bool,
     /// Stacks with Python frames stored so far (against the budget of --max-stacks).
     py_stack_count: aya::maps::Array<MapData, u64>,
     /// That budget.
@@ -337,6 +340,7 @@ impl Tracer {
             stacks,
             py_stacks,
             py_targets,
+            python_threads_by_fsbase: task_fsbase != 0,
             py_stack_count,
             py_stack_budget: u64::from(py_stack_budget(limits.max_stacks)),
             counters,
@@ -609,6 +613,13 @@ impl Tracer {
     /// where they are, see [`crate::pyframes`]).
     pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
         self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")
+    }
+
+    /// Whether Python threads are told apart by their TLS base (the kernel's BTF gave the offset
+    /// of `task_struct.thread.fsbase`): each allocating thread gets its own Python frames, with
+    /// or without the GIL, in any pid namespace.
+    pub fn python_threads_by_fsbase(&self) -> bool {
+        self.python_threads_by_fsbase
     }
 
     /// The budget of stacks with Python frames (--max-stacks), when it is spent: new stacks are

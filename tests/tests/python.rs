@@ -508,6 +508,15 @@ fn record_ctypes_leak(name: &str, interpreter: &Path, mode: &str) -> CtypesRun {
     assert!(leaked >= 0.8 * (CTYPES_SECONDS * CTYPES_RATE) as f64, "the workload made only {leaked} calls");
     let report = Report::load(&out.path);
     let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), report.summary());
+    // The note says whose frames an allocation gets (this machine's kernel has the fsbase in BTF).
+    assert!(
+        report.json["warnings"].as_array().into_iter().flatten().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("Python frames (function, file, line) read from CPython")
+                && w.contains("(the allocating thread's own, with or without the GIL)"))),
+        "no note that each thread's own frames are read: {}",
+        report.json["warnings"]
+    );
     CtypesRun { report, out, leaked, elapsed, leak_bytes, ctx }
 }
 
