@@ -474,20 +474,42 @@ struct CtypesRun {
 
 /// Run `ctypes_leak.py MODE` under `interpreter`, traced by `leaktrace record --pid` from before
 /// the script's first call to its end (SIGUSR1 starts the calls once leaktrace is attached).
-fn record_ctypes_leak(name: &str, interpreter: &Path, mode: &str) -> CtypesRun {
+///
+/// `pid_namespace`: the interpreter runs as PID 1 of its own PID namespace (`unshare --pid
+/// --fork`), and leaktrace is given its host PID.
+fn record_ctypes_leak(name: &str, interpreter: &Path, mode: &str, pid_namespace: bool) -> CtypesRun {
     require_root();
     assert!(interpreter.exists(), "{} is not installed", interpreter.display());
     let script = fixture_source("runtimes").join("ctypes_leak.py");
-    let mut cmd = Command::new(interpreter);
+    let mut cmd = if pid_namespace {
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--kill-child"]).arg(interpreter);
+        c
+    } else {
+        Command::new(interpreter)
+    };
     cmd.arg(&script).args([mode, &CTYPES_RATE.to_string(), &CTYPES_SECONDS.to_string()]);
     let target = Target::spawn(cmd);
-    target.expect_pid_line();
+    let pid = if pid_namespace {
+        let line = target.next_line(Duration::from_secs(10)).expect("the interpreter printed no PID line");
+        assert_eq!(line, "PID 1", "inside its PID namespace the interpreter is PID 1");
+        let exe = interpreter.file_name().unwrap().to_string_lossy().to_string();
+        wait_for(Duration::from_secs(10), || {
+            children_of(target.pid).into_iter().find(|&c| comm_of(c).is_some_and(|n| exe.starts_with(&n)))
+        })
+        .expect("no child of unshare runs the interpreter")
+    } else {
+        target.expect_pid_line();
+        target.pid
+    };
     let out = OutDir::new(name);
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms", "--out"]);
+    let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "250ms", "--out"]);
     lt.arg(&out.path);
     let mut running = Running::spawn(lt, None);
     running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
-    target.signal(libc::SIGUSR1);
+    // SAFETY: kill has no memory-safety preconditions; `pid` is the interpreter, alive (it waits
+    // for this signal).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) };
     let mut lines = Vec::new();
     let done = wait_for(Duration::from_secs(CTYPES_SECONDS + 90), || {
         let l = target.next_line(Duration::from_millis(500))?;
@@ -573,7 +595,7 @@ fn ctypes_leak_names_the_python_caller(name: &str, interpreter: &Path, version: 
     let script = fixture_source("runtimes").join("ctypes_leak.py");
     let leak_line = script_line(&script, "# the leaking call");
     let call_line = script_line(&script, "leak_record(RECORD)");
-    let run = record_ctypes_leak(name, interpreter, "single");
+    let run = record_ctypes_leak(name, interpreter, "single", false);
     let ctx = &run.ctx;
     let (ours, top) = leak_sites_in(&run.report, "leak_record", leak_line, ctx);
     assert_eq!(
@@ -614,11 +636,11 @@ fn python_ctypes_leak_shared_libpython_38() {
 /// the leak site names leak_in_worker at the line of its strdup call (rate and live bytes
 /// within 10 %); the decoy's stacks (churn_in_decoy at its line) made about as many blocks,
 /// freed them all, and no leak site is the decoy's.
-fn ctypes_threads_name_each_thread(name: &str, interpreter: &Path) {
+fn ctypes_threads_name_each_thread(name: &str, interpreter: &Path, pid_namespace: bool) {
     let script = fixture_source("runtimes").join("ctypes_leak.py");
     let leak_line = script_line(&script, "# the worker's leak");
     let decoy_line = script_line(&script, "# the decoy: freed at once");
-    let run = record_ctypes_leak(name, interpreter, "threads");
+    let run = record_ctypes_leak(name, interpreter, "threads", pid_namespace);
     let ctx = &run.ctx;
     let (ours, top) = leak_sites_in(&run.report, "leak_in_worker", leak_line, ctx);
     assert_eq!(str_of(top, "function"), format!("leak_in_worker (ctypes_leak.py:{leak_line})"), "{ctx}");
@@ -647,7 +669,7 @@ fn ctypes_threads_name_each_thread(name: &str, interpreter: &Path) {
 
 #[test]
 fn python_ctypes_threads_shared_libpython_311() {
-    ctypes_threads_name_each_thread("ctypes-threads-311", python());
+    ctypes_threads_name_each_thread("ctypes-threads-311", python(), false);
 }
 
 /// 3.12: the kernel tries the GIL's last holder first, which for a ctypes call is mostly the
@@ -655,11 +677,20 @@ fn python_ctypes_threads_shared_libpython_311() {
 /// of the thread states keeps each thread's frames its own.
 #[test]
 fn python_ctypes_threads_shared_libpython_312() {
-    ctypes_threads_name_each_thread("ctypes-threads-312", Path::new(PYENV_312));
+    ctypes_threads_name_each_thread("ctypes-threads-312", Path::new(PYENV_312), false);
 }
 
 /// 3.8: no native_thread_id; thread states are told apart by their pthread_self().
 #[test]
 fn python_ctypes_threads_shared_libpython_38() {
-    ctypes_threads_name_each_thread("ctypes-threads-38", Path::new(PYENV_38));
+    ctypes_threads_name_each_thread("ctypes-threads-38", Path::new(PYENV_38), false);
+}
+
+/// In a PID namespace (a container's): the interpreter is PID 1 and its threads have other tids
+/// than the host's, which the kernel side never compares (threads are told apart by their TLS
+/// base): each thread still gets its own frames (3.11, whose `native_thread_id` is the
+/// namespace's tid).
+#[test]
+fn python_ctypes_threads_in_pid_namespace_311() {
+    ctypes_threads_name_each_thread("ctypes-threads-pidns", python(), true);
 }
