@@ -17,7 +17,7 @@
 //! the call) names the Python function and line that make the call, with its rate, under pyenv's
 //! 3.11, 3.9 and 3.8 and Debian's static 3.11; with two Python threads (a leaking one and a
 //! decoy that frees what it allocates) each thread's blocks carry its own Python frames (3.8,
-//! 3.11, 3.12).
+//! 3.10, 3.11, 3.12, 3.13, and 3.11 in a PID namespace).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -684,6 +684,20 @@ fn python_ctypes_threads_shared_libpython_312() {
 #[test]
 fn python_ctypes_threads_shared_libpython_38() {
     ctypes_threads_name_each_thread("ctypes-threads-38", Path::new(PYENV_38), false);
+}
+
+/// 3.10: frame objects (`tstate->frame`), no `native_thread_id`: only `thread_id` tells threads
+/// apart.
+#[test]
+fn python_ctypes_threads_shared_libpython_310() {
+    ctypes_threads_name_each_thread("ctypes-threads-310", Path::new(PYENV_310), false);
+}
+
+/// 3.13: the list head, `next` and `thread_id` offsets are the interpreter's own
+/// (`_Py_DebugOffsets`).
+#[test]
+fn python_ctypes_threads_shared_libpython_313() {
+    ctypes_threads_name_each_thread("ctypes-threads-313", Path::new(PYENV_313), false);
 }
 
 /// In a PID namespace (a container's): the interpreter is PID 1 and its threads have other tids
