@@ -3,7 +3,8 @@
 //! The eBPF stack walk identifies the file behind a program counter through the VMA that
 //! `bpf_find_vma` hands it (`vm_area_struct` → `file` → `inode` → `super_block`). aya 0.14 applies
 //! no CO-RE relocations to Rust programs, so the agent reads the offsets from BTF here and sets
-//! them as a global of the eBPF object at load time. This is a minimal BTF reader: type records
+//! them as a global of the eBPF object at load time; the Python frame walk likewise gets the
+//! offset of `task_struct.thread.fsbase` ([`task_fsbase_offset`]). This is a minimal BTF reader: type records
 //! are walked only far enough to find named structs and their members (anonymous struct and
 //! union members are followed, as `vm_start` sits in one since 6.x).
 
