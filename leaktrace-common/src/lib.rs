@@ -392,6 +392,10 @@ pub struct StackFrames {
 /// Most interpreter (Python) frames read per stack, innermost first; deeper ones are left out.
 pub const MAX_PY_FRAMES: usize = 32;
 
+/// Most thread states of an interpreter's list looked at to find the allocating thread's own
+/// (when it does not hold the GIL); a thread further down the list gets a native-only stack.
+pub const MAX_PY_THREADS: usize = 64;
+
 /// One interpreter frame as the kernel reads it at an allocation: the code object's address and
 /// the frame's instruction position, both raw from the target's memory (for CPython 3.11+ the
 /// `prev_instr` pointer, for 3.10 and older the `f_lasti` index in its low 32 bits). The agent
@@ -414,8 +418,10 @@ pub struct PyStack {
 }
 
 /// Where a traced CPython process keeps its frames (`PY_TARGETS`, by tgid), set by the agent at
-/// attach: the address of the pointer to the thread state holding the GIL, and the structure
-/// offsets of the running version ([`py_offset`], bytes).
+/// attach: the address of the pointer to the thread state holding the GIL, the address of the
+/// pointer to the main interpreter (whose list of thread states is searched for the allocating
+/// thread's own when that thread does not hold the GIL), and the structure offsets of the running
+/// version ([`py_offset`], bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PyTarget {
@@ -423,8 +429,14 @@ pub struct PyTarget {
     /// `&_PyRuntime.gilstate.tstate_current`), or of the first pointer of the path to it
     /// ([`py_offset::TSTATE_PATH1`]).
     pub tstate_addr: u64,
+    /// Address in the target of the `PyInterpreterState *` of the main interpreter
+    /// (`&_PyRuntime.interpreters.main`; 3.13: `.head`, from `_Py_DebugOffsets`); 0: the thread
+    /// states are not searched (only the GIL holder's frames are read).
+    pub interp_addr: u64,
     /// Field offsets in bytes, indexed by [`py_offset`].
     pub offsets: [u32; py_offset::NUM],
+    /// 0 (the structure has no implicit padding).
+    pub _pad: u32,
 }
 
 /// Indexes of [`PyTarget::offsets`]: the fields the kernel follows from the thread state to the
@@ -436,8 +448,10 @@ pub mod py_offset {
     pub const TSTATE_CFRAME: usize = 0;
     /// Offset of the current frame pointer in the holder (3.11: `_PyCFrame.current_frame`).
     pub const CURRENT_FRAME: usize = 1;
-    /// `PyThreadState.native_thread_id` (the thread's Linux tid): frames are read only when the
-    /// GIL holder is the thread that allocates; [`NONE`] skips the check.
+    /// `PyThreadState.native_thread_id` (the thread's Linux tid, as the target's pid namespace
+    /// numbers it; 3.11+). Compared with the allocating thread's tid only when
+    /// [`TSTATE_PTHREAD_ID`] cannot be used (the kernel's BTF gave no `thread_struct.fsbase`);
+    /// [`NONE`] skips the check.
     pub const TSTATE_THREAD_ID: usize = 2;
     /// Frame → its code object (3.11: `_PyInterpreterFrame.f_code`).
     pub const FRAME_CODE: usize = 3;
@@ -452,7 +466,18 @@ pub mod py_offset {
     /// When not [`NONE`]: one more pointer followed after [`TSTATE_PATH1`] (3.12:
     /// `_gil_runtime_state.last_holder`, the thread state that took the GIL last).
     pub const TSTATE_PATH2: usize = 7;
-    pub const NUM: usize = 8;
+    /// `PyInterpreterState` → the first thread state of its list (3.8–3.10: `tstate_head`,
+    /// 3.11+: `threads.head`).
+    pub const INTERP_THREADS: usize = 8;
+    /// `PyThreadState.next`: the next thread state of the interpreter's list (NULL at the end).
+    pub const TSTATE_NEXT: usize = 9;
+    /// `PyThreadState.thread_id`: the thread's `pthread_self()`, which on x86-64 (glibc and musl)
+    /// is its TLS base, the `fsbase` the kernel keeps for the task: the allocating thread's own
+    /// thread state is the one whose value is the current task's fsbase (no pid namespace in
+    /// the way). All versions.
+    pub const TSTATE_PTHREAD_ID: usize = 10;
+    /// Number of offsets.
+    pub const NUM: usize = 11;
     /// An offset that is not used.
     pub const NONE: u32 = u32::MAX;
 }

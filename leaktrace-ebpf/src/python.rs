@@ -1,20 +1,36 @@
-//! Interpreter (CPython) frames at an allocation: from the thread state holding the GIL along
-//! the frame chain, code object and instruction position of each frame. See
+//! Interpreter (CPython) frames at an allocation: the allocating thread's own thread state, then
+//! along its frame chain, the code object and instruction position of each frame. See
 //! docs/ARCHITECTURE.md ("Python frames").
 //!
 //! The agent sets, per traced CPython process (`PY_TARGETS`), where the pointer to the GIL
-//! holder's thread state is and the structure offsets of the running version. The frames are
-//! read only when that thread is the one allocating (its `native_thread_id` is the current tid):
-//! a thread that allocates without the GIL gets a native-only stack.
+//! holder's thread state is, where the pointer to the main interpreter is, and the structure
+//! offsets of the running version. A thread state is the allocating thread's when its
+//! `thread_id` (`pthread_self()`, the thread's TLS base on x86-64) is the current task's
+//! `thread.fsbase` (offset from the kernel's BTF, `TASK_FSBASE`): no pid namespace is involved.
+//! The GIL holder is tried first (one pointer path, the common case); when it is another thread
+//! (the allocating thread released the GIL around a C call: ctypes, `Py_BEGIN_ALLOW_THREADS` in
+//! zlib, sqlite3, I/O, ...; or another Python thread runs), the interpreter's list of thread
+//! states is searched (at most `MAX_PY_THREADS` of them, one per `bpf_loop` iteration). A thread
+//! that releases the GIL keeps its frame chain, so its frames are those of the Python code that
+//! made the call. Without the fsbase offset, thread states are told apart by `native_thread_id`
+//! (3.11+), compared with the tid as the host numbers it (right outside pid namespaces only);
+//! 3.8–3.10 then have no field to compare and read the GIL holder's frames for whichever thread
+//! allocates.
 
-use aya_ebpf::helpers::generated::bpf_loop;
+use aya_ebpf::helpers::generated::{self as raw, bpf_get_current_task, bpf_loop};
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::bpf_probe_read_user,
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
-use leaktrace_common::{MAX_PY_FRAMES, PyFrame, PyStack, PyTarget, py_offset};
+use leaktrace_common::{MAX_PY_FRAMES, MAX_PY_THREADS, PyFrame, PyStack, PyTarget, py_offset};
+
+/// Byte offset of `thread.fsbase` in `task_struct` (the x86-64 TLS base of the task, which is
+/// the thread's `pthread_self()`), set by the agent from the kernel's BTF at load time. 0: not
+/// known (thread states are then told apart by `native_thread_id`, see the module doc).
+#[unsafe(no_mangle)]
+static TASK_FSBASE: u32 = 0;
 
 /// Traced CPython processes: tgid → where their frames are. Filled by the agent at attach.
 #[map]
@@ -58,14 +74,25 @@ pub(crate) fn count_stored() {
 #[map]
 static PY_WALK: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
 
-/// State of a frame walk between frames (the `bpf_loop` context).
+/// State of a frame walk between iterations (the `bpf_loop` context of both loops).
 #[repr(C)]
 struct Walk {
     target: PyTarget,
+    /// The thread's innermost frame (found by the first loop), then the next frame to store
+    /// (0: none).
     frame: u64,
     hash: u64,
+    /// Frames stored.
     n: u64,
+    /// The allocating thread's tid (host pid namespace).
     tid: u64,
+    /// The allocating thread's key (its fsbase, or its tid) and the offset of the thread state's
+    /// field that holds it (`thread_key`), set at the first loop's iteration 0.
+    key: u64,
+    key_off: u32,
+    _pad: u32,
+    /// While the thread states are searched: the next one to look at (0: the end of the list).
+    cursor: u64,
 }
 
 #[inline(always)]
@@ -80,13 +107,15 @@ pub(crate) fn buffer() -> Option<*mut PyStack> {
     PY_WALK.get_ptr_mut(0)
 }
 
-/// Read the interpreter frames of process `tgid`'s thread `tid` into this CPU's buffer; returns
-/// the hash of the frames, or None when the process is not a traced interpreter, the thread does
-/// not hold the GIL or has no frame (the buffer's `len` is then 0).
+/// Read the interpreter frames of process `tgid`'s thread `tid` (the current task) into this
+/// CPU's buffer; returns the hash of the frames, or None when the process is not a traced
+/// interpreter, the thread has no thread state among the first `MAX_PY_THREADS` of the list or
+/// has no frame (the buffer's `len` is then 0).
 ///
-/// Everything past the `PY_TARGETS` lookup runs in a `bpf_loop` callback (iteration 0 finds the
-/// innermost frame, the others walk the chain): its branches are verified with the callback, and
-/// do not multiply the states of the program that walks the stack.
+/// Everything past the `PY_TARGETS` lookup runs in two `bpf_loop` callbacks: `find` (iteration 0
+/// reads the fsbase and tries the GIL holder, the next ones search the thread states one by one)
+/// and `step` (one frame per iteration). Their branches are verified with the callbacks, and do
+/// not multiply the states of the program that walks the stack.
 #[inline(always)]
 pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
     let buf = buffer()?;
@@ -95,61 +124,131 @@ pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
     unsafe { (*buf).len = 0 };
     // SAFETY: a value the lookup returned, copied at once.
     let target = unsafe { *PY_TARGETS.get_ptr(tgid)? };
-    let mut w = Walk { target, frame: 0, hash: 0x6a09_e667_f3bc_c908, n: 0, tid: tid as u64 };
-    let callback = step as extern "C" fn(u64, *mut Walk) -> i64;
-    // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
-    unsafe { bpf_loop(MAX_PY_FRAMES as u32 + 1, callback as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
+    let mut w = Walk {
+        target,
+        frame: 0,
+        hash: 0x6a09_e667_f3bc_c908,
+        n: 0,
+        tid: tid as u64,
+        key: 0,
+        key_off: 0,
+        _pad: 0,
+        cursor: 0,
+    };
+    let find = find as extern "C" fn(u64, *mut Walk) -> i64;
+    // SAFETY: `find` has bpf_loop's callback signature; `w` outlives the call.
+    unsafe { bpf_loop(1 + MAX_PY_THREADS as u32, find as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
+    let step = step as extern "C" fn(u64, *mut Walk) -> i64;
+    // SAFETY: as above (`step`; with no frame found, its first iteration stops).
+    unsafe { bpf_loop(MAX_PY_FRAMES as u32, step as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
     // SAFETY: as above: the buffer's `len`, written through the pointer.
     unsafe { (*buf).len = w.n as u32 };
     if w.n == 0 { None } else { Some(crate::unwind::mix(w.hash ^ w.n)) }
 }
 
-/// The innermost frame of the GIL holder, when it is the thread `w.tid`.
+/// 8 bytes of the target's memory at `addr`; 0 when they cannot be read. Branch-free for the
+/// verifier: the callbacks below reach the same states whatever a read finds, and a walk through
+/// a NULL pointer (a read near address 0 fails) ends at 0 without a test at each step.
 #[inline(always)]
-fn innermost(w: &Walk) -> Option<u64> {
-    let off = |i: usize| w.target.offsets[i];
-    let mut tstate = read_u64(w.target.tstate_addr)?;
-    for hop in [py_offset::TSTATE_PATH1, py_offset::TSTATE_PATH2] {
-        if tstate == 0 {
-            return None;
-        }
-        if off(hop) != py_offset::NONE {
-            tstate = read_u64(tstate + off(hop) as u64)?;
-        }
+fn read0(addr: u64) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: a checked copy (bpf_probe_read_user) into a local; on failure the helper zeroes it.
+    unsafe { raw::bpf_probe_read_user((&raw mut v).cast(), 8, addr as *const core::ffi::c_void) };
+    v
+}
+
+/// The key of the allocating thread's thread state and where a thread state holds it: the
+/// task's `thread.fsbase` and `thread_id` (`pthread_self()`), or, when the fsbase offset is not
+/// known, the tid and `native_thread_id` (3.11+; [`py_offset::NONE`] before: no check).
+#[inline(always)]
+fn thread_key(w: &Walk) -> (u64, u32) {
+    // SAFETY: a read of this object's own global; volatile, as the agent sets it at load time.
+    let off = unsafe { core::ptr::read_volatile(&TASK_FSBASE) };
+    if off == 0 {
+        return (w.tid, w.target.offsets[py_offset::TSTATE_THREAD_ID]);
     }
-    if tstate == 0 {
-        return None;
-    }
-    if off(py_offset::TSTATE_THREAD_ID) != py_offset::NONE
-        && read_u64(tstate + off(py_offset::TSTATE_THREAD_ID) as u64)? != w.tid
-    {
-        return None;
-    }
-    let holder = if off(py_offset::TSTATE_CFRAME) != py_offset::NONE {
-        read_u64(tstate + off(py_offset::TSTATE_CFRAME) as u64)?
+    let mut fsbase = 0u64;
+    // SAFETY: the current task (valid while the program runs), read by a checked copy
+    // (bpf_probe_read_kernel) into a local.
+    unsafe {
+        raw::bpf_probe_read_kernel(
+            (&raw mut fsbase).cast(),
+            8,
+            (bpf_get_current_task() + off as u64) as *const core::ffi::c_void,
+        )
+    };
+    (fsbase, w.target.offsets[py_offset::TSTATE_PTHREAD_ID])
+}
+
+/// The innermost frame of thread state `tstate` (0: none).
+#[inline(always)]
+fn current_frame(w: &Walk, tstate: u64) -> u64 {
+    let off = |i: usize| w.target.offsets[i] as u64;
+    let holder = if w.target.offsets[py_offset::TSTATE_CFRAME] != py_offset::NONE {
+        read0(tstate + off(py_offset::TSTATE_CFRAME))
     } else {
         tstate
     };
-    if holder == 0 {
-        return None;
-    }
-    read_u64(holder + off(py_offset::CURRENT_FRAME) as u64)
+    read0(holder + off(py_offset::CURRENT_FRAME))
 }
 
-/// One frame: store its code object and instruction position, move to its caller. Returns 1 to
-/// stop.
-extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
+/// Iteration 0: the GIL holder (3.12+: the GIL's last holder) when it is the allocating thread
+/// (or when threads cannot be told apart), else the start of the search of the main
+/// interpreter's thread states.
+#[inline(always)]
+fn first(w: &mut Walk) -> i64 {
+    let (key, key_off) = thread_key(w);
+    w.key = key;
+    w.key_off = key_off;
+    let off = |i: usize| w.target.offsets[i];
+    let mut tstate = read0(w.target.tstate_addr);
+    for hop in [py_offset::TSTATE_PATH1, py_offset::TSTATE_PATH2] {
+        if off(hop) != py_offset::NONE {
+            tstate = read0(tstate + off(hop) as u64);
+        }
+    }
+    if key_off == py_offset::NONE {
+        w.frame = current_frame(w, tstate);
+        return 1;
+    }
+    if tstate != 0 && read0(tstate + key_off as u64) == key {
+        w.frame = current_frame(w, tstate);
+        return 1;
+    }
+    if w.target.interp_addr == 0 {
+        return 1;
+    }
+    let interp = read0(w.target.interp_addr);
+    w.cursor = read0(interp + off(py_offset::INTERP_THREADS) as u64);
+    (interp == 0 || w.cursor == 0) as i64
+}
+
+/// The first loop's iterations: 0 is `first`, each next one looks at one thread state of the
+/// list: the allocating thread's (its innermost frame is the walk's start), or move to the next.
+/// Returns 1 to stop.
+extern "C" fn find(index: u64, w: *mut Walk) -> i64 {
     // SAFETY: bpf_loop passes the context given to it: `walk`'s `Walk` on its stack.
     let w = unsafe { &mut *w };
     if index == 0 {
-        return match innermost(w) {
-            Some(f) if f != 0 => {
-                w.frame = f;
-                0
-            }
-            _ => 1,
-        };
+        return first(w);
     }
+    let tstate = w.cursor;
+    if tstate == 0 {
+        return 1;
+    }
+    if read0(tstate + w.key_off as u64) == w.key {
+        w.frame = current_frame(w, tstate);
+        return 1;
+    }
+    w.cursor = read0(tstate + w.target.offsets[py_offset::TSTATE_NEXT] as u64);
+    (w.cursor == 0) as i64
+}
+
+/// The second loop's iterations: one frame each: store its code object and instruction
+/// position, move to its caller. Returns 1 to stop.
+extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
+    // SAFETY: bpf_loop passes the context given to it: `walk`'s `Walk` on its stack.
+    let w = unsafe { &mut *w };
     if w.frame == 0 {
         return 1;
     }
@@ -158,7 +257,7 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
     let Some(instr) = read_u64(w.frame + off(py_offset::FRAME_INSTR)) else { return 1 };
     let Some(buf) = buffer() else { return 1 };
     // Bounds-checked on the very value used as the index (see unwind.rs `push`).
-    let i = (index - 1) as usize;
+    let i = index as usize;
     // SAFETY: a volatile read of a local.
     let i = unsafe { core::ptr::read_volatile(&i) };
     // SAFETY: `buf` is this CPU's frame buffer (`buffer`, a valid map value); `get_mut` checks
@@ -167,7 +266,7 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
         Some(slot) => *slot = PyFrame { code, instr },
         None => return 1,
     }
-    w.n = index;
+    w.n = index + 1;
     w.hash = crate::unwind::mix(crate::unwind::mix(w.hash ^ code) ^ instr);
     w.frame = read_u64(w.frame + off(py_offset::FRAME_PREVIOUS)).unwrap_or(0);
     0

@@ -3,7 +3,8 @@
 //! The eBPF stack walk identifies the file behind a program counter through the VMA that
 //! `bpf_find_vma` hands it (`vm_area_struct` → `file` → `inode` → `super_block`). aya 0.14 applies
 //! no CO-RE relocations to Rust programs, so the agent reads the offsets from BTF here and sets
-//! them as a global of the eBPF object at load time. This is a minimal BTF reader: type records
+//! them as a global of the eBPF object at load time; the Python frame walk likewise gets the
+//! offset of `task_struct.thread.fsbase` ([`task_fsbase_offset`]). This is a minimal BTF reader: type records
 //! are walked only far enough to find named structs and their members (anonymous struct and
 //! union members are followed, as `vm_start` sits in one since 6.x).
 
@@ -174,6 +175,14 @@ pub fn kernel_offsets() -> anyhow::Result<[u32; leaktrace_common::kernel_offset:
     ])
 }
 
+/// Byte offset of `thread.fsbase` in `task_struct` (x86-64: the task's TLS base, which is its
+/// threads' `pthread_self()`): how the eBPF side finds an allocating thread's own CPython thread
+/// state. Errors: no BTF, or no such field (another architecture).
+pub fn task_fsbase_offset() -> anyhow::Result<u32> {
+    let btf = Btf::from_sys_fs()?;
+    Ok(btf.member_offset("task_struct", "thread")? + btf.member_offset("thread_struct", "fsbase")?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +199,21 @@ mod tests {
         assert_ne!(o[0], o[1]);
         assert_ne!(o[1], o[2]);
         assert!(o.iter().all(|&x| x < 4096));
+    }
+
+    /// On the machine that runs the tests (x86-64): `task_struct.thread.fsbase` is found and
+    /// plausible (8-aligned, past the start of the several-KiB task_struct). Whether it is the
+    /// right field is checked by the e2e tests (tests/tests/python.rs, threads that release the
+    /// GIL get their own Python frames).
+    #[test]
+    fn running_kernel_fsbase() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() || !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let off = task_fsbase_offset().unwrap();
+        // task_struct is several KiB; `thread` is its last member (x86-64).
+        assert!((1024..16384).contains(&off), "fsbase at {off}");
+        assert_eq!(off % 8, 0);
     }
 
     #[test]

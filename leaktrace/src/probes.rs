@@ -116,6 +116,9 @@ pub struct Tracer {
     py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
     /// Traced CPython processes: tgid → where their frames are.
     py_targets: HashMap<MapData, u32, leaktrace_common::PyTarget>,
+    /// Whether the kernel side knows `task_struct.thread.fsbase` (BTF): Python threads are then
+    /// told apart by their TLS base, else by `native_thread_id` (3.11+) or not at all.
+    python_threads_by_fsbase: bool,
     /// Stacks with Python frames stored so far (against the budget of --max-stacks).
     py_stack_count: aya::maps::Array<MapData, u64>,
     /// That budget.
@@ -235,6 +238,12 @@ impl Tracer {
         let agent_tgid: u32 = std::process::id();
         // Field offsets for the walk's VMA → file lookup; without them, frame pointers only.
         let offsets = crate::btf::kernel_offsets();
+        // task_struct.thread.fsbase, for the Python frames of a thread that does not hold the GIL
+        // (leaktrace-ebpf/src/python.rs); 0: thread states are told apart by native_thread_id.
+        let task_fsbase = crate::btf::task_fsbase_offset().unwrap_or_else(|e| {
+            log::info!("Python threads told apart by native_thread_id: {e:#}");
+            0
+        });
         // Tracepoint record layouts from the kernel's format files (tracepoints.rs).
         let (tp_offsets, tp_note) = crate::tracepoints::offsets()
             .map_err(|e| LoadError::Load(e.context("reading the tracepoints' layouts")))?;
@@ -260,6 +269,7 @@ impl Tracer {
                 true,
             )
             .override_global("TP_OFFSETS", &tp_offsets, true)
+            .override_global("TASK_FSBASE", &task_fsbase, true)
             .override_global(
                 aya_log::LEVEL,
                 &(if limits.debug_unwind { aya_log::Level::Debug as u8 } else { 0u8 }),
@@ -330,6 +340,7 @@ impl Tracer {
             stacks,
             py_stacks,
             py_targets,
+            python_threads_by_fsbase: task_fsbase != 0,
             py_stack_count,
             py_stack_budget: u64::from(py_stack_budget(limits.max_stacks)),
             counters,
@@ -602,6 +613,13 @@ impl Tracer {
     /// where they are, see [`crate::pyframes`]).
     pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
         self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")
+    }
+
+    /// Whether Python threads are told apart by their TLS base (the kernel's BTF gave the offset
+    /// of `task_struct.thread.fsbase`): each allocating thread gets its own Python frames, with
+    /// or without the GIL, in any pid namespace.
+    pub fn python_threads_by_fsbase(&self) -> bool {
+        self.python_threads_by_fsbase
     }
 
     /// The budget of stacks with Python frames (--max-stacks), when it is spent: new stacks are

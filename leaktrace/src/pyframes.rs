@@ -29,6 +29,9 @@ pub struct Layout {
     /// Offset in `_PyRuntime` of the pointer to the thread state holding the GIL, or of the
     /// first pointer of the path to it (`py_offset::TSTATE_PATH1`).
     pub runtime_tstate: u64,
+    /// Offset in `_PyRuntime` of the pointer to the main interpreter (`interpreters.main`; 3.13:
+    /// `interpreters.head`), whose thread states the kernel searches ([`PyTarget::interp_addr`]).
+    pub runtime_interp: u64,
     /// Offsets the kernel follows ([`PyTarget::offsets`]).
     pub kernel: [u32; py_offset::NUM],
     /// `PyCodeObject` fields.
@@ -64,13 +67,21 @@ const NONE: u32 = py_offset::NONE;
 
 /// The supported versions.
 ///
+/// In every version the allocating thread's own thread state is the one of the main
+/// interpreter's list (`_PyRuntime.interpreters.main` → `tstate_head` (3.8–3.10) or
+/// `threads.head` (3.11+) → `PyThreadState.next` ...) whose `thread_id` (`pthread_self()`) is the
+/// task's fsbase; the GIL holder named below is tried first. Offsets of `interpreters.main`,
+/// the list head, `next` and `thread_id` measured the same way (3.11: 48, 16, 8, 152; 3.12: 48,
+/// 72, 8, 136; 3.8–3.10: 40, 8, 8, 176; 3.13.0: `interpreters.head` 632, 7344, 8, 152).
+///
 /// - 3.11: `_PyRuntime.gilstate.tstate_current` (the GIL holder, NULL when no thread holds
 ///   it) → `PyThreadState.cframe` → `_PyCFrame.current_frame` → `_PyInterpreterFrame`
 ///   { `f_code`, `prev_instr`, `previous` }; `PyThreadState.native_thread_id`. Identical in
 ///   3.11.2 (Debian) and 3.11.7 (pyenv).
 /// - 3.10: `_PyRuntime.gilstate.tstate_current` → `PyThreadState.frame` → `PyFrameObject`
-///   { `f_code`, `f_lasti`, `f_back` }. No `native_thread_id`: the GIL holder's frames are read
-///   for whichever thread allocates (see the limits in docs/ARCHITECTURE.md); no `co_qualname`.
+///   { `f_code`, `f_lasti`, `f_back` }. No `native_thread_id` (a kernel without the fsbase
+///   offset in its BTF gets the GIL holder's frames for whichever thread allocates); no
+///   `co_qualname`.
 /// - 3.12: the thread state is thread-local (`_Py_tss_tstate`), so the GIL's last holder:
 ///   `_PyRuntime.interpreters.main` → `PyInterpreterState.ceval.gil` →
 ///   `_gil_runtime_state.last_holder`; the frame chain as in 3.11, with the C stack's shim
@@ -86,7 +97,8 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 11),
         runtime_tstate: 576,
-        kernel: [56, 8, 160, 32, 56, 48, NONE, NONE],
+        runtime_interp: 48,
+        kernel: [56, 8, 160, 32, 56, 48, NONE, NONE, 16, 8, 152],
         co_code_adaptive: 184,
         co_filename: 112,
         co_name: 120,
@@ -100,7 +112,8 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 12),
         runtime_tstate: 48,
-        kernel: [56, 0, 144, 0, 56, 8, 384, 8],
+        runtime_interp: 48,
+        kernel: [56, 0, 144, 0, 56, 8, 384, 8, 72, 8, 136],
         co_code_adaptive: 192,
         co_filename: 112,
         co_name: 120,
@@ -114,7 +127,8 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 10),
         runtime_tstate: 568,
-        kernel: [NONE, 24, NONE, 32, 96, 24, NONE, NONE],
+        runtime_interp: 40,
+        kernel: [NONE, 24, NONE, 32, 96, 24, NONE, NONE, 8, 8, 176],
         co_code_adaptive: 0,
         co_filename: 104,
         co_name: 112,
@@ -128,7 +142,8 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 13),
         runtime_tstate: 632,
-        kernel: [NONE, 72, 160, 0, 56, 8, 7760, NONE],
+        runtime_interp: 632,
+        kernel: [NONE, 72, 160, 0, 56, 8, 7760, NONE, 7344, 8, 152],
         co_code_adaptive: 200,
         co_filename: 112,
         co_name: 120,
@@ -142,7 +157,8 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 9),
         runtime_tstate: 568,
-        kernel: [NONE, 24, NONE, 32, 104, 24, NONE, NONE],
+        runtime_interp: 40,
+        kernel: [NONE, 24, NONE, 32, 104, 24, NONE, NONE, 8, 8, 176],
         co_code_adaptive: 0,
         co_filename: 104,
         co_name: 112,
@@ -156,7 +172,8 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         version: (3, 8),
         runtime_tstate: 1368,
-        kernel: [NONE, 24, NONE, 32, 104, 24, NONE, NONE],
+        runtime_interp: 40,
+        kernel: [NONE, 24, NONE, 32, 104, 24, NONE, NONE, 8, 8, 176],
         co_code_adaptive: 0,
         co_filename: 104,
         co_name: 112,
@@ -184,9 +201,12 @@ mod dbg {
     pub const VERSION: usize = 8;
     pub const INTERPRETERS_HEAD: usize = 40;
     pub const INTERP_SIZE: usize = 48;
+    pub const INTERP_THREADS_HEAD: usize = 72;
     pub const INTERP_GIL_HOLDER: usize = 144;
     pub const TSTATE_SIZE: usize = 152;
+    pub const TSTATE_NEXT: usize = 168;
     pub const TSTATE_CURRENT_FRAME: usize = 184;
+    pub const TSTATE_THREAD_ID: usize = 192;
     pub const TSTATE_NATIVE_THREAD_ID: usize = 200;
     pub const FRAME_SIZE: usize = 224;
     pub const FRAME_PREVIOUS: usize = 232;
@@ -217,8 +237,11 @@ pub fn debug_offsets_layout(bytes: &[u8]) -> Option<Layout> {
         return None;
     }
     let within = |size: usize, fields: &[usize]| fields.iter().all(|&f| at(f) + 8 <= at(size));
-    if !within(dbg::INTERP_SIZE, &[dbg::INTERP_GIL_HOLDER])
-        || !within(dbg::TSTATE_SIZE, &[dbg::TSTATE_CURRENT_FRAME, dbg::TSTATE_NATIVE_THREAD_ID])
+    if !within(dbg::INTERP_SIZE, &[dbg::INTERP_GIL_HOLDER, dbg::INTERP_THREADS_HEAD])
+        || !within(
+            dbg::TSTATE_SIZE,
+            &[dbg::TSTATE_CURRENT_FRAME, dbg::TSTATE_NATIVE_THREAD_ID, dbg::TSTATE_NEXT, dbg::TSTATE_THREAD_ID],
+        )
         || !within(dbg::FRAME_SIZE, &[dbg::FRAME_PREVIOUS, dbg::FRAME_EXECUTABLE, dbg::FRAME_INSTR_PTR])
         || !within(
             dbg::CODE_SIZE,
@@ -233,6 +256,7 @@ pub fn debug_offsets_layout(bytes: &[u8]) -> Option<Layout> {
     Some(Layout {
         version: (3, 13),
         runtime_tstate: at(dbg::INTERPRETERS_HEAD),
+        runtime_interp: at(dbg::INTERPRETERS_HEAD),
         kernel: [
             NONE,
             k(dbg::TSTATE_CURRENT_FRAME)?,
@@ -242,6 +266,9 @@ pub fn debug_offsets_layout(bytes: &[u8]) -> Option<Layout> {
             k(dbg::FRAME_PREVIOUS)?,
             k(dbg::INTERP_GIL_HOLDER)?,
             NONE,
+            k(dbg::INTERP_THREADS_HEAD)?,
+            k(dbg::TSTATE_NEXT)?,
+            k(dbg::TSTATE_THREAD_ID)?,
         ],
         co_code_adaptive: at(dbg::CODE_ADAPTIVE),
         co_filename: at(dbg::CODE_FILENAME),
@@ -346,8 +373,13 @@ pub fn locate(pid: u32, objects: &[MappedObject]) -> Result<(Interpreter, PyTarg
     };
     let bias = load_bias(pid, obj, first_load)
         .ok_or_else(|| format!("Python frames are not read: {} is not mapped at offset 0", obj.path.display()))?;
-    let target =
-        PyTarget { tstate_addr: runtime_vaddr.wrapping_add(bias) + layout.runtime_tstate, offsets: layout.kernel };
+    let runtime = runtime_vaddr.wrapping_add(bias);
+    let target = PyTarget {
+        tstate_addr: runtime + layout.runtime_tstate,
+        interp_addr: runtime + layout.runtime_interp,
+        offsets: layout.kernel,
+        _pad: 0,
+    };
     Ok((Interpreter { layout, source, mem: Memory::new(pid), code: HashMap::new() }, target))
 }
 
@@ -793,9 +825,12 @@ mod tests {
             (dbg::INTERPRETERS_HEAD, 632),
             (dbg::INTERP_SIZE, 100_000),
             (dbg::INTERP_GIL_HOLDER, 7760),
+            (dbg::INTERP_THREADS_HEAD, 7344),
             (dbg::TSTATE_SIZE, 400),
             (dbg::TSTATE_CURRENT_FRAME, 72),
             (dbg::TSTATE_NATIVE_THREAD_ID, 160),
+            (dbg::TSTATE_NEXT, 8),
+            (dbg::TSTATE_THREAD_ID, 152),
             (dbg::FRAME_SIZE, 80),
             (dbg::FRAME_PREVIOUS, 8),
             (dbg::FRAME_EXECUTABLE, 0),

@@ -440,9 +440,19 @@ impl Traced {
                         crate::pyframes::Source::DebugOffsets => " (offsets from its _Py_DebugOffsets)",
                         crate::pyframes::Source::Table => "",
                     };
+                    // Which thread's frames an allocation gets (leaktrace-ebpf/src/python.rs).
+                    let whose = if tracer.python_threads_by_fsbase() {
+                        "the allocating thread's own, with or without the GIL"
+                    } else if (major, minor) >= (3, 11) {
+                        "the allocating thread's own, found by its native_thread_id (the kernel's BTF gives no \
+                         task fsbase): none in a pid namespace other than the host's"
+                    } else {
+                        "the GIL holder's, whichever thread allocates (the kernel's BTF gives no task fsbase to tell \
+                         threads apart)"
+                    };
                     self.warnings.push(format!(
                         "Python frames (function, file, line) read from CPython {major}.{minor}'s frame chain{source} at \
-                         each allocation by the thread holding the GIL, in place of the eval loop's frames"
+                         each allocation ({whose}), in place of the eval loop's frames"
                     ));
                     self.python = Some(interp);
                 }
