@@ -240,9 +240,13 @@ pub fn block_regions(maps: &str, blocks: &[u64], known: &[(u64, u64)], skip: &[(
 /// loader's and the C library's small anonymous mappings (TLS, stdio) are under it.
 pub const UNCLAIMED_MIN: u64 = 1 << 20;
 
+/// Largest PROT_NONE mapping [`unclaimed_regions`] takes for a thread stack's guard.
+const MAX_GUARD: u64 = 1 << 20;
+
 /// The anonymous mappings of `maps` (the text of /proc/PID/maps) that nothing else claims: private,
 /// read-write, unnamed, at least [`UNCLAIMED_MIN`] long, not a thread's stack (a PROT_NONE guard
-/// page right below it: glibc's `pthread_create` stacks) and overlapping none of `skip` (glibc's
+/// of at most 1 MiB right below it: glibc's `pthread_create` stacks; a larger PROT_NONE mapping
+/// there is a reservation's tail, as mimalloc leaves them) and overlapping none of `skip` (glibc's
 /// arena heaps, the mappings found by their blocks, the mappings traced since attach), as
 /// [start, end) in address order. In a process whose malloc is jemalloc, mimalloc or tcmalloc
 /// and that runs no managed runtime, these are the allocator's mappings where no block began
@@ -259,7 +263,14 @@ pub fn unclaimed_regions(maps: &str, skip: &[(u64, u64)]) -> Vec<(u64, u64)> {
         if !anon(l) || l.perms != "rw-p" || l.end - l.start < UNCLAIMED_MIN || overlaps(l.start, l.end) {
             continue;
         }
-        let guarded = k > 0 && anon(&lines[k - 1]) && lines[k - 1].perms == "---p" && lines[k - 1].end == l.start;
+        // A guard page is small (glibc's default is one page; JVM guard zones a few dozen); a
+        // large PROT_NONE mapping right below is another allocator reservation's unused tail
+        // (mimalloc's segments and arenas are reserved ahead and committed as used).
+        let guarded = k > 0
+            && anon(&lines[k - 1])
+            && lines[k - 1].perms == "---p"
+            && lines[k - 1].end == l.start
+            && lines[k - 1].end - lines[k - 1].start <= MAX_GUARD;
         if !guarded {
             out.push((l.start, l.end));
         }
@@ -368,6 +379,18 @@ mod tests {
             vec![(0x7f304bc00000, 0x7f3084200000), (0x7f3084300000, 0x7f3084e00000)]
         );
         assert_eq!(unclaimed_regions(maps, &[]).len(), 4);
+        // mimalloc's reservations back to back: each read-write part sits on the previous one's
+        // large PROT_NONE tail, which is no guard page.
+        let maps = "\
+7f5000000000-7f5000d00000 rw-p 00000000 00:00 0 
+7f5000d00000-7f5004000000 ---p 00000000 00:00 0 
+7f5004000000-7f5004d00000 rw-p 00000000 00:00 0 
+7f5004d00000-7f5008000000 ---p 00000000 00:00 0 
+";
+        assert_eq!(
+            unclaimed_regions(maps, &[]),
+            vec![(0x7f5000000000, 0x7f5000d00000), (0x7f5004000000, 0x7f5004d00000)]
+        );
     }
 
     #[test]

@@ -36,6 +36,20 @@ pub const RSS_FLOOR_BYTES_PER_S: f64 = 4096.0;
 /// evidence: none ever freed, live blocks never falling, and at least this many new live blocks
 /// over the steady window (with a significant fit).
 pub const MIN_EVIDENT_BLOCKS: i64 = 3;
+/// The same evidence for a site whose other blocks are freed (a leak on an error path shares its
+/// call stack with the normal path's freed blocks): at least this many more live blocks over the
+/// steady window, never falling by more than [`IN_FLIGHT_BLOCKS`] from one checkpoint to the
+/// next (blocks of the normal path in flight when a checkpoint reads the site).
+pub const MIN_EVIDENT_SHARED_BLOCKS: i64 = 10;
+/// Blocks of a churning site that may be in flight (allocated, about to be freed) when a
+/// checkpoint reads it.
+pub const IN_FLIGHT_BLOCKS: u64 = 2;
+/// In growth mode a fault site is a leak only with at least this many more pages over the steady
+/// window: one page faulted late by a stack seen once (a walk cut short) is no evidence.
+pub const MIN_FAULT_LEAK_PAGES: i64 = 3;
+/// A bounded cache that keeps evicting holds its blocks for at least this long (or a checkpoint
+/// interval, if shorter), seconds; blocks of a request in flight live for less.
+pub const CACHE_MIN_LIFETIME_S: f64 = 0.25;
 /// Highest confidence of a cache seen as a single step of never-freed blocks (a leak in bursts
 /// looks the same until a second period is recorded).
 pub const SINGLE_STEP_CONFIDENCE: f64 = 0.2;

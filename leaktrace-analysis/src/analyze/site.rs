@@ -57,9 +57,13 @@ pub(super) fn analyze_site(
     // (its 95 % interval above zero) and does not level off.
     let never_freed = ser.last.free_count == 0;
     let blocks_monotonic = count.windows(2).all(|w| w[1] >= w[0]);
-    let evident = never_freed
-        && blocks_monotonic
-        && steady_growth_allocations >= MIN_EVIDENT_BLOCKS
+    // Blocks freed too (the leak shares its stack with freed blocks): more new blocks, and a
+    // fall by no more than the blocks in flight when a checkpoint reads the site.
+    let shared_evident = !never_freed
+        && count.windows(2).all(|w| w[1] + IN_FLIGHT_BLOCKS >= w[0])
+        && steady_growth_allocations >= MIN_EVIDENT_SHARED_BLOCKS;
+    let evident = ((never_freed && blocks_monotonic && steady_growth_allocations >= MIN_EVIDENT_BLOCKS)
+        || shared_evident)
         && steady.n >= MIN_WINDOW_POINTS
         && steady.significant_growth
         && steady.slope_bytes_per_s > floor_rel
@@ -76,7 +80,10 @@ pub(super) fn analyze_site(
     let rise = mean_steady - first_live as f64;
     let turnover = (ser.last.alloc_bytes > 0).then(|| ser.last.alloc_bytes as f64 / peak.max(1) as f64);
 
-    let grows = steady.significant_growth && steady.slope_bytes_per_s > floor;
+    // Growth mode: a fault site that gained fewer than MIN_FAULT_LEAK_PAGES pages over the steady
+    // window (one page faulted late by a stack seen once, a walk cut short) shows no growth.
+    let few_pages = st.kind == StackKind::Fault && steady_growth_allocations < MIN_FAULT_LEAK_PAGES;
+    let grows = steady.significant_growth && steady.slope_bytes_per_s > floor && !few_pages;
     let plateau = grows
         && late.is_some_and(|l| {
             !(l.significant_growth && l.slope_bytes_per_s > floor)
@@ -141,7 +148,8 @@ pub(super) fn analyze_site(
     gaps.sort_by(f64::total_cmp);
     let interval = gaps.get(gaps.len() / 2).copied().unwrap_or(0.0);
     let rose_and_flat = rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened;
-    let evicting_cache = rose_and_flat && interval > 0.0 && lifetime_s.is_some_and(|l| l >= interval);
+    let evicting_cache =
+        rose_and_flat && interval > 0.0 && lifetime_s.is_some_and(|l| l >= interval.min(CACHE_MIN_LIFETIME_S));
 
     let (mut class, mut confidence, mut reason);
     if too_short {
@@ -187,10 +195,17 @@ pub(super) fn analyze_site(
             steady.n,
             floor,
         );
-        if evident {
+        if evident && never_freed {
             reason.push_str(&format!(
                 "; slower than the {SITE_FLOOR_BYTES_PER_S} B/s floor, but not one of the site's \
                  {count_end} blocks was ever freed and live blocks never fell: slow, not noise"
+            ));
+        } else if evident {
+            reason.push_str(&format!(
+                "; slower than the {SITE_FLOOR_BYTES_PER_S} B/s floor, but while the site's other \
+                 blocks are freed its live blocks rose by {steady_growth_allocations} and never \
+                 fell by more than the {IN_FLIGHT_BLOCKS} a checkpoint may catch in flight: some \
+                 of its blocks are never freed (an error path?), slow, not noise"
             ));
         }
         if win.late_idle {

@@ -336,8 +336,19 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
         } else {
             "; a mapping of the allocator where no block began since attach is not counted"
         };
+        // Mappings counted by elimination may be the program's own: say so wherever counted.
+        let likely = match (s.allocator_unclaimed_regions, s.allocator_unclaimed_resident_end_bytes) {
+            (Some(n), Some(res)) if n > 0 => format!(
+                "; {} of it in {n} large anonymous mapping(s) from before attach that hold no traced \
+                 block, counted as {}'s by elimination: a mapping the program made itself before \
+                 attach looks the same",
+                bytes(res),
+                s.allocator_family.unwrap_or("the allocator")
+            ),
+            _ => String::new(),
+        };
         parts.push(format!(
-            "the allocator's other resident memory {} ({}{missed})",
+            "the allocator's other resident memory {} ({}{missed}{likely})",
             bytes(fp.saturating_sub(native)),
             allocator_rest(rec, a)
         ));
@@ -460,7 +471,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     if let (Some(b), Some(e)) = (s.allocator_resident_start_bytes, s.allocator_resident_end_bytes) {
         let _ = writeln!(
             md,
-            "- allocator resident (heap + arenas): {} → {}; trend {} over the steady window",
+            "- allocator resident (heap, arenas and the allocator's mappings): {} → {}; trend {} over the steady window",
             bytes(b),
             bytes(e),
             rate(s.allocator_resident_growth_bytes_per_s.unwrap_or(0.0))

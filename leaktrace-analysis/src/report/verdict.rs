@@ -67,7 +67,7 @@ fn released_at_exit(a: &Analysis) -> Option<String> {
 
 /// What the allocator's resident figure is made of: "brk heap and 8 glibc arena heap(s), 150.0
 /// MiB resident at the end, 120.0 MiB of it in the arenas", "brk heap and 3 jemalloc mapping(s)
-/// holding its blocks, 90.0 MiB resident at the end, 89.0 MiB of it in those mappings" (or "brk
+/// holding its blocks, 90.0 MiB resident at the end, 89.0 MiB in the mappings holding its blocks" (or "brk
 /// heap and its mappings" when neither was found).
 fn allocator_parts(a: &Analysis) -> String {
     let s = &a.summary;
@@ -84,7 +84,7 @@ fn allocator_parts(a: &Analysis) -> String {
         && n > 0
     {
         parts.push(format!("{n} {} mapping(s) holding its blocks", s.allocator_family.unwrap_or("allocator")));
-        of_it.push(format!("{} in those mappings", hb(res)));
+        of_it.push(format!("{} in the mappings holding its blocks", hb(res)));
     }
     if let (Some(n), Some(res)) = (s.allocator_unclaimed_regions, s.allocator_unclaimed_resident_end_bytes)
         && n > 0
@@ -93,7 +93,7 @@ fn allocator_parts(a: &Analysis) -> String {
             "{n} other anonymous mapping(s) from before attach, likely {}'s (no block began in them since)",
             s.allocator_family.unwrap_or("the allocator")
         ));
-        of_it.push(format!("{} in those", hb(res)));
+        of_it.push(format!("{} in the mappings from before attach", hb(res)));
     }
     if parts.is_empty() {
         return format!("brk heap and its mappings, {} resident at the end", hb(end));

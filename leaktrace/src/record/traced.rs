@@ -596,7 +596,10 @@ impl Traced {
         // and glibc's arena heaps (the latter are left out of the allocator's tracked mappings,
         // which would count an arena made after attach twice).
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
-        let arenas = mappings::glibc_arena_heaps(&maps);
+        // glibc's arena heaps only where glibc's malloc is the one in use: another allocator's
+        // 64 MiB-aligned reservations (mimalloc's) have the same shape.
+        let other_malloc = self.other_malloc();
+        let arenas = if other_malloc { Vec::new() } else { mappings::glibc_arena_heaps(&maps) };
         // Other allocators' mappings (jemalloc, mimalloc, tcmalloc's mmaps), made before attach
         // or after: the anonymous mappings where its blocks began since attach.
         let blocks = self.scan_blocks(tracer);
@@ -605,7 +608,7 @@ impl Traced {
         let mut counted: Vec<(u64, u64)> = arenas.iter().chain(&self.block_regions).copied().collect();
         // With such an allocator and no managed runtime, the large anonymous mappings nothing
         // else claims are its too: memory it held before attach where no block began since.
-        let unclaimed = if self.other_malloc() && self.runtime.is_none() {
+        let unclaimed = if other_malloc && self.runtime.is_none() {
             let mut skip = counted.clone();
             skip.extend(self.space.ranges());
             mappings::unclaimed_regions(&maps, &skip)
