@@ -2,7 +2,7 @@
 //! leak, made from the facts the analysis found ([`Verdict`]'s reason, runtime split and losses).
 //! report.md, report.json, the summary and the command line all print this sentence.
 
-use crate::analyze::{Analysis, KindGrowth, KindReason, Losses, Reason, SiteAnalysis, Verdict};
+use crate::analyze::{Analysis, KindGrowth, KindReason, Losses, Reason, SiteAnalysis, SiteClass, Verdict};
 use crate::human::{bytes as hb, rate as hr};
 use crate::recording::{Runtime, StackKind};
 use crate::runtimes::{MemoryKind, heap_name, kind_origin};
@@ -101,6 +101,16 @@ fn allocator_parts(a: &Analysis) -> String {
     format!("brk heap and {}, {} resident at the end, {}", parts.join(" and "), hb(end), of_it.join(", "))
 }
 
+/// "stay flat (12 B/s)" for a rate inside the site noise floor's absolute part, "grow far less
+/// (62772 B/s)" above it (the verdict has already judged the rate not to be the growth).
+fn flat(bytes_per_s: f64) -> String {
+    if bytes_per_s.abs() < crate::analyze::SITE_FLOOR_BYTES_PER_S {
+        format!("stay flat ({bytes_per_s:.0} B/s)")
+    } else {
+        format!("grow far less ({bytes_per_s:.0} B/s)")
+    }
+}
+
 /// "N % of allocator calls were not traced (counters; raise ...)".
 fn losses_phrase(l: &Losses) -> String {
     let named: Vec<String> = l.counters.iter().map(|(name, n)| format!("{name} {n}")).collect();
@@ -138,13 +148,13 @@ fn reason(a: &Analysis) -> String {
         }
         Reason::AllocatorRetains { trend, native_bytes_per_s } => format!(
             "fragmentation: the allocator's resident memory ({}) grows {} ({:.0} B/s ± {:.0}) over \
-             the steady window while live native bytes stay flat ({:.0} B/s): freed memory is kept \
-             by the allocator (fragmentation or retention), not leaked",
+             the steady window while live native bytes {}: freed memory is kept by the allocator \
+             (fragmentation or retention), not leaked",
             allocator_parts(a),
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
             trend.ci95_bytes_per_s.unwrap_or(0.0),
-            native_bytes_per_s
+            flat(*native_bytes_per_s)
         ),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
             let cause = if *heap_flat {
@@ -161,21 +171,21 @@ fn reason(a: &Analysis) -> String {
             };
             format!(
                 "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
-                 traced live bytes stay flat ({:.0} B/s): {cause} — not a leak of traced allocations",
+                 traced live bytes {}: {cause} — not a leak of traced allocations",
                 hr(trend.slope_bytes_per_s),
                 trend.slope_bytes_per_s,
                 trend.ci95_bytes_per_s.unwrap_or(0.0),
-                traced_bytes_per_s
+                flat(*traced_bytes_per_s)
             )
         }
         Reason::UntracedShmem { trend, traced_bytes_per_s } => format!(
             "RSS grows and nothing traced explains it: shared memory (RssShmem) grows {} ({:.0} B/s ± \
-             {:.0} at 95 %) while traced live bytes stay flat ({:.0} B/s) — shared mappings made before \
+             {:.0} at 95 %) while traced live bytes {} — shared mappings made before \
              attach or not through a traced call (memfd, shm_open, SysV shm); not \"no leak\"",
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
             trend.ci95_bytes_per_s.unwrap_or(0.0),
-            traced_bytes_per_s
+            flat(*traced_bytes_per_s)
         ),
         Reason::TooShort { checkpoints, duration_s } => {
             format!(
@@ -225,13 +235,26 @@ fn reason(a: &Analysis) -> String {
                 hb(*retained_bytes)
             )
         }
+        Reason::ShortLived { .. }
+            if a.sites.iter().any(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary) =>
+        {
+            let faults: Vec<&SiteAnalysis> =
+                a.sites.iter().filter(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary).collect();
+            format!(
+                "no leak: pages are faulted in and returned — {} stack(s) faulted in {} in {} pages \
+                 (growth mode sees no frees: RSS anon does not follow them)",
+                faults.len(),
+                hb(faults.iter().map(|s| s.allocated_bytes).sum()),
+                faults.iter().map(|s| s.allocations).sum::<u64>()
+            )
+        }
         Reason::ShortLived { count, freed_bytes, freed_blocks, native_bytes_per_s } => format!(
             "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
-             blocks; live native bytes stay flat ({:.0} B/s)",
+             blocks; live native bytes {}",
             count,
             hb(*freed_bytes),
             freed_blocks,
-            native_bytes_per_s
+            flat(*native_bytes_per_s)
         ),
         Reason::Flat { native_bytes_per_s } => format!(
             "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
