@@ -116,6 +116,10 @@ pub struct Tracer {
     py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
     /// Traced CPython processes: tgid → where their frames are.
     py_targets: HashMap<MapData, u32, leaktrace_common::PyTarget>,
+    /// Whether `py_targets` has any entry (index 0: 1 or 0; the kernel skips the lookup if not).
+    py_any: aya::maps::Array<MapData, u64>,
+    /// The processes in `py_targets`.
+    py_tgids: std::collections::HashSet<u32>,
     /// Stacks with Python frames stored so far (against the budget of --max-stacks).
     py_stack_count: aya::maps::Array<MapData, u64>,
     /// That budget.
@@ -293,6 +297,7 @@ impl Tracer {
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_any = aya::maps::Array::try_from(take(&mut ebpf, "PY_ANY")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stack_count =
             aya::maps::Array::try_from(take(&mut ebpf, "PY_STACK_COUNT")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -330,6 +335,8 @@ impl Tracer {
             stacks,
             py_stacks,
             py_targets,
+            py_any,
+            py_tgids: Default::default(),
             py_stack_count,
             py_stack_budget: u64::from(py_stack_budget(limits.max_stacks)),
             counters,
@@ -601,7 +608,9 @@ impl Tracer {
     /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
     /// where they are, see [`crate::pyframes`]).
     pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
-        self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")
+        self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")?;
+        self.py_tgids.insert(tgid);
+        self.py_any.set(0, 1, 0).context("setting the PY_ANY flag")
     }
 
     /// The budget of stacks with Python frames (--max-stacks), when it is spent: new stacks are
@@ -614,6 +623,10 @@ impl Tracer {
     /// Stop reading the interpreter frames of process `tgid` (it exec'd another program).
     pub fn remove_python_target(&mut self, tgid: u32) {
         let _ = self.py_targets.remove(&tgid);
+        self.py_tgids.remove(&tgid);
+        if self.py_tgids.is_empty() {
+            let _ = self.py_any.set(0, 0, 0);
+        }
     }
 
     /// The interpreter frames stored with stack `key` (innermost first), if it has any.
