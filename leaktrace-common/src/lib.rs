@@ -237,6 +237,9 @@ pub struct AllocInfo {
     pub size: u64,
     /// The site that owns the block.
     pub site: SiteKey,
+    /// The site's index in the kernel's `SITE_STATS` array (the value of `SITES` for `site`).
+    pub index: u32,
+    pub _pad: u32,
 }
 
 /// Per-site totals kept in the kernel. All four counters only grow; live bytes and live count are

@@ -110,7 +110,10 @@ pub enum LoadError {
 /// The loaded eBPF object and the maps the agent reads.
 pub struct Tracer {
     ebpf: Ebpf,
-    sites: HashMap<MapData, SiteKey, SiteStats>,
+    /// Sites → their index in `site_stats`.
+    sites: HashMap<MapData, SiteKey, u32>,
+    /// Per-site totals by site index.
+    site_stats: aya::maps::Array<MapData, SiteStats>,
     stacks: HashMap<MapData, u64, StackFrames>,
     /// Interpreter frames of the stacks that have any (same keys as `stacks`).
     py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
@@ -252,6 +255,8 @@ impl Tracer {
             .override_global("AGENT_TGID", &agent_tgid, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
+            .map_max_entries("SITE_STATS", limits.max_sites)
+            .map_max_entries("SITE_INDICES", limits.max_sites)
             // --max-stacks bounds all stacks; those with Python frames may take half of them
             // (PY_STACK_BUDGET in leaktrace-ebpf/src/python.rs), so native ones keep room.
             .map_max_entries("STACKS", limits.max_stacks)
@@ -294,6 +299,8 @@ impl Tracer {
             ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
         };
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
+        let site_stats =
+            aya::maps::Array::try_from(take(&mut ebpf, "SITE_STATS")?).map_err(|e| LoadError::Load(e.into()))?;
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -332,6 +339,7 @@ impl Tracer {
         Ok(Tracer {
             ebpf,
             sites,
+            site_stats,
             stacks,
             py_stacks,
             py_targets,
@@ -658,7 +666,9 @@ impl Tracer {
         let mut out = Vec::new();
         for item in self.sites.iter() {
             match item {
-                Ok((k, v)) if k.tgid == tgid => out.push((k, v)),
+                Ok((k, index)) if k.tgid == tgid => {
+                    out.push((k, self.site_stats.get(&index, 0).context("reading the SITE_STATS map")?))
+                }
                 Ok(_) => {}
                 // An entry deleted while iterating: skip it, the next checkpoint sees the rest.
                 Err(aya::maps::MapError::KeyNotFound) => {}
