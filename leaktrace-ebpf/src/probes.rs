@@ -467,7 +467,7 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
     };
     note_page(tgid, addr);
     let key = AllocKey { tgid, _pad: 0, addr };
-    let info = AllocInfo { size, site, index, _pad: 0 };
+    let info = AllocInfo { size, index, _pad: 0 };
     match ALLOCS.insert(key, info, BPF_NOEXIST as u64) {
         Ok(()) => {}
         Err(EEXIST) => {

@@ -678,6 +678,22 @@ impl Tracer {
         Ok(out)
     }
 
+    /// The sites of process `tgid` by their index (the kernel's SITES map read backwards; a live
+    /// block in ALLOCS names its site by that index). Errors: the map cannot be read.
+    pub fn site_keys(&self, tgid: u32) -> anyhow::Result<StdHashMap<u32, SiteKey>> {
+        let mut out = StdHashMap::new();
+        for item in self.sites.iter() {
+            match item {
+                Ok((k, index)) if k.tgid == tgid => {
+                    out.insert(index, k);
+                }
+                Ok(_) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e).context("reading the SITES map"),
+            }
+        }
+        Ok(out)
+    }
+
     /// Instruction pointers of the stack stored under `key` (`SiteKey::stack`), innermost first,
     /// and why the walk ended (`leaktrace_common::walk_end`); None if it is not in the map.
     pub fn stack(&self, key: u64) -> Option<(Vec<u64>, u32)> {
