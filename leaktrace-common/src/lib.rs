@@ -229,14 +229,17 @@ pub struct SiteKey {
     pub caller: u64,
 }
 
-/// Value of the live-allocation map.
+/// Value of the live-allocation map (16 bytes: at 10 M live blocks, each byte here is 10 MB of
+/// kernel memory).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AllocInfo {
     /// Requested size in bytes (what the caller asked for, not the allocator's chunk size).
     pub size: u64,
-    /// The site that owns the block.
-    pub site: SiteKey,
+    /// The owning site's index in the kernel's `SITE_STATS` array: the value of `SITES` for its
+    /// `SiteKey` (given once, never reused).
+    pub index: u32,
+    pub _pad: u32,
 }
 
 /// Per-site totals kept in the kernel. All four counters only grow; live bytes and live count are

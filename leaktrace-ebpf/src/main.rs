@@ -2,10 +2,11 @@
 //!
 //! Data path (all keyed by the host tgid, so one loaded object can serve several targets):
 //! entry probe → `INFLIGHT` (arguments and call stack, one per thread) → return probe →
-//! `ALLOCS` (one entry per outstanding block) and `SITES` (per call-stack totals). `free` looks the
-//! block up in `ALLOCS` and credits its site. Every loss increments a slot of `COUNTERS`
-//! (see `leaktrace_common::counter`). No per-event ring-buffer traffic: the agent reads `SITES`,
-//! `STACKS` and `COUNTERS` at each checkpoint.
+//! `ALLOCS` (one entry per outstanding block) and `SITE_STATS` (per call-stack totals, by the
+//! site's index in `SITES`). `free` looks the block up in `ALLOCS` and credits its site by that
+//! index. Every loss increments a slot of `COUNTERS` (see `leaktrace_common::counter`). No
+//! per-event ring-buffer traffic: the agent reads `SITES`, `SITE_STATS`, `STACKS` and `COUNTERS`
+//! at each checkpoint.
 // Built for the bpf target by leaktrace/build.rs (aya-build). A host build (`cargo test
 // --workspace`) compiles an empty binary.
 #![cfg_attr(target_arch = "bpf", no_std)]

@@ -32,9 +32,46 @@ static BLOCK_PAGES: LruHashMap<AllocKey, u32> = LruHashMap::with_max_entries(1 <
 #[map]
 static LAST_PAGE: PerCpuArray<AllocKey> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per call-stack totals. Sized by the agent (--max-sites).
+/// Call-stack sites: `SiteKey` → the site's index in `SITE_STATS` (given once, when the site is
+/// first seen; entries are never removed, so an index stays the site's). Sized by the agent
+/// (--max-sites).
 #[map]
-static SITES: HashMap<SiteKey, SiteStats> = HashMap::with_max_entries(1 << 16, BPF_F_NO_PREALLOC);
+static SITES: HashMap<SiteKey, u32> = HashMap::with_max_entries(1 << 16, BPF_F_NO_PREALLOC);
+
+/// Per-site totals by site index (`SITES`' values; `AllocInfo::index`): an array, so that the
+/// free of a block updates its site without hashing its key. Sized by the agent (--max-sites,
+/// preallocated: 32 bytes a site).
+#[map]
+static SITE_STATS: Array<SiteStats> = Array::with_max_entries(1 << 16, 0);
+
+/// The next site index to give (index 0). Read, then added to atomically: two CPUs may read the
+/// same value, so an index is the site's only once claimed in `SITE_INDICES`. Indices skipped
+/// that way, or claimed by a site that lost the race to insert itself into `SITES`, stay unused.
+#[map]
+static NEXT_SITE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Site indices given (index → 1): the insert (`BPF_NOEXIST`) that claims an index is atomic,
+/// which the counter alone is not (the eBPF target here has no fetch-and-add). Sized by the
+/// agent (--max-sites).
+#[map]
+static SITE_INDICES: HashMap<u32, u32> = HashMap::with_max_entries(1 << 16, BPF_F_NO_PREALLOC);
+
+/// A site and its index, as cached in `SITE_CACHE`; `check` mixes both, so an entry torn by a
+/// program that interrupted the writer is not taken.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CachedSite {
+    key: SiteKey,
+    index: u64,
+    check: u64,
+}
+
+const SITE_CACHE_SLOTS: u32 = 256;
+
+/// Per CPU, direct-mapped by the site's hash: sites whose index was looked up (an allocation
+/// from a site seen before skips the `SITES` lookup).
+#[map]
+static SITE_CACHE: PerCpuArray<CachedSite> = PerCpuArray::with_max_entries(SITE_CACHE_SLOTS, 0);
 
 /// User call stacks by the 64-bit hash of their frames (walked by `walk_stack`, not
 /// bpf_get_stackid: see there). Written once per distinct stack, never overwritten; a full map
@@ -298,13 +335,89 @@ fn sample(size: u64, mean: u64) -> Option<u64> {
 /// Credit a retired block to its site.
 #[inline(always)]
 fn account_free(info: &AllocInfo) {
-    if let Some(s) = SITES.get_ptr_mut(info.site) {
-        // SAFETY: field addresses of a SITES value, no reference made (other CPUs add to it too).
+    if let Some(s) = SITE_STATS.get_ptr_mut(info.index) {
+        // SAFETY: field addresses of a SITE_STATS value, no reference made (other CPUs add to it).
         atomic_add(unsafe { &raw mut (*s).free_bytes }, info.size);
         // SAFETY: as above.
         atomic_add(unsafe { &raw mut (*s).free_count }, 1);
     }
     count(counter::FREES);
+}
+
+#[inline(always)]
+fn site_check(site: &SiteKey, index: u64) -> u64 {
+    let h = crate::unwind::mix(site.stack ^ ((site.tgid as u64) << 32 | site.kind as u64));
+    crate::unwind::mix(h ^ site.caller ^ (index << 40))
+}
+
+/// The index of `site` in `SITE_STATS`: from this CPU's `SITE_CACHE`, else from `SITES`, else a
+/// new one (`NEXT_SITE`) inserted there. None when `SITES` or `SITE_STATS` is full.
+#[inline(always)]
+fn site_index(site: &SiteKey) -> Option<u32> {
+    let h = crate::unwind::mix(site.stack ^ site.caller ^ ((site.tgid as u64) << 32 | site.kind as u64));
+    let slot = SITE_CACHE.get_ptr_mut(h as u32 & (SITE_CACHE_SLOTS - 1));
+    if let Some(c) = slot {
+        // SAFETY: this CPU's slot of a per-CPU array value (get_ptr_mut checked the index), valid
+        // while the program runs; copied, then checked as a whole.
+        let c = unsafe { *c };
+        if c.key == *site && c.check == site_check(site, c.index) {
+            return Some(c.index as u32);
+        }
+    }
+    let index = match SITES.get_ptr(site) {
+        // SAFETY: a value the lookup returned (never changed once inserted), copied at once.
+        Some(i) => unsafe { *i },
+        None => {
+            let fresh = new_site_index()?;
+            match SITES.insert(site, fresh, BPF_NOEXIST as u64) {
+                Ok(()) => fresh,
+                // Another CPU inserted the site meanwhile: its index is the site's.
+                // SAFETY: as above.
+                Err(EEXIST) => unsafe { *SITES.get_ptr(site)? },
+                Err(_) => return None,
+            }
+        }
+    };
+    if let Some(c) = slot {
+        // SAFETY: the slot read above, written whole.
+        unsafe { *c = CachedSite { key: *site, index: index as u64, check: site_check(site, index as u64) } };
+    }
+    Some(index)
+}
+
+/// A site index no other site has (claimed in `SITE_INDICES`); None when `SITE_STATS` is full
+/// or four claims in a row lost their race.
+#[inline(always)]
+fn new_site_index() -> Option<u32> {
+    let next = NEXT_SITE.get_ptr_mut(0)?;
+    for _ in 0..4 {
+        // SAFETY: the array's one value (get_ptr_mut checked the index), valid while the program
+        // runs; read plainly, then added to atomically (other CPUs take indices too).
+        let fresh = unsafe { core::ptr::read_volatile(next) };
+        atomic_add(next, 1);
+        if fresh > u32::MAX as u64 || SITE_STATS.get_ptr(fresh as u32).is_none() {
+            return None;
+        }
+        if SITE_INDICES.insert(fresh as u32, 1, BPF_NOEXIST as u64).is_ok() {
+            return Some(fresh as u32);
+        }
+    }
+    None
+}
+
+/// Add one block of `bytes` to the site at `index`.
+#[inline(always)]
+fn account_alloc(index: u32, bytes: u64) -> bool {
+    match SITE_STATS.get_ptr_mut(index) {
+        Some(s) => {
+            // SAFETY: field addresses of a SITE_STATS value, no reference made (other CPUs add to it).
+            atomic_add(unsafe { &raw mut (*s).alloc_bytes }, bytes);
+            // SAFETY: as above.
+            atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Retire the block at `addr` of process `tgid`, if it is tracked.
@@ -348,9 +461,13 @@ fn note_page(tgid: u32, addr: u64) {
 /// Record a new outstanding block.
 #[inline(always)]
 fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
+    let Some(index) = site_index(&site) else {
+        count(counter::SITES_FULL);
+        return;
+    };
     note_page(tgid, addr);
     let key = AllocKey { tgid, _pad: 0, addr };
-    let info = AllocInfo { size, site };
+    let info = AllocInfo { size, index, _pad: 0 };
     match ALLOCS.insert(key, info, BPF_NOEXIST as u64) {
         Ok(()) => {}
         Err(EEXIST) => {
@@ -370,24 +487,8 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
             return;
         }
     }
-    let mut stats = SITES.get_ptr_mut(site);
-    if stats.is_none() {
-        // Racing creators are fine: BPF_NOEXIST makes one win, the other finds it below.
-        let _ = SITES.insert(site, SiteStats::default(), BPF_NOEXIST as u64);
-        stats = SITES.get_ptr_mut(site);
-    }
-    match stats {
-        Some(s) => {
-            // SAFETY: field addresses of a SITES value, no reference made (other CPUs add to it).
-            atomic_add(unsafe { &raw mut (*s).alloc_bytes }, size);
-            // SAFETY: as above.
-            atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
-            count(counter::ALLOCS);
-        }
-        None => {
-            count(counter::SITES_FULL);
-            let _ = ALLOCS.remove(key);
-        }
+    if account_alloc(index, size) {
+        count(counter::ALLOCS);
     }
 }
 
@@ -1042,19 +1143,9 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // no return address, so no `caller` (it would split one stack into many sites and put a
     // bogus frame 1 in each).
     let site = SiteKey { caller: 0, ..site_here::<true>(task_regs(), tgid, site_kind::FAULT) };
-    let mut stats = SITES.get_ptr_mut(site);
-    if stats.is_none() {
-        let _ = SITES.insert(site, SiteStats::default(), BPF_NOEXIST as u64);
-        stats = SITES.get_ptr_mut(site);
-    }
-    match stats {
-        Some(s) => {
-            // SAFETY: field addresses of a SITES value, no reference made (other CPUs add to it).
-            atomic_add(unsafe { &raw mut (*s).alloc_bytes }, 4096);
-            // SAFETY: as above.
-            atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
-        }
-        None => count(counter::SITES_FULL),
+    match site_index(&site) {
+        Some(index) if account_alloc(index, 4096) => {}
+        _ => count(counter::SITES_FULL),
     }
     0
 }

@@ -36,6 +36,12 @@ static TASK_FSBASE: u32 = 0;
 #[map]
 static PY_TARGETS: HashMap<u32, PyTarget> = HashMap::with_max_entries(1024, 0);
 
+/// Whether any process is in `PY_TARGETS` (index 0: 1 if so, else 0), kept by the agent. A walk
+/// in a process that is not an interpreter then skips the `PY_TARGETS` lookup (a hash of its tgid
+/// on every allocation); this one is an array read, inlined by the verifier.
+#[map]
+static PY_ANY: Array<u64> = Array::with_max_entries(1, 0);
+
 /// Interpreter frames of the stacks that have any, by the same key as `STACKS` (the hash of the
 /// native frames and of these). Written once per distinct stack. Sized by the agent (as STACKS).
 #[map]
@@ -122,6 +128,9 @@ pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
     // SAFETY: this CPU's frame buffer (a per-CPU array value, valid while the program runs),
     // written through the pointer, no reference kept: `step` writes its frames meanwhile.
     unsafe { (*buf).len = 0 };
+    if PY_ANY.get(0).copied().unwrap_or(0) == 0 {
+        return None;
+    }
     // SAFETY: a value the lookup returned, copied at once.
     let target = unsafe { *PY_TARGETS.get_ptr(tgid)? };
     let mut w = Walk {

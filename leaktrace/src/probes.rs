@@ -110,7 +110,10 @@ pub enum LoadError {
 /// The loaded eBPF object and the maps the agent reads.
 pub struct Tracer {
     ebpf: Ebpf,
-    sites: HashMap<MapData, SiteKey, SiteStats>,
+    /// Sites → their index in `site_stats`.
+    sites: HashMap<MapData, SiteKey, u32>,
+    /// Per-site totals by site index.
+    site_stats: aya::maps::Array<MapData, SiteStats>,
     stacks: HashMap<MapData, u64, StackFrames>,
     /// Interpreter frames of the stacks that have any (same keys as `stacks`).
     py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
@@ -119,6 +122,10 @@ pub struct Tracer {
     /// Whether the kernel side knows `task_struct.thread.fsbase` (BTF): Python threads are then
     /// told apart by their TLS base, else by `native_thread_id` (3.11+) or not at all.
     python_threads_by_fsbase: bool,
+    /// Whether `py_targets` has any entry (index 0: 1 or 0; the kernel skips the lookup if not).
+    py_any: aya::maps::Array<MapData, u64>,
+    /// The processes in `py_targets`.
+    py_tgids: std::collections::HashSet<u32>,
     /// Stacks with Python frames stored so far (against the budget of --max-stacks).
     py_stack_count: aya::maps::Array<MapData, u64>,
     /// That budget.
@@ -257,6 +264,8 @@ impl Tracer {
             .override_global("AGENT_TGID", &agent_tgid, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
+            .map_max_entries("SITE_STATS", limits.max_sites)
+            .map_max_entries("SITE_INDICES", limits.max_sites)
             // --max-stacks bounds all stacks; those with Python frames may take half of them
             // (PY_STACK_BUDGET in leaktrace-ebpf/src/python.rs), so native ones keep room.
             .map_max_entries("STACKS", limits.max_stacks)
@@ -300,9 +309,12 @@ impl Tracer {
             ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
         };
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
+        let site_stats =
+            aya::maps::Array::try_from(take(&mut ebpf, "SITE_STATS")?).map_err(|e| LoadError::Load(e.into()))?;
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_any = aya::maps::Array::try_from(take(&mut ebpf, "PY_ANY")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stack_count =
             aya::maps::Array::try_from(take(&mut ebpf, "PY_STACK_COUNT")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -337,10 +349,13 @@ impl Tracer {
         Ok(Tracer {
             ebpf,
             sites,
+            site_stats,
             stacks,
             py_stacks,
             py_targets,
             python_threads_by_fsbase: task_fsbase != 0,
+            py_any,
+            py_tgids: Default::default(),
             py_stack_count,
             py_stack_budget: u64::from(py_stack_budget(limits.max_stacks)),
             counters,
@@ -612,7 +627,9 @@ impl Tracer {
     /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
     /// where they are, see [`crate::pyframes`]).
     pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
-        self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")
+        self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")?;
+        self.py_tgids.insert(tgid);
+        self.py_any.set(0, 1, 0).context("setting the PY_ANY flag")
     }
 
     /// Whether Python threads are told apart by their TLS base (the kernel's BTF gave the offset
@@ -632,6 +649,10 @@ impl Tracer {
     /// Stop reading the interpreter frames of process `tgid` (it exec'd another program).
     pub fn remove_python_target(&mut self, tgid: u32) {
         let _ = self.py_targets.remove(&tgid);
+        self.py_tgids.remove(&tgid);
+        if self.py_tgids.is_empty() {
+            let _ = self.py_any.set(0, 0, 0);
+        }
     }
 
     /// The interpreter frames stored with stack `key` (innermost first), if it has any.
@@ -663,10 +684,28 @@ impl Tracer {
         let mut out = Vec::new();
         for item in self.sites.iter() {
             match item {
-                Ok((k, v)) if k.tgid == tgid => out.push((k, v)),
+                Ok((k, index)) if k.tgid == tgid => {
+                    out.push((k, self.site_stats.get(&index, 0).context("reading the SITE_STATS map")?))
+                }
                 Ok(_) => {}
                 // An entry deleted while iterating: skip it, the next checkpoint sees the rest.
                 Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e).context("reading the SITES map"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The sites of process `tgid` by their index (the kernel's SITES map read backwards; a live
+    /// block in ALLOCS names its site by that index). Errors: the map cannot be read.
+    pub fn site_keys(&self, tgid: u32) -> anyhow::Result<StdHashMap<u32, SiteKey>> {
+        let mut out = StdHashMap::new();
+        for item in self.sites.iter() {
+            match item {
+                Ok((k, index)) if k.tgid == tgid => {
+                    out.insert(index, k);
+                }
+                Ok(_) | Err(aya::maps::MapError::KeyNotFound) => {}
                 Err(e) => return Err(e).context("reading the SITES map"),
             }
         }

@@ -1,7 +1,8 @@
 //! The traced live blocks of one process, read from the kernel's `ALLOCS` map
-//! (AllocKey{tgid, addr} → AllocInfo{size, site}) at scan time: with BPF_MAP_LOOKUP_BATCH
+//! (AllocKey{tgid, addr} → AllocInfo{size, site index}) at scan time: with BPF_MAP_LOOKUP_BATCH
 //! (Linux 5.6+, a few hundred system calls for a million blocks), else entry by entry.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use anyhow::Context as _;
@@ -18,10 +19,13 @@ pub struct Block {
     pub site: SiteKey,
 }
 
-/// Every live block of `tgid` in `map` (the ALLOCS map), sorted by address. Errors: the map is
-/// not a hash map, or the kernel refused both the batched and the per-entry read.
-pub fn read(map: &aya::maps::Map, tgid: u32) -> anyhow::Result<Vec<Block>> {
-    let mut out = match read_batched(map, tgid) {
+/// Every live block of `tgid` in `map` (the ALLOCS map), sorted by address, its site found by
+/// its index in `sites` (site index → `SiteKey`, from the SITES map; an index not there, which
+/// the kernel never stores, gives the default key). Errors: the map is not a hash map, or the
+/// kernel refused both the batched and the per-entry read.
+pub fn read(map: &aya::maps::Map, tgid: u32, sites: &HashMap<u32, SiteKey>) -> anyhow::Result<Vec<Block>> {
+    let site = |i: &AllocInfo| sites.get(&i.index).copied().unwrap_or_default();
+    let mut out = match read_batched(map, tgid, &site) {
         Some(v) => v,
         None => {
             let h: aya::maps::HashMap<&aya::maps::MapData, AllocKey, AllocInfo> =
@@ -29,7 +33,7 @@ pub fn read(map: &aya::maps::Map, tgid: u32) -> anyhow::Result<Vec<Block>> {
             let mut v = Vec::new();
             for item in h.iter() {
                 match item {
-                    Ok((k, i)) if k.tgid == tgid => v.push(Block { addr: k.addr, size: i.size, site: i.site }),
+                    Ok((k, i)) if k.tgid == tgid => v.push(Block { addr: k.addr, size: i.size, site: site(&i) }),
                     Ok(_) | Err(aya::maps::MapError::KeyNotFound) => {}
                     Err(e) => return Err(e).context("reading the ALLOCS map"),
                 }
@@ -43,7 +47,7 @@ pub fn read(map: &aya::maps::Map, tgid: u32) -> anyhow::Result<Vec<Block>> {
 }
 
 /// BPF_MAP_LOOKUP_BATCH over the whole map; None when the kernel does not support it.
-fn read_batched(map: &aya::maps::Map, tgid: u32) -> Option<Vec<Block>> {
+fn read_batched(map: &aya::maps::Map, tgid: u32, site: &dyn Fn(&AllocInfo) -> SiteKey) -> Option<Vec<Block>> {
     const CHUNK: usize = 8192;
     let aya::maps::Map::HashMap(data) = map else { return None };
     let fd = data.fd().as_fd().as_raw_fd() as u32;
@@ -72,7 +76,7 @@ fn read_batched(map: &aya::maps::Map, tgid: u32) -> Option<Vec<Block>> {
         }
         for i in 0..attr.count as usize {
             if keys[i].tgid == tgid {
-                out.push(Block { addr: keys[i].addr, size: values[i].size, site: values[i].site });
+                out.push(Block { addr: keys[i].addr, size: values[i].size, site: site(&values[i]) });
             }
         }
         if errno == libc::ENOENT {

@@ -95,16 +95,25 @@ const CHUNK: usize = 4 << 20;
 /// time instead): 1 GiB.
 const COPY_BUDGET: usize = 1 << 30;
 
-/// Stop `pid`, read its live blocks from `allocs` (the ALLOCS map), scan, resume. The target is
-/// resumed before this returns, whatever happened. Errors (one line): the process cannot be
-/// stopped (gone, already traced), the block list cannot be read.
-pub fn scan(pid: u32, allocs: &aya::maps::Map, opts: ScanOptions) -> anyhow::Result<Scan> {
+/// Sites of a process by their index (the kernel's SITES map read backwards).
+pub type SiteIndex = std::collections::HashMap<u32, leaktrace_common::SiteKey>;
+
+/// Stop `pid`, read its live blocks from `allocs` (the ALLOCS map; their sites by index from
+/// what `sites` reads once the target is stopped, see [`blocks::read`]), scan, resume. The
+/// target is resumed before this returns, whatever happened. Errors (one line): the process
+/// cannot be stopped (gone, already traced), the block list or the sites cannot be read.
+pub fn scan(
+    pid: u32,
+    allocs: &aya::maps::Map,
+    sites: &dyn Fn() -> anyhow::Result<SiteIndex>,
+    opts: ScanOptions,
+) -> anyhow::Result<Scan> {
     // The objects' image ends are read from their files before the target is stopped.
     let image_ends =
         std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| roots::image_ends(pid, &m)).unwrap_or_default();
     let t0 = Instant::now();
     let stopped = stop::stop_all(pid)?;
-    let blocks = blocks::read(allocs, pid)?;
+    let blocks = blocks::read(allocs, pid, &sites()?)?;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| anyhow::anyhow!("cannot read /proc/{pid}/maps: {e}"))?;
     let threads: Vec<(i32, u64, u64)> = stopped.threads.iter().map(|t| (t.tid, t.regs.rsp, t.regs.rip)).collect();

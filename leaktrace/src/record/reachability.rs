@@ -55,7 +55,8 @@ pub(super) fn scan_all(
         };
         let t_s = start.elapsed().as_secs_f64();
         eprintln!("leaktrace: reachability of PID {}: stopping the target for the scan", t.pid);
-        match reach::scan(t.pid, map, opts) {
+        let pid = t.pid;
+        match reach::scan(t.pid, map, &|| tracer.site_keys(pid), opts) {
             Ok(scan) => {
                 eprintln!(
                     "leaktrace: reachability of PID {}: {} live block(s) scanned, target paused {:.1} ms",
