@@ -62,6 +62,13 @@ pub struct Recording {
     /// build IDs, by start address; empty in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mappings: Vec<ObjectMapping>,
+    /// Stacks merged into one site because their symbolized frames are the same (JIT code
+    /// compiled again at new addresses: [`crate::merge`]): the kept stack's id (the smallest of
+    /// its group) → the ids of the stacks folded into it, ascending. Their samples are summed
+    /// into the kept stack's; only its frames (and addresses) are kept. Empty when nothing was
+    /// merged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub merged_stacks: BTreeMap<u32, Vec<u32>>,
 }
 
 /// An executable mapping of the target (a /proc/PID/maps line with `x`), as the symbolizer kept
@@ -541,9 +548,11 @@ impl Recording {
                 v.format_version.map_or_else(|| "(none)".to_string(), |x| x.to_string())
             );
         }
-        let rec: Recording =
+        let mut rec: Recording =
             serde_json::from_slice(data).map_err(|e| anyhow::anyhow!("not a leaktrace recording: {e}"))?;
         rec.validate().map_err(|e| anyhow::anyhow!("inconsistent recording: {e}"))?;
+        // Recordings written before the merge existed (or by another writer) get it here.
+        crate::merge::merge_identical_stacks(&mut rec);
         Ok(rec)
     }
 
