@@ -82,7 +82,7 @@ fn stack_key(st: &Stack) -> Option<(StackKind, bool, Vec<FrameKey>)> {
     if st.lost || st.frames.is_empty() {
         return None;
     }
-    Some((st.kind, st.truncated.is_some(), st.frames.iter().map(frame_key).collect()))
+    Some((st.kind, st.truncated.is_some(), st.frames.iter().map(|f| frame_key(f)).collect()))
 }
 
 /// Merge the stacks of `rec` whose symbolized frames are the same into one site each (the
@@ -184,7 +184,8 @@ pub fn merge_identical_stacks(rec: &mut Recording) -> usize {
 
     rec.warnings.push(format!(
         "{folded} call stack(s) folded into {} site(s) with the same frames at other code addresses (JIT code \
-         compiled again: the runtime's recompilation or deoptimization); each site's bytes are the sum of its stacks'",
+         compiled again: the runtime's recompilation or deoptimization; or another code object for the same Python \
+         function and line); each site's bytes are the sum of its stacks'",
         members.len()
     ));
     folded
@@ -249,11 +250,11 @@ mod tests {
             id,
             kind: StackKind::Malloc,
             frames: vec![
-                native("malloc", "/lib/libc.so.6", 0x7f00_0000_1000),
-                native("Unsafe_AllocateMemory0", "/jvm/libjvm.so", 0x7f00_0010_2000),
-                jit("void OrderBook.stashQuote(long, boolean)", at),
-                jit("Interpreter", 0x7f10_0000_0100),
-                native("JavaCalls::call_helper", "/jvm/libjvm.so", 0x7f00_0010_3000),
+                native("malloc", "/lib/libc.so.6", 0x7f00_0000_1000).into(),
+                native("Unsafe_AllocateMemory0", "/jvm/libjvm.so", 0x7f00_0010_2000).into(),
+                jit("void OrderBook.stashQuote(long, boolean)", at).into(),
+                jit("Interpreter", 0x7f10_0000_0100).into(),
+                native("JavaCalls::call_helper", "/jvm/libjvm.so", 0x7f00_0010_3000).into(),
             ],
             lost: false,
             truncated: None,
@@ -278,7 +279,7 @@ mod tests {
     fn recompiled() -> Recording {
         let mut rec = crate::analyze::fixtures::mixed();
         let mut decoy = stash(5, 0x7f10_0000_9000);
-        decoy.frames[2] = jit("long OrderBook.scratch(long)", 0x7f10_0000_9000);
+        decoy.frames[2] = jit("long OrderBook.scratch(long)", 0x7f10_0000_9000).into();
         rec.stacks = vec![stash(7, 0x7f10_0000_1000), stash(3, 0x7f10_0000_2000), stash(9, 0x7f10_0000_3000), decoy];
         rec.checkpoints = (0..=12u64)
             .map(|t| {
@@ -345,6 +346,9 @@ mod tests {
         assert_eq!(again, merged);
         let back = Recording::parse(&serde_json::to_vec(&rec).unwrap()).unwrap();
         assert_eq!(back, merged, "a recording is merged when it is read");
+        // ... and its frames shared again: malloc's frame is one Arc in both stacks.
+        assert!(std::sync::Arc::ptr_eq(&back.stacks[0].frames[0], &back.stacks[1].frames[0]));
+        assert!(!std::sync::Arc::ptr_eq(&back.stacks[0].frames[2], &back.stacks[1].frames[2]), "not the same frame");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! version they do not know.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -260,8 +261,11 @@ pub struct Stack {
     /// pages made resident by first-touch page faults).
     pub kind: StackKind,
     /// Innermost first. An address with inlined functions yields several frames: the inlined
-    /// callees first (`inlined: true`), then the function the code was inlined into.
-    pub frames: Vec<Frame>,
+    /// callees first (`inlined: true`), then the function the code was inlined into. Shared
+    /// (`Arc`): a frame met in many stacks is held once ([`Recording::intern_frames`]; the
+    /// symbolizer makes one per address), so memory grows with distinct frames, not with
+    /// stacks × depth. Serialized as plain frames.
+    pub frames: Vec<Arc<Frame>>,
     /// True when the kernel could not give the stack (map collision or error): the bytes are
     /// real, their call stack is unknown.
     #[serde(default)]
@@ -274,7 +278,7 @@ pub struct Stack {
 }
 
 /// One frame of a call stack.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// Virtual address in the target (a return address, except for frame 0).
     pub addr: u64,
@@ -306,7 +310,7 @@ pub struct Frame {
 }
 
 /// The kind of code a [`Frame`] is.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum FrameKind {
     /// Machine code in a mapped object or JIT code.
@@ -553,7 +557,26 @@ impl Recording {
         rec.validate().map_err(|e| anyhow::anyhow!("inconsistent recording: {e}"))?;
         // Recordings written before the merge existed (or by another writer) get it here.
         crate::merge::merge_identical_stacks(&mut rec);
+        rec.intern_frames();
         Ok(rec)
+    }
+
+    /// Share equal frames between stacks (one `Arc` per distinct frame), as the recorder does:
+    /// a recording read from JSON has a copy of each frame per stack. Returns the number of
+    /// distinct frames.
+    pub fn intern_frames(&mut self) -> usize {
+        let mut seen: std::collections::HashSet<Arc<Frame>> = std::collections::HashSet::new();
+        for st in &mut self.stacks {
+            for f in &mut st.frames {
+                match seen.get(f) {
+                    Some(k) => *f = Arc::clone(k),
+                    None => {
+                        seen.insert(Arc::clone(f));
+                    }
+                }
+            }
+        }
+        seen.len()
     }
 
     /// Check what the JSON's shape cannot: every number of seconds finite and not negative,

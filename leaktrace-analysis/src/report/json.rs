@@ -210,7 +210,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
                     "function": s.function,
                     "live_bytes": live_bytes,
                     "live_allocations": live_allocations,
-                    "stack": s.frames.iter().map(crate::analyze::frame_label).collect::<Vec<_>>(),
+                    "stack": s.frames.iter().map(|f| crate::analyze::frame_label(f)).collect::<Vec<_>>(),
                 })
             }).collect::<Vec<_>>(),
         })),
