@@ -447,10 +447,18 @@ impl Traced {
                     ));
                     self.python = Some(interp);
                 }
-                Err(e) => self.warnings.push(format!("Python frames are not read: {e:#}")),
+                Err(e) => self.python_frames_failed(format!("Python frames are not read: {e:#}")),
             },
-            Err(why) => self.warnings.push(why),
+            Err(why) => self.python_frames_failed(why),
         }
+    }
+
+    /// Python frames were wanted (`--python-frames on`, or auto) and cannot be read: one line on
+    /// stderr now (the user learns it while recording, not only from the report), and the same
+    /// sentence in the report's caveats.
+    fn python_frames_failed(&mut self, why: String) {
+        eprintln!("leaktrace: PID {}: {why}", self.pid);
+        self.warnings.push(why);
     }
 
     /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
