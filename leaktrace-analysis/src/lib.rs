@@ -3,7 +3,8 @@
 //! compiler checks that the analysis reads nothing but the [`recording::Recording`].
 //!
 //! The rooms, in the order the data goes through them:
-//! [`recording`] (the model of recording.json, the seam with the recorder) → [`timeline`] (its
+//! [`recording`] (the model of recording.json, the seam with the recorder; [`merge`] folds the
+//! stacks of recompiled JIT code into one site) → [`timeline`] (its
 //! checkpoints sorted once and replayed into per-site series) → [`analyze`] (growth
 //! per site and per process, classes, the verdict), with [`runtimes`] (which memory a stack holds
 //! in a managed runtime) and [`allocator_frames`] (which frames are the allocator's) →
@@ -17,6 +18,7 @@ pub mod compare;
 #[cfg(test)]
 mod hostile_tests;
 pub mod human;
+pub mod merge;
 pub mod output;
 /// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.
 pub mod reachability;

@@ -20,7 +20,7 @@
 //! - When recording.json cannot be written into its directory, [`save_fallback`] keeps it in a
 //!   new file (exclusively created, random name) under `$TMPDIR`, /var/tmp or /tmp.
 
-use std::io::Write as _;
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -160,12 +160,24 @@ impl OutDir {
     /// Errors (a full disk: "No space left on device") name the file; no file is left under
     /// `name` or under the temporary name.
     pub fn write(&self, name: &str, data: &[u8]) -> anyhow::Result<PathBuf> {
+        self.write_with(name, |w| w.write_all(data))
+    }
+
+    /// [`OutDir::write`] with the content streamed by `fill` (through a buffer) instead of held
+    /// whole in memory: a recording of many stacks is hundreds of MB of JSON. Same atomicity and
+    /// errors; an error of `fill` leaves no file.
+    pub fn write_with(
+        &self,
+        name: &str,
+        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> anyhow::Result<PathBuf> {
         let path = self.path.join(name);
         check_name(name)?;
         let (tmp, fd) = self.create_temp(name).with_context(|| format!("cannot write {}", path.display()))?;
         let result = (|| -> std::io::Result<()> {
-            let mut f = std::fs::File::from(fd);
-            f.write_all(data)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::from(fd));
+            fill(&mut w)?;
+            let f = w.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()?;
             drop(f);
             rustix::fs::renameat(&self.fd, &tmp, &self.fd, name).map_err(io)

@@ -9,6 +9,7 @@
 //! version they do not know.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +63,13 @@ pub struct Recording {
     /// build IDs, by start address; empty in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mappings: Vec<ObjectMapping>,
+    /// Stacks merged into one site because their symbolized frames are the same (JIT code
+    /// compiled again at new addresses: [`crate::merge`]): the kept stack's id (the smallest of
+    /// its group) → the ids of the stacks folded into it, ascending. Their samples are summed
+    /// into the kept stack's; only its frames (and addresses) are kept. Empty when nothing was
+    /// merged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub merged_stacks: BTreeMap<u32, Vec<u32>>,
 }
 
 /// An executable mapping of the target (a /proc/PID/maps line with `x`), as the symbolizer kept
@@ -253,8 +261,11 @@ pub struct Stack {
     /// pages made resident by first-touch page faults).
     pub kind: StackKind,
     /// Innermost first. An address with inlined functions yields several frames: the inlined
-    /// callees first (`inlined: true`), then the function the code was inlined into.
-    pub frames: Vec<Frame>,
+    /// callees first (`inlined: true`), then the function the code was inlined into. Shared
+    /// (`Arc`): a frame met in many stacks is held once ([`Recording::intern_frames`]; the
+    /// symbolizer makes one per address), so memory grows with distinct frames, not with
+    /// stacks × depth. Serialized as plain frames.
+    pub frames: Vec<Arc<Frame>>,
     /// True when the kernel could not give the stack (map collision or error): the bytes are
     /// real, their call stack is unknown.
     #[serde(default)]
@@ -267,7 +278,7 @@ pub struct Stack {
 }
 
 /// One frame of a call stack.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// Virtual address in the target (a return address, except for frame 0).
     pub addr: u64,
@@ -299,7 +310,7 @@ pub struct Frame {
 }
 
 /// The kind of code a [`Frame`] is.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum FrameKind {
     /// Machine code in a mapped object or JIT code.
@@ -555,10 +566,31 @@ impl Recording {
                 v.format_version.map_or_else(|| "(none)".to_string(), |x| x.to_string())
             );
         }
-        let rec: Recording =
+        let mut rec: Recording =
             serde_json::from_slice(data).map_err(|e| anyhow::anyhow!("not a leaktrace recording: {e}"))?;
         rec.validate().map_err(|e| anyhow::anyhow!("inconsistent recording: {e}"))?;
+        // Recordings written before the merge existed (or by another writer) get it here.
+        crate::merge::merge_identical_stacks(&mut rec);
+        rec.intern_frames();
         Ok(rec)
+    }
+
+    /// Share equal frames between stacks (one `Arc` per distinct frame), as the recorder does:
+    /// a recording read from JSON has a copy of each frame per stack. Returns the number of
+    /// distinct frames.
+    pub fn intern_frames(&mut self) -> usize {
+        let mut seen: std::collections::HashSet<Arc<Frame>> = std::collections::HashSet::new();
+        for st in &mut self.stacks {
+            for f in &mut st.frames {
+                match seen.get(f) {
+                    Some(k) => *f = Arc::clone(k),
+                    None => {
+                        seen.insert(Arc::clone(f));
+                    }
+                }
+            }
+        }
+        seen.len()
     }
 
     /// Check what the JSON's shape cannot: every number of seconds finite and not negative,

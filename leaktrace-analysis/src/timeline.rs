@@ -195,8 +195,8 @@ mod tests {
             id: 50,
             kind: StackKind::Mmap,
             frames: vec![
-                frame("__mmap64", "/lib/libc.so.6", None),
-                frame("_PyObject_ArenaMmap", "/lib/libpython3.11.so", None),
+                frame("__mmap64", "/lib/libc.so.6", None).into(),
+                frame("_PyObject_ArenaMmap", "/lib/libpython3.11.so", None).into(),
             ],
             lost: false,
             truncated: None,

@@ -42,10 +42,11 @@ pub struct MultiOutcome {
 /// error) the recording is kept in a temporary file instead ([`output::save_fallback`]) and the
 /// error, one line, names both the failure and where the recording is. Returns the file's path.
 pub fn save_recording(recording: &Recording, dir: &OutDir) -> anyhow::Result<PathBuf> {
-    let data = serde_json::to_vec(recording)?;
-    match dir.write("recording.json", &data) {
+    // Streamed: the JSON of a recording with many stacks is hundreds of MB (issue 11, pymalloc
+    // with Python frames); it is held whole only for the fallback.
+    match dir.write_with("recording.json", |w| serde_json::to_writer(w, recording).map_err(std::io::Error::other)) {
         Ok(p) => Ok(p),
-        Err(e) => match output::save_fallback("leaktrace-recording", &data) {
+        Err(e) => match output::save_fallback("leaktrace-recording", &serde_json::to_vec(recording)?) {
             Ok(kept) => anyhow::bail!(
                 "{e:#}; the recording was saved to {} instead (`leaktrace report` reads it as DIR/recording.json)",
                 kept.display()

@@ -679,11 +679,12 @@ pub fn in_import(py: &[Frame]) -> bool {
 /// 3.10, where each Python call is a C call): one for one, in order. Else (3.11+, where Python
 /// calls Python without a C call): all at the first eval frame, without the later ones (each of
 /// them runs some of these Python frames); at the end when the walk did not reach the eval loop.
-pub fn merge(native: Vec<Frame>, py: Vec<Frame>) -> Vec<Frame> {
+/// Frames are owned or shared (`Arc<Frame>`, as the recorder keeps them).
+pub fn merge<F: std::borrow::Borrow<Frame>>(native: Vec<F>, py: Vec<F>) -> Vec<F> {
     if py.is_empty() {
         return native;
     }
-    let is_eval = |f: &Frame| f.function.as_deref().is_some_and(|n| n == "_PyEval_EvalFrameDefault");
+    let is_eval = |f: &F| f.borrow().function.as_deref().is_some_and(|n| n == "_PyEval_EvalFrameDefault");
     if native.iter().filter(|f| is_eval(f)).count() == py.len() {
         let mut py = py.into_iter();
         return native.into_iter().map(|f| if is_eval(&f) { py.next().unwrap_or(f) } else { f }).collect();

@@ -232,8 +232,9 @@ mod tests {
             id,
             kind: crate::recording::StackKind::Malloc,
             frames: vec![
-                Frame { function: Some("malloc".into()), object: Some("/lib/libc.so.6".into()), ..Default::default() },
-                Frame { function: Some(f.into()), object: Some("/bin/x".into()), ..Default::default() },
+                Frame { function: Some("malloc".into()), object: Some("/lib/libc.so.6".into()), ..Default::default() }
+                    .into(),
+                Frame { function: Some(f.into()), object: Some("/bin/x".into()), ..Default::default() }.into(),
             ],
             lost: false,
             truncated: None,

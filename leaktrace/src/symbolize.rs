@@ -82,9 +82,13 @@ pub struct StackSymbolizer {
     /// Python allocation's goes through the same eval-loop frames), and blazesym's lookup with
     /// file:line and demangling is the agent's main cost when thousands of stacks are new.
     /// Cleared when the executable mappings change.
-    frames_cache: HashMap<(u64, bool), Vec<Frame>>,
+    frames_cache: HashMap<(u64, bool), Vec<Arc<Frame>>>,
     /// The runtime's perf map (JIT code names), once read.
     perf_map: PerfMap,
+    /// Every distinct frame the recording's stacks hold, once ([`StackSymbolizer::intern`]):
+    /// stacks keep `Arc`s into it, so their memory grows with distinct frames, not with
+    /// stacks × depth (17,000 Python stacks of ~100 frames share a few thousand frames).
+    pool: std::collections::HashSet<Arc<Frame>>,
 }
 
 /// A JIT runtime's perf map (`/tmp/perf-PID.map`: one `START SIZE NAME` line per compiled
@@ -158,6 +162,7 @@ impl StackSymbolizer {
             last_exec: Vec::new(),
             frames_cache: HashMap::new(),
             perf_map: PerfMap::default(),
+            pool: Default::default(),
         };
         s.refresh();
         s
@@ -249,14 +254,16 @@ impl StackSymbolizer {
     /// are return addresses, looked up at `ip - 1` so the line is that of the call). An address
     /// with inlined calls yields several frames, innermost first. Never fails: what cannot be
     /// resolved keeps its address (and object, when known).
-    pub fn symbolize(&mut self, ips: &[u64]) -> Vec<Frame> {
+    /// Frames are shared: the same frame (an address's, or an equal one) is one `Arc` in every
+    /// stack ([`StackSymbolizer::intern`]).
+    pub fn symbolize(&mut self, ips: &[u64]) -> Vec<Arc<Frame>> {
         if ips.iter().any(|ip| self.locate(*ip).is_none()) {
             self.refresh();
         }
         // Group by object so each object is asked once; addresses made into frames before come
         // from the cache.
         let mut by_object: HashMap<(String, u64), Vec<(usize, u64)>> = HashMap::new();
-        let mut cached: Vec<Option<Vec<Frame>>> = vec![None; ips.len()];
+        let mut cached: Vec<Option<Vec<Arc<Frame>>>> = vec![None; ips.len()];
         for (i, &ip) in ips.iter().enumerate() {
             if let Some(frames) = self.frames_cache.get(&(ip, i == 0)) {
                 cached[i] = Some(frames.clone());
@@ -270,7 +277,8 @@ impl StackSymbolizer {
         // Code outside any mapped file (JIT code): named from the runtime's perf map, if any.
         let jit: Vec<usize> = (0..ips.len()).filter(|&i| self.locate(jit_addr(ips, i)).is_none()).collect();
         let have_map = !jit.is_empty() && self.perf_map.refresh(self.pid, self.ns_pid());
-        let mut per_ip: Vec<Vec<Frame>> = ips
+        let resolved: std::collections::HashSet<usize> = by_object.values().flatten().map(|(i, _)| *i).collect();
+        let mut per_ip: Vec<Vec<Arc<Frame>>> = ips
             .iter()
             .enumerate()
             .zip(cached)
@@ -283,7 +291,10 @@ impl StackSymbolizer {
                 } else {
                     None
                 };
-                vec![Frame { addr: ip, function, ..Default::default() }]
+                let frame = Frame { addr: ip, function, ..Default::default() };
+                // An address of a mapped object gets its real frames below: only what stays
+                // (JIT code, unmapped addresses) is interned.
+                vec![if resolved.contains(&i) { Arc::new(frame) } else { self.intern(frame) }]
             })
             .collect();
         for (key, items) in by_object {
@@ -293,6 +304,7 @@ impl StackSymbolizer {
             let obj = &*obj;
             let offsets: Vec<u64> = items.iter().map(|(_, o)| *o).collect();
             let src = Source::Elf(Elf::new(fd_path));
+            let (cache, pool) = (&mut self.frames_cache, &mut self.pool);
             SHARED.with_borrow(|sh| {
                 let results = sh.symbolizer.symbolize(&src, Input::FileOffset(&offsets)).unwrap_or_default();
                 for (j, (i, off)) in items.iter().enumerate() {
@@ -337,13 +349,24 @@ impl StackSymbolizer {
                         }
                         _ => vec![Frame { addr: ip, object, file_offset, build_id, ..Default::default() }],
                     };
-                    self.frames_cache.insert((ip, *i == 0), frames.clone());
+                    let frames: Vec<Arc<Frame>> = frames.into_iter().map(|f| intern_in(pool, f)).collect();
+                    cache.insert((ip, *i == 0), frames.clone());
                     per_ip[*i] = frames;
                 }
             });
         }
         per_ip.into_iter().flatten().collect()
     }
+}
+
+/// The shared copy of `f` in `pool` (see [`StackSymbolizer::intern`]).
+fn intern_in(pool: &mut std::collections::HashSet<Arc<Frame>>, f: Frame) -> Arc<Frame> {
+    if let Some(k) = pool.get(&f) {
+        return Arc::clone(k);
+    }
+    let a = Arc::new(f);
+    pool.insert(Arc::clone(&a));
+    a
 }
 
 /// The address to look `ips[i]` up at: a return address one byte back, inside its call.
@@ -357,6 +380,17 @@ impl StackSymbolizer {
         crate::procinfo::nspid(self.pid).last().copied().unwrap_or(self.pid)
     }
 
+    /// The shared copy of `f`: the one already held when an equal frame was interned before,
+    /// else `f`, now held. Frames are never dropped from the pool (a recording keeps them all).
+    pub fn intern(&mut self, f: Frame) -> Arc<Frame> {
+        intern_in(&mut self.pool, f)
+    }
+
+    /// Distinct frames interned so far.
+    pub fn distinct_frames(&self) -> usize {
+        self.pool.len()
+    }
+
     /// Name the JIT frames of `stacks` that are still unnamed (no object, no function) from the
     /// runtime's perf map as it is now (re-read if it changed): a map written after a stack was
     /// first symbolized (`jcmd PID Compiler.perfmap`, or a function Node compiled later) names
@@ -364,7 +398,9 @@ impl StackSymbolizer {
     /// Returns how many frames were named (0 without a map).
     pub fn name_jit_frames(&mut self, stacks: &mut [crate::recording::Stack]) -> usize {
         let unnamed = |f: &Frame| f.object.is_none() && f.function.is_none();
-        if !stacks.iter().any(|s| s.frames.iter().any(unnamed)) || !self.perf_map.refresh(self.pid, self.ns_pid()) {
+        if !stacks.iter().any(|s| s.frames.iter().any(|f| unnamed(f)))
+            || !self.perf_map.refresh(self.pid, self.ns_pid())
+        {
             return 0;
         }
         let mut named = 0;
@@ -375,7 +411,8 @@ impl StackSymbolizer {
                 }
                 let at = if i == 0 { f.addr } else { f.addr.saturating_sub(1) };
                 if let Some(name) = self.perf_map.lookup(at) {
-                    f.function = Some(name.to_string());
+                    let named_frame = Frame { function: Some(name.to_string()), ..(**f).clone() };
+                    *f = self.intern(named_frame);
                     named += 1;
                 }
             }
@@ -426,7 +463,7 @@ mod tests {
         let ip = frames_of_an_address_are_made_once as fn() as usize as u64;
         // The function's first instruction, and a return address one byte into it.
         let first = s.symbolize(&[ip, ip + 1]);
-        let named = |frames: &[Frame]| {
+        let named = |frames: &[Arc<Frame>]| {
             frames
                 .iter()
                 .filter(|f| f.function.as_deref().is_some_and(|n| n.contains("frames_of_an_address_are_made_once")))
@@ -436,6 +473,8 @@ mod tests {
         assert_eq!(s.frames_cache.len(), 2, "one entry per (address, probed or return)");
         let again = s.symbolize(&[ip, ip + 1]);
         assert_eq!(format!("{first:?}"), format!("{again:?}"), "the cache gives the same frames");
+        assert!(first.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)), "shared, not copied");
+        assert_eq!(s.distinct_frames(), first.len());
         // A snapshot whose executable mappings did not change keeps the cache.
         s.last_maps.clear();
         s.refresh();

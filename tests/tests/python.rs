@@ -309,8 +309,9 @@ fn python_frames_name_the_line_of_a_pure_python_leak() {
     assert!(of_line * 10 >= all * 8, "{of_line} of {all} leaking bytes are the line's\n{ctx}");
 }
 
-/// An interpreter whose version has no layout (pyenv's 3.7): one note says so, and the stacks
-/// stay native only.
+/// An interpreter whose version has no layout (pyenv's 3.7) with `--python-frames on`: one note
+/// says so in the report and one line on stderr, the stacks stay native only, and the verdict
+/// calls no positive rate flat without its reason.
 #[test]
 fn python_frames_unsupported_version_is_noted() {
     require_root();
@@ -319,10 +320,25 @@ fn python_frames_unsupported_version_is_noted() {
     let out = OutDir::new("pyframes-37");
     let mut cmd = Command::new(py);
     cmd.args(["-c", "import time\nx = []\nfor i in range(200):\n    x.append(bytes(4000))\n    time.sleep(0.01)\n"]);
-    let o = record_launch(&out, &["--duration", "4s"], cmd);
+    let o = record_launch(&out, &["--duration", "4s", "--python-frames", "on"], cmd);
     o.assert_success();
     let r = Report::load(&out.path);
     let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    // Said while recording too: one stderr line.
+    let said: Vec<&str> = o.stderr.lines().filter(|l| l.contains("Python frames are not read")).collect();
+    assert_eq!(said.len(), 1, "{said:?}\n{ctx}");
+    assert!(said[0].starts_with("leaktrace: PID ") && said[0].contains("CPython 3.7 is not supported"), "{}", said[0]);
+    // The verdict never calls a positive rate flat without saying why.
+    let verdict = str_of(&r.json["verdict"], "summary");
+    for (i, _) in verdict.match_indices(" flat (+") {
+        let part = &verdict[i..verdict[i..].find(')').map_or(verdict.len(), |e| i + e + 1)];
+        assert!(
+            part.contains("noise floor")
+                || part.contains("not told apart from zero")
+                || part.contains("too few points"),
+            "a positive rate called flat without its reason: {part}\n{verdict}\n{ctx}"
+        );
+    }
     let notes: Vec<&str> = r.json["warnings"]
         .as_array()
         .into_iter()

@@ -90,7 +90,7 @@ fn pymem_ext() -> &'static Path {
     })
 }
 
-/// The directory holding Grow.class, JniLeak.class and Ledger.class.
+/// The directory holding Grow.class, JniLeak.class, Ledger.class and OrderBook.class.
 fn java_classes() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
@@ -102,7 +102,8 @@ fn java_classes() -> &'static Path {
                 .arg(&out)
                 .arg(src("Grow.java"))
                 .arg(src("JniLeak.java"))
-                .arg(src("Ledger.java")),
+                .arg(src("Ledger.java"))
+                .arg(src("OrderBook.java")),
             "javac",
         );
         out
@@ -570,6 +571,107 @@ fn jvm_perf_map_names_the_java_method_that_leaks() {
             warnings_with(&r, unwanted).into_iter().filter(|w| !w.starts_with("Java frames named")).collect();
         assert!(w.is_empty(), "unexpected note about {unwanted}: {w:?}\n{ctx}");
     }
+}
+
+/// Issue 11: one leak whose method the JIT compiles again while it is traced stays one site.
+/// OrderBook (OrderBook.java) leaks 500 × 4096 B/s from `stashQuote`; the JVM runs it in C1
+/// code, then C2 (low tier-4 thresholds: after about 10 s), then throws the C2 code away when
+/// the quotes start to alternate sides at 11 s (a branch it never took: deoptimization), and
+/// compiles it again (C1, then C2). Each version is a new native stack with the same named
+/// frames. leaktrace attaches once the first version runs (`--pid`, 20 s, `--jvm-perf-map`).
+/// The report has ONE site of the leak's path (Unsafe_AllocateMemory0 ← stashQuote), a leak,
+/// naming the method, growing at 2,048,000 B/s ± 10 %, made of at least three stacks
+/// (`merged_stacks`), and no cache or flat site on that path; the verdict's rate is the same.
+/// Neither stashQuote nor the Unsafe wrappers are inlined (an inlined call changes the frames,
+/// which no merge of identical stacks undoes); main stays interpreted (its frame never changes).
+#[test]
+fn jvm_recompiled_method_is_one_leak_site() {
+    require_root();
+    let mut java = Command::new("java");
+    java.args(["-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet"])
+        .args([
+            "-XX:CompileCommand=dontinline,OrderBook::stashQuote",
+            "-XX:CompileCommand=dontinline,*Unsafe::allocateMemory",
+        ])
+        .args(["-XX:CompileCommand=exclude,OrderBook::main", "-XX:Tier4InvocationThreshold=3500"])
+        .args(["-XX:Tier4CompileThreshold=4000", "-cp"])
+        .arg(java_classes())
+        .args(["OrderBook", "500", "4096", "11"]);
+    let target = Target::spawn(java);
+    target.expect_pid_line();
+    assert_eq!(target.next_line(Duration::from_secs(60)).as_deref(), Some("warm"), "OrderBook never warmed up");
+    let out = OutDir::new("jvm-recompiled");
+    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms", "--duration", "20s"]);
+    lt.args(["--jvm-perf-map", "--out"]).arg(&out.path);
+    let o = run(lt, None, TIMEOUT);
+    o.assert_success();
+    drop(target);
+    let r = Report::load(&out.path);
+    remove_perf_map(&r);
+    let ctx = format!(
+        "report {}:\nverdict: {}\n{}\nleaktrace stderr:\n{}",
+        out.path.display(),
+        r.json["verdict"],
+        r.summary(),
+        o.stderr
+    );
+    let on_path: Vec<&Value> = r
+        .sites()
+        .iter()
+        .filter(|s| {
+            let names = frame_names(s);
+            names.iter().any(|n| n.starts_with("Unsafe_AllocateMemory0"))
+                && names.iter().any(|n| n.contains("OrderBook.stashQuote"))
+        })
+        .collect();
+    let summary: Vec<String> = on_path
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {:.0} B/s {}",
+                s["id"],
+                str_of(s, "class"),
+                f64_of(s, "growth_bytes_per_s"),
+                s["merged_stacks"]
+            )
+        })
+        .collect();
+    eprintln!("jvm-recompiled: sites on the leak's path: {summary:?}");
+    assert_eq!(on_path.len(), 1, "the leak's path is not one site: {summary:?}\n{ctx}");
+    let leak = on_path[0];
+    assert_eq!(str_of(leak, "class"), "leak", "{summary:?}\n{ctx}");
+    assert_eq!(str_of(leak, "function"), "void OrderBook.stashQuote(long, boolean)", "{ctx}");
+    let merged = leak["merged_stacks"].as_array().map_or(0, Vec::len);
+    assert!(
+        merged >= 2,
+        "fewer than three compiled versions of stashQuote were seen ({merged} merged): {summary:?}\n{ctx}"
+    );
+    let ids = r.json["sites"].as_array().unwrap().iter().map(|s| s["id"].as_u64().unwrap()).collect::<Vec<_>>();
+    let folded = leak["merged_stacks"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>();
+    assert!(
+        folded.iter().all(|m| *m > leak["id"].as_u64().unwrap() && !ids.contains(m)),
+        "merged ids: {folded:?}\n{ctx}"
+    );
+    let expected = 500.0 * 4096.0;
+    assert_within("OrderBook.stashQuote growth (B/s)", f64_of(leak, "growth_bytes_per_s"), expected, 0.10, &ctx);
+    let verdict = str_of(&r.json["verdict"], "summary");
+    assert!(verdict.contains("OrderBook.stashQuote"), "the verdict does not name the method: {verdict}\n{ctx}");
+    // "... holds +2.0 MiB/s more live bytes (2047512 B/s ± 2428 at 95 %)": the exact figure.
+    let said: f64 = verdict
+        .split(" B/s ±")
+        .next()
+        .and_then(|h| h.rsplit('(').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no rate in the verdict: {verdict}\n{ctx}"));
+    assert_within("the verdict's rate (B/s)", said, expected, 0.10, &ctx);
+    assert_eq!(warnings_with(&r, "folded into").len(), 1, "no caveat on the merged stacks\n{ctx}");
+    // The folded stacks and the live flame graph name the site once, by the kept id's frames.
+    let folded_lines = std::fs::read_to_string(out.path.join("stacks.folded")).expect("stacks.folded");
+    let leak_lines = folded_lines
+        .lines()
+        .filter(|l| l.contains("Unsafe_AllocateMemory0") && l.contains("OrderBook.stashQuote"))
+        .count();
+    assert_eq!(leak_lines, 1, "stacks.folded has the leak's path {leak_lines} times\n{ctx}");
 }
 
 /// Without --jvm-perf-map the leak's JIT frames stay unnamed, and the report says how to name

@@ -3,6 +3,7 @@
 use crate::allocator_frames::is_allocator_frame;
 use crate::recording::{Frame, Stack, StackKind};
 use crate::runtimes::MemoryKind;
+use std::sync::Arc;
 
 /// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
 /// and objdump take), else `basename(object)+0xaddr` (recordings made before file offsets were
@@ -134,7 +135,7 @@ const NATIVE_INTERFACE_ENTRIES: &[&str] = &["jni_", "napi_"];
 /// system or runtime code (the runtime's allocator wrapper: `os::malloc`, `AllocateHeap`).
 /// A runtime-wrapper allocation made for a non-runtime library is that library's native memory
 /// (issue 17 item 4: a JNI library's `GetStringUTFChars` never released). None otherwise.
-pub fn native_interface_caller(frames: &[Frame]) -> Option<usize> {
+pub fn native_interface_caller(frames: &[Arc<Frame>]) -> Option<usize> {
     let inner = |f: &Frame| {
         f.function.is_none() && f.object.is_none() || is_allocator(f) || is_system_frame(f) || is_runtime_frame(f)
     };
@@ -199,7 +200,7 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         .filter(|&i| is_system_frame(&stack.frames[i]) || is_runtime_frame(&stack.frames[i]))
         .and_then(|_| native_interface_caller(&stack.frames));
     let user = first.filter(|&i| is_system_frame(&stack.frames[i])).and_then(|i| {
-        if stack.frames.iter().any(is_runtime_frame) {
+        if stack.frames.iter().any(|f| is_runtime_frame(f)) {
             return None;
         }
         stack.frames[i..].iter().position(|f| nameable(f) && !is_system_frame(f) && !is_allocator(f)).map(|j| i + j)
@@ -231,7 +232,7 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         .or(interface_caller)
         .or(user)
         .or(first)
-        .or_else(|| stack.frames.iter().position(named))
+        .or_else(|| stack.frames.iter().position(|f| named(f)))
         .or(if stack.frames.is_empty() { None } else { Some(0) });
     match idx {
         Some(i) => (Some(i), frame_label(&stack.frames[i])),
@@ -267,7 +268,7 @@ const ONE_TIME_FUNCTIONS: &[&str] = &[
 /// libraries, allocators and the loader (made before main or by a library's own initialisation).
 /// `frames`: the site's stack, innermost first; glibc's internal aliases (`__GI__IO_doallocbuf`)
 /// count as the public name.
-pub fn is_one_time_site(frames: &[Frame], kind: MemoryKind) -> bool {
+pub fn is_one_time_site(frames: &[Arc<Frame>], kind: MemoryKind) -> bool {
     if kind == MemoryKind::Runtime {
         return true;
     }
@@ -281,7 +282,7 @@ pub fn is_one_time_site(frames: &[Frame], kind: MemoryKind) -> bool {
     let user = |f: &Frame| {
         (f.function.is_some() || f.object.is_some()) && !is_system_frame(f) && !is_allocator(f) && !loader(f)
     };
-    frames.iter().any(one_time) || !frames.iter().any(user)
+    frames.iter().any(|f| one_time(f)) || !frames.iter().any(|f| user(f))
 }
 
 #[cfg(test)]

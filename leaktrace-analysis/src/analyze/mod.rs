@@ -247,7 +247,7 @@ pub struct SiteAnalysis {
     /// Index into [`SiteAnalysis::frames`] of the culprit frame (None when there are no frames).
     pub culprit_frame: Option<usize>,
     /// The call stack, innermost first (copied from the recording).
-    pub frames: Vec<Frame>,
+    pub frames: Vec<std::sync::Arc<Frame>>,
     /// The kernel could not give this site's stack: the bytes are real, their stack unknown.
     pub stack_lost: bool,
     /// Why the stack walk stopped before the outermost frame, when it did (the recording's

@@ -4,6 +4,7 @@
 //! (allocator arenas, pymalloc arenas, V8 semi-spaces, JIT code caches, thread caches, stdio
 //! buffers). Every entry carries its source.
 
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -90,7 +91,7 @@ pub struct Lookalike {
 /// searched from the allocator up to the first frame of the user's code at or above the culprit
 /// (`culprit`: index into `frames`), so that an API calling back into user code that allocates
 /// is not blamed. None when no frame matches.
-pub fn release_hint(frames: &[Frame], culprit: Option<usize>) -> Option<ReleaseHint> {
+pub fn release_hint(frames: &[Arc<Frame>], culprit: Option<usize>) -> Option<ReleaseHint> {
     let c = culprit.unwrap_or(0);
     let user = |i: usize| {
         let f = &frames[i];
@@ -122,7 +123,7 @@ pub fn release_hint(frames: &[Frame], culprit: Option<usize>) -> Option<ReleaseH
 
 /// The look-alike a stack belongs to: the first catalog entry one of whose patterns matches any
 /// frame's function name.
-pub fn lookalike(frames: &[Frame]) -> Option<Lookalike> {
+pub fn lookalike(frames: &[Arc<Frame>]) -> Option<Lookalike> {
     catalog().lookalikes.iter().find_map(|l| {
         frames
             .iter()
@@ -141,6 +142,10 @@ pub fn lookalike(frames: &[Frame]) -> Option<Lookalike> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn arcs(frames: &[Frame]) -> Vec<Arc<Frame>> {
+        frames.iter().cloned().map(Arc::new).collect()
+    }
     use crate::analyze::fixtures::frame;
 
     const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -169,13 +174,13 @@ mod tests {
             frame("Method::build_interpreter_method_data(methodHandle const&, JavaThread*)", JVM, None),
             frame("CompilationPolicy::create_mdo(methodHandle const&, JavaThread*)", JVM, None),
         ];
-        let l = lookalike(&mdo).expect("JIT compilation is a look-alike");
+        let l = lookalike(&arcs(&mdo)).expect("JIT compilation is a look-alike");
         assert!(l.warm_up && l.name.starts_with("JVM JIT compilation"), "{l:?}");
         // Class loading fills metaspace too, but a class-loader leak is a leak: not warm-up.
         let class = [frame("ClassFileParser::parse_method(ClassFileStream const*)", JVM, None)];
-        assert!(lookalike(&class).is_none_or(|l| !l.warm_up));
+        assert!(lookalike(&arcs(&class)).is_none_or(|l| !l.warm_up));
         let arena = [frame("_int_new_arena", LIBC, None), frame("arena_get2", LIBC, None)];
-        assert!(!lookalike(&arena).unwrap().warm_up);
+        assert!(!lookalike(&arcs(&arena)).unwrap().warm_up);
     }
 
     #[test]
@@ -188,7 +193,7 @@ mod tests {
             frame("decode_message", EXE, Some(("msg.c", 10))),
             frame("main", EXE, Some(("main.c", 3))),
         ];
-        let h = release_hint(&frames, Some(3)).expect("hint");
+        let h = release_hint(&arcs(&frames), Some(3)).expect("hint");
         assert_eq!(
             (h.acquire.as_str(), h.release.as_str(), h.library.as_str()),
             ("inflateInit2_", "inflateEnd", "zlib")
@@ -196,7 +201,7 @@ mod tests {
         // strdup (an allocator frame) → free.
         let frames =
             vec![frame("malloc", LIBC, None), frame("strdup", LIBC, None), frame("remember", EXE, Some(("r.c", 4)))];
-        assert_eq!(release_hint(&frames, Some(2)).map(|h| h.release), Some("free".to_string()));
+        assert_eq!(release_hint(&arcs(&frames), Some(2)).map(|h| h.release), Some("free".to_string()));
         // A callback: user code called by an API allocates: the API is above the user frame,
         // not blamed.
         let frames = vec![
@@ -205,20 +210,20 @@ mod tests {
             frame("sqlite3_prepare_v2", "/lib/x86_64-linux-gnu/libsqlite3.so.0", None),
             frame("main", EXE, Some(("main.c", 3))),
         ];
-        assert_eq!(release_hint(&frames, Some(1)), None);
+        assert_eq!(release_hint(&arcs(&frames), Some(1)), None);
         // No API: no hint.
         let frames = vec![frame("malloc", LIBC, None), frame("client_info", EXE, Some(("kvd.c", 5)))];
-        assert_eq!(release_hint(&frames, Some(1)), None);
+        assert_eq!(release_hint(&arcs(&frames), Some(1)), None);
     }
 
     #[test]
     fn names_lookalikes() {
         let arena =
             vec![frame("mmap", LIBC, None), frame("alloc_new_heap", LIBC, None), frame("_int_new_arena", LIBC, None)];
-        assert_eq!(lookalike(&arena).map(|l| l.name), Some("glibc malloc arena or heap".to_string()));
+        assert_eq!(lookalike(&arcs(&arena)).map(|l| l.name), Some("glibc malloc arena or heap".to_string()));
         let pymalloc = vec![frame("mmap", LIBC, None), frame("_PyObject_ArenaMmap", "/usr/bin/python3.11", None)];
-        assert_eq!(lookalike(&pymalloc).map(|l| l.name), Some("pymalloc arena".to_string()));
+        assert_eq!(lookalike(&arcs(&pymalloc)).map(|l| l.name), Some("pymalloc arena".to_string()));
         let user = vec![frame("malloc", LIBC, None), frame("client_info", EXE, None)];
-        assert_eq!(lookalike(&user), None);
+        assert_eq!(lookalike(&arcs(&user)), None);
     }
 }

@@ -55,6 +55,7 @@ fn culprit_of_cgo_malloc_is_the_go_caller() {
         kind: StackKind::Malloc,
         frames: std::iter::once(frame("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6", None))
             .chain(names.iter().map(|n| frame(n, exe, None)))
+            .map(std::sync::Arc::new)
             .collect(),
         lost: false,
         truncated: None,
@@ -87,7 +88,7 @@ fn culprit_skips_allocator_frames() {
     let st = Stack {
         id: 9,
         kind: StackKind::Malloc,
-        frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }],
+        frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }.into()],
         lost: false,
         truncated: None,
     };
@@ -99,12 +100,12 @@ fn culprit_skips_allocator_frames() {
         id: 9,
         kind: StackKind::Malloc,
         frames: vec![
-            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("__vasprintf_internal", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("___asprintf", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("std::__cxx11::basic_string<char>::_M_construct(unsigned long, char)", "/tmp/app"),
-            lib("build_page", "/tmp/app"),
-            lib("main", "/tmp/app"),
+            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("__vasprintf_internal", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("___asprintf", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("std::__cxx11::basic_string<char>::_M_construct(unsigned long, char)", "/tmp/app").into(),
+            lib("build_page", "/tmp/app").into(),
+            lib("main", "/tmp/app").into(),
         ],
         lost: false,
         truncated: None,
@@ -114,10 +115,10 @@ fn culprit_skips_allocator_frames() {
     assert_eq!(culprit(&only_libc).1, "__vasprintf_internal");
     let python = Stack {
         frames: vec![
-            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("strdup", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"),
-            lib("main", "/usr/bin/python3.11"),
+            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("strdup", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0").into(),
+            lib("main", "/usr/bin/python3.11").into(),
         ],
         ..st.clone()
     };
@@ -135,14 +136,14 @@ fn culprit_skips_allocator_frames() {
     for libpython in ["/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/usr/bin/python3.11"] {
         let decref = Stack {
             frames: vec![
-                lib("PyObject_Malloc", libpython),
-                lib("_PyBytes_FromSize", libpython),
-                lib("PyBytes_FromStringAndSize", libpython),
-                lib("tag_checksum", "/srv/tagsum_ext.cpython-311-x86_64-linux-gnu.so"),
-                lib("cfunction_vectorcall_O", libpython),
-                py("ingest", 22),
-                py("<module>", 30),
-                lib("Py_BytesMain", libpython),
+                lib("PyObject_Malloc", libpython).into(),
+                lib("_PyBytes_FromSize", libpython).into(),
+                lib("PyBytes_FromStringAndSize", libpython).into(),
+                lib("tag_checksum", "/srv/tagsum_ext.cpython-311-x86_64-linux-gnu.so").into(),
+                lib("cfunction_vectorcall_O", libpython).into(),
+                py("ingest", 22).into(),
+                py("<module>", 30).into(),
+                lib("Py_BytesMain", libpython).into(),
             ],
             ..st.clone()
         };
@@ -154,12 +155,12 @@ fn culprit_skips_allocator_frames() {
         let arena = Stack {
             kind: StackKind::Mmap,
             frames: vec![
-                lib("__GI___mmap64", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-                lib("_PyObject_ArenaMmap", libpython),
-                lib("new_arena", libpython),
-                lib("_PyObject_Malloc", libpython),
-                lib("split_fields", "/srv/pymem_ext.cpython-311-x86_64-linux-gnu.so"),
-                lib("cfunction_call", libpython),
+                lib("__GI___mmap64", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+                lib("_PyObject_ArenaMmap", libpython).into(),
+                lib("new_arena", libpython).into(),
+                lib("_PyObject_Malloc", libpython).into(),
+                lib("split_fields", "/srv/pymem_ext.cpython-311-x86_64-linux-gnu.so").into(),
+                lib("cfunction_call", libpython).into(),
             ],
             ..st.clone()
         };
@@ -169,18 +170,18 @@ fn culprit_skips_allocator_frames() {
     // starts like a runtime's is not a runtime.
     let rust = Stack {
         frames: vec![
-            lib("__GI___libc_realloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("<alloc::string::String as core::fmt::Write>::write_str", "/tmp/rleak"),
-            lib("rleak::index_names", "/tmp/rleak"),
+            lib("__GI___libc_realloc", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("<alloc::string::String as core::fmt::Write>::write_str", "/tmp/rleak").into(),
+            lib("rleak::index_names", "/tmp/rleak").into(),
         ],
         ..st.clone()
     };
     assert_eq!(culprit(&rust).1, "rleak::index_names");
     let nodeworker = Stack {
         frames: vec![
-            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("xmlDictCreate", "/usr/lib/x86_64-linux-gnu/libxml2.so.2"),
-            lib("cache_config_docs", "/tmp/nodeworker"),
+            lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("xmlDictCreate", "/usr/lib/x86_64-linux-gnu/libxml2.so.2").into(),
+            lib("cache_config_docs", "/tmp/nodeworker").into(),
         ],
         ..st.clone()
     };
@@ -190,11 +191,11 @@ fn culprit_skips_allocator_frames() {
     let jit = |name: &str| Frame { addr: 0x3e00, function: Some(name.to_string()), ..Default::default() };
     let node = Stack {
         frames: vec![
-            lib("__libc_calloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-            lib("node::NodeArrayBufferAllocator::Allocate(unsigned long)", "/usr/bin/node"),
-            jit("JS:*FastBuffer node:internal/buffer:960:14"),
-            jit("JS:^step /srv/app.js:10:14"),
-            lib("node::Start(int, char**)", "/usr/bin/node"),
+            lib("__libc_calloc", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
+            lib("node::NodeArrayBufferAllocator::Allocate(unsigned long)", "/usr/bin/node").into(),
+            jit("JS:*FastBuffer node:internal/buffer:960:14").into(),
+            jit("JS:^step /srv/app.js:10:14").into(),
+            lib("node::Start(int, char**)", "/usr/bin/node").into(),
         ],
         ..st.clone()
     };
@@ -206,11 +207,23 @@ fn culprit_skips_allocator_frames() {
     for wrapper in ["__GI___mmap64", "mmap64", "syscall"] {
         let frames =
             vec![frame(wrapper, "/lib/x86_64-linux-gnu/libc.so.6", None), frame("map_buffers", "/usr/bin/app", None)];
-        let st = Stack { id: 9, kind: StackKind::Mmap, frames: frames.clone(), lost: false, truncated: None };
+        let st = Stack {
+            id: 9,
+            kind: StackKind::Mmap,
+            frames: frames.iter().cloned().map(std::sync::Arc::new).collect(),
+            lost: false,
+            truncated: None,
+        };
         assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
         // In a malloc site they are functions like others: libc's give way to the user's code
         // that called them.
-        let st = Stack { id: 9, kind: StackKind::Malloc, frames, lost: false, truncated: None };
+        let st = Stack {
+            id: 9,
+            kind: StackKind::Malloc,
+            frames: frames.into_iter().map(std::sync::Arc::new).collect(),
+            lost: false,
+            truncated: None,
+        };
         assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
     }
 }
@@ -440,7 +453,7 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
     let (batch_stack, _) = temp_site();
     let mut pin_stack = batch_stack.clone();
     pin_stack.id = 99;
-    pin_stack.frames[1].function = Some("pin_block".into());
+    std::sync::Arc::make_mut(&mut pin_stack.frames[1]).function = Some("pin_block".into());
     let pins: SiteFn = Box::new(|_| (768 << 10, 8, 0, 0));
     let mut r = recording(
         &times61(),
@@ -570,8 +583,8 @@ fn runtime_split_names_the_growing_kind() {
         id: 1,
         kind: StackKind::Malloc,
         frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("parse_record", "/tmp/libcleak.so", None),
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("parse_record", "/tmp/libcleak.so", None).into(),
         ],
         lost: false,
         truncated: None,
@@ -579,7 +592,10 @@ fn runtime_split_names_the_growing_kind() {
     let objs = Stack {
         id: 2,
         kind: StackKind::Malloc,
-        frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None), frame("_PyObject_Malloc", LIBPY, None)],
+        frames: vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("_PyObject_Malloc", LIBPY, None).into(),
+        ],
         lost: false,
         truncated: None,
     };
@@ -699,9 +715,9 @@ fn mapping_site(id: u32, function: &str, wrapper: &str, bytes_per_s: u64) -> (St
         id,
         kind: StackKind::Mmap,
         frames: vec![
-            frame(wrapper, LIBC, None),
-            frame(function, EXE, Some(("/build/src/buf.c", 7))),
-            frame("main", EXE, None),
+            frame(wrapper, LIBC, None).into(),
+            frame(function, EXE, Some(("/build/src/buf.c", 7))).into(),
+            frame("main", EXE, None).into(),
         ],
         lost: false,
         truncated: None,
@@ -722,9 +738,9 @@ fn loader_site() -> (Stack, SiteFn) {
         id: 9,
         kind: StackKind::Mmap,
         frames: vec![
-            frame("__mmap64", LD, None),
-            frame("_dl_map_segments", LD, None),
-            frame("_dl_map_object", LD, None),
+            frame("__mmap64", LD, None).into(),
+            frame("_dl_map_segments", LD, None).into(),
+            frame("_dl_map_object", LD, None).into(),
         ],
         lost: false,
         truncated: None,
@@ -832,9 +848,9 @@ fn user_stack(id: u32, function: &str) -> Stack {
         id,
         kind: StackKind::Malloc,
         frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))),
-            frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))),
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))).into(),
+            frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))).into(),
         ],
         lost: false,
         truncated: None,
@@ -983,11 +999,11 @@ fn one_shot_command_lists_what_it_held_at_exit() {
         id: 2,
         kind: StackKind::Malloc,
         frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("__GI__IO_file_doallocate", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("_IO_doallocbuf", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("printf", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("main", "/opt/server/bin/server", Some(("/build/src/leaker.c", 20))),
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("__GI__IO_file_doallocate", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("_IO_doallocbuf", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("printf", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("main", "/opt/server/bin/server", Some(("/build/src/leaker.c", 20))).into(),
         ],
         lost: false,
         truncated: None,
@@ -996,9 +1012,9 @@ fn one_shot_command_lists_what_it_held_at_exit() {
         id: 3,
         kind: StackKind::Malloc,
         frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("pool", "/lib/x86_64-linux-gnu/libstdc++.so.6", None),
-            frame("call_init", "/lib64/ld-linux-x86-64.so.2", None),
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("pool", "/lib/x86_64-linux-gnu/libstdc++.so.6", None).into(),
+            frame("call_init", "/lib64/ld-linux-x86-64.so.2", None).into(),
         ],
         lost: false,
         truncated: None,
@@ -1108,11 +1124,11 @@ fn leak_through_a_catalog_api_names_the_missing_release() {
         id: 7,
         kind: StackKind::Malloc,
         frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("zcalloc", libz, None),
-            frame("inflateInit2_", libz, None),
-            frame("decode_message", "/opt/server/bin/server", Some(("/build/src/msg.c", 30))),
-            frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))),
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("zcalloc", libz, None).into(),
+            frame("inflateInit2_", libz, None).into(),
+            frame("decode_message", "/opt/server/bin/server", Some(("/build/src/msg.c", 30))).into(),
+            frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))).into(),
         ],
         lost: false,
         truncated: None,
@@ -1330,8 +1346,8 @@ fn shrinking_managed_heap_is_never_a_leak() {
         id,
         kind: StackKind::Malloc,
         frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None),
-            frame("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0", None),
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0", None).into(),
         ],
         lost: false,
         truncated: None,
@@ -1387,9 +1403,9 @@ fn tiny_managed_rise_against_rss_is_not_a_leak() {
             id: 1,
             kind: StackKind::Mmap,
             frames: vec![
-                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None),
-                frame("v8::base::OS::Allocate", "/usr/bin/node", None),
-                frame("v8::internal::MemoryAllocator::AllocateAlignedMemory", "/usr/bin/node", None),
+                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+                frame("v8::base::OS::Allocate", "/usr/bin/node", None).into(),
+                frame("v8::internal::MemoryAllocator::AllocateAlignedMemory", "/usr/bin/node", None).into(),
             ],
             lost: false,
             truncated: None,
@@ -1401,18 +1417,20 @@ fn tiny_managed_rise_against_rss_is_not_a_leak() {
             id: 2,
             kind: StackKind::Malloc,
             frames: vec![
-                frame("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", None),
-                frame("v8::internal::Page::AllocateFreeListCategories()", "/usr/bin/node", None),
+                frame("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", None).into(),
+                frame("v8::internal::Page::AllocateFreeListCategories()", "/usr/bin/node", None).into(),
                 frame(
                     "v8::internal::PagedSpaceBase::InitializePage(v8::internal::MemoryChunk*)",
                     "/usr/bin/node",
                     None,
-                ),
+                )
+                .into(),
                 frame(
                     "v8::internal::MemoryAllocator::AllocatePage(v8::internal::MemoryAllocator::AllocationMode)",
                     "/usr/bin/node",
                     None,
-                ),
+                )
+                .into(),
             ],
             lost: false,
             truncated: None,

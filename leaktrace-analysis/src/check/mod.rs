@@ -311,7 +311,7 @@ pub fn end_reason_text(r: EndReason) -> String {
 pub fn culprit_and_callers(st: &Stack, n: usize) -> (String, Vec<String>) {
     let (idx, label) = culprit(st);
     let callers = match idx {
-        Some(i) => st.frames[i + 1..].iter().filter(|f| !is_allocator(f)).take(n).map(frame_label).collect(),
+        Some(i) => st.frames[i + 1..].iter().filter(|f| !is_allocator(f)).take(n).map(|f| frame_label(f)).collect(),
         None => vec![],
     };
     (label, callers)
@@ -360,7 +360,13 @@ pub(crate) mod test_support {
         for f in &mut frames {
             f.addr += shift;
         }
-        Stack { id, kind: StackKind::Malloc, frames, lost: false, truncated: None }
+        Stack {
+            id,
+            kind: StackKind::Malloc,
+            frames: frames.into_iter().map(std::sync::Arc::new).collect(),
+            lost: false,
+            truncated: None,
+        }
     }
 
     /// A check-like recording: units go 0, 100, ... (one checkpoint per 0.5 s, 200 units/s);
@@ -491,7 +497,7 @@ mod tests {
         // Two leaks of 60 B/unit each, budget 100: neither alone exceeds it, both are named.
         let mut rec = batch_recording(60, "leak_a", 0);
         let mut b = stack(9, "leak_b", 0);
-        b.frames[1].addr += 1;
+        std::sync::Arc::make_mut(&mut b.frames[1]).addr += 1;
         rec.stacks.push(b);
         for c in &mut rec.checkpoints {
             let u = c.units_of_work.unwrap();

@@ -80,7 +80,7 @@ pub fn signature(st: &Stack) -> Signature {
     let frames = match culprit(st).0 {
         Some(i) => {
             let mut v = vec![sig_label(&st.frames[i])];
-            v.extend(st.frames[i + 1..].iter().filter(|f| !is_allocator(f)).take(CALLERS).map(sig_label));
+            v.extend(st.frames[i + 1..].iter().filter(|f| !is_allocator(f)).take(CALLERS).map(|f| sig_label(f)));
             v
         }
         None if st.lost => vec!["[stack lost]".into()],
@@ -612,7 +612,7 @@ mod tests {
         assert_ne!(a, signature(&m));
         // An unnamed frame is its object's basename.
         let mut u = stack(1, "leak_fn", 0);
-        u.frames[2].function = None;
+        std::sync::Arc::make_mut(&mut u.frames[2]).function = None;
         assert_eq!(signature(&u).frames[1], "[app]");
         let lost = Stack { id: 1, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
         assert_eq!(signature(&lost).frames, ["[stack lost]"]);

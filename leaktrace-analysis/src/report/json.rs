@@ -210,7 +210,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
                     "function": s.function,
                     "live_bytes": live_bytes,
                     "live_allocations": live_allocations,
-                    "stack": s.frames.iter().map(crate::analyze::frame_label).collect::<Vec<_>>(),
+                    "stack": s.frames.iter().map(|f| crate::analyze::frame_label(f)).collect::<Vec<_>>(),
                 })
             }).collect::<Vec<_>>(),
         })),
@@ -229,7 +229,14 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
                 })
             }).collect::<Vec<_>>(),
         })),
-        "sites": sites.iter().map(|s| site_json(s)).collect::<Vec<_>>(),
+        "sites": sites
+            .iter()
+            .map(|s| {
+                let mut v = site_json(s);
+                v["merged_stacks"] = json!(rec.merged_stacks.get(&s.id).cloned().unwrap_or_default());
+                v
+            })
+            .collect::<Vec<_>>(),
         "sites_total": a.sites.len(),
         "sites_omitted": omitted,
         "top_growth": a.top_by_growth().iter().map(|s| s.id).collect::<Vec<_>>(),

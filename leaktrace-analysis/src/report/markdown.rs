@@ -71,8 +71,8 @@ pub fn stack_lines(site: &SiteAnalysis) -> Vec<String> {
         out.push(format!("[stack truncated: {why}]"));
     }
     if start > 0 {
-        let via: Vec<String> = site.frames[..start].iter().rev().map(frame_label).collect();
-        let what = if site.frames[..start].iter().all(is_allocator) { "via" } else { "called into" };
+        let via: Vec<String> = site.frames[..start].iter().rev().map(|f| frame_label(f)).collect();
+        let what = if site.frames[..start].iter().all(|f| is_allocator(f)) { "via" } else { "called into" };
         out.push(format!("({what} {})", via.join(" → ")));
     }
     out

@@ -301,8 +301,8 @@ mod tests {
             id: 7,
             kind: StackKind::Mmap,
             frames: vec![
-                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None),
-                frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))),
+                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+                frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))).into(),
             ],
             lost: false,
             truncated: None,
@@ -400,8 +400,10 @@ mod tests {
             id: 6,
             kind: StackKind::Mmap,
             frames: vec![
-                crate::recording::Frame { addr: 0x10, object: Some("/usr/lib/libx.so".into()), ..Default::default() },
-                crate::recording::Frame { addr: 0x20, function: Some("f; [u8; 8]".into()), ..Default::default() },
+                crate::recording::Frame { addr: 0x10, object: Some("/usr/lib/libx.so".into()), ..Default::default() }
+                    .into(),
+                crate::recording::Frame { addr: 0x20, function: Some("f; [u8; 8]".into()), ..Default::default() }
+                    .into(),
             ],
             lost: false,
             truncated: None,

@@ -271,8 +271,13 @@ fn kind_label(rt: Runtime, k: MemoryKind) -> String {
 
 /// "native grows +1.0 KiB/s", "V8 heap rose and levelled off (+2.1 MiB/s over the steady
 /// window, flat in the last quarter)", "V8 heap flat (+4.8 KiB/s, below its noise floor of
-/// +37.5 KiB/s)" or "Python heap flat (+0 B/s)".
+/// +37.5 KiB/s)", "Python heap flat (+457.7 KiB/s ± 1.1 MiB/s at 95 %: not told apart from
+/// zero)" or "Python heap flat (+0 B/s)". A positive rate called flat always says why (below
+/// the noise floor, or its 95 % interval reaches zero); one that cannot say why is not printed.
 fn state(rt: Runtime, g: &KindGrowth) -> String {
+    let slope = g.trend.slope_bytes_per_s;
+    // What prints as at least "+1 B/s".
+    let positive = slope >= 0.5;
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
     } else if g.levelled_off {
@@ -281,15 +286,27 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
             kind_label(rt, g.kind),
             hr(g.trend.slope_bytes_per_s)
         )
-    } else if g.trend.significant_growth && g.trend.slope_bytes_per_s > 0.0 {
+    } else if positive && g.trend.significant_growth && slope < g.noise_floor_bytes_per_s {
         format!(
             "{} flat ({}, below its noise floor of {})",
             kind_label(rt, g.kind),
-            hr(g.trend.slope_bytes_per_s),
+            hr(slope),
             hr(g.noise_floor_bytes_per_s)
         )
+    } else if positive && !g.trend.significant_growth {
+        match g.trend.ci95_bytes_per_s {
+            Some(ci) => format!(
+                "{} flat ({} ± {} at 95 %: not told apart from zero)",
+                kind_label(rt, g.kind),
+                hr(slope),
+                hr(ci.abs()).trim_start_matches('+')
+            ),
+            None => format!("{} flat ({}, too few points to tell from zero)", kind_label(rt, g.kind), hr(slope)),
+        }
+    } else if positive {
+        format!("{} flat", kind_label(rt, g.kind))
     } else {
-        format!("{} flat ({})", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
+        format!("{} flat ({})", kind_label(rt, g.kind), hr(slope))
     }
 }
 
@@ -469,4 +486,48 @@ pub fn freed_at_exit_phrase(a: &Analysis) -> String {
         f.blocks,
         named.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::Trend;
+
+    fn kind(slope: f64, ci95: Option<f64>, significant: bool, floor: f64) -> KindGrowth {
+        KindGrowth {
+            kind: MemoryKind::Managed,
+            source: String::new(),
+            start_bytes: 0,
+            end_bytes: 0,
+            trend: Trend {
+                n: 8,
+                slope_bytes_per_s: slope,
+                ci95_bytes_per_s: ci95,
+                significant_growth: significant,
+                ..Default::default()
+            },
+            troughs: 0,
+            noise_floor_bytes_per_s: floor,
+            grows: false,
+            levelled_off: false,
+        }
+    }
+
+    /// A positive rate called flat says why, or is not printed (issue 11: a 3.7 run's "Python heap
+    /// flat (+457.7 KiB/s)").
+    #[test]
+    fn a_positive_rate_called_flat_says_why() {
+        let py = Runtime::Python;
+        let s = state(py, &kind(468_685.0, Some(1_200_000.0), false, 50_000.0));
+        assert_eq!(s, "Python heap flat (+457.7 KiB/s ± 1.1 MiB/s at 95 %: not told apart from zero)");
+        let s = state(py, &kind(468_685.0, None, false, 50_000.0));
+        assert_eq!(s, "Python heap flat (+457.7 KiB/s, too few points to tell from zero)");
+        let s = state(py, &kind(4_915.0, Some(100.0), true, 38_400.0));
+        assert_eq!(s, "Python heap flat (+4.8 KiB/s, below its noise floor of +37.5 KiB/s)");
+        // Significant and above the floor, yet not growing (the classification said otherwise):
+        // no rate without its reason.
+        assert_eq!(state(py, &kind(468_685.0, Some(100.0), true, 50_000.0)), "Python heap flat");
+        assert_eq!(state(py, &kind(0.0, Some(100.0), false, 50_000.0)), "Python heap flat (0 B/s)");
+        assert_eq!(state(py, &kind(-2048.0, Some(100.0), true, 50_000.0)), "Python heap flat (-2.0 KiB/s)");
+    }
 }

@@ -295,9 +295,9 @@ mod tests {
                 ("Unsafe_AllocateMemory0", JVM),
             ],
         );
-        s.frames.push(jit("long jdk.internal.misc.Unsafe.allocateMemory0(long)"));
-        s.frames.push(jit("void Ledger.appendRecord(long)"));
-        s.frames.push(jit("Interpreter"));
+        s.frames.push(jit("long jdk.internal.misc.Unsafe.allocateMemory0(long)").into());
+        s.frames.push(jit("void Ledger.appendRecord(long)").into());
+        s.frames.push(jit("Interpreter").into());
         assert_eq!(classify(&s), Some(MemoryKind::OffHeap));
         assert_eq!(crate::analyze::culprit(&s), (Some(5), "void Ledger.appendRecord(long)".to_string()));
         assert_eq!(

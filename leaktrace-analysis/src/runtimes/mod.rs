@@ -15,6 +15,7 @@
 use crate::allocator_frames::is_allocator_frame;
 use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
 use crate::timeline::Timeline;
+use std::sync::Arc;
 
 pub mod go;
 pub mod jvm;
@@ -92,7 +93,7 @@ pub fn site_label(runtime: Option<Runtime>, kind: MemoryKind, stack: &Stack) -> 
 /// True for the runtime's bookkeeping of its managed heap's pages, allocated once per page the
 /// heap maps (Node: a stack through `v8::internal::MemoryAllocator::AllocatePage`, e.g. V8's
 /// per-page free-list categories): it grows and levels off with the heap, and is judged with it.
-pub fn follows_managed_heap(runtime: Runtime, frames: &[Frame]) -> bool {
+pub fn follows_managed_heap(runtime: Runtime, frames: &[Arc<Frame>]) -> bool {
     match runtime {
         Runtime::Node => {
             frames.iter().take(16).any(|f| function(f).starts_with("v8::internal::MemoryAllocator::AllocatePage"))
@@ -165,7 +166,7 @@ pub(crate) fn is_loader(f: &Frame) -> bool {
 /// stack holds only the direct caller, as its frame 0.
 pub(crate) fn callers(stack: &Stack) -> impl Iterator<Item = &Frame> {
     let skip = if stack.lost { 0 } else { 1 };
-    stack.frames.iter().skip(skip).filter(|f| !f.function.as_deref().is_some_and(is_allocator_frame))
+    stack.frames.iter().skip(skip).map(|f| &**f).filter(|f| !f.function.as_deref().is_some_and(is_allocator_frame))
 }
 
 /// The nearest caller outside libc and the loader: the code that asked for the memory.
@@ -279,7 +280,7 @@ pub(crate) mod tests {
         Stack {
             id: 1,
             kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"),
-            frames: frames.iter().map(|(f, o)| fr(f, o)).collect(),
+            frames: frames.iter().map(|(f, o)| Arc::new(fr(f, o))).collect(),
             lost: false,
             truncated: None,
         }
@@ -323,7 +324,7 @@ pub(crate) mod tests {
         // Symbols only (object unknown).
         let mut named = st("mmap", &[("mmap64", ""), ("_dl_map_object_from_fd", "")]);
         for f in &mut named.frames {
-            f.object = None;
+            Arc::make_mut(f).object = None;
         }
         for rt in [None, Some(Runtime::Python), Some(Runtime::Jvm), Some(Runtime::Go), Some(Runtime::Node)] {
             for s in [&bss, &minimal, &named] {

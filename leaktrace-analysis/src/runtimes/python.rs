@@ -128,7 +128,7 @@ mod tests {
             "mmap",
             &[("__GI___mmap64", LIBC), ("x", "/usr/bin/python3.11"), ("PyType_GenericAlloc", "/usr/bin/python3.11")],
         );
-        stripped.frames[1].function = None;
+        std::sync::Arc::make_mut(&mut stripped.frames[1]).function = None;
         assert_eq!(classify(&stripped), Some(MemoryKind::Managed));
         let big = st("malloc", &[("__GI___libc_malloc", LIBC), ("_PyObject_Malloc", LIBPY), ("?", "")]);
         assert_eq!(classify(&big), Some(MemoryKind::Managed));

@@ -403,7 +403,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 t.session.untraced_children
             ));
         }
-        let recording = Recording {
+        let mut recording = Recording {
             probes: std::mem::take(&mut t.probes),
             stacks: std::mem::take(&mut t.stacks),
             checkpoints: std::mem::take(&mut t.checkpoints),
@@ -413,6 +413,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             reachability_scans: std::mem::take(&mut t.reach_scans),
             ..t.recording_head(opts, started_unix_ms)
         };
+        // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
+        crate::merge::merge_identical_stacks(&mut recording);
         let subdir = several.then(|| format!("pid-{}", t.pid));
         let tdir = subdir.as_ref().map_or_else(|| dir.clone(), |s| dir.join(s));
         processes.push(RecordedProcess { dir: tdir, subdir, exit_status: t.exit_status, recording });
@@ -456,18 +458,21 @@ impl Traced {
             reachability: None,
             reachability_scans: Vec::new(),
             mappings: self.symbolizer.mappings(),
+            merged_stacks: Default::default(),
         }
     }
 
     /// Hook (issue #12, push): the recording of this process as it is now, for a periodic push
     /// (stacks and checkpoints cloned; `end_reason` "running").
     fn snapshot(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
-        Recording {
+        let mut rec = Recording {
             stacks: self.stacks.clone(),
             checkpoints: self.checkpoints.clone(),
             end_reason: self.session.end_reason.unwrap_or(EndReason::Running),
             ..self.recording_head(opts, started_unix_ms)
-        }
+        };
+        crate::merge::merge_identical_stacks(&mut rec);
+        rec
     }
 }
 

@@ -27,7 +27,7 @@ impl Names for TracedNames<'_> {
     }
 
     fn function(&mut self, ip: u64) -> Option<String> {
-        self.traced.symbolizer.symbolize(&[ip]).into_iter().find_map(|f| f.function)
+        self.traced.symbolizer.symbolize(&[ip]).into_iter().find_map(|f| f.function.clone())
     }
 }
 

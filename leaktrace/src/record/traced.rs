@@ -3,6 +3,7 @@
 //! [`MAX_CHECKPOINTS`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use leaktrace_common::{SiteKey, site_kind};
 
@@ -337,7 +338,7 @@ impl Traced {
     pub(super) fn jvm_tick(&mut self) {
         let Some(j) = self.jcmd.as_mut() else { return };
         if self.stacks.len() > self.jit_scanned {
-            if self.stacks[self.jit_scanned..].iter().any(|s| s.frames.iter().skip(1).any(unnamed_jit)) {
+            if self.stacks[self.jit_scanned..].iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f))) {
                 j.want_perf_map();
             }
             self.jit_scanned = self.stacks.len();
@@ -352,7 +353,7 @@ impl Traced {
     /// [`crate::runtimes::jcmd::TIMEOUT`] per command). Then, for every runtime, unnamed JIT frames
     /// are named from the perf map as it is now.
     pub(super) fn jit_final(&mut self) {
-        let unnamed = self.stacks.iter().any(|s| s.frames.iter().skip(1).any(unnamed_jit));
+        let unnamed = self.stacks.iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f)));
         // A jcmd that never succeeded (no attach) is not waited for again.
         if unnamed
             && (self.jcmd_failure.is_none() || self.perf_maps_written > 0)
@@ -456,10 +457,18 @@ impl Traced {
                     ));
                     self.python = Some(interp);
                 }
-                Err(e) => self.warnings.push(format!("Python frames are not read: {e:#}")),
+                Err(e) => self.python_frames_failed(format!("Python frames are not read: {e:#}")),
             },
-            Err(why) => self.warnings.push(why),
+            Err(why) => self.python_frames_failed(why),
         }
+    }
+
+    /// Python frames were wanted (`--python-frames on`, or auto) and cannot be read: one line on
+    /// stderr now (the user learns it while recording, not only from the report), and the same
+    /// sentence in the report's caveats.
+    fn python_frames_failed(&mut self, why: String) {
+        eprintln!("leaktrace: PID {}: {why}", self.pid);
+        self.warnings.push(why);
     }
 
     /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
@@ -748,7 +757,7 @@ impl Traced {
     /// a perf map, what to run it with so they are named.
     pub(super) fn jit_note(&self) -> Option<String> {
         let runtime = self.runtime.as_ref()?.name;
-        let any_unnamed = self.stacks.iter().flat_map(|s| s.frames.iter().skip(1)).any(unnamed_jit);
+        let any_unnamed = self.stacks.iter().flat_map(|s| s.frames.iter().skip(1)).any(|f| unnamed_jit(f));
         if !any_unnamed || self.symbolizer.has_perf_map() || self.jcmd_failure_noted {
             return None;
         }
@@ -781,7 +790,7 @@ impl Traced {
         let lost = kernel.is_none();
         let (kernel_ips, end) = kernel.unwrap_or_default();
         let ips = fix_caller(kernel_ips, key.caller);
-        let mut frames: Vec<Frame> = self.symbolizer.symbolize(&ips);
+        let mut frames: Vec<Arc<Frame>> = self.symbolizer.symbolize(&ips);
         if end == leaktrace_common::walk_end::BAD_FRAME {
             // The walk ended on an address no mapping holds (a frame pointer followed through
             // code without one): not a frame.
@@ -812,6 +821,7 @@ impl Traced {
             // without Python frames, rather than one per importing line).
             if !crate::pyframes::in_import(&py_frames) {
                 with_python = !py_frames.is_empty();
+                let py_frames = py_frames.into_iter().map(|f| self.symbolizer.intern(f)).collect();
                 frames = crate::pyframes::merge(frames, py_frames);
             }
         }
@@ -870,10 +880,10 @@ fn unwind_notes(tracer: &mut Tracer, objects: &[MappedObject]) -> Vec<String> {
 
 /// Why a walk that ended with `end` (`leaktrace_common::walk_end`) is truncated, naming where,
 /// from the symbolized `frames`; None for a complete walk.
-fn truncation(end: u32, frames: &[Frame]) -> Option<String> {
+fn truncation(end: u32, frames: &[Arc<Frame>]) -> Option<String> {
     use leaktrace_common::walk_end;
     let last = frames.iter().rev().find(|f| !f.inlined).or(frames.last());
-    let at = || last.map(crate::symbolize::frame_location).unwrap_or_else(|| "the first frame".into());
+    let at = || last.map(|f| crate::symbolize::frame_location(f)).unwrap_or_else(|| "the first frame".into());
     let after = || match last.and_then(|f| f.function.as_deref()) {
         Some(func) => format!("{func} ({})", at()),
         None => at(),
