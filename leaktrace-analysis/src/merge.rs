@@ -10,7 +10,9 @@
 //! [`merge_identical_stacks`] folds them into one.
 //!
 //! Two stacks are the same when they have the same kind, are both complete or both truncated,
-//! and their frames are pairwise the same ([`FrameKey`]):
+//! and their frames are pairwise the same ([`FrameKey`]); and a truncated stack (its walk cut
+//! short: a library mapped moments before, whose unwind table was not loaded yet) whose frames
+//! are the start of exactly one longer complete stack's is that stack:
 //! - native frames of a mapped object: the same object, offset in its file (the address when
 //!   the offset is unknown), function and `inlined` flag;
 //! - JIT frames (no object) with a name: the same name, once V8's tier marker is left out
@@ -23,7 +25,7 @@
 //! Lost stacks and stacks without frames are never merged. The cost: two call sites in one JIT
 //! method (a perf map has no line numbers) are one site.
 //!
-//! The kept stack is the group's smallest id (stable: the same recording gives the same id in
+//! The kept stack is the group's smallest id among its complete stacks (stable: the same recording gives the same id in
 //! report.json, the folded stacks, the flame graphs, `compare` and `check`); its frames (and
 //! their addresses) are kept, and [`Recording::merged_stacks`] lists the ids folded into it.
 //! Samples are cumulative and sparse (a stack absent from a checkpoint keeps its last totals):
@@ -93,9 +95,26 @@ fn stack_key(st: &Stack) -> Option<(StackKind, bool, Vec<FrameKey>)> {
 pub fn merge_identical_stacks(rec: &mut Recording) -> usize {
     // Group by key; the kept stack of a group is its smallest id.
     let mut groups: HashMap<(StackKind, bool, Vec<FrameKey>), Vec<u32>> = HashMap::new();
+    let mut cut_short: std::collections::HashSet<u32> = Default::default();
     for st in &rec.stacks {
         if let Some(k) = stack_key(st) {
+            if k.1 {
+                cut_short.insert(st.id);
+            }
             groups.entry(k).or_default().push(st.id);
+        }
+    }
+    // A stack cut short whose frames begin exactly one longer complete stack's frames is that
+    // stack's start: the walk stopped early (a library loaded moments before, whose unwind
+    // table was not loaded yet), and its blocks are that call path's.
+    let truncated: Vec<(StackKind, bool, Vec<FrameKey>)> = groups.keys().filter(|k| k.1).cloned().collect();
+    for t in truncated {
+        let mut longer =
+            groups.keys().filter(|c| !c.1 && c.0 == t.0 && c.2.len() > t.2.len() && c.2.starts_with(&t.2)).cloned();
+        if let (Some(c), None) = (longer.next(), longer.next())
+            && let Some(ids) = groups.remove(&t)
+        {
+            groups.entry(c).or_default().extend(ids);
         }
     }
     let mut to_kept: HashMap<u32, u32> = HashMap::new();
@@ -106,10 +125,12 @@ pub fn merge_identical_stacks(rec: &mut Recording) -> usize {
         if ids.len() < 2 {
             continue;
         }
+        // The kept stack is a complete one when the group has any (its frames are kept).
+        let kept = ids.iter().copied().find(|id| !cut_short.contains(id)).unwrap_or(ids[0]);
         for &id in &ids {
-            to_kept.insert(id, ids[0]);
+            to_kept.insert(id, kept);
         }
-        members.insert(ids[0], ids);
+        members.insert(kept, ids);
     }
     if members.is_empty() {
         return 0;
@@ -148,7 +169,7 @@ pub fn merge_identical_stacks(rec: &mut Recording) -> usize {
             }
             // Duplicate samples of one stack in a checkpoint are summed (as the timeline does).
             match here.iter_mut().find(|(id, _)| *id == s.stack) {
-                Some((_, e)) => add(e, &s),
+                Some((_, e)) => e.add(&s),
                 None => here.push((s.stack, s)),
             }
         }
@@ -164,7 +185,7 @@ pub fn merge_identical_stacks(rec: &mut Recording) -> usize {
             for id in &members[&kept] {
                 if let Some(s) = cur.get(id) {
                     let resident_bytes = sum.resident_bytes;
-                    add(&mut sum, s);
+                    sum.add(s);
                     sum.resident_bytes = resident_bytes;
                 }
                 if let Some(&r) = resident.get(id) {
@@ -182,24 +203,23 @@ pub fn merge_identical_stacks(rec: &mut Recording) -> usize {
         merge_reach(scan, &to_kept);
     }
 
+    let joined =
+        to_kept.iter().filter(|&(id, kept)| id != kept && cut_short.contains(id) && !cut_short.contains(kept)).count();
+    let cut = if joined > 0 {
+        format!(
+            "; {joined} of them cut short (a library mapped moments before, its unwind table not loaded yet) and \
+             joined to the one complete stack they begin"
+        )
+    } else {
+        String::new()
+    };
     rec.warnings.push(format!(
         "{folded} call stack(s) folded into {} site(s) with the same frames at other code addresses (JIT code \
          compiled again: the runtime's recompilation or deoptimization; or another code object for the same Python \
-         function and line); each site's bytes are the sum of its stacks'",
+         function and line){cut}; each site's bytes are the sum of its stacks'",
         members.len()
     ));
     folded
-}
-
-/// Add `s`'s totals to `e` (saturating); resident bytes summed where known.
-fn add(e: &mut SiteSample, s: &SiteSample) {
-    e.alloc_bytes = e.alloc_bytes.saturating_add(s.alloc_bytes);
-    e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
-    e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
-    e.free_count = e.free_count.saturating_add(s.free_count);
-    if let Some(r) = s.resident_bytes {
-        e.resident_bytes = Some(e.resident_bytes.unwrap_or(0).saturating_add(r));
-    }
 }
 
 /// One scan's sites under their kept ids: figures summed, the kept stack's retaining chain (else
@@ -409,6 +429,36 @@ mod tests {
         assert_eq!(reach.len(), 2);
         let r3 = reach.iter().find(|s| s.stack == 3).unwrap();
         assert_eq!((r3.reachable_bytes, r3.unreachable_bytes, r3.unreachable_blocks), (10, 20, 2));
+    }
+
+    #[test]
+    fn a_stack_cut_short_joins_the_one_complete_stack_it_begins() {
+        let mut rec = recompiled();
+        // Stack 2: the first three frames of stack 7, cut short (its library had no unwind
+        // table yet), with the first second's blocks.
+        let mut cut = stash(2, 0x7f10_0000_1000);
+        cut.frames.truncate(3);
+        cut.truncated = Some("no unwind info".into());
+        rec.stacks.push(cut.clone());
+        for cp in &mut rec.checkpoints {
+            cp.sites.push(sample(2, 409_600, 0));
+        }
+        // Stacks 7, 3 and 9 fold together; 2 begins them (their frames are the same): into 3,
+        // the smallest complete id (not 2), whose frames are kept.
+        assert_eq!(merge_identical_stacks(&mut rec), 3);
+        assert_eq!(rec.merged_stacks[&3], vec![2, 7, 9]);
+        assert_eq!(rec.stacks.iter().find(|s| s.id == 3).unwrap().frames.len(), 5);
+        assert!(!rec.stacks.iter().any(|s| s.id == 2));
+        let last = rec.checkpoints.last().unwrap();
+        let s3 = last.sites.iter().find(|s| s.stack == 3).unwrap();
+        assert_eq!(s3.live_bytes(), 12 * 409_600 + 409_600);
+        // Two complete stacks it could begin (the decoy has the same first two frames): left alone.
+        let mut rec = recompiled();
+        let mut cut2 = cut;
+        cut2.frames.truncate(2);
+        rec.stacks.push(cut2);
+        merge_identical_stacks(&mut rec);
+        assert!(rec.stacks.iter().any(|s| s.id == 2));
     }
 
     #[test]

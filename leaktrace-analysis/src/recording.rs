@@ -378,6 +378,17 @@ impl SiteSample {
     pub fn live_count(&self) -> u64 {
         self.alloc_count.saturating_sub(self.free_count)
     }
+    /// Add `other`'s totals to these (saturating), for two stacks counted as one site; resident
+    /// bytes are summed where either has them.
+    pub fn add(&mut self, other: &SiteSample) {
+        self.alloc_bytes = self.alloc_bytes.saturating_add(other.alloc_bytes);
+        self.alloc_count = self.alloc_count.saturating_add(other.alloc_count);
+        self.free_bytes = self.free_bytes.saturating_add(other.free_bytes);
+        self.free_count = self.free_count.saturating_add(other.free_count);
+        if let Some(r) = other.resident_bytes {
+            self.resident_bytes = Some(self.resident_bytes.unwrap_or(0).saturating_add(r));
+        }
+    }
 }
 
 /// One checkpoint.

@@ -99,13 +99,7 @@ impl Timeline {
             for s in &rec.checkpoints[ci].sites {
                 let Some(&si) = index.get(&s.stack) else { continue };
                 let e = here.entry(si).or_insert_with(|| SiteSample { stack: s.stack, ..Default::default() });
-                e.alloc_bytes = e.alloc_bytes.saturating_add(s.alloc_bytes);
-                e.alloc_count = e.alloc_count.saturating_add(s.alloc_count);
-                e.free_bytes = e.free_bytes.saturating_add(s.free_bytes);
-                e.free_count = e.free_count.saturating_add(s.free_count);
-                if let Some(r) = s.resident_bytes {
-                    e.resident_bytes = Some(e.resident_bytes.unwrap_or(0).saturating_add(r));
-                }
+                e.add(s);
             }
             for (si, s) in here {
                 if s.resident_bytes.is_some() {

@@ -231,6 +231,12 @@ pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
                 continue;
             }
             let is_map = st.kind == StackKind::Mmap;
+            // glibc's arena heaps mapped in free() hold blocks counted at their malloc sites
+            // (and the heaps themselves in the allocator's resident figure): not runtime memory
+            // of their own. A worker thread's leak counted twice ("runtime grows" at its rate).
+            if is_map && is_malloc_arena_mapping(st) {
+                continue;
+            }
             let live = tl.live_bytes[si][k];
             let bytes = if is_map { tl.resident[si][k].unwrap_or(live) } else { live };
             let i = match tl.kinds[si] {

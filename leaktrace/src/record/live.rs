@@ -131,13 +131,14 @@ impl Tracing for Live {
         }
         t.symbolizer.refresh();
         t.jvm_tick();
-        if t.runtime.is_none() && t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
-            // A launched runtime maps its libraries right after exec: detect it early (twice a
-            // second, for 10 s) rather than at the first periodic checkpoint only; later
-            // libraries are seen by the periodic rescan.
-            if let Ok(objects) = discover::mapped_objects(t.pid) {
-                t.detect_runtime(&objects);
-            }
+        if t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
+            // A program maps its libraries and loads its extensions (dlopen) right after exec:
+            // probe them, load their unwind tables, find the runtime and its Python frames twice
+            // a second for 10 s, rather than at the periodic checkpoints only — until then
+            // stacks through such a library are cut short (no unwind table) and lack Python
+            // frames, and became a site of their own (a leak's first second called a "cache").
+            // Later libraries are seen by the periodic rescan.
+            self.rescan(t, t_s);
         }
     }
 

@@ -650,14 +650,7 @@ impl Traced {
             if later.stack != kept.stack {
                 return false;
             }
-            kept.alloc_bytes += later.alloc_bytes;
-            kept.alloc_count += later.alloc_count;
-            kept.free_bytes += later.free_bytes;
-            kept.free_count += later.free_count;
-            kept.resident_bytes = match (kept.resident_bytes, later.resident_bytes) {
-                (Some(a), Some(b)) => Some(a + b),
-                (a, b) => a.or(b),
-            };
+            kept.add(later);
             true
         });
         let live: u64 = samples.iter().map(SiteSample::live_bytes).sum();
