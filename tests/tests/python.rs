@@ -373,6 +373,47 @@ const DECREF_RATE: u64 = 400;
 /// How long decref_leak.py runs once signalled.
 const DECREF_SECONDS: u64 = 10;
 
+/// Record interpreter `pid` (running a fixture script, `target`, that waits for SIGUSR1 and
+/// prints `KEY VALUE` lines and "done") attached, with `extra` options, at a 250 ms interval into
+/// `name`: the script is signalled once leaktrace has attached, its lines are read until "done"
+/// (at most `seconds` + 90 s), and the recording ends with it. Returns the output directory,
+/// leaktrace's output (asserted successful) and the script's lines.
+fn record_signalled(
+    name: &str,
+    target: &Target,
+    pid: u32,
+    extra: &[&str],
+    seconds: u64,
+) -> (OutDir, Output, Vec<String>) {
+    let out = OutDir::new(name);
+    let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "250ms"]);
+    lt.args(extra).arg("--out").arg(&out.path);
+    let mut running = Running::spawn(lt, None);
+    running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: kill has no memory-safety preconditions; `pid` is the interpreter, alive (it waits
+    // for this signal).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) };
+    let mut lines = Vec::new();
+    let done = wait_for(Duration::from_secs(seconds + 90), || {
+        let l = target.next_line(Duration::from_millis(500))?;
+        lines.push(l.clone());
+        (l == "done").then_some(())
+    });
+    assert!(done.is_some(), "{name}: the script did not finish: {lines:?}");
+    let o = running.wait(TIMEOUT);
+    o.assert_success();
+    (out, o, lines)
+}
+
+/// The value of the script's `KEY VALUE` line `key` among `lines` (panics naming `name`).
+fn said(name: &str, lines: &[String], key: &str) -> f64 {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no `{key}` line in {lines:?}"))
+}
+
 /// A missing Py_DECREF (issue #11): decref_leak.py's ingest() calls tagsum_ext.tag_checksum,
 /// which leaks one 240-byte bytes object per call (sys.getsizeof(bytes(207)) = 240, a pymalloc
 /// size class: no malloc call), and the decoy verify_checksum, which makes the same object and
@@ -392,28 +433,9 @@ fn decref_leak_names_the_extension_and_the_line(name: &str, interpreter: &Path, 
     cmd.envs(env.iter().copied());
     let target = Target::spawn(cmd);
     target.expect_pid_line();
-    let out = OutDir::new(name);
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms"]);
-    lt.args(["--pymalloc", "--python-frames", "on", "--out"]).arg(&out.path);
-    let mut running = Running::spawn(lt, None);
-    running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
-    target.signal(libc::SIGUSR1);
-    let mut lines = Vec::new();
-    let done = wait_for(Duration::from_secs(DECREF_SECONDS + 90), || {
-        let l = target.next_line(Duration::from_millis(500))?;
-        lines.push(l.clone());
-        (l == "done").then_some(())
-    });
-    assert!(done.is_some(), "decref_leak.py did not finish: {lines:?}");
-    let o = running.wait(TIMEOUT);
-    o.assert_success();
-    let said = |key: &str| -> f64 {
-        lines
-            .iter()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no `{key}` line in {lines:?}"))
-    };
+    let (out, o, lines) =
+        record_signalled(name, &target, target.pid, &["--pymalloc", "--python-frames", "on"], DECREF_SECONDS);
+    let said = |key: &str| said(name, &lines, key);
     let (tag_bytes, leaked, elapsed) = (said("tag_bytes"), said("leaked"), said("elapsed"));
     assert_eq!(tag_bytes, 240.0, "the leaked object's size");
     assert!(leaked >= 0.8 * (DECREF_SECONDS * DECREF_RATE) as f64, "the workload made only {leaked} calls");
@@ -518,30 +540,8 @@ fn record_ctypes_leak(name: &str, interpreter: &Path, mode: &str, pid_namespace:
         target.expect_pid_line();
         target.pid
     };
-    let out = OutDir::new(name);
-    let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "250ms", "--out"]);
-    lt.arg(&out.path);
-    let mut running = Running::spawn(lt, None);
-    running.wait_for_stderr_line("leaktrace: attached", Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
-    // SAFETY: kill has no memory-safety preconditions; `pid` is the interpreter, alive (it waits
-    // for this signal).
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) };
-    let mut lines = Vec::new();
-    let done = wait_for(Duration::from_secs(CTYPES_SECONDS + 90), || {
-        let l = target.next_line(Duration::from_millis(500))?;
-        lines.push(l.clone());
-        (l == "done").then_some(())
-    });
-    assert!(done.is_some(), "ctypes_leak.py did not finish: {lines:?}");
-    let o = running.wait(TIMEOUT);
-    o.assert_success();
-    let said = |key: &str| -> f64 {
-        lines
-            .iter()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no `{key}` line in {lines:?}"))
-    };
+    let (out, o, lines) = record_signalled(name, &target, pid, &[], CTYPES_SECONDS);
+    let said = |key: &str| said(name, &lines, key);
     let (leak_bytes, leaked, elapsed) = (said("leak_bytes"), said("leaked"), said("elapsed"));
     assert!(leaked >= 0.8 * (CTYPES_SECONDS * CTYPES_RATE) as f64, "the workload made only {leaked} calls");
     let report = Report::load(&out.path);
