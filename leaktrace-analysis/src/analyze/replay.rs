@@ -427,6 +427,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         .filter(|t| t.n >= MIN_WINDOW_POINTS)
         .map(|t| (t.slope_bytes_per_s + t.ci95_bytes_per_s.unwrap_or(0.0)).max(0.0));
     let mut returned: Vec<u32> = Vec::new();
+    let mut returned_rate = 0.0;
     if let Some(bound) = anon_bound {
         for s in sites
             .iter_mut()
@@ -440,20 +441,19 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
                 s.growth_bytes_per_s
             );
             returned.push(s.id);
+            returned_rate += s.growth_bytes_per_s;
         }
     }
     let faults_returned = !returned.is_empty();
     let traced_trend = if faults_returned {
-        let rate: f64 = sites.iter().filter(|s| returned.contains(&s.id)).map(|s| s.growth_bytes_per_s).sum();
         warnings.push(format!(
-            "{} stack(s) fault in {rate:.1} B/s of new pages while RSS anon grows at most {:.1} B/s: their \
-             pages are returned and faulted in again (churn), so they are not called leaks",
+            "{} stack(s) fault in {returned_rate:.1} B/s of new pages while RSS anon grows at most {:.1} B/s: \
+             their pages are returned and faulted in again (churn), so they are not called leaks",
             returned.len(),
             anon_bound.unwrap_or(0.0)
         ));
         let mut held = traced.clone();
-        for (si, st) in stacks.iter().enumerate().filter(|(_, st)| returned.contains(&st.id)) {
-            let _ = st;
+        for si in (0..stacks.len()).filter(|&si| returned.contains(&stacks[si].id)) {
             for (k, v) in series[si].live_bytes.iter().enumerate() {
                 held[k] = held[k].saturating_sub(*v);
             }

@@ -235,27 +235,29 @@ fn reason(a: &Analysis) -> String {
                 hb(*retained_bytes)
             )
         }
-        Reason::ShortLived { .. }
-            if a.sites.iter().any(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary) =>
-        {
+        Reason::ShortLived { count, freed_bytes, freed_blocks, native_bytes_per_s } => {
+            // Growth mode: the temporary fault stacks' pages were faulted in and returned.
             let faults: Vec<&SiteAnalysis> =
                 a.sites.iter().filter(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary).collect();
-            format!(
-                "no leak: pages are faulted in and returned — {} stack(s) faulted in {} in {} pages \
-                 (growth mode sees no frees: RSS anon does not follow them)",
-                faults.len(),
-                hb(faults.iter().map(|s| s.allocated_bytes).sum()),
-                faults.iter().map(|s| s.allocations).sum::<u64>()
-            )
+            if faults.is_empty() {
+                format!(
+                    "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
+                     blocks; live native bytes {}",
+                    count,
+                    hb(*freed_bytes),
+                    freed_blocks,
+                    flat(*native_bytes_per_s)
+                )
+            } else {
+                format!(
+                    "no leak: pages are faulted in and returned — {} stack(s) faulted in {} in {} pages \
+                     (growth mode sees no frees: RSS anon does not follow them)",
+                    faults.len(),
+                    hb(faults.iter().map(|s| s.allocated_bytes).sum()),
+                    faults.iter().map(|s| s.allocations).sum::<u64>()
+                )
+            }
         }
-        Reason::ShortLived { count, freed_bytes, freed_blocks, native_bytes_per_s } => format!(
-            "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
-             blocks; live native bytes {}",
-            count,
-            hb(*freed_bytes),
-            freed_blocks,
-            flat(*native_bytes_per_s)
-        ),
         Reason::Flat { native_bytes_per_s } => format!(
             "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
              steady window)",

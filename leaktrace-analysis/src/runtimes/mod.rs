@@ -209,7 +209,8 @@ pub struct KindSeries {
     pub native: Vec<(f64, u64)>,
     /// Off-heap sites.
     pub offheap: Vec<(f64, u64)>,
-    /// Runtime-kind sites.
+    /// Runtime-kind sites, glibc's arena heaps mapped in free() left out (their blocks are
+    /// counted at their malloc sites).
     pub runtime: Vec<(f64, u64)>,
     /// The part of `managed` in the runtime's young generation (V8's semi-space pages:
     /// [`node::is_young_generation`]), bounded by the runtime's configuration (V8's

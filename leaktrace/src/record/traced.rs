@@ -611,7 +611,7 @@ impl Traced {
         let arenas = if other_malloc { Vec::new() } else { mappings::glibc_arena_heaps(&maps) };
         // Other allocators' mappings (jemalloc, mimalloc, tcmalloc's mmaps), made before attach
         // or after: the anonymous mappings where its blocks began since attach.
-        let blocks = self.scan_blocks(tracer);
+        let blocks = if other_malloc { self.scan_blocks(tracer) } else { None };
         self.block_regions =
             mappings::block_regions(&maps, blocks.as_deref().unwrap_or(&[]), &self.block_regions, &arenas);
         let mut counted: Vec<(u64, u64)> = arenas.iter().chain(&self.block_regions).copied().collect();
@@ -725,16 +725,13 @@ impl Traced {
     }
 
     /// Pages where this process's blocks began since attach (sorted), read from the kernel's
-    /// BLOCK_PAGES map for [`mappings::block_regions`]; None when not due, unreadable, when the
-    /// only malloc probed is the C library's (glibc's regions are the brk heap and its arena
-    /// heaps, found by shape; its other mappings are large chunks, tracked since attach), or
-    /// with CPython's allocator probed (`--pymalloc`: its blocks lie in the runtime's arenas).
-    /// The read costs one system call per page noted, so it is made again only after 20 times
-    /// its last duration (at most 10 s).
+    /// BLOCK_PAGES map for [`mappings::block_regions`]; None when not due or unreadable. Only
+    /// for a process whose malloc is another allocator's ([`Traced::other_malloc`]): glibc's
+    /// regions are the brk heap and its arena heaps, found by shape, its other mappings large
+    /// chunks tracked since attach; CPython's allocator (`--pymalloc`) puts its blocks in the
+    /// runtime's arenas. The read costs one system call per page noted, so it is made again only
+    /// after 20 times its last duration (at most 10 s).
     fn scan_blocks(&mut self, tracer: &Tracer) -> Option<Vec<u64>> {
-        if !self.other_malloc() {
-            return None;
-        }
         let now = std::time::Instant::now();
         if let Some((at, cost)) = self.block_scan
             && now.duration_since(at) < (cost * 20).min(std::time::Duration::from_secs(10))
