@@ -469,10 +469,14 @@ pub enum Reason {
     },
     /// The allocator's resident memory grows while live native bytes stay flat.
     AllocatorRetains {
-        /// The allocator's resident bytes over the steady window.
+        /// The allocator's resident bytes over the steady window, or over the whole span when
+        /// `whole_span`.
         trend: Trend,
-        /// Slope of the live native bytes, bytes per second.
+        /// Slope of the live native bytes over the same window, bytes per second.
         native_bytes_per_s: f64,
+        /// The steady window alone did not show the growth significantly; the whole analysed
+        /// span did (and it did not level off through the last quarter).
+        whole_span: bool,
     },
     /// RSS (anon) grows while the traced live bytes stay flat.
     RssOutgrowsTraced {

@@ -463,6 +463,15 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         traced_trend
     };
     let allocator_trend = series_trend(&memory.allocator_resident_bytes);
+    // The allocator's resident bytes over the whole analysed span: an allocator that returns
+    // part of what it keeps now and then (jemalloc's decay) moves its footprint by megabytes
+    // between checkpoints, and half a short recording may not show its growth significantly.
+    let allocator_span_trend = (!memory.allocator_resident_bytes.is_empty()).then(|| {
+        let pts = &memory.allocator_resident_bytes;
+        let mt: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        let mv: Vec<u64> = pts.iter().map(|p| p.1).collect();
+        fit(&points(&mt, &mv, time_range(&mt, span_from, span_to)))
+    });
     let rss_shmem_trend = series_trend(&memory.rss_shmem_bytes);
 
     // Per unit of work, over the same steady window; off-heap bytes; occupied heap to RSS.
@@ -524,6 +533,11 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         rss_anon_trend: rss_anon_trend.as_ref(),
         rss_anon: &memory.rss_anon_bytes,
         allocator_trend: allocator_trend.as_ref(),
+        allocator_span_trend: allocator_span_trend.as_ref(),
+        native_span_bytes_per_s: {
+            let pts = points(times, &native, span.clone());
+            fit(&pts).slope_bytes_per_s.min(median_slope(&pts).unwrap_or(f64::INFINITY))
+        },
         allocator: &memory.allocator_resident_bytes,
         rss_shmem_trend: rss_shmem_trend.as_ref(),
         rss_shmem: &memory.rss_shmem_bytes,

@@ -1459,3 +1459,50 @@ fn tiny_managed_rise_against_rss_is_not_a_leak() {
         }
     }
 }
+
+/// The allocator resident bytes of tests/fixtures/arenas.c under jemalloc (verdicts.rs
+/// `jemalloc_regions_made_before_attach_are_counted`, a run that failed in CI), MiB every
+/// 0.5 s: +2 MiB/s, with jemalloc's decay returning up to 13 MiB now and then.
+const JEMALLOC_RESIDENT_MIB: [f64; 33] = [
+    69.1, 71.3, 71.3, 73.6, 73.6, 76.0, 76.0, 74.3, 74.3, 80.2, 80.2, 82.2, 82.2, 82.4, 82.4, 77.5, 77.5, 88.3, 88.7,
+    90.7, 90.7, 93.0, 93.0, 89.5, 89.5, 89.5, 85.4, 88.7, 99.4, 87.2, 87.4, 102.4, 102.4,
+];
+
+/// `allocator(t)` MiB as the allocator's resident bytes of a 16 s recording at 0.5 s with flat
+/// live bytes (one temporary site).
+fn allocator_recording(allocator: &dyn Fn(usize) -> f64) -> crate::recording::Recording {
+    let times: Vec<f64> = (0..33).map(|k| k as f64 * 0.5).collect();
+    let mut r = recording(&times, vec![temp_site()], &|_| mem(120 << 20), &no_counters);
+    for (k, c) in r.checkpoints.iter_mut().enumerate() {
+        c.allocator = Some(crate::recording::AllocatorFootprint {
+            block_regions: 8,
+            block_region_bytes: 140 << 20,
+            block_region_resident_bytes: (allocator(k) * (1 << 20) as f64) as u64,
+            ..Default::default()
+        });
+    }
+    r
+}
+
+#[test]
+fn allocator_growth_too_unsteady_for_the_steady_window_is_fragmentation() {
+    // Over the last 8 s alone the slope (~1 MiB/s ± 1.4) is not significant; over the 16 s it
+    // is, and it did not level off: fragmentation, at a lower confidence, said so.
+    let a = analyze(&allocator_recording(&|k| JEMALLOC_RESIDENT_MIB[k]), &AnalyzeOptions::default());
+    let text = sentence(&a);
+    assert_eq!(a.verdict.class, ProcessClass::Fragmentation, "{text}");
+    let Reason::AllocatorRetains { trend, whole_span, .. } = &a.verdict.reason else { panic!("{text}") };
+    assert!(*whole_span, "{text}");
+    let mib_s = trend.slope_bytes_per_s / (1 << 20) as f64;
+    assert!((1.5..2.2).contains(&mib_s), "{mib_s} MiB/s: {text}");
+    assert!(text.contains("over the whole recording"), "{text}");
+    assert!(a.verdict.confidence <= 0.6, "{}", a.verdict.confidence);
+
+    // Decoy: the same unsteadiness around a footprint that rose over the first 6 s and then
+    // stayed: it levelled off, no fragmentation.
+    let a = analyze(
+        &allocator_recording(&|k| 69.0 + 30.0 * (k.min(12) as f64 / 12.0) - 8.0 * noise(k as u64)),
+        &AnalyzeOptions::default(),
+    );
+    assert_ne!(a.verdict.class, ProcessClass::Fragmentation, "{}", sentence(&a));
+}

@@ -22,6 +22,11 @@ pub(super) struct ProcessInput<'a> {
     pub(super) rss_anon_trend: Option<&'a Trend>,
     pub(super) rss_anon: &'a [(f64, u64)],
     pub(super) allocator_trend: Option<&'a Trend>,
+    /// The allocator's resident bytes over the whole analysed span (not only the steady window).
+    pub(super) allocator_span_trend: Option<&'a Trend>,
+    /// Slope of the live malloc bytes over the whole span, bytes per second: the smaller of the
+    /// least-squares and the Theil–Sen slope.
+    pub(super) native_span_bytes_per_s: f64,
     pub(super) allocator: &'a [(f64, u64)],
     pub(super) rss_shmem_trend: Option<&'a Trend>,
     pub(super) rss_shmem: &'a [(f64, u64)],
@@ -175,10 +180,27 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     // Theil–Sen one: blocks caught live at a checkpoint or two between their malloc and free
     // (a batch allocated and freed at once) pull a least-squares slope, not the median.
     let native_live = p.native_trend.slope_bytes_per_s.min(p.native_median_bytes_per_s.unwrap_or(f64::INFINITY));
-    let alloc_grows = p.allocator_trend.filter(|at| outgrows(at, process_floor(p.allocator, p.duration), native_live));
+    let alloc_floor = process_floor(p.allocator, p.duration);
+    let alloc_grows = p.allocator_trend.filter(|at| outgrows(at, alloc_floor, native_live));
     if let Some(at) = alloc_grows {
         let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native_live) * share * p.f_drops);
-        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native_live };
+        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native_live, whole_span: false };
+        return verdict(ProcessClass::Fragmentation, confidence, reason);
+    }
+    // The same over the whole span, when the steady window alone is too noisy to tell (an
+    // allocator returning part of its footprint now and then): growth that did not level off
+    // through the last quarter, with live native bytes flat over the span too. Confidence as
+    // for a whole-run window (× 0.6).
+    let native_span = p.native_span_bytes_per_s;
+    let alloc_span_grows = p.allocator_span_trend.filter(|at| {
+        !p.win.whole_run
+            && outgrows(at, alloc_floor, native_span.max(native_live))
+            && !levelled_off(p.allocator, p.late_from, p.span_to, at, alloc_floor)
+    });
+    if let Some(at) = alloc_span_grows {
+        let native = native_span.max(native_live);
+        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native) * 0.6 * p.f_drops);
+        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native, whole_span: true };
         return verdict(ProcessClass::Fragmentation, confidence, reason);
     }
 

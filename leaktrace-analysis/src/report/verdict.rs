@@ -146,14 +146,19 @@ fn reason(a: &Analysis) -> String {
             }
             summary
         }
-        Reason::AllocatorRetains { trend, native_bytes_per_s } => format!(
+        Reason::AllocatorRetains { trend, native_bytes_per_s, whole_span } => format!(
             "fragmentation: the allocator's resident memory ({}) grows {} ({:.0} B/s ± {:.0}) over \
-             the steady window while live native bytes {}: freed memory is kept by the allocator \
+             {} while live native bytes {}: freed memory is kept by the allocator \
              (fragmentation or retention), not leaked",
             allocator_parts(a),
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
             trend.ci95_bytes_per_s.unwrap_or(0.0),
+            if *whole_span {
+                "the whole recording (too unsteady between checkpoints to show over the steady window alone)"
+            } else {
+                "the steady window"
+            },
             flat(*native_bytes_per_s)
         ),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
