@@ -66,6 +66,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         follow_forks: false,
         pymalloc: false,
         python_frames: true,
+        python_frames_required: false,
         jvm_perf_map: false,
         reachability: opts.reachability,
         push: None,

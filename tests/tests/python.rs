@@ -724,3 +724,49 @@ fn python_ctypes_threads_shared_libpython_313() {
 fn python_ctypes_threads_in_pid_namespace_311() {
     ctypes_threads_name_each_thread("ctypes-threads-pidns", python(), true);
 }
+
+/// `--python-frames on` on a program that runs no CPython interpreter (the native leaky
+/// fixture): one line on stderr and the same sentence in report.md's caveats and report.json's
+/// warnings, naming its PID; the decoy, a python3 recorded the same way, gets no such note (it
+/// gets its Python frames).
+#[test]
+fn python_frames_on_without_an_interpreter_is_noted() {
+    require_root();
+    let fx = fixtures();
+    let note = |pid: u32| format!("--python-frames on: PID {pid} runs no CPython interpreter; no Python frames");
+    let out = OutDir::new("pyframes-on-native");
+    let mut cmd = Command::new(&fx.leaky);
+    cmd.args(["malloc", "200", "100"]);
+    let o = record_launch(&out, &["--duration", "4s", "--python-frames", "on"], cmd);
+    o.assert_success();
+    let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    let pid = u64_of(&Report::load(&out.path).json["target"], "pid") as u32;
+    let said: Vec<&str> = o.stderr.lines().filter(|l| l.contains("--python-frames on")).collect();
+    assert_eq!(said, [format!("leaktrace: {}", note(pid))], "{ctx}");
+    let md = std::fs::read_to_string(out.path.join("report.md")).expect("report.md");
+    let caveats = &md[md.find("## Caveats").unwrap_or_else(|| panic!("no caveats in report.md\n{ctx}"))..];
+    assert!(caveats.contains(&note(pid)), "no note in report.md's caveats:\n{caveats}\n{ctx}");
+    // The decoy: an interpreter, recorded with the same option, has its frames and no note.
+    let out = OutDir::new("pyframes-on-python");
+    let mut cmd = Command::new(python());
+    cmd.args(["-c", "import time\nx = []\nfor i in range(200):\n    x.append(bytes(4000))\n    time.sleep(0.01)\n"]);
+    let o = record_launch(&out, &["--duration", "4s", "--python-frames", "on"], cmd);
+    o.assert_success();
+    let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    assert!(!o.stderr.contains("runs no CPython interpreter"), "{ctx}");
+    let r = Report::load(&out.path);
+    assert!(
+        !r.json["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("--python-frames on"))),
+        "{ctx}"
+    );
+    assert!(
+        r.json["warnings"].as_array().into_iter().flatten().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("Python frames (function, file, line) read from CPython"))),
+        "the decoy's frames are not read\n{ctx}"
+    );
+}

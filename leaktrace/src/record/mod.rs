@@ -102,6 +102,10 @@ pub struct RecordOptions {
     pub pymalloc: bool,
     /// Read CPython targets' Python frames at each allocation (`--python-frames`).
     pub python_frames: bool,
+    /// The user asked for Python frames explicitly (`--python-frames on`, not auto): a traced
+    /// process that never ran a CPython interpreter gets a one-line note on stderr and in its
+    /// report's caveats instead of silently having none.
+    pub python_frames_required: bool,
     /// `--jvm-perf-map`: on JVM targets, leaktrace may run `jcmd PID Compiler.perfmap` (when new
     /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
     /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
@@ -133,6 +137,7 @@ impl Default for RecordOptions {
             follow_forks: false,
             pymalloc: false,
             python_frames: true,
+            python_frames_required: false,
             jvm_perf_map: false,
             reachability: None,
             push: None,
@@ -372,6 +377,17 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         eprintln!("leaktrace: {line}");
         for t in targets.iter_mut() {
             t.warnings.push(line.clone());
+        }
+    }
+    if opts.python_frames_required {
+        // Said, not silently ignored: Python frames were asked for and this process has none.
+        for t in targets
+            .iter_mut()
+            .filter(|t| t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python))
+        {
+            let line = format!("--python-frames on: PID {} runs no CPython interpreter; no Python frames", t.pid);
+            eprintln!("leaktrace: {line}");
+            t.warnings.push(line);
         }
     }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
