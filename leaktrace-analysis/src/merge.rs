@@ -65,6 +65,47 @@ pub fn frame_key(f: &Frame) -> FrameKey {
     }
 }
 
+/// What a frame reads as once symbolized, for lists that show stacks by their names (the
+/// one-shot "still allocated at exit" list, [`crate::analyze::AtExit`]): a named native frame is
+/// its object, function, source file and line (the function alone when there is no line), so
+/// two return addresses of one function at the same line (a loop unrolled: two call sites) are
+/// the same; a Python frame its function, file and line; any other frame its [`FrameKey`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SymbolKey {
+    /// A named native frame: (object, function, file, line); file and line are None without a
+    /// line.
+    Named(Option<String>, String, Option<String>, Option<u32>),
+    /// Any other frame: its [`FrameKey`].
+    Frame(FrameKey),
+}
+
+/// The [`SymbolKey`] of one frame.
+pub fn symbol_key(f: &Frame) -> SymbolKey {
+    match (&f.function, f.kind) {
+        (Some(name), FrameKind::Native) if !name.is_empty() => {
+            let (file, line) = match f.line {
+                Some(l) => (f.file.clone(), Some(l)),
+                None => (None, None),
+            };
+            SymbolKey::Named(f.object.clone(), name.clone(), file, line)
+        }
+        _ => SymbolKey::Frame(frame_key(f)),
+    }
+}
+
+/// What makes two stacks read alike once symbolized: kind and every frame's [`SymbolKey`]. None
+/// for a stack never merged (lost, or without frames).
+pub fn symbolic_stack_key(
+    kind: StackKind,
+    lost: bool,
+    frames: &[std::sync::Arc<Frame>],
+) -> Option<(StackKind, Vec<SymbolKey>)> {
+    if lost || frames.is_empty() {
+        return None;
+    }
+    Some((kind, frames.iter().map(|f| symbol_key(f)).collect()))
+}
+
 /// A JIT frame's name with V8's tier left out: `JS:*step /srv/app.js:10:14`,
 /// `LazyCompile:~step /srv/app.js:10:14` and `JS:^step ...` all read `JS:step /srv/app.js:10:14`.
 /// Other names (HotSpot's, V8's builtins and stubs) are returned as they are.

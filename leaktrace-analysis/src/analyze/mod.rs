@@ -647,11 +647,17 @@ pub struct Analysis {
 /// atexit tables, stacks entirely inside system libraries, runtime memory).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AtExit {
-    /// Indexes into [`Analysis::sites`] of the sites with live bytes at exit, largest first.
+    /// Indexes into [`Analysis::sites`] of the sites with live bytes at exit, largest first; one
+    /// entry per symbolized stack: sites whose frames read the same
+    /// ([`crate::merge::symbolic_stack_key`]: function, file and line, whatever the return
+    /// address) are one entry, listed under the one that held most.
     pub sites: Vec<usize>,
-    /// Per entry of `sites`: (live bytes, live blocks) after exit (a site's own figures are
-    /// taken at the teardown when one was caught).
+    /// Per entry of `sites`: (live bytes, live blocks) after exit, summed over the entry's sites
+    /// (the figures of the last checkpoint, after exit).
     pub held: Vec<(u64, u64)>,
+    /// Per entry of `sites`: the ids ([`SiteAnalysis::id`]) of the other sites folded into it
+    /// (same symbolized frames, other return addresses), ascending; empty when none.
+    pub folded: Vec<Vec<u32>>,
     /// Sum of their live bytes, bytes.
     pub live_bytes: u64,
     /// Sum of their live blocks.

@@ -92,11 +92,39 @@ fn at_exit_of(sites: &[SiteAnalysis], tl: &Timeline) -> AtExit {
         .partition(|&i| !frames::is_one_time_site(&sites[i].frames, sites[i].memory_kind));
     let mut kept: Vec<(usize, u64, u64)> = kept.into_iter().map(|i| (i, live(i).0, live(i).1)).collect();
     kept.sort_by_key(|&(i, b, _)| (std::cmp::Reverse(b), i));
+    // One entry per symbolized stack: two return addresses in one function at the same line (a
+    // loop unrolled) are one call path to the reader. The entry is its largest site's, with the
+    // bytes and blocks of all of them.
+    let mut entries: Vec<(usize, u64, u64, Vec<u32>)> = Vec::with_capacity(kept.len());
+    let mut by_key: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    for (i, b, c) in kept {
+        let s = &sites[i];
+        let key = crate::merge::symbolic_stack_key(s.kind, s.stack_lost, &s.frames);
+        match key.as_ref().and_then(|k| by_key.get(k)) {
+            Some(&e) => {
+                let entry = &mut entries[e];
+                entry.1 += b;
+                entry.2 += c;
+                entry.3.push(s.id);
+            }
+            None => {
+                if let Some(k) = key {
+                    by_key.insert(k, entries.len());
+                }
+                entries.push((i, b, c, Vec::new()));
+            }
+        }
+    }
+    for e in &mut entries {
+        e.3.sort_unstable();
+    }
+    entries.sort_by_key(|&(i, b, _, _)| (std::cmp::Reverse(b), i));
     AtExit {
-        live_bytes: kept.iter().map(|k| k.1).sum(),
-        live_allocations: kept.iter().map(|k| k.2).sum(),
-        sites: kept.iter().map(|k| k.0).collect(),
-        held: kept.iter().map(|k| (k.1, k.2)).collect(),
+        live_bytes: entries.iter().map(|k| k.1).sum(),
+        live_allocations: entries.iter().map(|k| k.2).sum(),
+        sites: entries.iter().map(|k| k.0).collect(),
+        held: entries.iter().map(|k| (k.1, k.2)).collect(),
+        folded: entries.into_iter().map(|k| k.3).collect(),
         one_time_sites: one_time.len(),
         one_time_bytes: one_time.iter().map(|&i| live(i).0).sum(),
     }

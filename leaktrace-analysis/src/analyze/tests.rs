@@ -1064,6 +1064,57 @@ fn one_shot_command_lists_what_it_held_at_exit() {
     }
 }
 
+/// A one-shot command whose loop the compiler unrolled: `fill` calls malloc from two return
+/// addresses on the same line of leaker.c (two stacks, same function, file and line in every
+/// frame), 3 + 2 blocks of 1,000 B never freed; and a decoy, `fill` at another line (its own
+/// entry). The at-exit list has two entries: fill's 5,000 B in 5 blocks (one entry, saying it
+/// folds two stacks) and the decoy's; the sites themselves stay apart.
+#[test]
+fn at_exit_list_merges_stacks_that_differ_only_by_return_address() {
+    let times = [0.0, 0.2, 0.4, 0.6];
+    let fill = |id: u32, ret: u64, line: u32| {
+        let mut f = frame("fill", "/opt/app/leaker", Some(("/build/leaker.c", line)));
+        f.addr = 0x40_1000 + ret;
+        f.file_offset = Some(0x1000 + ret);
+        let mut m = frame("main", "/opt/app/leaker", Some(("/build/leaker.c", 30)));
+        m.addr = 0x40_2000;
+        m.file_offset = Some(0x2000);
+        Stack {
+            id,
+            kind: StackKind::Malloc,
+            frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(), f.into(), m.into()],
+            lost: false,
+            truncated: None,
+        }
+    };
+    let held = |n: u64| -> SiteFn { Box::new(move |t: f64| if t < 0.1 { (0, 0, 0, 0) } else { (n * 1000, n, 0, 0) }) };
+    let mut r = recording(
+        &times,
+        vec![(fill(1, 0x10, 12), held(3)), (fill(2, 0x24, 12), held(2)), (fill(3, 0x60, 14), held(4))],
+        &|_| mem(1 << 20),
+        &no_counters,
+    );
+    r.end_reason = crate::recording::EndReason::TargetExited;
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let x = a.at_exit.as_ref().expect("at_exit");
+    let entries: Vec<(u32, (u64, u64), &Vec<u32>)> =
+        x.sites.iter().zip(&x.held).zip(&x.folded).map(|((&i, &h), f)| (a.sites[i].id, h, f)).collect();
+    assert_eq!(entries, [(1, (5000, 5), &vec![2]), (3, (4000, 4), &vec![])], "{entries:?}");
+    assert_eq!((x.live_bytes, x.live_allocations), (9000, 9));
+    assert_eq!(a.sites.len(), 3, "the sites stay apart");
+    let text = sentence(&a);
+    assert!(text.contains("4.9 KiB in 5 block(s) from fill"), "{text}");
+    let md = crate::report::markdown::report_md(&r, &a);
+    assert!(
+        md.contains("- 4.9 KiB in 5 block(s) from fill (2 stacks with these frames at other return addresses):"),
+        "{md}"
+    );
+    let json = crate::report::json::report_json(&r, &a);
+    let listed = &json["still_allocated_at_exit"]["sites"];
+    assert_eq!(listed[0]["folded_ids"], serde_json::json!([2]), "{listed}");
+    assert_eq!(listed[0]["live_bytes"], 5000, "{listed}");
+}
+
 /// Item 5 of issue 17: an LRU cache of 4,000 blocks of 1,125 B (4.5 MB) filled in the first 10 s,
 /// then turning over 500 blocks a second (each block lives 8 s), checkpoints every second for
 /// 60 s: turnover above 4×, yet a cache, not temporary. The churn of the temporary fixture (blocks

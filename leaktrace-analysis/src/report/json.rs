@@ -203,13 +203,14 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "live_allocations": x.live_allocations,
             "one_time_sites": x.one_time_sites,
             "one_time_bytes": x.one_time_bytes,
-            "sites": x.sites.iter().zip(&x.held).map(|(&i, &(live_bytes, live_allocations))| {
+            "sites": x.sites.iter().zip(&x.held).enumerate().map(|(k, (&i, &(live_bytes, live_allocations)))| {
                 let s = &a.sites[i];
                 json!({
                     "id": s.id,
                     "function": s.function,
                     "live_bytes": live_bytes,
                     "live_allocations": live_allocations,
+                    "folded_ids": x.folded.get(k).cloned().unwrap_or_default(),
                     "stack": s.frames.iter().map(|f| crate::analyze::frame_label(f)).collect::<Vec<_>>(),
                 })
             }).collect::<Vec<_>>(),

@@ -165,9 +165,13 @@ fn at_exit_lines(md: &mut String, a: &Analysis) {
 ",
         super::verdict::at_exit_phrase(a)
     );
-    for (&i, &(held_bytes, held_blocks)) in x.sites.iter().zip(&x.held) {
+    for (k, (&i, &(held_bytes, held_blocks))) in x.sites.iter().zip(&x.held).enumerate() {
         let s = &a.sites[i];
-        let _ = writeln!(md, "- {} in {} block(s) from {}:", bytes(held_bytes), held_blocks, s.function);
+        let folded = match x.folded.get(k).map_or(0, Vec::len) {
+            0 => String::new(),
+            n => format!(" ({} stacks with these frames at other return addresses)", n + 1),
+        };
+        let _ = writeln!(md, "- {} in {} block(s) from {}{folded}:", bytes(held_bytes), held_blocks, s.function);
         for l in stack_lines(s) {
             let _ = writeln!(md, "    - {l}");
         }
