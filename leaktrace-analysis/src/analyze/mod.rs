@@ -297,6 +297,28 @@ pub struct SiteAnalysis {
     pub evidence: SiteEvidence,
 }
 
+impl SiteAnalysis {
+    /// What the site holds at the end, for ranking sites by size: (bytes, comparable). A malloc
+    /// or fault site's live bytes; a mapping's resident bytes where the recording has them
+    /// ([`SiteAnalysis::resident_bytes`], pagemap: pages in RAM, comparable with live bytes);
+    /// else a mapping's mapped bytes, `comparable` false (virtual: an arena reservation maps
+    /// far more than it ever touches, and must not outrank memory actually held).
+    pub fn held_bytes(&self) -> (u64, bool) {
+        match (self.kind, self.resident_bytes) {
+            (StackKind::Mmap, Some(r)) => (r, true),
+            (StackKind::Mmap, None) => (self.live_bytes, false),
+            _ => (self.live_bytes, true),
+        }
+    }
+}
+
+/// The order of [`Analysis::sites`]: sites whose [`SiteAnalysis::held_bytes`] are comparable
+/// first, most held first; then larger growth, then smaller id.
+pub(crate) fn by_held_bytes(a: &SiteAnalysis, b: &SiteAnalysis) -> std::cmp::Ordering {
+    let ((ha, ca), (hb, cb)) = (a.held_bytes(), b.held_bytes());
+    cb.cmp(&ca).then(hb.cmp(&ha)).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
+}
+
 /// Time series of the process, each point `(t_s, bytes)` with t_s in seconds since the first
 /// checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -601,7 +623,10 @@ pub struct Analysis {
     pub steady_from_s: f64,
     /// The steady window fell back to all checkpoints (too few in the last half).
     pub steady_is_whole_run: bool,
-    /// Every site of the recording, sorted by live bytes at the end, descending (ties: growth).
+    /// Every site of the recording, sorted by what it holds at the end
+    /// ([`SiteAnalysis::held_bytes`]: live bytes, a mapping's resident bytes), descending
+    /// (ties: growth); mappings whose resident bytes are unknown come after the others, by
+    /// mapped bytes.
     pub sites: Vec<SiteAnalysis>,
     /// Process series.
     pub memory: MemorySeries,
@@ -703,7 +728,8 @@ impl Analysis {
         v
     }
 
-    /// Up to `top` sites with live bytes at the end, largest first.
+    /// Up to `top` sites with live bytes at the end, in [`Analysis::sites`] order (most held
+    /// first: a mapping by its resident bytes).
     pub fn top_by_live(&self) -> Vec<&SiteAnalysis> {
         self.sites.iter().filter(|s| s.live_bytes > 0).take(self.top).collect()
     }

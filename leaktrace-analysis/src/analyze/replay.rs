@@ -275,9 +275,9 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         let ser = &series[si];
         sites.push(analyze_site(st, ser, &ctx, kinds[si]));
     }
-    sites.sort_by(|a, b| {
-        b.live_bytes.cmp(&a.live_bytes).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.id.cmp(&b.id))
-    });
+    // Most held first: a mapping by its resident bytes (an arena reservation mapped but never
+    // touched does not top the list).
+    sites.sort_by(super::by_held_bytes);
     let lost_bytes: u64 = sites.iter().filter(|s| s.stack_lost).map(|s| s.live_bytes).sum();
     if lost_bytes > 0 {
         warnings.push(format!(

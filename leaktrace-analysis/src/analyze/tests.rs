@@ -1115,6 +1115,57 @@ fn at_exit_list_merges_stacks_that_differ_only_by_return_address() {
     assert_eq!(listed[0]["live_bytes"], 5000, "{listed}");
 }
 
+/// "Sites by live bytes": a 64 MiB arena reservation of which 64 KiB is resident must not top the
+/// list over a malloc site holding 2 MiB; a mapping holding 8 MiB resident does (resident bytes
+/// rank with live bytes); a mapping whose resident bytes are unknown (256 MiB mapped) comes last.
+/// In report.json's sites and report.md's table, which says "resident" and "mapped".
+#[test]
+fn mappings_rank_by_resident_bytes_not_mapped() {
+    let times: Vec<f64> = (0..=10).map(|i| i as f64).collect();
+    let map = |id: u32, function: &str| Stack {
+        id,
+        kind: StackKind::Mmap,
+        frames: vec![
+            frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame(function, "/opt/server/bin/server", Some(("/build/src/pool.c", 7 + id))).into(),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    let once = |b: u64| -> SiteFn { Box::new(move |t: f64| if t < 0.5 { (0, 0, 0, 0) } else { (b, 1, 0, 0) }) };
+    let mut r = recording(
+        &times,
+        vec![
+            (map(1, "reserve_arena"), once(64 << 20)),
+            (user_stack(2, "load_table"), once(2 << 20)),
+            (map(3, "map_buffers"), once(16 << 20)),
+            (map(4, "map_unknown"), once(256 << 20)),
+        ],
+        &|_| mem(64 << 20),
+        &no_counters,
+    );
+    for c in &mut r.checkpoints {
+        for s in &mut c.sites {
+            s.resident_bytes = match s.stack {
+                1 => Some(64 << 10),
+                3 => Some(8 << 20),
+                _ => None,
+            };
+        }
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let order: Vec<u32> = a.sites.iter().map(|s| s.id).collect();
+    assert_eq!(order, [3, 2, 1, 4], "{order:?}");
+    let json = crate::report::json::report_json(&r, &a);
+    assert_eq!(json["sites"][0]["function"], "map_buffers");
+    assert_eq!(json["sites"][1]["function"], "load_table");
+    let md = crate::report::markdown::report_md(&r, &a);
+    let row = |f: &str| md.lines().find(|l| l.starts_with("| ") && l.ends_with(&format!("| {f} |"))).unwrap_or("");
+    assert!(row("reserve_arena").starts_with("| 3 | resident 64.0 KiB (65,536 B), mapped 64.0 MiB |"), "{md}");
+    assert!(row("load_table").starts_with("| 2 | 2.0 MiB (2,097,152 B) |"), "{md}");
+    assert!(row("map_unknown").starts_with("| 4 | mapped 256.0 MiB (268,435,456 B), resident unknown |"), "{md}");
+}
+
 /// Item 5 of issue 17: an LRU cache of 4,000 blocks of 1,125 B (4.5 MB) filled in the first 10 s,
 /// then turning over 500 blocks a second (each block lives 8 s), checkpoints every second for
 /// 60 s: turnover above 4×, yet a cache, not temporary. The churn of the temporary fixture (blocks

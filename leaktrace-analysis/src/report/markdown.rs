@@ -517,14 +517,27 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     if live.is_empty() {
         md.push_str("No traced allocation is live at the end.\n\n");
     } else {
+        if live.iter().any(|s| s.kind == StackKind::Mmap) {
+            md.push_str(
+                "Mappings are ranked by their resident bytes (mapped bytes are virtual: a reservation may never be \
+             touched); a mapping whose resident bytes are unknown comes last, by mapped bytes.\n\n",
+            );
+        }
         md.push_str("| # | live | blocks | growth | class | function |\n|---|---|---|---|---|---|\n");
         for (i, site) in live.iter().enumerate() {
+            let held = match (site.kind, site.resident_bytes) {
+                (StackKind::Mmap, Some(r)) => {
+                    format!("resident {} ({}), mapped {}", bytes(r), exact(r), bytes(site.live_bytes))
+                }
+                (StackKind::Mmap, None) => {
+                    format!("mapped {} ({}), resident unknown", bytes(site.live_bytes), exact(site.live_bytes))
+                }
+                _ => format!("{} ({})", bytes(site.live_bytes), exact(site.live_bytes)),
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} ({}) | {} | {} | {} | {} |",
+                "| {} | {held} | {} | {} | {} | {} |",
                 i + 1,
-                bytes(site.live_bytes),
-                exact(site.live_bytes),
                 site.live_allocations,
                 rate(site.growth_bytes_per_s),
                 site.class,
