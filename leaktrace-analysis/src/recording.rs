@@ -87,6 +87,11 @@ pub struct ObjectMapping {
     /// GNU build ID of the object (its `.note.gnu.build-id`), lower-case hex; None without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
+    /// The object exports a `PyInit_*` function: a CPython extension module, whatever its path
+    /// (read by the recorder from its dynamic symbols; false, left out of recording.json, for
+    /// other objects and in recordings made before it was read).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub python_extension: bool,
 }
 
 /// Defines a string-valued enum of the recording: serde names, [`as_str`](Self::as_str) and

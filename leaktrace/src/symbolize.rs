@@ -45,6 +45,8 @@ struct Object {
     file: Arc<File>,
     /// GNU build id (hex), read once when the object is first symbolized.
     build_id: Option<Option<String>>,
+    /// Exports a `PyInit_*` function (a CPython extension module), read once for the mappings.
+    python_init: Option<bool>,
 }
 
 /// What all processes' symbolizers share: blazesym's symbolizer (its caches of parsed ELF and
@@ -203,7 +205,10 @@ impl StackSymbolizer {
                 });
                 match file {
                     Ok(file) => {
-                        self.objects.insert(key.clone(), Object { path: l.path.clone(), file, build_id: None });
+                        self.objects.insert(
+                            key.clone(),
+                            Object { path: l.path.clone(), file, build_id: None, python_init: None },
+                        );
                     }
                     Err(_) => continue,
                 }
@@ -234,12 +239,14 @@ impl StackSymbolizer {
             }
             let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
             let build_id = obj.build_id.get_or_insert_with(|| read_build_id(&fd_path)).clone();
+            let python_extension = *obj.python_init.get_or_insert_with(|| exports_python_init(&fd_path));
             out.push(crate::recording::ObjectMapping {
                 start: m.start,
                 end: m.end,
                 offset: m.offset,
                 path: obj.path.clone(),
                 build_id,
+                python_extension,
             });
         }
         out.sort_by_key(|m| m.start);
@@ -444,6 +451,17 @@ fn read_build_id(path: &str) -> Option<String> {
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// True when the ELF file at `path` exports a `PyInit_*` function: a CPython extension module
+/// (the interpreter imports it by calling that function). False when unreadable or not ELF.
+fn exports_python_init(path: &str) -> bool {
+    use object::Object as _;
+    use object::ObjectSymbol as _;
+    let Ok(file) = File::open(path) else { return false };
+    let data = object::ReadCache::new(file);
+    let Ok(obj) = object::File::parse(&data) else { return false };
+    obj.dynamic_symbols().any(|s| s.is_definition() && s.name_bytes().is_ok_and(|n| n.starts_with(b"PyInit_")))
+}
+
 /// Where a frame's object and offset are, as `object+0xOFFSET`, for messages.
 pub fn frame_location(f: &Frame) -> String {
     let object = f.object.as_deref().map(|o| o.rsplit('/').next().unwrap_or(o)).unwrap_or("[unknown object]");
@@ -456,6 +474,23 @@ pub fn frame_location(f: &Frame) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CPython extension module (this machine's python3's `_ctypes`, which exports
+    /// `PyInit__ctypes`) is told by its exports; libc and libffi, which ctypes calls, are not.
+    #[test]
+    fn python_extensions_are_told_by_their_pyinit_export() {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import _ctypes; print(_ctypes.__file__)"])
+            .output()
+            .expect("python3");
+        let ext = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(ext.ends_with(".so"), "_ctypes is not a shared object here: {ext:?}");
+        assert!(exports_python_init(&ext), "{ext}");
+        let libs = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = libs.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("libc.so")).unwrap();
+        assert!(!exports_python_init(libc), "{libc}");
+        assert!(!exports_python_init("/nonexistent/x.so"));
+    }
 
     #[test]
     fn frames_of_an_address_are_made_once() {

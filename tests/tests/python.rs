@@ -174,6 +174,8 @@ fn python_frames_name_the_callers(name: &str, interpreter: &Path, ext: &Path, ve
         .max_by_key(|s| u64_of(s, "live_bytes"))
         .unwrap_or_else(|| panic!("no parse_record site\n{ctx}"));
     assert_eq!(str_of(site, "class"), "leak", "{ctx}");
+    // A real extension module (its PyInit_tsparse_ext export, its name) keeps the label.
+    assert_eq!(str_of(site, "memory_origin"), "C extension", "{ctx}");
     let frames = site["frames"].as_array().unwrap();
     let at = frames.iter().position(|f| f["function"] == "parse_record").expect("parse_record frame");
     // The Python frames after parse_record, in order (3.11+: right after it, the call being
@@ -624,6 +626,15 @@ fn ctypes_leak_names_the_python_caller(name: &str, interpreter: &Path, version: 
     assert!(frames.iter().any(|f| f["kind"] == "python" && str_of(f, "file").ends_with("ctypes_leak.py")), "{ctx}");
     assert!(frames[0]["kind"] == "native", "the innermost frame is strdup's\n{ctx}");
     assert_ctypes_rate(&run, &ours, "leak_record");
+    // libc called through ctypes is named so, not "C extension", in the verdict and report.md.
+    assert_eq!(str_of(top, "memory_origin"), "libc.so.6 via ctypes", "{ctx}");
+    let verdict = str_of(&run.report.json["verdict"], "summary");
+    assert!(
+        verdict.starts_with(&format!("native leak in leak_record (ctypes_leak.py:{leak_line}) (libc.so.6 via ctypes)")),
+        "{verdict}\n{ctx}"
+    );
+    let md = std::fs::read_to_string(run.out.path.join("report.md")).expect("report.md");
+    assert!(!md.contains("C extension"), "report.md calls the ctypes call a C extension\n{ctx}");
 }
 
 #[test]

@@ -241,6 +241,10 @@ pub struct SiteAnalysis {
     /// What kind of memory the site holds under the target's runtime
     /// ([`crate::runtimes::classify_site`]): managed, native, off-heap or runtime.
     pub memory_kind: MemoryKind,
+    /// Where that kind of memory comes from at this site, in words
+    /// ([`crate::runtimes::site_origin`]: "C extension", "libc.so.6 via ctypes", "JNI code");
+    /// None for a target without a managed runtime.
+    pub origin: Option<String>,
     /// Culprit: the innermost frame that is not an allocator frame
     /// ([`is_allocator_frame`](crate::allocator_frames::is_allocator_frame)); else the innermost named frame; else `object+0xaddr`.
     pub function: String,

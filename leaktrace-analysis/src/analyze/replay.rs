@@ -275,6 +275,15 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         let ser = &series[si];
         sites.push(analyze_site(st, ser, &ctx, kinds[si]));
     }
+    // Where each site's kind of memory comes from, in words (a C extension, a library called
+    // through ctypes).
+    if let Some(rt) = rec.target.runtime {
+        let extensions: std::collections::HashSet<String> =
+            rec.mappings.iter().filter(|m| m.python_extension).map(|m| m.path.clone()).collect();
+        for s in &mut sites {
+            s.origin = Some(crate::runtimes::site_origin(rt, s.memory_kind, &s.frames, &extensions));
+        }
+    }
     // Most held first: a mapping by its resident bytes (an arena reservation mapped but never
     // touched does not top the list).
     sites.sort_by(super::by_held_bytes);

@@ -327,6 +327,7 @@ pub(super) fn analyze_site(
         id: st.id,
         kind: st.kind,
         memory_kind,
+        origin: None,
         function,
         culprit_frame,
         frames: st.frames.clone(),

@@ -584,7 +584,7 @@ fn runtime_split_names_the_growing_kind() {
         kind: StackKind::Malloc,
         frames: vec![
             frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
-            frame("parse_record", "/tmp/libcleak.so", None).into(),
+            frame("parse_record", "/tmp/tsparse_ext.so", None).into(),
         ],
         lost: false,
         truncated: None,
@@ -609,6 +609,14 @@ fn runtime_split_names_the_growing_kind() {
         &no_counters,
     );
     r.target.runtime = Some(Runtime::Python);
+    // The recorder saw the extension export its PyInit_ function.
+    r.mappings.push(crate::recording::ObjectMapping {
+        start: 0x7f00_0000_0000,
+        end: 0x7f00_0001_0000,
+        path: "/tmp/tsparse_ext.so".into(),
+        python_extension: true,
+        ..Default::default()
+    });
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(site(&a, 1).memory_kind, MemoryKind::Native);
     assert_eq!(site(&a, 2).memory_kind, MemoryKind::Managed);
@@ -1164,6 +1172,60 @@ fn mappings_rank_by_resident_bytes_not_mapped() {
     assert!(row("reserve_arena").starts_with("| 3 | resident 64.0 KiB (65,536 B), mapped 64.0 MiB |"), "{md}");
     assert!(row("load_table").starts_with("| 2 | 2.0 MiB (2,097,152 B) |"), "{md}");
     assert!(row("map_unknown").starts_with("| 4 | mapped 256.0 MiB (268,435,456 B), resident unknown |"), "{md}");
+}
+
+/// A Python program leaking through ctypes: libc's strdup called through libffi (ctypes.CDLL),
+/// 1,000 B a second, with its Python frame: the verdict says "libc.so.6 via ctypes", never
+/// "C extension", in the sentence, report.md's "memory kind" line and report.json's
+/// `memory_origin`. The decoy: the same recording with the leak in a real extension module
+/// (`.cpython-311-x86_64-linux-gnu.so` under lib-dynload) is called a C extension.
+#[test]
+fn ctypes_call_into_libc_is_not_a_c_extension() {
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    const FFI: &str = "/usr/lib/x86_64-linux-gnu/libffi.so.8.1.2";
+    const CTYPES: &str = "/opt/py/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so";
+    const LIBPY: &str = "/opt/py/lib/libpython3.11.so.1.0";
+    let stack = |inner: Vec<Frame>| {
+        let mut frames: Vec<std::sync::Arc<Frame>> = inner.into_iter().map(Into::into).collect();
+        let mut py = frame("leak_record", "", Some(("/srv/app.py", 38)));
+        py.kind = crate::recording::FrameKind::Python;
+        py.object = None;
+        frames.push(py.into());
+        frames.push(frame("_PyEval_EvalFrameDefault", LIBPY, None).into());
+        Stack { id: 1, kind: StackKind::Malloc, frames, lost: false, truncated: None }
+    };
+    let ctypes = stack(vec![
+        frame("__GI___strdup", LIBC, None),
+        frame("ffi_call_unix64", FFI, None),
+        frame("ffi_call", FFI, None),
+        frame("_ctypes_callproc", CTYPES, None),
+        frame("_PyObject_MakeTpCall", LIBPY, None),
+    ]);
+    let ext = stack(vec![
+        frame("__GI___strdup", LIBC, None),
+        frame("parse_record", "/opt/py/lib/python3.11/lib-dynload/tsparse.cpython-311-x86_64-linux-gnu.so", None),
+    ]);
+    // The extension's own frame is its leak's culprit; libc's strdup called through ctypes is the
+    // Python line's.
+    for (st, culprit, origin) in
+        [(ctypes, "leak_record (app.py:38)", "libc.so.6 via ctypes"), (ext, "parse_record", "C extension")]
+    {
+        let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
+        let mut r = recording(&times61(), vec![(st, leak)], &|t| mem((10 << 20) + (1000.0 * t) as u64), &no_counters);
+        r.target.runtime = Some(Runtime::Python);
+        let a = analyze(&r, &AnalyzeOptions::default());
+        assert_eq!(site(&a, 1).memory_kind, MemoryKind::Native);
+        assert_eq!(site(&a, 1).origin.as_deref(), Some(origin));
+        let text = sentence(&a);
+        assert!(text.starts_with(&format!("native leak in {culprit} ({origin}), Python heap flat")), "{text}");
+        let md = crate::report::markdown::report_md(&r, &a);
+        assert!(md.contains(&format!("- memory kind: native ({origin})")), "{md}");
+        if origin != "C extension" {
+            assert!(!md.contains("C extension"), "{md}");
+        }
+        let json = crate::report::json::report_json(&r, &a);
+        assert_eq!(json["sites"][0]["memory_origin"], origin);
+    }
 }
 
 /// Item 5 of issue 17: an LRU cache of 4,000 blocks of 1,125 B (4.5 MB) filled in the first 10 s,

@@ -65,6 +65,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "id": s.id,
         "kind": s.kind,
         "memory_kind": s.memory_kind.as_str(),
+        "memory_origin": s.origin,
         "function": s.function,
         "culprit_frame": s.culprit_frame,
         "class": s.class.as_str(),

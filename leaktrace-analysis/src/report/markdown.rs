@@ -140,7 +140,8 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
         let _ = writeln!(md, "- looks like: {} ({}; source: {})", l.name, l.why, l.source);
     }
     if let Some(rt) = runtime {
-        let _ = writeln!(md, "- memory kind: {} ({})", s.memory_kind, crate::runtimes::kind_origin(rt, s.memory_kind));
+        let origin = s.origin.clone().unwrap_or_else(|| crate::runtimes::kind_origin(rt, s.memory_kind).to_string());
+        let _ = writeln!(md, "- memory kind: {} ({origin})", s.memory_kind);
     }
     md.push_str("\n```\n");
     for l in stack_lines(s) {

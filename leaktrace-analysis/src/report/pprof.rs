@@ -781,6 +781,7 @@ mod tests {
                 offset: 0x1000,
                 path: p.clone(),
                 build_id: Some(format!("{:040x}", p.len() * 7919 + *lo as usize)),
+                ..Default::default()
             })
             .collect();
         let a = analyze(&rec, &AnalyzeOptions::default());

@@ -357,7 +357,7 @@ fn kind_leak(
         "{k} leak in {} ({}), {}: {} holds {} more live bytes ({:.0} B/s ± {:.0} at 95 %) \
          over the steady window; {} ({} B) live at the end",
         label,
-        kind_origin(rt, k),
+        top.origin.as_deref().unwrap_or(kind_origin(rt, k)),
         others(rt, kinds, k),
         top.function,
         hr(top.growth_bytes_per_s),

@@ -132,6 +132,23 @@ pub fn kind_origin(runtime: Runtime, kind: MemoryKind) -> &'static str {
     }
 }
 
+/// What a site's memory is in a runtime, in words, for the verdict and report.md ("C extension",
+/// "libc.so.6 via ctypes"): [`kind_origin`], except a Python target's native memory, named from
+/// the site's stack ([`python::native_origin`]: a system library called through ctypes is not a
+/// C extension). `extensions`: paths of the objects the recorder saw export a `PyInit_*`
+/// function.
+pub fn site_origin(
+    runtime: Runtime,
+    kind: MemoryKind,
+    frames: &[Arc<Frame>],
+    extensions: &std::collections::HashSet<String>,
+) -> String {
+    match (runtime, kind) {
+        (Runtime::Python, MemoryKind::Native) => python::native_origin(frames, extensions),
+        _ => kind_origin(runtime, kind).to_string(),
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // Frame helpers shared by the per-runtime rules
 

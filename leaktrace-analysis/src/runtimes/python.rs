@@ -17,7 +17,7 @@
 //! is still the interpreter, so it stays managed; there are no arenas, and the probe overhead
 //! per object is higher. The recorder reports the variable from /proc/PID/environ.
 
-use super::{MemoryKind, callers, first_caller, function, is_loader, object_name};
+use super::{MemoryKind, callers, first_caller, function, is_libc, is_loader, object_name};
 use crate::recording::{Frame, Stack, StackKind};
 
 /// pymalloc's arena allocator: mappings made here are the Python heap.
@@ -73,6 +73,64 @@ fn is_interpreter(f: &Frame) -> bool {
     o.starts_with("libpython") || (o.starts_with("python") && !o.contains(".so"))
 }
 
+/// True for a CPython extension module's object: one the recorder saw export a `PyInit_*`
+/// function (`exporters`: their paths, from [`crate::recording::ObjectMapping::python_extension`]),
+/// one named as the interpreter names extension modules (`NAME.cpython-311-x86_64-linux-gnu.so`,
+/// `NAME.abi3.so`), or a `.so` installed where extension modules live (`site-packages`,
+/// `dist-packages`, `lib-dynload`) other than the shared libraries wheels bundle beside them
+/// (`numpy.libs/libopenblas*.so`). System libraries (libc, libffi, libssl) are none of these.
+pub fn is_extension_object(path: &str, exporters: &std::collections::HashSet<String>) -> bool {
+    if exporters.contains(path) {
+        return true;
+    }
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let ext_name = name.ends_with(".abi3.so")
+        || name.split_once(".cpython-").is_some_and(|(stem, rest)| !stem.is_empty() && rest.ends_with(".so"));
+    let mut dirs = path.split('/').rev().skip(1);
+    let in_packages = path.split('/').any(|d| matches!(d, "site-packages" | "dist-packages" | "lib-dynload"))
+        && name.contains(".so")
+        && !dirs.next().is_some_and(|d| d.ends_with(".libs"));
+    ext_name || in_packages
+}
+
+/// libffi, through which ctypes calls a C function.
+fn is_libffi(f: &Frame) -> bool {
+    object_name(f).starts_with("libffi") || function(f).starts_with("ffi_call")
+}
+
+/// Where a Python target's native (malloc from native code) memory comes from, in words, from
+/// its stack (`frames`, innermost first), walked outwards until the first Python frame or
+/// interpreter frame:
+/// - a C extension's frame ([`is_extension_object`]) is met first: "C extension" (also when the
+///   extension called a library that allocated);
+/// - libffi's frame is met first: a library called through ctypes, named by the object of the
+///   last frame before libffi (the function ctypes called): "libc.so.6 via ctypes";
+/// - neither: the nearest object outside libc and the loader, "native library libfoo.so"; else
+///   the nearest object at all ("libc.so.6"); else "native code".
+pub fn native_origin(frames: &[std::sync::Arc<Frame>], exporters: &std::collections::HashSet<String>) -> String {
+    let mut called: Option<&str> = None;
+    for f in frames.iter().take(64) {
+        if f.kind == crate::recording::FrameKind::Python || is_interpreter(f) {
+            break;
+        }
+        if is_libffi(f) {
+            return format!("{} via ctypes", called.unwrap_or("a library"));
+        }
+        if f.object.as_deref().is_some_and(|o| is_extension_object(o, exporters)) {
+            return "C extension".to_string();
+        }
+        if !object_name(f).is_empty() {
+            called = Some(object_name(f));
+        }
+    }
+    let named =
+        |f: &&std::sync::Arc<Frame>| f.kind == crate::recording::FrameKind::Native && !object_name(f).is_empty();
+    if let Some(f) = frames.iter().filter(named).find(|f| !is_libc(f) && !is_interpreter(f)) {
+        return format!("native library {}", object_name(f));
+    }
+    frames.iter().find(named).map_or_else(|| "native code".to_string(), |f| object_name(f).to_string())
+}
+
 /// Python's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
@@ -118,6 +176,57 @@ mod tests {
     use super::*;
 
     const LIBPY: &str = "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0";
+
+    /// Where native memory comes from: a system library called through ctypes is named as such,
+    /// a C extension only when it is one (PyInit_ exported, an extension module's name, or a
+    /// module under site-packages / dist-packages / lib-dynload, not a wheel's bundled library).
+    #[test]
+    fn native_origin_tells_ctypes_from_extensions() {
+        use std::collections::HashSet;
+        let none = HashSet::new();
+        let frames = |s: Stack| s.frames;
+        const FFI: &str = "/usr/lib/x86_64-linux-gnu/libffi.so.8";
+        const CTYPES: &str = "/x/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so";
+        let via = |lib: (&'static str, &'static str)| {
+            frames(st(
+                "malloc",
+                &[("malloc", LIBC), lib, ("ffi_call_unix64", FFI), ("_ctypes_callproc", CTYPES), ("x", LIBPY)],
+            ))
+        };
+        assert_eq!(native_origin(&via(("__GI___strdup", LIBC)), &none), "libc.so.6 via ctypes");
+        assert_eq!(native_origin(&via(("make_buf", "/tmp/libcleak.so")), &none), "libcleak.so via ctypes");
+        // An unnamed libffi frame is libffi's by its object.
+        let mut unnamed = via(("__GI___strdup", LIBC));
+        std::sync::Arc::make_mut(&mut unnamed[2]).function = None;
+        assert_eq!(native_origin(&unnamed, &none), "libc.so.6 via ctypes");
+        // Extensions: by name, by directory, by PyInit_ export; one calling a library is still one.
+        let ext = |lib: &'static str| frames(st("malloc", &[("malloc", LIBC), ("parse", lib), ("x", LIBPY)]));
+        assert_eq!(native_origin(&ext("/tmp/t/tsparse_ext.cpython-311-x86_64-linux-gnu.so"), &none), "C extension");
+        assert_eq!(
+            native_origin(&ext("/srv/venv/lib/python3.11/site-packages/fast/_speed.abi3.so"), &none),
+            "C extension"
+        );
+        assert_eq!(native_origin(&ext("/usr/lib/python3/dist-packages/yaml/_yaml.so"), &none), "C extension");
+        assert_eq!(native_origin(&ext("/opt/app/fastparse.so"), &none), "native library fastparse.so");
+        let exporters: HashSet<String> = ["/opt/app/fastparse.so".to_string()].into();
+        assert_eq!(native_origin(&ext("/opt/app/fastparse.so"), &exporters), "C extension");
+        let lxml = frames(st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("xmlStrdup", "/usr/lib/x86_64-linux-gnu/libxml2.so.2"),
+                ("parse", "/srv/venv/lib/python3.11/site-packages/lxml/etree.cpython-311-x86_64-linux-gnu.so"),
+                ("x", LIBPY),
+            ],
+        ));
+        assert_eq!(native_origin(&lxml, &none), "C extension");
+        // A wheel's bundled library beside the extensions is not one; libc alone is named as is.
+        let bundled = ext("/srv/venv/lib/python3.11/site-packages/numpy.libs/libopenblas64_p-r0.so");
+        assert_eq!(native_origin(&bundled, &none), "native library libopenblas64_p-r0.so");
+        let libc_only = frames(st("malloc", &[("malloc", LIBC), ("x", LIBPY)]));
+        assert_eq!(native_origin(&libc_only, &none), "libc.so.6");
+        assert!(!is_extension_object(LIBC, &none) && !is_extension_object(FFI, &none));
+    }
 
     #[test]
     fn rules() {
