@@ -104,17 +104,28 @@ fn is_libffi(f: &Frame) -> bool {
 /// - a C extension's frame ([`is_extension_object`]) is met first: "C extension" (also when the
 ///   extension called a library that allocated);
 /// - libffi's frame is met first: a library called through ctypes, named by the object of the
-///   last frame before libffi (the function ctypes called): "libc.so.6 via ctypes";
+///   last frame before libffi (the function ctypes called): "libc.so.6 via ctypes" ("via cffi"
+///   when cffi's `_cffi_backend` made the call, "via libffi" when the caller is unknown);
 /// - neither: the nearest object outside libc and the loader, "native library libfoo.so"; else
 ///   the nearest object at all ("libc.so.6"); else "native code".
 pub fn native_origin(frames: &[std::sync::Arc<Frame>], exporters: &std::collections::HashSet<String>) -> String {
     let mut called: Option<&str> = None;
-    for f in frames.iter().take(64) {
+    for (i, f) in frames.iter().enumerate().take(64) {
         if f.kind == crate::recording::FrameKind::Python || is_interpreter(f) {
             break;
         }
         if is_libffi(f) {
-            return format!("{} via ctypes", called.unwrap_or("a library"));
+            // Whose libffi call: ctypes' (_ctypes), cffi's (_cffi_backend), else unknown.
+            // (_ctypes may be built into the interpreter: known by its functions then.)
+            let caller =
+                frames[i..].iter().find(|f| !is_libffi(f) && (!object_name(f).is_empty() || !function(f).is_empty()));
+            let ctypes_fn = ["_call_function_pointer", "_ctypes_callproc", "PyCFuncPtr_call"];
+            let via = match caller {
+                Some(f) if object_name(f).starts_with("_ctypes") || ctypes_fn.contains(&function(f)) => "ctypes",
+                Some(f) if object_name(f).starts_with("_cffi_backend") => "cffi",
+                _ => "libffi",
+            };
+            return format!("{} via {via}", called.unwrap_or("a library"));
         }
         if f.object.as_deref().is_some_and(|o| is_extension_object(o, exporters)) {
             return "C extension".to_string();
@@ -199,6 +210,24 @@ mod tests {
         let mut unnamed = via(("__GI___strdup", LIBC));
         std::sync::Arc::make_mut(&mut unnamed[2]).function = None;
         assert_eq!(native_origin(&unnamed, &none), "libc.so.6 via ctypes");
+        // cffi's ABI mode calls through libffi too: not ctypes.
+        let cffi = frames(st(
+            "malloc",
+            &[
+                ("malloc", LIBC),
+                ("__GI___strdup", LIBC),
+                ("ffi_call", FFI),
+                ("cdata_call", "/srv/venv/lib/python3.11/site-packages/_cffi_backend.cpython-311-x86_64-linux-gnu.so"),
+                ("x", LIBPY),
+            ],
+        ));
+        assert_eq!(native_origin(&cffi, &none), "libc.so.6 via cffi");
+        // _ctypes built into the interpreter executable: told by its functions.
+        let builtin = frames(st(
+            "malloc",
+            &[("__GI___strdup", LIBC), ("ffi_call", FFI), ("_ctypes_callproc", "/usr/bin/python3.11")],
+        ));
+        assert_eq!(native_origin(&builtin, &none), "libc.so.6 via ctypes");
         // Extensions: by name, by directory, by PyInit_ export; one calling a library is still one.
         let ext = |lib: &'static str| frames(st("malloc", &[("malloc", LIBC), ("parse", lib), ("x", LIBPY)]));
         assert_eq!(native_origin(&ext("/tmp/t/tsparse_ext.cpython-311-x86_64-linux-gnu.so"), &none), "C extension");
