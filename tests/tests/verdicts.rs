@@ -1,5 +1,6 @@
 //! Verdicts that fooled leaktrace before (issue 17), on real processes with known truth
-//! (tests/fixtures/verdicts.c): a tiny leak under heavy churn, a leak seen as one burst,
+//! (tests/fixtures/verdicts.c): a tiny leak under heavy churn, a leak seen as one burst, a one-shot
+//! leak from two call sites on one line (one at-exit entry),
 //! a bounded cache with constant eviction, compare against report, memory from before attach.
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,6 +178,40 @@ fn one_shot_command_is_too_short_and_lists_what_it_held_at_exit() {
         assert!(u64_of(at_exit, "one_time_sites") >= 1, "stdio's buffer at least\n{ctx}");
         eprintln!("{mode} {kind}: {}", str_of(verdict, "summary"));
     }
+}
+
+/// A one-shot command whose leak comes from two malloc calls on one line (leak_pair: two return
+/// addresses, the same function, file and line; 3 blocks of 1,000 B each): "still allocated at
+/// exit" lists it once, 6,000 B in 6 blocks, folding the other stack in (folded_ids), in
+/// report.json and report.md. The decoy, leak_apart's two calls on two lines (500 B each), stays
+/// two entries.
+#[test]
+fn at_exit_list_merges_call_sites_on_one_line() {
+    require_root();
+    let out = OutDir::new("oneshot-pair");
+    let mut target = Command::new(verdicts_fixture());
+    target.args(["pair", "0"]);
+    let o = record_launch(&out, &[], target);
+    o.assert_success();
+    assert!(o.stdout.contains("done pair 0"), "{}", o.describe());
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
+    let at_exit = r.get(&["still_allocated_at_exit"]);
+    let sites = at_exit["sites"].as_array().unwrap_or_else(|| panic!("no still_allocated_at_exit\n{ctx}"));
+    let of = |f: &str| -> Vec<&Value> { sites.iter().filter(|s| same_function(str_of(s, "function"), f)).collect() };
+    let pair = of("leak_pair");
+    assert_eq!(pair.len(), 1, "leak_pair's two call sites are one entry: {pair:?}\n{ctx}");
+    assert_eq!((u64_of(pair[0], "live_bytes"), u64_of(pair[0], "live_allocations")), (6000, 6), "{ctx}");
+    assert_eq!(pair[0]["folded_ids"].as_array().map(Vec::len), Some(1), "{ctx}");
+    let apart = of("leak_apart");
+    assert_eq!(apart.len(), 2, "leak_apart's two lines stay apart: {apart:?}\n{ctx}");
+    assert!(apart.iter().all(|s| u64_of(s, "live_bytes") == 500 && u64_of(s, "live_allocations") == 1), "{ctx}");
+    let md = std::fs::read_to_string(out.path.join("report.md")).expect("report.md");
+    assert!(
+        md.lines().any(|l| l.starts_with("- 5.9 KiB in 6 block(s) from leak_pair")
+            && l.ends_with("(2 stacks with these frames at other return addresses):")),
+        "{ctx}\n{md}"
+    );
 }
 
 /// Item 3: shared memory. 50 frames a second for 10 s; every 4th frame's 64 KiB MAP_SHARED
