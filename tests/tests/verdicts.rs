@@ -1,6 +1,7 @@
 //! Verdicts that fooled leaktrace before (issue 17), on real processes with known truth
 //! (tests/fixtures/verdicts.c): a tiny leak under heavy churn, a leak seen as one burst, a one-shot
-//! leak from two call sites on one line (one at-exit entry),
+//! leak from two call sites on one line (one at-exit entry), a mapped reservation ranked by its
+//! resident bytes,
 //! a bounded cache with constant eviction, compare against report, memory from before attach.
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -212,6 +213,36 @@ fn at_exit_list_merges_call_sites_on_one_line() {
             && l.ends_with("(2 stacks with these frames at other return addresses):")),
         "{ctx}\n{md}"
     );
+}
+
+/// "Sites by live bytes" ranks a mapping by its resident bytes: reserve_arena's 64 MiB mapping,
+/// of which 64 KiB is touched, does not top report.json's sites nor report.md's table over
+/// load_table's 2 MiB malloc'd and filled; its resident bytes (64 KiB, + 16 KiB for pages the
+/// kernel faults around) and mapped bytes (64 MiB) are both in report.json, and the table says
+/// "resident" and "mapped".
+#[test]
+fn mapped_reservation_does_not_top_the_sites_by_live_bytes() {
+    require_root();
+    let out = OutDir::new("reserve");
+    let mut target = Command::new(verdicts_fixture());
+    target.args(["reserve", "30"]);
+    let o = record_launch(&out, &["--duration", "3s"], target);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
+    let arena = r.site("reserve_arena");
+    assert_eq!(u64_of(arena, "mapped_bytes"), 64 << 20, "{ctx}");
+    let resident = u64_of(arena, "resident_bytes");
+    assert!((64 << 10..=80 << 10).contains(&resident), "reserve_arena resident {resident} B\n{ctx}");
+    assert!(same_function(str_of(&r.sites()[0], "function"), "load_table"), "sites[0]\n{ctx}");
+    let at = |f: &str| r.sites().iter().position(|s| same_function(str_of(s, "function"), f)).unwrap();
+    assert!(at("load_table") < at("reserve_arena"), "{ctx}");
+    let md = std::fs::read_to_string(out.path.join("report.md")).expect("report.md");
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| #")).collect();
+    let row = |f: &str| rows.iter().position(|l| l.contains(&format!("| {f}"))).unwrap_or_else(|| panic!("{f}\n{md}"));
+    assert!(row("load_table") < row("reserve_arena"), "{md}");
+    assert!(rows[row("reserve_arena")].contains("| resident "), "{md}");
+    assert!(rows[row("reserve_arena")].contains(", mapped 64.0 MiB |"), "{md}");
 }
 
 /// Item 3: shared memory. 50 frames a second for 10 s; every 4th frame's 64 KiB MAP_SHARED
