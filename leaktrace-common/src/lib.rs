@@ -115,8 +115,12 @@ pub mod counter {
     /// Unwind-rule lookups that found the program counter's VMA but no table for its object
     /// (not loaded yet, or it did not fit in the rows map) (informational).
     pub const UNWIND_NO_TABLE: u32 = 20;
+    /// Allocator calls whose native stack walk was not made again: the thread's last walk
+    /// started from the same registers and every stack word it read still held the same value,
+    /// so its frames were taken (informational; see the walk memo in docs/ARCHITECTURE.md).
+    pub const WALKS_REUSED: u32 = 21;
     /// Number of counters.
-    pub const NUM: u32 = 21;
+    pub const NUM: u32 = 22;
 
     /// One counter: its index in `COUNTERS`, its name in recordings and reports, and what it
     /// means for the numbers.
@@ -164,6 +168,7 @@ pub mod counter {
         info(STACK_TRUNCATED, "stack_truncated", false, false, false),
         info(FP_FRAMES, "fp_frames", false, false, false),
         info(UNWIND_NO_TABLE, "unwind_no_table", false, false, false),
+        info(WALKS_REUSED, "walks_reused", false, false, false),
     ];
 
     /// Name of each counter in recordings and reports, by index ([`TABLE`]'s names).

@@ -120,7 +120,7 @@ impl<T> TaskStorage<T> {
     /// when there is none, or when it cannot be made (no memory, or the storage is busy in a
     /// program this one interrupted).
     #[inline(always)]
-    fn current(&self, create: bool) -> Option<*mut T> {
+    pub(crate) fn current(&self, create: bool) -> Option<*mut T> {
         let flags = if create { aya_ebpf::bindings::BPF_LOCAL_STORAGE_GET_F_CREATE as u64 } else { 0 };
         // SAFETY: the helper's arguments as it expects them: this map's definition (the loader
         // puts the map's fd in its place), the current task (a BTF pointer from the kernel), no
@@ -286,7 +286,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
             }
         }
     }
-    let site = site_here::<false>(probe_regs(ctx), tgid, site_kind::MALLOC);
+    let site = site_here::<false, true>(probe_regs(ctx), tgid, site_kind::MALLOC);
     *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site };
     0
 }
@@ -716,12 +716,17 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// hash; 0 when they could not be stored) and the walk's generation (its tag in the stack window,
 /// `unwind::leaktrace_stack_word`).
 ///
+/// `MEMO` (allocator entries): the thread's last walk is taken again when it would be made step
+/// for step (`unwind::leaktrace_memo_check`: same registers, every word it read unchanged) and
+/// its stack is stored; else the walk is made, recorded and remembered
+/// (`unwind::leaktrace_memo_save`). Counted in `walks_reused`.
+///
 /// Why not `bpf_get_stackid`: it follows frame pointers only (most libraries and release builds
 /// have none), and the kernel's walk goes on until a read faults: on glibc programs the
 /// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
 /// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
+fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
     let Some(buf) = walk_buffer() else { return (0, 0) };
     // SAFETY: this CPU's walk buffer (a per-CPU array value, valid while the program runs). The
     // walk's callback writes frames through the same map value (`unwind::step`), between the
@@ -730,21 +735,46 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
     let buf = unsafe { &mut *buf };
     let generation = buf.generation.wrapping_add(1);
     buf.generation = generation;
-    let native = crate::unwind::walk::<FAULT>(crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp }, tgid, buf);
     // An interpreter's frames (CPython), when this thread runs Python code: part of the key, so
-    // that the same native stack under different Python callers is a different stack.
-    let mut py = crate::python::walk(tgid, bpf_get_current_pid_tgid() as u32);
-    let mut hash = match py {
-        Some(h) => match crate::unwind::mix(native ^ h) {
-            0 => 1,
-            x => x,
-        },
-        None => native,
-    };
-    if py.is_some() && crate::python::over_budget() && STACKS.get_ptr(hash).is_none() {
+    // that the same native stack under different Python callers is a different stack. (Before
+    // the native walk, so that a remembered walk can be checked against the stored stacks.)
+    let py_hash = crate::python::leaktrace_py_walk(tgid as u64, bpf_get_current_pid_tgid() & 0xffff_ffff);
+    // (Through a global function: a branch on `py_hash` here would make the verifier check the
+    // native walk below once for each outcome.)
+    let with_py = |native: u64| crate::python::leaktrace_py_key(native, py_hash);
+    if MEMO {
+        // The thread's last walk, when it would be made again step for step (its words
+        // verified): its stack is taken if it is stored (else walked and stored below).
+        let memo = crate::unwind::leaktrace_memo_check(generation, r.ip, r.sp, r.fp);
+        if memo != 0 {
+            let hash = with_py(memo);
+            let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
+            // SAFETY: this CPU's slot of a per-CPU array value (get_ptr_mut checked the index),
+            // valid while the program runs.
+            if let Some(slot) = seen
+                && unsafe { *slot } == hash
+            {
+                count(counter::WALKS_REUSED);
+                return (hash, generation);
+            }
+            if STACKS.get_ptr(hash).is_some() {
+                if let Some(slot) = seen {
+                    // SAFETY: as above.
+                    unsafe { *slot = hash };
+                }
+                count(counter::WALKS_REUSED);
+                return (hash, generation);
+            }
+        }
+    }
+    let regs = crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp };
+    let native = crate::unwind::walk::<FAULT>(regs, tgid, buf, MEMO);
+    let mut hash = with_py(native);
+    let mut py = py_hash != 0;
+    if py && crate::python::over_budget() && STACKS.get_ptr(hash).is_none() {
         // No room left for new stacks with Python frames: this one is stored as native only
         // (those stored before keep theirs).
-        py = None;
+        py = false;
         hash = native;
     }
     let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
@@ -753,6 +783,9 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
     if let Some(slot) = seen
         && unsafe { *slot } == hash
     {
+        if MEMO {
+            crate::unwind::leaktrace_memo_save(generation, r.ip, r.sp, r.fp, native);
+        }
         return (hash, generation);
     }
     if let Some(stored) = STACKS.get_ptr(hash) {
@@ -765,9 +798,7 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
             return (0, generation);
         }
     } else {
-        if py.is_some()
-            && let Some(pybuf) = crate::python::buffer()
-        {
+        if py && let Some(pybuf) = crate::python::buffer() {
             // SAFETY: this CPU's Python frame buffer (a per-CPU array value), copied by the insert.
             match crate::python::PY_STACKS.insert(hash, unsafe { &*pybuf }, BPF_NOEXIST as u64) {
                 Ok(()) => crate::python::count_stored(),
@@ -803,14 +834,17 @@ fn walk_stack<const FAULT: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
         // SAFETY: the STACKS_SEEN slot read above.
         unsafe { *slot = hash };
     }
+    if MEMO {
+        crate::unwind::leaktrace_memo_save(generation, r.ip, r.sp, r.fp, native);
+    }
     (hash, generation)
 }
 
 /// The site of the code at `r`: its walked call stack and the return address at its stack
 /// pointer (the direct caller at an entry probe).
 #[inline(always)]
-fn site_here<const FAULT: bool>(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
-    let (stack, generation) = walk_stack::<FAULT>(r, tgid);
+fn site_here<const FAULT: bool, const MEMO: bool>(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
+    let (stack, generation) = walk_stack::<FAULT, MEMO>(r, tgid);
     // At an entry probe the walk's first frame read this word: it is in the stack window.
     let caller = match r.sp {
         0 => 0,
@@ -858,7 +892,7 @@ pub fn mmap_enter(ctx: ProbeContext) -> u32 {
     let (own, site) = if in_allocator() {
         (owner::ALLOCATOR, SiteKey::default())
     } else {
-        (owner::OFFHEAP, site_here::<false>(probe_regs(&ctx), tgid, site_kind::MMAP))
+        (owner::OFFHEAP, site_here::<false, false>(probe_regs(&ctx), tgid, site_kind::MMAP))
     };
     let _ = MMAP_CALLS.insert(pid_tgid, MmapCall { sp, owner: own, _pad: 0, site }, 0);
     0
@@ -932,7 +966,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         Some(c) => (c.owner, c.site),
         // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
         None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
-        None => (owner::OFFHEAP, site_here::<false>(regs, tgid, site_kind::MMAP)),
+        None => (owner::OFFHEAP, site_here::<false, false>(regs, tgid, site_kind::MMAP)),
     };
     save_args(
         pid_tgid,
@@ -1142,7 +1176,7 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // A fault is inside a function body, not at its entry: the word at the stack pointer is
     // no return address, so no `caller` (it would split one stack into many sites and put a
     // bogus frame 1 in each).
-    let site = SiteKey { caller: 0, ..site_here::<true>(task_regs(), tgid, site_kind::FAULT) };
+    let site = SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), tgid, site_kind::FAULT) };
     match site_index(&site) {
         Some(index) if account_alloc(index, 4096) => {}
         _ => count(counter::SITES_FULL),

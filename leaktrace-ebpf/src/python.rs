@@ -114,7 +114,7 @@ pub(crate) fn buffer() -> Option<*mut PyStack> {
 }
 
 /// Read the interpreter frames of process `tgid`'s thread `tid` (the current task) into this
-/// CPU's buffer; returns the hash of the frames, or None when the process is not a traced
+/// CPU's buffer; returns the hash of the frames (never 0), or None when the process is not a traced
 /// interpreter, the thread has no thread state among the first `MAX_PY_THREADS` of the list or
 /// has no frame (the buffer's `len` is then 0).
 ///
@@ -123,7 +123,7 @@ pub(crate) fn buffer() -> Option<*mut PyStack> {
 /// and `step` (one frame per iteration). Their branches are verified with the callbacks, and do
 /// not multiply the states of the program that walks the stack.
 #[inline(always)]
-pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
+fn walk(tgid: u32, tid: u32) -> Option<u64> {
     let buf = buffer()?;
     // SAFETY: this CPU's frame buffer (a per-CPU array value, valid while the program runs),
     // written through the pointer, no reference kept: `step` writes its frames meanwhile.
@@ -152,7 +152,40 @@ pub(crate) fn walk(tgid: u32, tid: u32) -> Option<u64> {
     unsafe { bpf_loop(MAX_PY_FRAMES as u32, step as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
     // SAFETY: as above: the buffer's `len`, written through the pointer.
     unsafe { (*buf).len = w.n as u32 };
-    if w.n == 0 { None } else { Some(crate::unwind::mix(w.hash ^ w.n)) }
+    if w.n == 0 {
+        None
+    } else {
+        // Never 0 (the stack walk takes 0 for "no Python frames").
+        Some(crate::unwind::mix(w.hash ^ w.n) | 1)
+    }
+}
+
+/// [`walk`] as a global BPF function (exported to the linker by build.rs): the hash of the
+/// current thread's Python frames, 0 when it has none. The verifier checks it once, on its own,
+/// and the stack walk that calls it goes on from one state whatever it found (inlined, each of
+/// its outcomes went through the native walk after it as another state).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_py_walk(tgid: u64, tid: u64) -> u64 {
+    match walk(tgid as u32, tid as u32) {
+        Some(h) => h,
+        None => 0,
+    }
+}
+
+/// The key of a stack: the native frames' hash `native`, mixed with the Python frames' hash
+/// `py` when there are any (`py` not 0), never 0. A global BPF function (exported by build.rs):
+/// the caller does not branch on `py`.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_py_key(native: u64, py: u64) -> u64 {
+    if py == 0 {
+        return native;
+    }
+    match crate::unwind::mix(native ^ py) {
+        0 => 1,
+        x => x,
+    }
 }
 
 /// 8 bytes of the target's memory at `addr`; 0 when they cannot be read. Branch-free for the

@@ -13,19 +13,24 @@
 //! Stack memory is read a window at a time (`STACK_WINDOW`: up to 2 KiB, never past the end of
 //! the page it starts in): each `bpf_probe_read_user` costs ~40 ns whatever its size up to a few
 //! KiB, and a stack's frames are next to each other, so one read serves several frames.
+//!
+//! At allocator entries each thread remembers its last walk ([`WalkMemo`]: the starting
+//! registers and every stack word the walk read). A call made from the same registers whose
+//! words all still hold the same values would walk the same frames: one copy of the stack and a
+//! compare ([`leaktrace_memo_check`]) replace the walk. Any difference, and the walk is made.
 
 use aya_ebpf::helpers::generated::bpf_probe_read_user as probe_read_user_raw;
 use aya_ebpf::helpers::generated::{bpf_find_vma, bpf_get_current_task_btf, bpf_loop};
 use aya_ebpf::{
-    helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::map,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray},
 };
 use leaktrace_common::{
     MAX_STACK_DEPTH, ObjectId, ObjectTable, StackFrames, UnwindRow, counter, kernel_offset, unwind, walk_end,
 };
 
-use crate::probes::count;
+use crate::probes::{TaskStorage, count};
 
 /// Kernel structure field offsets (`leaktrace_common::kernel_offset`), set by the agent from the
 /// running kernel's BTF at load time. All zero: the agent found none, unwind tables are off and
@@ -119,6 +124,15 @@ struct Walk {
     exact: u64,
     /// This walk's tag in `STACK_WINDOW` (its `StackFrames::generation`).
     owner: u64,
+    /// Where the walk started (its first %rsp) when it records the words it reads for a
+    /// [`WalkMemo`] (`MEMO_REC`); 0: it records nothing.
+    base: u64,
+    /// 1 while `fp` is still the %rbp the walk started with (no frame has restored it from the
+    /// stack yet).
+    fp_reg: u64,
+    /// 1 once the starting %rbp was used (as a CFA base or a frame pointer): the memo's key
+    /// then holds it.
+    fp_used: u64,
 }
 
 /// A 64-bit mixing step (multiply, then fold the high half down), so that every input bit
@@ -143,9 +157,16 @@ fn offset(i: usize) -> u64 {
 /// `FAULT`: the walk runs in the page-fault tracepoint, with interrupts off, where
 /// `bpf_find_vma` can look up only one mapping per CPU until they are on again: mappings are
 /// then kept in `VMA_CACHE`.
+///
+/// `record`: the walk notes, in this CPU's `MEMO_REC`, every stack word it reads (its offset
+/// from `r.sp` and its value), for [`leaktrace_memo_save`].
 #[inline(always)]
-pub fn walk<const FAULT: bool>(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64 {
+pub fn walk<const FAULT: bool>(r: Regs, tgid: u32, buf: &mut StackFrames, record: bool) -> u64 {
     buf.ips[0] = r.ip;
+    let generation = UNWIND_GEN.get(0).copied().unwrap_or(0);
+    if record {
+        leaktrace_memo_open(buf.generation, generation);
+    }
     let mut w = Walk {
         pc: r.ip,
         sp: r.sp,
@@ -154,15 +175,21 @@ pub fn walk<const FAULT: bool>(r: Regs, tgid: u32, buf: &mut StackFrames) -> u64
         n: 1,
         tgid,
         end: walk_end::DEPTH,
-        generation: UNWIND_GEN.get(0).copied().unwrap_or(0),
+        generation,
         exact: 0,
         owner: buf.generation,
+        base: if record { r.sp } else { 0 },
+        fp_reg: 1,
+        fp_used: 0,
     };
     let callback = step::<FAULT> as extern "C" fn(u64, *mut Walk) -> i64;
     // SAFETY: `step` has bpf_loop's callback signature; `w` outlives the call.
     unsafe { bpf_loop((MAX_STACK_DEPTH - 1) as u32, callback as *mut core::ffi::c_void, (&raw mut w).cast(), 0) };
     buf.len = w.n as u32;
     buf.end = w.end;
+    if record {
+        leaktrace_memo_close(w.owner, w.fp_used, w.end as u64);
+    }
     if w.end != walk_end::COMPLETE {
         count(counter::STACK_TRUNCATED);
         // --debug-unwind only: AYA_LOG_LEVEL is 0 otherwise, a constant the verifier folds.
@@ -206,6 +233,8 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
         }
         unwind::CFA_RSP | unwind::CFA_RBP | unwind::PLT => {
             let base = if row.kind == unwind::CFA_RBP { w.fp } else { w.sp };
+            // (Branch-free: the verifier follows fewer states.)
+            w.fp_used |= w.fp_reg & (row.kind == unwind::CFA_RBP) as u64;
             let mut cfa = base + row.cfa_offset as u64 * 8;
             if row.kind == unwind::PLT && (w.pc & 15) >= row.rbp_offset as u8 as u64 {
                 cfa += 8;
@@ -217,21 +246,23 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
             if row.kind != unwind::PLT && row.rbp_offset == -2 {
                 // The usual frame (push %rbp after the call): saved %rbp and return address
                 // side by side, one read.
-                let ret = leaktrace_stack_word(w.owner, cfa - 8);
+                let ret = word(w, cfa - 8);
                 if ret == READ_FAILED {
                     w.end = walk_end::READ_FAULT;
                     return 1;
                 }
-                w.fp = leaktrace_stack_word(w.owner, cfa - 16);
+                w.fp = word(w, cfa - 16);
+                w.fp_reg = 0;
                 return push(w, index, ret, cfa);
             }
-            let ret = leaktrace_stack_word(w.owner, cfa - 8);
+            let ret = word(w, cfa - 8);
             if ret == READ_FAILED {
                 w.end = walk_end::READ_FAULT;
                 return 1;
             }
             if row.kind != unwind::PLT && row.rbp_offset != 0 {
-                w.fp = leaktrace_stack_word(w.owner, cfa.wrapping_add((row.rbp_offset as i64 * 8) as u64));
+                w.fp = word(w, cfa.wrapping_add((row.rbp_offset as i64 * 8) as u64));
+                w.fp_reg = 0;
             }
             (ret, cfa)
         }
@@ -245,12 +276,14 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
                 w.end = walk_end::READ_FAULT;
                 return 1;
             };
+            leaktrace_memo_spoil(w.owner);
             w.fp = fp;
             let r = push(w, index, ip, sp);
             w.exact = 1;
             return r;
         }
         unwind::CFA_DEREF_RBP => {
+            leaktrace_memo_spoil(w.owner);
             let at = w.fp.wrapping_add((row.rbp_offset as i64 * 8) as u64);
             let (Ok(cfa), Ok(fp)) =
             // SAFETY: checked copies (bpf_probe_read_user).
@@ -274,6 +307,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
         unwind::GO_SYSTEMSTACK => {
             // cgo: the C code ran on the system stack; asmcgocall saved where the goroutine's
             // stack pointer was (see `unwind::GO_SYSTEMSTACK`). Another stack: no ordering check.
+            leaktrace_memo_spoil(w.owner);
             // SAFETY: checked copies (bpf_probe_read_user).
             let at = |a: u64| unsafe { bpf_probe_read_user(a as *const u64) };
             let (Ok(g), Ok(depth)) =
@@ -307,6 +341,7 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
         _ => {
             // No rule: the frame-pointer chain, when %rbp looks like a frame of this stack.
             let fp = w.fp;
+            w.fp_used |= w.fp_reg;
             if fp == 0 && index > 0 {
                 // The ABI's mark of the outermost frame (_start clears %rbp): hand-written entry
                 // code without CFI (ld.so's _start, _dl_start_user) ends here.
@@ -318,13 +353,14 @@ extern "C" fn step<const FAULT: bool>(index: u64, w: *mut Walk) -> i64 {
                 w.end = why;
                 return 1;
             }
-            let ret = leaktrace_stack_word(w.owner, fp + 8);
+            let ret = word(w, fp + 8);
             if ret == READ_FAILED {
                 w.end = why;
                 return 1;
             }
             count(counter::FP_FRAMES);
-            w.fp = leaktrace_stack_word(w.owner, fp);
+            w.fp = word(w, fp);
+            w.fp_reg = 0;
             (ret, fp + 16)
         }
     };
@@ -389,6 +425,268 @@ pub extern "C" fn leaktrace_stack_word(owner: u64, addr: u64) -> u64 {
         } else {
             bpf_probe_read_user(addr as *const u64).unwrap_or(READ_FAILED)
         }
+    }
+}
+
+/// A word of the stack for the walk `w` ([`leaktrace_walk_word`]).
+#[inline(always)]
+fn word(w: &Walk, addr: u64) -> u64 {
+    leaktrace_walk_word(w.owner, addr, w.base)
+}
+
+/// Most stack words a [`WalkMemo`] holds: a walk that reads more is not remembered. Frames of
+/// code with unwind tables take one or two words each (the return address, the saved %rbp), so
+/// this is 16 to 32 frames.
+const MEMO_WORDS: usize = 32;
+/// `MemoRecord::n` of a walk that cannot be remembered (it read more words than
+/// [`MEMO_WORDS`], or memory the record does not hold, or ended early).
+const MEMO_SPOILED: u64 = u64::MAX;
+
+/// The words a walk read, as it reads them (this CPU's `MEMO_REC`), before they become a
+/// thread's [`WalkMemo`].
+#[repr(C)]
+pub struct MemoRecord {
+    /// The walk recording (its `StackFrames::generation`); a walk that preempts it on this CPU
+    /// writes its own here first, and the first walk's record is then not saved.
+    owner: u64,
+    /// `UNWIND_GEN` when the walk began.
+    unwind_gen: u64,
+    /// 1 when the walk used its starting %rbp (see `Walk::fp_used`).
+    fp_used: u64,
+    /// Words recorded, or [`MEMO_SPOILED`].
+    n: u64,
+    /// Bytes from the walk's first %rsp to the end of the highest word read.
+    span: u64,
+    /// Offset of each word from the first %rsp (bytes, 8-aligned, below `WINDOW_BYTES`).
+    off: [u64; MEMO_WORDS],
+    /// The value each word had.
+    val: [u64; MEMO_WORDS],
+}
+
+/// This CPU's record of the walk in progress (see [`MemoRecord`]).
+#[map]
+static MEMO_REC: PerCpuArray<MemoRecord> = PerCpuArray::with_max_entries(1, 0);
+
+/// A thread's last remembered native walk: where it started, and every stack word it read.
+/// Another walk from the same registers that finds the same words would take the same steps
+/// (a rule depends only on the pc, the pc and %rsp of each frame only on the words read and the
+/// starting registers), so it ends with the same frames and the same hash.
+#[repr(C)]
+pub struct WalkMemo {
+    /// The walk's native hash (see [`walk`]); 0: nothing remembered.
+    hash: u64,
+    tgid: u64,
+    ip: u64,
+    sp: u64,
+    /// The starting %rbp, compared only when `fp_used` is 1 (code without frame pointers keeps
+    /// data in %rbp, which changes from call to call without changing the stack).
+    fp: u64,
+    fp_used: u64,
+    /// `UNWIND_GEN` of the walk: tables loaded since may give other rules.
+    unwind_gen: u64,
+    n: u64,
+    span: u64,
+    off: [u64; MEMO_WORDS],
+    val: [u64; MEMO_WORDS],
+}
+
+/// Each thread's last native walk at an allocator entry (task storage, see [`WalkMemo`]).
+#[btf_map]
+static WALK_MEMO: TaskStorage<WalkMemo> = TaskStorage::new();
+
+/// Start this CPU's record for the walk `owner` (see [`MemoRecord`]), with the walk's
+/// `UNWIND_GEN`. A global BPF function (exported by build.rs), as the two below: the walk that
+/// calls them does not branch on what they find. Returns 0 (a global function returns a
+/// number).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_memo_open(owner: u64, unwind_gen: u64) -> u64 {
+    if let Some(rec) = MEMO_REC.get_ptr_mut(0) {
+        // SAFETY: this CPU's map value (get_ptr_mut checked the index); `owner` first, as in
+        // `STACK_WINDOW`: a walk that preempts this one takes the record over.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*rec).owner, owner);
+            (*rec).n = 0;
+            (*rec).span = 0;
+            (*rec).fp_used = 0;
+            (*rec).unwind_gen = unwind_gen;
+        }
+    }
+    0
+}
+
+/// The walk `owner` read memory the record does not hold (a signal frame, a DRAP or cgo frame):
+/// it cannot be remembered.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_memo_spoil(owner: u64) -> u64 {
+    if let Some(rec) = MEMO_REC.get_ptr_mut(0) {
+        // SAFETY: as in `leaktrace_memo_open`; written only while the record is the walk's.
+        unsafe {
+            if core::ptr::read_volatile(&raw const (*rec).owner) == owner {
+                (*rec).n = MEMO_SPOILED;
+            }
+        }
+    }
+    0
+}
+
+/// The walk `owner` ended (`end`, one of `walk_end`), having used its starting %rbp if
+/// `fp_used` is 1: only a walk that reached the outermost frame is remembered.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_memo_close(owner: u64, fp_used: u64, end: u64) -> u64 {
+    if let Some(rec) = MEMO_REC.get_ptr_mut(0) {
+        // SAFETY: as in `leaktrace_memo_open`; written only while the record is the walk's.
+        unsafe {
+            if core::ptr::read_volatile(&raw const (*rec).owner) == owner {
+                (*rec).fp_used = fp_used;
+                if end != walk_end::COMPLETE as u64 {
+                    (*rec).n = MEMO_SPOILED;
+                }
+            }
+        }
+    }
+    0
+}
+
+/// Record one word a walk read (`leaktrace_walk_word`), or spoil the record.
+#[inline(always)]
+fn note_word(owner: u64, addr: u64, base: u64, v: u64) {
+    let Some(rec) = MEMO_REC.get_ptr_mut(0) else { return };
+    // SAFETY: this CPU's map value (get_ptr_mut checked the index); `owner` is read through a
+    // volatile load (a walk that preempted this one may own the record now).
+    unsafe {
+        if core::ptr::read_volatile(&raw const (*rec).owner) != owner {
+            return;
+        }
+        let n = (*rec).n;
+        let off = addr.wrapping_sub(base);
+        if n >= MEMO_WORDS as u64 || v == READ_FAILED || addr & 7 != 0 || off >= WINDOW_BYTES {
+            (*rec).n = MEMO_SPOILED;
+            return;
+        }
+        let i = n as usize & (MEMO_WORDS - 1);
+        (*rec).off[i] = off;
+        (*rec).val[i] = v;
+        (*rec).n = n + 1;
+        if off + 8 > (*rec).span {
+            (*rec).span = off + 8;
+        }
+    }
+}
+
+/// [`leaktrace_stack_word`] for a walk that records what it reads when `base` (its first %rsp)
+/// is not 0 (see [`MemoRecord`]). A global BPF function (exported by build.rs), as the other
+/// one: verified once, not once per state of the frame loop.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_walk_word(owner: u64, addr: u64, base: u64) -> u64 {
+    let v = leaktrace_stack_word(owner, addr);
+    if base != 0 {
+        note_word(owner, addr, base, v);
+    }
+    v
+}
+
+/// Remember the walk `owner` just made from (`ip`, `sp`, `fp`) in the current process, whose native
+/// hash is `hash`, as the current thread's [`WalkMemo`], when its record is whole (the walk
+/// reached the outermost frame, read at most [`MEMO_WORDS`] words, all through the stack
+/// window, and no other walk on this CPU took the record over meanwhile). Returns 1 when it
+/// was remembered. A global BPF function (exported by build.rs): verified once.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, hash: u64) -> u64 {
+    let tgid = bpf_get_current_pid_tgid() >> 32;
+    let Some(rec) = MEMO_REC.get_ptr(0) else { return 0 };
+    let Some(memo) = WALK_MEMO.current(true) else { return 0 };
+    // SAFETY: this CPU's record (a per-CPU map value; `owner` read through volatile loads, as
+    // another walk on this CPU may take it over) and this thread's task-storage value (only this
+    // thread's programs use it, and they do not nest: one that interrupted another would find
+    // the storage busy).
+    unsafe {
+        let rec = &*rec;
+        let memo = &mut *memo;
+        memo.hash = 0;
+        let n = rec.n;
+        if core::ptr::read_volatile(&raw const rec.owner) != owner || n > MEMO_WORDS as u64 || n == 0 {
+            return 0;
+        }
+        memo.off = rec.off;
+        memo.val = rec.val;
+        memo.n = n;
+        memo.span = rec.span;
+        memo.fp_used = rec.fp_used;
+        memo.unwind_gen = rec.unwind_gen;
+        if core::ptr::read_volatile(&raw const rec.owner) != owner {
+            return 0;
+        }
+        memo.tgid = tgid;
+        memo.ip = ip;
+        memo.sp = sp;
+        memo.fp = fp;
+        memo.hash = hash;
+    }
+    1
+}
+
+/// The native hash of the current thread's [`WalkMemo`] when a walk from (`ip`, `sp`, `fp`) in
+/// the current process would make the same walk: same starting registers (%rbp only if the walk used
+/// it), same `UNWIND_GEN`, and every word it read still holding the value it read. The words are
+/// read with one copy of the stack from `sp` into the stack window, tagged `owner` (the walk
+/// that asks, which then finds its first words there, and so does its caller's read). 0: no
+/// memo, another start, or a word changed (the caller walks).
+///
+/// A global BPF function (exported by build.rs): its compare loop is verified once.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn leaktrace_memo_check(owner: u64, ip: u64, sp: u64, fp: u64) -> u64 {
+    let tgid = bpf_get_current_pid_tgid() >> 32;
+    let Some(memo) = WALK_MEMO.current(false) else { return 0 };
+    let Some(win) = STACK_WINDOW.get_ptr_mut(0) else { return 0 };
+    let unwind_gen = UNWIND_GEN.get(0).copied().unwrap_or(0);
+    // SAFETY: this thread's task-storage value (see `leaktrace_memo_save`) and this CPU's stack
+    // window (its shared fields through volatile accesses, `owner` first, as in
+    // `leaktrace_stack_word`).
+    unsafe {
+        let memo = &*memo;
+        if memo.hash == 0
+            || memo.ip != ip
+            || memo.sp != sp
+            || memo.tgid != tgid
+            || (memo.fp_used != 0 && memo.fp != fp)
+            || memo.unwind_gen != unwind_gen
+        {
+            return 0;
+        }
+        let span = memo.span;
+        let n = memo.n;
+        if span == 0 || span > WINDOW_BYTES || n > MEMO_WORDS as u64 {
+            return 0;
+        }
+        core::ptr::write_volatile(&raw mut (*win).owner, owner);
+        core::ptr::write_volatile(&raw mut (*win).len, 0);
+        let r = probe_read_user_raw((&raw mut (*win).words).cast(), span as u32, sp as *const core::ffi::c_void);
+        if r != 0 {
+            return 0;
+        }
+        core::ptr::write_volatile(&raw mut (*win).base, sp);
+        core::ptr::write_volatile(&raw mut (*win).len, span);
+        let mut i = 0;
+        while i < MEMO_WORDS {
+            if i as u64 >= n {
+                break;
+            }
+            let at = (memo.off[i] / 8) as usize & (WINDOW_WORDS - 1);
+            if (*win).words[at] != memo.val[i] {
+                return 0;
+            }
+            i += 1;
+        }
+        if core::ptr::read_volatile(&raw const (*win).owner) != owner {
+            return 0;
+        }
+        memo.hash
     }
 }
 

@@ -262,6 +262,54 @@ fn twenty_calls_deep_without_frame_pointers_reaches_main() {
     assert_within("live bytes through leak_deep", live_through(&run, "leak_deep"), run.leaked, 0.10, ctx);
 }
 
+/// One malloc call site (make_record) reached from three callers with the same frame size, so
+/// malloc is entered with the same registers and stack pointer from each, the caller changing
+/// every few calls: the kernel side's walk memo (a thread's last walk, taken again when every
+/// word it read is unchanged) must see the one word that differs, the return address into the
+/// caller. Each caller's live bytes match the fixture's count, the two leaks grow at their
+/// ratio (192 : 256 bytes an iteration), the balanced decoy is not a leak, and the memo was
+/// used (without it this would test nothing).
+#[test]
+fn one_call_site_under_callers_with_the_same_stack_pointer_is_told_apart() {
+    require_root();
+    let n: u64 = 400;
+    let run = record("unwind-twins", &[], &nofp().c, &["twins", &n.to_string()]);
+    let ctx = &run.ctx;
+    let callers = ["keep_left", "keep_right", "check_record"];
+    for caller in callers {
+        let stacks = stacks_through(&run, caller);
+        assert!(!stacks.is_empty(), "no stack through {caller}\n{ctx}");
+        for s in &stacks {
+            let frames = s["frames"].as_array().unwrap();
+            for other in callers.iter().filter(|c| **c != caller) {
+                assert!(!has(frames, other), "a stack holds both {caller} and {other}: {:?}\n{ctx}", names(frames));
+            }
+            assert!(has(frames, "make_record") && has(frames, "main"), "{caller}: {:?}\n{ctx}", names(frames));
+            assert!(s.get("truncated").is_none(), "{caller}'s stack is truncated: {}\n{ctx}", s["truncated"]);
+        }
+    }
+    assert_within("live bytes through keep_left", live_through(&run, "keep_left"), (n * 3 * 64) as f64, 0.10, ctx);
+    assert_within("live bytes through keep_right", live_through(&run, "keep_right"), (n * 2 * 128) as f64, 0.10, ctx);
+    let decoy = allocated_through(&run, "check_record");
+    assert_within("bytes allocated through check_record", decoy, (n * 96) as f64, 0.10, ctx);
+    assert!(live_through(&run, "check_record") <= 0.02 * decoy, "the decoy check_record holds bytes\n{ctx}");
+
+    let leaks: Vec<&Value> = run.report.sites().iter().filter(|s| str_of(s, "class") == "leak").collect();
+    let rate = |caller: &str| -> f64 {
+        leaks
+            .iter()
+            .filter(|s| s["frames"].as_array().is_some_and(|f| has(f, caller)))
+            .map(|s| f64_of(s, "growth_bytes_per_s"))
+            .sum()
+    };
+    let (left, right) = (rate("keep_left"), rate("keep_right"));
+    assert!(left > 0.0 && right > 0.0, "not both callers leak: {left} and {right} B/s\n{ctx}");
+    assert_within("keep_left's growth over keep_right's", left / right, 192.0 / 256.0, 0.10, ctx);
+    assert_eq!(rate("check_record"), 0.0, "the decoy check_record is a leak site\n{ctx}");
+    let reused = run.report.get(&["events", "walks_reused"]).as_u64().unwrap_or(0);
+    assert!(reused >= n, "the walk memo was used {reused} times over {n} iterations (3 a iteration expected)\n{ctx}");
+}
+
 /// An allocation in a signal handler: the walk goes through the kernel's signal frame (glibc's
 /// __restore_rt) to the interrupted code and on to main.
 #[test]
