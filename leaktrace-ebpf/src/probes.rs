@@ -47,7 +47,7 @@ static SITES: HashMap<SiteKey, u32> = HashMap::with_max_entries(1 << 16, BPF_F_N
 
 /// Per-site totals by site index (`SITES`' values; `AllocInfo::index`): an array, so that the
 /// free of a block updates its site without hashing its key. Sized by the agent (--max-sites,
-/// preallocated: 32 bytes a site).
+/// preallocated: 48 bytes a site).
 #[map]
 static SITE_STATS: Array<SiteStats> = Array::with_max_entries(1 << 16, 0);
 
