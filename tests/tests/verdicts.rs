@@ -765,8 +765,9 @@ fn kinds_fixture() -> &'static Path {
 }
 
 /// Record `kinds MODE SECONDS` launched under leaktrace (interval 250 ms); asserts it ran to its
-/// end and returns its report, the context to print on failure and the threads it started.
-fn record_kinds(name: &str, mode: &str, seconds: u32) -> (Report, String, u64) {
+/// end and returns its output directory (kept while it lives), its report, the context to print
+/// on failure and the threads it started.
+fn record_kinds(name: &str, mode: &str, seconds: u32) -> (OutDir, Report, String, u64) {
     let out = OutDir::new(name);
     let mut target = Command::new(kinds_fixture());
     target.args([mode, &seconds.to_string()]);
@@ -780,7 +781,7 @@ fn record_kinds(name: &str, mode: &str, seconds: u32) -> (Report, String, u64) {
         .unwrap_or_else(|| panic!("kinds {mode} did not run to its end\n{}", o.describe()));
     let r = Report::load(&out.path);
     let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
-    (r, ctx, threads)
+    (out, r, ctx, threads)
 }
 
 /// Rising concurrency is not a leak. One more worker thread every 800 ms for 16 s; each loops
@@ -793,7 +794,7 @@ fn record_kinds(name: &str, mode: &str, seconds: u32) -> (Report, String, u64) {
 #[test]
 fn rising_concurrency_is_not_a_leak() {
     require_root();
-    let (r, ctx, threads) = record_kinds("concurrency", "concurrency", 16);
+    let (_out, r, ctx, threads) = record_kinds("concurrency", "concurrency", 16);
     assert!(threads >= 15, "{threads} workers started\n{ctx}");
     let batch = r.site("take_batch");
     // The decoy is real: its blocks in flight rose with the workers (else this tests nothing).
@@ -830,7 +831,7 @@ fn rising_concurrency_is_not_a_leak() {
 #[test]
 fn thread_pool_recreated_is_not_a_leak() {
     require_root();
-    let (r, ctx, threads) = record_kinds("thread-pool", "pool", 12);
+    let (_out, r, ctx, threads) = record_kinds("thread-pool", "pool", 12);
     assert!(threads >= 40, "{threads} threads started\n{ctx}");
     let stacks = r
         .sites_of("recreate_pool")
@@ -849,6 +850,8 @@ fn thread_pool_recreated_is_not_a_leak() {
     let summary = str_of(verdict, "summary");
     assert!(!["leak", "off-heap"].contains(&str_of(verdict, "class")), "{ctx}");
     assert!(!summary.contains("recreate_pool holds 32.0 MiB"), "the stacks' virtual size leads the verdict\n{ctx}");
+    let md = std::fs::read_to_string(r.dir.join("report.md")).expect("report.md");
+    assert!(!md.contains("recreate_pool: holds 32.0 MiB"), "report.md ranks the stacks by virtual size\n{ctx}");
     let leaks: Vec<&str> =
         r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
@@ -863,7 +866,7 @@ fn thread_pool_recreated_is_not_a_leak() {
 #[test]
 fn threads_never_joined_are_a_leak() {
     require_root();
-    let (r, ctx, threads) = record_kinds("thread-leak", "threadleak", 12);
+    let (_out, r, ctx, threads) = record_kinds("thread-leak", "threadleak", 12);
     assert!(threads >= 20, "{threads} threads started\n{ctx}");
     let stacks = r
         .sites_of("spawn_blocked")
