@@ -330,6 +330,7 @@ mod tests {
             free_bytes,
             free_count: free_bytes / 4096,
             resident_bytes: None,
+            ..Default::default()
         }
     }
 

@@ -372,6 +372,17 @@ pub struct SiteSample {
     /// /proc/PID/pagemap). None for malloc sites, or when the process was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resident_bytes: Option<u64>,
+    /// Sum of the birth times of this site's blocks allocated since attach, in ms on the
+    /// recording's clock (0 = the first checkpoint, `t_s` × 1000; blocks born before it count
+    /// negative); from the kernel's per-block birth times (`AllocInfo::born_ms`, whole
+    /// milliseconds). With [`SiteSample::free_born_ms`] it gives the age of the live blocks
+    /// ([`SiteSample::live_age_ms`]). None for mappings, fault sites without it, and recordings
+    /// made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_born_ms: Option<i64>,
+    /// The same sum over the site's blocks that were freed (ms, same clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_born_ms: Option<i64>,
 }
 
 impl SiteSample {
@@ -383,8 +394,16 @@ impl SiteSample {
     pub fn live_count(&self) -> u64 {
         self.alloc_count.saturating_sub(self.free_count)
     }
+    /// Sum of the ages of the live blocks at `t_s` (seconds on the recording's clock, the time
+    /// of the checkpoint this sample belongs to), in ms: live blocks × now − the sum of their
+    /// birth times; at least 0 (the kernel's sums are read while they change). None without
+    /// birth times. Divided by [`SiteSample::live_count`] it is their mean age.
+    pub fn live_age_ms(&self, t_s: f64) -> Option<f64> {
+        let born = self.alloc_born_ms?.saturating_sub(self.free_born_ms?);
+        Some((self.live_count() as f64 * t_s * 1000.0 - born as f64).max(0.0))
+    }
     /// Add `other`'s totals to these (saturating), for two stacks counted as one site; resident
-    /// bytes are summed where either has them.
+    /// bytes and birth-time sums are summed where either has them.
     pub fn add(&mut self, other: &SiteSample) {
         self.alloc_bytes = self.alloc_bytes.saturating_add(other.alloc_bytes);
         self.alloc_count = self.alloc_count.saturating_add(other.alloc_count);
@@ -392,6 +411,12 @@ impl SiteSample {
         self.free_count = self.free_count.saturating_add(other.free_count);
         if let Some(r) = other.resident_bytes {
             self.resident_bytes = Some(self.resident_bytes.unwrap_or(0).saturating_add(r));
+        }
+        if let Some(b) = other.alloc_born_ms {
+            self.alloc_born_ms = Some(self.alloc_born_ms.unwrap_or(0).saturating_add(b));
+        }
+        if let Some(b) = other.free_born_ms {
+            self.free_born_ms = Some(self.free_born_ms.unwrap_or(0).saturating_add(b));
         }
     }
 }

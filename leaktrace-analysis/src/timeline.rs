@@ -42,6 +42,11 @@ pub struct Timeline {
     /// Per stack, per checkpoint: the resident bytes of its mappings last read at or before the
     /// checkpoint (None before the first figure, and for malloc sites).
     pub resident: Vec<Vec<Option<u64>>>,
+    /// Per stack: per checkpoint, the sum of its live blocks' birth times in ms on the
+    /// recording's clock (`SiteSample::alloc_born_ms − free_born_ms`; their ages sum to live
+    /// blocks × `raw_times[k]` × 1000 − this); None for a stack whose samples carry no birth
+    /// times (mappings, older recordings).
+    pub live_born_ms: Vec<Option<Vec<i64>>>,
     /// Per stack: the first checkpoint (position in [`Timeline::order`]) with a sample of it.
     pub first_seen: Vec<Option<usize>>,
     /// Per stack: its totals at the last checkpoint.
@@ -90,6 +95,8 @@ impl Timeline {
         let mut live_bytes: Vec<Vec<u64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
         let mut live_count: Vec<Vec<u64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
         let mut resident: Vec<Vec<Option<u64>>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
+        let mut born: Vec<Vec<i64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();
+        let mut has_born = vec![false; m];
         let mut first_seen: Vec<Option<usize>> = vec![None; m];
         let mut known_resident: Vec<Option<u64>> = vec![None; m];
         let mut cur: Vec<SiteSample> = vec![Default::default(); m];
@@ -112,10 +119,14 @@ impl Timeline {
                 live_bytes[si].push(cur[si].live_bytes());
                 live_count[si].push(cur[si].live_count());
                 resident[si].push(known_resident[si]);
+                let b = &cur[si];
+                has_born[si] |= b.alloc_born_ms.is_some();
+                born[si].push(b.alloc_born_ms.unwrap_or(0).saturating_sub(b.free_born_ms.unwrap_or(0)));
             }
             activity
                 .push(cur.iter().fold(0u64, |acc, s| acc.saturating_add(s.alloc_count).saturating_add(s.free_count)));
         }
+        let live_born_ms = born.into_iter().zip(has_born).map(|(b, has)| has.then_some(b)).collect();
         Timeline {
             order,
             raw_times,
@@ -128,6 +139,7 @@ impl Timeline {
             live_bytes,
             live_count,
             resident,
+            live_born_ms,
             first_seen,
             last: cur,
             activity,
@@ -178,6 +190,7 @@ mod tests {
             free_bytes: free,
             free_count: free / 10,
             resident_bytes: resident,
+            ..Default::default()
         }
     }
 

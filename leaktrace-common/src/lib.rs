@@ -244,7 +244,12 @@ pub struct AllocInfo {
     /// The owning site's index in the kernel's `SITE_STATS` array: the value of `SITES` for its
     /// `SiteKey` (given once, never reused).
     pub index: u32,
-    pub _pad: u32,
+    /// When the block was allocated: milliseconds of the kernel's monotonic clock
+    /// (`bpf_ktime_get_ns`) since the agent loaded the programs (`TIME_BASE_NS`; wraps after 49
+    /// days). Summed per site in
+    /// [`SiteStats::alloc_born_ms`] / [`SiteStats::free_born_ms`], which give the mean age of a
+    /// site's live blocks.
+    pub born_ms: u32,
 }
 
 /// Per-site totals kept in the kernel. All four counters only grow; live bytes and live count are
@@ -260,6 +265,12 @@ pub struct SiteStats {
     pub free_bytes: u64,
     /// Number of this site's allocations that were freed since attach.
     pub free_count: u64,
+    /// Sum of [`AllocInfo::born_ms`] over this site's allocations since attach (ms).
+    pub alloc_born_ms: u64,
+    /// Sum of [`AllocInfo::born_ms`] over this site's freed allocations (ms). The live blocks'
+    /// birth times sum to `alloc_born_ms - free_born_ms`: at time `now_ms` their ages sum to
+    /// `live_count * now_ms - (alloc_born_ms - free_born_ms)`. Zero for off-heap mappings.
+    pub free_born_ms: u64,
 }
 
 impl SiteStats {

@@ -1,6 +1,8 @@
 //! The probe programs and maps (bpf target only).
 
-use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_send_signal, bpf_task_pt_regs};
+use aya_ebpf::helpers::generated::{
+    bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_send_signal, bpf_task_pt_regs,
+};
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
@@ -16,6 +18,11 @@ use leaktrace_common::{
 /// The agent's own tgid (set at load time): its allocations are never traced.
 #[unsafe(no_mangle)]
 static AGENT_TGID: u32 = 0;
+
+/// The kernel's monotonic clock (ns) when the agent loaded the programs (set at load
+/// time): blocks' birth times (`AllocInfo::born_ms`) are milliseconds since then.
+#[unsafe(no_mangle)]
+static TIME_BASE_NS: u64 = 0;
 
 /// Outstanding blocks: (tgid, address) → size, site. Sized by the agent (--max-allocs).
 #[map]
@@ -40,7 +47,7 @@ static SITES: HashMap<SiteKey, u32> = HashMap::with_max_entries(1 << 16, BPF_F_N
 
 /// Per-site totals by site index (`SITES`' values; `AllocInfo::index`): an array, so that the
 /// free of a block updates its site without hashing its key. Sized by the agent (--max-sites,
-/// preallocated: 32 bytes a site).
+/// preallocated: 48 bytes a site).
 #[map]
 static SITE_STATS: Array<SiteStats> = Array::with_max_entries(1 << 16, 0);
 
@@ -206,6 +213,17 @@ fn agent_tgid() -> u32 {
     unsafe { core::ptr::read_volatile(&AGENT_TGID) }
 }
 
+/// Now, in milliseconds since `TIME_BASE_NS` (the monotonic clock, CLOCK_MONOTONIC;
+/// a helper call, no map operation).
+#[inline(always)]
+fn now_ms() -> u32 {
+    // SAFETY: a read of this object's own global, as in `agent_tgid`.
+    let base = unsafe { core::ptr::read_volatile(&TIME_BASE_NS) };
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    (now.wrapping_sub(base) / 1_000_000) as u32
+}
+
 #[inline(always)]
 fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
     // SAFETY: a probe context's register set (`ctx.regs`), valid for the whole program run.
@@ -340,6 +358,8 @@ fn account_free(info: &AllocInfo) {
         atomic_add(unsafe { &raw mut (*s).free_bytes }, info.size);
         // SAFETY: as above.
         atomic_add(unsafe { &raw mut (*s).free_count }, 1);
+        // SAFETY: as above.
+        atomic_add(unsafe { &raw mut (*s).free_born_ms }, info.born_ms as u64);
     }
     count(counter::FREES);
 }
@@ -405,12 +425,17 @@ fn new_site_index() -> Option<u32> {
     None
 }
 
-/// Add one block of `bytes` to the site at `index`.
+/// Add one block of `bytes` born at `born_ms` to the site at `index`.
 #[inline(always)]
-fn account_alloc(index: u32, bytes: u64) -> bool {
+fn account_alloc(index: u32, bytes: u64, born_ms: u32) -> bool {
     match SITE_STATS.get_ptr_mut(index) {
         Some(s) => {
+            // The birth time first: a reader that sees it without the count computes an age
+            // sum short by this block's (a block counted without its birth time would look as
+            // old as the clock).
             // SAFETY: field addresses of a SITE_STATS value, no reference made (other CPUs add to it).
+            atomic_add(unsafe { &raw mut (*s).alloc_born_ms }, born_ms as u64);
+            // SAFETY: as above.
             atomic_add(unsafe { &raw mut (*s).alloc_bytes }, bytes);
             // SAFETY: as above.
             atomic_add(unsafe { &raw mut (*s).alloc_count }, 1);
@@ -467,7 +492,8 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
     };
     note_page(tgid, addr);
     let key = AllocKey { tgid, _pad: 0, addr };
-    let info = AllocInfo { size, index, _pad: 0 };
+    let born_ms = now_ms();
+    let info = AllocInfo { size, index, born_ms };
     match ALLOCS.insert(key, info, BPF_NOEXIST as u64) {
         Ok(()) => {}
         Err(EEXIST) => {
@@ -487,7 +513,7 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
             return;
         }
     }
-    if account_alloc(index, size) {
+    if account_alloc(index, size, born_ms) {
         count(counter::ALLOCS);
     }
 }
@@ -1178,7 +1204,7 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // bogus frame 1 in each).
     let site = SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), tgid, site_kind::FAULT) };
     match site_index(&site) {
-        Some(index) if account_alloc(index, 4096) => {}
+        Some(index) if account_alloc(index, 4096, now_ms()) => {}
         _ => count(counter::SITES_FULL),
     }
     0

@@ -138,6 +138,9 @@ pub struct Tracer {
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
+    /// CLOCK_MONOTONIC (the kernel side's `bpf_ktime_get_ns`) at load, ns: the
+    /// zero of blocks' birth times.
+    time_base_ns: u64,
     /// Probes attached so far, as (PID, object path as the target maps it, offset, program).
     attached: std::collections::HashSet<(u32, String, u64, &'static str)>,
     /// Every uprobe link, to detach them all at once at the end (see [`Tracer::shutdown`]).
@@ -243,6 +246,8 @@ impl Tracer {
         check_privileges()?;
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
+        // The clock blocks' birth times count from (AllocInfo::born_ms).
+        let time_base_ns = monotonic_now_ns();
         // Field offsets for the walk's VMA → file lookup; without them, frame pointers only.
         let offsets = crate::btf::kernel_offsets();
         // task_struct.thread.fsbase, for the Python frames of a thread that does not hold the GIL
@@ -262,6 +267,7 @@ impl Tracer {
             // user-side type for (the agent never reads them).
             .allow_unsupported_maps()
             .override_global("AGENT_TGID", &agent_tgid, true)
+            .override_global("TIME_BASE_NS", &time_base_ns, true)
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
             .map_max_entries("SITE_STATS", limits.max_sites)
@@ -370,7 +376,14 @@ impl Tracer {
             single_why,
             unwind,
             log,
+            time_base_ns,
         })
+    }
+
+    /// Now on the clock of blocks' birth times (`AllocInfo::born_ms`, summed per site in
+    /// `SiteStats::alloc_born_ms`): milliseconds of the monotonic clock since load.
+    pub fn now_ms(&self) -> u64 {
+        monotonic_now_ns().wrapping_sub(self.time_base_ns) / 1_000_000
     }
 
     /// How probes are attached: uprobe_multi links, or single uprobes and why.
@@ -985,6 +998,14 @@ fn ensure_tracefs() -> anyhow::Result<()> {
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (harmless on newer ones).
+/// CLOCK_MONOTONIC in ns: the clock of the kernel side's `bpf_ktime_get_ns`.
+fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };

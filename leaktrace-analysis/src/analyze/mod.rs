@@ -50,6 +50,12 @@ pub const MIN_FAULT_LEAK_PAGES: i64 = 3;
 /// A bounded cache that keeps evicting holds its blocks for at least this long (or a checkpoint
 /// interval, if shorter), seconds; blocks of a request in flight live for less.
 pub const CACHE_MIN_LIFETIME_S: f64 = 0.25;
+/// A site whose live blocks grow is not retaining them when, at the end of the steady window,
+/// their ages sum to less than this share of what its new blocks would hold had each been kept
+/// since it came (new blocks × window / 2), and their mean age stayed below one checkpoint
+/// interval through the window's later half: more blocks in flight at once (rising concurrency),
+/// class temporary.
+pub const YOUNG_AGE_SHARE: f64 = 0.25;
 /// Highest confidence of a cache seen as a single step of never-freed blocks (a leak in bursts
 /// looks the same until a second period is recorded).
 pub const SINGLE_STEP_CONFIDENCE: f64 = 0.2;
@@ -188,6 +194,29 @@ pub struct Trend {
     pub significant_growth: bool,
 }
 
+/// The threads behind a site of thread stacks ([`SiteAnalysis::threads`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ThreadStacks {
+    /// Stacks (or per-thread blocks) of threads made by this call path still live at the end:
+    /// threads alive, not joined, or their stacks kept by libc for the next thread.
+    pub threads: u64,
+    /// How many more than at the start of the steady window.
+    pub new_threads: i64,
+    /// The count keeps growing: at least [`MIN_EVIDENT_BLOCKS`] more over the steady window and
+    /// more at the end than at the start of the last quarter (when it has one). Only then can the
+    /// site be a leak: threads created and never joined.
+    pub growing: bool,
+}
+
+impl SiteAnalysis {
+    /// The bytes a site is ranked by: [`SiteAnalysis::held_bytes`] (a mapping's resident bytes
+    /// where the recording has them, so thread stacks, 8 MiB reservations mostly never touched,
+    /// count what they hold; every other site's live bytes).
+    pub fn rank_bytes(&self) -> u64 {
+        self.held_bytes().0
+    }
+}
+
 /// Numbers behind a site's class.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SiteEvidence {
@@ -227,6 +256,10 @@ pub struct SiteEvidence {
     /// blocks: not a plateau; its confidence is at most [`SINGLE_STEP_CONFIDENCE`] and the
     /// process verdict it names is inconclusive ("record at least two periods").
     pub single_step: bool,
+    /// Mean age of the site's live blocks at the steady window's last checkpoint, seconds (from
+    /// the kernel's birth time of each block); None without birth times (mappings, older
+    /// recordings).
+    pub mean_age_s: Option<f64>,
     /// One sentence: why this class.
     pub reason: String,
 }
@@ -286,6 +319,11 @@ pub struct SiteAnalysis {
     /// "mmap" sites: bytes of the site's live regions resident in RAM at the last checkpoint
     /// that had the figure (pagemap); `live_bytes` is what is mapped. None for other kinds.
     pub resident_bytes: Option<u64>,
+    /// Threads' memory: the site maps thread stacks (or allocates per-thread memory, the TLS
+    /// vector) under `pthread_create` ([`crate::runtimes::is_thread_stack`]). A thread stack's
+    /// growth figures (`growth_bytes`, `growth_bytes_per_s`, the trends) are of its resident
+    /// bytes, not of the mostly untouched stacks it maps. None for other sites.
+    pub threads: Option<ThreadStacks>,
     /// The release call this stack likely misses: it passes through an API of the leak-pattern
     /// catalog whose result must be released ([`patterns::release_hint`]). Named in the verdict
     /// when the site leaks.

@@ -17,6 +17,12 @@ pub(super) struct Series<'a> {
     pub(super) last: &'a crate::recording::SiteSample,
     /// Mappings: resident bytes at the last checkpoint that had the figure.
     pub(super) resident: Option<u64>,
+    /// Threads' memory ([`crate::runtimes::is_thread_stack`]); for a thread stack `live_bytes`
+    /// holds its resident bytes.
+    pub(super) threads: bool,
+    /// Per checkpoint, the sum of the live blocks' birth times (ms, the recording's clock);
+    /// None without birth times ([`Timeline::live_born_ms`]).
+    pub(super) live_born_ms: Option<&'a [i64]>,
 }
 
 /// Analyse a recording. Never panics on odd input (no checkpoint, one checkpoint, zero duration,
@@ -156,12 +162,23 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             tl.unknown_stacks
         ));
     }
+    // Thread stacks are judged by their resident bytes: each maps 8 MiB (glibc's default) that a
+    // thread mostly never touches.
+    let thread_site: Vec<bool> = stacks.iter().map(crate::runtimes::is_thread_stack).collect();
+    let thread_resident: Vec<Option<Vec<u64>>> = (0..stacks.len())
+        .map(|si| {
+            (thread_site[si] && stacks[si].kind == StackKind::Mmap)
+                .then(|| tl.resident[si].iter().map(|r| r.unwrap_or(0)).collect())
+        })
+        .collect();
     let series: Vec<Series<'_>> = (0..stacks.len())
         .map(|si| Series {
-            live_bytes: &tl.live_bytes[si],
+            live_bytes: thread_resident[si].as_deref().unwrap_or(&tl.live_bytes[si]),
+            threads: thread_site[si],
             live_count: &tl.live_count[si],
             last: &tl.last[si],
             resident: tl.resident[si].last().copied().flatten(),
+            live_born_ms: tl.live_born_ms[si].as_deref(),
         })
         .collect();
 
@@ -323,7 +340,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             _ if kinds[si] == MemoryKind::Native => &mut native,
             _ => &mut other_malloc,
         };
-        for (k, v) in series[si].live_bytes.iter().enumerate() {
+        for (k, v) in tl.live_bytes[si].iter().enumerate() {
             target[k] = target[k].saturating_add(*v);
         }
     }

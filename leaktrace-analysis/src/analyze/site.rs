@@ -147,12 +147,32 @@ pub(super) fn analyze_site(
         times[span_start..win.steady.end.min(times.len())].windows(2).map(|w| w[1] - w[0]).collect();
     gaps.sort_by(f64::total_cmp);
     let interval = gaps.get(gaps.len() / 2).copied().unwrap_or(0.0);
+    // Block age (the kernel's birth time of every block, summed per site): growth made of young
+    // blocks is more blocks in flight at once (rising concurrency, load), not retention.
+    let ages = BlockAges::of(ser, times, win, interval);
+    let young = ages.as_ref().is_some_and(|a| a.young);
     let rose_and_flat = rise > floor_bytes && rise > 3.0 * sd_steady && growth_bytes > 0 && flattened;
     let evicting_cache =
         rose_and_flat && interval > 0.0 && lifetime_s.is_some_and(|l| l >= interval.min(CACHE_MIN_LIFETIME_S));
 
     let (mut class, mut confidence, mut reason);
-    if too_short {
+    if young && (grows || unresolved || too_short) {
+        let a = ages.as_ref().copied().unwrap_or_default();
+        class = SiteClass::Temporary;
+        confidence = clamp_conf(f_n * f_drops * (1.0 - a.max_mean_age_s / interval).max(0.2));
+        reason = format!(
+            "in flight grows with concurrency: live blocks rose by {} over the steady window ({:.1} \
+             B/s), but they are young: {} live at the end, on average {:.0} ms old, and at no later \
+             checkpoint older on average than one checkpoint interval ({:.2} s); blocks kept since \
+             the window began would be older. More blocks in flight at once (rising concurrency \
+             or load), not retained: temporary",
+            a.new_blocks,
+            steady.slope_bytes_per_s,
+            a.live_blocks,
+            a.mean_age_s * 1000.0,
+            interval,
+        );
+    } else if too_short {
         class = SiteClass::Leak;
         confidence = clamp_conf(0.5 * f_n * f_share * f_drops);
         reason = format!(
@@ -323,6 +343,39 @@ pub(super) fn analyze_site(
         );
     }
 
+    // Threads' memory (thread stacks judged by their resident bytes): a bounded number of
+    // threads is no leak however their stacks fill; threads that keep being created and never
+    // joined are one, named as such.
+    let threads = ser.threads.then(|| {
+        let late_start = win.late.as_ref().map(|l| l.start);
+        let growing = steady_growth_allocations >= MIN_EVIDENT_BLOCKS
+            && late_start.is_none_or(|ls| count_end > count.get(ls).copied().unwrap_or(0));
+        ThreadStacks { threads: count_end, new_threads: steady_growth_allocations, growing }
+    });
+    if let Some(t) = threads {
+        let what = if st.kind == StackKind::Mmap {
+            "thread stacks (judged by their resident bytes)"
+        } else {
+            "per-thread memory that pthread_create allocates"
+        };
+        if class == SiteClass::Leak && !t.growing {
+            class = SiteClass::Cache;
+            confidence = clamp_conf(confidence.min(0.5));
+            reason = format!(
+                "{what} of a bounded number of threads ({} live at the end, {:+} over the steady \
+                 window, not growing through its end): a thread's stack is bounded by its size, so \
+                 they are no leak unless threads keep being created and never joined; {reason}",
+                t.threads, t.new_threads
+            );
+        } else if class == SiteClass::Leak {
+            reason = format!(
+                "{what}: {} threads not joined ({:+} over the steady window and still growing: \
+                 threads created through pthread_create that never end or are never joined); {reason}",
+                t.threads, t.new_threads
+            );
+        }
+    }
+
     SiteAnalysis {
         id: st.id,
         kind: st.kind,
@@ -345,6 +398,7 @@ pub(super) fn analyze_site(
         growth_bytes_per_unit: per_unit.map(|t| t.slope_bytes_per_s),
         growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
+        threads,
         likely_missing_release: patterns::release_hint(&st.frames, culprit_frame),
         lookalike,
         class,
@@ -363,7 +417,52 @@ pub(super) fn analyze_site(
             plateau,
             steps: steps.len(),
             single_step: single_step && class == SiteClass::Cache,
+            mean_age_s: ages.map(|a| a.mean_age_s),
             reason,
         },
+    }
+}
+
+/// The ages of a site's live blocks over the steady window, from the kernel's birth times
+/// ([`Series::live_born_ms`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct BlockAges {
+    /// Mean age of the live blocks at the steady window's last checkpoint, seconds.
+    mean_age_s: f64,
+    /// The largest mean age at a checkpoint of the later half of the steady window, seconds.
+    max_mean_age_s: f64,
+    /// Live blocks at the window's last checkpoint, and how many more than at its start.
+    live_blocks: u64,
+    new_blocks: i64,
+    /// The growth is made of young blocks: live blocks grew over the window, at every
+    /// checkpoint of its later half their mean age is below one checkpoint interval, and at
+    /// its end their ages sum to less than [`YOUNG_AGE_SHARE`] of what the new blocks alone
+    /// would hold had they been kept since they came (new blocks × window / 2: one leaked at
+    /// an even pace through the window).
+    young: bool,
+}
+
+impl BlockAges {
+    fn of(ser: &Series<'_>, times: &[f64], win: &Windows, interval: f64) -> Option<BlockAges> {
+        let born = ser.live_born_ms?;
+        let count = ser.live_count;
+        let w = win.steady.clone();
+        let end = w.end.checked_sub(1)?;
+        let (&n_end, &n_start) = (count.get(end)?, count.get(w.start)?);
+        // Sum of the live blocks' ages at checkpoint k, seconds.
+        let age_sum = |k: usize| -> Option<f64> {
+            Some((count[k] as f64 * times.get(k)? * 1000.0 - *born.get(k)? as f64).max(0.0) / 1000.0)
+        };
+        let mean = |k: usize| -> Option<f64> { Some(if count[k] == 0 { 0.0 } else { age_sum(k)? / count[k] as f64 }) };
+        let later = (w.start + w.len() / 2)..w.end;
+        let max_mean_age_s = later.clone().map(mean).try_fold(0.0f64, |m, a| a.map(|a| m.max(a)))?;
+        let new_blocks = n_end as i64 - n_start as i64;
+        let span = times.get(end)? - times.get(w.start)?;
+        let young = w.len() >= MIN_WINDOW_POINTS
+            && interval > 0.0
+            && new_blocks > 0
+            && max_mean_age_s < interval
+            && age_sum(end)? < YOUNG_AGE_SHARE * new_blocks as f64 * span / 2.0;
+        Some(BlockAges { mean_age_s: mean(end)?, max_mean_age_s, live_blocks: n_end, new_blocks, young })
     }
 }

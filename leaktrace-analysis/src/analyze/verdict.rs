@@ -123,7 +123,9 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     leaks.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
     if !leaks.is_empty() {
         type Group<'s> = Vec<(usize, &'s SiteAnalysis)>;
-        let (maps, heap): (Group<'_>, Group<'_>) = leaks.iter().partition(|(_, s)| is_offheap_mapping(s));
+        // Thread stacks that leak are threads never joined: a leak of threads, not of mappings.
+        let (maps, heap): (Group<'_>, Group<'_>) =
+            leaks.iter().partition(|(_, s)| is_offheap_mapping(s) && s.threads.is_none());
         let sum = |v: &[(usize, &SiteAnalysis)]| v.iter().map(|(_, s)| s.growth_bytes_per_s).sum::<f64>();
         let offheap = sum(&maps) > sum(&heap);
         let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };

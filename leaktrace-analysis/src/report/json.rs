@@ -61,6 +61,22 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         })
         .collect();
     let e = &s.evidence;
+    let evidence = json!({
+        "steady": trend(&e.steady),
+        "early": e.early.as_ref().map_or(Value::Null, trend),
+        "late": e.late.as_ref().map_or(Value::Null, trend),
+        "noise_floor_bytes_per_s": num(e.noise_floor_bytes_per_s),
+        "steady_growth_allocations": e.steady_growth_allocations,
+        "peak_live_bytes": e.peak_live_bytes,
+        "first_live_bytes": e.first_live_bytes,
+        "rise_bytes": num(e.rise_bytes),
+        "steady_sd_bytes": num(e.steady_sd_bytes),
+        "turnover": opt_num(e.turnover),
+        "plateau": e.plateau,
+        "steps": e.steps,
+        "single_step": e.single_step,
+        "mean_age_s": opt_num(e.mean_age_s),
+    });
     json!({
         "id": s.id,
         "kind": s.kind,
@@ -87,23 +103,10 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "resident_bytes": s.resident_bytes,
         "stack_lost": s.stack_lost,
         "stack_truncated": s.stack_truncated,
+        "threads": s.threads,
         "likely_missing_release": s.likely_missing_release,
         "lookalike": s.lookalike,
-        "evidence": {
-            "steady": trend(&e.steady),
-            "early": e.early.as_ref().map_or(Value::Null, trend),
-            "late": e.late.as_ref().map_or(Value::Null, trend),
-            "noise_floor_bytes_per_s": num(e.noise_floor_bytes_per_s),
-            "steady_growth_allocations": e.steady_growth_allocations,
-            "peak_live_bytes": e.peak_live_bytes,
-            "first_live_bytes": e.first_live_bytes,
-            "rise_bytes": num(e.rise_bytes),
-            "steady_sd_bytes": num(e.steady_sd_bytes),
-            "turnover": opt_num(e.turnover),
-            "plateau": e.plateau,
-            "steps": e.steps,
-            "single_step": e.single_step,
-        },
+        "evidence": evidence,
     })
 }
 

@@ -572,13 +572,21 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     if !caches.is_empty() {
         md.push_str("Caches (rose, then levelled off):\n\n");
         for c in &caches {
+            // Thread stacks are judged by what is resident, not by the stacks they map.
+            let holds = match c.threads {
+                Some(t) if c.kind == crate::recording::StackKind::Mmap => format!(
+                    "thread stacks of {} thread(s) hold {} resident ({} mapped)",
+                    t.threads,
+                    bytes(c.rank_bytes()),
+                    bytes(c.live_bytes)
+                ),
+                _ => format!("holds {} ({})", bytes(c.live_bytes), exact(c.live_bytes)),
+            };
             let _ = writeln!(
                 md,
-                "- {}: holds {} ({}); rose {} since the first checkpoint, then {:.1} B/s over the \
-                 steady window",
+                "- {}: {holds}; rose {} since the first checkpoint, then {:.1} B/s over the steady \
+                 window",
                 c.function,
-                bytes(c.live_bytes),
-                exact(c.live_bytes),
                 bytes(c.evidence.rise_bytes.max(0.0) as u64),
                 c.growth_bytes_per_s,
             );

@@ -228,12 +228,20 @@ fn reason(a: &Analysis) -> String {
         }
         Reason::Caches { top, count, retained_bytes, .. } => {
             let top = &a.sites[*top];
+            let holds = match top.threads {
+                Some(t) if top.kind == StackKind::Mmap => format!(
+                    "thread stacks of {} thread(s) made by {} hold {} resident ({} mapped)",
+                    t.threads,
+                    top.function,
+                    hb(top.rank_bytes()),
+                    hb(top.live_bytes)
+                ),
+                _ => format!("{} holds {}", top.function, hb(top.live_bytes)),
+            };
             format!(
-                "no leak: memory rose and levelled off (cache-like retention); largest: {} holds {} \
+                "no leak: memory rose and levelled off (cache-like retention); largest: {holds} \
                  (+{} since the first checkpoint, {:.0} B/s over the steady window); {} cache site(s) \
                  retain {} in all",
-                top.function,
-                hb(top.live_bytes),
                 hb(top.growth_bytes.max(0) as u64),
                 top.growth_bytes_per_s,
                 count,
@@ -383,6 +391,31 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
         s.growth_ci95_bytes_per_s.unwrap_or(0.0)
     );
     let map = s.kind == StackKind::Mmap;
+    match s.threads {
+        Some(t) if map => {
+            return format!(
+                "thread stacks: {} threads not joined, created by {} through pthread_create ({:+} \
+                 over the steady window, {window}); their stacks grow {per_s} in resident bytes; {} \
+                 mapped, {} resident at the end",
+                t.threads,
+                s.function,
+                t.new_threads,
+                hb(s.live_bytes),
+                hb(s.rank_bytes())
+            );
+        }
+        Some(t) => {
+            return format!(
+                "{} holds {per_s} more live bytes over the steady window ({window}) of per-thread memory \
+                 that pthread_create allocates: {} threads not joined; {} ({} B) live at the end",
+                s.function,
+                t.threads,
+                hb(s.live_bytes),
+                s.live_bytes
+            );
+        }
+        None => {}
+    }
     let growth = match (s.growth_bytes_per_unit, unit, map) {
         (Some(u), Some(unit), false) => format!(
             "{} holds {u:.0} B more live bytes per {unit} (± {:.0} at 95 %), {per_s} over the \

@@ -207,11 +207,18 @@ fn is_loader_mapping(stack: &Stack) -> bool {
     })
 }
 
-/// A thread stack (glibc's allocate_stack under pthread_create).
-pub(crate) fn is_thread_stack(stack: &Stack) -> bool {
-    callers(stack)
-        .take(3)
-        .any(|f| is_libc(f) && matches!(function(f), "allocate_stack" | "__pthread_create_2_1" | "pthread_create"))
+/// A thread's memory made by the C library's thread creation: a thread stack (glibc's
+/// `allocate_stack` under `pthread_create`, musl's `pthread_create`), or the per-thread block
+/// pthread_create allocates (the TLS vector, `allocate_dtv` under `allocate_stack`): one of the
+/// three nearest callers is libc's `allocate_stack`, `__pthread_create_2_1`, `__pthread_create`
+/// or `pthread_create` (any symbol version).
+pub fn is_thread_stack(stack: &Stack) -> bool {
+    callers(stack).take(3).any(|f| {
+        let name = function(f);
+        is_libc(f)
+            && (matches!(name, "allocate_stack" | "__pthread_create_2_1" | "__pthread_create")
+                || name.split('@').next() == Some("pthread_create"))
+    })
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -94,6 +94,9 @@ pub(super) struct Traced {
     pub(super) block_regions: Vec<(u64, u64)>,
     /// When the live blocks were last read from the kernel for that, and how long it took.
     pub(super) block_scan: Option<(std::time::Instant, std::time::Duration)>,
+    /// The tracer's clock of blocks' birth times (`Tracer::now_ms`) at this process's first
+    /// checkpoint (`t_s` = 0), ms: birth times are recorded relative to it.
+    pub(super) born_zero_ms: Option<i64>,
 }
 
 /// (device, inode) of the executable `pid` runs.
@@ -186,6 +189,7 @@ impl Traced {
             session: Default::default(),
             block_regions: Vec::new(),
             block_scan: None,
+            born_zero_ms: None,
         };
         t.watch_cgroup();
         if !launched {
@@ -596,6 +600,8 @@ impl Traced {
                 return None;
             }
         };
+        // Birth times on the recording's clock: ms since the checkpoint at t_s = 0.
+        let zero = *self.born_zero_ms.get_or_insert_with(|| tracer.now_ms() as i64 - (t_s * 1000.0).round() as i64);
         // Everything that moves is read together, before the slow part (symbolizing new stacks).
         let units_of_work = work.then(|| tracer.work_units(self.pid));
         let memory = procinfo::memory(self.pid);
@@ -634,6 +640,9 @@ impl Traced {
         }));
         let mut samples = Vec::new();
         for (key, stats, res) in all.collect::<Vec<_>>() {
+            // Kernel sites carry their blocks' birth times (off-heap mappings do not: `res`).
+            let born = |sum: u64, count: u64| sum as i64 - count as i64 * zero;
+            let kernel = res.is_none();
             samples.push(SiteSample {
                 stack: self.stack_for(tracer, key),
                 alloc_bytes: stats.alloc_bytes,
@@ -641,6 +650,8 @@ impl Traced {
                 free_bytes: stats.free_bytes,
                 free_count: stats.free_count,
                 resident_bytes: res.flatten(),
+                alloc_born_ms: kernel.then(|| born(stats.alloc_born_ms, stats.alloc_count)),
+                free_born_ms: kernel.then(|| born(stats.free_born_ms, stats.free_count)),
             });
         }
         samples.sort_by_key(|s| s.stack);
