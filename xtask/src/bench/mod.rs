@@ -28,6 +28,7 @@ mod agent;
 mod attach;
 mod helpers;
 mod micro;
+mod pyhooks;
 mod python;
 mod reach;
 mod redis;
@@ -73,6 +74,10 @@ pub struct BenchArgs {
     /// processes; uprobe_multi links and single uprobes) and update its section of the results.
     #[arg(long, conflicts_with_all = ["unwind_only", "reach_only"])]
     pub attach_only: bool,
+    /// Measure only the cost of Python frames and of the pymalloc hooks (pyhooks.rs) and update
+    /// its section of the results.
+    #[arg(long, conflicts_with_all = ["unwind_only", "reach_only", "attach_only"])]
+    pub python_only: bool,
     /// Live blocks held for the reachability scan's pause.
     #[arg(long, default_value_t = 1_000_000)]
     pub reach_blocks: u64,
@@ -102,9 +107,17 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     crate::setup()?;
     crate::build()?;
     let out = args.out.clone().unwrap_or_else(|| root().join("docs/benchmarks.md"));
-    let (reps, pairs, reach_blocks, reach_only, unwind_only, attach_only) =
-        (args.reps, args.pairs, args.reach_blocks, args.reach_only, args.unwind_only, args.attach_only);
-    let all = !unwind_only && !reach_only && !attach_only;
+    let (reps, pairs, reach_blocks, reach_only, unwind_only, attach_only, python_only) = (
+        args.reps,
+        args.pairs,
+        args.reach_blocks,
+        args.reach_only,
+        args.unwind_only,
+        args.attach_only,
+        args.python_only,
+    );
+    let python_iterations = args.python_iterations;
+    let all = !unwind_only && !reach_only && !attach_only && !python_only;
     if all {
         ensure_packages()?;
         Bench::prepare(args)?.run()?;
@@ -123,6 +136,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let section = attach::measure(reps.min(3))?;
         crate::bench_unwind::write_marked(&out, attach::BEGIN, attach::END, &section)?;
         eprintln!("xtask: bench: wrote the attach/detach section of {}", out.display());
+    }
+    if all || python_only {
+        let section = pyhooks::measure(reps, python_iterations)?;
+        crate::bench_unwind::write_marked(&out, pyhooks::BEGIN, pyhooks::END, &section)?;
+        eprintln!("xtask: bench: wrote the Python frames and pymalloc section of {}", out.display());
     }
     Ok(())
 }
