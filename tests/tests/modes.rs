@@ -87,7 +87,8 @@ fn growth_mode_names_the_leaking_function() {
 }
 
 /// Growth mode counts pages faulted in, not pages returned: churn_pages maps, writes and unmaps
-/// 1 MiB 100 times a second (RSS flat), leak_pages keeps 64 KiB each time (RSS grows 6.4 MB/s).
+/// 1 MiB 100 times a second (RSS flat), leak_pages keeps 64 KiB each time (RSS grows 6.4 MB/s,
+/// or what the fixture says it kept per second when the loop fell behind on a loaded machine).
 /// churn_pages faults in 100 MiB/s, far more than RSS grows: it is temporary, not a leak; the
 /// verdict is a leak naming leak_pages, and the traced growth is leak_pages' (within 30 %),
 /// not the churn's.
@@ -107,7 +108,14 @@ fn growth_mode_pages_returned_are_not_a_leak() {
     assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
     assert!(str_of(verdict, "summary").contains("leak_pages"), "{ctx}");
     let growth = r.get(&["summary", "growth_bytes_per_s"]).as_f64().unwrap_or(0.0);
-    assert_within("traced growth (B/s)", growth, 65536.0 * 100.0, 0.3, &ctx);
+    // The rate leak_pages kept as the loop ran (6.4 MB/s at 100 iterations a second; less when
+    // the machine is loaded and the loop falls behind its sleeps).
+    let truth = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("leak_rate ")?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("modes churn printed no leak_rate\n{ctx}"));
+    assert_within("traced growth (B/s)", growth, truth, 0.3, &ctx);
 }
 
 /// Function names of a site's frames, innermost first.
