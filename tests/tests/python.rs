@@ -280,8 +280,10 @@ fn python_frames_shared_libpython_38() {
 
 /// A pure Python allocation (with --pymalloc and --python-frames on): the objects grow.py keeps in its list are made by
 /// the interpreter for one line of the script, which is the culprit of their sites
-/// (`<module> (grow.py:LINE)`), not an interpreter function. (--max-stacks: imports at startup
-/// make thousands of distinct stacks once every object allocation is traced.)
+/// (`<module> (grow.py:LINE)`), not an interpreter function. Attached once the script has
+/// printed its PID (its imports are done): every object allocation is traced and slowed many
+/// times over, and a launched recording of a few seconds on a loaded machine saw mostly the
+/// imports' unmarshalled code objects. (--max-stacks: every object allocation is traced.)
 #[test]
 fn python_frames_name_the_line_of_a_pure_python_leak() {
     require_root();
@@ -290,11 +292,11 @@ fn python_frames_name_the_line_of_a_pure_python_leak() {
     let out = OutDir::new("pyframes-pure");
     let mut cmd = Command::new(python());
     cmd.arg(&script).args(["managed", "5000"]);
-    let o = record_launch(
-        &out,
-        &["--pymalloc", "--python-frames", "on", "--max-stacks", "200000", "--duration", "8s"],
-        cmd,
-    );
+    let target = Target::spawn(cmd);
+    target.expect_pid_line();
+    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms"]);
+    lt.args(["--pymalloc", "--python-frames", "on", "--max-stacks", "200000", "--duration", "8s", "--out"]).arg(&out.path);
+    let o = Running::spawn(lt, None).wait(TIMEOUT);
     o.assert_success();
     let r = Report::load(&out.path);
     let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
