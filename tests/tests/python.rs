@@ -295,7 +295,8 @@ fn python_frames_name_the_line_of_a_pure_python_leak() {
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms"]);
-    lt.args(["--pymalloc", "--python-frames", "on", "--max-stacks", "200000", "--duration", "8s", "--out"]).arg(&out.path);
+    lt.args(["--pymalloc", "--python-frames", "on", "--max-stacks", "200000", "--duration", "8s", "--out"])
+        .arg(&out.path);
     let o = Running::spawn(lt, None).wait(TIMEOUT);
     o.assert_success();
     let r = Report::load(&out.path);
