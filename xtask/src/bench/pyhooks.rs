@@ -1,15 +1,15 @@
 //! The Python part of `cargo xtask bench` that issue #11 asks for: what reading the Python frames
 //! at each traced allocation costs, and what the pymalloc hooks (`--pymalloc`) cost, beside the
-//! native-only stacks (`--python-frames off`), on one pure-Python workload
-//! (`xtask/bench/churn.py`) in one run.
+//! native-only stacks (`--python-frames off`), on one Python workload (`xtask/bench/pyalloc.py`:
+//! per iteration ~64 malloc/free pairs from Python code and ~1,700 pymalloc calls) in one run.
 //!
 //! Each variant is launched under `leaktrace record` (exact mode) and runs the loop for a fixed
-//! number of iterations; its figure is the loop's process CPU time per iteration (`cpu_s` printed
+//! number of iterations (a quarter of `--python-iterations`); its figure is the loop's process CPU time per iteration (`cpu_s` printed
 //! by the script, so the agent's own CPU is not in it). The calls each variant traced are the
 //! `allocs` and `frees` counters of its report.json, so the cost per traced allocator call is
 //! (CPU per iteration − untraced CPU per iteration) × iterations / traced calls. The pymalloc
 //! variants trap on every object allocation and free (~85× the CPU of the loop), so they run a
-//! fortieth of the iterations; the loop's per-iteration cost does not depend on its length
+//! tenth of that; the loop's per-iteration cost does not depend on its length
 //! (a bounded window of 256 dicts is reached after 256 iterations).
 //!
 //! The results replace the section between [`BEGIN`] and [`END`] in docs/benchmarks.md.
@@ -20,8 +20,10 @@ use super::*;
 pub const BEGIN: &str = "<!-- python hooks bench: written by `cargo xtask bench`, begin -->";
 pub const END: &str = "<!-- python hooks bench: end -->";
 
-/// The pymalloc variants run this fraction of the iterations.
-const PYMALLOC_DIVISOR: u64 = 40;
+/// The loop runs `--python-iterations` / this many iterations ...
+const ITERATIONS_DIVISOR: u64 = 4;
+/// ... and the pymalloc variants a tenth of those.
+const PYMALLOC_DIVISOR: u64 = 10;
 
 /// One variant: its name, leaktrace's options (None: untraced), whether it runs the shorter loop.
 struct Variant {
@@ -57,7 +59,7 @@ struct Run {
 }
 
 fn command(leaktrace: &Path, python: &Path, work: &Path, v: &Variant, i: usize, iterations: u64) -> Command {
-    let script = root().join("xtask/bench/churn.py");
+    let script = root().join("xtask/bench/pyalloc.py");
     let mut c = match v.options {
         None => Command::new(python),
         Some(options) => {
@@ -91,9 +93,10 @@ fn one_run(cmd: &mut Command, work: &Path, v: &Variant, i: usize, iterations: u6
     Ok(Run { cpu_per_iter: cpu / iterations as f64, calls_per_iter: calls / iterations as f64 })
 }
 
-/// Measure `reps` interleaved runs of each variant, `iterations` loop iterations each (the
-/// pymalloc variants a fortieth); the markdown section (between the markers).
-pub(super) fn measure(reps: usize, iterations: u64) -> Result<String> {
+/// Measure `reps` interleaved runs of each variant, `python_iterations` / 4 loop iterations each
+/// (the pymalloc variants a tenth of those); the markdown section (between the markers).
+pub(super) fn measure(reps: usize, python_iterations: u64) -> Result<String> {
+    let iterations = (python_iterations / ITERATIONS_DIVISOR).max(1000);
     let work = root().join("target/bench/pyhooks");
     std::fs::create_dir_all(&work)?;
     let python = query_line("python3", &["-c", "import sys; print(sys.executable)"])
@@ -132,8 +135,9 @@ pub(super) fn measure(reps: usize, iterations: u64) -> Result<String> {
     s.push_str(&format!(
         "## Python frames and the pymalloc hooks\n\n\
          Measured by `cargo xtask bench` ({date}; `--python-only` runs just this part), {} interleaved run(s) of each variant, \
-         1-minute load {load} at the starts. `xtask/bench/churn.py` under {version} (`{}`), launched under `leaktrace record` in exact mode: \
-         {iterations} iterations, the `--pymalloc` variants {short} (they trap on every object allocation and free). CPU is the loop's own \
+         1-minute load {load} at the starts. `xtask/bench/pyalloc.py` (per iteration 64 bytes objects of 1000 bytes, each a malloc and \
+         later a free, and dicts, lists and strings from pymalloc's arenas) under {version} (`{}`), launched under `leaktrace record` in \
+         exact mode: {iterations} iterations, the `--pymalloc` variants {short} (they trap on every object allocation and free). CPU is the loop's own \
          process CPU time per iteration (the script's `cpu_s`; the agent's CPU is not in it); traced calls are report.json's \
          `events.allocs` + `events.frees` per iteration; the cost per traced call is the CPU added over the untraced loop divided by them.\n\n",
         reps.max(1),
@@ -166,8 +170,8 @@ pub(super) fn measure(reps: usize, iterations: u64) -> Result<String> {
     if let (Some(native), Some(pymalloc)) = (frames_ns(2, 1), frames_ns(4, 3)) {
         s.push_str(&format!(
             "Reading the Python frames at each traced allocation (frames on minus `--python-frames off`, over the calls traced): \
-             {native:.0} ns per call of the malloc family (few: pymalloc serves most objects from its arenas), \
-             {pymalloc:.0} ns per call with `--pymalloc`. \
+             {native:.0} ns per call of the malloc family, {pymalloc:.0} ns per call with `--pymalloc` (every object allocation and \
+             free traced). \
              A difference within the runs' spread is noise: compare it with the runs column.\n\n"
         ));
     }
