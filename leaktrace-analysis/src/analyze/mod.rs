@@ -77,6 +77,10 @@ pub const MIN_PLATEAU_POINTS: usize = 5;
 pub const PLATEAU_RATIO: f64 = 0.5;
 /// Fragmentation: the traced live bytes must grow slower than this fraction of the RSS-anon slope.
 pub const FRAGMENTATION_RATIO: f64 = 0.25;
+
+/// Share of RssFile's growth over the analysed span that a traced mapping site's resident
+/// growth must explain for the file-backed verdict ([`Reason::FileBacked`]) to name it.
+pub const FILE_SITE_SHARE: f64 = 0.5;
 /// |t| values are capped at this value (a perfectly straight line has an infinite t).
 pub const T_CAP: f64 = 1e6;
 /// Absolute part of the noise floor of a kind's series (managed, off-heap, ...), bytes per
@@ -567,6 +571,20 @@ pub enum Reason {
         trend: Trend,
         /// Slope of the traced live bytes (heap and mappings), bytes per second.
         traced_bytes_per_s: f64,
+    },
+    /// Resident file-backed memory (RssFile) grows while the traced live bytes do not: pages of
+    /// mapped files touched over time (a file mapped shared and written, a file mapped and
+    /// read). Not "no leak".
+    FileBacked {
+        /// RssFile over the steady window.
+        trend: Trend,
+        /// Slope of the traced live bytes (heap and mappings), bytes per second.
+        traced_bytes_per_s: f64,
+        /// The traced mapping site whose resident bytes grew most, when it explains at least half
+        /// of RssFile's growth ([`FILE_SITE_SHARE`]): (its index in [`Analysis::sites`], its
+        /// resident bytes at the start and at the end of the analysed span). None: the pages are
+        /// in mappings no traced call made (private file mappings, mappings made before attach).
+        site: Option<(usize, u64, u64)>,
     },
     /// Too few checkpoints to measure growth.
     TooFewCheckpoints {

@@ -527,6 +527,16 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         fit(&points(&mt, &mv, time_range(&mt, span_from, span_to)))
     });
     let rss_shmem_trend = series_trend(&memory.rss_shmem_bytes);
+    let rss_file_trend = series_trend(&memory.rss_file_bytes);
+    // Each mapping site's resident bytes at the first and the last checkpoint of the analysed
+    // span that read them: (stack id, first, last), for the file-backed verdict.
+    let mapping_resident: Vec<(u32, u64, u64)> = (0..stacks.len())
+        .filter(|&si| stacks[si].kind == StackKind::Mmap)
+        .filter_map(|si| {
+            let read = || tl.resident[si][span.clone()].iter().flatten().copied();
+            Some((stacks[si].id, read().next()?, read().last()?))
+        })
+        .collect();
 
     // Per unit of work, over the same steady window; off-heap bytes; occupied heap to RSS.
     let traced_unit_trend = unit_fit(&units, &traced, win.steady.clone());
@@ -595,6 +605,9 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         allocator: &memory.allocator_resident_bytes,
         rss_shmem_trend: rss_shmem_trend.as_ref(),
         rss_shmem: &memory.rss_shmem_bytes,
+        rss_file_trend: rss_file_trend.as_ref(),
+        rss_file: &memory.rss_file_bytes,
+        mapping_resident: &mapping_resident,
         f_drops,
         late_from,
         span_to,

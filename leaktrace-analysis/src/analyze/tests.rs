@@ -1394,6 +1394,88 @@ fn untraced_shared_memory_growth_is_named() {
     assert!(md.contains("- RSS by kind: anon 4.0 MiB → 4.0 MiB, shmem 0 B → "), "{md}");
 }
 
+/// Item 3 of issue 17, file-backed pages: RssFile grows 819,200 B/s while nothing traced grows
+/// (RssAnon and RssShmem flat). (a) No traced mapping holds the pages (a file mapped privately, or
+/// before attach): the verdict is off-heap, names file-backed memory and says no traced mapping
+/// site holds them. (b) A traced mapping (map_file: 64 MiB mapped once at the start, never
+/// unmapped) whose resident bytes grow with RssFile: the verdict names it as a traced mapping
+/// site whose mapped size does not grow. (c) RssFile that rose for 40 s and then stayed flat
+/// (the loaded objects paged in at start-up) is no growth: the churn stays temporary.
+#[test]
+fn file_backed_rss_growth_is_named() {
+    let file_mem = |rss_file: fn(f64) -> u64| {
+        move |t: f64| {
+            Some(crate::recording::ProcMemory {
+                rss_bytes: (4 << 20) + rss_file(t),
+                rss_anon_bytes: 4 << 20,
+                rss_file_bytes: rss_file(t),
+                rss_shmem_bytes: 0,
+                vm_size_bytes: 1 << 30,
+            })
+        }
+    };
+    let growing = |t: f64| (8 << 20) + (819_200.0 * t) as u64;
+    let map_file = || {
+        let stack = Stack {
+            id: 4,
+            kind: StackKind::Mmap,
+            frames: vec![
+                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+                frame("map_file", "/opt/server/bin/server", Some(("/build/src/map.c", 7))).into(),
+                frame("main", "/opt/server/bin/server", Some(("/build/src/main.cc", 20))).into(),
+            ],
+            lost: false,
+            truncated: None,
+        };
+        let f: SiteFn = Box::new(|_| (64 << 20, 1, 0, 0));
+        (stack, f)
+    };
+
+    // (a) untraced.
+    let r = recording(&times61(), vec![temp_site()], &file_mem(growing), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(site(&a, 3).class, SiteClass::Temporary);
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", sentence(&a));
+    let Reason::FileBacked { trend, site: None, .. } = a.verdict.reason else { panic!("{:?}", a.verdict.reason) };
+    assert!((trend.slope_bytes_per_s - 819_200.0).abs() < 0.01 * 819_200.0, "{}", trend.slope_bytes_per_s);
+    assert!(a.verdict.confidence <= 0.7, "{}", a.verdict.confidence);
+    let text = sentence(&a);
+    assert!(text.starts_with("RSS grows and nothing traced explains it: file-backed memory (RssFile) grows"), "{text}");
+    assert!(text.contains("no traced mapping site holds them"), "{text}");
+
+    // (b) a traced mapping site holds them.
+    let mut r = recording(&times61(), vec![temp_site(), map_file()], &file_mem(growing), &no_counters);
+    for c in &mut r.checkpoints {
+        let t = c.t_s;
+        for s in c.sites.iter_mut().filter(|s| s.stack == 4) {
+            s.resident_bytes = Some((819_200.0 * t) as u64);
+        }
+    }
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{}", sentence(&a));
+    let Reason::FileBacked { site: Some((i, first, last)), .. } = a.verdict.reason else {
+        panic!("{:?}", a.verdict.reason)
+    };
+    assert_eq!(a.sites[i].id, 4);
+    assert_eq!((first, last), (0, 60 * 819_200));
+    assert_ne!(a.sites[i].class, SiteClass::Leak, "its mapped size does not grow");
+    let text = sentence(&a);
+    assert!(
+        text.contains(
+            "the pages are in mappings made at map_file (a traced mapping site: 64.0 MiB mapped, resident 0 B → "
+        ),
+        "{text}"
+    );
+    assert!(text.contains("its mapped size does not grow"), "{text}");
+
+    // (c) start-up page-in that levelled off.
+    let startup = |t: f64| (8 << 20) + (819_200.0 * t.min(40.0)) as u64;
+    let r = recording(&times61(), vec![temp_site()], &file_mem(startup), &no_counters);
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert!(!matches!(a.verdict.reason, Reason::FileBacked { .. }), "{}", sentence(&a));
+    assert_eq!(a.verdict.class, ProcessClass::Temporary, "{}", sentence(&a));
+}
+
 /// Issue 17, item A: a launched command whose leak its teardown frees (static destructors,
 /// atexit handlers, interpreter finalization). With the teardown checkpoint, growth is judged
 /// up to it (a leak at 1,000 B/s), the teardown's frees are reported apart and the leak is not

@@ -30,6 +30,11 @@ pub(super) struct ProcessInput<'a> {
     pub(super) allocator: &'a [(f64, u64)],
     pub(super) rss_shmem_trend: Option<&'a Trend>,
     pub(super) rss_shmem: &'a [(f64, u64)],
+    pub(super) rss_file_trend: Option<&'a Trend>,
+    pub(super) rss_file: &'a [(f64, u64)],
+    /// Each mapping site's resident bytes at the first and the last checkpoint of the analysed
+    /// span that read them: (stack id, first, last).
+    pub(super) mapping_resident: &'a [(u32, u64, u64)],
     pub(super) f_drops: f64,
     /// Start of the last quarter of the analysed span and its end, seconds (the checkpoints'
     /// time base); None without a late window.
@@ -239,6 +244,35 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
             (f_tstat(st) * f_points(st.n) * gap(st, p.traced_trend.slope_bytes_per_s) * share * p.f_drops).min(0.7),
         );
         let reason = Reason::UntracedShmem { trend: *st, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s };
+        return verdict(ProcessClass::OffHeap, confidence, reason);
+    }
+
+    // File-backed pages grow, nothing traced does: pages of mapped files touched over time (a
+    // file mapped shared and written, a file mapped and read). Page-in that rose and levelled
+    // off (code and data of the loaded objects at start-up) is not growth. Named as file-backed
+    // memory; when a traced mapping site's resident bytes explain at least half of it, that site
+    // (its mapped size need not grow). Confidence at most 0.7, as for shared memory.
+    let file_grows = p.rss_file_trend.filter(|ft| {
+        let floor = process_floor(p.rss_file, p.duration);
+        outgrows(ft, floor, p.traced_trend.slope_bytes_per_s)
+            && !levelled_off(p.rss_file, p.late_from, p.span_to, ft, floor)
+    });
+    if let Some(ft) = file_grows {
+        let confidence = clamp_conf(
+            (f_tstat(ft) * f_points(ft.n) * gap(ft, p.traced_trend.slope_bytes_per_s) * share * p.f_drops).min(0.7),
+        );
+        let site = p
+            .mapping_resident
+            .iter()
+            .filter(|(_, first, last)| last > first)
+            .max_by_key(|(_, first, last)| last - first)
+            .filter(|(_, first, last)| {
+                p.duration > 0.0 && (last - first) as f64 / p.duration >= FILE_SITE_SHARE * ft.slope_bytes_per_s
+            })
+            .and_then(|&(id, first, last)| {
+                p.sites.iter().position(|s| s.id == id && s.kind == StackKind::Mmap).map(|i| (i, first, last))
+            });
+        let reason = Reason::FileBacked { trend: *ft, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, site };
         return verdict(ProcessClass::OffHeap, confidence, reason);
     }
 

@@ -192,6 +192,38 @@ fn reason(a: &Analysis) -> String {
             trend.ci95_bytes_per_s.unwrap_or(0.0),
             flat(*traced_bytes_per_s)
         ),
+        Reason::FileBacked { trend, traced_bytes_per_s, site } => {
+            let whose = match site {
+                Some((i, first, last)) => {
+                    let s = &a.sites[*i];
+                    format!(
+                        "the pages are in mappings made at {} (a traced mapping site: {} mapped, \
+                         resident {} → {}): its mapped size {}, its resident pages grow",
+                        s.function,
+                        hb(s.live_bytes),
+                        hb(*first),
+                        hb(*last),
+                        if s.growth_bytes_per_s.abs() < trend.slope_bytes_per_s / 4.0 {
+                            "does not grow"
+                        } else {
+                            "grows too"
+                        }
+                    )
+                }
+                None => "no traced mapping site holds them: files mapped privately (not traced) or \
+                         mapped before attach"
+                    .to_string(),
+            };
+            format!(
+                "RSS grows and nothing traced explains it: file-backed memory (RssFile) grows {} \
+                 ({:.0} B/s ± {:.0} at 95 %) while traced live bytes {} — pages of mapped files \
+                 touched over time; {whose}; not \"no leak\"",
+                hr(trend.slope_bytes_per_s),
+                trend.slope_bytes_per_s,
+                trend.ci95_bytes_per_s.unwrap_or(0.0),
+                flat(*traced_bytes_per_s)
+            )
+        }
         Reason::TooShort { checkpoints, duration_s } => {
             format!(
                 "inconclusive: too short to classify ({checkpoints} checkpoint(s) over {duration_s:.1} s); {}",
