@@ -170,11 +170,48 @@ fn assert_found(run: &Run, culprit: &str, decoy: &str, library: &str) {
     }
 }
 
+/// The leak-pattern catalog's hint on the leak: the top growing site (through `culprit`) and
+/// every leak site carry `likely_missing_release` with `release` (first), the verdict's
+/// sentence says "likely missing RELEASE" and report.md has the site's pattern line; no site
+/// through the balanced `decoy` (the same API, its result released) carries a hint.
+fn assert_hint(run: &Run, culprit: &str, release: &str, decoy: &str) {
+    let ctx = &run.ctx;
+    let top = run.report.largest_growth();
+    assert_eq!(function_base(str_of(top, "function")), culprit, "the top growing site\n{ctx}");
+    assert_eq!(top["likely_missing_release"]["release"], release, "the top site's missing release\n{ctx}");
+    for s in run.report.sites() {
+        let frames = s["frames"].as_array().unwrap();
+        // A leak site of the same bug through another API of the library names its own release
+        // ("sqlite3_finalize (or sqlite3_reset)" for what sqlite3_step allocated).
+        if str_of(s, "class") == "leak" {
+            let hint = s["likely_missing_release"]["release"].as_str().unwrap_or("");
+            assert!(hint.starts_with(release), "a leak site's hint {hint:?}: {:?}\n{ctx}", names(frames));
+        }
+        if has(frames, decoy) {
+            assert!(
+                s["likely_missing_release"].is_null(),
+                "the balanced decoy {decoy}'s site has a hint: {}\n{ctx}",
+                s["likely_missing_release"]
+            );
+        }
+    }
+    let decoys = run.report.sites().iter().filter(|s| has(s["frames"].as_array().unwrap(), decoy)).count();
+    eprintln!("{culprit}: {decoys} site(s) through the decoy {decoy} in report.json");
+    let summary = str_of(run.report.get(&["verdict"]), "summary");
+    assert!(summary.contains(&format!("likely missing {release}")), "verdict: {summary}\n{ctx}");
+    let md = std::fs::read_to_string(run.out.file("report.md")).expect("report.md");
+    assert!(
+        md.contains(&format!("whose result must be released with {release}: likely missing")),
+        "report.md has no pattern line naming {release}\n{ctx}"
+    );
+}
+
 #[test]
 fn asprintf_leak_in_libc_names_build_page() {
     require_root();
     let run = record("unwind-asprintf", &[], &nofp().c, &["asprintf", "700"]);
     assert_found(&run, "build_page", "format_line", "libc.so");
+    assert_hint(&run, "build_page", "free", "format_line");
     // libc's own frames are named with file and line from its separate debug file
     // (/usr/lib/debug/.build-id/…, Debian's libc6-dbg, which `cargo xtask setup` installs).
     let stacks = stacks_through(&run, "build_page");
@@ -197,6 +234,7 @@ fn zlib_inflate_without_end_names_decode_message() {
     require_root();
     let run = record("unwind-zlib", &[], &nofp().c, &["zlib", "700"]);
     assert_found(&run, "decode_message", "read_header", "libz.so");
+    assert_hint(&run, "decode_message", "inflateEnd", "read_header");
     // Both leaked blocks (the inflate state from inflateInit2_ and the window from inflate) are
     // attributed to decode_message, not merged with uncompress's balanced inflateInit2_.
     let stacks = stacks_through(&run, "decode_message");
@@ -208,6 +246,7 @@ fn ssl_new_without_free_names_open_session() {
     require_root();
     let run = record("unwind-ssl", &[], &nofp().c, &["ssl", "600"]);
     assert_found(&run, "open_session", "probe_session", "libssl.so");
+    assert_hint(&run, "open_session", "SSL_free", "probe_session");
 }
 
 #[test]
@@ -215,6 +254,7 @@ fn sqlite_prepare_without_finalize_names_run_query() {
     require_root();
     let run = record("unwind-sqlite", &[], &nofp().c, &["sqlite", "600"]);
     assert_found(&run, "run_query", "count_rows", "libsqlite3.so");
+    assert_hint(&run, "run_query", "sqlite3_finalize", "count_rows");
 }
 
 #[test]
