@@ -860,8 +860,18 @@ fn go_cstring_never_freed_is_native() {
     assert!(top["stack_truncated"].is_null(), "{frames:?}\n{ctx}");
     assert_eq!(top["frees"], 0, "the freed copies of normalize() are another site\n{ctx}");
     assert_verdict_starts(&r, "native leak in main.lookupRoute", &ctx);
+    // The leak-pattern catalog: C.CString's result must be released with C.free, in report.json,
+    // the verdict and report.md.
+    assert_eq!(top["likely_missing_release"]["release"], "C.free", "{ctx}");
+    let summary = str_of(&r.json["verdict"], "summary");
+    assert!(summary.contains("likely missing C.free"), "the verdict does not name C.free: {summary}\n{ctx}");
+    let md = std::fs::read_to_string(out.file("report.md")).expect("report.md");
+    assert!(
+        md.contains("whose result must be released with C.free: likely missing"),
+        "report.md: no C.free pattern\n{ctx}"
+    );
     // The decoy: the same cgo malloc from normalize(), freed each call, is its own stack, and
-    // no leak site passes through it.
+    // no leak site passes through it (nor does any site through it carry a hint).
     let rec: Value = serde_json::from_slice(&std::fs::read(out.path.join("recording.json")).unwrap()).unwrap();
     let through =
         |st: &Value, name: &str| st["frames"].as_array().unwrap().iter().any(|f| f["function"].as_str() == Some(name));
@@ -875,6 +885,9 @@ fn go_cstring_never_freed_is_native() {
     );
     for s in r.sites().iter().filter(|s| s["class"] == "leak") {
         assert!(!through(s, "main.normalize"), "normalize's freed copies flagged: {s:#}\n{ctx}");
+    }
+    for s in r.sites().iter().filter(|s| through(s, "main.normalize")) {
+        assert!(s["likely_missing_release"].is_null(), "normalize's freed copies get a hint: {s:#}\n{ctx}");
     }
 }
 

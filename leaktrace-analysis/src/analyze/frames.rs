@@ -39,7 +39,8 @@ pub fn is_allocator(f: &Frame) -> bool {
 /// True for a frame of system or standard-library code: a shared library installed in a system
 /// library directory (libc, libstdc++, libz, libssl, libsqlite3, ...: /lib, /usr/lib, /lib64,
 /// /usr/lib64), or a function of the C++ or Rust standard library (`std::`, `__gnu_cxx::`,
-/// `alloc::`, `core::`), inlined into user code or not. Packages installed under a system
+/// `alloc::`, `core::`; a Rust trait method `<TYPE as TRAIT>::m` when the trait is the standard
+/// library's and the type is too or is a primitive), inlined into user code or not. Packages installed under a system
 /// directory are not system code: a Python extension in `dist-packages`/`site-packages`
 /// (`/usr/lib/python3/dist-packages/lxml/etree.cpython-311-x86_64-linux-gnu.so`), a Node addon
 /// in `node_modules` — they are the third-party extensions whose leaks people trace.
@@ -52,9 +53,22 @@ pub fn is_system_frame(f: &Frame) -> bool {
     });
     let std_function = f.function.as_deref().is_some_and(|n| {
         const STD: [&str; 4] = ["std::", "__gnu_cxx::", "alloc::", "core::"];
-        // A Rust trait method starts with `<` (`<alloc::string::String as core::fmt::Write>::..`).
+        let std_path = |p: &str| STD.iter().any(|s| p.starts_with(s));
+        // A Rust trait method: `<TYPE as TRAIT>::method`. It is the standard library's when the
+        // trait is (`core::fmt::Write`, `alloc::vec::spec_from_elem::SpecFromElem`) and so is
+        // the type, or the type is a primitive (`<u8 as alloc::..::SpecFromElem>::from_elem`,
+        // inlined by `vec![x; n]`); the user's impl of a standard trait
+        // (`<app::Config as core::fmt::Display>::fmt`) or a user trait (`<alloc::vec::Vec<T>
+        // as app::Store>::put`) is not.
+        if let Some((ty, tr)) = rust_trait_impl(n) {
+            let ty = ty.trim_start_matches(['&', '*', '[', '(']);
+            let ty = ty.strip_prefix("mut ").or_else(|| ty.strip_prefix("const ")).unwrap_or(ty);
+            let primitive = !ty.split('<').next().unwrap_or(ty).contains("::");
+            return std_path(tr) && (primitive || std_path(ty));
+        }
+        // An inherent method of a Rust type starts with `<` too (`<alloc::vec::Vec<T>>::push`).
         let n = n.trim_start_matches('<');
-        if STD.iter().any(|p| n.starts_with(p)) {
+        if std_path(n) {
             return true;
         }
         // A C++ name may start with its return type ("void std::vector<...>::...").
@@ -67,6 +81,24 @@ pub fn is_system_frame(f: &Frame) -> bool {
         }
     });
     in_system_lib || std_function
+}
+
+/// The type and the trait of a Rust trait method's name, `<TYPE as TRAIT>::method`: the ` as `
+/// at the outermost level of the leading `<…>`. None for any other name.
+fn rust_trait_impl(name: &str) -> Option<(&str, &str)> {
+    let inner = name.strip_prefix('<')?;
+    let mut depth = 0usize;
+    let mut as_at = None;
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' if depth == 0 => return as_at.map(|a| (&inner[..a], &inner[a + 4..i])),
+            '>' | ')' | ']' => depth = depth.saturating_sub(1),
+            ' ' if depth == 0 && as_at.is_none() && inner[i..].starts_with(" as ") => as_at = Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// True for a JIT frame named from a V8 perf map (`JS:*step /srv/app.js:10:14`,
@@ -301,5 +333,35 @@ mod tests {
         assert!(!is_system_frame(&at("/usr/lib/python3.11/site-packages/ext/_leak.cpython-311-x86_64-linux-gnu.so")));
         assert!(!is_system_frame(&at("/usr/lib/node_modules/addon/build/Release/addon.node.so")));
         assert!(!is_system_frame(&at("/srv/app/libplugin.so")));
+    }
+
+    fn named(function: &str) -> Frame {
+        Frame { object: Some("/srv/app/server".into()), function: Some(function.into()), ..Default::default() }
+    }
+
+    /// Issue 17, item 7: Rust's standard library inlined into a release build is standard-library
+    /// code however its name starts; the user's impls of standard traits are the user's.
+    #[test]
+    fn rust_standard_library_frames_are_system_code() {
+        for std in [
+            "alloc::raw_vec::RawVecInner<A>::try_allocate_in",
+            "<alloc::vec::Vec<T>>::push",
+            "<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
+            "<&str as alloc::string::ToString>::to_string",
+            "<[u8] as alloc::slice::hack::ConvertVec>::to_vec",
+            "<alloc::string::String as core::fmt::Write>::write_str",
+            "<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold",
+            "std::collections::hash::map::HashMap<K,V,S>::insert",
+        ] {
+            assert!(is_system_frame(&named(std)), "{std}");
+        }
+        for user in [
+            "nofp_rust::remember_request",
+            "<app::Config as core::fmt::Display>::fmt",
+            "<alloc::vec::Vec<T> as app::Store>::put",
+            "<app::Cache<K> as core::clone::Clone>::clone",
+        ] {
+            assert!(!is_system_frame(&named(user)), "{user}");
+        }
     }
 }

@@ -49,14 +49,24 @@ fn catalog() -> &'static Catalog {
     })
 }
 
-/// A catalog pattern: exact name, `prefix*`, `*suffix`, or `*infix*`.
-fn matches(pattern: &str, name: &str) -> bool {
-    match (pattern.strip_prefix('*'), pattern.strip_suffix('*')) {
-        (Some(rest), _) if rest.ends_with('*') => name.contains(&rest[..rest.len() - 1]),
-        (Some(suffix), _) => name.ends_with(suffix),
-        (None, Some(prefix)) => name.starts_with(prefix),
-        (None, None) => name == pattern,
+/// Whether a catalog pattern matches a function name: a glob in which each `*` stands for any
+/// run of characters (none included) and every other character for itself, wherever the `*`
+/// is: `inflateInit*`, `*_Cfunc_CString`, `*::GetStringUTFChars`, `_cgo_*_Cfunc__Cmalloc`,
+/// `tcmalloc::*ThreadCache*`. A pattern without `*` is the exact name.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    // split yields at least one part; the first is a prefix (empty when the pattern starts with `*`).
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else { return false };
+    let mut parts: Vec<&str> = parts.collect();
+    let Some(last) = parts.pop() else { return rest.is_empty() };
+    for part in parts {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
     }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The release call a leaking stack likely misses: the stack passes through an API of the
@@ -163,6 +173,58 @@ mod tests {
         for l in &c.lookalikes {
             assert!(l.source.starts_with("https://"), "{}: {}", l.name, l.source);
         }
+    }
+
+    /// Every pattern of the catalog is well-formed and can match: not empty, no surrounding
+    /// space, no `**`, not `*` alone, and it matches the names it stands for (each `*` replaced
+    /// by some text, and by none). A `*` in the middle once made a pattern an exact name no
+    /// frame has (`_cgo_*_Cfunc__Cmalloc`, `tcmalloc::*ThreadCache*`).
+    #[test]
+    fn every_catalog_pattern_is_well_formed_and_can_match() {
+        let c: Catalog = serde_json::from_str(CATALOG_JSON).expect("leak_patterns.json");
+        let patterns =
+            c.release_pairs.iter().flat_map(|p| &p.acquire).chain(c.lookalikes.iter().flat_map(|l| &l.frames));
+        let mut n = 0;
+        for p in patterns {
+            n += 1;
+            assert!(!p.is_empty() && p != "*" && !p.contains("**"), "pattern {p:?}");
+            assert_eq!(p.trim(), p, "pattern {p:?} has surrounding space");
+            for fill in ["", "X", "Some::Thing<int>"] {
+                let name = p.replace('*', fill);
+                assert!(matches(p, &name), "pattern {p:?} does not match {name:?}");
+            }
+        }
+        assert!(n >= 100, "{n} patterns");
+    }
+
+    #[test]
+    fn patterns_are_globs() {
+        assert!(matches("inflateInit2_", "inflateInit2_"));
+        assert!(!matches("inflate", "inflateInit2_"));
+        assert!(matches("inflateInit*", "inflateInit2_") && matches("inflateInit*", "inflateInit"));
+        assert!(matches("*_Cfunc_CString", "main._Cfunc_CString") && !matches("*_Cfunc_CString", "_Cfunc_CStringX"));
+        // A `*` in the middle: cgo's C-side malloc wrapper, named with the package's hash.
+        assert!(matches("_cgo_*_Cfunc__Cmalloc", "_cgo_3b1a9c2e7d55_Cfunc__Cmalloc"));
+        assert!(!matches("_cgo_*_Cfunc__Cmalloc", "_cgo_3b1a9c2e7d55_Cfunc_CString"));
+        assert!(!matches("_cgo_*_Cfunc__Cmalloc", "x_cgo_3b1a_Cfunc__Cmalloc"));
+        assert!(matches(
+            "tcmalloc::*ThreadCache*",
+            "tcmalloc::tcmalloc_internal::ThreadCache::CreateCacheIfNecessary()"
+        ));
+        assert!(!matches("tcmalloc::*ThreadCache*", "tcmalloc::PageHeap::New(unsigned long)"));
+        assert!(matches(
+            "v8::internal::wasm::*CodeManager*",
+            "v8::internal::wasm::WasmCodeManager::Commit(v8::base::AddressRegion)"
+        ));
+        // Parts do not overlap: `ab*b` needs two b's.
+        assert!(!matches("ab*b", "ab") && matches("ab*b", "abb") && matches("*a*", "a"));
+        // The cgo wrapper of a `C.CString` leak names C.free.
+        let frames = vec![
+            frame("malloc", LIBC, None),
+            frame("_cgo_3b1a9c2e7d55_Cfunc__Cmalloc", "/srv/router", None),
+            frame("main.lookupRoute", "/srv/router", Some(("main.go", 12))),
+        ];
+        assert_eq!(release_hint(&arcs(&frames), Some(2)).map(|h| h.release), Some("C.free".to_string()));
     }
 
     #[test]

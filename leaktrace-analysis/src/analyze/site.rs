@@ -376,6 +376,13 @@ pub(super) fn analyze_site(
         }
     }
 
+    // The release a leaking stack likely misses: for a site that leaks, or that never freed any
+    // of the blocks it holds; a site whose blocks are freed (the same API, its result released)
+    // is not missing the release.
+    let releasing = ser.last.free_count > 0 && class != SiteClass::Leak;
+    let likely_missing_release =
+        if releasing || ser.last.live_count() == 0 { None } else { patterns::release_hint(&st.frames, culprit_frame) };
+
     SiteAnalysis {
         id: st.id,
         kind: st.kind,
@@ -399,7 +406,7 @@ pub(super) fn analyze_site(
         growth_ci95_bytes_per_unit: per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
         threads,
-        likely_missing_release: patterns::release_hint(&st.frames, culprit_frame),
+        likely_missing_release,
         lookalike,
         class,
         confidence,

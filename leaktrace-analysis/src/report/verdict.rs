@@ -406,6 +406,9 @@ fn kind_leak(
         hb(top.live_bytes),
         top.live_bytes
     );
+    if let Some(h) = &top.likely_missing_release {
+        summary.push_str(&format!("; it passes through {} ({}): likely missing {}", h.acquire, h.library, h.release));
+    }
     if count > 1 {
         summary.push_str(&format!("; {count} leaking {k} sites in all"));
     }
