@@ -813,7 +813,9 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use frames::{basename, culprit, frame_label, is_allocator, is_one_time_site, native_interface_caller};
+pub use frames::{
+    basename, culprit, frame_label, is_allocator, is_one_time_site, is_program_frame, native_interface_caller,
+};
 pub use replay::{analyze, analyze_timeline, steady_window};
 pub use stats::{fit, t_crit95};
 pub use verdict::lost_share;
