@@ -697,6 +697,10 @@ pub struct Analysis {
     /// Each kind of memory (managed, native, off-heap, runtime) over the run; the managed entry
     /// only with a runtime.
     pub kinds: Vec<KindGrowth>,
+    /// CPython's allocator API was hooked (`--pymalloc`: the recording's probes include
+    /// `PyObject_Malloc`'s entry), so blocks pymalloc serves from its arenas have their own
+    /// stacks; false without it (arena growth is then all the Python heap shows).
+    pub pymalloc_hooked: bool,
     /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
     pub work_probe: Option<String>,
     /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None

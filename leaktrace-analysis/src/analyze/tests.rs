@@ -1905,3 +1905,48 @@ fn managed_leak_names_the_javascript_function_that_grew_the_heap() {
         }
     }
 }
+
+/// Issue 11: a Python heap that grows by pymalloc arenas (1 MiB mappings under
+/// `_PyObject_ArenaMmap`, two a second) without --pymalloc: the managed-leak verdict says that
+/// --pymalloc, or PYTHONMALLOC=malloc, would name the function and line that allocate. With
+/// CPython's allocator API hooked (the recording's probes include PyObject_Malloc's entry) it
+/// does not.
+#[test]
+fn python_arena_growth_without_pymalloc_advises_it() {
+    let times: Vec<f64> = (0..=48).map(|k| k as f64 * 0.25).collect();
+    let advice = "pymalloc's arenas (_PyObject_ArenaMmap) grow and pymalloc was not hooked: record with \
+                  --pymalloc (or run the target with PYTHONMALLOC=malloc) to name the function and line that allocate";
+    for hooked in [false, true] {
+        let arena = Stack {
+            id: 1,
+            kind: StackKind::Mmap,
+            frames: vec![
+                frame("__GI___mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+                frame("_PyObject_ArenaMmap", "/usr/lib/libpython3.11.so.1.0", None).into(),
+                frame("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0", None).into(),
+            ],
+            lost: false,
+            truncated: None,
+        };
+        let grows: SiteFn = Box::new(|t: f64| {
+            let n = (2.0 * t).floor() as u64 + 1;
+            (n << 20, n, 0, 0)
+        });
+        let mut r = recording(&times, vec![(arena, grows)], &|_| mem(200 << 20), &no_counters);
+        r.target.runtime = Some(Runtime::Python);
+        if hooked {
+            r.probes.push(crate::recording::ProbeInfo {
+                object: "/usr/lib/libpython3.11.so.1.0".into(),
+                function: "PyObject_Malloc".into(),
+                kind: crate::recording::ProbeKind::Entry,
+                offset: 0x1000,
+                placement: None,
+            });
+        }
+        let a = analyze(&r, &AnalyzeOptions::default());
+        let s = sentence(&a);
+        assert_eq!(a.pymalloc_hooked, hooked);
+        assert!(s.starts_with("managed leak: the Python heap grows"), "{s}");
+        assert_eq!(s.contains(advice), !hooked, "{s}");
+    }
+}

@@ -358,6 +358,12 @@ fn managed_leak(rt: Runtime, m: &KindGrowth, a: &Analysis) -> String {
             hr(rate),
             heap_tool(rt)
         ),
+        None if rt == Runtime::Python && !a.pymalloc_hooked && arenas_grow(a) => format!(
+            "{head}. pymalloc's arenas (_PyObject_ArenaMmap) grow and pymalloc was not hooked: \
+             record with --pymalloc (or run the target with PYTHONMALLOC=malloc) to name the \
+             function and line that allocate; {}",
+            heap_tool(rt)
+        ),
         None => format!(
             "{head}. leaktrace sees the runtime's allocator, not the code that keeps the objects: {}",
             heap_tool(rt)
@@ -365,15 +371,37 @@ fn managed_leak(rt: Runtime, m: &KindGrowth, a: &Analysis) -> String {
     }
 }
 
+/// True when pymalloc's arenas hold the Python heap's growth: the Python heap's mapping sites
+/// (under CPython's rules every managed mapping is an arena, made under `_PyObject_ArenaMmap`
+/// or its kin: [`crate::runtimes::python::classify`]) grew since the first checkpoint, by at
+/// least half of what the managed sites grew in all. Arenas come 1 MiB at a time (3.11): a
+/// Python heap growing tens of KiB a second maps one every many seconds, so what they grew over
+/// the recording says it, not their slope over the steady window.
+fn arenas_grow(a: &Analysis) -> bool {
+    let managed = a.sites.iter().filter(|s| s.memory_kind == MemoryKind::Managed);
+    let (mut arenas, mut all) = (0i64, 0i64);
+    for s in managed {
+        all += s.growth_bytes.max(0);
+        if s.kind == StackKind::Mmap {
+            arenas += s.growth_bytes.max(0);
+        }
+    }
+    arenas > 0 && 2 * arenas >= all
+}
+
 /// The culprit of the managed heap's leaking sites that are named after the program's own code
-/// ([`crate::analyze::is_program_frame`]), the one whose sites grow fastest in all: (its label,
+/// ([`crate::analyze::is_program_frame`]; not a pymalloc arena), the one whose sites grow fastest in all: (its label,
 /// their summed steady-window growth in bytes per second, how many sites). None when no leaking
 /// managed site is.
 fn managed_culprit(a: &Analysis) -> Option<(&str, f64, usize)> {
     let mut by_function: Vec<(&str, f64, usize)> = Vec::new();
+    // A pymalloc arena holds every caller's objects: not named after the Python line that
+    // happened to map it.
+    let arena = |s: &SiteAnalysis| a.runtime == Some(Runtime::Python) && s.kind == StackKind::Mmap;
     let named = a.sites.iter().filter(|s| {
         s.class == SiteClass::Leak
             && s.memory_kind == MemoryKind::Managed
+            && !arena(s)
             && s.culprit_frame.and_then(|i| s.frames.get(i)).is_some_and(|f| crate::analyze::is_program_frame(f))
     });
     for s in named {
