@@ -307,10 +307,10 @@ const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 fn pymem_leak_named_with_pymalloc_hooks(tag: &str, interpreter: &Path) {
     require_root();
     assert!(interpreter.exists(), "{} is not installed", interpreter.display());
-    let run = |name: &str, extra: &[&str]| {
+    let run = |name: &str, extra: &[&str], rate: &str| {
         let out = OutDir::new(name);
         let mut cmd = Command::new(interpreter);
-        cmd.arg(src("pymem_leak.py")).arg(pymem_ext()).args(["200", "6"]);
+        cmd.arg(src("pymem_leak.py")).arg(pymem_ext()).args([rate, "6"]);
         let o = record_launch(&out, extra, cmd);
         o.assert_success();
         let said = |key: &str| -> f64 {
@@ -325,7 +325,7 @@ fn pymem_leak_named_with_pymalloc_hooks(tag: &str, interpreter: &Path) {
         (Report::load(&out.path), out, leaked, elapsed, ctx)
     };
     let pymalloc_note = |r: &Report| warnings_with(r, "PYTHONMALLOC=malloc").len();
-    let (r, out, leaked, elapsed, ctx) = run(&format!("py-pymalloc-{tag}"), &["--pymalloc"]);
+    let (r, out, leaked, elapsed, ctx) = run(&format!("py-pymalloc-{tag}"), &["--pymalloc"], "200");
     assert!(leaked > 100.0 * 512.0, "the workload leaked only {leaked} B\n{ctx}");
     let sites = r.sites_of("split_fields");
     assert!(!sites.is_empty(), "no split_fields site\n{ctx}");
@@ -350,7 +350,9 @@ fn pymem_leak_named_with_pymalloc_hooks(tag: &str, interpreter: &Path) {
     let verdict = str_of(&r.json["verdict"], "summary");
     assert!(!verdict.contains("record with --pymalloc"), "{verdict}\n{ctx}");
     drop(out);
-    let (r, _out, _, _, ctx) = run(&format!("py-no-pymalloc-{tag}"), &[]);
+    // Ten times the rate: 512 kB/s of leaked blocks, a new 1 MiB arena every 2 s (at 51 kB/s
+    // the 6 s run's steady window may see no arena mapped, and the Python heap flat).
+    let (r, _out, _, _, ctx) = run(&format!("py-no-pymalloc-{tag}"), &[], "2000");
     assert!(r.sites_of("split_fields").is_empty(), "split_fields seen without --pymalloc?\n{ctx}");
     assert_eq!(pymalloc_note(&r), 1, "no PYTHONMALLOC=malloc note\n{ctx}");
     let verdict = str_of(&r.json["verdict"], "summary");
@@ -976,7 +978,7 @@ const AUDIT_SIZE: u32 = 200_000;
 /// checkSession makes the same string and drops it (the decoy). The V8 heap grows, the
 /// verdict is a managed leak that names recordAudit (its perf-map frame, with the script's
 /// location) and its rate, the leaking sites named recordAudit grow calls/s × 204,800 B ± 10 %
-/// (the script prints its calls and time), and no leak site is checkSession's. Failed before
+/// (the script prints its calls and time), and no V8 heap leak site is checkSession's. Failed before
 /// the managed-leak verdict named the sites' function ("leaktrace sees the runtime's allocator,
 /// not the code that keeps the objects").
 #[test]
@@ -1033,8 +1035,10 @@ fn node_js_heap_leak_names_the_javascript_function() {
         verdict.contains(&format!("its leaking sites are allocated under {function}: ")),
         "the verdict does not name {function}: {verdict}\n{ctx}"
     );
-    // The decoy's strings are garbage as soon as it returns.
-    for s in &leaks {
+    // The decoy's strings are garbage as soon as it returns: no V8 heap site through it leaks
+    // (V8's own bookkeeping, runtime memory, may: its task queue holding one more 512 B task
+    // posted by a collection checkSession triggered).
+    for s in leaks.iter().filter(|s| s["memory_kind"] == "managed") {
         let frames = frame_names(s);
         assert!(
             !frames.iter().any(|f| f.contains("checkSession")),
