@@ -119,6 +119,14 @@ pub fn is_user_jit_frame(f: &Frame) -> bool {
         && !location.starts_with("node:")
 }
 
+/// True for a frame of the program's own code that a managed-heap site can be named after: a
+/// JavaScript or Java frame named from the runtime's perf map ([`is_user_jit_frame`]), a Python
+/// frame, or a native frame of a known object that is neither the runtime, system code nor an
+/// allocator (a C extension calling `PyMem_Malloc`). The runtime's own frames are not.
+pub fn is_program_frame(f: &Frame) -> bool {
+    is_user_jit_frame(f) || f.kind == crate::recording::FrameKind::Python || is_python_extension_frame(f)
+}
+
 /// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
 /// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
 pub(super) fn is_runtime_frame(f: &Frame) -> bool {
@@ -198,7 +206,8 @@ pub fn native_interface_caller(frames: &[Arc<Frame>]) -> Option<usize> {
 /// the library that called a runtime's native interface when the allocation went through it
 /// ([`native_interface_caller`]: a JNI library's `GetStringUTFChars`, not libjvm's
 /// `os::malloc`); when that frame is a runtime's code, the first Python frame or named JIT
-/// frame beyond it, or, for CPython's code allocating (not mapping an arena), a C extension's
+/// frame beyond it (not beyond a frame of V8's garbage collector: a page it maps holds what
+/// survived, not what the function that triggered the collection allocated), or, for CPython's code allocating (not mapping an arena), a C extension's
 /// frame met before it (the extension whose `PyBytes_FromStringAndSize` object was never
 /// released, not the Python line that called it); else the innermost named frame; else the innermost frame. A frame without a function
 /// name (stripped code) counts when its object is known, labelled `object+0xFILE_OFFSET`.
@@ -251,8 +260,13 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         }
         // An arena pymalloc maps holds every caller's objects: not the extension's.
         let python_api = stack.kind == StackKind::Malloc && is_python_runtime_frame(f);
+        // A page V8's collector maps (a semi-space grown, old-space pages for promoted objects)
+        // holds what survived, not what the JavaScript function that triggered the collection
+        // allocated: no JS frame beyond a collector frame names it.
+        let collector = |f: &Frame| f.function.as_deref().is_some_and(crate::runtimes::node::is_collector_frame);
         stack.frames[i..]
             .iter()
+            .take_while(|f| !collector(f))
             .position(|f| {
                 is_user_jit_frame(f)
                     || f.kind == crate::recording::FrameKind::Python

@@ -715,6 +715,10 @@ pub struct Analysis {
     /// Each kind of memory (managed, native, off-heap, runtime) over the run; the managed entry
     /// only with a runtime.
     pub kinds: Vec<KindGrowth>,
+    /// CPython's allocator API was hooked (`--pymalloc`: the recording's probes include
+    /// `PyObject_Malloc`'s entry), so blocks pymalloc serves from its arenas have their own
+    /// stacks; false without it (arena growth is then all the Python heap shows).
+    pub pymalloc_hooked: bool,
     /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
     pub work_probe: Option<String>,
     /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None
@@ -831,7 +835,9 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use frames::{basename, culprit, frame_label, is_allocator, is_one_time_site, native_interface_caller};
+pub use frames::{
+    basename, culprit, frame_label, is_allocator, is_one_time_site, is_program_frame, native_interface_caller,
+};
 pub use replay::{analyze, analyze_timeline, steady_window};
 pub use stats::{fit, t_crit95};
 pub use verdict::lost_share;

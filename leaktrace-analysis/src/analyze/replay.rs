@@ -672,6 +672,10 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         top: opts.top,
         runtime: rec.target.runtime,
         kinds: kind_list,
+        pymalloc_hooked: rec
+            .probes
+            .iter()
+            .any(|p| p.function == "PyObject_Malloc" && p.kind == crate::recording::ProbeKind::Entry),
         work_probe: rec.work_probe.clone(),
         units_of_work,
         traced_trend,

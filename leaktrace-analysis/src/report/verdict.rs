@@ -12,7 +12,7 @@ pub fn sentence(a: &Analysis) -> String {
     let v: &Verdict = &a.verdict;
     let base = match (&v.by_kind, a.runtime) {
         (Some(KindReason::ManagedLeak), Some(rt)) => match a.kinds.iter().find(|g| g.kind == MemoryKind::Managed) {
-            Some(m) => managed_leak(rt, m, &a.kinds),
+            Some(m) => managed_leak(rt, m, a),
             None => reason(a),
         },
         (Some(KindReason::KindLeak { kind, top, label, count }), Some(rt)) => {
@@ -367,21 +367,85 @@ fn others(rt: Runtime, kinds: &[KindGrowth], except: MemoryKind) -> String {
         .join(", ")
 }
 
-/// The managed heap grows.
-fn managed_leak(rt: Runtime, m: &KindGrowth, kinds: &[KindGrowth]) -> String {
+/// The managed heap grows. When its leaking sites are named after the program's own code (a
+/// JavaScript function from Node's perf map, a Python line or an extension with `--pymalloc`:
+/// [`crate::analyze::is_program_frame`]), the fastest-growing such culprit is named with its rate,
+/// summed over its sites.
+fn managed_leak(rt: Runtime, m: &KindGrowth, a: &Analysis) -> String {
     let heap = heap_name(rt);
     let source = if m.source == "sites" { String::new() } else { format!(", {}", m.source) };
-    format!(
+    let head = format!(
         "managed leak: the {heap} grows {} ({:.0} B/s ± {:.0} at 95 %{source}) over the \
-         steady window to {}; {}. leaktrace sees the runtime's allocator, not the code \
-         that keeps the objects: {}",
+         steady window to {}; {}",
         hr(m.trend.slope_bytes_per_s),
         m.trend.slope_bytes_per_s,
         m.trend.ci95_bytes_per_s.unwrap_or(0.0),
         hb(m.end_bytes),
-        others(rt, kinds, MemoryKind::Managed),
-        heap_tool(rt)
-    )
+        others(rt, &a.kinds, MemoryKind::Managed),
+    );
+    match managed_culprit(a) {
+        Some((function, rate, n)) => format!(
+            "{head}; its leaking sites are allocated under {function}: {} ({rate:.0} B/s) in {n} \
+             site(s). leaktrace sees the code that grew the heap, not which objects keep it: {}",
+            hr(rate),
+            heap_tool(rt)
+        ),
+        None if rt == Runtime::Python && !a.pymalloc_hooked && arenas_grow(a) => format!(
+            "{head}. pymalloc's arenas (_PyObject_ArenaMmap) grow and pymalloc was not hooked: \
+             record with --pymalloc (or run the target with PYTHONMALLOC=malloc) to name the \
+             function and line that allocate; {}",
+            heap_tool(rt)
+        ),
+        None => format!(
+            "{head}. leaktrace sees the runtime's allocator, not the code that keeps the objects: {}",
+            heap_tool(rt)
+        ),
+    }
+}
+
+/// True when pymalloc's arenas hold the Python heap's growth: the Python heap's mapping sites
+/// (under CPython's rules every managed mapping is an arena, made under `_PyObject_ArenaMmap`
+/// or its kin: [`crate::runtimes::python::classify`]) grew since the first checkpoint, by at
+/// least half of what the managed sites grew in all. Arenas come 1 MiB at a time (3.11): a
+/// Python heap growing tens of KiB a second maps one every many seconds, so what they grew over
+/// the recording says it, not their slope over the steady window.
+fn arenas_grow(a: &Analysis) -> bool {
+    let managed = a.sites.iter().filter(|s| s.memory_kind == MemoryKind::Managed);
+    let (mut arenas, mut all) = (0i64, 0i64);
+    for s in managed {
+        all += s.growth_bytes.max(0);
+        if s.kind == StackKind::Mmap {
+            arenas += s.growth_bytes.max(0);
+        }
+    }
+    arenas > 0 && 2 * arenas >= all
+}
+
+/// The culprit of the managed heap's leaking sites that are named after the program's own code
+/// ([`crate::analyze::is_program_frame`]; not a pymalloc arena), the one whose sites grow fastest in all: (its label,
+/// their summed steady-window growth in bytes per second, how many sites). None when no leaking
+/// managed site is.
+fn managed_culprit(a: &Analysis) -> Option<(&str, f64, usize)> {
+    let mut by_function: Vec<(&str, f64, usize)> = Vec::new();
+    // A pymalloc arena holds every caller's objects: not named after the Python line that
+    // happened to map it.
+    let arena = |s: &SiteAnalysis| a.runtime == Some(Runtime::Python) && s.kind == StackKind::Mmap;
+    let named = a.sites.iter().filter(|s| {
+        s.class == SiteClass::Leak
+            && s.memory_kind == MemoryKind::Managed
+            && !arena(s)
+            && s.culprit_frame.and_then(|i| s.frames.get(i)).is_some_and(|f| crate::analyze::is_program_frame(f))
+    });
+    for s in named {
+        match by_function.iter_mut().find(|(f, _, _)| *f == s.function) {
+            Some((_, rate, n)) => {
+                *rate += s.growth_bytes_per_s;
+                *n += 1;
+            }
+            None => by_function.push((&s.function, s.growth_bytes_per_s, 1)),
+        }
+    }
+    by_function.into_iter().filter(|(_, rate, _)| *rate > 0.0).max_by(|x, y| x.1.total_cmp(&y.1))
 }
 
 /// Sites of kind `k` leak; `top` is the fastest of `count`.

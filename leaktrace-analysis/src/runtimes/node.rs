@@ -44,6 +44,31 @@ pub fn is_young_generation(stack: &Stack) -> bool {
         })
 }
 
+/// True for a frame of V8's garbage collector (`Heap::CollectGarbage`, the scavenger, the
+/// mark-compact collector): a page it maps (a semi-space grown, old-space pages for the objects
+/// it promotes) holds whatever survived, not what the JavaScript function below it (the one whose
+/// allocation triggered the collection) allocated.
+pub fn is_collector_frame(name: &str) -> bool {
+    const COLLECTOR: &[&str] = &[
+        "v8::internal::Heap::CollectGarbage",
+        "v8::internal::Heap::CollectAllGarbage",
+        "v8::internal::Heap::PerformGarbageCollection",
+        "v8::internal::Heap::Scavenge",
+        "v8::internal::Heap::MarkCompact",
+        "v8::internal::Scavenger",
+        "v8::internal::MarkCompactCollector",
+        "v8::internal::MinorMarkCompactCollector",
+        "v8::internal::MinorMarkSweepCollector",
+    ];
+    // A template's name starts with its return type ("heap::base::SlotCallbackResult
+    // v8::internal::Scavenger::ScavengeObject<...>").
+    let n = match name.split_once(' ') {
+        Some((ret, rest)) if !ret.contains('(') && !ret.contains('<') => rest,
+        _ => name,
+    };
+    COLLECTOR.iter().any(|p| n.starts_with(p) || name.starts_with(p))
+}
+
 /// Node's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
@@ -124,5 +149,19 @@ mod tests {
         assert_eq!(classify(&addon), Some(MemoryKind::Native));
         let thread = st("mmap", &[("__GI___mmap64", LIBC), ("allocate_stack", LIBC), ("__pthread_create_2_1", LIBC)]);
         assert_eq!(classify(&thread), Some(MemoryKind::Runtime));
+    }
+
+    #[test]
+    fn collector_frames() {
+        assert!(is_collector_frame(
+            "v8::internal::Heap::CollectGarbage(v8::internal::AllocationSpace, v8::internal::GarbageCollectionReason, v8::GCCallbackFlags)"
+        ));
+        assert!(is_collector_frame(
+            "heap::base::SlotCallbackResult v8::internal::Scavenger::ScavengeObject<v8::internal::FullHeapObjectSlot>(v8::internal::FullHeapObjectSlot, v8::internal::HeapObject)"
+        ));
+        assert!(!is_collector_frame("v8::internal::NewLargeObjectSpace::AllocateRaw(int)"));
+        assert!(!is_collector_frame(
+            "v8::internal::Factory::AllocateRaw(int, v8::internal::AllocationType, v8::internal::AllocationAlignment)"
+        ));
     }
 }

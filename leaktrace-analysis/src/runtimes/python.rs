@@ -151,9 +151,16 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             }
             // A stripped interpreter (Debian's /usr/bin/python3.11) has no name for its arena
             // function: an anonymous mapping whose nearest caller is the interpreter's own code,
-            // below an object allocation, is a pymalloc arena.
+            // below an object allocation, is a pymalloc arena. The allocation is looked for
+            // among all frames: `callers` leaves out the allocator API (`PyMem_Malloc`, which an
+            // extension calls directly: its arena was classed off-heap).
             if first_caller(stack).is_some_and(is_interpreter)
-                && callers(stack).take(6).any(|f| OBJECT_ALLOCATION.iter().any(|n| function(f).starts_with(n)))
+                && stack
+                    .frames
+                    .iter()
+                    .skip(1)
+                    .take(7)
+                    .any(|f| OBJECT_ALLOCATION.iter().any(|n| function(f).starts_with(n)))
             {
                 return Some(MemoryKind::Managed);
             }
@@ -268,6 +275,24 @@ mod tests {
         );
         std::sync::Arc::make_mut(&mut stripped.frames[1]).function = None;
         assert_eq!(classify(&stripped), Some(MemoryKind::Managed));
+        // The same interpreter mapping an arena for an extension's PyMem_Malloc (the call an
+        // allocator frame, pymalloc's own two frames unnamed): the Python heap, not off-heap.
+        let debian = "/usr/bin/python3.11";
+        let ext_so = "/srv/pymem_ext.cpython-311-x86_64-linux-gnu.so";
+        let mut for_ext = st(
+            "mmap",
+            &[
+                ("__GI___mmap64", LIBC),
+                ("x", debian),
+                ("y", debian),
+                ("PyMem_Malloc", debian),
+                ("split_fields", ext_so),
+            ],
+        );
+        for i in [1, 2] {
+            std::sync::Arc::make_mut(&mut for_ext.frames[i]).function = None;
+        }
+        assert_eq!(classify(&for_ext), Some(MemoryKind::Managed));
         let big = st("malloc", &[("__GI___libc_malloc", LIBC), ("_PyObject_Malloc", LIBPY), ("?", "")]);
         assert_eq!(classify(&big), Some(MemoryKind::Managed));
         let list = st("malloc", &[("__GI___libc_realloc", LIBC), ("list_resize", LIBPY)]);

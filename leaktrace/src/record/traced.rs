@@ -193,7 +193,7 @@ impl Traced {
         };
         t.watch_cgroup();
         if !launched {
-            t.detect_runtime(&objects);
+            t.detect_runtime(&objects, opts.pymalloc);
             t.python_frames(tracer, &objects);
         }
         t.place_teardown_probes(tracer, &objects);
@@ -295,12 +295,13 @@ impl Traced {
         self.rescan(tracer, mode, pymalloc, work_probe, t_s);
     }
 
-    /// Detect the target's runtime (once) from the objects it maps.
-    pub(super) fn detect_runtime(&mut self, objects: &[MappedObject]) {
+    /// Detect the target's runtime (once) from the objects it maps (`pymalloc`: CPython's
+    /// allocator API is hooked, `--pymalloc`).
+    pub(super) fn detect_runtime(&mut self, objects: &[MappedObject], pymalloc: bool) {
         if self.runtime.is_some() {
             return;
         }
-        if let Some(rt) = crate::runtimes::detect(self.pid, objects) {
+        if let Some(rt) = crate::runtimes::detect(self.pid, objects, pymalloc) {
             self.warnings.extend(rt.notes.iter().cloned());
             self.gauge = crate::runtimes::gauge(self.pid, &rt);
             let jvm = rt.name == crate::recording::Runtime::Jvm;
@@ -507,7 +508,7 @@ impl Traced {
                 self.exe_resolved = true;
             }
         }
-        self.detect_runtime(&objects);
+        self.detect_runtime(&objects, pymalloc);
         self.python_frames(tracer, &objects);
         if let (Some(spec), false) = (work_probe, self.work_attached)
             && let Some((obj, off)) = discover::find_work_function(spec, &objects)

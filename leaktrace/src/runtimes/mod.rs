@@ -35,10 +35,11 @@ pub trait HeapGauge: Send {
 
 /// Detect the runtime of `pid` from the objects it maps (and its executable). The first rule
 /// that recognises an object wins, in the order JVM, Python, Node, Go (a JVM or Node embedding
-/// Python is rare; a Go program never maps libjvm or libpython).
-pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
+/// Python is rare; a Go program never maps libjvm or libpython). `pymalloc`: CPython's
+/// allocator API is hooked (`--pymalloc`), which changes what the Python notes say.
+pub fn detect(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
     jvm::detect(pid, objects)
-        .or_else(|| python::detect(pid, objects))
+        .or_else(|| python::detect(pid, objects, pymalloc))
         .or_else(|| node::detect(pid, objects))
         .or_else(|| go::detect(pid, objects))
 }

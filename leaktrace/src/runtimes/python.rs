@@ -7,8 +7,10 @@ use crate::discover::MappedObject;
 use crate::recording::Runtime;
 
 /// Detect CPython: a mapped libpython, or an executable named python* that defines the
-/// interpreter's allocator (Debian's static-libpython build).
-pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
+/// interpreter's allocator (Debian's static-libpython build). `pymalloc`: CPython's allocator
+/// API is hooked (`--pymalloc`); without it (and without PYTHONMALLOC), a note says that blocks
+/// pymalloc serves are seen only as arena growth, and what would show them.
+pub fn detect(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
     let obj = objects.iter().find(|o| file_name(&o.path).starts_with("libpython")).or_else(|| {
         objects.iter().find(|o| {
             let n = file_name(&o.path);
@@ -32,12 +34,12 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
         obj.path.display()
     )];
     let pythonmalloc = environ_var(pid, "PYTHONMALLOC");
-    if pythonmalloc.is_none() {
+    if pythonmalloc.is_none() && !pymalloc {
         notes.push(
             "pymalloc serves Python objects and PyMem_Malloc blocks of up to 512 bytes from its own arenas, \
              without a malloc call: who allocates them (an extension's PyMem_Malloc, a missing Py_DECREF) \
-             is seen only as arena growth (_PyObject_ArenaMmap); run the program with PYTHONMALLOC=malloc \
-             to trace each of them by its call stack"
+             is seen only as arena growth (_PyObject_ArenaMmap); record with --pymalloc, or run the program \
+             with PYTHONMALLOC=malloc, to trace each of them by its call stack"
                 .to_string(),
         );
     }
