@@ -1006,7 +1006,7 @@ const AUDIT_SIZE: u32 = 200_000;
 #[test]
 fn node_js_heap_leak_names_the_javascript_function() {
     require_root();
-    let mut cmd = Command::new("node");
+    let mut cmd = node();
     cmd.arg("--perf-basic-prof").arg(src("audit.js")).args([AUDIT_RATE.to_string(), AUDIT_SIZE.to_string()]);
     let target = Target::spawn(cmd);
     target.expect_pid_line();
