@@ -175,6 +175,20 @@ fn node() -> Command {
     c
 }
 
+/// Attach to the running node `pid` for 12 s (250 ms checkpoints); the report, its context for
+/// messages, and the output directory. The recording must succeed and see a Node runtime.
+fn record_node_attached(name: &str, pid: u32) -> (Report, String, OutDir) {
+    let out = OutDir::new(name);
+    let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "250ms", "--duration", "12s", "--out"]);
+    lt.arg(&out.path);
+    let o = run(lt, None, Duration::from_secs(300));
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
+    assert_runtime(&r, "node", &ctx);
+    (r, ctx, out)
+}
+
 fn record(name: &str, cmd: Command) -> (Report, String, OutDir) {
     record_for(name, cmd, DURATION)
 }
@@ -1019,15 +1033,7 @@ fn node_js_heap_leak_names_the_javascript_function() {
     let first =
         wait_for(Duration::from_secs(60), || target.next_line(Duration::from_millis(500)).and_then(|l| progress(&l)));
     assert!(first.is_some(), "audit.js did not start its loop");
-    let out = OutDir::new("node-js-heap");
-    let mut lt =
-        leaktrace(["record", "--pid", &target.pid.to_string(), "--interval", "250ms", "--duration", "12s", "--out"]);
-    lt.arg(&out.path);
-    let o = run(lt, None, Duration::from_secs(300));
-    o.assert_success();
-    let r = Report::load(&out.path);
-    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
-    assert_runtime(&r, "node", &ctx);
+    let (r, ctx, _out) = record_node_attached("node-js-heap", target.pid);
     let mut seen = Vec::new();
     while let Some(l) = target.next_line(Duration::from_millis(200)) {
         seen.extend(progress(&l));
@@ -1120,15 +1126,7 @@ fn node_churn_attached_later_is_not_a_leak() {
     let target = Target::spawn(cmd);
     target.expect_pid_line();
     std::thread::sleep(Duration::from_secs(3));
-    let out = OutDir::new("node-churn-attach");
-    let pid = target.pid.to_string();
-    let mut lt = leaktrace(["record", "--pid", &pid, "--interval", "250ms", "--duration", "12s", "--out"]);
-    lt.arg(&out.path);
-    let o = run(lt, None, Duration::from_secs(300));
-    o.assert_success();
-    let r = Report::load(&out.path);
-    let ctx = format!("{}\nreport {}:\n{}", o.describe(), out.path.display(), r.summary());
-    assert_runtime(&r, "node", &ctx);
+    let (r, ctx, _out) = record_node_attached("node-churn-attach", target.pid);
     let class = str_of(&r.json["verdict"], "class");
     // "no leak", "inconclusive: ... rose in one step" when the young generation was sized up
     // early in the recording (one step is not a plateau), or glibc keeping freed memory

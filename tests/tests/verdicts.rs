@@ -393,7 +393,7 @@ fn file_backed_rss_growth_is_named() {
     eprintln!("filemap: {summary}");
 }
 
-/// Item 2, repeated bursts: leak_burst() leaks 500 blocks of 64 B at 1.5 s and every 3 s after
+/// Item 2, repeated bursts: leak_batch() leaks 500 blocks of 64 B at 1.5 s and every 3 s after
 /// (4 bursts in a 13 s run, never freed, flat in between: 10,667 B/s on average). It is a leak
 /// at 10,667 B/s ± 25 % with at least 2 steps in its evidence, never freed, holding a whole
 /// number of bursts; the verdict is a leak naming it, and the working block freed every 100 ms
@@ -402,22 +402,22 @@ fn file_backed_rss_growth_is_named() {
 fn leak_in_bursts_is_a_leak() {
     require_root();
     let (_out, r, ctx) = record_verdicts("bursts-leak", &[], "bursts", 13);
-    let site = r.site("leak_burst");
+    let site = r.site("leak_batch");
     assert_eq!(str_of(site, "class"), "leak", "{ctx}");
     let steps = site["evidence"]["steps"].as_u64().unwrap_or(0);
     assert!(steps >= 2, "{steps} step(s)\n{ctx}");
     let rate = f64_of(site, "growth_bytes_per_s");
-    assert_within("leak_burst growth (B/s)", rate, 32_000.0 / 3.0, 0.25, &ctx);
+    assert_within("leak_batch growth (B/s)", rate, 32_000.0 / 3.0, 0.25, &ctx);
     assert_eq!(u64_of(site, "frees"), 0, "{ctx}");
     let live = u64_of(site, "live_bytes");
-    assert!(live.is_multiple_of(32_000) && live >= 3 * 32_000, "leak_burst holds {live} B\n{ctx}");
+    assert!(live.is_multiple_of(32_000) && live >= 3 * 32_000, "leak_batch holds {live} B\n{ctx}");
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
-    assert!(str_of(verdict, "summary").contains("leak_burst"), "{ctx}");
+    assert!(str_of(verdict, "summary").contains("leak_batch"), "{ctx}");
     let leaks: Vec<&str> =
         r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
-    assert_eq!(leaks, ["leak_burst"], "{ctx}");
-    eprintln!("bursts: {steps} steps; leak_burst {rate:.0} B/s, {live} B; {}", str_of(verdict, "summary"));
+    assert_eq!(leaks, ["leak_batch"], "{ctx}");
+    eprintln!("bursts: {steps} steps; leak_batch {rate:.0} B/s, {live} B; {}", str_of(verdict, "summary"));
 }
 
 /// tests/fixtures/teardown.cpp, compiled once (g++ -O2 -fomit-frame-pointer: no frame pointers).

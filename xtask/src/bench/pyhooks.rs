@@ -1,7 +1,8 @@
 //! The Python part of `cargo xtask bench` that issue #11 asks for: what reading the Python frames
 //! at each traced allocation costs, and what the pymalloc hooks (`--pymalloc`) cost, beside the
-//! native-only stacks (`--python-frames off`), on one Python workload (`xtask/bench/pyalloc.py`:
-//! per iteration ~64 malloc/free pairs from Python code and ~1,700 pymalloc calls) in one run.
+//! native-only stacks (`--python-frames off`), on one Python workload (`xtask/bench/churn.py
+//! ITERATIONS malloc`: per iteration ~64 malloc/free pairs from Python code and ~1,700 pymalloc
+//! calls) in one run.
 //!
 //! Each variant is launched under `leaktrace record` (exact mode) and runs the loop for a fixed
 //! number of iterations (a quarter of `--python-iterations`); its figure is the loop's process CPU time per iteration (`cpu_s` printed
@@ -59,7 +60,7 @@ struct Run {
 }
 
 fn command(leaktrace: &Path, python: &Path, work: &Path, v: &Variant, i: usize, iterations: u64) -> Command {
-    let script = root().join("xtask/bench/pyalloc.py");
+    let script = root().join("xtask/bench/churn.py");
     let mut c = match v.options {
         None => Command::new(python),
         Some(options) => {
@@ -72,7 +73,7 @@ fn command(leaktrace: &Path, python: &Path, work: &Path, v: &Variant, i: usize, 
             c
         }
     };
-    c.arg(&script).arg(iterations.to_string());
+    c.arg(&script).arg(iterations.to_string()).arg("malloc");
     c
 }
 
@@ -135,7 +136,7 @@ pub(super) fn measure(reps: usize, python_iterations: u64) -> Result<String> {
     s.push_str(&format!(
         "## Python frames and the pymalloc hooks\n\n\
          Measured by `cargo xtask bench` ({date}; `--python-only` runs just this part), {} interleaved run(s) of each variant, \
-         1-minute load {load} at the starts. `xtask/bench/pyalloc.py` (per iteration 64 bytes objects of 1000 bytes, each a malloc and \
+         1-minute load {load} at the starts. `xtask/bench/churn.py N malloc` (per iteration 64 bytes objects of 1000 bytes, each a malloc and \
          later a free, and dicts, lists and strings from pymalloc's arenas) under {version} (`{}`), launched under `leaktrace record` in \
          exact mode: {iterations} iterations, the `--pymalloc` variants {short} (they trap on every object allocation and free). CPU is the loop's own \
          process CPU time per iteration (the script's `cpu_s`; the agent's CPU is not in it); traced calls are report.json's \
