@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::recording::{Recording, SiteSample, Stack, StackKind};
-use crate::runtimes::{MemoryKind, classify_site};
+use crate::runtimes::MemoryKind;
 
 /// A recording's checkpoints in time order and every site's series over them.
 #[derive(Clone, Debug)]
@@ -89,7 +89,7 @@ impl Timeline {
                 }
             }
         }
-        let kinds: Vec<MemoryKind> = stacks.iter().map(|st| classify_site(rec.target.runtime, st)).collect();
+        let kinds: Vec<MemoryKind> = crate::runtimes::classify_sites(rec.target.runtime, &stacks);
 
         let m = stacks.len();
         let mut live_bytes: Vec<Vec<u64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();

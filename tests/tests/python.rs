@@ -800,3 +800,36 @@ fn python_frames_on_without_an_interpreter_is_noted() {
         "the decoy's frames are not read\n{ctx}"
     );
 }
+
+/// `--pymalloc` on a program that runs no CPython interpreter (the native leaky fixture): said
+/// like `--python-frames on` (one stderr line, the same in report.md's caveats), not silently
+/// ignored; a python3 recorded with `--pymalloc` gets no such note (its allocator API is hooked).
+#[test]
+fn pymalloc_without_an_interpreter_is_noted() {
+    require_root();
+    let fx = fixtures();
+    let note =
+        |pid: u32| format!("--pymalloc: PID {pid} runs no CPython interpreter; CPython's allocator API is not hooked");
+    let out = OutDir::new("pymalloc-native");
+    let mut cmd = Command::new(&fx.leaky);
+    cmd.args(["malloc", "200", "100"]);
+    let o = record_launch(&out, &["--duration", "4s", "--pymalloc"], cmd);
+    o.assert_success();
+    let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    let pid = u64_of(&Report::load(&out.path).json["target"], "pid") as u32;
+    let said: Vec<&str> = o.stderr.lines().filter(|l| l.contains("runs no CPython interpreter")).collect();
+    assert_eq!(said, [format!("leaktrace: {}", note(pid))], "{ctx}");
+    let md = std::fs::read_to_string(out.path.join("report.md")).expect("report.md");
+    let caveats = &md[md.find("## Caveats").unwrap_or_else(|| panic!("no caveats in report.md\n{ctx}"))..];
+    assert!(caveats.contains(&note(pid)), "no note in report.md's caveats:\n{caveats}\n{ctx}");
+    // The decoy: an interpreter recorded with --pymalloc has no note.
+    let out = OutDir::new("pymalloc-python");
+    let mut cmd = Command::new(python());
+    cmd.args(["-c", "import time\nx = []\nfor i in range(200):\n    x.append(bytes(400))\n    time.sleep(0.01)\n"]);
+    let o = record_launch(&out, &["--duration", "4s", "--pymalloc"], cmd);
+    o.assert_success();
+    let ctx = format!("{}\nreport {}", o.describe(), out.path.display());
+    assert!(!o.stderr.contains("runs no CPython interpreter"), "{ctx}");
+    let md = std::fs::read_to_string(out.path.join("report.md")).expect("report.md");
+    assert!(!md.contains("runs no CPython interpreter"), "{ctx}");
+}

@@ -443,6 +443,66 @@ fn python_leak_released_at_finalization_is_a_leak() {
     }
 }
 
+/// The pymem extension leak on Debian's statically linked /usr/bin/python3.11 without
+/// --pymalloc: the interpreter is in the executable, which has no .symtab, so
+/// `_PyObject_ArenaMmap` and pymalloc are unnamed frames (`python3.11+0x22d099`); the arenas
+/// they map, below the exported `PyMem_Malloc` in the executable, are still the Python heap.
+/// Verdict: a managed leak of the Python heap at the leak's rate (leaked bytes / 10 s, ±20 %),
+/// never "no leak", and off-heap memory does not grow (it was classed off-heap, and the verdict
+/// said "no leak" while off-heap grew).
+#[test]
+fn python_pymem_leak_on_static_python_is_the_python_heap() {
+    require_root();
+    const SECONDS: f64 = 10.0;
+    let mut cmd = Command::new("/usr/bin/python3.11");
+    cmd.arg(src("pymem_leak.py")).arg(pymem_ext()).args(["200", &SECONDS.to_string()]);
+    let out = OutDir::new("py-static-pymem");
+    let o = record_launch(&out, &[], cmd);
+    o.assert_success();
+    let leaked: f64 = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("leaked_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no leaked_bytes line\n{}", o.describe()));
+    let r = Report::load(&out.path);
+    let ctx = format!(
+        "report {}:\nverdict: {}\nby kind: {:#}\n{}",
+        out.path.display(),
+        r.json["verdict"],
+        r.get(&["summary", "by_kind"]),
+        o.describe()
+    );
+    assert!(leaked > 400.0 * 512.0, "the workload leaked only {leaked} B\n{ctx}");
+    let verdict = r.get(&["verdict"]);
+    let summary = str_of(verdict, "summary");
+    assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
+    assert!(summary.starts_with("managed leak: the Python heap grows"), "{ctx}");
+    assert!(!summary.contains("no leak"), "{ctx}");
+    let managed = assert_grows(&r, "managed", 0.0, &ctx);
+    assert_within("Python heap growth (B/s)", managed, leaked / SECONDS, 0.20, &ctx);
+    assert_ne!(kind(&r, "off-heap", &ctx)["grows"].as_bool(), Some(true), "off-heap grows\n{ctx}");
+    // The arenas mapped from the executable's unnamed frames are managed, none off-heap.
+    let unnamed_exe_maps: Vec<&Value> = r
+        .sites()
+        .iter()
+        .filter(|s| str_of(s, "kind") == "mmap")
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .skip(1)
+                .find(|f| !f["object"].as_str().unwrap_or("").contains("libc"))
+                .is_some_and(|f| f["object"] == "/usr/bin/python3.11" && f["function"].is_null())
+        })
+        .collect();
+    assert!(!unnamed_exe_maps.is_empty(), "no mapping from the executable's unnamed frames\n{ctx}");
+    for s in unnamed_exe_maps {
+        assert_eq!(str_of(s, "memory_kind"), "managed", "{}\n{ctx}", s["frames"]);
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // JVM
 

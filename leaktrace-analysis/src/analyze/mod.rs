@@ -635,6 +635,10 @@ pub enum KindReason {
     /// Sites of `kind` leak: the fastest is `top`, named `label` (the runtime's name for it, or
     /// its culprit function), among `count` leaking sites of that kind.
     KindLeak { kind: MemoryKind, top: usize, label: String, count: usize },
+    /// The series of `kind` (native or off-heap) grows significantly above its floor while no
+    /// site of it is a leak (each within its noise: one arena mapped and being filled, many small
+    /// sites): not "no leak". The class is off-heap for off-heap memory, leak for native.
+    KindGrows { kind: MemoryKind },
     /// No kind leaks: the verdict names how each kind moved.
     ByKind,
 }

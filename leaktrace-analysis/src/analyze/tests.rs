@@ -2054,3 +2054,90 @@ fn python_arena_growth_without_pymalloc_advises_it() {
         assert_eq!(s.contains(advice), !hooked, "{s}");
     }
 }
+
+/// Case 30 on Debian's static python3.11 (recording review11/r30-deb-nopm: attached, 20 s,
+/// without --pymalloc): an extension's PyMem_Malloc leak of 51,200 B/s is seen only as the one
+/// pymalloc arena (1 MiB) mapped during the recording, at 17.5 s, filled page by page (24, 72,
+/// 124 KiB resident at the last three checkpoints; +42.0 KiB/s over 17–20 s at whole seconds, 41.9
+/// at the recording's times) while RSS-anon grows +52 KiB/s throughout.
+/// `shape(stack)` is that recording with `stack` as the mapping's stack.
+fn arena_filled_late(stack: Stack) -> Recording {
+    let times: Vec<f64> = (0..=20).map(f64::from).collect();
+    let resident = |t: f64| match t as u32 {
+        18 => Some(24_576),
+        19 => Some(73_728),
+        20 => Some(126_976),
+        _ => None,
+    };
+    let site: SiteFn = Box::new(move |t: f64| if t >= 18.0 { (1 << 20, 1, 0, 0) } else { (0, 0, 0, 0) });
+    let anon = |t: f64| mem(4_218_880 + (53_000.0 * t) as u64);
+    let mut r = recording(&times, vec![(stack, site)], &anon, &no_counters);
+    for c in &mut r.checkpoints {
+        for s in &mut c.sites {
+            s.resident_bytes = resident(c.t_s);
+        }
+    }
+    r.target.runtime = Some(Runtime::Python);
+    r.target.runtime_version = Some("3.11".into());
+    r
+}
+
+/// The arena's stack as Debian's executable gives it: the arena function and pymalloc unnamed
+/// (local symbols, no .symtab), then the exported PyMem_Malloc, then the extension; the 1 MiB
+/// mapping is the Python heap's and the verdict a managed leak at the arena's rate, not "no
+/// leak" with the off-heap memory growing. The same mapping made by the extension's own code is
+/// off-heap, and an off-heap series that grows with no site growing beyond noise makes an
+/// off-heap verdict, never "no leak" (it said "no leak: no allocation site grows beyond noise
+/// …; by kind: …, off-heap grows +41.9 KiB/s").
+#[test]
+fn static_python_arena_is_the_python_heap_and_growth_is_never_no_leak() {
+    const DEB: &str = "/usr/bin/python3.11";
+    const EXT: &str = "/tmp/30-deb/build/fieldsplit.cpython-311-x86_64-linux-gnu.so";
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    let unnamed = |mut f: Frame| {
+        f.function = None;
+        f
+    };
+    let arena = Stack {
+        id: 1,
+        kind: StackKind::Mmap,
+        frames: vec![
+            frame("__GI___mmap64", LIBC, None).into(),
+            unnamed(frame("a", DEB, None)).into(),
+            unnamed(frame("b", DEB, None)).into(),
+            frame("PyMem_Malloc", DEB, None).into(),
+            frame("split_fields", EXT, Some(("fieldsplit.c", 26))).into(),
+            frame("PyEval_EvalCode", DEB, None).into(),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    let a = analyze(&arena_filled_late(arena), &AnalyzeOptions::default());
+    let ctx = format!("{:?}\n{:?}\n{}", a.kinds, a.verdict, sentence(&a));
+    assert_eq!(a.sites[0].memory_kind, MemoryKind::Managed, "{ctx}");
+    let m = a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).unwrap();
+    assert!(m.grows, "{ctx}");
+    assert_eq!(a.verdict.class, ProcessClass::Leak, "{ctx}");
+    assert!(sentence(&a).starts_with("managed leak: the Python heap grows +42.0 KiB/s"), "{ctx}");
+
+    let own = Stack {
+        id: 1,
+        kind: StackKind::Mmap,
+        frames: vec![
+            frame("__GI___mmap64", LIBC, None).into(),
+            frame("map_table", EXT, Some(("fieldsplit.c", 40))).into(),
+            frame("PyEval_EvalCode", DEB, None).into(),
+        ],
+        lost: false,
+        truncated: None,
+    };
+    let a = analyze(&arena_filled_late(own), &AnalyzeOptions::default());
+    let ctx = format!("{:?}\n{:?}\n{}", a.kinds, a.verdict, sentence(&a));
+    assert_eq!(a.sites[0].memory_kind, MemoryKind::OffHeap, "{ctx}");
+    assert_ne!(a.sites[0].class, SiteClass::Leak, "the site alone is within its noise\n{ctx}");
+    assert_eq!(a.verdict.class, ProcessClass::OffHeap, "{ctx}");
+    assert_eq!(a.verdict.by_kind, Some(KindReason::KindGrows { kind: MemoryKind::OffHeap }), "{ctx}");
+    let s = sentence(&a);
+    assert!(s.starts_with("off-heap grows +42.0 KiB/s") && !s.contains("no leak:"), "{ctx}");
+    assert!(a.verdict.confidence <= 0.6, "{ctx}");
+}

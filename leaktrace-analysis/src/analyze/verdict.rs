@@ -395,6 +395,32 @@ pub(super) fn kind_verdict(
     };
     let only_flat_kind_leaks = sites.iter().any(|s| s.class == SiteClass::Leak)
         && sites.iter().filter(|s| s.class == SiteClass::Leak).all(|s| flat_kind(kind_of(s)));
+    // A kind the verdict measures (native, off-heap) grows significantly, yet no site of it
+    // leaks: the verdict would say "no leak" (no site grows beyond noise, short-lived sites, or
+    // only a flat heap's sites leak) while the by-kind part says it grows. The growing kind is
+    // the verdict then, with its series' confidence (at most 0.6: no site names it). A managed
+    // heap that grows is a managed leak above; warm-up, caches and fragmentation keep theirs.
+    let says_no_leak = matches!(v.reason, Reason::Flat { .. } | Reason::ShortLived { .. })
+        || (only_flat_kind_leaks && v.class == ProcessClass::Leak);
+    if leak_kind.is_none()
+        && says_no_leak
+        && let Some(g) = growing.iter().find(|g| matches!(g.kind, MemoryKind::Native | MemoryKind::OffHeap))
+    {
+        let class = if g.kind == MemoryKind::OffHeap { ProcessClass::OffHeap } else { ProcessClass::Leak };
+        let native = kinds.iter().find(|g| g.kind == MemoryKind::Native).map_or(0.0, |g| g.trend.slope_bytes_per_s);
+        let reason = match v.reason {
+            Reason::Leaks { .. } => Reason::Flat { native_bytes_per_s: native },
+            ref r => r.clone(),
+        };
+        return Verdict {
+            class,
+            confidence: clamp_conf((f_tstat(&g.trend) * f_points(g.trend.n) * f_drops).min(0.6)),
+            inconclusive: false,
+            reason,
+            by_kind: Some(KindReason::KindGrows { kind: g.kind }),
+            ..v
+        };
+    }
     if leak_kind.is_none() && only_flat_kind_leaks && v.class == ProcessClass::Leak {
         // The only leaking sites are the managed heap's or the runtime's, and neither grows: no
         // leak.

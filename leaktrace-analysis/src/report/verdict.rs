@@ -18,6 +18,10 @@ pub fn sentence(a: &Analysis) -> String {
         (Some(KindReason::KindLeak { kind, top, label, count }), Some(rt)) => {
             kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds)
         }
+        (Some(KindReason::KindGrows { kind }), Some(rt)) => match a.kinds.iter().find(|g| g.kind == *kind) {
+            Some(g) => kind_grows(rt, g, &a.kinds),
+            None => reason(a),
+        },
         (Some(KindReason::ByKind), Some(rt)) => {
             let all = a
                 .kinds
@@ -446,6 +450,26 @@ fn managed_culprit(a: &Analysis) -> Option<(&str, f64, usize)> {
         }
     }
     by_function.into_iter().filter(|(_, rate, _)| *rate > 0.0).max_by(|x, y| x.1.total_cmp(&y.1))
+}
+
+/// A kind's series grows while none of its sites is a leak: "off-heap grows +41.9 KiB/s (42858
+/// B/s ± 20558 at 95 %) over the steady window to 124.0 KiB, though no site of it grows beyond
+/// its own noise ...; Python heap flat (0 B/s), native flat (0 B/s)".
+fn kind_grows(rt: Runtime, g: &KindGrowth, kinds: &[KindGrowth]) -> String {
+    let what = if g.kind == MemoryKind::OffHeap {
+        "anonymous mappings made by the program"
+    } else {
+        "malloc from native code"
+    };
+    format!(
+        "{} grows {} ({:.0} B/s ± {:.0} at 95 %) over the steady window to {} ({what}), though          no site of it grows beyond its own noise (growth spread over many sites, or a mapping          filled page by page); {}: not \"no leak\" — record longer to name the site",
+        g.kind,
+        hr(g.trend.slope_bytes_per_s),
+        g.trend.slope_bytes_per_s,
+        g.trend.ci95_bytes_per_s.unwrap_or(0.0),
+        hb(g.end_bytes),
+        others(rt, kinds, g.kind)
+    )
 }
 
 /// Sites of kind `k` leak; `top` is the fastest of `count`.

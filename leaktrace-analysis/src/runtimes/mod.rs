@@ -81,6 +81,24 @@ pub fn classify_site(runtime: Option<Runtime>, stack: &Stack) -> MemoryKind {
     })
 }
 
+/// Classify every recorded site of a target running `runtime` ([`classify_site`] for each), with
+/// what the stacks say together: in a Python target whose arena function has no name (Debian's
+/// static python3.11), the call site that maps arenas is learnt from the stacks where an
+/// allocator frame shows it ([`python::arena_call_sites`]), and every mapping made from that
+/// call site is the Python heap's too (arenas mapped below an unnamed interpreter function).
+pub fn classify_sites(runtime: Option<Runtime>, stacks: &[Stack]) -> Vec<MemoryKind> {
+    let mut kinds: Vec<MemoryKind> = stacks.iter().map(|st| classify_site(runtime, st)).collect();
+    if runtime == Some(Runtime::Python) {
+        let arena_sites = python::arena_call_sites(stacks);
+        for (k, st) in kinds.iter_mut().zip(stacks) {
+            if *k == MemoryKind::OffHeap && python::made_at(st, &arena_sites) {
+                *k = MemoryKind::Managed;
+            }
+        }
+    }
+    kinds
+}
+
 /// A better label than the culprit frame for a site of `kind`, where a runtime knows one (the
 /// JVM's Unsafe entry point instead of os::malloc). None: the culprit frame is the label.
 pub fn site_label(runtime: Option<Runtime>, kind: MemoryKind, stack: &Stack) -> Option<String> {

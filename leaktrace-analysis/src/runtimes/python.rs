@@ -142,6 +142,58 @@ pub fn native_origin(frames: &[std::sync::Arc<Frame>], exporters: &std::collecti
     frames.iter().find(named).map_or_else(|| "native code".to_string(), |f| object_name(f).to_string())
 }
 
+/// An anonymous mapping made by pymalloc in an interpreter whose arena function has no name:
+/// the nearest caller outside libc is the interpreter's code, and one of the nearest frames is an
+/// object allocation or the allocator API in the interpreter (`PyMem_Malloc` called by an
+/// extension, `PyType_GenericAlloc`), with only the interpreter's frames between. An extension's
+/// own mapping (its object is the nearest caller) is not one, nor one the interpreter's code
+/// makes outside the allocator (no allocator frame among the nearest).
+fn arena_below_allocator(stack: &Stack) -> bool {
+    if !first_caller(stack).is_some_and(is_interpreter) {
+        return false;
+    }
+    let skip = if stack.lost { 0 } else { 1 };
+    for f in stack.frames.iter().skip(skip).take(8) {
+        if is_libc(f) {
+            continue;
+        }
+        if !is_interpreter(f) {
+            // Code outside the interpreter below any allocator frame: not pymalloc's mapping.
+            return false;
+        }
+        if OBJECT_ALLOCATION.iter().any(|n| function(f).starts_with(n)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Where a mapping was made: its nearest caller outside libc, when that is an unnamed frame of
+/// the interpreter (object and file offset, else address).
+fn unnamed_mapping_call_site(stack: &Stack) -> Option<(String, u64)> {
+    let f = first_caller(stack).filter(|f| is_interpreter(f) && f.function.is_none())?;
+    Some((f.object.clone().unwrap_or_default(), f.file_offset.unwrap_or(f.addr)))
+}
+
+/// The interpreter's arena-mapping call sites in a recording: the unnamed nearest callers of the
+/// mappings that [`arena_below_allocator`] recognises (`python3.11+0x22d099`, inside the
+/// unnamed `_PyObject_ArenaMmap`). The same call site maps every arena and, in 3.11, the
+/// interpreter's 16 KiB frame-stack chunks (`_PyObject_VirtualAlloc`), whoever asked: an arena
+/// that filled while an object was made by a function with no name or no place in
+/// [`OBJECT_ALLOCATION`] (`PyFunction_NewWithQualName`) is still known by its call site.
+pub fn arena_call_sites(stacks: &[Stack]) -> std::collections::HashSet<(String, u64)> {
+    stacks
+        .iter()
+        .filter(|s| s.kind == StackKind::Mmap && arena_below_allocator(s))
+        .filter_map(unnamed_mapping_call_site)
+        .collect()
+}
+
+/// True for a mapping made at one of `sites` ([`arena_call_sites`]).
+pub fn made_at(stack: &Stack, sites: &std::collections::HashSet<(String, u64)>) -> bool {
+    stack.kind == StackKind::Mmap && unnamed_mapping_call_site(stack).is_some_and(|k| sites.contains(&k))
+}
+
 /// Python's rules (None: the default for the site's kind).
 pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     match stack.kind {
@@ -149,19 +201,14 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             if callers(stack).take(4).any(|f| ARENA_FUNCTIONS.contains(&function(f))) {
                 return Some(MemoryKind::Managed);
             }
-            // A stripped interpreter (Debian's /usr/bin/python3.11) has no name for its arena
-            // function: an anonymous mapping whose nearest caller is the interpreter's own code,
-            // below an object allocation, is a pymalloc arena. The allocation is looked for
-            // among all frames: `callers` leaves out the allocator API (`PyMem_Malloc`, which an
-            // extension calls directly: its arena was classed off-heap).
-            if first_caller(stack).is_some_and(is_interpreter)
-                && stack
-                    .frames
-                    .iter()
-                    .skip(1)
-                    .take(7)
-                    .any(|f| OBJECT_ALLOCATION.iter().any(|n| function(f).starts_with(n)))
-            {
+            // A stripped interpreter (Debian's /usr/bin/python3.11: no .symtab, the arena
+            // function is a local symbol) has no name for its arena function: an anonymous
+            // mapping whose nearest caller is the interpreter's own code, below an object
+            // allocation or the allocator API (exported: named) in the interpreter, is a pymalloc
+            // arena. The raw frames are searched: [`callers`] skips the allocator API's frames
+            // (PyMem_Malloc is an allocator frame), which are the evidence here. Other mappings
+            // the interpreter's code makes are below no allocator function.
+            if arena_below_allocator(stack) {
                 return Some(MemoryKind::Managed);
             }
             if callers(stack).take(4).any(is_loader) {
@@ -275,24 +322,78 @@ mod tests {
         );
         std::sync::Arc::make_mut(&mut stripped.frames[1]).function = None;
         assert_eq!(classify(&stripped), Some(MemoryKind::Managed));
-        // The same interpreter mapping an arena for an extension's PyMem_Malloc (the call an
-        // allocator frame, pymalloc's own two frames unnamed): the Python heap, not off-heap.
-        let debian = "/usr/bin/python3.11";
-        let ext_so = "/srv/pymem_ext.cpython-311-x86_64-linux-gnu.so";
-        let mut for_ext = st(
-            "mmap",
-            &[
-                ("__GI___mmap64", LIBC),
-                ("x", debian),
-                ("y", debian),
-                ("PyMem_Malloc", debian),
-                ("split_fields", ext_so),
-            ],
+        // Debian's python3.11 mapping an arena for an extension's PyMem_Malloc (the recording of
+        // case 30): two unnamed interpreter frames (_PyObject_ArenaMmap, pymalloc), then the
+        // exported PyMem_Malloc, which is an allocator frame, then the extension.
+        const DEB: &str = "/usr/bin/python3.11";
+        const EXT: &str = "/tmp/30/build/fieldsplit.cpython-311-x86_64-linux-gnu.so";
+        let unnamed = |mut s: Stack, at: &[usize]| {
+            for &i in at {
+                std::sync::Arc::make_mut(&mut s.frames[i]).function = None;
+            }
+            s
+        };
+        let pymem = unnamed(
+            st(
+                "mmap",
+                &[
+                    ("__GI___mmap64", LIBC),
+                    ("a", DEB),
+                    ("b", DEB),
+                    ("PyMem_Malloc", DEB),
+                    ("split_fields", EXT),
+                    ("PyEval_EvalCode", DEB),
+                ],
+            ),
+            &[1, 2],
         );
-        for i in [1, 2] {
-            std::sync::Arc::make_mut(&mut for_ext.frames[i]).function = None;
-        }
-        assert_eq!(classify(&for_ext), Some(MemoryKind::Managed));
+        assert_eq!(classify(&pymem), Some(MemoryKind::Managed));
+        // Decoys: the extension's own 1 MiB mapping, and a mapping by the interpreter's own
+        // code outside the allocator (unnamed frames of the interpreter, no allocator among them).
+        let ext_map = st("mmap", &[("__GI___mmap64", LIBC), ("map_table", EXT), ("PyEval_EvalCode", DEB)]);
+        assert_eq!(classify(&ext_map), None);
+        let interp_map = unnamed(
+            st("mmap", &[("__GI___mmap64", LIBC), ("map_x", DEB), ("call_y", DEB), ("PyEval_EvalCode", DEB)]),
+            &[1, 2],
+        );
+        assert_eq!(classify(&interp_map), None);
+        // The call site that maps arenas, learnt from the stack above (the e2e run's second
+        // arena filled while PyFunction_NewWithQualName made a function, an allocator not in
+        // the list): every mapping made from it is the Python heap's; the interpreter's other
+        // unnamed mapping code, and the extension's own mapping, are not.
+        let at = |mut s: Stack, offsets: &[(usize, u64)]| {
+            for &(i, off) in offsets {
+                std::sync::Arc::make_mut(&mut s.frames[i]).file_offset = Some(off);
+            }
+            s
+        };
+        let pymem = at(pymem, &[(1, 0x22d099), (2, 0xfb707)]);
+        let function_new = at(
+            unnamed(
+                st(
+                    "mmap",
+                    &[
+                        ("__GI___mmap64", LIBC),
+                        ("a", DEB),
+                        ("b", DEB),
+                        ("PyFunction_NewWithQualName", DEB),
+                        ("_PyEval_EvalFrameDefault", DEB),
+                    ],
+                ),
+                &[1, 2],
+            ),
+            &[(1, 0x22d099), (2, 0xfb707)],
+        );
+        assert_eq!(classify(&function_new), None, "alone, its stack does not tell");
+        let interp_map = at(interp_map, &[(1, 0x1234)]);
+        let stacks = [pymem, function_new, interp_map, ext_map];
+        use super::super::classify_sites;
+        use crate::recording::Runtime;
+        assert_eq!(
+            classify_sites(Some(Runtime::Python), &stacks),
+            [MemoryKind::Managed, MemoryKind::Managed, MemoryKind::OffHeap, MemoryKind::OffHeap]
+        );
+        assert_eq!(classify_sites(Some(Runtime::Python), &stacks[1..]), [MemoryKind::OffHeap; 3]);
         let big = st("malloc", &[("__GI___libc_malloc", LIBC), ("_PyObject_Malloc", LIBPY), ("?", "")]);
         assert_eq!(classify(&big), Some(MemoryKind::Managed));
         let list = st("malloc", &[("__GI___libc_realloc", LIBC), ("list_resize", LIBPY)]);

@@ -146,6 +146,20 @@ impl Default for RecordOptions {
     }
 }
 
+/// Said, not silently ignored: a CPython-only option (`flag`: `--python-frames on`,
+/// `--pymalloc`) was asked for and a traced process runs no CPython interpreter. One line per
+/// such process, "FLAG: PID N runs no CPython interpreter; WHAT", on stderr and in its report's
+/// caveats (its recording's warnings).
+fn note_without_python(targets: &mut [Traced], flag: &str, what: &str) {
+    for t in
+        targets.iter_mut().filter(|t| t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python))
+    {
+        let line = format!("{flag}: PID {} runs no CPython interpreter; {what}", t.pid);
+        eprintln!("leaktrace: {line}");
+        t.warnings.push(line);
+    }
+}
+
 /// One traced process at the end of a session: its recording and where its outputs go.
 #[derive(Debug)]
 pub struct RecordedProcess {
@@ -380,15 +394,10 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         }
     }
     if opts.python_frames_required {
-        // Said, not silently ignored: Python frames were asked for and this process has none.
-        for t in targets
-            .iter_mut()
-            .filter(|t| t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python))
-        {
-            let line = format!("--python-frames on: PID {} runs no CPython interpreter; no Python frames", t.pid);
-            eprintln!("leaktrace: {line}");
-            t.warnings.push(line);
-        }
+        note_without_python(&mut targets, "--python-frames on", "no Python frames");
+    }
+    if opts.pymalloc {
+        note_without_python(&mut targets, "--pymalloc", "CPython's allocator API is not hooked");
     }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
