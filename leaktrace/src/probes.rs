@@ -83,10 +83,13 @@ impl Mode {
         match self {
             Mode::Exact => "allocators other than the hooked malloc family; memory mapped before attach",
             Mode::Sampled { .. } => {
-                "individual small allocations (figures are estimates from sampled allocations, unbiased on                  average, noisier for sites that allocate little); memory mapped before attach"
+                "individual small allocations (figures are estimates from sampled allocations, unbiased on \
+                 average, noisier for sites that allocate little); memory mapped before attach"
             }
             Mode::Growth => {
-                "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live                  allocations; memory reused from the allocator's free lists does not show; nothing is ever                  credited back when memory is freed"
+                "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live \
+                 allocations; memory reused from the allocator's free lists does not show; nothing is ever \
+                 credited back when memory is freed"
             }
         }
     }

@@ -2139,5 +2139,6 @@ fn static_python_arena_is_the_python_heap_and_growth_is_never_no_leak() {
     assert_eq!(a.verdict.by_kind, Some(KindReason::KindGrows { kind: MemoryKind::OffHeap }), "{ctx}");
     let s = sentence(&a);
     assert!(s.starts_with("off-heap grows +42.0 KiB/s") && !s.contains("no leak:"), "{ctx}");
+    assert!(!s.contains("  "), "a run of spaces in the sentence: {s}");
     assert!(a.verdict.confidence <= 0.6, "{ctx}");
 }

@@ -462,7 +462,9 @@ fn kind_grows(rt: Runtime, g: &KindGrowth, kinds: &[KindGrowth]) -> String {
         "malloc from native code"
     };
     format!(
-        "{} grows {} ({:.0} B/s ± {:.0} at 95 %) over the steady window to {} ({what}), though          no site of it grows beyond its own noise (growth spread over many sites, or a mapping          filled page by page); {}: not \"no leak\" — record longer to name the site",
+        "{} grows {} ({:.0} B/s ± {:.0} at 95 %) over the steady window to {} ({what}), though \
+         no site of it grows beyond its own noise (growth spread over many sites, or a mapping \
+         filled page by page); {}: not \"no leak\" — record longer to name the site",
         g.kind,
         hr(g.trend.slope_bytes_per_s),
         g.trend.slope_bytes_per_s,
