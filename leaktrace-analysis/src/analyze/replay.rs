@@ -408,9 +408,25 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         // growth, as a site that levels off is no leak. Judged on every point when no
         // collections were seen, on the troughs otherwise.
         // It must have risen: significantly, above its floor (a rise within the floor is flat).
+        // Nor does a heap level off while a leaking site of its blocks (each allocation and free
+        // traced: pymalloc's objects under --pymalloc, not mapped pages) keeps growing through the
+        // last quarter at least as fast as half the heap's steady slope: the heap's late flatness
+        // is other memory falling (the work ending, the objects of the last iteration freed just
+        // before teardown), not the leak stopping.
+        let block_site_keeps_growing = sites.iter().any(|s| {
+            s.class == SiteClass::Leak
+                && s.memory_kind == MemoryKind::Managed
+                && s.kind != StackKind::Mmap
+                && !s.evidence.plateau
+                && s.growth_bytes_per_s >= PLATEAU_RATIO * trend.slope_bytes_per_s
+                && s.evidence.late.as_ref().is_some_and(|l| {
+                    l.significant_growth && l.slope_bytes_per_s >= PLATEAU_RATIO * s.evidence.steady.slope_bytes_per_s
+                })
+        });
         let levelled_off = kind == MemoryKind::Managed
             && trend.significant_growth
             && trend.slope_bytes_per_s > floor
+            && !block_site_keeps_growing
             && late_from.is_some_and(|from| {
                 let late_window = points(&ts, &vs, time_range(&ts, from, span_to));
                 let late_points = match post_gc_troughs(&late_window) {
