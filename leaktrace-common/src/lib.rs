@@ -325,6 +325,9 @@ pub mod map_event {
     /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
     /// the teardown checkpoint and sends SIGCONT).
     pub const TEARDOWN: u32 = 7;
+    /// The OOM killer chose a traced process (`tgid`) as its victim (oom:mark_victim): `addr`
+    /// is its anonymous RSS then, KiB (the tracepoint's `anon_rss`).
+    pub const OOM_VICTIM: u32 = 8;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].
@@ -656,11 +659,19 @@ pub mod tp_field {
     pub const FORK_CHILD_PID: usize = 11;
     /// `exceptions:page_fault_user` `error_code`.
     pub const FAULT_ERROR_CODE: usize = 12;
+    /// `oom:mark_victim` `pid` (4 bytes): the task the OOM killer chose.
+    pub const OOM_VICTIM_PID: usize = 13;
+    /// `oom:mark_victim` `anon_rss` (8 bytes, KiB).
+    pub const OOM_VICTIM_ANON_RSS: usize = 14;
     /// Number of fields.
-    pub const NUM: usize = 13;
+    pub const NUM: usize = 15;
+
+    /// Events leaktrace can do without: when their format file is missing, their fields keep
+    /// the defaults and their program is not attached (the agent says what is lost).
+    pub const OPTIONAL_EVENTS: [&str; 1] = ["oom/mark_victim"];
 
     /// (index, `GROUP/EVENT`, field name, size in bytes, offset in 6.18's format files).
-    pub const FIELDS: [(usize, &str, &str, u32, u32); 16] = [
+    pub const FIELDS: [(usize, &str, &str, u32, u32); 18] = [
         (MMAP_LEN, "syscalls/sys_enter_mmap", "len", 8, 24),
         (MMAP_PROT, "syscalls/sys_enter_mmap", "prot", 8, 32),
         (MMAP_FLAGS, "syscalls/sys_enter_mmap", "flags", 8, 40),
@@ -677,6 +688,8 @@ pub mod tp_field {
         (SYS_EXIT_RET, "syscalls/sys_exit_brk", "ret", 8, 16),
         (FORK_CHILD_PID, "sched/sched_process_fork", "child_pid", 4, 20),
         (FAULT_ERROR_CODE, "exceptions/page_fault_user", "error_code", 8, 24),
+        (OOM_VICTIM_PID, "oom/mark_victim", "pid", 4, 8),
+        (OOM_VICTIM_ANON_RSS, "oom/mark_victim", "anon_rss", 8, 24),
     ];
 
     /// The offsets of [`FIELDS`] in index order (the first entry of each index).
@@ -707,7 +720,7 @@ pub mod program {
         /// The tracepoint `group:NAME`, NAME being the program's name; reads its record's fields
         /// ([`crate::tp_field`]).
         Tracepoint {
-            /// Tracepoint group (`syscalls`, `sched`, `exceptions`).
+            /// Tracepoint group (`syscalls`, `sched`, `exceptions`, `oom`).
             group: &'static str,
         },
     }
@@ -791,6 +804,11 @@ pub mod program {
         growth_only: true,
     };
 
+    /// The OOM killer chose a victim (`oom:mark_victim`): attached on its own, optional
+    /// ([`crate::tp_field::OPTIONAL_EVENTS`]).
+    pub const OOM_MARK_VICTIM: Program =
+        Program { name: "mark_victim", kind: Kind::Tracepoint { group: "oom" }, args: &[], growth_only: false };
+
     /// Every program, uprobes first; the tracepoints in the order they are attached.
     pub const ALL: &[Program] = &[
         MALLOC_ENTER,
@@ -822,6 +840,7 @@ pub mod program {
         tracepoint("sched", "sched_process_fork"),
         tracepoint("sched", "sched_process_exec"),
         PAGE_FAULT_USER,
+        OOM_MARK_VICTIM,
     ];
 }
 

@@ -1155,6 +1155,31 @@ pub fn teardown_enter(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// The OOM killer chose a task as its victim (oom:mark_victim, before the kill is delivered): a
+/// traced process's `pid` is its tgid (the killer picks processes by their leader and marks that
+/// task, or its first thread that still has an mm when the leader has exited: then this misses
+/// it, and the cgroup's oom_kill counter is what the agent has). Tell the agent, with the
+/// victim's anonymous RSS (KiB).
+#[tracepoint]
+pub fn mark_victim(ctx: TracePointContext) -> u32 {
+    // SAFETY: reads of this object's own global; volatile, as the agent sets it at load time.
+    let (pid_off, rss_off) = unsafe {
+        (
+            core::ptr::read_volatile(&TP_OFFSETS[tp_field::OOM_VICTIM_PID]) as usize,
+            core::ptr::read_volatile(&TP_OFFSETS[tp_field::OOM_VICTIM_ANON_RSS]) as usize,
+        )
+    };
+    // SAFETY: bpf_probe_read_kernel of the record at the format file's offsets.
+    let pid = unsafe { ctx.read_at::<u32>(pid_off) }.unwrap_or(0);
+    if pid == 0 || !is_target(pid) {
+        return 0;
+    }
+    // SAFETY: as above.
+    let anon_rss_kib = unsafe { ctx.read_at::<u64>(rss_off) }.unwrap_or(0);
+    emit(&MapEvent { kind: map_event::OOM_VICTIM, tgid: pid, addr: anon_rss_kib, ..Default::default() });
+    0
+}
+
 /// A traced process forked (or made a thread): tell the agent, which follows new processes
 /// with --follow-forks (sched:sched_process_fork's `child_pid`).
 #[tracepoint]

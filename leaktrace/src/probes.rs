@@ -141,6 +141,9 @@ pub struct Tracer {
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
+    /// Why OOM-killer victims are not seen (oom:mark_victim missing or refused), if so: then an
+    /// OOM kill is known from the memory cgroup's `oom_kill` counter only.
+    pub oom_victims_unavailable: Option<String>,
     /// CLOCK_MONOTONIC (the kernel side's `bpf_ktime_get_ns`) at load, ns: the
     /// zero of blocks' birth times.
     time_base_ns: u64,
@@ -222,7 +225,8 @@ fn uprobe_programs() -> impl Iterator<Item = &'static program::Program> {
 /// The tracepoint programs of `growth` mode or not, in the order they are attached.
 fn tracepoint_programs(growth: bool) -> impl Iterator<Item = (&'static str, &'static str)> {
     program::ALL.iter().filter(move |p| growth || !p.growth_only).filter_map(|p| match p.kind {
-        program::Kind::Tracepoint { group } => Some((group, p.name)),
+        // oom:mark_victim is attached on its own (optional: see `Tracer::oom_victims_unavailable`).
+        program::Kind::Tracepoint { group } if *p != program::OOM_MARK_VICTIM => Some((group, p.name)),
         _ => None,
     })
 }
@@ -350,6 +354,14 @@ impl Tracer {
         let mut tp_links = Vec::new();
         let mappings_unavailable =
             attach_tracepoints(&mut ebpf, &mut load_errors, &mut tp_links).err().map(|e| format!("{e:#}"));
+        let oom_victims_unavailable = match program::OOM_MARK_VICTIM.kind {
+            program::Kind::Tracepoint { group } => {
+                attach_tracepoint(&mut ebpf, &mut load_errors, &mut tp_links, group, program::OOM_MARK_VICTIM.name)
+                    .err()
+                    .map(|e| format!("{e:#}"))
+            }
+            _ => unreachable!("a tracepoint program"),
+        };
         match mode {
             Mode::Exact => {}
             Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
@@ -373,6 +385,7 @@ impl Tracer {
             teardown,
             events,
             mappings_unavailable,
+            oom_victims_unavailable,
             attached: Default::default(),
             links: Vec::new(),
             tp_links,
@@ -881,7 +894,8 @@ fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[UnwindRow]) -> anyho
 /// and for root's programs it runs in parallel. Returns the programs that failed, by name.
 fn load_programs(ebpf: &mut Ebpf, multi: bool, growth: bool) -> StdHashMap<&'static str, anyhow::Error> {
     let uprobes: Vec<&'static str> = uprobe_programs().map(|p| p.name).collect();
-    let tracepoints: Vec<&'static str> = tracepoint_programs(growth).map(|(_, name)| name).collect();
+    let tracepoints: Vec<&'static str> =
+        tracepoint_programs(growth).map(|(_, name)| name).chain([program::OOM_MARK_VICTIM.name]).collect();
     let mut errors = StdHashMap::new();
     let mut queue: Vec<(&'static str, &mut Program)> = Vec::new();
     for (name, prog) in ebpf.programs_mut() {

@@ -30,14 +30,22 @@ fn field(format: &str, name: &str) -> Option<(u32, u32)> {
 /// The offsets of every `tp_field` from the format files under `root` (a tracefs mount).
 /// Errors: a missing format file or field, a field whose size is not the one the kernel side
 /// reads, or two events that must share an offset (the `sys_exit_*` events' `ret`) disagreeing.
+/// An event of [`tp_field::OPTIONAL_EVENTS`] without a format file keeps its default offsets
+/// (its program is not attached then).
 pub fn offsets_in(root: &Path) -> anyhow::Result<[u32; tp_field::NUM]> {
     let mut out = [u32::MAX; tp_field::NUM];
     // Several fields come from one event: each format file is read once.
     let mut formats: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
-    for (index, event, name, size, _) in tp_field::FIELDS {
+    for (index, event, name, size, default) in tp_field::FIELDS {
         let path = root.join("events").join(event).join("format");
         if !formats.contains_key(event) {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let text = match std::fs::read_to_string(&path) {
+                Err(_) if tp_field::OPTIONAL_EVENTS.contains(&event) && !path.exists() => {
+                    out[index] = default;
+                    continue;
+                }
+                r => r.with_context(|| format!("reading {}", path.display()))?,
+            };
             formats.insert(event, text);
         }
         let (offset, found_size) =

@@ -287,8 +287,8 @@ impl Drop for MemCgroup {
 
 /// A launched command that moves itself into a cgroup with 48 MiB of memory and leaks 1 MiB
 /// blocks until the OOM killer kills it: the outputs are written, the report says it was
-/// killed by the OOM killer (exit status 137 and the cgroup's oom_kill counter), and the leak
-/// site is there with the bytes it held.
+/// killed by the OOM killer (exit status 137 and oom:mark_victim naming it, with its anonymous
+/// RSS then: most of the limit), and the leak site is there with the bytes it held.
 #[test]
 fn oom_killed_target_is_reported_with_its_leak() {
     require_root();
@@ -305,7 +305,11 @@ fn oom_killed_target_is_reported_with_its_leak() {
     assert_eq!(report.get(&["target", "exit_status"]).as_i64(), Some(137), "killed by SIGKILL\n{ctx}");
     assert_eq!(str_of(&report.json, "end_reason"), "target-exited", "{ctx}");
     let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
-    assert!(ended.starts_with("killed by the OOM killer"), "target.ended: {ended:?}\n{ctx}");
+    assert!(
+        ended.starts_with("killed by the OOM killer (oom:mark_victim chose it at anon-rss "),
+        "target.ended: {ended:?}\n{ctx}"
+    );
+    assert_victim_rss(ended, LIMIT, &ctx);
     assert!(o.stdout.contains("command ended: killed by the OOM killer"), "{}", o.describe());
     let md = std::fs::read_to_string(out.file("report.md")).expect("report.md");
     assert!(md.contains("killed by the OOM killer"), "report.md:\n{md}");
@@ -313,6 +317,50 @@ fn oom_killed_target_is_reported_with_its_leak() {
     let live = site_live(&report, "leak_until_oom");
     assert!((16 << 20..=LIMIT).contains(&live), "leak_until_oom live {live} B\n{ctx}");
     assert_eq!(live % (1 << 20), 0, "whole 1 MiB blocks\n{ctx}");
+}
+
+/// The anonymous RSS (KiB) in an ending "oom:mark_victim chose it at anon-rss N KiB" is between
+/// a third of the cgroup's `limit` (bytes) and the limit: the leak's blocks were resident.
+fn assert_victim_rss(ended: &str, limit: u64, ctx: &str) {
+    let kib: u64 = ended
+        .split("anon-rss ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no anon-rss in {ended:?}\n{ctx}"));
+    assert!((limit / 3..=limit).contains(&(kib << 10)), "anon-rss {kib} KiB, limit {limit} B\n{ctx}");
+}
+
+/// An attached process that moves itself into a cgroup with 48 MiB of memory and leaks until
+/// the OOM killer kills it: an attached tracer has no exit status, yet oom:mark_victim named the
+/// process, so the report says it was killed by the OOM killer (not "most likely"), and the
+/// leak site holds what it held.
+#[test]
+fn attached_target_killed_by_the_oom_killer_is_named_so() {
+    require_root();
+    const LIMIT: u64 = 48 << 20;
+    let cg = MemCgroup::new(&format!("leaktrace-test-oom-attached-{}", std::process::id()), LIMIT);
+    let mut cmd = Command::new(hostile());
+    cmd.args(["oom", "1000", "50"]).env("WAIT_FOR_SIGNAL", "1").env("LEAK_CGROUP", &cg.dir);
+    let mut t = Target::spawn(cmd);
+    t.expect_pid_line();
+    let out = OutDir::new("oom-attached");
+    let lt = attach_and_go(&t, &out, &[]);
+    assert!(t.wait(TIMEOUT).is_some_and(|s| s.signal() == Some(libc::SIGKILL)), "the target was not SIGKILLed");
+    let o = lt.wait(TIMEOUT);
+    o.assert_success();
+    assert_outputs_exist(&out.path);
+    let report = Report::load(&out.path);
+    let ctx = format!("{}\n{}", o.describe(), report.summary());
+    assert_eq!(str_of(&report.json, "end_reason"), "target-exited", "{ctx}");
+    let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
+    assert!(
+        ended.starts_with("killed by the OOM killer (oom:mark_victim chose it at anon-rss "),
+        "target.ended: {ended:?}\n{ctx}"
+    );
+    assert_victim_rss(ended, LIMIT, &ctx);
+    let live = site_live(&report, "leak_until_oom");
+    assert!((16 << 20..=LIMIT).contains(&live), "leak_until_oom live {live} B\n{ctx}");
 }
 
 /// An attached target killed by SIGKILL mid-run: outputs written, the leak so far kept, and the

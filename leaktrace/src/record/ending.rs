@@ -1,6 +1,7 @@
 //! How a traced process ended, in words: its exit status or signal (launch mode), and whether
-//! the OOM killer took it (the `oom_kill` counter of its memory cgroup, v1 or v2, read when it
-//! is first seen there and again at its end).
+//! the OOM killer took it: the oom:mark_victim tracepoint names a traced process it chooses;
+//! without it, the `oom_kill` counter of its memory cgroup (v1 or v2, read when it is first seen
+//! there and again at its end).
 
 use crate::launch::ExitStatus;
 
@@ -87,14 +88,24 @@ pub(super) fn signal_name(sig: i32) -> String {
 }
 
 /// How a process ended, in words: `status` is its exit status when leaktrace is its parent
-/// (launch mode; None when attached), `oom` the cgroup's `oom_kill` count (before, after) when
-/// known. A SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise is all
-/// that can be known.
-pub(super) fn ending(status: Option<ExitStatus>, oom: Option<(&std::path::Path, u64, u64)>) -> String {
+/// (launch mode; None when attached), `victim` its anonymous RSS (KiB) when the OOM killer
+/// chose it (oom:mark_victim named it: the answer, attached or launched, whenever the cgroup's
+/// counter was read), `oom` the cgroup's `oom_kill` count (before, after) when known. Without
+/// the tracepoint: a SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise
+/// is all that can be known.
+pub(super) fn ending(
+    status: Option<ExitStatus>,
+    victim: Option<u64>,
+    oom: Option<(&std::path::Path, u64, u64)>,
+) -> String {
     let oom_note = |(events, before, after): (&std::path::Path, u64, u64)| {
         format!("oom_kill of {} went {before} → {after}", events.display())
     };
     let oom_fired = oom.filter(|(_, before, after)| after > before);
+    if let Some(kib) = victim {
+        let counter = oom_fired.map(|o| format!("; {}", oom_note(o))).unwrap_or_default();
+        return format!("killed by the OOM killer (oom:mark_victim chose it at anon-rss {kib} KiB{counter})");
+    }
     match (status, oom_fired) {
         (Some(ExitStatus::Signal(9)), Some(o)) => format!("killed by the OOM killer ({})", oom_note(o)),
         (Some(ExitStatus::Signal(s)), _) => format!("killed by signal {s} ({})", signal_name(s)),
@@ -118,15 +129,26 @@ mod tests {
         use crate::launch::ExitStatus;
         let ev = std::path::Path::new("/sys/fs/cgroup/x/memory.events");
         assert!(
-            ending(Some(ExitStatus::Signal(9)), Some((ev, 0, 1)))
+            ending(Some(ExitStatus::Signal(9)), None, Some((ev, 0, 1)))
                 .starts_with("killed by the OOM killer (oom_kill of /sys/fs/cgroup/x/memory.events went 0 → 1)")
         );
         // SIGKILL without a new OOM kill is someone's kill -9.
-        assert_eq!(ending(Some(ExitStatus::Signal(9)), Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
-        assert_eq!(ending(Some(ExitStatus::Signal(31)), None), "killed by signal 31 (SIGSYS)");
-        assert_eq!(ending(Some(ExitStatus::Code(3)), Some((ev, 0, 1))), "exited with status 3");
-        assert!(ending(None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
-        assert!(ending(None, None).starts_with("exited (an attached process's exit status"));
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), None, Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
+        assert_eq!(ending(Some(ExitStatus::Signal(31)), None, None), "killed by signal 31 (SIGSYS)");
+        assert_eq!(ending(Some(ExitStatus::Code(3)), None, Some((ev, 0, 1))), "exited with status 3");
+        assert!(ending(None, None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
+        assert!(ending(None, None, None).starts_with("exited (an attached process's exit status"));
+        // oom:mark_victim named it: the OOM killer's, whether the counter was read in time
+        // (a process moved into its cgroup and killed before the agent saw the move) or not.
+        assert_eq!(
+            ending(Some(ExitStatus::Signal(9)), Some(48_128), Some((ev, 3, 3))),
+            "killed by the OOM killer (oom:mark_victim chose it at anon-rss 48128 KiB)"
+        );
+        assert_eq!(
+            ending(None, Some(512), Some((ev, 0, 1))),
+            "killed by the OOM killer (oom:mark_victim chose it at anon-rss 512 KiB; oom_kill of \
+             /sys/fs/cgroup/x/memory.events went 0 → 1)"
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub(super) struct SessionState {
     pub(super) teardown_pending: bool,
     /// Child processes it forked that are not traced (no --follow-forks).
     pub(super) untraced_children: u32,
+    /// The OOM killer chose it (oom:mark_victim), with its anonymous RSS then, KiB.
+    pub(super) oom_victim_anon_kib: Option<u64>,
 }
 
 /// One traced process as the session loop sees it.
@@ -328,6 +330,11 @@ impl<H: Tracing> Session<H> {
             match ev.kind {
                 map_event::FORK => forks.push((ev.tgid, ev.addr as u32)),
                 map_event::EXEC => execs.push(ev.tgid),
+                map_event::OOM_VICTIM => {
+                    if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == ev.tgid) {
+                        t.state_mut().oom_victim_anon_kib = Some(ev.addr);
+                    }
+                }
                 map_event::TEARDOWN => {
                     if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == ev.tgid) {
                         let s = t.state_mut();

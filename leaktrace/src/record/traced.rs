@@ -146,6 +146,11 @@ impl Traced {
             Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
             Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
         }
+        if let Some(why) = &tracer.oom_victims_unavailable {
+            notes.push(format!(
+                "OOM-killer victims not seen (oom:mark_victim): {why}; an OOM kill is told from the memory cgroup's oom_kill counter"
+            ));
+        }
         notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
         let mut t = Traced {
             pid,
@@ -215,7 +220,7 @@ impl Traced {
         };
         self.exit_status = status.or(self.exit_status);
         let oom = self.oom_watch.as_ref().and_then(|w| Some((w.events.as_path(), w.baseline, oom_kills(&w.events)?)));
-        let ended = ending(status, oom);
+        let ended = ending(status, self.session.oom_victim_anon_kib, oom);
         // A plain exit is no caveat; a kill (signal, OOM killer) is one for the last figures.
         if matches!(status, Some(ExitStatus::Signal(_))) || ended.contains("OOM killer") {
             self.warnings.push(format!("the process ended during the recording: {ended}"));
