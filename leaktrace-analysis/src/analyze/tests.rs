@@ -353,6 +353,36 @@ fn allocations_lost_make_a_flat_verdict_inconclusive() {
     assert!(sentence(&a).contains("allocs_map_full 900"), "{}", sentence(&a));
 }
 
+/// Frees not seen (`address_reused`: the address was allocated again) make a leak uncertain the
+/// other way: live bytes may include blocks freed unseen, not "a lower bound", and there is no
+/// map to enlarge.
+#[test]
+fn frees_not_seen_are_told_as_such_not_as_full_maps() {
+    let r = recording(&times61(), vec![leak_site()], &|_| mem(10 << 20), &|_| {
+        BTreeMap::from([("allocs".to_string(), 700), ("address_reused".to_string(), 300)])
+    });
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.verdict.class, ProcessClass::Leak);
+    let s = sentence(&a);
+    assert!(s.contains("30 % of allocator calls were not fully traced (address_reused 300; address_reused: blocks whose free was not seen (a release inlined"), "{s}");
+    assert!(
+        s.ends_with("each retired when its address was allocated again): live bytes may include blocks freed unseen"),
+        "{s}"
+    );
+    assert!(!s.contains("--max-allocs") && !s.contains("lower bound"), "{s}");
+    // Allocations lost to a full map as well: both ways, and the limits to raise.
+    let r = recording(&times61(), vec![leak_site()], &|_| mem(10 << 20), &|_| {
+        BTreeMap::from([
+            ("allocs".to_string(), 700),
+            ("address_reused".to_string(), 200),
+            ("allocs_map_full".to_string(), 100),
+        ])
+    });
+    let s = sentence(&analyze(&r, &AnalyzeOptions::default()));
+    assert!(s.contains("raise --max-allocs / --max-sites"), "{s}");
+    assert!(s.ends_with("the growth may be higher (allocations lost) or lower (blocks freed unseen)"), "{s}");
+}
+
 #[test]
 fn cache_only_is_not_a_leak() {
     let r =

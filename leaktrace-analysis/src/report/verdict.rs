@@ -41,9 +41,19 @@ pub fn sentence(a: &Analysis) -> String {
     match &v.losses {
         None => base,
         Some(l) => {
-            let why = losses_phrase(l);
+            let why = losses_phrase(a, l);
+            // Frees not seen (address_reused) leave blocks live until their address comes
+            // back: the growth may be high, not low; calls lost the other way make it low.
+            let frees_unseen = l.counters.iter().any(|(c, _)| c == "address_reused");
+            let allocs_lost = l.counters.iter().any(|(c, _)| c != "address_reused");
             if l.lower_bound {
-                format!("{base}; {why}: the growth is a lower bound")
+                match (allocs_lost, frees_unseen) {
+                    (true, false) => format!("{base}; {why}: the growth is a lower bound"),
+                    (false, _) => format!("{base}; {why}: live bytes may include blocks freed unseen"),
+                    (true, true) => format!(
+                        "{base}; {why}: the growth may be higher (allocations lost) or lower (blocks freed unseen)"
+                    ),
+                }
             } else {
                 format!("inconclusive: {why}; without them: {base}")
             }
@@ -115,14 +125,39 @@ fn flat(bytes_per_s: f64) -> String {
     }
 }
 
-/// "N % of allocator calls were not traced (counters; raise ...)".
-fn losses_phrase(l: &Losses) -> String {
+/// "N % of allocator calls were not fully traced (counters; what each means)": a full map
+/// (allocations not recorded: raise the limits), returns not seen (`missed_return`), frees not
+/// seen (`address_reused`: the block was retired when its address was allocated again; with
+/// --pymalloc, an interpreter built with LTO frees inside itself without calling PyObject_Free).
+fn losses_phrase(a: &Analysis, l: &Losses) -> String {
     let named: Vec<String> = l.counters.iter().map(|(name, n)| format!("{name} {n}")).collect();
-    format!(
-        "{:.0} % of allocator calls were not traced ({}; raise --max-allocs / --max-sites)",
-        l.share * 100.0,
-        named.join(", ")
-    )
+    let has = |name: &str| l.counters.iter().any(|(c, _)| c == name);
+    let full = l.counters.iter().any(|(c, _)| leaktrace_common::counter::TABLE.iter().any(|i| i.name == c && i.full));
+    let mut what = Vec::new();
+    if full {
+        what.push("raise --max-allocs / --max-sites".to_string());
+    }
+    if has("missed_return") {
+        what.push(
+            "missed_return: calls whose return was not seen (longjmp, an exception through the allocator, a thread \
+             ending inside a call)"
+                .to_string(),
+        );
+    }
+    if has("address_reused") {
+        let why = if a.pymalloc_hooked {
+            "with --pymalloc, an interpreter built with LTO (Debian's python3.11) frees inside itself without calling \
+             PyObject_Free"
+        } else {
+            "a release inlined into its caller, or made by a function that is not probed"
+        };
+        what.push(format!(
+            "address_reused: blocks whose free was not seen ({why}), each retired when its address was allocated again"
+        ));
+    }
+    let mut parts = named;
+    parts.extend(what);
+    format!("{:.0} % of allocator calls were not fully traced ({})", l.share * 100.0, parts.join("; "))
 }
 
 /// The sentence of the verdict's [`Reason`].
