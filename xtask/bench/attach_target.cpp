@@ -6,7 +6,7 @@
 // libjemalloc.so.2) is dlopen'ed with RTLD_LOCAL: it serves no call of this program, but it is
 // mapped, so leaktrace probes its allocator functions too (more probes per process).
 // Prints "PID <pid>" once the libraries are loaded, then allocates and frees (operator new and
-// delete, malloc and free) about 1000 times a second until killed.
+// delete, malloc and free) about ATTACH_TARGET_RATE times a second (default 1000) until killed.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -24,7 +24,10 @@ int main(int argc, char **argv) {
     }
     std::printf("PID %d\n", (int)getpid());
     std::fflush(stdout);
-    const struct timespec ms = {0, 1000000};
+    const char *rate_env = std::getenv("ATTACH_TARGET_RATE");
+    long rate = rate_env ? std::atol(rate_env) : 1000;
+    if (rate < 1 || rate > 1000000) rate = 1000;
+    const struct timespec ms = {0, 1000000000L / rate};
     for (;;) {
         char *p = new char[100];
         sink = p;

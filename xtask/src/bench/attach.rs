@@ -22,6 +22,11 @@ pub const END: &str = "<!-- attach bench: end -->";
 const EXTRA_LIBS: &[&str] = &["libjemalloc.so.2", "libtcmalloc_minimal.so.4", "libmimalloc.so.2"];
 /// Processes of the `--cgroup` case.
 const CGROUP_PROCESSES: usize = 50;
+/// Allocation rounds a second of each `--cgroup` process (`ATTACH_TARGET_RATE`): at the
+/// one-process case's 1000, 50 processes (each waking 1000 times a second) keep both CPUs busy
+/// by themselves, and the agent's attach and detach wait for CPU (measured: 4.3 s of overhead
+/// against 2.4 s at 100).
+const CGROUP_RATE: u32 = 100;
 /// `--duration` of every recording, seconds.
 const DURATION_S: f64 = 3.0;
 
@@ -51,22 +56,36 @@ fn seconds_after(line: &str, key: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// `reps` runs of uprobe_multi and `single_reps` (at most `reps`) of single uprobes, interleaved,
-/// each tagged `TAG-multi-N` / `TAG-single-N`; the load average at each start is added to `loads`.
+/// `reps` runs of uprobe_multi (each after a wait for a quiet machine if `wait_quiet`), then
+/// `single_reps` of single uprobes, each tagged `TAG-multi-N` / `TAG-single-N`; the load average
+/// at each start is added to `loads`.
 fn both_variants(
     work: &Path,
     args: &[String],
     (reps, single_reps): (usize, usize),
     tag: &str,
+    wait_quiet: bool,
     loads: &mut Vec<f64>,
 ) -> Result<(Vec<Run>, Vec<Run>)> {
     let (mut multi, mut single) = (Vec::new(), Vec::new());
-    for rep in 0..reps.max(1) {
-        loads.extend(loadavg());
-        multi.push(record(work, args, false, &format!("{tag}-multi-{rep}"))?);
-        if rep < single_reps.max(1) {
-            single.push(record(work, args, true, &format!("{tag}-single-{rep}"))?);
+    // Every uprobe_multi run first, then the single-uprobe ones: a single-uprobe run's detach
+    // leaves the machine loaded (2000 probes over 50 processes: ~3 minutes of threads waiting in
+    // the kernel) and the runs after it would measure that. With one target, each uprobe_multi
+    // run starts on a quiet machine (or after 2 minutes).
+    let quiet = |loads: &mut Vec<f64>| {
+        if wait_quiet {
+            eprintln!("xtask: bench: {}", wait_for_quiet(1.5, Duration::from_secs(120)));
         }
+        loads.extend(loadavg());
+    };
+    for rep in 0..reps.max(1) {
+        quiet(loads);
+        multi.push(record(work, args, false, &format!("{tag}-multi-{rep}"))?);
+    }
+    for rep in 0..single_reps.max(1) {
+        // The comparison: measured back to back, after the uprobe_multi runs.
+        loads.extend(loadavg());
+        single.push(record(work, args, true, &format!("{tag}-single-{rep}"))?);
     }
     Ok((multi, single))
 }
@@ -166,7 +185,7 @@ impl Drop for Cgroup {
     }
 }
 
-/// Start `n` attach targets (no extra library) in a new cgroup.
+/// Start `n` attach targets (no extra library, [`CGROUP_RATE`] rounds a second) in a new cgroup.
 fn cgroup_of_targets(target: &Path, n: usize) -> Result<Cgroup> {
     // The cgroup v2 mount: /sys/fs/cgroup (unified) or /sys/fs/cgroup/unified (hybrid).
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
@@ -185,7 +204,12 @@ fn cgroup_of_targets(target: &Path, n: usize) -> Result<Cgroup> {
     let mut cg = Cgroup { path, children: Vec::new() };
     for _ in 0..n {
         let mut child =
-            Command::new(target).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+            Command::new(target)
+                .env("ATTACH_TARGET_RATE", CGROUP_RATE.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
         let pid = child.id();
         let mut first = String::new();
         BufReader::new(child.stdout.take().expect("piped")).read_line(&mut first)?;
@@ -273,14 +297,14 @@ pub(super) fn measure(reps: usize) -> Result<String> {
     })?;
     one.wait_stdout_line("PID ", Duration::from_secs(10))?;
     let args = vec!["--pid".to_string(), one.pid().to_string()];
-    let (m1, s1) = both_variants(&work, &args, (reps, reps), "one", &mut loads)?;
+    let (m1, s1) = both_variants(&work, &args, (reps, reps), "one", true, &mut loads)?;
     drop(one);
 
     // --cgroup over 50 processes.
     let cg = cgroup_of_targets(&target, CGROUP_PROCESSES)?;
     let args = vec!["--cgroup".to_string(), cg.path.display().to_string()];
     // Single uprobes over 50 processes take ~3 minutes a run to detach: one run, as a comparison.
-    let (m50, s50) = both_variants(&work, &args, (reps, 1), "cg", &mut loads)?;
+    let (m50, s50) = both_variants(&work, &args, (reps, 1), "cg", false, &mut loads)?;
     drop(cg);
 
     let load = load_range(&loads);
@@ -289,7 +313,9 @@ pub(super) fn measure(reps: usize) -> Result<String> {
     s.push('\n');
     s.push_str(&format!(
         "Measured by `cargo xtask bench` ({date}; `--attach-only` runs just this part), {} run(s) of each variant \
-         (one of single uprobes under `--cgroup`: ~3 minutes each), interleaved, 1-minute load {load} at the starts (2 CPUs). Every run is \
+         (one of single uprobes under `--cgroup`: ~3 minutes each), the uprobe_multi runs first (a single-uprobe run's detach \
+         leaves threads waiting in the kernel for minutes), each one-process uprobe_multi run after waiting up to 2 minutes for a \
+         1-minute load average below 1.5, 1-minute load {load} at the starts (2 CPUs). Every run is \
          `RUST_LOG=leaktrace=info leaktrace record ... --duration 3s --quiet --out DIR` (exact mode); \
          \"uprobe_multi\" is the default, \"single\" the fallback forced by `LEAKTRACE_SINGLE_UPROBES=1`. The parts come \
          from leaktrace's timing log lines (leaktrace/src/probes.rs), CPU and peak RSS from wait4's rusage.\n\n",
@@ -303,7 +329,8 @@ pub(super) fn measure(reps: usize) -> Result<String> {
     rows(&mut s, &[(&m1, "uprobe_multi"), (&s1, "single")]);
     s.push_str(&format!(
         "\n**`--cgroup` over {CGROUP_PROCESSES} processes** each mapping libc and libstdc++ \
-         (`attach_target` without arguments, moved into a new cgroup v2), `leaktrace record --cgroup PATH`.\n\n"
+         (`attach_target` without arguments, `ATTACH_TARGET_RATE={CGROUP_RATE}`: {CGROUP_RATE} rounds of new/delete and \
+         malloc/free a second each, moved into a new cgroup v2), `leaktrace record --cgroup PATH`.\n\n"
     ));
     rows(&mut s, &[(&m50, "uprobe_multi"), (&s50, "single")]);
     s.push('\n');
