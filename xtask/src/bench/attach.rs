@@ -203,13 +203,12 @@ fn cgroup_of_targets(target: &Path, n: usize) -> Result<Cgroup> {
     std::fs::create_dir(&path).with_context(|| format!("cannot create the cgroup {}", path.display()))?;
     let mut cg = Cgroup { path, children: Vec::new() };
     for _ in 0..n {
-        let mut child =
-            Command::new(target)
-                .env("ATTACH_TARGET_RATE", CGROUP_RATE.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()?;
+        let mut child = Command::new(target)
+            .env("ATTACH_TARGET_RATE", CGROUP_RATE.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
         let pid = child.id();
         let mut first = String::new();
         BufReader::new(child.stdout.take().expect("piped")).read_line(&mut first)?;
