@@ -363,6 +363,41 @@ fn attached_target_killed_by_the_oom_killer_is_named_so() {
     assert!((16 << 20..=LIMIT).contains(&live), "leak_until_oom live {live} B\n{ctx}");
 }
 
+/// Another process of the traced one's memory cgroup is OOM-killed, then the traced process is
+/// killed with a plain SIGKILL: oom:mark_victim did not name it, so the report says it was
+/// killed, notes the cgroup's OOM kill as another's, and never calls it the OOM killer's (the
+/// cgroup counter alone would have said "most likely killed by the OOM killer").
+#[test]
+fn oom_kill_of_another_process_in_the_cgroup_is_not_the_targets() {
+    require_root();
+    const LIMIT: u64 = 48 << 20;
+    let cg = MemCgroup::new(&format!("leaktrace-test-oom-other-{}", std::process::id()), LIMIT);
+    let mut t = waiting(hostile(), &["steady", "100000", "50"]);
+    std::fs::write(cg.dir.join("cgroup.procs"), t.pid.to_string()).expect("move the target into the cgroup");
+    let out = OutDir::new("oom-other");
+    let lt = attach_and_go(&t, &out, &[]);
+    // The agent reads the cgroup's counter at its next poll: then the other process leaks.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut other = Command::new(hostile());
+    other.args(["oom", "1000", "50"]).env("LEAK_CGROUP", &cg.dir).stdout(std::process::Stdio::null());
+    let st = other.status().expect("run the other leaker");
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the other process was not OOM-killed: {st:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    t.signal(libc::SIGKILL);
+    assert!(t.wait(TIMEOUT).is_some_and(|s| s.signal() == Some(libc::SIGKILL)));
+    let o = lt.wait(TIMEOUT);
+    o.assert_success();
+    let report = Report::load(&out.path);
+    let ctx = format!("{}\n{}", o.describe(), report.summary());
+    let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
+    assert!(
+        ended.starts_with("exited (an attached process's exit status is visible only to its parent; the OOM killer did not choose it); its cgroup's OOM killer fired meanwhile (oom_kill of "),
+        "target.ended: {ended:?}\n{ctx}"
+    );
+    assert!(!ended.contains("killed by the OOM killer"), "target.ended: {ended:?}\n{ctx}");
+    assert!(site_live(&report, "leak_steady") > 0, "{ctx}");
+}
+
 /// An attached target killed by SIGKILL mid-run: outputs written, the leak so far kept, and the
 /// report says what an attached tracer can know (no exit status, no OOM kill).
 #[test]

@@ -88,13 +88,16 @@ pub(super) fn signal_name(sig: i32) -> String {
 }
 
 /// How a process ended, in words: `status` is its exit status when leaktrace is its parent
-/// (launch mode; None when attached), `victim` its anonymous RSS (KiB) when the OOM killer
-/// chose it (oom:mark_victim named it: the answer, attached or launched, whenever the cgroup's
-/// counter was read), `oom` the cgroup's `oom_kill` count (before, after) when known. Without
-/// the tracepoint: a SIGKILL while the cgroup's count rose is the OOM killer's; attached, a rise
-/// is all that can be known.
+/// (launch mode; None when attached); `watched` when oom:mark_victim is attached (then it names
+/// every process the OOM killer chooses, and `victim` is this one's anonymous RSS, KiB, when it
+/// was chosen); `oom` the cgroup's `oom_kill` count (before, after) when known. With the
+/// tracepoint, a rise of the counter without this process named is another kill in its cgroup
+/// (another process, or a thread of this one whose leader had exited: the killer then marks the
+/// thread), said as such, never as this process's. Without it: a SIGKILL while the cgroup's
+/// count rose is the OOM killer's; attached, a rise is all that can be known.
 pub(super) fn ending(
     status: Option<ExitStatus>,
+    watched: bool,
     victim: Option<u64>,
     oom: Option<(&std::path::Path, u64, u64)>,
 ) -> String {
@@ -103,8 +106,25 @@ pub(super) fn ending(
     };
     let oom_fired = oom.filter(|(_, before, after)| after > before);
     if let Some(kib) = victim {
-        let counter = oom_fired.map(|o| format!("; {}", oom_note(o))).unwrap_or_default();
-        return format!("killed by the OOM killer (oom:mark_victim chose it at anon-rss {kib} KiB{counter})");
+        return format!("killed by the OOM killer (oom:mark_victim chose it at anon-rss {kib} KiB)");
+    }
+    if watched {
+        let other = oom_fired.map(|o| {
+            format!(
+                "; its cgroup's OOM killer fired meanwhile ({}) and oom:mark_victim did not name it: another \
+                 process of the cgroup, or a thread of this one whose main thread had exited",
+                oom_note(o)
+            )
+        });
+        let other = other.unwrap_or_default();
+        return match status {
+            Some(ExitStatus::Signal(s)) => format!("killed by signal {s} ({}){other}", signal_name(s)),
+            Some(ExitStatus::Code(c)) => format!("exited with status {c}{other}"),
+            None => format!(
+                "exited (an attached process's exit status is visible only to its parent; the OOM killer did not \
+                 choose it){other}"
+            ),
+        };
     }
     match (status, oom_fired) {
         (Some(ExitStatus::Signal(9)), Some(o)) => format!("killed by the OOM killer ({})", oom_note(o)),
@@ -129,26 +149,36 @@ mod tests {
         use crate::launch::ExitStatus;
         let ev = std::path::Path::new("/sys/fs/cgroup/x/memory.events");
         assert!(
-            ending(Some(ExitStatus::Signal(9)), None, Some((ev, 0, 1)))
+            ending(Some(ExitStatus::Signal(9)), false, None, Some((ev, 0, 1)))
                 .starts_with("killed by the OOM killer (oom_kill of /sys/fs/cgroup/x/memory.events went 0 → 1)")
         );
-        // SIGKILL without a new OOM kill is someone's kill -9.
-        assert_eq!(ending(Some(ExitStatus::Signal(9)), None, Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
-        assert_eq!(ending(Some(ExitStatus::Signal(31)), None, None), "killed by signal 31 (SIGSYS)");
-        assert_eq!(ending(Some(ExitStatus::Code(3)), None, Some((ev, 0, 1))), "exited with status 3");
-        assert!(ending(None, None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
-        assert!(ending(None, None, None).starts_with("exited (an attached process's exit status"));
+        // Without the tracepoint: SIGKILL without a new OOM kill is someone's kill -9.
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), false, None, Some((ev, 2, 2))), "killed by signal 9 (SIGKILL)");
+        assert_eq!(ending(Some(ExitStatus::Signal(31)), false, None, None), "killed by signal 31 (SIGSYS)");
+        assert_eq!(ending(Some(ExitStatus::Code(3)), false, None, Some((ev, 0, 1))), "exited with status 3");
+        assert!(ending(None, false, None, Some((ev, 4, 5))).contains("most likely killed by the OOM killer"));
+        assert!(ending(None, false, None, None).starts_with("exited (an attached process's exit status"));
         // oom:mark_victim named it: the OOM killer's, whether the counter was read in time
         // (a process moved into its cgroup and killed before the agent saw the move) or not.
+        let named = "killed by the OOM killer (oom:mark_victim chose it at anon-rss 48128 KiB)";
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), true, Some(48_128), Some((ev, 3, 3))), named);
+        assert_eq!(ending(Some(ExitStatus::Signal(9)), true, Some(48_128), Some((ev, 0, 1))), named);
         assert_eq!(
-            ending(Some(ExitStatus::Signal(9)), Some(48_128), Some((ev, 3, 3))),
-            "killed by the OOM killer (oom:mark_victim chose it at anon-rss 48128 KiB)"
+            ending(None, true, Some(512), None),
+            "killed by the OOM killer (oom:mark_victim chose it at anon-rss 512 KiB)"
         );
-        assert_eq!(
-            ending(None, Some(512), Some((ev, 0, 1))),
-            "killed by the OOM killer (oom:mark_victim chose it at anon-rss 512 KiB; oom_kill of \
-             /sys/fs/cgroup/x/memory.events went 0 → 1)"
+        // Watched and not named: another kill in its cgroup is never this process's (a kill -9
+        // of it, a clean exit after a child's OOM kill).
+        let k = ending(Some(ExitStatus::Signal(9)), true, None, Some((ev, 5, 6)));
+        assert!(
+            k.starts_with("killed by signal 9 (SIGKILL); its cgroup's OOM killer fired meanwhile (oom_kill of"),
+            "{k}"
         );
+        assert!(!k.contains("killed by the OOM killer"), "{k}");
+        let e = ending(None, true, None, Some((ev, 9, 10)));
+        assert!(e.starts_with("exited (an attached process's exit status is visible only to its parent; the OOM killer did not choose it); its cgroup's OOM killer fired meanwhile"), "{e}");
+        assert!(!e.contains("most likely"), "{e}");
+        assert_eq!(ending(Some(ExitStatus::Code(0)), true, None, None), "exited with status 0");
     }
 
     #[test]

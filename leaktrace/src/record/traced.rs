@@ -81,6 +81,10 @@ pub(super) struct Traced {
     pub(super) exe_id: Option<(u64, u64)>,
     /// The cgroup v2 the process is in and its `oom_kill` count when first seen there.
     pub(super) oom_watch: Option<OomWatch>,
+    /// oom:mark_victim is attached and this process is in the kernel's TARGETS filter: the OOM
+    /// killer choosing it is seen (`session.oom_victim_anon_kib`), and the cgroup's counter
+    /// is only a note.
+    pub(super) oom_victims_watched: bool,
     /// How the process ended, in words, once it ended during the recording.
     pub(super) ended: Option<String>,
     /// /proc/PID/cgroup as last read by [`Traced::watch_cgroup`].
@@ -188,6 +192,7 @@ impl Traced {
             launch_exec_pending: launched,
             exe_id: if launched { None } else { exe_identity(pid) },
             oom_watch: None,
+            oom_victims_watched: tracer.oom_victims_unavailable.is_none() && tracer.mappings_unavailable.is_none(),
             ended: None,
             cgroup_seen: None,
             teardown_probes: BTreeSet::new(),
@@ -220,7 +225,7 @@ impl Traced {
         };
         self.exit_status = status.or(self.exit_status);
         let oom = self.oom_watch.as_ref().and_then(|w| Some((w.events.as_path(), w.baseline, oom_kills(&w.events)?)));
-        let ended = ending(status, self.session.oom_victim_anon_kib, oom);
+        let ended = ending(status, self.oom_victims_watched, self.session.oom_victim_anon_kib, oom);
         // A plain exit is no caveat; a kill (signal, OOM killer) is one for the last figures.
         if matches!(status, Some(ExitStatus::Signal(_))) || ended.contains("OOM killer") {
             self.warnings.push(format!("the process ended during the recording: {ended}"));
