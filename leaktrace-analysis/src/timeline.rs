@@ -51,7 +51,8 @@ pub struct Timeline {
     pub first_seen: Vec<Option<usize>>,
     /// Per stack: its totals at the last checkpoint.
     pub last: Vec<SiteSample>,
-    /// Per checkpoint: allocations + frees of all sites so far (the process's activity).
+    /// Per checkpoint: allocations + frees of all sites so far, plus the calls the kernel side
+    /// could not record (full maps) and frees of untracked blocks (the process's activity).
     pub activity: Vec<u64>,
 }
 
@@ -123,8 +124,18 @@ impl Timeline {
                 has_born[si] |= b.alloc_born_ms.is_some();
                 born[si].push(b.alloc_born_ms.unwrap_or(0).saturating_sub(b.free_born_ms.unwrap_or(0)));
             }
-            activity
-                .push(cur.iter().fold(0u64, |acc, s| acc.saturating_add(s.alloc_count).saturating_add(s.free_count)));
+            // Calls the kernel side could not record (a full map) and frees of blocks it never
+            // saw are the process at work too: a run whose ALLOCS map filled is not idle.
+            let unrecorded: u64 = leaktrace_common::counter::TABLE
+                .iter()
+                .filter(|c| c.full || c.index == leaktrace_common::counter::UNTRACKED_FREE)
+                .filter_map(|c| rec.checkpoints[ci].counters.get(c.name))
+                .fold(0u64, |acc, v| acc.saturating_add(*v));
+            activity.push(
+                cur.iter()
+                    .fold(0u64, |acc, s| acc.saturating_add(s.alloc_count).saturating_add(s.free_count))
+                    .saturating_add(unrecorded),
+            );
         }
         let live_born_ms = born.into_iter().zip(has_born).map(|(b, has)| has.then_some(b)).collect();
         Timeline {

@@ -383,6 +383,32 @@ fn frees_not_seen_are_told_as_such_not_as_full_maps() {
     assert!(s.ends_with("the growth may be higher (allocations lost) or lower (blocks freed unseen)"), "{s}");
 }
 
+/// New-user review: a command whose ALLOCS map filled after 10 s (`--max-allocs` too small) goes
+/// on allocating — the calls the kernel side cannot record are its activity: the analysed span
+/// is the whole run (not cut at the last recorded call, as if it had gone idle), and the
+/// verdict is inconclusive for the full map.
+#[test]
+fn calls_lost_to_a_full_map_are_activity() {
+    let held: SiteFn = Box::new(|t: f64| {
+        let k = (t as u64).min(10);
+        (1000 * k, 10 * k, 0, 0)
+    });
+    let (stack, _) = leak_site();
+    let mut r = recording(&times61(), vec![(stack, held)], &|_| mem(10 << 20), &|t| {
+        let t = t as u64;
+        BTreeMap::from([
+            ("allocs".to_string(), 10 * t.min(10)),
+            ("allocs_map_full".to_string(), 10 * t.saturating_sub(10)),
+        ])
+    });
+    r.end_reason = crate::recording::EndReason::TargetExited;
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert!(a.span_to_s >= 59.0, "span cut at {} s", a.span_to_s);
+    assert!(!a.warnings.iter().any(|w| w.contains("made no allocation or free")), "{:?}", a.warnings);
+    assert!(a.verdict.inconclusive, "{}", sentence(&a));
+    assert!(sentence(&a).contains("allocs_map_full 500; raise --max-allocs / --max-sites"), "{}", sentence(&a));
+}
+
 #[test]
 fn cache_only_is_not_a_leak() {
     let r =
