@@ -61,7 +61,7 @@ pub fn sentence(a: &Analysis) -> String {
     }
 }
 
-/// "released only at exit: freed at exit: 40.0 KiB in 80 block(s) from remember_request": the
+/// "released only at exit: the teardown freed 40.0 KiB in 80 block(s) from remember_request": the
 /// leaking sites whose blocks the teardown freed (growth was judged before it); None when the
 /// verdict is not a leak, or no leaking site freed anything at exit.
 fn released_at_exit(a: &Analysis) -> Option<String> {
@@ -76,7 +76,7 @@ fn released_at_exit(a: &Analysis) -> Option<String> {
         .take(3)
         .map(|&(i, b, c)| format!("{} in {} block(s) from {}", hb(b), c, a.sites[i].function))
         .collect();
-    (!named.is_empty()).then(|| format!("released only at exit: freed at exit: {}", named.join(", ")))
+    (!named.is_empty()).then(|| format!("released only at exit: the teardown freed {}", named.join(", ")))
 }
 
 /// What the allocator's resident figure is made of: "brk heap and 8 glibc arena heap(s), 150.0
@@ -130,33 +130,33 @@ fn flat(bytes_per_s: f64) -> String {
 /// seen (`address_reused`: the block was retired when its address was allocated again; with
 /// --pymalloc, an interpreter built with LTO frees inside itself without calling PyObject_Free).
 fn losses_phrase(a: &Analysis, l: &Losses) -> String {
-    let named: Vec<String> = l.counters.iter().map(|(name, n)| format!("{name} {n}")).collect();
-    let has = |name: &str| l.counters.iter().any(|(c, _)| c == name);
-    let full = l.counters.iter().any(|(c, _)| leaktrace_common::counter::TABLE.iter().any(|i| i.name == c && i.full));
-    let mut what = Vec::new();
-    if full {
-        what.push("raise --max-allocs / --max-sites".to_string());
+    let full = |name: &str| leaktrace_common::counter::TABLE.iter().any(|i| i.name == name && i.full);
+    let mut parts: Vec<String> = l
+        .counters
+        .iter()
+        .map(|(name, n)| match name.as_str() {
+            "missed_return" => format!(
+                "missed_return {n}: calls whose return was not seen — longjmp, an exception through the allocator, a \
+                 thread ending inside a call"
+            ),
+            "address_reused" => {
+                let why = if a.pymalloc_hooked {
+                    "with --pymalloc, an interpreter built with LTO, as Debian's python3.11, frees inside itself \
+                     without calling PyObject_Free"
+                } else {
+                    "a release inlined into its caller, or made by a function that is not probed"
+                };
+                format!(
+                    "address_reused {n}: blocks whose free was not seen, each retired when its address was allocated \
+                     again — {why}"
+                )
+            }
+            _ => format!("{name} {n}"),
+        })
+        .collect();
+    if l.counters.iter().any(|(c, _)| full(c)) {
+        parts.push("raise --max-allocs / --max-sites".to_string());
     }
-    if has("missed_return") {
-        what.push(
-            "missed_return: calls whose return was not seen (longjmp, an exception through the allocator, a thread \
-             ending inside a call)"
-                .to_string(),
-        );
-    }
-    if has("address_reused") {
-        let why = if a.pymalloc_hooked {
-            "with --pymalloc, an interpreter built with LTO (Debian's python3.11) frees inside itself without calling \
-             PyObject_Free"
-        } else {
-            "a release inlined into its caller, or made by a function that is not probed"
-        };
-        what.push(format!(
-            "address_reused: blocks whose free was not seen ({why}), each retired when its address was allocated again"
-        ));
-    }
-    let mut parts = named;
-    parts.extend(what);
     format!("{:.0} % of allocator calls were not fully traced ({})", l.share * 100.0, parts.join("; "))
 }
 
@@ -656,6 +656,15 @@ pub fn at_exit_phrase(a: &Analysis) -> String {
         })
         .collect();
     let more = if x.sites.len() > 5 { format!(" and {} more site(s)", x.sites.len() - 5) } else { String::new() };
+    // One site holding it all: named once ("64.0 MiB in 64 block(s), all from leak_block").
+    if x.sites.len() == 1 && x.held.first().is_none_or(|&(b, c)| b == x.live_bytes && c == x.live_allocations) {
+        let all = named[0].rsplit_once(" from ").map_or(named[0].as_str(), |(_, f)| f);
+        return format!(
+            "still allocated when the command exited: {} in {} block(s), all from {all}{one_time}",
+            hb(x.live_bytes),
+            x.live_allocations
+        );
+    }
     format!(
         "still allocated when the command exited: {} in {} block(s): {}{more}{one_time}",
         hb(x.live_bytes),
@@ -665,7 +674,7 @@ pub fn at_exit_phrase(a: &Analysis) -> String {
 }
 
 /// What a launched command's teardown freed: "the teardown (from 12.3 s) freed 40.0 KiB in 80
-/// block(s): freed at exit: 40.0 KiB in 80 block(s) from remember_request, ...". Up to three
+/// block(s): 40.0 KiB in 80 block(s) from remember_request, ...". Up to three
 /// sites are named; empty when no teardown was caught.
 pub fn freed_at_exit_phrase(a: &Analysis) -> String {
     let Some(f) = &a.freed_at_exit else { return String::new() };
@@ -680,7 +689,7 @@ pub fn freed_at_exit_phrase(a: &Analysis) -> String {
         .collect();
     let more = if f.sites.len() > 3 { format!(" and {} more site(s)", f.sites.len() - 3) } else { String::new() };
     format!(
-        "the teardown (exit handlers, static destructors, interpreter finalization, from {:.1} s) freed {} in {} block(s): freed at exit: {}{more}",
+        "the teardown (exit handlers, static destructors, interpreter finalization, from {:.1} s) freed {} in {} block(s): {}{more}",
         f.teardown_s,
         hb(f.bytes),
         f.blocks,
