@@ -303,25 +303,26 @@ fn oom_killed_target_is_reported_with_its_leak() {
     let report = Report::load(&out.path);
     let ctx = format!("{}\n{}", o.describe(), report.summary());
     assert_eq!(report.get(&["target", "exit_status"]).as_i64(), Some(137), "killed by SIGKILL\n{ctx}");
-    assert_eq!(str_of(&report.json, "end_reason"), "target-exited", "{ctx}");
-    let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
-    assert!(
-        ended.starts_with("killed by the OOM killer (oom:mark_victim chose it at anon-rss "),
-        "target.ended: {ended:?}\n{ctx}"
-    );
-    assert_victim_rss(ended, LIMIT, &ctx);
+    assert_oom_victim(&report, LIMIT, &ctx);
     assert!(o.stdout.contains("command ended: killed by the OOM killer"), "{}", o.describe());
     let md = std::fs::read_to_string(out.file("report.md")).expect("report.md");
     assert!(md.contains("killed by the OOM killer"), "report.md:\n{md}");
     // It held (nearly) the cgroup's memory in 1 MiB blocks when killed.
     let live = site_live(&report, "leak_until_oom");
-    assert!((16 << 20..=LIMIT).contains(&live), "leak_until_oom live {live} B\n{ctx}");
     assert_eq!(live % (1 << 20), 0, "whole 1 MiB blocks\n{ctx}");
 }
 
-/// The anonymous RSS (KiB) in an ending "oom:mark_victim chose it at anon-rss N KiB" is between
-/// a third of the cgroup's `limit` (bytes) and the limit: the leak's blocks were resident.
-fn assert_victim_rss(ended: &str, limit: u64, ctx: &str) {
+/// A target the OOM killer took while it leaked 1 MiB blocks into a cgroup of `limit` bytes: the
+/// recording ended with it, `target.ended` says oom:mark_victim chose it, with an anonymous RSS
+/// between a third of the limit and the limit (the leak's blocks were resident), and
+/// `leak_until_oom` holds 16 MiB up to the limit. Returns `target.ended`.
+fn assert_oom_victim(report: &Report, limit: u64, ctx: &str) -> String {
+    assert_eq!(str_of(&report.json, "end_reason"), "target-exited", "{ctx}");
+    let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default().to_string();
+    assert!(
+        ended.starts_with("killed by the OOM killer (oom:mark_victim chose it at anon-rss "),
+        "target.ended: {ended:?}\n{ctx}"
+    );
     let kib: u64 = ended
         .split("anon-rss ")
         .nth(1)
@@ -329,6 +330,9 @@ fn assert_victim_rss(ended: &str, limit: u64, ctx: &str) {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no anon-rss in {ended:?}\n{ctx}"));
     assert!((limit / 3..=limit).contains(&(kib << 10)), "anon-rss {kib} KiB, limit {limit} B\n{ctx}");
+    let live = site_live(report, "leak_until_oom");
+    assert!((16 << 20..=limit).contains(&live), "leak_until_oom live {live} B\n{ctx}");
+    ended
 }
 
 /// An attached process that moves itself into a cgroup with 48 MiB of memory and leaks until
@@ -352,15 +356,7 @@ fn attached_target_killed_by_the_oom_killer_is_named_so() {
     assert_outputs_exist(&out.path);
     let report = Report::load(&out.path);
     let ctx = format!("{}\n{}", o.describe(), report.summary());
-    assert_eq!(str_of(&report.json, "end_reason"), "target-exited", "{ctx}");
-    let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
-    assert!(
-        ended.starts_with("killed by the OOM killer (oom:mark_victim chose it at anon-rss "),
-        "target.ended: {ended:?}\n{ctx}"
-    );
-    assert_victim_rss(ended, LIMIT, &ctx);
-    let live = site_live(&report, "leak_until_oom");
-    assert!((16 << 20..=LIMIT).contains(&live), "leak_until_oom live {live} B\n{ctx}");
+    assert_oom_victim(&report, LIMIT, &ctx);
 }
 
 /// Another process of the traced one's memory cgroup is OOM-killed, then the traced process is
