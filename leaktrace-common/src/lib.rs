@@ -244,12 +244,43 @@ pub struct AllocInfo {
     /// The owning site's index in the kernel's `SITE_STATS` array: the value of `SITES` for its
     /// `SiteKey` (given once, never reused).
     pub index: u32,
-    /// When the block was allocated: milliseconds of the kernel's monotonic clock
-    /// (`bpf_ktime_get_ns`) since the agent loaded the programs (`TIME_BASE_NS`; wraps after 49
-    /// days). Summed per site in
+    /// When the block was allocated: milliseconds of the kernel's monotonic clock since the agent
+    /// loaded the programs (`TIME_BASE_NS`; wraps after 49 days), to the kernel's tick (1000 / HZ
+    /// ms: read from jiffies, which the agent ties to the monotonic clock at load; from
+    /// `bpf_ktime_get_ns` when it cannot). Summed per site in
     /// [`SiteStats::alloc_born_ms`] / [`SiteStats::free_born_ms`], which give the mean age of a
     /// site's live blocks.
     pub born_ms: u32,
+}
+
+/// Slots of a [`BlockBucket`].
+pub const BUCKET_SLOTS: usize = 4;
+
+/// One outstanding block in the kernel's fast block table (`BLOCKS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BlockSlot {
+    /// The block's tag (`leaktrace-ebpf`'s `block_tag` of its tgid and address: a 64-bit hash,
+    /// odd); 0: the slot is empty. Claimed and released with compare-and-swap.
+    pub tag: u64,
+    /// User-space address returned by the allocator.
+    pub addr: u64,
+    /// Size, site and birth, as in the `ALLOCS` map.
+    pub info: AllocInfo,
+}
+
+/// A bucket of the kernel's fast block table `BLOCKS` (an array of buckets, 136 bytes each,
+/// preallocated: `--max-allocs` / 16 buckets rounded up to a power of two, so that a quarter of
+/// `--max-allocs` blocks fit before buckets fill). A block goes to the bucket its tag selects;
+/// when all [`BUCKET_SLOTS`] are taken it goes to the `ALLOCS` hash map and the bucket is marked
+/// `overflowed`. The process of a block is its site's (`SiteKey::tgid` of `info.index`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BlockBucket {
+    /// Not 0 once a block of this bucket went to `ALLOCS` (never cleared): frees and inserts of
+    /// the bucket's blocks then look there too.
+    pub overflowed: u64,
+    pub slots: [BlockSlot; BUCKET_SLOTS],
 }
 
 /// Per-site totals kept in the kernel. All four counters only grow; live bytes and live count are
@@ -882,6 +913,7 @@ mod pod {
     unsafe impl aya::Pod for AllocKey {}
     unsafe impl aya::Pod for SiteKey {}
     unsafe impl aya::Pod for AllocInfo {}
+    unsafe impl aya::Pod for BlockBucket {}
     unsafe impl aya::Pod for SiteStats {}
     unsafe impl aya::Pod for InFlight {}
     unsafe impl aya::Pod for MapEvent {}

@@ -2,9 +2,9 @@
 //!
 //! Data path (all keyed by the host tgid, so one loaded object can serve several targets):
 //! entry probe → `INFLIGHT` (arguments and call stack, one per thread) → return probe →
-//! `ALLOCS` (one entry per outstanding block) and `SITE_STATS` (per call-stack totals, by the
-//! site's index in `SITES`). `free` looks the block up in `ALLOCS` and credits its site by that
-//! index. Every loss increments a slot of `COUNTERS` (see `leaktrace_common::counter`). No
+//! `BLOCKS` (one slot per outstanding block; `ALLOCS` when its bucket is full) and `SITE_STATS`
+//! (per call-stack totals, by the site's index in `SITES`). `free` finds the block there and
+//! credits its site by that index. Every loss increments a slot of `COUNTERS` (see `leaktrace_common::counter`). No
 //! per-event ring-buffer traffic: the agent reads `SITES`, `SITE_STATS`, `STACKS` and `COUNTERS`
 //! at each checkpoint.
 // Built for the bpf target by leaktrace/build.rs (aya-build). A host build (`cargo test

@@ -11,8 +11,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use leaktrace_common::{
-    AllocInfo, AllocKey, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames, SyscallArgs, counter,
-    map_event, op, owner, sampling, site_kind, tp_field,
+    AllocInfo, AllocKey, BUCKET_SLOTS, BlockBucket, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames,
+    SyscallArgs, counter, map_event, op, owner, sampling, site_kind, tp_field,
 };
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
@@ -24,7 +24,20 @@ static AGENT_TGID: u32 = 0;
 #[unsafe(no_mangle)]
 static TIME_BASE_NS: u64 = 0;
 
-/// Outstanding blocks: (tgid, address) → size, site. Sized by the agent (--max-allocs).
+/// Outstanding blocks, the fast table: buckets of `BUCKET_SLOTS` slots, the bucket chosen by the
+/// block's tag (`block_tag`), a slot claimed and released by compare-and-swap on its tag: an
+/// insert or a free is a few loads and one atomic, no hashing helper, no lock, no allocation.
+/// Preallocated; sized by the agent (`BLOCKS_MASK` + 1 buckets, from --max-allocs). Blocks that
+/// find their bucket full go to `ALLOCS`.
+#[map]
+static BLOCKS: Array<BlockBucket> = Array::with_max_entries(1 << 16, 0);
+
+/// `BLOCKS`' bucket count minus one (a power of two minus one; set by the agent at load).
+#[unsafe(no_mangle)]
+static BLOCKS_MASK: u64 = (1 << 16) - 1;
+
+/// Outstanding blocks whose `BLOCKS` bucket was full: (tgid, address) → size, site. Sized by the
+/// agent (--max-allocs).
 #[map]
 static ALLOCS: HashMap<AllocKey, AllocInfo> = HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
 
@@ -213,11 +226,31 @@ fn agent_tgid() -> u32 {
     unsafe { core::ptr::read_volatile(&AGENT_TGID) }
 }
 
-/// Now, in milliseconds since `TIME_BASE_NS` (the monotonic clock, CLOCK_MONOTONIC;
-/// a helper call, no map operation).
+/// The kernel's jiffies when the monotonic clock read `TIME_BASE_NS` (set by the agent at load,
+/// from /proc/timer_list; with [`MS_PER_JIFFY_Q16`]).
+#[unsafe(no_mangle)]
+static JIFFIES_AT_BASE: u64 = 0;
+
+/// Milliseconds per jiffy (1000 / HZ) in 16.16 fixed point, set by the agent at load; 0: the
+/// agent could not tie jiffies to the monotonic clock, and birth times are read from it.
+#[unsafe(no_mangle)]
+static MS_PER_JIFFY_Q16: u64 = 0;
+
+/// Now, in milliseconds since `TIME_BASE_NS` (the monotonic clock, CLOCK_MONOTONIC): from the
+/// jiffies counter when the agent tied it to that clock (an inlined load, no helper call; to
+/// the tick, 1000 / HZ ms), else from `bpf_ktime_get_ns` (a helper call, ~60 ns here).
 #[inline(always)]
 fn now_ms() -> u32 {
-    // SAFETY: a read of this object's own global, as in `agent_tgid`.
+    // SAFETY: reads of this object's own globals, as in `agent_tgid`.
+    let mul = unsafe { core::ptr::read_volatile(&raw const MS_PER_JIFFY_Q16) };
+    if mul != 0 {
+        // SAFETY: as above.
+        let base = unsafe { core::ptr::read_volatile(&raw const JIFFIES_AT_BASE) };
+        // SAFETY: a helper without arguments (inlined by the verifier: a load of jiffies_64).
+        let now = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
+        return ((now.wrapping_sub(base) & ((1 << 40) - 1)) * mul >> 16) as u32;
+    }
+    // SAFETY: as above.
     let base = unsafe { core::ptr::read_volatile(&TIME_BASE_NS) };
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -445,9 +478,67 @@ fn account_alloc(index: u32, bytes: u64, born_ms: u32) -> bool {
     }
 }
 
-/// Retire the block at `addr` of process `tgid`, if it is tracked.
+/// The tag of the block at `addr` of process `tgid` in `BLOCKS`: a 64-bit hash, odd (0 marks
+/// an empty slot). Its high half picks the bucket. Two live blocks with one tag would need a
+/// 64-bit collision between the same address in two processes (the address is compared too).
+#[inline(always)]
+fn block_tag(tgid: u32, addr: u64) -> u64 {
+    crate::unwind::mix(addr ^ (tgid as u64).rotate_right(20)) | 1
+}
+
+/// The `BLOCKS` bucket of `tag`.
+#[inline(always)]
+fn block_bucket(tag: u64) -> Option<*mut BlockBucket> {
+    // SAFETY: a read of this object's own global, as in `agent_tgid`.
+    let mask = unsafe { core::ptr::read_volatile(&raw const BLOCKS_MASK) };
+    BLOCKS.get_ptr_mut(((tag >> 32) & mask) as u32)
+}
+
+/// Compare-and-swap of a map value's word: true when `*p` was `old` and is now `new`.
+#[inline(always)]
+fn cas(p: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: callers pass a field of a map value they looked up (valid while the program runs,
+    // aligned); other CPUs compare-and-swap the same word.
+    unsafe {
+        core::intrinsics::atomic_cxchg::<
+            u64,
+            { core::intrinsics::AtomicOrdering::SeqCst },
+            { core::intrinsics::AtomicOrdering::SeqCst },
+        >(p, old, new)
+        .1
+    }
+}
+
+/// Retire the block at `addr` of process `tgid`, if it is tracked: its `BLOCKS` slot, else (the
+/// bucket having overflowed) its `ALLOCS` entry.
 #[inline(always)]
 fn free_addr(tgid: u32, addr: u64) {
+    let tag = block_tag(tgid, addr);
+    if let Some(b) = block_bucket(tag) {
+        for i in 0..BUCKET_SLOTS {
+            // SAFETY: a slot of a BLOCKS value (get_ptr_mut checked the index; `i` is below the
+            // array's length), valid while the program runs; fields read through the pointer
+            // (other CPUs claim and release slots), the tag with a volatile load.
+            unsafe {
+                let slot = &raw mut (*b).slots[i];
+                if core::ptr::read_volatile(&raw const (*slot).tag) == tag && (*slot).addr == addr {
+                    let info = (*slot).info;
+                    // The one caller whose swap empties the slot credits the block's site.
+                    if cas(&raw mut (*slot).tag, tag, 0) {
+                        account_free(&info);
+                    }
+                    return;
+                }
+            }
+        }
+        // SAFETY: as above.
+        if unsafe { core::ptr::read_volatile(&raw const (*b).overflowed) } == 0 {
+            if sampling_mean() == 0 {
+                count(counter::UNTRACKED_FREE);
+            }
+            return;
+        }
+    }
     let key = AllocKey { tgid, _pad: 0, addr };
     let info = match ALLOCS.get_ptr(key) {
         // SAFETY: a value the lookup returned, copied at once (valid while the program runs,
@@ -463,6 +554,69 @@ fn free_addr(tgid: u32, addr: u64) {
     if ALLOCS.remove(key).is_ok() {
         account_free(&info);
     }
+}
+
+/// Put a new block of `tgid` at `addr` in `BLOCKS`: in its bucket's slot already holding the
+/// address, or in its `ALLOCS` entry when the bucket has overflowed (the free of the old block
+/// was not seen: it is retired, counted in `address_reused`), else in an empty slot. Returns
+/// false when the bucket is full (the bucket is marked overflowed: the caller puts the block in
+/// `ALLOCS`) or there is no bucket; true when it was placed.
+#[inline(always)]
+fn block_insert(tgid: u32, addr: u64, info: AllocInfo) -> bool {
+    let tag = block_tag(tgid, addr);
+    let Some(b) = block_bucket(tag) else { return false };
+    let mut empty = BUCKET_SLOTS;
+    for i in 0..BUCKET_SLOTS {
+        // SAFETY: as in `free_addr`.
+        unsafe {
+            let slot = &raw mut (*b).slots[i];
+            let t = core::ptr::read_volatile(&raw const (*slot).tag);
+            if t == tag && (*slot).addr == addr {
+                count(counter::ADDRESS_REUSED);
+                let old = (*slot).info;
+                account_free(&old);
+                (*slot).info = info;
+                return true;
+            }
+            if t == 0 && empty == BUCKET_SLOTS {
+                empty = i;
+            }
+        }
+    }
+    // SAFETY: as in `free_addr`.
+    if unsafe { core::ptr::read_volatile(&raw const (*b).overflowed) } != 0
+        && let Some(old) = ALLOCS.get_ptr_mut(AllocKey { tgid, _pad: 0, addr })
+    {
+        // The address is live in ALLOCS (its bucket was full when it was allocated before): the
+        // free of that block was not seen.
+        // SAFETY: a value the lookup returned, valid while the program runs; the only reference
+        // to it here (as in `record`).
+        let old = unsafe { &mut *old };
+        count(counter::ADDRESS_REUSED);
+        account_free(old);
+        *old = info;
+        return true;
+    }
+    if empty < BUCKET_SLOTS {
+        // An empty slot seen above, then any other (another CPU may have taken it meanwhile).
+        for i in 0..BUCKET_SLOTS {
+            if i < empty {
+                continue;
+            }
+            // SAFETY: as in `free_addr`.
+            unsafe {
+                let slot = &raw mut (*b).slots[i];
+                if core::ptr::read_volatile(&raw const (*slot).tag) == 0 && cas(&raw mut (*slot).tag, 0, tag) {
+                    (*slot).addr = addr;
+                    (*slot).info = info;
+                    return true;
+                }
+            }
+        }
+    }
+    // SAFETY: as in `free_addr`.
+    unsafe { core::ptr::write_volatile(&raw mut (*b).overflowed, 1) };
+    false
 }
 
 /// Note the page where a block of `tgid` begins in `BLOCK_PAGES`, unless it is this CPU's last.
@@ -494,6 +648,12 @@ fn record(tgid: u32, addr: u64, size: u64, site: SiteKey) {
     let key = AllocKey { tgid, _pad: 0, addr };
     let born_ms = now_ms();
     let info = AllocInfo { size, index, born_ms };
+    if block_insert(tgid, addr, info) {
+        if account_alloc(index, size, born_ms) {
+            count(counter::ALLOCS);
+        }
+        return;
+    }
     match ALLOCS.insert(key, info, BPF_NOEXIST as u64) {
         Ok(()) => {}
         Err(EEXIST) => {

@@ -25,10 +25,18 @@ use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, Stac
 use crate::discover::ProbePoint;
 use crate::recording::{ProbeInfo, ProbeKind};
 
+/// Buckets of the kernel's fast block table `BLOCKS` for `max_allocs` (--max-allocs): one per
+/// 16 blocks (so a quarter of them fit in its 4-slot buckets before the fuller ones overflow to
+/// `ALLOCS`), a power of two, at least 1024; 136 bytes each (8.5 MiB at the default 1 M).
+pub fn block_buckets(max_allocs: u32) -> u32 {
+    (max_allocs / 16).max(1024).next_power_of_two()
+}
+
 /// Sizes of the kernel maps. A full map loses data; the loss is counted and reported.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Maximum outstanding allocations tracked at once (entries of ALLOCS).
+    /// Maximum outstanding allocations tracked at once (entries of ALLOCS, the overflow of the
+    /// fast table BLOCKS, which holds up to a quarter as many; see [`block_buckets`]).
     pub max_allocs: u32,
     /// Maximum distinct call-stack sites (entries of SITES).
     pub max_sites: u32,
@@ -255,6 +263,8 @@ impl Tracer {
         let agent_tgid: u32 = std::process::id();
         // The clock blocks' birth times count from (AllocInfo::born_ms).
         let time_base_ns = monotonic_now_ns();
+        let jiffies =
+            std::fs::read_to_string("/proc/timer_list").ok().and_then(|t| JiffyClock::parse(&t, time_base_ns));
         // Field offsets for the walk's VMA → file lookup; without them, frame pointers only.
         let offsets = crate::btf::kernel_offsets();
         // task_struct.thread.fsbase, for the Python frames of a thread that does not hold the GIL
@@ -275,6 +285,10 @@ impl Tracer {
             .allow_unsupported_maps()
             .override_global("AGENT_TGID", &agent_tgid, true)
             .override_global("TIME_BASE_NS", &time_base_ns, true)
+            .override_global("JIFFIES_AT_BASE", &jiffies.map_or(0, |j| j.at_base), true)
+            .override_global("MS_PER_JIFFY_Q16", &jiffies.map_or(0, |j| j.ms_q16), true)
+            .override_global("BLOCKS_MASK", &(u64::from(block_buckets(limits.max_allocs)) - 1), true)
+            .map_max_entries("BLOCKS", block_buckets(limits.max_allocs))
             .map_max_entries("ALLOCS", limits.max_allocs)
             .map_max_entries("SITES", limits.max_sites)
             .map_max_entries("SITE_STATS", limits.max_sites)
@@ -748,10 +762,12 @@ impl Tracer {
     }
 
     // Reachability hook (#14): the scan reads the live blocks itself (leaktrace/src/reach/).
-    /// The `ALLOCS` map (AllocKey → AllocInfo: every traced live block), for the reachability
-    /// scan's batched read ([`crate::reach::blocks::read`]); None if the object lacks it.
-    pub fn allocs_map(&self) -> Option<&aya::maps::Map> {
-        self.ebpf.map("ALLOCS")
+    /// The maps of traced live blocks, `BLOCKS` (the fast table, an array of
+    /// [`leaktrace_common::BlockBucket`]) and `ALLOCS` (AllocKey → AllocInfo: blocks whose bucket
+    /// was full), for the reachability scan's batched read ([`crate::reach::blocks::read`]); None
+    /// if the object lacks them.
+    pub fn live_block_maps(&self) -> Option<crate::reach::blocks::LiveMaps<'_>> {
+        Some(crate::reach::blocks::LiveMaps { blocks: self.ebpf.map("BLOCKS")?, allocs: self.ebpf.map("ALLOCS")? })
     }
 
     /// Page addresses where blocks of `tgid` began since attach (the kernel's `BLOCK_PAGES`,
@@ -1016,6 +1032,41 @@ fn ensure_tracefs() -> anyhow::Result<()> {
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (harmless on newer ones).
 /// CLOCK_MONOTONIC in ns: the clock of the kernel side's `bpf_ktime_get_ns`.
+/// The kernel's jiffies tied to the monotonic clock, for the birth times the kernel side takes
+/// (`now_ms` in leaktrace-ebpf: a load of jiffies is cheaper than a clock read).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct JiffyClock {
+    /// Jiffies when the monotonic clock read the time base.
+    at_base: u64,
+    /// Milliseconds per jiffy (1000 / HZ), 16.16 fixed point.
+    ms_q16: u64,
+}
+
+impl JiffyClock {
+    /// From /proc/timer_list (`now at N nsecs`: the monotonic clock; `jiffies: J`, read just
+    /// after) and `base_ns`, a monotonic time: HZ is the candidate for which J counted from the
+    /// kernel's INITIAL_JIFFIES (2^32 - 300 HZ) matches the clock within 2 s + 1 %. None when
+    /// the file lacks either line or no HZ fits.
+    fn parse(timer_list: &str, base_ns: u64) -> Option<Self> {
+        let field = |prefix: &str| {
+            timer_list
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        };
+        let now_ns = field("now at ")?;
+        let jiffies = field("jiffies: ")?;
+        let secs = now_ns as f64 / 1e9;
+        let hz = [100u64, 250, 300, 1000, 24, 32, 48, 64, 128, 256, 512, 1024, 1200].into_iter().find(|&hz| {
+            let initial = (1u64 << 32) - 300 * hz;
+            let up = jiffies.wrapping_sub(initial) as f64 / hz as f64;
+            (up - secs).abs() <= 2.0 + secs * 0.01
+        })?;
+        let back = (now_ns as i128 - base_ns as i128) * hz as i128 / 1_000_000_000;
+        Some(JiffyClock { at_base: (jiffies as i128 - back) as u64, ms_q16: (1000 << 16) / hz })
+    }
+}
+
 fn monotonic_now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec, which `ts` is.
@@ -1026,6 +1077,30 @@ fn monotonic_now_ns() -> u64 {
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+#[cfg(test)]
+mod jiffy_tests {
+    use super::JiffyClock;
+
+    #[test]
+    fn jiffies_tied_to_the_monotonic_clock_from_timer_list() {
+        // A 6.18 kernel with HZ=250, 22717.2 s after boot (its /proc/timer_list, shortened).
+        let t = "Timer List Version: v0.10\nHRTIMER_MAX_CLOCK_BASES: 8\nnow at 22717210107474 nsecs\n\n                 cpu: 0\n  .idle_jiffies   : 4300571531\njiffies: 4300571584\n";
+        // The base 1 s before the file's now: 250 jiffies before.
+        let j = JiffyClock::parse(t, 22716210107474).unwrap();
+        assert_eq!(j, JiffyClock { at_base: 4300571334, ms_q16: 4 << 16 });
+        // HZ=1000 and 100 at the same uptime.
+        let up = 22717u64;
+        for hz in [1000u64, 100] {
+            let jf = (1u64 << 32) - 300 * hz + up * hz;
+            let t = format!("now at {} nsecs\njiffies: {jf}\n", up * 1_000_000_000);
+            assert_eq!(JiffyClock::parse(&t, up * 1_000_000_000).unwrap().ms_q16, (1000 << 16) / hz);
+        }
+        // No jiffies line, or counts that fit no HZ.
+        assert_eq!(JiffyClock::parse("now at 5 nsecs\n", 0), None);
+        assert_eq!(JiffyClock::parse("now at 22717210107474 nsecs\njiffies: 17\n", 0), None);
+    }
 }
 
 #[cfg(test)]

@@ -98,13 +98,13 @@ const COPY_BUDGET: usize = 1 << 30;
 /// Sites of a process by their index (the kernel's SITES map read backwards).
 pub type SiteIndex = std::collections::HashMap<u32, leaktrace_common::SiteKey>;
 
-/// Stop `pid`, read its live blocks from `allocs` (the ALLOCS map; their sites by index from
+/// Stop `pid`, read its live blocks from `allocs` (the BLOCKS and ALLOCS maps; their sites by index from
 /// what `sites` reads once the target is stopped, see [`blocks::read`]), scan, resume. The
 /// target is resumed before this returns, whatever happened. Errors (one line): the process
 /// cannot be stopped (gone, already traced), the block list or the sites cannot be read.
 pub fn scan(
     pid: u32,
-    allocs: &aya::maps::Map,
+    allocs: blocks::LiveMaps<'_>,
     sites: &dyn Fn() -> anyhow::Result<SiteIndex>,
     opts: ScanOptions,
 ) -> anyhow::Result<Scan> {

@@ -49,8 +49,8 @@ pub(super) fn scan_all(
             t.warnings.push("--reachability needs exact mode: no scan".into());
             continue;
         }
-        let Some(map) = tracer.allocs_map() else {
-            t.warnings.push("reachability: the ALLOCS map is missing: no scan".into());
+        let Some(map) = tracer.live_block_maps() else {
+            t.warnings.push("reachability: the BLOCKS or ALLOCS map is missing: no scan".into());
             continue;
         };
         let t_s = start.elapsed().as_secs_f64();
