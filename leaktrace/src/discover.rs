@@ -98,10 +98,14 @@ pub fn check_pid(pid: u32) -> Result<(), TargetError> {
     if tgid.is_some_and(|t| t != pid) {
         return Err(TargetError::NoSuchProcess(pid));
     }
-    if status_field(&status, "State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
+    // A zombie main thread with other threads still running (pthread_exit in main) is a live
+    // process: its memory is read through one of them (procinfo::mm_task).
+    let zombie = status_field(&status, "State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X'));
+    if zombie && !crate::procinfo::alive(pid) {
         return Err(TargetError::Zombie(pid));
     }
-    let maps = std::fs::read_to_string(proc_dir.join("maps")).map_err(|err| TargetError::Proc { pid, err })?;
+    let mm = crate::procinfo::mm_task(pid);
+    let maps = std::fs::read_to_string(format!("/proc/{mm}/maps")).map_err(|err| TargetError::Proc { pid, err })?;
     if maps.trim().is_empty() {
         return Err(TargetError::KernelThread(pid));
     }
@@ -114,7 +118,9 @@ fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 
 /// The ELF objects (executable and shared libraries) that `pid` maps, once each.
 pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|err| {
+    // Through a live thread when the main thread has exited (procinfo::mm_task).
+    let mm = crate::procinfo::mm_task(pid);
+    let maps = std::fs::read_to_string(format!("/proc/{mm}/maps")).map_err(|err| {
         if err.kind() == std::io::ErrorKind::NotFound {
             TargetError::NoSuchProcess(pid)
         } else {
@@ -141,7 +147,7 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
         if seen.contains_key(&key) {
             continue;
         }
-        let Some(open_path) = open_path(pid, l.range, Path::new(&l.path), l.inode) else { continue };
+        let Some(open_path) = open_path(mm, l.range, Path::new(&l.path), l.inode) else { continue };
         let executable = code.contains(&key);
         seen.insert(key, MappedObject { path: PathBuf::from(&l.path), dev, inode: l.inode, open_path, executable });
         order.push(key);

@@ -137,7 +137,7 @@ impl AddressSpace {
     /// elsewhere: the arena heaps found in /proc/PID/maps). None when pagemap cannot be read
     /// (process gone).
     pub fn resident(&self, pid: u32, exclude: &[(u64, u64)]) -> Option<(HashMap<SiteKey, u64>, u64)> {
-        let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok()?;
+        let pagemap = File::open(format!("/proc/{}/pagemap", crate::procinfo::mm_task(pid))).ok()?;
         let mut per_site: HashMap<SiteKey, u64> = HashMap::new();
         let mut allocator = 0;
         for (&start, r) in &self.regions {

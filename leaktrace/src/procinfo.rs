@@ -3,9 +3,10 @@
 use crate::recording::ProcMemory;
 
 /// Memory of `pid` from /proc/PID/status (VmRSS, RssAnon, RssFile, RssShmem, VmSize, converted
-/// from kB to bytes). None if the process is gone or is a zombie.
+/// from kB to bytes; through a live thread when the main thread has exited, see [`mm_task`]).
+/// None if the process is gone or is a zombie.
 pub fn memory(pid: u32) -> Option<ProcMemory> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", mm_task(pid))).ok()?;
     let kb = |name: &str| -> Option<u64> {
         status
             .lines()
@@ -34,7 +35,7 @@ pub fn cmdline(pid: u32) -> Vec<String> {
 
 /// Executable path as the target sees it.
 pub fn exe(pid: u32) -> String {
-    std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default()
+    std::fs::read_link(format!("/proc/{}/exe", mm_task(pid))).map(|p| p.display().to_string()).unwrap_or_default()
 }
 
 /// NSpid: the PID in each PID namespace, outermost (host) first.
@@ -49,15 +50,44 @@ pub fn nspid(pid: u32) -> Vec<u32> {
         .unwrap_or_else(|| vec![pid])
 }
 
-/// True while `pid` exists and is not a zombie.
+/// The state letter of the task whose /proc/…/stat is at `path` (`R`, `S`, `Z`, …); None if
+/// unreadable.
+fn task_state(path: &str) -> Option<char> {
+    let s = std::fs::read_to_string(path).ok()?;
+    s.rsplit_once(')')?.1.split_ascii_whitespace().next()?.chars().next()
+}
+
+fn exited(state: Option<char>) -> bool {
+    !matches!(state, Some(c) if c != 'Z' && c != 'X')
+}
+
+/// A thread of process `pid` other than its main thread that has not exited; None if there is
+/// none (or the process is gone).
+fn other_live_thread(pid: u32) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tid| tid != pid)
+        .find(|tid| !exited(task_state(&format!("/proc/{pid}/task/{tid}/stat"))))
+}
+
+/// True while process `pid` exists and has a thread that has not exited: its main thread, or,
+/// when that one has (pthread_exit in main: the leader stays a zombie until the last thread
+/// ends), another.
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_ascii_whitespace().next())
-            .is_some_and(|st| st != "Z" && st != "X"),
-        Err(_) => false,
+    !exited(task_state(&format!("/proc/{pid}/stat"))) || other_live_thread(pid).is_some()
+}
+
+/// The task through whose /proc directory process `pid`'s memory is read (maps, map_files,
+/// root, status memory lines, pagemap, mem): `pid` itself, or, when its main thread has exited
+/// while other threads run (the zombie leader's maps and memory lines are empty, its root link
+/// gone), one of those threads: /proc/TID shows the process's memory as the leader's did.
+/// `pid` when the process is gone.
+pub fn mm_task(pid: u32) -> u32 {
+    if !exited(task_state(&format!("/proc/{pid}/stat"))) {
+        return pid;
     }
+    other_live_thread(pid).unwrap_or(pid)
 }
 
 /// Whether process `pid` is stopped by a signal (state `T` in /proc/PID/stat: SIGSTOP, or a

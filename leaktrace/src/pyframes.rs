@@ -313,7 +313,8 @@ impl Memory {
         let mut buf = vec![0u8; len];
         for reopened in [false, true] {
             if self.file.is_none() {
-                self.file = Some(std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?);
+                let mm = crate::procinfo::mm_task(self.pid);
+                self.file = Some(std::fs::File::open(format!("/proc/{mm}/mem")).ok()?);
             }
             match self.file.as_ref()?.read_exact_at(&mut buf, addr) {
                 Ok(()) => return Some(buf),
@@ -461,7 +462,7 @@ fn file_bytes<'a>(file: &object::File<'a>, addr: u64, len: usize) -> Option<&'a 
 /// Where `obj` is loaded in `pid`: the start of its mapping at file offset 0 minus its first
 /// segment's address (0 for a non-PIE executable).
 fn load_bias(pid: u32, obj: &MappedObject, first_load: u64) -> Option<u64> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", crate::procinfo::mm_task(pid))).ok()?;
     maps.lines().find_map(|l| {
         let mut f = l.split_whitespace();
         let range = f.next()?;

@@ -174,7 +174,9 @@ impl StackSymbolizer {
     /// are kept (newest first wins), so addresses in a library unmapped since stay resolvable.
     /// Does nothing once the process is gone.
     pub fn refresh(&mut self) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else { return };
+        // Through a live thread when the main thread has exited (procinfo::mm_task).
+        let mm = crate::procinfo::mm_task(self.pid);
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{mm}/maps")) else { return };
         if text == self.last_maps || text.is_empty() {
             return;
         }
@@ -190,9 +192,9 @@ impl StackSymbolizer {
                 // The very file mapped (map_files); the path in the target's root only when it is
                 // still that file (same inode): a file replaced on disk since is never read.
                 let file = shared.map(Ok).unwrap_or_else(|| {
-                    let file = File::open(format!("/proc/{}/map_files/{range}", self.pid)).or_else(|_| {
+                    let file = File::open(format!("/proc/{mm}/map_files/{range}")).or_else(|_| {
                         use std::os::unix::fs::MetadataExt as _;
-                        let f = File::open(format!("/proc/{}/root{}", self.pid, path.trim_end_matches(" (deleted)")))?;
+                        let f = File::open(format!("/proc/{mm}/root{}", path.trim_end_matches(" (deleted)")))?;
                         if f.metadata()?.ino() == l.inode {
                             Ok(f)
                         } else {

@@ -545,6 +545,23 @@ fn short_lived_threads_leak_found() {
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{}", r.summary());
 }
 
+/// The main thread calls pthread_exit while a driver thread starts the leaking workers (its
+/// zombie main thread has no maps, no memory lines, no root link in /proc): the process is
+/// traced as alive until its last thread ends, its leak named with its stack, its memory
+/// figures read through a live thread.
+#[test]
+fn leak_found_after_the_main_thread_exits() {
+    require_root();
+    let mut cmd = Command::new(fixture("threads"));
+    cmd.args(["24", "25", "100"]).env("LEADER_EXITS", "1").env("LINGER_MS", "1500");
+    let (out, o, _t) = attach_run("leader-exits", cmd, &[]);
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
+    assert_leak(&r, "thread_leak", 600, "threads.c", &["worker"]);
+    assert!(u64_of(r.get(&["summary"]), "rss_end_bytes") > 0, "no memory figures at the end\n{ctx}");
+    assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
+}
+
 /// A forking server traced with --follow-forks: each child leaks; one report per process, and a
 /// summary listing them.
 #[test]

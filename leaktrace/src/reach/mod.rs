@@ -108,17 +108,19 @@ pub fn scan(
     sites: &dyn Fn() -> anyhow::Result<SiteIndex>,
     opts: ScanOptions,
 ) -> anyhow::Result<Scan> {
+    // Its memory through a live thread when the main thread has exited (procinfo::mm_task).
+    let mm = crate::procinfo::mm_task(pid);
     // The objects' image ends are read from their files before the target is stopped.
     let image_ends =
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| roots::image_ends(pid, &m)).unwrap_or_default();
+        std::fs::read_to_string(format!("/proc/{mm}/maps")).map(|m| roots::image_ends(mm, &m)).unwrap_or_default();
     let t0 = Instant::now();
     let stopped = stop::stop_all(pid)?;
     let blocks = blocks::read(allocs, pid, &sites()?)?;
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+    let maps = std::fs::read_to_string(format!("/proc/{mm}/maps"))
         .map_err(|e| anyhow::anyhow!("cannot read /proc/{pid}/maps: {e}"))?;
     let threads: Vec<(i32, u64, u64)> = stopped.threads.iter().map(|t| (t.tid, t.regs.rsp, t.regs.rip)).collect();
     let layout = roots::layout(&maps, &threads, &image_ends);
-    let mut m = Marker::new(pid, &blocks, t0 + opts.max_pause, &layout.code);
+    let mut m = Marker::new(mm, &blocks, t0 + opts.max_pause, &layout.code);
     // A block reachable from several roots is retained by the first that reaches it: globals
     // (and everything reachable from them) first, then registers and stacks, then untraced
     // memory, so the retaining chain names the most telling root (a static array rather than a

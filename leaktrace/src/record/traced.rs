@@ -621,7 +621,8 @@ impl Traced {
         // The allocator's regions in the address space, whenever they were made: the brk heap
         // and glibc's arena heaps (the latter are left out of the allocator's tracked mappings,
         // which would count an arena made after attach twice).
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
+        let mm = procinfo::mm_task(self.pid);
+        let maps = std::fs::read_to_string(format!("/proc/{mm}/maps")).unwrap_or_default();
         // glibc's arena heaps only where glibc's malloc is the one in use: another allocator's
         // 64 MiB-aligned reservations (mimalloc's) have the same shape.
         let other_malloc = self.other_malloc();
@@ -692,7 +693,7 @@ impl Traced {
                 mmap_resident_bytes: *mmap_resident,
                 ..Default::default()
             };
-            let pagemap = std::fs::File::open(format!("/proc/{}/pagemap", self.pid)).ok();
+            let pagemap = std::fs::File::open(format!("/proc/{mm}/pagemap")).ok();
             let resident = |start: u64, end: u64| {
                 pagemap.as_ref().and_then(|pm| mappings::resident_bytes(pm, start, end)).unwrap_or(0)
             };

@@ -248,7 +248,8 @@ impl HsPerfGauge {
     }
 
     fn locate(&self) -> Option<(String, PathBuf)> {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).ok()?;
+        let mm = crate::procinfo::mm_task(self.pid);
+        let maps = std::fs::read_to_string(format!("/proc/{mm}/maps")).ok()?;
         for line in maps.lines() {
             let mut it = line.split_ascii_whitespace();
             let range = it.next()?;
@@ -258,8 +259,8 @@ impl HsPerfGauge {
             }
             let path = path.trim_end_matches(" (deleted)").to_string();
             let candidates = [
-                PathBuf::from(format!("/proc/{}/map_files/{range}", self.pid)),
-                Path::new(&format!("/proc/{}/root", self.pid)).join(path.trim_start_matches('/')),
+                PathBuf::from(format!("/proc/{mm}/map_files/{range}")),
+                Path::new(&format!("/proc/{mm}/root")).join(path.trim_start_matches('/')),
             ];
             if let Some(p) = candidates.into_iter().find(|p| p.exists()) {
                 return Some((path, p));
