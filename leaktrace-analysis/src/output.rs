@@ -275,11 +275,20 @@ fn open_dir(path: &Path) -> anyhow::Result<OwnedFd> {
 /// Create the missing parents of `path` (the user's choice of place; its last component is
 /// made by the caller, exclusively).
 fn create_parents(path: &Path) -> anyhow::Result<()> {
-    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create output directory {}", parent.display())),
-        None => Ok(()),
+    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else { return Ok(()) };
+    // The nearest part of the path that exists must be a directory (else create_dir_all says
+    // only "File exists").
+    if let Some(existing) =
+        parent.ancestors().find(|a| !a.as_os_str().is_empty() && std::fs::symlink_metadata(a).is_ok())
+        && !existing.is_dir()
+    {
+        anyhow::bail!(
+            "cannot create output directory {}: {} exists and is not a directory",
+            parent.display(),
+            existing.display()
+        );
     }
+    std::fs::create_dir_all(parent).with_context(|| format!("cannot create output directory {}", parent.display()))
 }
 
 fn suffixed(path: &Path, n: u32) -> PathBuf {

@@ -45,7 +45,7 @@ impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal(s) => write!(f, "killed by signal {s}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({})", crate::record::signal_name(*s)),
         }
     }
 }

@@ -42,7 +42,7 @@ enum Command {
         /// Directory holding recording.json.
         dir: PathBuf,
         /// Sites listed in report.md.
-        #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         top: usize,
         /// What to write: every output (all), or only the pprof profiles profile.pb.gz and
         /// growth.pb.gz (pprof).
@@ -55,7 +55,7 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
         /// How long the demo runs and is recorded.
-        #[arg(long, default_value = "15s", value_parser = parse_duration)]
+        #[arg(long, allow_negative_numbers = true, default_value = "15s", value_parser = parse_duration)]
         duration: Duration,
     },
     /// Growth test for CI: warm up, run K equal batches, fail when the traced live bytes grow
@@ -93,27 +93,27 @@ struct CheckArgs {
     #[arg(long)]
     allow_seccomp_risk: bool,
     /// Warm-up before the baseline checkpoint (e.g. 5s, 0 for none).
-    #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
+    #[arg(long, allow_negative_numbers = true, default_value = "5s", value_parser = parse_duration_or_zero)]
     warmup: Duration,
     /// Number of batches after the warm-up.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     batches: u32,
     /// Batch size in units of work (calls of the --work-probe function).
-    #[arg(long, requires = "work_probe", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, allow_negative_numbers = true, requires = "work_probe", value_parser = clap::value_parser!(u64).range(1..))]
     batch_units: Option<u64>,
     /// Batch size in time (e.g. 2s, 500ms).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_duration)]
     batch_seconds: Option<Duration>,
     /// Largest allowed growth of the traced live bytes: bytes per unit with --work-probe, else
     /// bytes per second. Plain bytes or with a suffix: B, KB (1000), KiB (1024), MB, MiB.
-    #[arg(long, value_parser = leaktrace::check::parse_bytes)]
+    #[arg(long, allow_negative_numbers = true, value_parser = leaktrace::check::parse_bytes)]
     budget: f64,
     /// Count calls of this function as units of work (SYMBOL or SYMBOL@OBJECT); the budget is
     /// then per unit.
     #[arg(long, value_name = "SYMBOL[@OBJECT]")]
     work_probe: Option<leaktrace::discover::WorkProbeSpec>,
     /// Time between the periodic checkpoints taken besides the batch ones.
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, allow_negative_numbers = true, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
     /// Output directory (default ./leaktrace-check-PID-TIMESTAMP).
     #[arg(long)]
@@ -137,11 +137,11 @@ struct ReachArgs {
     reachability: bool,
     /// Longest pause of the target during the scan (e.g. 500ms, 5s); the scan stops there and
     /// says how far it got.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, requires = "reachability")]
+    #[arg(long, allow_negative_numbers = true, default_value = "5s", value_parser = parse_duration, requires = "reachability")]
     reachability_max_pause: Duration,
     /// Also scan at every Nth checkpoint (each scan pauses the target), to see lost and
     /// still-referenced bytes over time, not only at the end.
-    #[arg(long, value_name = "N", requires = "reachability", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", requires = "reachability", value_parser = clap::value_parser!(u32).range(1..))]
     reachability_every: Option<u32>,
 }
 
@@ -159,19 +159,19 @@ impl ReachArgs {
 struct LimitArgs {
     /// Maximum outstanding allocations tracked at once (kernel map size, 1 to 67108864; ~150
     /// bytes of kernel memory each, allocated as used).
-    #[arg(long, default_value_t = Limits::default().max_allocs, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = Limits::default().max_allocs, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
     max_allocs: u32,
     /// Maximum distinct allocation sites (kernel map size, 1 to 4194304).
-    #[arg(long, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     max_sites: u32,
     /// Maximum distinct call stacks (kernel map size, 1 to 1048576; ~1 KiB each, allocated as
     /// stacks are found), and as many more with Python frames (~1.5 KiB each).
-    #[arg(long, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = Limits::default().max_stacks, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     max_stacks: u32,
     /// Unwind-table rows for the stack walk, over all objects the targets map (kernel map size,
     /// 1024 to 67108864; 8 bytes each, allocated at start: the default is 16 MiB). An object
     /// whose table does not fit is walked by frame pointers only, and the report says so.
-    #[arg(long, default_value_t = Limits::default().max_unwind_rows, value_parser = clap::value_parser!(u32).range(1024..=1 << 26))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = Limits::default().max_unwind_rows, value_parser = clap::value_parser!(u32).range(1024..=1 << 26))]
     max_unwind_rows: u32,
     /// Print, from the kernel side, why each stack walk that stopped early stopped (no unwind
     /// info, depth, unreadable stack), with its process and address (eBPF logs through aya-log;
@@ -232,16 +232,16 @@ struct RecordArgs {
     #[arg(long)]
     jvm_perf_map: bool,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Time between checkpoints (e.g. 1s, 250ms).
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, allow_negative_numbers = true, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
     /// Output directory (default ./leaktrace-PID-TIMESTAMP).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Sites listed in report.md.
-    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     top: usize,
     #[command(flatten)]
     limits: LimitArgs,
@@ -257,7 +257,7 @@ struct RecordArgs {
     mode: ModeArg,
     /// Sampled mode: sample on average one allocation per this many bytes allocated (e.g. 524288,
     /// 512KiB). Implies --mode sampled.
-    #[arg(long, value_name = "BYTES", value_parser = parse_sample_bytes)]
+    #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = parse_sample_bytes)]
     sample_bytes: Option<u64>,
     /// No live status on stderr (by default a line redrawn at each checkpoint on a terminal, a
     /// plain `leaktrace: status:` line every 10 s otherwise).
@@ -496,7 +496,17 @@ fn print_outcome(o: &pipeline::RecordOutcome) {
         (None, Some(s)) => println!("leaktrace: command ended: {s}"),
         (None, None) => {}
     }
-    println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({})", rec.end_reason);
+    // The analysis stops at the teardown (checkpoints after it feed the list of what was still
+    // allocated at exit): said when it covers fewer checkpoints than were recorded.
+    let a = &o.analysis;
+    let analysed = if a.checkpoints < cps && a.freed_at_exit.is_some() {
+        format!("; analysed up to the teardown: {} checkpoints, {:.1} s", a.checkpoints, a.duration_s)
+    } else if a.checkpoints < cps {
+        format!("; analysed: {} checkpoints, {:.1} s", a.checkpoints, a.duration_s)
+    } else {
+        String::new()
+    };
+    println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({}){analysed}", rec.end_reason);
     println!("leaktrace: verdict: {}", leaktrace::report::verdict::sentence(&o.analysis));
     for f in &o.files {
         println!("  {}", f.display());

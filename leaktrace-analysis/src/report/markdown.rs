@@ -436,10 +436,15 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     }
     let _ = writeln!(
         md,
-        "- duration: {} ({} checkpoints, every {} s), ended by: {}",
+        "- duration: {} ({} checkpoints, every {} s{}), ended by: {}",
         seconds(a.duration_s),
         a.checkpoints,
         rec.interval_s,
+        match rec.checkpoints.len() {
+            n if n > a.checkpoints && a.freed_at_exit.is_some() => format!("; up to the teardown, of {n} recorded"),
+            n if n > a.checkpoints => format!("; of {n} recorded"),
+            _ => String::new(),
+        },
         rec.end_reason
     );
     let s = &a.summary;

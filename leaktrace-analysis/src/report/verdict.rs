@@ -265,7 +265,8 @@ fn reason(a: &Analysis) -> String {
         }
         Reason::TooShort { checkpoints, duration_s } => {
             format!(
-                "inconclusive: too short to classify ({checkpoints} checkpoint(s) over {duration_s:.1} s); {}",
+                "inconclusive: too short to classify (its allocations and frees spanned {checkpoints} \
+                 checkpoint(s), {duration_s:.1} s); {}",
                 at_exit_phrase(a)
             )
         }

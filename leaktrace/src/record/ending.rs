@@ -67,7 +67,7 @@ pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
 }
 
 /// The usual name of signal `sig` ("SIGKILL"), or "signal N".
-pub(super) fn signal_name(sig: i32) -> String {
+pub(crate) fn signal_name(sig: i32) -> String {
     let name = match sig {
         1 => "SIGHUP",
         2 => "SIGINT",

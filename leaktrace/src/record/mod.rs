@@ -28,6 +28,7 @@ mod session;
 mod targets;
 mod traced;
 
+pub(crate) use ending::signal_name;
 use live::Live;
 use session::Session;
 use targets::launch_objects;
