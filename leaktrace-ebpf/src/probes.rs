@@ -337,7 +337,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
             }
         }
     }
-    let site = site_here::<false, true>(probe_regs(ctx), tgid, site_kind::MALLOC);
+    let site = site_here::<false, true>(probe_regs(ctx), pid_tgid, site_kind::MALLOC);
     *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site };
     0
 }
@@ -912,7 +912,8 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
 /// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, tgid: u32) -> (u64, u64) {
+fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64) -> (u64, u64) {
+    let tgid = (pid_tgid >> 32) as u32;
     let Some(buf) = walk_buffer() else { return (0, 0) };
     // SAFETY: this CPU's walk buffer (a per-CPU array value, valid while the program runs). The
     // walk's callback writes frames through the same map value (`unwind::step`), between the
@@ -924,14 +925,14 @@ fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, tgid: u32) -> (u
     // An interpreter's frames (CPython), when this thread runs Python code: part of the key, so
     // that the same native stack under different Python callers is a different stack. (Before
     // the native walk, so that a remembered walk can be checked against the stored stacks.)
-    let py_hash = crate::python::leaktrace_py_walk(tgid as u64, bpf_get_current_pid_tgid() & 0xffff_ffff);
+    let py_hash = crate::python::leaktrace_py_walk(tgid as u64, pid_tgid & 0xffff_ffff);
     // (Through a global function: a branch on `py_hash` here would make the verifier check the
     // native walk below once for each outcome.)
     let with_py = |native: u64| crate::python::leaktrace_py_key(native, py_hash);
     if MEMO {
         // The thread's last walk, when it would be made again step for step (its words
         // verified): its stack is taken if it is stored (else walked and stored below).
-        let memo = crate::unwind::leaktrace_memo_check(generation, r.ip, r.sp, r.fp);
+        let memo = crate::unwind::leaktrace_memo_check(generation, r.ip, r.sp, r.fp, tgid as u64);
         if memo != 0 {
             let hash = with_py(memo);
             let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
@@ -1029,8 +1030,9 @@ fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, tgid: u32) -> (u
 /// The site of the code at `r`: its walked call stack and the return address at its stack
 /// pointer (the direct caller at an entry probe).
 #[inline(always)]
-fn site_here<const FAULT: bool, const MEMO: bool>(r: UserRegs, tgid: u32, kind: u32) -> SiteKey {
-    let (stack, generation) = walk_stack::<FAULT, MEMO>(r, tgid);
+fn site_here<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64, kind: u32) -> SiteKey {
+    let tgid = (pid_tgid >> 32) as u32;
+    let (stack, generation) = walk_stack::<FAULT, MEMO>(r, pid_tgid);
     // At an entry probe the walk's first frame read this word: it is in the stack window.
     let caller = match r.sp {
         0 => 0,
@@ -1078,7 +1080,7 @@ pub fn mmap_enter(ctx: ProbeContext) -> u32 {
     let (own, site) = if in_allocator() {
         (owner::ALLOCATOR, SiteKey::default())
     } else {
-        (owner::OFFHEAP, site_here::<false, false>(probe_regs(&ctx), tgid, site_kind::MMAP))
+        (owner::OFFHEAP, site_here::<false, false>(probe_regs(&ctx), pid_tgid, site_kind::MMAP))
     };
     let _ = MMAP_CALLS.insert(pid_tgid, MmapCall { sp, owner: own, _pad: 0, site }, 0);
     0
@@ -1152,7 +1154,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         Some(c) => (c.owner, c.site),
         // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
         None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
-        None => (owner::OFFHEAP, site_here::<false, false>(regs, tgid, site_kind::MMAP)),
+        None => (owner::OFFHEAP, site_here::<false, false>(regs, pid_tgid, site_kind::MMAP)),
     };
     save_args(
         pid_tgid,
@@ -1387,7 +1389,7 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // A fault is inside a function body, not at its entry: the word at the stack pointer is
     // no return address, so no `caller` (it would split one stack into many sites and put a
     // bogus frame 1 in each).
-    let site = SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), tgid, site_kind::FAULT) };
+    let site = SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), pid_tgid, site_kind::FAULT) };
     match site_index(&site) {
         Some(index) if account_alloc(index, 4096, now_ms()) => {}
         _ => count(counter::SITES_FULL),

@@ -631,7 +631,7 @@ pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, has
 }
 
 /// The native hash of the current thread's [`WalkMemo`] when a walk from (`ip`, `sp`, `fp`) in
-/// the current process would make the same walk: same starting registers (%rbp only if the walk used
+/// the current process (`tgid`, passed in: one helper call fewer) would make the same walk: same starting registers (%rbp only if the walk used
 /// it), same `UNWIND_GEN`, and every word it read still holding the value it read. The words are
 /// read with one copy of the stack from `sp` into the stack window, tagged `owner` (the walk
 /// that asks, which then finds its first words there, and so does its caller's read). 0: no
@@ -640,8 +640,7 @@ pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, has
 /// A global BPF function (exported by build.rs): its compare loop is verified once.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn leaktrace_memo_check(owner: u64, ip: u64, sp: u64, fp: u64) -> u64 {
-    let tgid = bpf_get_current_pid_tgid() >> 32;
+pub extern "C" fn leaktrace_memo_check(owner: u64, ip: u64, sp: u64, fp: u64, tgid: u64) -> u64 {
     let Some(memo) = WALK_MEMO.current(false) else { return 0 };
     let Some(win) = STACK_WINDOW.get_ptr_mut(0) else { return 0 };
     let unwind_gen = UNWIND_GEN.get(0).copied().unwrap_or(0);
