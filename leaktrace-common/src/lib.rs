@@ -334,6 +334,10 @@ pub struct InFlight {
     pub tail_calls: u32,
     /// Site of the call, taken at entry.
     pub site: SiteKey,
+    /// Sampled mode: bytes the thread still allocates before its next sample (0: not drawn
+    /// yet). Kept across calls (the slot lives as long as the thread), so sampling needs no
+    /// second per-thread lookup.
+    pub sample_left: i64,
 }
 
 /// Kinds of [`MapEvent`].

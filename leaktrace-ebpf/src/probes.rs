@@ -197,10 +197,6 @@ static TEARDOWN: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 #[map]
 static SAMPLING: Array<u64> = Array::with_max_entries(sampling::LEN, 0);
 
-/// Sampled mode: bytes each thread still allocates before its next sample (0: not drawn yet).
-#[btf_map]
-static SAMPLER: TaskStorage<i64> = TaskStorage::new();
-
 const EEXIST: i32 = -17;
 const MAP_ANONYMOUS: u64 = 0x20;
 /// Shared mappings (of a memfd, shm_open or any file) are the program's memory too: RssShmem.
@@ -300,7 +296,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 if mean == 0 {
                     cur.size = size;
                 } else {
-                    match sample(size, mean) {
+                    match sample(&mut cur.sample_left, size, mean) {
                         Some(weight) => cur.size = weight,
                         None => cur.op = op::UNSAMPLED,
                     }
@@ -322,7 +318,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     let mut size = size;
     // A wrapper's size is known only at the call it makes: sampled there (above).
     if mean != 0 && op != op::WRAPPER {
-        match sample(size, mean) {
+        match sample(&mut cur.sample_left, size, mean) {
             Some(weight) => size = weight,
             None => {
                 // Not sampled: no stack walk, no map work, but the call is marked in flight so
@@ -332,13 +328,21 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
                     free_addr(tgid, ptr);
                 }
-                *cur = InFlight { sp, size: 0, ptr: 0, op: op::UNSAMPLED, tail_calls: 0, site: SiteKey::default() };
+                *cur = InFlight {
+                    sp,
+                    size: 0,
+                    ptr: 0,
+                    op: op::UNSAMPLED,
+                    tail_calls: 0,
+                    site: SiteKey::default(),
+                    ..*cur
+                };
                 return 0;
             }
         }
     }
     let site = site_here::<false, true>(probe_regs(ctx), pid_tgid, site_kind::MALLOC);
-    *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site };
+    *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site, ..*cur };
     0
 }
 
@@ -353,16 +357,14 @@ fn table(base: u32, i: u64) -> u64 {
 }
 
 /// Byte-based Poisson sampling, per thread: each allocated byte is sampled with probability
-/// 1/mean. Returns the estimated bytes a sampled allocation of `size` stands for.
+/// 1/mean. `left` is the thread's bytes still to allocate before its next sample
+/// (`InFlight::sample_left`, 0: not drawn yet). Returns the estimated bytes a sampled allocation
+/// of `size` stands for.
 #[inline(always)]
-fn sample(size: u64, mean: u64) -> Option<u64> {
+fn sample(left: &mut i64, size: u64, mean: u64) -> Option<u64> {
     // SAFETY: a helper without arguments.
     let random = || unsafe { bpf_get_prandom_u32() } as u64;
     let next_distance = || (mean * table(sampling::EXP_BASE, random())) >> sampling::SHIFT;
-    let left = SAMPLER.current(true)?;
-    // SAFETY: this thread's task-storage value, as in `enter`: valid for the program run, the
-    // only reference to it.
-    let left = unsafe { &mut *left };
     if *left == 0 {
         *left = next_distance() as i64;
     }

@@ -280,7 +280,7 @@ impl Tracer {
             eprintln!("leaktrace: warning: {note}");
         }
         let mut ebpf = EbpfLoader::new()
-            // INFLIGHT, SAMPLER and WALK_MEMO are task-storage maps, which aya 0.14 creates but has no
+            // INFLIGHT and WALK_MEMO are task-storage maps, which aya 0.14 creates but has no
             // user-side type for (the agent never reads them).
             .allow_unsupported_maps()
             .override_global("AGENT_TGID", &agent_tgid, true)
