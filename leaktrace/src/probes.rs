@@ -613,7 +613,15 @@ impl Tracer {
     /// Detach every probe and unload the programs. Removing uprobes waits for RCU grace periods
     /// (~0.1–0.25 s here): once per uprobe_multi link, once per single uprobe. Done one after
     /// another that is seconds for tens of links, so the links are dropped from several threads
-    /// at once and the waits of uprobe_multi links and tracepoints overlap.
+    /// at once and the waits of uprobe_multi links overlap.
+    ///
+    /// The uprobes are gone when this returns. The syscall and sched tracepoints' perf events
+    /// are not removed here: each removal waits for grace periods under the kernel's
+    /// event_mutex (`perf_trace_event_unreg`), so they go one after another (~40 ms each here,
+    /// ~0.45 s for the 11) whatever the threads. Their last file descriptors are left to a
+    /// helper process ([`close_after_exit`]) that closes them and exits while leaktrace exits;
+    /// meanwhile their programs only note the mappings of processes no one reads any more. Where
+    /// the helper cannot be made, they are closed here as the uprobes are.
     pub fn shutdown(mut self) {
         let started = std::time::Instant::now();
         // Each is held only to be dropped (which detaches it).
@@ -631,14 +639,19 @@ impl Tracer {
             }
         }
         // Tracepoints: each perf-event tracepoint waits for its own grace periods when removed.
+        let mut tp_links: Vec<aya::programs::links::FdLink> = Vec::new();
         for (program, id) in std::mem::take(&mut self.tp_links) {
             if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok())
                 && let Ok(link) = prog.take_link(id)
             {
-                links.push(Box::new(link));
+                // A bpf_link (Linux 5.15+) can be handed on; an older kernel's perf-event
+                // attachment is removed here (by the failed conversion, which drops it).
+                if let Ok(fd_link) = aya::programs::links::FdLink::try_from(link) {
+                    tp_links.push(fd_link);
+                }
             }
         }
-        let n = links.len();
+        let n = links.len() + tp_links.len();
         // Grace periods waited for at the same time are shared: one thread per link, up to 256,
         // for uprobe_multi links. Single uprobes are removed one at a time whatever the threads
         // (perf_uprobe_destroy holds the kernel's event_mutex across its wait; measured: 2000
@@ -652,8 +665,27 @@ impl Tracer {
                 s.spawn(move || drop(chunk));
             }
         });
+        let uprobes_done = started.elapsed().as_secs_f64();
+        let fds: Vec<std::os::fd::RawFd> =
+            tp_links.iter().map(|l| std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(l))).collect();
+        let handed = !fds.is_empty() && close_after_exit(&fds);
+        if handed {
+            // This process's copies: not the last, so closing them removes nothing.
+            drop(tp_links);
+        } else {
+            std::thread::scope(|s| {
+                for l in tp_links {
+                    s.spawn(move || drop(l));
+                }
+            });
+        }
         drop(self);
-        log::info!("detached {n} links in {:.3} s", started.elapsed().as_secs_f64());
+        log::info!(
+            "detached {n} links in {:.3} s (uprobes {uprobes_done:.3} s; {} tracepoint link(s) {})",
+            started.elapsed().as_secs_f64(),
+            fds.len(),
+            if handed { "left to a helper process to close" } else { "closed here" }
+        );
     }
 
     /// Units of work done by `tgid` since the work probe was attached (0 before the first call).
@@ -1065,6 +1097,58 @@ impl JiffyClock {
         let back = (now_ns as i128 - base_ns as i128) * hz as i128 / 1_000_000_000;
         Some(JiffyClock { at_base: (jiffies as i128 - back) as u64, ms_q16: (1000 << 16) / hz })
     }
+}
+
+/// Hand `fds` to a helper process that closes them, then exits: a grandchild (its parent, the
+/// child, exits at once and is reaped here), so it is no child of this process and nothing waits
+/// for it. It closes every other descriptor first (stdin, stdout and stderr too: a reader of
+/// leaktrace's output sees its end when leaktrace exits). False when it could not be made.
+///
+/// The children only make async-signal-safe system calls (fork, getpid, getppid, nanosleep,
+/// close_range, close, _exit), as a child of a multi-threaded process must.
+fn close_after_exit(fds: &[std::os::fd::RawFd]) -> bool {
+    let mut keep: Vec<u32> = fds.iter().filter(|&&f| f >= 0).map(|&f| f as u32).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    // SAFETY: fork; the child below makes only async-signal-safe calls before _exit.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return false;
+    }
+    if child == 0 {
+        // SAFETY: async-signal-safe calls only (see above); `keep` was built before the fork.
+        unsafe {
+            let me = libc::getpid();
+            if libc::fork() != 0 {
+                libc::_exit(0);
+            }
+            // Until the child has exited: were its copies of the descriptors the last ones, its
+            // exit would remove the tracepoints while leaktrace waits for it (at most 2 s).
+            let tick = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+            for _ in 0..2000 {
+                if libc::getppid() != me {
+                    break;
+                }
+                libc::nanosleep(&tick, std::ptr::null_mut());
+            }
+            let mut from = 0u32;
+            for &k in &keep {
+                if k > from {
+                    libc::syscall(libc::SYS_close_range, from, k - 1, 0);
+                }
+                from = k + 1;
+            }
+            libc::syscall(libc::SYS_close_range, from, u32::MAX, 0);
+            for &k in &keep {
+                libc::close(k as i32);
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just made; status is a local.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
 }
 
 fn monotonic_now_ns() -> u64 {

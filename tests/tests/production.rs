@@ -647,6 +647,39 @@ fn untraced_done_line(n: u64) -> String {
 
 /// kill -9 of the agent: the kernel removes its eBPF programs (and with them the uprobes), and
 /// the target goes on and ends normally with the same output as untraced.
+/// A recording that ends normally leaves nothing loaded: the uprobes go before leaktrace exits,
+/// the tracepoints' last file descriptors are closed by the helper process it leaves behind
+/// (`Tracer::shutdown`), and within seconds none of its programs is loaded and no process holds
+/// them.
+#[test]
+fn normal_exit_leaves_no_program_behind() {
+    require_root();
+    let mut cmd = Command::new(&fixtures().leaky);
+    cmd.args(["malloc", "200", "400"]).env("WAIT_FOR_SIGNAL", "1");
+    let mut target = Target::spawn(cmd);
+    target.expect_pid_line();
+    let out = OutDir::new("normal-exit");
+    let mut running = record_pid(target.pid, &out, &["--duration", "2s"]);
+    wait_attached(&mut running);
+    let ids = bpf_prog_ids_of(running.pid());
+    assert!(ids.len() >= 11, "the agent holds {} eBPF programs", ids.len());
+    target.signal(libc::SIGUSR1);
+    let o = running.wait(TIMEOUT);
+    o.assert_success();
+    assert!(o.stderr.contains("leaktrace: recorded") || o.stdout.contains("leaktrace: recorded"), "{}", o.describe());
+    let gone = wait_for(Duration::from_secs(20), || {
+        let live: BTreeSet<u32> = bpftool_progs().into_iter().map(|(id, _)| id).collect();
+        ids.iter().all(|id| !live.contains(id)).then_some(())
+    });
+    if gone.is_none() {
+        let progs = bpftool_progs();
+        let left: Vec<_> = progs.iter().filter(|(id, _)| ids.contains(id)).collect();
+        panic!("eBPF programs of the agent still loaded 20 s after it exited (program, holders): {left:?}");
+    }
+    let status = target.wait(Duration::from_secs(30)).expect("the target did not exit");
+    assert!(status.success(), "target exit status {status:?}");
+}
+
 #[test]
 fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
     require_root();

@@ -250,7 +250,17 @@ impl FdLink {
     pub(crate) const fn new(fd: crate::MockableFd) -> Self {
         Self { fd }
     }
+}
 
+// leaktrace's backport (PATCH.md): the link's file descriptor, so that its last close can be
+// left to another process.
+impl std::os::fd::AsFd for FdLink {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl FdLink {
     /// Pins the link to a BPF file system.
     ///
     /// When a link is pinned it will remain attached even after the link instance is dropped,
