@@ -63,12 +63,17 @@ fn exited(state: Option<char>) -> bool {
 
 /// A thread of process `pid` other than its main thread that has not exited; None if there is
 /// none (or the process is gone).
+/// Whether thread `tid` of process `pid` has exited (state Z or X, or gone).
+pub fn thread_exited(pid: u32, tid: u32) -> bool {
+    exited(task_state(&format!("/proc/{pid}/task/{tid}/stat")))
+}
+
 fn other_live_thread(pid: u32) -> Option<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&tid| tid != pid)
-        .find(|tid| !exited(task_state(&format!("/proc/{pid}/task/{tid}/stat"))))
+        .find(|&tid| !thread_exited(pid, tid))
 }
 
 /// True while process `pid` exists and has a thread that has not exited: its main thread, or,
@@ -93,9 +98,7 @@ pub fn mm_task(pid: u32) -> u32 {
 /// Whether process `pid` is stopped by a signal (state `T` in /proc/PID/stat: SIGSTOP, or a
 /// group stop). False when it is gone or unreadable.
 pub fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')').and_then(|(_, rest)| rest.split_ascii_whitespace().next()).is_some_and(|st| st == "T")
-    })
+    task_state(&format!("/proc/{pid}/stat")) == Some('T')
 }
 
 /// One line of /proc/PID/maps.

@@ -31,13 +31,6 @@ impl Drop for Stopped {
     }
 }
 
-/// Whether thread `tid` of `pid` has exited (state Z or X, or gone).
-fn exited(pid: u32, tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).map_or(true, |s| {
-        s.rsplit_once(')').and_then(|(_, r)| r.split_ascii_whitespace().next()).is_none_or(|st| st == "Z" || st == "X")
-    })
-}
-
 fn tids(pid: u32) -> std::io::Result<BTreeSet<i32>> {
     Ok(std::fs::read_dir(format!("/proc/{pid}/task"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -66,7 +59,7 @@ pub fn stop_all(pid: u32) -> anyhow::Result<Stopped> {
                 if e.raw_os_error() == Some(libc::ESRCH) {
                     continue; // exited meanwhile
                 }
-                if e.raw_os_error() == Some(libc::EPERM) && exited(pid, tid) {
+                if e.raw_os_error() == Some(libc::EPERM) && crate::procinfo::thread_exited(pid, tid as u32) {
                     // An exited thread (a main thread that called pthread_exit stays a zombie
                     // until the last thread ends): nothing to stop, no stack to scan.
                     continue;
