@@ -157,11 +157,29 @@ impl<T> TaskStorage<T> {
     }
 }
 
+/// A thread's slot ([`INFLIGHT`]): its allocator call in flight and its last native walk at an
+/// allocator entry, together so that an entry probe finds both with one lookup.
+#[repr(C)]
+pub struct ThreadSlot {
+    /// The call between entry and return (`sp == 0`: none).
+    call: InFlight,
+    /// The thread's last walk (`unwind::memo_check`, `unwind::leaktrace_memo_save`).
+    memo: crate::unwind::WalkMemo,
+}
+
 /// Allocator calls between entry and return, one slot per thread (nested calls are folded into
-/// the outermost one). A thread's slot lives as long as the thread (`sp == 0`: no call in
-/// flight), so a call costs two task-storage lookups and no map insert or delete.
+/// the outermost one), beside the thread's walk memo. A thread's slot lives as long as the
+/// thread (`sp == 0`: no call in flight), so a call costs two task-storage lookups (entry and
+/// return) and no map insert or delete.
 #[btf_map]
-static INFLIGHT: TaskStorage<InFlight> = TaskStorage::new();
+static INFLIGHT: TaskStorage<ThreadSlot> = TaskStorage::new();
+
+/// The current thread's walk memo, in its [`INFLIGHT`] slot (made by the entry probe that walks).
+#[inline(always)]
+pub(crate) fn thread_memo() -> Option<*mut crate::unwind::WalkMemo> {
+    // SAFETY: a field address of this thread's task-storage value; no reference made.
+    INFLIGHT.current(false).map(|p| unsafe { &raw mut (*p).memo })
+}
 
 /// Loss and event counters, indexed by `leaktrace_common::counter::*`.
 #[map]
@@ -275,17 +293,19 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
-    let Some(cur) = INFLIGHT.current(true) else {
+    let Some(slot) = INFLIGHT.current(true) else {
         // No slot for this thread (its task storage could not be allocated, or is busy in a
         // program this one interrupted): the call cannot be followed to its return.
         count(counter::INFLIGHT_FULL);
         return 0;
     };
     // SAFETY: this thread's task-storage value, valid for the whole program run (the kernel frees
-    // it with the thread). The only `&mut` to it in this program: no other program uses it
-    // meanwhile (only this thread's programs do, and one that interrupted this one would find
-    // the storage busy and get none).
-    let cur = unsafe { &mut *cur };
+    // it with the thread). The only `&mut` to its call in this program, and the only reference
+    // to its memo (the walk's `leaktrace_memo_save` writes the memo through its own lookup,
+    // after the check's last read): no other program uses them meanwhile (only this thread's
+    // programs do, and one that interrupted this one would find the storage busy and get none).
+    let cur = unsafe { &mut (*slot).call };
+    let memo = unsafe { &raw const (*slot).memo };
     let mean = sampling_mean();
     if cur.sp != 0 {
         if sp < cur.sp {
@@ -341,7 +361,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
             }
         }
     }
-    let site = site_here::<false, true>(probe_regs(ctx), pid_tgid, site_kind::MALLOC);
+    let site = site_here::<false, true>(probe_regs(ctx), pid_tgid, site_kind::MALLOC, memo);
     *cur = InFlight { sp, size, ptr, op, tail_calls: 0, site, ..*cur };
     0
 }
@@ -690,7 +710,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
     let sp = stack_pointer(ctx.regs);
     // SAFETY: this thread's task-storage value, as in `enter`: valid for the program run, the
     // only reference to it in this program.
-    let slot = INFLIGHT.current(false).map(|p| unsafe { &mut *p });
+    let slot = INFLIGHT.current(false).map(|p| unsafe { &mut (*p).call });
     let Some(slot) = slot.filter(|s| s.sp != 0) else {
         if sampling_mean() == 0 {
             count(counter::ORPHAN_RETURN);
@@ -774,7 +794,7 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
     }
     if let Some(cur) = INFLIGHT.current(false) {
         // SAFETY: this thread's task-storage value (as in `enter`), read once.
-        let cur_sp = unsafe { (*cur).sp };
+        let cur_sp = unsafe { (*cur).call.sp };
         if cur_sp != 0 && stack_pointer(ctx.regs) < cur_sp {
             // free called by a hooked allocator function: the outer call accounts for it.
             count(counter::NESTED_CALL);
@@ -905,7 +925,7 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// `unwind::leaktrace_stack_word`).
 ///
 /// `MEMO` (allocator entries): the thread's last walk is taken again when it would be made step
-/// for step (`unwind::leaktrace_memo_check`: same registers, every word it read unchanged) and
+/// for step (`unwind::memo_check`, with the thread's memo `memo`: same registers, every word it read unchanged) and
 /// its stack is stored; else the walk is made, recorded and remembered
 /// (`unwind::leaktrace_memo_save`). Counted in `walks_reused`.
 ///
@@ -914,7 +934,11 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
 /// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64) -> (u64, u64) {
+fn walk_stack<const FAULT: bool, const MEMO: bool>(
+    r: UserRegs,
+    pid_tgid: u64,
+    memo: *const crate::unwind::WalkMemo,
+) -> (u64, u64) {
     let tgid = (pid_tgid >> 32) as u32;
     let Some(buf) = walk_buffer() else { return (0, 0) };
     // SAFETY: this CPU's walk buffer (a per-CPU array value, valid while the program runs). The
@@ -927,14 +951,20 @@ fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64) -
     // An interpreter's frames (CPython), when this thread runs Python code: part of the key, so
     // that the same native stack under different Python callers is a different stack. (Before
     // the native walk, so that a remembered walk can be checked against the stored stacks.)
-    let py_hash = crate::python::leaktrace_py_walk(tgid as u64, pid_tgid & 0xffff_ffff);
+    // (Skipped, two calls fewer, when no traced process is an interpreter.)
+    let py_hash =
+        if crate::python::any() { crate::python::leaktrace_py_walk(tgid as u64, pid_tgid & 0xffff_ffff) } else { 0 };
     // (Through a global function: a branch on `py_hash` here would make the verifier check the
     // native walk below once for each outcome.)
     let with_py = |native: u64| crate::python::leaktrace_py_key(native, py_hash);
     if MEMO {
         // The thread's last walk, when it would be made again step for step (its words
         // verified): its stack is taken if it is stored (else walked and stored below).
-        let memo = crate::unwind::leaktrace_memo_check(generation, r.ip, r.sp, r.fp, tgid as u64);
+        // SAFETY: with `MEMO`, the thread's memo in its slot (see `enter`), valid for the run.
+        let memo = match unsafe { memo.as_ref() } {
+            Some(m) => crate::unwind::memo_check(m, generation, r.ip, r.sp, r.fp, tgid as u64),
+            None => 0,
+        };
         if memo != 0 {
             let hash = with_py(memo);
             let seen = STACKS_SEEN.get_ptr_mut(hash as u32 & (STACKS_SEEN_SLOTS - 1));
@@ -1032,14 +1062,22 @@ fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64) -
 /// The site of the code at `r`: its walked call stack and the return address at its stack
 /// pointer (the direct caller at an entry probe).
 #[inline(always)]
-fn site_here<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64, kind: u32) -> SiteKey {
+fn site_here<const FAULT: bool, const MEMO: bool>(
+    r: UserRegs,
+    pid_tgid: u64,
+    kind: u32,
+    memo: *const crate::unwind::WalkMemo,
+) -> SiteKey {
     let tgid = (pid_tgid >> 32) as u32;
-    let (stack, generation) = walk_stack::<FAULT, MEMO>(r, pid_tgid);
+    let (stack, generation) = walk_stack::<FAULT, MEMO>(r, pid_tgid, memo);
     // At an entry probe the walk's first frame read this word: it is in the stack window.
     let caller = match r.sp {
         0 => 0,
-        sp => match crate::unwind::leaktrace_stack_word(generation, sp) {
-            crate::unwind::READ_FAILED => 0,
+        sp => match crate::unwind::window_word(generation, sp) {
+            crate::unwind::READ_FAILED => match crate::unwind::leaktrace_stack_word(generation, sp) {
+                crate::unwind::READ_FAILED => 0,
+                w => w,
+            },
             w => w,
         },
     };
@@ -1050,7 +1088,7 @@ fn site_here<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64, ki
 #[inline(always)]
 fn in_allocator() -> bool {
     // SAFETY: this thread's task-storage value (as in `enter`), read once.
-    INFLIGHT.current(false).is_some_and(|c| unsafe { (*c).sp } != 0)
+    INFLIGHT.current(false).is_some_and(|c| unsafe { (*c).call.sp } != 0)
 }
 
 #[inline(always)]
@@ -1082,7 +1120,7 @@ pub fn mmap_enter(ctx: ProbeContext) -> u32 {
     let (own, site) = if in_allocator() {
         (owner::ALLOCATOR, SiteKey::default())
     } else {
-        (owner::OFFHEAP, site_here::<false, false>(probe_regs(&ctx), pid_tgid, site_kind::MMAP))
+        (owner::OFFHEAP, site_here::<false, false>(probe_regs(&ctx), pid_tgid, site_kind::MMAP, core::ptr::null()))
     };
     let _ = MMAP_CALLS.insert(pid_tgid, MmapCall { sp, owner: own, _pad: 0, site }, 0);
     0
@@ -1156,7 +1194,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         Some(c) => (c.owner, c.site),
         // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
         None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
-        None => (owner::OFFHEAP, site_here::<false, false>(regs, pid_tgid, site_kind::MMAP)),
+        None => (owner::OFFHEAP, site_here::<false, false>(regs, pid_tgid, site_kind::MMAP, core::ptr::null())),
     };
     save_args(
         pid_tgid,
@@ -1391,7 +1429,8 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // A fault is inside a function body, not at its entry: the word at the stack pointer is
     // no return address, so no `caller` (it would split one stack into many sites and put a
     // bogus frame 1 in each).
-    let site = SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), pid_tgid, site_kind::FAULT) };
+    let site =
+        SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), pid_tgid, site_kind::FAULT, core::ptr::null()) };
     match site_index(&site) {
         Some(index) if account_alloc(index, 4096, now_ms()) => {}
         _ => count(counter::SITES_FULL),

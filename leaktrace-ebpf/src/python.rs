@@ -113,6 +113,13 @@ pub(crate) fn buffer() -> Option<*mut PyStack> {
     PY_WALK.get_ptr_mut(0)
 }
 
+/// Whether any traced process is a CPython interpreter (`PY_ANY`): without one, no allocation
+/// needs [`leaktrace_py_walk`] (an array read, inlined by the verifier; the call it saves is not).
+#[inline(always)]
+pub(crate) fn any() -> bool {
+    PY_ANY.get(0).copied().unwrap_or(0) != 0
+}
+
 /// Read the interpreter frames of process `tgid`'s thread `tid` (the current task) into this
 /// CPU's buffer; returns the hash of the frames (never 0), or None when the process is not a traced
 /// interpreter, the thread has no thread state among the first `MAX_PY_THREADS` of the list or

@@ -17,20 +17,20 @@
 //! At allocator entries each thread remembers its last walk ([`WalkMemo`]: the starting
 //! registers and every stack word the walk read). A call made from the same registers whose
 //! words all still hold the same values would walk the same frames: one copy of the stack and a
-//! compare ([`leaktrace_memo_check`]) replace the walk. Any difference, and the walk is made.
+//! compare ([`memo_check`]) replace the walk. Any difference, and the walk is made.
 
 use aya_ebpf::helpers::generated::bpf_probe_read_user as probe_read_user_raw;
 use aya_ebpf::helpers::generated::{bpf_find_vma, bpf_get_current_task_btf, bpf_loop};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::{btf_map, map},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
 use leaktrace_common::{
     MAX_STACK_DEPTH, ObjectId, ObjectTable, StackFrames, UnwindRow, counter, kernel_offset, unwind, walk_end,
 };
 
-use crate::probes::{TaskStorage, count};
+use crate::probes::count;
 
 /// Kernel structure field offsets (`leaktrace_common::kernel_offset`), set by the agent from the
 /// running kernel's BTF at load time. All zero: the agent found none, unwind tables are off and
@@ -428,6 +428,32 @@ pub extern "C" fn leaktrace_stack_word(owner: u64, addr: u64) -> u64 {
     }
 }
 
+/// The 8 bytes at `addr` when this CPU's stack window holds them for the walk `owner`, else
+/// [`READ_FAILED`] (nothing is read: the caller goes on to [`leaktrace_stack_word`]). Inlined:
+/// after a walk or a memo check the word at the entry's %rsp is there, and a global function's
+/// call and return cost more than this test.
+#[inline(always)]
+pub(crate) fn window_word(owner: u64, addr: u64) -> u64 {
+    let Some(win) = STACK_WINDOW.get_ptr(0) else { return READ_FAILED };
+    // SAFETY: this CPU's map value (get_ptr checked the index), its shared fields read through
+    // volatile loads, `owner` before and after the word, as in `leaktrace_stack_word`.
+    unsafe {
+        let off = addr.wrapping_sub(core::ptr::read_volatile(&raw const (*win).base));
+        if addr & 7 != 0
+            || core::ptr::read_volatile(&raw const (*win).owner) != owner
+            || off >= core::ptr::read_volatile(&raw const (*win).len)
+            || off >= WINDOW_BYTES
+        {
+            return READ_FAILED;
+        }
+        let v = (*win).words[(off / 8) as usize & (WINDOW_WORDS - 1)];
+        if core::ptr::read_volatile(&raw const (*win).owner) != owner {
+            return READ_FAILED;
+        }
+        v
+    }
+}
+
 /// A word of the stack for the walk `w` ([`leaktrace_walk_word`]).
 #[inline(always)]
 fn word(w: &Walk, addr: u64) -> u64 {
@@ -489,10 +515,6 @@ pub struct WalkMemo {
     off: [u64; MEMO_WORDS],
     val: [u64; MEMO_WORDS],
 }
-
-/// Each thread's last native walk at an allocator entry (task storage, see [`WalkMemo`]).
-#[btf_map]
-static WALK_MEMO: TaskStorage<WalkMemo> = TaskStorage::new();
 
 /// Start this CPU's record for the walk `owner` (see [`MemoRecord`]), with the walk's
 /// `UNWIND_GEN`. A global BPF function (exported by build.rs), as the two below: the walk that
@@ -599,11 +621,11 @@ pub extern "C" fn leaktrace_walk_word(owner: u64, addr: u64, base: u64) -> u64 {
 pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, hash: u64) -> u64 {
     let tgid = bpf_get_current_pid_tgid() >> 32;
     let Some(rec) = MEMO_REC.get_ptr(0) else { return 0 };
-    let Some(memo) = WALK_MEMO.current(true) else { return 0 };
+    let Some(memo) = crate::probes::thread_memo() else { return 0 };
     // SAFETY: this CPU's record (a per-CPU map value; `owner` read through volatile loads, as
-    // another walk on this CPU may take it over) and this thread's task-storage value (only this
-    // thread's programs use it, and they do not nest: one that interrupted another would find
-    // the storage busy).
+    // another walk on this CPU may take it over) and this thread's memo in its task-storage slot
+    // (only this thread's programs use it, and they do not nest: one that interrupted another
+    // would find the storage busy; the entry probe that called this holds no reference to it).
     unsafe {
         let rec = &*rec;
         let memo = &mut *memo;
@@ -630,39 +652,37 @@ pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, has
     1
 }
 
-/// The native hash of the current thread's [`WalkMemo`] when a walk from (`ip`, `sp`, `fp`) in
-/// the current process (`tgid`, passed in: one helper call fewer) would make the same walk: same starting registers (%rbp only if the walk used
-/// it), same `UNWIND_GEN`, and every word it read still holding the value it read. The words are
-/// read with one copy of the stack from `sp` into the stack window, tagged `owner` (the walk
-/// that asks, which then finds its first words there, and so does its caller's read). 0: no
-/// memo, another start, or a word changed (the caller walks).
+/// The native hash of the thread's [`WalkMemo`] `memo` (its slot's, see `probes::ThreadSlot`)
+/// when a walk from (`ip`, `sp`, `fp`) in the current process (`tgid`) would make the same walk:
+/// same starting registers (%rbp only if the walk used it), same `UNWIND_GEN`, and every word it
+/// read still holding the value it read. The words are read with one copy of the stack from
+/// `sp` into the stack window, tagged `owner` (the walk that asks, which then finds its first
+/// words there, and so does its caller's read). 0: no memo, another start, or a word changed
+/// (the caller walks).
 ///
-/// A global BPF function (exported by build.rs): its compare loop is verified once.
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn leaktrace_memo_check(owner: u64, ip: u64, sp: u64, fp: u64, tgid: u64) -> u64 {
-    let Some(memo) = WALK_MEMO.current(false) else { return 0 };
+/// Inlined into the entry probe, which has the thread's slot at hand: a global function would
+/// need a second task-storage lookup for it (a helper call, ~30 ns here).
+#[inline(always)]
+pub(crate) fn memo_check(memo: &WalkMemo, owner: u64, ip: u64, sp: u64, fp: u64, tgid: u64) -> u64 {
     let Some(win) = STACK_WINDOW.get_ptr_mut(0) else { return 0 };
     let unwind_gen = UNWIND_GEN.get(0).copied().unwrap_or(0);
-    // SAFETY: this thread's task-storage value (see `leaktrace_memo_save`) and this CPU's stack
-    // window (its shared fields through volatile accesses, `owner` first, as in
-    // `leaktrace_stack_word`).
+    if memo.hash == 0
+        || memo.ip != ip
+        || memo.sp != sp
+        || memo.tgid != tgid
+        || (memo.fp_used != 0 && memo.fp != fp)
+        || memo.unwind_gen != unwind_gen
+    {
+        return 0;
+    }
+    let span = memo.span;
+    let n = memo.n;
+    if span == 0 || span > WINDOW_BYTES || n > MEMO_WORDS as u64 {
+        return 0;
+    }
+    // SAFETY: this CPU's stack window (its shared fields through volatile accesses, `owner`
+    // first, as in `leaktrace_stack_word`); the copy is bounded by the window's size.
     unsafe {
-        let memo = &*memo;
-        if memo.hash == 0
-            || memo.ip != ip
-            || memo.sp != sp
-            || memo.tgid != tgid
-            || (memo.fp_used != 0 && memo.fp != fp)
-            || memo.unwind_gen != unwind_gen
-        {
-            return 0;
-        }
-        let span = memo.span;
-        let n = memo.n;
-        if span == 0 || span > WINDOW_BYTES || n > MEMO_WORDS as u64 {
-            return 0;
-        }
         core::ptr::write_volatile(&raw mut (*win).owner, owner);
         core::ptr::write_volatile(&raw mut (*win).len, 0);
         let r = probe_read_user_raw((&raw mut (*win).words).cast(), span as u32, sp as *const core::ffi::c_void);
@@ -685,8 +705,8 @@ pub extern "C" fn leaktrace_memo_check(owner: u64, ip: u64, sp: u64, fp: u64, tg
         if core::ptr::read_volatile(&raw const (*win).owner) != owner {
             return 0;
         }
-        memo.hash
     }
+    memo.hash
 }
 
 /// Append the caller found by iteration `index` (its return address `ret`, the stack pointer

@@ -280,8 +280,8 @@ impl Tracer {
             eprintln!("leaktrace: warning: {note}");
         }
         let mut ebpf = EbpfLoader::new()
-            // INFLIGHT and WALK_MEMO are task-storage maps, which aya 0.14 creates but has no
-            // user-side type for (the agent never reads them).
+            // INFLIGHT is a task-storage map, which aya 0.14 creates but has no
+            // user-side type for (the agent never reads it).
             .allow_unsupported_maps()
             .override_global("AGENT_TGID", &agent_tgid, true)
             .override_global("TIME_BASE_NS", &time_base_ns, true)
