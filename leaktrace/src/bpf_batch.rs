@@ -32,3 +32,53 @@ pub unsafe fn run(cmd: libc::c_long, attr: &mut Attr) -> std::io::Result<()> {
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut Attr, std::mem::size_of::<Attr>()) };
     if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
+
+/// Read every entry of the map `fd` with [`LOOKUP`], `chunk` entries a call, handing each call's
+/// keys and values (equal lengths) to `each`. Ok(false): the kernel refused the first call (no
+/// batched lookups for this map or kernel) and nothing was handed over: the caller reads entry
+/// by entry. Ok(true): the whole map was read. Errors: a later call failed (the kernel's errno);
+/// `each` has then seen part of the map.
+///
+/// # Safety
+/// `K` and `V` must be the map's key and value types (`repr(C)`, of its key and value sizes),
+/// and `T` at least as large as its batch token (an array's is its u32 index, a hash map's a
+/// 4-byte bucket number).
+pub unsafe fn lookup_all<K: Default + Clone, V: Default + Clone, T: Default + Copy>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    chunk: usize,
+    mut each: impl FnMut(&[K], &[V]),
+) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd as _;
+    let mut keys = vec![K::default(); chunk];
+    let mut values = vec![V::default(); chunk];
+    let (mut token_in, mut token_out) = (T::default(), T::default());
+    let mut first = true;
+    loop {
+        let mut attr = Attr {
+            in_batch: if first { 0 } else { &raw mut token_in as u64 },
+            out_batch: &raw mut token_out as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        // SAFETY: attr points at buffers of `chunk` keys and values of the map's key and value
+        // types and at two tokens at least the map's token size (the caller's guarantee), all
+        // alive across the call; the kernel writes at most `count` of each.
+        let r = unsafe { run(LOOKUP, &mut attr) };
+        let end = match r {
+            Ok(()) => false,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
+            Err(_) if first => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let n = (attr.count as usize).min(chunk);
+        each(&keys[..n], &values[..n]);
+        if end {
+            return Ok(true);
+        }
+        token_in = token_out;
+        first = false;
+    }
+}

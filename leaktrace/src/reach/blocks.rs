@@ -5,7 +5,7 @@
 //! entry by entry.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::os::fd::AsFd as _;
 
 use anyhow::Context as _;
 use leaktrace_common::{AllocInfo, AllocKey, BlockBucket, SiteKey};
@@ -75,88 +75,43 @@ fn read_buckets(map: &aya::maps::Map, tgid: u32, site: &dyn Fn(&AllocInfo) -> Si
         }
     };
     let aya::maps::Map::Array(data) = map else { anyhow::bail!("BLOCKS is not an array") };
-    const CHUNK: usize = 4096;
-    let fd = data.fd().as_fd().as_raw_fd() as u32;
-    let mut keys = vec![0u32; CHUNK];
-    let mut values = vec![BlockBucket::default(); CHUNK];
-    let (mut token_in, mut token_out) = (0u32, 0u32);
-    let mut first = true;
-    loop {
-        let mut attr = crate::bpf_batch::Attr {
-            in_batch: if first { 0 } else { &mut token_in as *mut u32 as u64 },
-            out_batch: &mut token_out as *mut u32 as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
-            count: CHUNK as u32,
-            map_fd: fd,
-            ..Default::default()
-        };
-        // SAFETY: attr points at buffers of CHUNK keys (u32, the array's key) and values
-        // (BlockBucket, repr(C), the map's value type) and at two 4-byte batch tokens (an
-        // array's token is its u32 index), all alive across the call; the kernel writes at most
-        // `count` of each.
-        let r = unsafe { crate::bpf_batch::run(crate::bpf_batch::LOOKUP, &mut attr) };
-        let errno = r.err().and_then(|e| e.raw_os_error()).unwrap_or(0);
-        if errno != 0 && errno != libc::ENOENT {
-            if !first {
-                anyhow::bail!("reading the BLOCKS map: errno {errno}");
-            }
+    // SAFETY: BLOCKS is an array of BlockBucket (repr(C), the kernel side's value type) by u32
+    // index, whose batch token is a u32 index.
+    let batched = unsafe {
+        crate::bpf_batch::lookup_all::<u32, BlockBucket, u32>(data.fd().as_fd(), 4096, |_, v| {
+            v.iter().for_each(&mut take)
+        })
+    };
+    match batched {
+        Ok(true) => Ok(out),
+        Ok(false) => {
             // No batched reads here: bucket by bucket.
             let a: aya::maps::Array<&aya::maps::MapData, BlockBucket> =
                 aya::maps::Array::try_from(map).context("BLOCKS is not an array")?;
             for i in 0..a.len() {
                 take(&a.get(&i, 0).context("reading the BLOCKS map")?);
             }
-            return Ok(out);
+            Ok(out)
         }
-        for v in &values[..attr.count as usize] {
-            take(v);
-        }
-        if errno == libc::ENOENT {
-            return Ok(out);
-        }
-        token_in = token_out;
-        first = false;
+        Err(e) => Err(e).context("reading the BLOCKS map"),
     }
 }
 
 /// BPF_MAP_LOOKUP_BATCH over the whole map; None when the kernel does not support it.
 fn read_batched(map: &aya::maps::Map, tgid: u32, site: &dyn Fn(&AllocInfo) -> SiteKey) -> Option<Vec<Block>> {
-    const CHUNK: usize = 8192;
     let aya::maps::Map::HashMap(data) = map else { return None };
-    let fd = data.fd().as_fd().as_raw_fd() as u32;
-    let mut keys = vec![AllocKey::default(); CHUNK];
-    let mut values = vec![AllocInfo::default(); CHUNK];
-    let (mut token_in, mut token_out) = (0u64, 0u64);
-    let mut first = true;
     let mut out = Vec::new();
-    loop {
-        let mut attr = crate::bpf_batch::Attr {
-            in_batch: if first { 0 } else { &mut token_in as *mut u64 as u64 },
-            out_batch: &mut token_out as *mut u64 as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
-            count: CHUNK as u32,
-            map_fd: fd,
-            ..Default::default()
-        };
-        // SAFETY: attr points at buffers of CHUNK keys and values of the map's key and value
-        // types (repr(C)) and at two 8-byte batch tokens (the hash map's token is 4 bytes), all
-        // alive across the call; the kernel writes at most `count` of each.
-        let r = unsafe { crate::bpf_batch::run(crate::bpf_batch::LOOKUP, &mut attr) };
-        let errno = r.err().and_then(|e| e.raw_os_error()).unwrap_or(0);
-        if errno != 0 && errno != libc::ENOENT {
-            return None;
-        }
-        for i in 0..attr.count as usize {
-            if keys[i].tgid == tgid {
-                out.push(Block { addr: keys[i].addr, size: values[i].size, site: site(&values[i]) });
+    // SAFETY: ALLOCS maps AllocKey to AllocInfo (repr(C), the kernel side's types); a hash map's
+    // batch token is 4 bytes, which a u64 holds.
+    let read = unsafe {
+        crate::bpf_batch::lookup_all::<AllocKey, AllocInfo, u64>(data.fd().as_fd(), 8192, |keys, values| {
+            for (k, v) in keys.iter().zip(values) {
+                if k.tgid == tgid {
+                    out.push(Block { addr: k.addr, size: v.size, site: site(v) });
+                }
             }
-        }
-        if errno == libc::ENOENT {
-            return Some(out);
-        }
-        token_in = token_out;
-        first = false;
-    }
+        })
+    };
+    // (A later call failing loses the part read: the caller then reads entry by entry.)
+    matches!(read, Ok(true)).then_some(out)
 }
