@@ -340,6 +340,16 @@ pub struct InFlight {
     pub sample_left: i64,
 }
 
+/// Values of the kernel side's `EXEC_HOLD` map (tgid → these bits), set by the agent for the
+/// processes it launched: an `execve` of such a process (or, with [`exec_hold::CHILDREN`], of a
+/// child that is not traced yet) stops it until the agent has probed the new image.
+pub mod exec_hold {
+    /// Execs still to let through without a stop (the launch's own exec of the command).
+    pub const PASS_MASK: u32 = 0xffff;
+    /// The process's children are followed: hold their execs too (`map_event::CHILD_EXEC`).
+    pub const CHILDREN: u32 = 1 << 16;
+}
+
 /// Kinds of [`MapEvent`].
 pub mod map_event {
     /// An anonymous mmap: `addr`, `len`, `prot`, `flags`.
@@ -354,7 +364,8 @@ pub mod map_event {
     /// the agent tells them apart).
     pub const FORK: u32 = 5;
     /// A traced process (`tgid`) completed an `execve`: its image (executable, libraries,
-    /// address space) is new from here on.
+    /// address space) is new from here on. `addr` 1: the kernel side stopped it (SIGSTOP,
+    /// `exec_hold`) until the agent has probed the new image and sends SIGCONT.
     pub const EXEC: u32 = 6;
     /// A launched command (`tgid`) began its teardown: it called libc's `exit` or the
     /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
@@ -363,6 +374,11 @@ pub mod map_event {
     /// The OOM killer chose a traced process (`tgid`) as its victim (oom:mark_victim): `addr`
     /// is its anonymous RSS then, KiB (the tracepoint's `anon_rss`).
     pub const OOM_VICTIM: u32 = 8;
+    /// A process that is not traced completed an `execve`, and its parent (`addr`) is a
+    /// launched process whose children are followed (`exec_hold::CHILDREN`): the kernel side
+    /// stopped it (SIGSTOP) before the new image's first instruction, until the agent has
+    /// attached to it and sends SIGCONT.
+    pub const CHILD_EXEC: u32 = 9;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].
@@ -899,8 +915,12 @@ pub mod kernel_offset {
     pub const S_DEV: usize = 6;
     /// `vm_area_struct.vm_end`.
     pub const VM_END: usize = 7;
+    /// `task_struct.real_parent`.
+    pub const TASK_REAL_PARENT: usize = 8;
+    /// `task_struct.tgid`.
+    pub const TASK_TGID: usize = 9;
     /// Number of offsets.
-    pub const NUM: usize = 8;
+    pub const NUM: usize = 10;
 }
 
 impl StackFrames {

@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use leaktrace_common::{
     AllocInfo, AllocKey, BUCKET_SLOTS, BlockBucket, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames,
-    SyscallArgs, counter, map_event, op, owner, sampling, site_kind, tp_field,
+    SyscallArgs, counter, exec_hold, kernel_offset, map_event, op, owner, sampling, site_kind, tp_field,
 };
 
 /// The agent's own tgid (set at load time): its allocations are never traced.
@@ -210,6 +210,11 @@ static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
 /// teardown call deletes its entry (atomically: one caller wins), so each process stops once.
 #[map]
 static TEARDOWN: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+
+/// Launched processes whose execs stop until the agent has probed the new image (tgid →
+/// `leaktrace_common::exec_hold` bits, set by the agent; see `sched_process_exec`).
+#[map]
+static EXEC_HOLD: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 
 /// Sampled mode: the tables and mean distance of `leaktrace_common::sampling`, filled by the agent.
 #[map]
@@ -1401,14 +1406,77 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
 /// A traced process completed an `execve` (sched:sched_process_exec, after the new image is in
 /// place; the exec'ing thread is the leader by now, so its tgid is the process's): tell the
 /// agent, which re-discovers the new image's objects and notes where the image changed.
+///
+/// A launched process (`EXEC_HOLD`) is stopped here (SIGSTOP, delivered before the new image's
+/// first instruction) until the agent has probed the new image: a wrapper's exec (`env`,
+/// `taskset`, a script's `exec`) would otherwise run the program unprobed until the agent's
+/// next poll, and a short one entirely. So is an untraced child of a launched process whose
+/// children are followed, which the agent then follows.
 #[tracepoint]
 pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !is_target(tgid) {
+    if is_target(tgid) {
+        let held = match EXEC_HOLD.get_ptr_mut(&tgid) {
+            // SAFETY: a value the lookup returned, valid while the program runs; only this
+            // process's exec (one at a time) and the agent write it.
+            Some(h) => unsafe {
+                if *h & exec_hold::PASS_MASK != 0 {
+                    *h -= 1;
+                    false
+                } else {
+                    true
+                }
+            },
+            // A child just followed, whose own entry the agent has not made yet.
+            None => parent_holds_children(parent_tgid()),
+        };
+        if held {
+            stop_current();
+        }
+        emit(&MapEvent { kind: map_event::EXEC, tgid, addr: held as u64, ..Default::default() });
         return 0;
     }
-    emit(&MapEvent { kind: map_event::EXEC, tgid, ..Default::default() });
+    let parent = parent_tgid();
+    if parent_holds_children(parent) {
+        stop_current();
+        emit(&MapEvent { kind: map_event::CHILD_EXEC, tgid, addr: parent as u64, ..Default::default() });
+    }
     0
+}
+
+/// Whether `parent` (a tgid, 0: unknown) holds its children's execs (`exec_hold::CHILDREN`).
+#[inline(always)]
+fn parent_holds_children(parent: u32) -> bool {
+    // SAFETY: a value the lookup returned, copied at once.
+    parent != 0 && EXEC_HOLD.get_ptr(&parent).is_some_and(|h| unsafe { *h } & exec_hold::CHILDREN != 0)
+}
+
+/// Stop the current process (SIGSTOP: delivered as the program returns to user space).
+#[inline(always)]
+fn stop_current() {
+    // SAFETY: a helper taking a signal number; it signals the current process.
+    unsafe { bpf_send_signal(19) };
+}
+
+/// The tgid of the current task's parent (`task_struct.real_parent->tgid`, offsets from the
+/// kernel's BTF set by the agent); 0 when the offsets are not known or a read fails.
+#[inline(always)]
+fn parent_tgid() -> u32 {
+    let (parent_off, tgid_off) =
+        (crate::unwind::offset(kernel_offset::TASK_REAL_PARENT), crate::unwind::offset(kernel_offset::TASK_TGID));
+    if parent_off == 0 || tgid_off == 0 {
+        return 0;
+    }
+    // SAFETY: bpf_get_current_task returns the current task's address; the reads are checked
+    // copies of kernel memory (bpf_probe_read_kernel): a bad address is an error, not a fault.
+    unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task();
+        let Ok(parent) = bpf_probe_read_kernel((task + parent_off) as *const u64) else { return 0 };
+        if parent == 0 {
+            return 0;
+        }
+        bpf_probe_read_kernel((parent + tgid_off) as *const u32).unwrap_or(0)
+    }
 }
 
 /// Growth mode: a user page fault on a page that was not present (first touch: the kernel makes

@@ -144,7 +144,7 @@ pub fn mix(x: u64) -> u64 {
 }
 
 #[inline(always)]
-fn offset(i: usize) -> u64 {
+pub(crate) fn offset(i: usize) -> u64 {
     // Read through a volatile load: the agent sets the global at load time.
     // SAFETY: a read of this object's own global (aligned, initialized); volatile, so the value
     // the agent set at load is read.

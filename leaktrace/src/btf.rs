@@ -172,6 +172,8 @@ pub fn kernel_offsets() -> anyhow::Result<[u32; leaktrace_common::kernel_offset:
         btf.member_offset("inode", "i_sb")?,
         btf.member_offset("super_block", "s_dev")?,
         btf.member_offset("vm_area_struct", "vm_end")?,
+        btf.member_offset("task_struct", "real_parent")?,
+        btf.member_offset("task_struct", "tgid")?,
     ])
 }
 

@@ -146,6 +146,8 @@ pub struct Tracer {
     work: HashMap<MapData, u32, u64>,
     /// Launched commands whose teardown is watched (see [`Tracer::watch_teardown`]).
     teardown: HashMap<MapData, u32, u32>,
+    /// Launched processes whose execs stop until probed (see [`Tracer::hold_execs`]).
+    exec_hold: HashMap<MapData, u32, u32>,
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
@@ -349,6 +351,7 @@ impl Tracer {
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
         let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
         let teardown = HashMap::try_from(take(&mut ebpf, "TEARDOWN")?).map_err(|e| LoadError::Load(e.into()))?;
+        let exec_hold = HashMap::try_from(take(&mut ebpf, "EXEC_HOLD")?).map_err(|e| LoadError::Load(e.into()))?;
         let unwind = UnwindTables {
             objects: HashMap::try_from(take(&mut ebpf, "UNWIND_OBJECTS")?).map_err(|e| LoadError::Load(e.into()))?,
             rows: take(&mut ebpf, "UNWIND_ROWS")?,
@@ -397,6 +400,7 @@ impl Tracer {
             targets,
             work,
             teardown,
+            exec_hold,
             events,
             mappings_unavailable,
             oom_victims_unavailable,
@@ -587,6 +591,26 @@ impl Tracer {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
                 Err(e) => Err(e).context("removing the target from the TEARDOWN map"),
             }
+        }
+    }
+
+    /// Stop launched process `tgid` at each of its execs after the first `pass` (the launch's own
+    /// exec of the command is let through), and with `children` also untraced children of it
+    /// at their exec (the kernel side's `sched_process_exec`: SIGSTOP before the new image runs,
+    /// a `MapEvent` EXEC or CHILD_EXEC for the agent, which probes the image and sends SIGCONT).
+    /// Errors: the EXEC_HOLD map is full or refused the update.
+    pub fn hold_execs(&mut self, tgid: u32, pass: u32, children: bool) -> anyhow::Result<()> {
+        let bits = (pass & leaktrace_common::exec_hold::PASS_MASK)
+            | if children { leaktrace_common::exec_hold::CHILDREN } else { 0 };
+        self.exec_hold.insert(tgid, bits, 0).context("adding the process to the EXEC_HOLD map")
+    }
+
+    /// Stop holding `tgid`'s execs (and its children's); an exec already held still comes
+    /// through as an event. Errors: the map refused the removal.
+    pub fn release_execs(&mut self, tgid: u32) -> anyhow::Result<()> {
+        match self.exec_hold.remove(&tgid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e).context("removing the process from the EXEC_HOLD map"),
         }
     }
 

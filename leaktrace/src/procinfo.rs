@@ -61,13 +61,13 @@ fn exited(state: Option<char>) -> bool {
     !matches!(state, Some(c) if c != 'Z' && c != 'X')
 }
 
-/// A thread of process `pid` other than its main thread that has not exited; None if there is
-/// none (or the process is gone).
 /// Whether thread `tid` of process `pid` has exited (state Z or X, or gone).
 pub fn thread_exited(pid: u32, tid: u32) -> bool {
     exited(task_state(&format!("/proc/{pid}/task/{tid}/stat")))
 }
 
+/// A thread of process `pid` other than its main thread that has not exited; None if there is
+/// none (or the process is gone).
 fn other_live_thread(pid: u32) -> Option<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?

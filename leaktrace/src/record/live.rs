@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leaktrace_common::MapEvent;
 
-use crate::discover::{self, WorkProbeSpec};
+use crate::discover::WorkProbeSpec;
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
 use crate::recording::Checkpoint;
@@ -18,6 +18,9 @@ use super::{RecordOptions, reachability};
 /// The real tracer of a session.
 pub(super) struct Live {
     pub(super) tracer: Tracer,
+    /// leaktrace launched the command: the processes it forks are a launched tree (their
+    /// teardown watched, their execs held).
+    pub(super) launched_tree: bool,
     /// The live status line (issue #12, status.rs).
     pub(super) status: crate::status::Status,
     /// `--push`: the push worker (issue #12).
@@ -95,7 +98,8 @@ impl Tracing for Live {
     }
 
     fn follow(&mut self, child: u32) -> anyhow::Result<Option<Traced>> {
-        let Ok(objects) = discover::mapped_objects(child) else { return Ok(None) };
+        // A child held at its exec has not loaded its libraries yet (see `exec_objects`).
+        let Ok(objects) = super::targets::exec_objects(child) else { return Ok(None) };
         let opts = RecordOptions {
             work_probe: self.work_probe.clone(),
             mode: self.mode,
@@ -105,7 +109,13 @@ impl Tracing for Live {
             ..RecordOptions::default()
         };
         let exe = procinfo::exe(child);
-        Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), exe, false, &opts).map(Some)
+        let kept = if self.launched_tree { objects.clone() } else { Vec::new() };
+        let mut t = Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), exe, false, &opts)?;
+        if self.launched_tree {
+            t.in_launched_tree = true;
+            t.place_teardown_probes(&mut self.tracer, &kept);
+        }
+        Ok(Some(t))
     }
 
     fn checkpoint(&mut self, t: &mut Traced, t_s: f64, batch: Option<u32>) -> Option<(u64, u64)> {
@@ -168,6 +178,14 @@ impl Tracing for Live {
         // SAFETY: kill(2) with a PID leaktrace launched; a process already gone makes it fail
         // (ESRCH).
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+
+    fn hold_execs(&mut self, pid: u32, pass: u32, children: bool) {
+        let _ = self.tracer.hold_execs(pid, pass, children);
+    }
+
+    fn release_execs(&mut self, pid: u32) {
+        let _ = self.tracer.release_execs(pid);
     }
 
     fn say(&mut self, line: &str) {

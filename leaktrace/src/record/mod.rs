@@ -330,6 +330,11 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     }
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
     if let Some(c) = held.as_mut() {
+        // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
+        // --follow-forks its children's, stop until their new image is probed.
+        if let Err(e) = tracer.hold_execs(c.pid, 1, opts.follow_forks) {
+            eprintln!("leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered");
+        }
         c.release()?;
         // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
         // when it has already exited (a zombie has no exe link), the resolved path it exec'd.
@@ -362,6 +367,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let host = Live {
         tracer,
+        launched_tree: held.is_some(),
         status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
         // Hook (issue #12, push): the push worker starts with the recording.
         push: opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms)),

@@ -81,8 +81,14 @@ pub(super) trait Tracing {
     /// Wait (briefly, at most 0.5 s) until `pid`, stopped by the kernel side at its teardown, is
     /// stopped.
     fn wait_stopped(&self, pid: u32);
-    /// Let `pid`, held at its teardown, continue (SIGCONT).
+    /// Let `pid`, held at its teardown or at an exec, continue (SIGCONT).
     fn resume(&mut self, pid: u32);
+    /// Hold `pid`'s execs (after the first `pass`) and, with `children`, its untraced children's
+    /// until they are probed (see `Tracer::hold_execs`); failures are ignored (the exec is then
+    /// re-discovered as it runs).
+    fn hold_execs(&mut self, pid: u32, pass: u32, children: bool);
+    /// Stop holding `pid`'s execs; failures are ignored.
+    fn release_execs(&mut self, pid: u32);
     /// Tell the user one line (stderr, the status line cleared first).
     fn say(&mut self, line: &str);
     /// Checkpoints were taken at `t_s`: (index in `targets`, live bytes, RSS bytes) each.
@@ -322,14 +328,26 @@ impl<H: Tracing> Session<H> {
     }
 
     /// Apply queued mapping events to their process; note execs and teardowns; with
-    /// --follow-forks, attach to new children of traced processes.
+    /// --follow-forks, attach to new children of traced processes. Processes the kernel side
+    /// held at an exec (launched trees) continue once probed.
     pub(super) fn drain_events(&mut self) {
         let mut forks = Vec::new();
         let mut execs = Vec::new();
+        let mut held = Vec::new();
         for ev in self.host.events() {
             match ev.kind {
                 map_event::FORK => forks.push((ev.tgid, ev.addr as u32)),
-                map_event::EXEC => execs.push(ev.tgid),
+                map_event::EXEC => {
+                    execs.push(ev.tgid);
+                    if ev.addr == 1 {
+                        held.push(ev.tgid);
+                    }
+                }
+                map_event::CHILD_EXEC => {
+                    // A child of a launched process, held at its exec before it was followed.
+                    forks.push((ev.addr as u32, ev.tgid));
+                    held.push(ev.tgid);
+                }
                 map_event::OOM_VICTIM => {
                     if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == ev.tgid) {
                         t.state_mut().oom_victim_anon_kib = Some(ev.addr);
@@ -378,6 +396,10 @@ impl<H: Tracing> Session<H> {
             match self.host.follow(child) {
                 Ok(None) => {}
                 Ok(Some(mut t)) => {
+                    if self.targets.iter().any(|t| t.launched()) {
+                        // Part of a launched tree: its execs, and its children's, are held too.
+                        self.host.hold_execs(child, 0, true);
+                    }
                     let t_s = self.t_s();
                     t.warn(format!("forked by PID {parent}; traced from t={t_s:.1}s"));
                     self.host.say(&format!("following PID {child}, forked by PID {parent}"));
@@ -390,6 +412,9 @@ impl<H: Tracing> Session<H> {
                     }
                 }
             }
+        }
+        for pid in held {
+            self.host.resume(pid);
         }
     }
 
@@ -411,18 +436,22 @@ impl<H: Tracing> Session<H> {
         }
     }
 
-    /// At the end of the session: stop watching every teardown and let any process held at its
-    /// teardown go on (a launched command is then stopped or waited for as before).
+    /// At the end of the session: stop watching every teardown and exec and let any process
+    /// held at one go on (a launched command is then stopped or waited for as before).
     pub(super) fn release_teardowns(&mut self) {
+        let launched_tree = self.targets.iter().any(|t| t.launched());
         for t in self.targets.iter_mut() {
             if t.state().teardown_watched {
                 self.host.watch_teardown(t.pid(), false);
                 t.state_mut().teardown_watched = false;
             }
+            if launched_tree {
+                self.host.release_execs(t.pid());
+            }
         }
         // A stop queued just before the watch ended still comes through as an event.
         self.drain_events();
-        for t in self.targets.iter_mut().filter(|t| t.launched()) {
+        for t in self.targets.iter_mut().filter(|t| t.launched() || t.state().teardown_pending) {
             t.state_mut().teardown_pending = false;
             if t.state().end_reason.is_none() {
                 self.host.resume(t.pid());
@@ -515,6 +544,10 @@ mod tests {
         refuse: BTreeSet<u32>,
         said: Vec<String>,
         resumed: Vec<u32>,
+        /// hold_execs calls: (pid, pass, children).
+        holds: Vec<(u32, u32, bool)>,
+        /// release_execs calls.
+        released: Vec<u32>,
         unwatched: Vec<u32>,
         /// Periodic hook calls: n each.
         periodic: Vec<u64>,
@@ -531,6 +564,8 @@ mod tests {
                 refuse: BTreeSet::new(),
                 said: Vec::new(),
                 resumed: Vec::new(),
+                holds: Vec::new(),
+                released: Vec::new(),
                 unwatched: Vec::new(),
                 periodic: Vec::new(),
             }
@@ -576,6 +611,12 @@ mod tests {
         fn wait_stopped(&self, _pid: u32) {}
         fn resume(&mut self, pid: u32) {
             self.resumed.push(pid);
+        }
+        fn hold_execs(&mut self, pid: u32, pass: u32, children: bool) {
+            self.holds.push((pid, pass, children));
+        }
+        fn release_execs(&mut self, pid: u32) {
+            self.released.push(pid);
         }
         fn say(&mut self, line: &str) {
             self.said.push(line.to_string());
@@ -718,6 +759,35 @@ mod tests {
         assert_eq!(parent.warnings.len(), 1, "{:?}", parent.warnings);
         assert!(parent.warnings[0].starts_with("could not follow child PID 14: the kernel refused"));
         assert_eq!(s.host.said, ["following PID 11, forked by PID 10"]);
+    }
+
+    /// A launched command held at an exec is re-discovered, then let go; an untraced child held
+    /// at its exec is followed (once, with the FORK seen too), its execs held from then on, then
+    /// let go; a release at the end stops every hold.
+    #[test]
+    fn processes_held_at_an_exec_continue_once_probed() {
+        let opts = RecordOptions { interval: Duration::from_secs(60), ..RecordOptions::default() };
+        let mut s = session(&[10], true);
+        s.targets[0].launched = true;
+        s.host.processes.extend([11]);
+        let mut p = s.begin(&opts);
+        s.host.queued =
+            vec![event(map_event::EXEC, 10, 1), event(map_event::FORK, 10, 11), event(map_event::CHILD_EXEC, 11, 10)];
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None);
+        let pids: Vec<u32> = s.targets.iter().map(|t| t.pid).collect();
+        assert_eq!(pids, [10, 11], "the held child is followed once");
+        assert_eq!(s.targets[0].execs, 1);
+        assert_eq!(s.host.holds, [(11, 0, true)]);
+        assert_eq!(s.host.resumed, [10, 11], "both go on after their probes are placed");
+        // An exec that was not held (addr 0) is not resumed.
+        s.host.queued = vec![event(map_event::EXEC, 11, 0)];
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None);
+        assert_eq!(s.targets[1].execs, 1);
+        assert_eq!(s.host.resumed, [10, 11]);
+        s.release_teardowns();
+        assert_eq!(s.host.released, [10, 11]);
     }
 
     #[test]

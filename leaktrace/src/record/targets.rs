@@ -93,6 +93,29 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
     Ok(out)
 }
 
+/// The objects of process `pid` just after an exec (held there by the kernel side, see
+/// `Tracer::hold_execs`): what it maps (its executable and the dynamic loader, which has not
+/// loaded a library yet) and, as at launch ([`launch_objects`]), the libraries the loader will
+/// load for the executable — when its path names the same file in leaktrace's mount namespace
+/// (a program in another root gets its mapped objects only; the periodic rescans find the rest).
+/// Errors: its maps cannot be read.
+pub(super) fn exec_objects(pid: u32) -> Result<Vec<MappedObject>, crate::discover::TargetError> {
+    let mut objects = discover::mapped_objects(pid)?;
+    let exe = crate::procinfo::exe(pid);
+    let same_file = match (std::fs::metadata(&exe), std::fs::metadata(format!("/proc/{pid}/exe"))) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    };
+    if same_file && let Ok(more) = launch_objects(Path::new(&exe)) {
+        for o in more {
+            if !objects.iter().any(|m| m.dev == o.dev && m.inode == o.inode) {
+                objects.push(o);
+            }
+        }
+    }
+    Ok(objects)
+}
+
 /// The interpreter of a `#!` script (resolved through PATH for `#!/usr/bin/env NAME`).
 pub(super) fn script_interpreter(exe: &Path) -> Option<PathBuf> {
     use std::io::Read as _;

@@ -23,6 +23,11 @@ use super::*;
 pub(super) struct Traced {
     pub(super) pid: u32,
     pub(super) launched: bool,
+    /// Launched, or a child of a launched command followed with --follow-forks: its teardown
+    /// is watched ([`Traced::place_teardown_probes`]), so its last checkpoint is taken while
+    /// its memory can still be read (a short child's libraries, mapped after it was followed,
+    /// are symbolized then).
+    pub(super) in_launched_tree: bool,
     pub(super) command: Vec<String>,
     pub(super) exe: String,
     pub(super) nspid: Vec<u32>,
@@ -159,6 +164,7 @@ impl Traced {
         let mut t = Traced {
             pid,
             launched,
+            in_launched_tree: launched,
             command,
             exe,
             nspid: procinfo::nspid(pid),
@@ -302,7 +308,10 @@ impl Traced {
         }
         self.python_tried = false;
         self.symbolizer.refresh();
-        self.rescan(tracer, mode, pymalloc, work_probe, t_s);
+        // The new image may be held at its exec, its libraries not loaded yet: those the loader
+        // will load are probed now too.
+        let Ok(objects) = super::targets::exec_objects(self.pid) else { return };
+        self.rescan_objects(objects, tracer, mode, pymalloc, work_probe, t_s);
     }
 
     /// Detect the target's runtime (once) from the objects it maps (`pymalloc`: CPython's
@@ -497,6 +506,19 @@ impl Traced {
         t_s: f64,
     ) {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
+        self.rescan_objects(objects, tracer, mode, pymalloc, work_probe, t_s);
+    }
+
+    /// [`Traced::rescan`] over `objects`.
+    fn rescan_objects(
+        &mut self,
+        objects: Vec<MappedObject>,
+        tracer: &mut Tracer,
+        mode: Mode,
+        pymalloc: bool,
+        work_probe: Option<&WorkProbeSpec>,
+        t_s: f64,
+    ) {
         if self.nspid.is_empty() {
             self.nspid = procinfo::nspid(self.pid);
         }
@@ -562,12 +584,12 @@ impl Traced {
         }
     }
 
-    /// Launched commands: probe the start of their teardown (libc's `exit`, CPython's
+    /// Launched commands (and their followed children, `in_launched_tree`): probe the start of their teardown (libc's `exit`, CPython's
     /// `Py_FinalizeEx`) in `objects` and watch it, so a checkpoint is taken before static
     /// destructors, atexit handlers or interpreter finalization free anything. Failures become
     /// warnings (the recording then ends on the checkpoint after exit, as before).
     pub(super) fn place_teardown_probes(&mut self, tracer: &mut Tracer, objects: &[MappedObject]) {
-        if !self.launched {
+        if !self.in_launched_tree {
             return;
         }
         for (obj, function, off) in discover::find_teardown_functions(objects) {
