@@ -341,7 +341,8 @@ pub struct InFlight {
 }
 
 /// Values of the kernel side's `EXEC_HOLD` map (tgid → these bits), set by the agent for the
-/// processes it launched: an `execve` of such a process (or, with [`exec_hold::CHILDREN`], of a
+/// processes of a launched tree (the command, and its children followed with --follow-forks):
+/// an `execve` of such a process (or, with [`exec_hold::CHILDREN`], of a
 /// child that is not traced yet) stops it until the agent has probed the new image.
 pub mod exec_hold {
     /// Execs still to let through without a stop (the launch's own exec of the command).
@@ -374,8 +375,9 @@ pub mod map_event {
     /// The OOM killer chose a traced process (`tgid`) as its victim (oom:mark_victim): `addr`
     /// is its anonymous RSS then, KiB (the tracepoint's `anon_rss`).
     pub const OOM_VICTIM: u32 = 8;
-    /// A process that is not traced completed an `execve`, and its parent (`addr`) is a
-    /// launched process whose children are followed (`exec_hold::CHILDREN`): the kernel side
+    /// A process that is not traced (or not yet in the kernel's filter) completed an `execve`,
+    /// and its parent (`addr`) is a process of a launched tree whose children are followed
+    /// (`exec_hold::CHILDREN`): the kernel side
     /// stopped it (SIGSTOP) before the new image's first instruction, until the agent has
     /// attached to it and sends SIGCONT.
     pub const CHILD_EXEC: u32 = 9;

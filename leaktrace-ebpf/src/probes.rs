@@ -308,7 +308,8 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     // it with the thread). The only `&mut` to its call in this program, and the only reference
     // to its memo (the walk's `leaktrace_memo_save` writes the memo through its own lookup,
     // after the check's last read): no other program uses them meanwhile (only this thread's
-    // programs do, and one that interrupted this one would find the storage busy and get none).
+    // programs do, and they do not nest: a uprobe or tracepoint program that would interrupt
+    // one on the same CPU is skipped by the kernel, `bpf_prog_active`).
     let cur = unsafe { &mut (*slot).call };
     let memo = unsafe { &raw const (*slot).memo };
     let mean = sampling_mean();
@@ -1101,6 +1102,24 @@ fn is_target(tgid: u32) -> bool {
     TARGETS.get_ptr(tgid).is_some()
 }
 
+/// Stop the current process (SIGSTOP) and queue `ev` telling the agent, which sends SIGCONT:
+/// the event's room is reserved first, so a full ring buffer means no stop (counted in
+/// `events_lost`), never a process stopped that the agent does not hear of. An EXEC event's
+/// `addr` says whether the stop was sent (1: held).
+#[inline(always)]
+fn stop_and_tell(ev: MapEvent) {
+    let Some(mut entry) = EVENTS.reserve::<MapEvent>(0) else {
+        count(counter::EVENTS_LOST);
+        return;
+    };
+    // SIGSTOP (19): delivered as the program returns to user space.
+    // SAFETY: a helper taking a signal number; it signals the current process.
+    let stopped = unsafe { bpf_send_signal(19) } == 0;
+    let ev = if ev.kind == map_event::EXEC { MapEvent { addr: stopped as u64, ..ev } } else { ev };
+    entry.write(ev);
+    entry.submit(0);
+}
+
 #[inline(always)]
 fn emit(ev: &MapEvent) {
     if EVENTS.output::<MapEvent>(ev, 0).is_err() {
@@ -1355,10 +1374,8 @@ pub fn teardown_enter(_ctx: ProbeContext) -> u32 {
     if TEARDOWN.remove(&tgid).is_err() {
         return 0;
     }
-    emit(&MapEvent { kind: map_event::TEARDOWN, tgid, ..Default::default() });
-    // SIGSTOP (19): the process stops as this probe returns to user space.
-    // SAFETY: a helper taking a signal number; it signals the current process.
-    unsafe { bpf_send_signal(19) };
+    // The process stops as this probe returns to user space.
+    stop_and_tell(MapEvent { kind: map_event::TEARDOWN, tgid, ..Default::default() });
     0
 }
 
@@ -1430,16 +1447,17 @@ pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
             // A child just followed, whose own entry the agent has not made yet.
             None => parent_holds_children(parent_tgid()),
         };
+        let ev = MapEvent { kind: map_event::EXEC, tgid, ..Default::default() };
         if held {
-            stop_current();
+            stop_and_tell(ev);
+        } else {
+            emit(&ev);
         }
-        emit(&MapEvent { kind: map_event::EXEC, tgid, addr: held as u64, ..Default::default() });
         return 0;
     }
     let parent = parent_tgid();
     if parent_holds_children(parent) {
-        stop_current();
-        emit(&MapEvent { kind: map_event::CHILD_EXEC, tgid, addr: parent as u64, ..Default::default() });
+        stop_and_tell(MapEvent { kind: map_event::CHILD_EXEC, tgid, addr: parent as u64, ..Default::default() });
     }
     0
 }
@@ -1449,13 +1467,6 @@ pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
 fn parent_holds_children(parent: u32) -> bool {
     // SAFETY: a value the lookup returned, copied at once.
     parent != 0 && EXEC_HOLD.get_ptr(&parent).is_some_and(|h| unsafe { *h } & exec_hold::CHILDREN != 0)
-}
-
-/// Stop the current process (SIGSTOP: delivered as the program returns to user space).
-#[inline(always)]
-fn stop_current() {
-    // SAFETY: a helper taking a signal number; it signals the current process.
-    unsafe { bpf_send_signal(19) };
 }
 
 /// The tgid of the current task's parent (`task_struct.real_parent->tgid`, offsets from the

@@ -624,8 +624,9 @@ pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, has
     let Some(memo) = crate::probes::thread_memo() else { return 0 };
     // SAFETY: this CPU's record (a per-CPU map value; `owner` read through volatile loads, as
     // another walk on this CPU may take it over) and this thread's memo in its task-storage slot
-    // (only this thread's programs use it, and they do not nest: one that interrupted another
-    // would find the storage busy; the entry probe that called this holds no reference to it).
+    // (only this thread's programs use it, and they do not nest: the kernel skips a program
+    // that would interrupt another on its CPU, `bpf_prog_active`; the entry probe that called
+    // this holds no reference to the memo).
     unsafe {
         let rec = &*rec;
         let memo = &mut *memo;

@@ -21,6 +21,8 @@ pub(super) struct Live {
     /// leaktrace launched the command: the processes it forks are a launched tree (their
     /// teardown watched, their execs held).
     pub(super) launched_tree: bool,
+    /// A hold_execs failed (told once).
+    pub(super) hold_failed: bool,
     /// The live status line (issue #12, status.rs).
     pub(super) status: crate::status::Status,
     /// `--push`: the push worker (issue #12).
@@ -175,13 +177,19 @@ impl Tracing for Live {
     }
 
     fn resume(&mut self, pid: u32) {
-        // SAFETY: kill(2) with a PID leaktrace launched; a process already gone makes it fail
-        // (ESRCH).
+        // SAFETY: kill(2) with a PID of leaktrace's launched tree that the kernel side stopped;
+        // a process already gone makes it fail (ESRCH).
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     }
 
     fn hold_execs(&mut self, pid: u32, pass: u32, children: bool) {
-        let _ = self.tracer.hold_execs(pid, pass, children);
+        if let Err(e) = self.tracer.hold_execs(pid, pass, children)
+            && !std::mem::replace(&mut self.hold_failed, true)
+        {
+            self.say(&format!(
+                "warning: {e:#}: PID {pid}'s execs are not held (a program it execs runs unprobed until it is re-discovered)"
+            ));
+        }
     }
 
     fn release_execs(&mut self, pid: u32) {

@@ -368,6 +368,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let host = Live {
         tracer,
         launched_tree: held.is_some(),
+        hold_failed: false,
         status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
         // Hook (issue #12, push): the push worker starts with the recording.
         push: opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms)),

@@ -32,7 +32,8 @@ pub(super) struct SessionState {
 pub(super) trait Tracee {
     /// Its PID (host namespace).
     fn pid(&self) -> u32;
-    /// leaktrace started it (`record -- CMD`): it is held at its teardown and resumed.
+    /// leaktrace started it (`record -- CMD`): it is held at its teardown and its execs, and
+    /// resumed (its followed children are held the same way).
     fn launched(&self) -> bool;
     /// The `--work-probe` function was found and probed in it.
     fn work_attached(&self) -> bool;
@@ -260,6 +261,12 @@ impl<H: Tracing> Session<H> {
                 // Its maps still hold everything it allocated: one last checkpoint.
                 self.host.checkpoint(t, t_s, None);
                 t.state_mut().end_reason = Some(EndReason::TargetExited);
+                // Its kernel entries go (a PID reused by another process must not be held).
+                if t.state().teardown_watched {
+                    self.host.watch_teardown(t.pid(), false);
+                    t.state_mut().teardown_watched = false;
+                }
+                self.host.release_execs(t.pid());
             } else {
                 self.host.poll(t, p.polls, t_s);
             }
@@ -344,8 +351,14 @@ impl<H: Tracing> Session<H> {
                     }
                 }
                 map_event::CHILD_EXEC => {
-                    // A child of a launched process, held at its exec before it was followed.
-                    forks.push((ev.addr as u32, ev.tgid));
+                    // A child of a launched process, held at its exec before it was followed,
+                    // or followed since (its exec came between its discovery and its entry in
+                    // the kernel's filter): then it is re-discovered like any traced exec.
+                    if self.targets.iter().any(|t| t.pid() == ev.tgid) {
+                        execs.push(ev.tgid);
+                    } else {
+                        forks.push((ev.addr as u32, ev.tgid));
+                    }
                     held.push(ev.tgid);
                 }
                 map_event::OOM_VICTIM => {
@@ -440,17 +453,25 @@ impl<H: Tracing> Session<H> {
     /// held at one go on (a launched command is then stopped or waited for as before).
     pub(super) fn release_teardowns(&mut self) {
         let launched_tree = self.targets.iter().any(|t| t.launched());
-        for t in self.targets.iter_mut() {
-            if t.state().teardown_watched {
-                self.host.watch_teardown(t.pid(), false);
-                t.state_mut().teardown_watched = false;
+        // A stop queued just before a watch ended still comes through as an event, and that
+        // last drain may follow a child or re-discover an exec (watching a teardown again):
+        // released in the next round.
+        for _ in 0..4 {
+            for t in self.targets.iter_mut() {
+                if t.state().teardown_watched {
+                    self.host.watch_teardown(t.pid(), false);
+                    t.state_mut().teardown_watched = false;
+                }
+                if launched_tree {
+                    self.host.release_execs(t.pid());
+                }
             }
-            if launched_tree {
-                self.host.release_execs(t.pid());
+            let n = self.targets.len();
+            self.drain_events();
+            if self.targets.len() == n && !self.targets.iter().any(|t| t.state().teardown_watched) {
+                break;
             }
         }
-        // A stop queued just before the watch ended still comes through as an event.
-        self.drain_events();
         for t in self.targets.iter_mut().filter(|t| t.launched() || t.state().teardown_pending) {
             t.state_mut().teardown_pending = false;
             if t.state().end_reason.is_none() {

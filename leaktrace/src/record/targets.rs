@@ -80,7 +80,7 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
     }
     // A static executable maps no shared library: it is its own allocator (or, fully stripped,
     // has none to find, which must be said rather than probing a libc it never maps).
-    let Some(libs) = loader_list(&program) else { return Ok(out) };
+    let Some(libs) = loader_list(&program, None) else { return Ok(out) };
     for lib in libs {
         let _ = add(&lib);
     }
@@ -93,27 +93,70 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
     Ok(out)
 }
 
-/// The objects of process `pid` just after an exec (held there by the kernel side, see
-/// `Tracer::hold_execs`): what it maps (its executable and the dynamic loader, which has not
-/// loaded a library yet) and, as at launch ([`launch_objects`]), the libraries the loader will
-/// load for the executable — when its path names the same file in leaktrace's mount namespace
-/// (a program in another root gets its mapped objects only; the periodic rescans find the rest).
-/// Errors: its maps cannot be read.
+/// The objects of process `pid` held at its exec by the kernel side (see `Tracer::hold_execs`;
+/// the process is stopped): what it maps (its executable and the dynamic loader, which has not
+/// loaded a library yet) and the libraries the loader will load for the executable, listed by
+/// that loader ([`loader_list`] with [`Confined`]: only the very loader the process maps, a
+/// root-owned file no one else can write, run with the process's user and group and its
+/// `LD_LIBRARY_PATH` / `LD_PRELOAD`, never a program the target picked). A process that runs
+/// (not held), or whose root is not leaktrace's (chroot, container), gets its mapped objects
+/// only: the rescans find the rest. Errors: its maps cannot be read.
 pub(super) fn exec_objects(pid: u32) -> Result<Vec<MappedObject>, crate::discover::TargetError> {
     let mut objects = discover::mapped_objects(pid)?;
-    let exe = crate::procinfo::exe(pid);
-    let same_file = match (std::fs::metadata(&exe), std::fs::metadata(format!("/proc/{pid}/exe"))) {
+    if !crate::procinfo::stopped(pid) {
+        return Ok(objects);
+    }
+    let same = |a: &str, b: &str| match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     };
-    if same_file && let Ok(more) = launch_objects(Path::new(&exe)) {
-        for o in more {
-            if !objects.iter().any(|m| m.dev == o.dev && m.inode == o.inode) {
-                objects.push(o);
-            }
+    let exe = crate::procinfo::exe(pid);
+    if !same(&format!("/proc/{pid}/root"), "/") || !same(&exe, &format!("/proc/{pid}/exe")) {
+        return Ok(objects);
+    }
+    let Some(confined) = Confined::of(pid, &objects) else { return Ok(objects) };
+    let libs = loader_list(Path::new(&exe), Some(&confined)).unwrap_or_default();
+    for lib in libs {
+        let Ok(m) = std::fs::metadata(&lib) else { continue };
+        let dev = (libc::major(m.dev()) as i32, libc::minor(m.dev()) as i32);
+        if !objects.iter().any(|o| o.dev == dev && o.inode == m.ino()) {
+            objects.push(MappedObject { path: lib.clone(), dev, inode: m.ino(), open_path: lib, executable: true });
         }
     }
     Ok(objects)
+}
+
+/// How [`loader_list`] runs a loader for a process that is not leaktrace's own command: the
+/// loader must be `loader` (device, inode: the one the process maps), and it runs as `uid` /
+/// `gid` with only `env` (the process's loader variables).
+pub(super) struct Confined {
+    loader: (u64, u64),
+    uid: u32,
+    gid: u32,
+    env: Vec<(String, String)>,
+}
+
+impl Confined {
+    /// For process `pid`, whose `objects` include its dynamic loader (ld-*.so: the mapped object
+    /// whose name starts with `ld-`); None when there is none or its status is unreadable.
+    fn of(pid: u32, objects: &[MappedObject]) -> Option<Confined> {
+        let ld = objects.iter().find(|o| o.path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("ld-")))?;
+        let m = std::fs::metadata(&ld.open_path).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let id = |key: &str| -> Option<u32> {
+            status.lines().find_map(|l| l.strip_prefix(key))?.split_ascii_whitespace().next()?.parse().ok()
+        };
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let env = environ
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = String::from_utf8_lossy(kv);
+                let (k, v) = kv.split_once('=')?;
+                matches!(k, "LD_LIBRARY_PATH" | "LD_PRELOAD").then(|| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        Some(Confined { loader: (m.dev(), m.ino()), uid: id("Uid:")?, gid: id("Gid:")?, env })
+    }
 }
 
 /// The interpreter of a `#!` script (resolved through PATH for `#!/usr/bin/env NAME`).
@@ -135,8 +178,10 @@ pub(super) fn script_interpreter(exe: &Path) -> Option<PathBuf> {
 
 /// Shared libraries the dynamic loader will load for `exe` (PT_INTERP run with `--list`, which
 /// resolves without running the program). None for a static executable (an ELF file without
-/// PT_INTERP); empty on any other failure.
-pub(super) fn loader_list(exe: &Path) -> Option<Vec<PathBuf>> {
+/// PT_INTERP); empty on any other failure. `confined`: for a program leaktrace was not told to
+/// run (a launched command's exec'd image), PT_INTERP must be that loader, owned by root and
+/// writable by no one else, and it runs with that user, group and environment.
+pub(super) fn loader_list(exe: &Path, confined: Option<&Confined>) -> Option<Vec<PathBuf>> {
     use object::read::elf::ProgramHeader as _;
     // Read on demand (the program headers and PT_INTERP), not the whole file.
     let Ok(file) = std::fs::File::open(exe) else { return Some(Vec::new()) };
@@ -151,9 +196,17 @@ pub(super) fn loader_list(exe: &Path) -> Option<Vec<PathBuf>> {
             .map(|d| String::from_utf8_lossy(d.split(|c| *c == 0).next().unwrap_or(d)).into_owned())
     });
     let interp = interp?;
-    let Ok(out) =
-        std::process::Command::new(&interp).arg("--list").arg(exe).stderr(std::process::Stdio::null()).output()
-    else {
+    let mut cmd = std::process::Command::new(&interp);
+    cmd.arg("--list").arg(exe).stderr(std::process::Stdio::null());
+    if let Some(c) = confined {
+        use std::os::unix::process::CommandExt as _;
+        let Ok(m) = std::fs::metadata(&interp) else { return Some(Vec::new()) };
+        if (m.dev(), m.ino()) != c.loader || m.uid() != 0 || m.mode() & 0o022 != 0 {
+            return Some(Vec::new());
+        }
+        cmd.env_clear().envs(c.env.iter().map(|(k, v)| (k, v))).uid(c.uid).gid(c.gid);
+    }
+    let Ok(out) = cmd.output() else {
         return Some(Vec::new());
     };
     let libs = String::from_utf8_lossy(&out.stdout)
@@ -168,4 +221,42 @@ pub(super) fn loader_list(exe: &Path) -> Option<Vec<PathBuf>> {
         })
         .collect();
     Some(libs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A confined loader run happens only for the loader named (device, inode): the system's
+    /// ld.so lists /bin/true's libc; any other file named as the process's loader runs nothing.
+    #[test]
+    fn confined_loader_list_runs_only_the_mapped_loader() {
+        let exe = Path::new("/bin/true");
+        let Some(Some(interp)) = loader_interp(exe) else { return };
+        let m = std::fs::metadata(&interp).expect("the loader");
+        let (uid, gid) = (unsafe { libc::getuid() }, unsafe { libc::getgid() });
+        let ok = Confined { loader: (m.dev(), m.ino()), uid, gid, env: Vec::new() };
+        let libs = loader_list(exe, Some(&ok)).expect("a dynamic executable");
+        assert!(
+            libs.iter().any(|l| l.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))),
+            "{libs:?}"
+        );
+        let other = std::fs::metadata(exe).expect("/bin/true");
+        let wrong = Confined { loader: (other.dev(), other.ino()), uid, gid, env: Vec::new() };
+        assert_eq!(loader_list(exe, Some(&wrong)), Some(Vec::new()));
+    }
+
+    /// PT_INTERP of `exe`: None when unreadable, Some(None) for a static executable.
+    fn loader_interp(exe: &Path) -> Option<Option<String>> {
+        use object::read::elf::ProgramHeader as _;
+        let data = std::fs::read(exe).ok()?;
+        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data).ok()?;
+        let endian = elf.endian();
+        Some(elf.elf_program_headers().iter().find_map(|ph| {
+            (ph.p_type(endian) == object::elf::PT_INTERP)
+                .then(|| ph.data(endian, &*data).ok())
+                .flatten()
+                .map(|d| String::from_utf8_lossy(d.split(|c| *c == 0).next().unwrap_or(d)).into_owned())
+        }))
+    }
 }

@@ -453,6 +453,9 @@ impl Traced {
         if !self.python_frames_on
             || self.python_tried
             || self.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python)
+            // Held at an exec: libpython may be among the libraries not mapped yet; the next
+            // rescan, once it runs, finds the interpreter.
+            || procinfo::stopped(self.pid)
         {
             return;
         }
