@@ -55,7 +55,7 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
         /// How long the demo runs and is recorded.
-        #[arg(long, allow_negative_numbers = true, default_value = "15s", value_parser = parse_duration)]
+        #[arg(long, allow_hyphen_values = true, default_value = "15s", value_parser = parse_duration)]
         duration: Duration,
     },
     /// Growth test for CI: warm up, run K equal batches, fail when the traced live bytes grow
@@ -93,7 +93,7 @@ struct CheckArgs {
     #[arg(long)]
     allow_seccomp_risk: bool,
     /// Warm-up before the baseline checkpoint (e.g. 5s, 0 for none).
-    #[arg(long, allow_negative_numbers = true, default_value = "5s", value_parser = parse_duration_or_zero)]
+    #[arg(long, allow_hyphen_values = true, default_value = "5s", value_parser = parse_duration_or_zero)]
     warmup: Duration,
     /// Number of batches after the warm-up.
     #[arg(long, allow_negative_numbers = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
@@ -102,7 +102,7 @@ struct CheckArgs {
     #[arg(long, allow_negative_numbers = true, requires = "work_probe", value_parser = clap::value_parser!(u64).range(1..))]
     batch_units: Option<u64>,
     /// Batch size in time (e.g. 2s, 500ms).
-    #[arg(long, allow_negative_numbers = true, value_parser = parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_duration)]
     batch_seconds: Option<Duration>,
     /// Largest allowed growth of the traced live bytes: bytes per unit with --work-probe, else
     /// bytes per second. Plain bytes or with a suffix: B, KB (1000), KiB (1024), MB, MiB.
@@ -113,7 +113,7 @@ struct CheckArgs {
     #[arg(long, value_name = "SYMBOL[@OBJECT]")]
     work_probe: Option<leaktrace::discover::WorkProbeSpec>,
     /// Time between the periodic checkpoints taken besides the batch ones.
-    #[arg(long, allow_negative_numbers = true, default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, allow_hyphen_values = true, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
     /// Output directory (default ./leaktrace-check-PID-TIMESTAMP).
     #[arg(long)]
@@ -137,7 +137,7 @@ struct ReachArgs {
     reachability: bool,
     /// Longest pause of the target during the scan (e.g. 500ms, 5s); the scan stops there and
     /// says how far it got.
-    #[arg(long, allow_negative_numbers = true, default_value = "5s", value_parser = parse_duration, requires = "reachability")]
+    #[arg(long, allow_hyphen_values = true, default_value = "5s", value_parser = parse_duration, requires = "reachability")]
     reachability_max_pause: Duration,
     /// Also scan at every Nth checkpoint (each scan pauses the target), to see lost and
     /// still-referenced bytes over time, not only at the end.
@@ -232,10 +232,10 @@ struct RecordArgs {
     #[arg(long)]
     jvm_perf_map: bool,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
-    #[arg(long, allow_negative_numbers = true, value_parser = parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Time between checkpoints (e.g. 1s, 250ms).
-    #[arg(long, allow_negative_numbers = true, default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, allow_hyphen_values = true, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
     /// Output directory (default ./leaktrace-PID-TIMESTAMP).
     #[arg(long)]
@@ -329,6 +329,11 @@ fn parse_sample_bytes(s: &str) -> Result<u64, String> {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
+    // (The options taking a duration accept values that begin with '-', so that `-5s` gets this
+    // message rather than being taken for an option.)
+    if s.trim_start().starts_with('-') {
+        return Err("must be greater than zero (examples: 30s, 2m, 250ms)".into());
+    }
     if let Ok(secs) = s.parse::<f64>()
         && secs.is_finite()
         && secs > 0.0

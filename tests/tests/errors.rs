@@ -45,3 +45,17 @@ fn launch_of_missing_command() {
     let o = run(cmd, None, TIMEOUT);
     assert_error(&o, &["/nonexistent/program"]);
 }
+
+/// A negative duration or interval is told as such (not taken for an option, with clap's
+/// `-- -5s` tip), and nothing runs.
+#[test]
+fn negative_durations_are_a_clear_usage_error() {
+    for args in [["--duration", "-5s"], ["--interval", "-1s"], ["--duration", "-5"]] {
+        let mut cmd = leaktrace(["record"]);
+        cmd.args(args).args(["--", "/bin/true"]);
+        let o = run(cmd, None, TIMEOUT);
+        assert_eq!(o.code(), Some(2), "exit code\n{}", o.describe());
+        assert!(o.stderr.contains("must be greater than zero"), "{args:?}\n{}", o.describe());
+        assert!(!o.stderr.contains("tip:"), "{args:?}\n{}", o.describe());
+    }
+}
