@@ -382,6 +382,11 @@ impl<H: Tracing> Session<H> {
                 }
             }
         }
+        // A held process is probed once its stop has taken effect (the SIGSTOP is delivered as
+        // its exec returns to user space): until then it may still be mapping its libraries.
+        for &pid in &held {
+            self.host.wait_stopped(pid);
+        }
         // An exec replaced a traced process's image (issue #15): note it and re-discover.
         let t_s = self.t_s();
         for tgid in execs {

@@ -74,10 +74,9 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
     };
     let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
     let program = script_interpreter(&exe).unwrap_or(exe.clone());
-    add(&exe)?;
-    if program != exe {
-        add(&program)?;
-    }
+    // A script is not mapped as code (its interpreter runs it): only the interpreter is an
+    // object (the script has no unwind table to load, which was told as a warning).
+    add(&program)?;
     // A static executable maps no shared library: it is its own allocator (or, fully stripped,
     // has none to find, which must be said rather than probing a libc it never maps).
     let Some(libs) = loader_list(&program, None) else { return Ok(out) };
