@@ -195,6 +195,16 @@ pub(super) fn poll_interval(opts: &RecordOptions) -> Duration {
     }
 }
 
+/// Stop watching `t`'s teardown and holding its execs in the kernel (at its exit, and at the
+/// end of the session); a hold it never had is a no-op.
+fn release_watches<H: Tracing>(host: &mut H, t: &mut H::Proc) {
+    if t.state().teardown_watched {
+        host.watch_teardown(t.pid(), false);
+        t.state_mut().teardown_watched = false;
+    }
+    host.release_execs(t.pid());
+}
+
 impl<H: Tracing> Session<H> {
     /// Seconds since time 0.
     fn t_s(&self) -> f64 {
@@ -262,11 +272,7 @@ impl<H: Tracing> Session<H> {
                 self.host.checkpoint(t, t_s, None);
                 t.state_mut().end_reason = Some(EndReason::TargetExited);
                 // Its kernel entries go (a PID reused by another process must not be held).
-                if t.state().teardown_watched {
-                    self.host.watch_teardown(t.pid(), false);
-                    t.state_mut().teardown_watched = false;
-                }
-                self.host.release_execs(t.pid());
+                release_watches(&mut self.host, t);
             } else {
                 self.host.poll(t, p.polls, t_s);
             }
@@ -457,19 +463,12 @@ impl<H: Tracing> Session<H> {
     /// At the end of the session: stop watching every teardown and exec and let any process
     /// held at one go on (a launched command is then stopped or waited for as before).
     pub(super) fn release_teardowns(&mut self) {
-        let launched_tree = self.targets.iter().any(|t| t.launched());
         // A stop queued just before a watch ended still comes through as an event, and that
         // last drain may follow a child or re-discover an exec (watching a teardown again):
         // released in the next round.
         for _ in 0..4 {
             for t in self.targets.iter_mut() {
-                if t.state().teardown_watched {
-                    self.host.watch_teardown(t.pid(), false);
-                    t.state_mut().teardown_watched = false;
-                }
-                if launched_tree {
-                    self.host.release_execs(t.pid());
-                }
+                release_watches(&mut self.host, t);
             }
             let n = self.targets.len();
             self.drain_events();
