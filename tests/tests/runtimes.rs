@@ -169,9 +169,11 @@ fn go_pure() -> &'static Path {
 /// `node`, without the environment's NODE_EXTRA_CA_CERTS: with it, node parses every extra CA
 /// certificate at start-up (~900,000 allocator calls under tracing here, against ~32,000 without:
 /// seconds of a recording on a loaded machine before the fixture's first line of JavaScript).
+/// `node`, run from this test binary's temporary directory: V8 writes files into its working
+/// directory (an `isolate-*-v8.log` with `--perf-basic-prof`), which must not land in the tree.
 fn node() -> Command {
     let mut c = Command::new("node");
-    c.env_remove("NODE_EXTRA_CA_CERTS");
+    c.env_remove("NODE_EXTRA_CA_CERTS").current_dir(temp_root());
     c
 }
 
@@ -1074,9 +1076,11 @@ const AUDIT_SIZE: u32 = 200_000;
 /// checkSession makes the same string and drops it (the decoy). The V8 heap grows, the
 /// verdict is a managed leak that names recordAudit (its perf-map frame, with the script's
 /// location) and its rate, the leaking sites named recordAudit grow calls/s × 204,800 B ± 10 %
-/// (the script prints its calls and time), and no V8 heap leak site is checkSession's. Failed before
-/// the managed-leak verdict named the sites' function ("leaktrace sees the runtime's allocator,
-/// not the code that keeps the objects").
+/// (the script prints its calls and time), and no V8 heap site of checkSession's is a leak, its
+/// largest temporary or a cache. Failed before the managed-leak verdict named the sites' function
+/// ("leaktrace sees the runtime's allocator, not the code that keeps the objects"), and (issue 28)
+/// on a fresh machine whose collections came seconds apart: the decoy's pages made since the last
+/// collection were a leak until sites a collector frees were judged on what each collection left.
 #[test]
 fn node_js_heap_leak_names_the_javascript_function() {
     require_root();
@@ -1123,17 +1127,24 @@ fn node_js_heap_leak_names_the_javascript_function() {
         verdict.contains(&format!("its leaking sites are allocated under {function}: ")),
         "the verdict does not name {function}: {verdict}\n{ctx}"
     );
-    // The decoy's strings are garbage as soon as it returns: no V8 heap site through it leaks
-    // (V8's own bookkeeping, runtime memory, may: its task queue holding one more 512 B task
-    // posted by a collection checkSession triggered).
-    for s in leaks.iter().filter(|s| s["memory_kind"] == "managed") {
-        let frames = frame_names(s);
-        assert!(
-            !frames.iter().any(|f| f.contains("checkSession")),
-            "a leak site through checkSession: {}\n{ctx}",
-            str_of(s, "function")
-        );
+    // The decoy's strings are garbage as soon as it returns: its V8 heap sites are temporary
+    // (or a cache), never a leak, wherever the recording ends between two collections (V8's own
+    // bookkeeping, runtime memory, may grow: its task queue holding one more 512 B task posted
+    // by a collection checkSession triggered).
+    let decoy: Vec<&Value> = r
+        .sites()
+        .iter()
+        .filter(|s| s["memory_kind"] == "managed" && frame_names(s).iter().any(|f| f.contains("checkSession")))
+        .collect();
+    for s in &decoy {
+        assert_ne!(str_of(s, "class"), "leak", "a leak site through checkSession: {}\n{ctx}", str_of(s, "function"));
     }
+    let main = decoy
+        .iter()
+        .max_by(|a, b| f64_of(a, "allocated_bytes").total_cmp(&f64_of(b, "allocated_bytes")))
+        .unwrap_or_else(|| panic!("no V8 heap site through checkSession\n{ctx}"));
+    let class = str_of(main, "class");
+    assert!(class == "temporary" || class == "cache", "checkSession's V8 heap site is {class}\n{ctx}");
     remove_perf_map(&r);
 }
 

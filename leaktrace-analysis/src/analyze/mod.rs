@@ -827,6 +827,7 @@ fn class_rank(c: SiteClass) -> u8 {
     }
 }
 
+mod collected;
 mod frames;
 pub mod patterns;
 mod replay;

@@ -717,9 +717,17 @@ const GC_DROP_FRACTION: f64 = 0.25;
 
 /// The post-GC troughs of a collected heap's series `window` ((time, bytes) in time order): the
 /// points the series fell to, by more than [`GC_DROP_FRACTION`] of the window's range and at
-/// least [`KIND_FLOOR_BYTES_PER_S`] bytes, and rose from (or ended at). None with fewer than [`MIN_WINDOW_POINTS`] such troughs: the heap was not seen
-/// being collected often enough to measure what survives, and every point is used.
+/// least [`KIND_FLOOR_BYTES_PER_S`] bytes, and rose from (or ended at). None with fewer than
+/// [`MIN_WINDOW_POINTS`] such troughs: the heap was not seen being collected often enough to
+/// measure what survives, and every point is used.
 pub(super) fn post_gc_troughs(window: &[(f64, f64)]) -> Option<Vec<(f64, f64)>> {
+    let out = gc_troughs(window);
+    (out.len() >= MIN_WINDOW_POINTS).then_some(out)
+}
+
+/// Every post-GC trough of `window` as [`post_gc_troughs`] finds them, however few (one per
+/// collection seen).
+pub(super) fn gc_troughs(window: &[(f64, f64)]) -> Vec<(f64, f64)> {
     let max = window.iter().map(|p| p.1).fold(f64::MIN, f64::max);
     let min = window.iter().map(|p| p.1).fold(f64::MAX, f64::min);
     let min_drop = (GC_DROP_FRACTION * (max - min)).max(KIND_FLOOR_BYTES_PER_S);
@@ -738,7 +746,7 @@ pub(super) fn post_gc_troughs(window: &[(f64, f64)]) -> Option<Vec<(f64, f64)>> 
             k += 1;
         }
     }
-    (out.len() >= MIN_WINDOW_POINTS).then_some(out)
+    out
 }
 
 /// The analysed [`Span`] of `tl` for a recording that ended for `end_reason`.

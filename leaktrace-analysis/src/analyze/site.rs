@@ -326,6 +326,17 @@ pub(super) fn analyze_site(
         );
     }
 
+    // Memory a collector frees in bulk, judged on what each collection left: the last tooth of
+    // a sawtooth is garbage the next collection frees, not growth (collected.rs).
+    if class == SiteClass::Leak
+        && let Some(c) =
+            collected::garbage_between_collections(memory_kind, times, live, span_start..win.steady.end, floor)
+    {
+        class = SiteClass::Temporary;
+        confidence = clamp_conf(f_n * f_drops * (1.0 - 1.0 / c.falls as f64));
+        reason = collected_reason(&c, last_live, steady.slope_bytes_per_s);
+    }
+
     // A runtime's warm-up (JIT compilation, code caches: a catalog look-alike marked warm_up) in
     // the runtime's own or managed memory grows while the program's hot code gets compiled: not
     // a leak, however steady within the recording.
@@ -472,4 +483,20 @@ impl BlockAges {
             && age_sum(end)? < YOUNG_AGE_SHARE * new_blocks as f64 * span / 2.0;
         Some(BlockAges { mean_age_s: mean(end)?, max_mean_age_s, live_blocks: n_end, new_blocks, young })
     }
+}
+
+/// The reason of a site whose growth is garbage between collections ([`collected`]).
+fn collected_reason(c: &collected::Collected, last_live: u64, slope: f64) -> String {
+    format!(
+        "freed by the runtime's collections: its live bytes fell at {} checkpoints and right after \
+         each fall were {}–{} ({:+.1} B/s: no growth); the {:.1} B/s over the steady window is \
+         garbage made since the last collection ({} live at the end), which the next one frees: \
+         temporary",
+        c.falls,
+        crate::human::bytes(c.after_min),
+        crate::human::bytes(c.after_max),
+        c.slope_bytes_per_s,
+        slope,
+        crate::human::bytes(last_live),
+    )
 }

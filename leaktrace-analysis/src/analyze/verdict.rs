@@ -69,8 +69,8 @@ pub(super) fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
 /// leave live bytes incomplete ([`counter::byte_losses`]; the others lose call stacks, never
 /// bytes).
 pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
-    let lost: u64 = counter::byte_losses().filter_map(|c| drops.get(c.name)).sum();
-    let seen = events.get("allocs").copied().unwrap_or(0) + lost;
+    let lost = counter::byte_losses().filter_map(|c| drops.get(c.name)).fold(0u64, |a, &n| a.saturating_add(n));
+    let seen = events.get("allocs").copied().unwrap_or(0).saturating_add(lost);
     if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
 }
 

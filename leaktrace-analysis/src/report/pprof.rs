@@ -280,7 +280,7 @@ impl Builder {
                 let m = Mapping {
                     id: 0,
                     memory_start: addr,
-                    memory_limit: addr + 1,
+                    memory_limit: addr.saturating_add(1),
                     filename: self.s(object),
                     has_functions: true,
                     has_inline_frames: true,
