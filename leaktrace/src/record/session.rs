@@ -84,6 +84,9 @@ pub(super) trait Tracing {
     fn wait_stopped(&self, pid: u32);
     /// Let `pid`, held at its teardown or at an exec, continue (SIGCONT).
     fn resume(&mut self, pid: u32);
+    /// `p` is held stopped at its teardown (libc `exit`'s entry), its teardown checkpoint taken:
+    /// the reachability scan at exit (`--reachability`), as LeakSanitizer's check runs there.
+    fn at_teardown(&mut self, _p: &mut Self::Proc, _t_s: f64) {}
     /// Hold `pid`'s execs (after the first `pass`) and, with `children`, its untraced children's
     /// until they are probed (see `Tracer::hold_execs`); failures are ignored (the exec is then
     /// re-discovered as it runs).
@@ -455,6 +458,9 @@ impl<H: Tracing> Session<H> {
                 && let Some(c) = t.last_checkpoint_mut()
             {
                 c.teardown = true;
+            }
+            if t.state().end_reason.is_none() {
+                self.host.at_teardown(t, t_s);
             }
             self.host.resume(t.pid());
         }
