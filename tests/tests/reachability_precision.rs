@@ -10,6 +10,8 @@
 //! - glibc's stack cache holds the DTVs of exited threads, and a thread on a malloc'd stack
 //!   holds its own: no DTV is lost;
 //! - a pointer held only in %xmm15 is a root;
+//! - a block with a page made PROT_NONE is read all the same (/proc/PID/mem): the block its
+//!   pointer there holds is held, and nothing is said to be "unmapped";
 //! - names: a one-letter C function `f` is not `float`; a block held by a static of libc's is
 //!   named by its symbol from libc's debug file (libc6-dbg);
 //! - a launched program that exits is scanned at `exit`'s entry, LSan's limit: a block kept
@@ -113,6 +115,13 @@ fn attached_precision(opt: &str) {
         let g = site(&r, "keep_global", &ctx);
         assert_eq!(figures(g), (64, 1, 0, 0), "keep_global\n{ctx}");
         assert_eq!(g["retained_by"][0]["symbol"], "g_keep", "{ctx}");
+        // A page of `guard`'s block made PROT_NONE holds guarded_child's only pointer: read all
+        // the same (the data is there), and not called "unmapped".
+        assert_eq!(figures(site(&r, "guard", &ctx)), (12288, 1, 0, 0), "guard\n{ctx}");
+        assert_eq!(figures(site(&r, "guarded_child", &ctx)), (40, 1, 0, 0), "guarded_child\n{ctx}");
+        let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(notes.iter().any(|n| n.starts_with("1 block(s) in memory the program made inaccessible")), "{ctx}");
+        assert!(!notes.iter().any(|n| n.contains("unmapped")), "{ctx}");
         // A one-letter C function is `f`, not `float`.
         let f = site(&r, "f", &ctx);
         assert_eq!(figures(f), (24, 1, 0, 0), "f\n{ctx}");

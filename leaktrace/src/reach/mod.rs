@@ -196,6 +196,12 @@ pub fn scan(
             opts.max_pause.as_millis()
         ));
     }
+    if m.forced_reads > 0 {
+        notes.push(format!(
+            "{} block(s) in memory the program made inaccessible (mprotect PROT_NONE) were read through /proc/PID/mem",
+            m.forced_reads
+        ));
+    }
     if m.read_errors > 0 {
         notes.push(format!("{} region(s) or block(s) could not be read (unmapped meanwhile)", m.read_errors));
     }
@@ -427,6 +433,8 @@ struct Marker<'a> {
     timed_out: bool,
     code: &'a [(u64, u64)],
     read_errors: u64,
+    /// Blocks read through /proc/PID/mem because the program made them inaccessible.
+    forced_reads: u64,
     root_bytes: u64,
     untraced_bytes: u64,
     block_bytes_scanned: u64,
@@ -455,6 +463,7 @@ impl<'a> Marker<'a> {
             timed_out: false,
             code,
             read_errors: 0,
+            forced_reads: 0,
             root_bytes: 0,
             untraced_bytes: 0,
             block_bytes_scanned: 0,
@@ -693,7 +702,15 @@ impl<'a> Marker<'a> {
                 let mut off = 0;
                 while off < len {
                     let n = (len - off).min(CHUNK);
-                    let got = self.read(start + off as u64, n) & !7;
+                    let mut got = self.read(start + off as u64, n) & !7;
+                    if got < n {
+                        let mut b = std::mem::take(&mut self.buf);
+                        got = read_forced(self.pid, &mut b[..n], start + off as u64) & !7;
+                        self.buf = b;
+                        if got == n {
+                            self.forced_reads += 1;
+                        }
+                    }
                     let buf = std::mem::take(&mut self.buf);
                     self.scan_block(i, off as u64, &buf[..got]);
                     self.buf = buf;
@@ -713,9 +730,15 @@ impl<'a> Marker<'a> {
                 // A block became unreadable: read them one by one.
                 let mut pos = 0;
                 for &(i, s, l) in &batch {
-                    let n = read_remote(self.pid, &mut buf[pos..pos + l], &[(s, l)]) & !7;
+                    let mut n = read_remote(self.pid, &mut buf[pos..pos + l], &[(s, l)]) & !7;
                     if n < l {
-                        self.read_errors += 1;
+                        // Made inaccessible (mprotect PROT_NONE)? Still there: read it forced.
+                        n = read_forced(self.pid, &mut buf[pos..pos + l], s) & !7;
+                        if n == l {
+                            self.forced_reads += 1;
+                        } else {
+                            self.read_errors += 1;
+                        }
                     }
                     self.scan_block(i, 0, &buf[pos..pos + n]);
                     pos += l;
@@ -766,6 +789,22 @@ fn follows_call(b: &[u8; 7]) -> bool {
     };
     // (A REX prefix before `ff` changes nothing after it.)
     b[2] == 0xe8 || (1..=5).any(|at| ff2(at, 7 - at))
+}
+
+/// Read `buf.len()` bytes at `addr` through /proc/PID/mem, which reads pages the program made
+/// inaccessible (PROT_NONE: the kernel's forced access for a tracer) that process_vm_readv
+/// refuses; the bytes read (0 on error).
+fn read_forced(pid: u32, buf: &mut [u8], addr: u64) -> usize {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return 0 };
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], addr + done as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => done += n,
+        }
+    }
+    done
 }
 
 /// process_vm_readv of the remote ranges `iov` (at most 1024) into `buf` (laid end to end);
