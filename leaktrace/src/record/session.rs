@@ -582,6 +582,8 @@ mod tests {
         unwatched: Vec<u32>,
         /// Periodic hook calls: n each.
         periodic: Vec<u64>,
+        /// at_teardown calls (the scan at exit): PIDs.
+        teardown_scans: Vec<u32>,
     }
 
     impl Fake {
@@ -598,6 +600,7 @@ mod tests {
                 holds: Vec::new(),
                 released: Vec::new(),
                 unwatched: Vec::new(),
+                teardown_scans: Vec::new(),
                 periodic: Vec::new(),
             }
         }
@@ -640,6 +643,10 @@ mod tests {
             self.unwatched.push(pid);
         }
         fn wait_stopped(&self, _pid: u32) {}
+        fn at_teardown(&mut self, p: &mut FakeProc, _t_s: f64) {
+            assert!(!self.resumed.contains(&p.pid), "scanned while held, before it is let go");
+            self.teardown_scans.push(p.pid);
+        }
         fn resume(&mut self, pid: u32) {
             self.resumed.push(pid);
         }
@@ -842,6 +849,7 @@ mod tests {
         // The teardown checkpoint is taken and the command let go.
         assert_eq!(a.checkpoints.len(), 2);
         assert!(a.checkpoints[1].teardown && !b.checkpoints.iter().any(|c| c.teardown));
+        assert_eq!(s.host.teardown_scans, [10], "the scan at exit, while held");
         assert_eq!(s.host.resumed, [10]);
         assert!(!a.state.teardown_pending && !a.state.teardown_watched);
 
