@@ -187,7 +187,7 @@ pub fn scan(
     let mut notes = Vec::new();
     if opts.at_exit {
         notes.push(
-            "scanned at the program's exit (held at the entry of libc `exit`, before its atexit handlers and destructors ran), as LeakSanitizer checks: each thread's stack from its stack pointer up, the frames of the exit path not scanned".to_string(),
+            "scanned at the program's exit (held at the entry of libc `exit`, or of CPython's `Py_FinalizeEx`, before the teardown freed anything), as LeakSanitizer checks: each thread's stack from its stack pointer up, the frames of the exit path not scanned".to_string(),
         );
     }
     if m.timed_out {
