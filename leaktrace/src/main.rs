@@ -150,6 +150,7 @@ impl ReachArgs {
         self.reachability.then_some(leaktrace::reach::ScanOptions {
             max_pause: self.reachability_max_pause,
             every: self.reachability_every,
+            at_exit: false,
         })
     }
 }

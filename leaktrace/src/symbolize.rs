@@ -63,10 +63,28 @@ thread_local! {
         symbolizer: Symbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
-            .enable_demangling(true)
+            // Demangled by `demangle` (mangled names only): blazesym's own tries a C++
+            // demangler on any name of unknown language, and a one-letter C function `f`
+            // becomes `float`.
+            .enable_demangling(false)
             .build(),
         files: HashMap::new(),
     });
+}
+
+/// A function's name as a reader knows it: a Rust symbol (`_ZN…E` with its hash, `_R…`)
+/// demangled without the hash, a C++ symbol (Itanium ABI: `_Z…`) demangled with its
+/// parameters; any other name (C, already demangled) as it is.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z")
+        && let Some(d) = cpp_demangle::Symbol::new(name).ok().and_then(|s| s.demangle().ok())
+    {
+        return d;
+    }
+    name.to_string()
 }
 
 /// Symbolizes user addresses of one process.
@@ -333,7 +351,7 @@ impl StackSymbolizer {
                                 v.push(Frame {
                                     addr: ip,
                                     object: object.clone(),
-                                    function: Some(f.name.to_string()),
+                                    function: Some(demangle(&f.name)),
                                     file,
                                     line,
                                     inlined: true,
@@ -346,7 +364,7 @@ impl StackSymbolizer {
                             v.push(Frame {
                                 addr: ip,
                                 object,
-                                function: Some(sym.name.to_string()),
+                                function: Some(demangle(&sym.name)),
                                 file,
                                 line,
                                 inlined: false,
@@ -470,6 +488,21 @@ pub fn frame_location(f: &Frame) -> String {
     match f.file_offset {
         Some(off) => format!("{object}+{off:#x}"),
         None => format!("{object}@{:#x}", f.addr),
+    }
+}
+
+#[cfg(test)]
+mod demangle_tests {
+    use super::demangle;
+
+    /// C names stay as they are (`f` is not `float`); C++ and Rust symbols are demangled.
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        assert_eq!(demangle("f"), "f");
+        assert_eq!(demangle("i"), "i");
+        assert_eq!(demangle("main"), "main");
+        assert_eq!(demangle("_Z11leak_objecti"), "leak_object(int)");
+        assert_eq!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"), "core::ptr::drop_in_place");
     }
 }
 

@@ -11,6 +11,7 @@
 //! the target leaves this module except addresses, sizes, offsets and symbol names. How it
 //! works and what it cannot see: docs/reachability.md.
 
+mod allocator;
 pub mod blocks;
 pub mod roots;
 pub mod stop;
@@ -34,11 +35,15 @@ pub struct ScanOptions {
     /// Also scan at every this many periodic checkpoints (`--reachability-every N`); None:
     /// only at the end.
     pub every: Option<u32>,
+    /// The target is held at its teardown stop (libc `exit`'s entry): no thread's red zone is
+    /// scanned (the words below a function's entry are dead), and the result says where it
+    /// was taken.
+    pub at_exit: bool,
 }
 
 impl Default for ScanOptions {
     fn default() -> Self {
-        ScanOptions { max_pause: Duration::from_secs(5), every: None }
+        ScanOptions { max_pause: Duration::from_secs(5), every: None, at_exit: false }
     }
 }
 
@@ -49,7 +54,8 @@ enum Origin {
         tid: i32,
         reg: &'static str,
     },
-    /// `ret`: the nearest return address below the slot (or the thread's ip): names the frame.
+    /// `ret`: the nearest return address below the slot, minus 1 (the call), or the thread's ip:
+    /// names the frame that owns the slot.
     Stack {
         tid: i32,
         ret: u64,
@@ -76,6 +82,8 @@ pub struct Scan {
     origin: Vec<Option<(Origin, u32)>>,
     regions: Vec<Region>,
     bases: HashMap<String, u64>,
+    /// Data symbols of the objects, for naming globals (loaded with libc's before the stop).
+    syms: symbols::Symbols,
     pause: Duration,
     threads: u32,
     complete: bool,
@@ -111,15 +119,37 @@ pub fn scan(
     // Its memory through a live thread when the main thread has exited (procinfo::mm_task).
     let mm = crate::procinfo::mm_task(pid);
     // The objects' image ends are read from their files before the target is stopped.
-    let image_ends =
-        std::fs::read_to_string(format!("/proc/{mm}/maps")).map(|m| roots::image_ends(mm, &m)).unwrap_or_default();
+    let maps_before = std::fs::read_to_string(format!("/proc/{mm}/maps")).unwrap_or_default();
+    let image_ends = roots::image_ends(mm, &maps_before);
+    // libc's `main_arena` (from its debug file when libc is stripped), read before the stop.
+    let mut syms = symbols::Symbols::new(pid);
+    let libc = libc_of(&maps_before);
+    let main_arena = libc.as_ref().and_then(|(path, base)| syms.find(path, *base, "main_arena"));
+    // At exit: the thread held at `exit`'s entry is known by its instruction pointer.
+    let exit_fn = libc
+        .as_ref()
+        .filter(|_| opts.at_exit)
+        .and_then(|(path, base)| symbols::function_address(pid, path, *base, "exit"));
     let t0 = Instant::now();
     let stopped = stop::stop_all(pid)?;
     let blocks = blocks::read(allocs, pid, &sites()?)?;
     let maps = std::fs::read_to_string(format!("/proc/{mm}/maps"))
         .map_err(|e| anyhow::anyhow!("cannot read /proc/{pid}/maps: {e}"))?;
-    let threads: Vec<(i32, u64, u64)> = stopped.threads.iter().map(|t| (t.tid, t.regs.rsp, t.regs.rip)).collect();
-    let layout = roots::layout(&maps, &threads, &image_ends);
+    // A thread's stack is scanned from its stack pointer up; the 128-byte red zone below it
+    // only for a thread interrupted in user code (a leaf function may keep live data there),
+    // never at exit (the thread is at a function's entry: the words below are dead).
+    let threads: Vec<roots::StoppedThread> = stopped
+        .threads
+        .iter()
+        .map(|t| roots::StoppedThread {
+            tid: t.tid,
+            sp: t.regs.rsp,
+            ip: t.regs.rip,
+            red_zone: t.in_user_code() && !opts.at_exit,
+        })
+        .collect();
+    let mut layout = roots::layout(&maps, &threads, &image_ends);
+    allocator_and_descriptors(mm, &mut layout, main_arena.map(|(a, _)| a));
     let mut m = Marker::new(mm, &blocks, t0 + opts.max_pause, &layout.code);
     // A block reachable from several roots is retained by the first that reaches it: globals
     // (and everything reachable from them) first, then registers and stacks, then untraced
@@ -141,14 +171,7 @@ pub fn scan(
     }
     for p in 0..3 {
         if p == 1 {
-            for t in &stopped.threads {
-                for (reg, v) in stop::pointer_registers(&t.regs) {
-                    m.root_bytes += 8;
-                    if let Some(i) = m.find(v) {
-                        m.mark(i, Origin::Register { tid: t.tid, reg }, 0);
-                    }
-                }
-            }
+            m.mark_registers(&stopped.threads, exit_fn);
         }
         for (ri, r) in layout.regions.iter().enumerate().filter(|(_, r)| phase(&r.kind) == p) {
             if m.out_of_time() {
@@ -162,10 +185,21 @@ pub fn scan(
     drop(stopped);
     let pause = t0.elapsed().max(pause_before_resume);
     let mut notes = Vec::new();
+    if opts.at_exit {
+        notes.push(
+            "scanned at the program's exit (held at the entry of libc `exit`, or of CPython's `Py_FinalizeEx`, before the teardown freed anything), as LeakSanitizer checks: each thread's stack from its stack pointer up, the frames of the exit path not scanned".to_string(),
+        );
+    }
     if m.timed_out {
         notes.push(format!(
             "the scan stopped at the pause cap ({} ms): blocks not reached by then are counted unreachable, so \"lost\" figures are not conclusive",
             opts.max_pause.as_millis()
+        ));
+    }
+    if m.forced_reads > 0 {
+        notes.push(format!(
+            "{} block(s) in memory the program made inaccessible (mprotect PROT_NONE) were read through /proc/PID/mem",
+            m.forced_reads
         ));
     }
     if m.read_errors > 0 {
@@ -179,6 +213,7 @@ pub fn scan(
         origin,
         regions: layout.regions,
         bases: layout.bases,
+        syms,
         pause,
         complete: !timed_out,
         notes,
@@ -186,6 +221,68 @@ pub fn scan(
         untraced_bytes,
         block_bytes_scanned,
     })
+}
+
+/// libc's path and load bias in /proc/PID/maps text (the object named libc.so.6 or libc-*.so).
+fn libc_of(maps: &str) -> Option<(String, u64)> {
+    let lines = maps.lines().filter_map(crate::procinfo::parse_maps_line);
+    let mut found: Option<(String, u64)> = None;
+    for l in lines.filter(|l| is_libc(&l.path)) {
+        let b = l.start.saturating_sub(l.offset);
+        match &mut found {
+            Some((p, base)) if *p == l.path => *base = (*base).min(b),
+            Some(_) => {}
+            None => found = Some((l.path.clone(), b)),
+        }
+    }
+    found
+}
+
+fn is_libc(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
+}
+
+/// With the target stopped: the allocator's own data out of the roots (glibc's arenas:
+/// [`allocator`]), and the thread descriptor at the top of each cached thread stack in
+/// (glibc's stack cache keeps the exited threads' descriptors, which point at their DTVs).
+fn allocator_and_descriptors(mm: u32, layout: &mut roots::Layout, main_arena: Option<u64>) {
+    let libc_data: Vec<(u64, Vec<u8>)> = layout
+        .regions
+        .iter()
+        .filter(|r| matches!(&r.kind, RootKind::Global { path } if is_libc(path)))
+        .map(|r| {
+            let len = (r.end - r.start) as usize;
+            let mut b = vec![0u8; len];
+            let n = read_remote(mm, &mut b, &[(r.start, len)]);
+            b.truncate(n);
+            (r.start, b)
+        })
+        .collect();
+    let read = |p: u64| -> Option<u64> {
+        for (s, b) in &libc_data {
+            if p >= *s && p + 8 <= s + b.len() as u64 {
+                let o = (p - s) as usize;
+                return b[o..o + 8].try_into().ok().map(u64::from_ne_bytes);
+            }
+        }
+        let mut w = [0u8; 8];
+        (read_remote(mm, &mut w, &[(p, 8)]) == 8).then(|| u64::from_ne_bytes(w))
+    };
+    let spans: Vec<(u64, u64)> = libc_data.iter().map(|(s, b)| (*s, s + b.len() as u64)).collect();
+    let arenas = allocator::glibc_arenas(&read, main_arena, &spans);
+    layout.regions = allocator::subtract(std::mem::take(&mut layout.regions), &arenas);
+    for &(start, end) in &layout.cached_stacks {
+        let len = ((end - start) as usize).min(16 << 10);
+        let mut top = vec![0u8; len];
+        if read_remote(mm, &mut top, &[(end - len as u64, len)]) != len {
+            continue;
+        }
+        if let Some((s, e)) = roots::descriptor_at_top(end, &top) {
+            let kind = RootKind::Untraced { region: "thread descriptor (glibc stack cache)" };
+            layout.regions.push(Region { start: s, end: e, kind });
+        }
+    }
 }
 
 impl Scan {
@@ -202,7 +299,7 @@ impl Scan {
     /// Name everything (after the target was resumed): `names` gives a block's site as the
     /// recording's stack id with its culprit function, and the function at a code address.
     /// `t_s`: when the scan ran, seconds since the first checkpoint.
-    pub fn finish(self, t_s: f64, names: &mut impl Names) -> Reachability {
+    pub fn finish(mut self, t_s: f64, names: &mut impl Names) -> Reachability {
         let mut n = Cached { names, by_key: HashMap::new() };
         let mut sites: std::collections::BTreeMap<u32, (SiteReach, Option<(u32, usize)>)> = Default::default();
         for (i, b) in self.blocks.iter().enumerate() {
@@ -222,7 +319,7 @@ impl Scan {
                 }
             }
         }
-        let mut syms = symbols::Symbols::new(self.pid);
+        let mut syms = std::mem::replace(&mut self.syms, symbols::Symbols::new(self.pid));
         let mut out_sites = Vec::new();
         for (_, (mut s, rep)) in sites {
             if let Some((_, i)) = rep {
@@ -336,6 +433,8 @@ struct Marker<'a> {
     timed_out: bool,
     code: &'a [(u64, u64)],
     read_errors: u64,
+    /// Blocks read through /proc/PID/mem because the program made them inaccessible.
+    forced_reads: u64,
     root_bytes: u64,
     untraced_bytes: u64,
     block_bytes_scanned: u64,
@@ -344,6 +443,8 @@ struct Marker<'a> {
     /// traced blocks inside are scanned from them (one read of the heap, not one per block).
     cache: Vec<(u64, Vec<u8>)>,
     cache_bytes: usize,
+    /// Code addresses already checked by [`Marker::is_return_address`].
+    return_addresses: HashMap<u64, bool>,
 }
 
 impl<'a> Marker<'a> {
@@ -362,12 +463,14 @@ impl<'a> Marker<'a> {
             timed_out: false,
             code,
             read_errors: 0,
+            forced_reads: 0,
             root_bytes: 0,
             untraced_bytes: 0,
             block_bytes_scanned: 0,
             buf: Vec::new(),
             cache: Vec::new(),
             cache_bytes: 0,
+            return_addresses: HashMap::new(),
         }
     }
 
@@ -376,6 +479,25 @@ impl<'a> Marker<'a> {
             self.timed_out = true;
         }
         self.timed_out
+    }
+
+    /// Mark from the threads' registers. A thread at `exit`'s entry (`exit_fn`, the scan at
+    /// exit): the caller-saved registers are dead there (exit's one argument, %rdi, aside), and
+    /// so are the vector registers.
+    fn mark_registers(&mut self, threads: &[stop::Thread], exit_fn: Option<u64>) {
+        for t in threads {
+            let at_entry = exit_fn.is_some_and(|e| t.regs.rip >= e && t.regs.rip < e + 16);
+            let regs = stop::pointer_registers(&t.regs)
+                .into_iter()
+                .filter(|(r, _)| !at_entry || stop::CALLEE_SAVED_AND_RDI.contains(r))
+                .chain(if at_entry { Vec::new() } else { stop::vector_registers(t) });
+            for (reg, v) in regs {
+                self.root_bytes += 8;
+                if let Some(i) = self.find(v) {
+                    self.mark(i, Origin::Register { tid: t.tid, reg }, 0);
+                }
+            }
+        }
     }
 
     /// The block that `p` points into (start or interior).
@@ -405,6 +527,21 @@ impl<'a> Marker<'a> {
     fn is_code(&self, w: u64) -> bool {
         let i = self.code.partition_point(|&(s, _)| s <= w);
         i > 0 && w < self.code[i - 1].1
+    }
+
+    /// `w` is a return address: it is in code and the instruction before it is a call (so a
+    /// function pointer or a stale code address in a frame does not name the frame above it).
+    fn is_return_address(&mut self, w: u64) -> bool {
+        if !self.is_code(w) || w < 7 {
+            return false;
+        }
+        if let Some(&known) = self.return_addresses.get(&w) {
+            return known;
+        }
+        let mut b = [0u8; 7];
+        let ok = read_remote(self.pid, &mut b, &[(w - 7, 7)]) == 7 && follows_call(&b);
+        self.return_addresses.insert(w, ok);
+        ok
     }
 
     /// Read an untraced region into [`Marker::cache`] chunk by chunk (up to [`COPY_BUDGET`] in
@@ -488,8 +625,10 @@ impl<'a> Marker<'a> {
                         RootKind::Untraced { region } => Origin::Untraced { region, addr: w_addr },
                     };
                     self.mark(i, o, 0);
-                } else if matches!(r.kind, RootKind::Stack { .. }) && self.is_code(w) {
-                    last_code = w;
+                } else if matches!(r.kind, RootKind::Stack { .. }) && self.is_return_address(w) {
+                    // The call instruction's last byte: a call that does not return (`exit` at
+                    // the end of main) has its return address past the caller's end.
+                    last_code = w - 1;
                 }
                 off += 8;
             }
@@ -563,7 +702,15 @@ impl<'a> Marker<'a> {
                 let mut off = 0;
                 while off < len {
                     let n = (len - off).min(CHUNK);
-                    let got = self.read(start + off as u64, n) & !7;
+                    let mut got = self.read(start + off as u64, n) & !7;
+                    if got < n {
+                        let mut b = std::mem::take(&mut self.buf);
+                        got = read_forced(self.pid, &mut b[..n], start + off as u64) & !7;
+                        self.buf = b;
+                        if got == n {
+                            self.forced_reads += 1;
+                        }
+                    }
                     let buf = std::mem::take(&mut self.buf);
                     self.scan_block(i, off as u64, &buf[..got]);
                     self.buf = buf;
@@ -583,9 +730,15 @@ impl<'a> Marker<'a> {
                 // A block became unreadable: read them one by one.
                 let mut pos = 0;
                 for &(i, s, l) in &batch {
-                    let n = read_remote(self.pid, &mut buf[pos..pos + l], &[(s, l)]) & !7;
+                    let mut n = read_remote(self.pid, &mut buf[pos..pos + l], &[(s, l)]) & !7;
                     if n < l {
-                        self.read_errors += 1;
+                        // Made inaccessible (mprotect PROT_NONE)? Still there: read it forced.
+                        n = read_forced(self.pid, &mut buf[pos..pos + l], s) & !7;
+                        if n == l {
+                            self.forced_reads += 1;
+                        } else {
+                            self.read_errors += 1;
+                        }
                     }
                     self.scan_block(i, 0, &buf[pos..pos + n]);
                     pos += l;
@@ -613,6 +766,47 @@ impl<'a> Marker<'a> {
     }
 }
 
+/// The 7 bytes `b` before an address end with an x86-64 call instruction: `e8 rel32`, or `ff /2`
+/// (an optional REX prefix, then ModRM with reg = 2) with its register, memory, disp8, SIB,
+/// disp32 or rip-relative operand.
+fn follows_call(b: &[u8; 7]) -> bool {
+    let ff2 = |at: usize, len: usize| {
+        let m = b[at + 1];
+        if b[at] != 0xff || (m >> 3) & 7 != 2 {
+            return false;
+        }
+        let (md, rm) = (m >> 6, m & 7);
+        let sib = usize::from(md != 3 && rm == 4);
+        let disp = match md {
+            0 if rm == 5 => 4,
+            0 => 0,
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        };
+        let disp = if md == 0 && rm == 4 && b.get(at + 2).is_some_and(|s| s & 7 == 5) { 4 } else { disp };
+        2 + sib + disp == len
+    };
+    // (A REX prefix before `ff` changes nothing after it.)
+    b[2] == 0xe8 || (1..=5).any(|at| ff2(at, 7 - at))
+}
+
+/// Read `buf.len()` bytes at `addr` through /proc/PID/mem, which reads pages the program made
+/// inaccessible (PROT_NONE: the kernel's forced access for a tracer) that process_vm_readv
+/// refuses; the bytes read (0 on error).
+fn read_forced(pid: u32, buf: &mut [u8], addr: u64) -> usize {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return 0 };
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], addr + done as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => done += n,
+        }
+    }
+    done
+}
+
 /// process_vm_readv of the remote ranges `iov` (at most 1024) into `buf` (laid end to end);
 /// returns the bytes read (0 on error).
 fn read_remote(pid: u32, buf: &mut [u8], iov: &[(u64, usize)]) -> usize {
@@ -628,6 +822,25 @@ fn read_remote(pid: u32, buf: &mut [u8], iov: &[(u64, usize)]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Calls recognised before a return address; other code bytes are not.
+    #[test]
+    fn return_addresses_follow_calls() {
+        let pad = |tail: &[u8]| {
+            let mut b = [0x90u8; 7];
+            b[7 - tail.len()..].copy_from_slice(tail);
+            b
+        };
+        assert!(follows_call(&pad(&[0xe8, 1, 2, 3, 4]))); // call rel32
+        assert!(follows_call(&pad(&[0xff, 0xd0]))); // call *%rax
+        assert!(follows_call(&pad(&[0x41, 0xff, 0xd4]))); // call *%r12
+        assert!(follows_call(&pad(&[0xff, 0x15, 1, 2, 3, 4]))); // call *rip+disp32
+        assert!(follows_call(&pad(&[0xff, 0x50, 0x08]))); // call *8(%rax)
+        assert!(follows_call(&pad(&[0xff, 0x54, 0x24, 0x08]))); // call *8(%rsp)
+        assert!(!follows_call(&pad(&[0xc3]))); // ret: a function start after it
+        assert!(!follows_call(&[0xcc; 7])); // int3 padding
+        assert!(!follows_call(&pad(&[0xff, 0xe0]))); // jmp *%rax
+    }
 
     /// Marking on this process's own memory: a root points into the interior of block A, A
     /// points at B's start, C is pointed at by nothing; an untraced region's words inside a

@@ -8,7 +8,8 @@ use crate::procinfo;
 /// What a root region is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RootKind {
-    /// A thread's stack, from its stack pointer (− the 128-byte red zone) to the mapping's end.
+    /// A thread's stack, from its stack pointer (− the 128-byte red zone for a thread
+    /// interrupted in user code) to the mapping's end.
     Stack {
         /// Host thread id.
         tid: i32,
@@ -30,10 +31,26 @@ pub struct Region {
     pub kind: RootKind,
 }
 
+/// A stopped thread as the layout needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct StoppedThread {
+    pub tid: i32,
+    /// Its stack pointer at the stop.
+    pub sp: u64,
+    /// Its instruction pointer at the stop.
+    pub ip: u64,
+    /// Scan the 128 bytes below the stack pointer too (the red zone of an interrupted leaf).
+    pub red_zone: bool,
+}
+
 /// The maps of a process, reduced to what the scan needs.
 pub struct Layout {
     /// Root regions, in address order within each kind.
     pub regions: Vec<Region>,
+    /// Thread stacks no live thread uses, [start, end): glibc's cache of exited threads'
+    /// stacks (and stacks of exited threads not joined yet). Their words are not roots, only
+    /// the thread descriptor at their top (see [`descriptor_at_top`]).
+    pub cached_stacks: Vec<(u64, u64)>,
     /// Executable mappings [start, end): a stack word inside one is a return address.
     pub code: Vec<(u64, u64)>,
     /// Object path → load bias (lowest start − its file offset), for naming globals.
@@ -84,9 +101,10 @@ fn elf_image_end(head: &[u8], start: u64) -> Option<u64> {
 /// last mapping is its `.bss` up to the object's image end (`image_end`, from
 /// [`image_ends`]; the whole mapping when unknown), and untraced memory beyond (the kernel
 /// merges an adjacent anonymous mapping, e.g. an allocator's, into the .bss tail).
-pub fn layout(maps: &str, threads: &[(i32, u64, u64)], image_end: &std::collections::HashMap<String, u64>) -> Layout {
+pub fn layout(maps: &str, threads: &[StoppedThread], image_end: &std::collections::HashMap<String, u64>) -> Layout {
     let lines: Vec<procinfo::MapsLine<'_>> = maps.lines().filter_map(procinfo::parse_maps_line).collect();
     let mut regions = Vec::new();
+    let mut cached_stacks = Vec::new();
     let mut code = Vec::new();
     let mut bases = std::collections::HashMap::new();
     for l in &lines {
@@ -104,11 +122,12 @@ pub fn layout(maps: &str, threads: &[(i32, u64, u64)], image_end: &std::collecti
         let rw = l.perms == "rw-p";
         let file = l.path.starts_with('/');
         // Threads whose stack pointer is in this mapping: their stacks, from the pointer up.
-        let here: Vec<&(i32, u64, u64)> = threads.iter().filter(|t| t.1 >= l.start && t.1 < l.end).collect();
+        let here: Vec<&StoppedThread> = threads.iter().filter(|t| t.sp >= l.start && t.sp < l.end).collect();
         if !here.is_empty() {
-            for &&(tid, sp, ip) in &here {
-                let from = sp.saturating_sub(128).max(l.start) & !7;
-                regions.push(Region { start: from, end: l.end, kind: RootKind::Stack { tid, ip } });
+            for t in &here {
+                let below = if t.red_zone { 128 } else { 0 };
+                let from = t.sp.saturating_sub(below).max(l.start) & !7;
+                regions.push(Region { start: from, end: l.end, kind: RootKind::Stack { tid: t.tid, ip: t.ip } });
             }
             continue;
         }
@@ -148,7 +167,9 @@ pub fn layout(maps: &str, threads: &[(i32, u64, u64)], image_end: &std::collecti
                         });
                     }
                 } else if after_guard && l.start % (64 << 20) != 0 {
-                    // A thread stack no live thread uses (glibc's stack cache): stale words.
+                    // A thread stack no live thread uses (glibc's stack cache): stale words,
+                    // but its thread descriptor (and the DTV it points at) is glibc's.
+                    cached_stacks.push((l.start, l.end));
                 } else {
                     regions.push(Region {
                         start: l.start,
@@ -164,7 +185,22 @@ pub fn layout(maps: &str, threads: &[(i32, u64, u64)], image_end: &std::collecti
             _ => {}
         }
     }
-    Layout { regions, code, bases }
+    Layout { regions, cached_stacks, code, bases }
+}
+
+/// The thread descriptor (glibc's `struct pthread`) at the top of a thread stack mapping
+/// [start, end) whose last `top.len()` bytes are `top`: x86-64 glibc puts it at the very top
+/// (TLS_TCB_AT_TP), and its first words are `tcbhead_t`: `tcb` (offset 0) and `self` (offset
+/// 16) both point at the descriptor itself. Returns [descriptor, end), the descriptor to the
+/// mapping's end; None when no such pair of words is found.
+pub fn descriptor_at_top(end: u64, top: &[u8]) -> Option<(u64, u64)> {
+    let base = end - top.len() as u64;
+    let word = |off: usize| top.get(off..off + 8).map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()));
+    // The highest candidate first: the descriptor is the last thing in the mapping.
+    (0..top.len().saturating_sub(24)).step_by(8).rev().find_map(|off| {
+        let at = base + off as u64;
+        (word(off) == Some(at) && word(off + 16) == Some(at)).then_some((at, end))
+    })
 }
 
 #[cfg(test)]
@@ -188,7 +224,8 @@ mod tests {
 
     #[test]
     fn regions_by_kind() {
-        let threads = [(10, 0x7ffc000ff000, 0x55d0a0001100), (11, 0x7f0000800000, 0x55d0a0001200)];
+        let t = |tid, sp, ip, red_zone| StoppedThread { tid, sp, ip, red_zone };
+        let threads = [t(10, 0x7ffc000ff000, 0x55d0a0001100, false), t(11, 0x7f0000800000, 0x55d0a0001200, true)];
         let l = layout(MAPS, &threads, &Default::default());
         let kinds: Vec<(u64, &RootKind)> = l.regions.iter().map(|r| (r.start, &r.kind)).collect();
         // relro, .data, .bss of the executable.
@@ -203,8 +240,34 @@ mod tests {
         assert_eq!(kinds[5], (0x7f0002000000, &RootKind::Untraced { region: "anonymous" }));
         assert!(matches!(kinds[6].1, RootKind::Stack { tid: 10, .. }));
         assert_eq!(l.regions.len(), 7);
+        // Thread 10 was stopped in a system call: its stack from its stack pointer exactly.
+        assert_eq!(l.regions[6].start, 0x7ffc000ff000);
+        assert_eq!(l.cached_stacks, vec![(0x7f0001001000, 0x7f0001801000)]);
         assert_eq!(l.bases["/srv/server"], 0x55d0a0000000);
         assert_eq!(l.code, vec![(0x55d0a0001000, 0x55d0a0002000)]);
+    }
+}
+
+#[cfg(test)]
+mod descriptor_tests {
+    use super::*;
+
+    /// The descriptor is found by its self pointers at offsets 0 and 16, the highest pair.
+    #[test]
+    fn descriptor_by_its_self_pointers() {
+        let end = 0x7f0000801000u64;
+        let mut top = vec![0u8; 4096];
+        let base = end - 4096;
+        let pd = end - 0x900;
+        let put = |top: &mut Vec<u8>, at: u64, v: u64| {
+            let o = (at - base) as usize;
+            top[o..o + 8].copy_from_slice(&v.to_ne_bytes());
+        };
+        put(&mut top, pd, pd);
+        put(&mut top, pd + 16, pd);
+        put(&mut top, pd + 8, 0x55d0a1000010);
+        assert_eq!(descriptor_at_top(end, &top), Some((pd, end)));
+        assert_eq!(descriptor_at_top(end, &[0u8; 4096]), None);
     }
 }
 

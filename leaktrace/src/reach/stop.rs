@@ -5,12 +5,39 @@
 
 use std::collections::BTreeSet;
 
-/// A stopped thread and its general-purpose registers.
+/// A stopped thread and its registers.
 pub struct Thread {
     /// Host thread id.
     pub tid: i32,
-    /// Registers at the stop.
+    /// General-purpose registers at the stop.
     pub regs: libc::user_regs_struct,
+    /// The SSE registers %xmm0..15 at the stop (PTRACE_GETFPREGS, the FXSAVE area), two
+    /// 64-bit lanes each; None when the kernel refused the request.
+    pub xmm: Option<[[u64; 2]; 16]>,
+}
+
+impl Thread {
+    /// The thread was stopped in user code (not inside a system call: `orig_rax` is −1), so
+    /// the function it was interrupted in may be a leaf keeping live data in its red zone.
+    pub fn in_user_code(&self) -> bool {
+        self.regs.orig_rax as i64 == -1
+    }
+}
+
+/// %xmm0..15 of a stopped tracee (PTRACE_GETFPREGS); None on error.
+fn read_xmm(tid: i32) -> Option<[[u64; 2]; 16]> {
+    // SAFETY: user_fpregs_struct is plain data; PTRACE_GETFPREGS fills it for a stopped tracee.
+    let mut fp: libc::user_fpregs_struct = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid, 0usize, &mut fp as *mut _ as usize) };
+    if r != 0 {
+        return None;
+    }
+    let mut out = [[0u64; 2]; 16];
+    for (i, x) in out.iter_mut().enumerate() {
+        let w = &fp.xmm_space[i * 4..i * 4 + 4];
+        *x = [u64::from(w[0]) | u64::from(w[1]) << 32, u64::from(w[2]) | u64::from(w[3]) << 32];
+    }
+    Some(out)
 }
 
 /// The threads stopped by [`stop_all`]; dropping it resumes them all.
@@ -88,12 +115,43 @@ pub fn stop_all(pid: u32) -> anyhow::Result<Stopped> {
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
         let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut _ as usize) };
         if r == 0 {
-            st.threads.push(Thread { tid, regs });
+            st.threads.push(Thread { tid, regs, xmm: read_xmm(tid) });
         }
     }
     anyhow::ensure!(!st.threads.is_empty(), "PID {pid} has no thread left to scan");
     Ok(st)
 }
+
+/// Names of the vector registers' 64-bit lanes, as [`vector_registers`] gives them.
+const XMM_NAMES: [[&str; 2]; 16] = [
+    ["xmm0", "xmm0[1]"],
+    ["xmm1", "xmm1[1]"],
+    ["xmm2", "xmm2[1]"],
+    ["xmm3", "xmm3[1]"],
+    ["xmm4", "xmm4[1]"],
+    ["xmm5", "xmm5[1]"],
+    ["xmm6", "xmm6[1]"],
+    ["xmm7", "xmm7[1]"],
+    ["xmm8", "xmm8[1]"],
+    ["xmm9", "xmm9[1]"],
+    ["xmm10", "xmm10[1]"],
+    ["xmm11", "xmm11[1]"],
+    ["xmm12", "xmm12[1]"],
+    ["xmm13", "xmm13[1]"],
+    ["xmm14", "xmm14[1]"],
+    ["xmm15", "xmm15[1]"],
+];
+
+/// The 64-bit lanes of %xmm0..15 (a pointer kept only in a vector register, as -O2 code
+/// does when it spills to one), by name ("xmm0" the low lane, "xmm0[1]" the high one).
+pub fn vector_registers(t: &Thread) -> Vec<(&'static str, u64)> {
+    let Some(x) = &t.xmm else { return Vec::new() };
+    x.iter().zip(XMM_NAMES.iter()).flat_map(|(v, n)| [(n[0], v[0]), (n[1], v[1])]).collect()
+}
+
+/// The registers still live at a function's entry besides its arguments: the callee-saved ones,
+/// and %rdi (the first argument: `exit`'s status).
+pub const CALLEE_SAVED_AND_RDI: [&str; 7] = ["rbx", "rbp", "r12", "r13", "r14", "r15", "rdi"];
 
 /// The registers that may hold a pointer (everything but the instruction and stack pointers,
 /// flags and segments), by name.

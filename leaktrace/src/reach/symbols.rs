@@ -1,6 +1,9 @@
 //! Names of global variables: the ELF symbol (object or TLS-less data, from .symtab, else
 //! .dynsym) that covers an address of an object's writable data. Files are read through
-//! /proc/PID/root so a container's own files are used; each object is read once.
+//! /proc/PID/root so a container's own files are used; each object is read once. A stripped
+//! object's local symbols (libc's `main_arena`, `_IO_stdfile_1_lock`) come from its detached
+//! debug file when one is installed (e.g. libc6-dbg): /usr/lib/debug/.build-id/xx/yyyy.debug,
+//! found by the object's build ID.
 
 use std::collections::HashMap;
 
@@ -31,19 +34,62 @@ impl Symbols {
         let (start, size, name) = syms.get(i.checked_sub(1)?)?;
         (v < start + (*size).max(1)).then(|| (name.clone(), v - start))
     }
+
+    /// The data symbol `name` of `path` loaded at bias `base`: (absolute address, size).
+    pub(super) fn find(&mut self, path: &str, base: u64, name: &str) -> Option<(u64, u64)> {
+        let pid = self.pid;
+        let entry = self.cache.entry(path.to_string()).or_insert_with(|| load(pid, path));
+        let (dynamic, syms) = entry.as_ref()?;
+        let (start, size, _) = syms.iter().find(|s| s.2 == name)?;
+        Some((if *dynamic { base + start } else { *start }, *size))
+    }
+}
+
+/// The address of the function `name` in the object `path` loaded at bias `base` (its symbol
+/// tables, .symtab or .dynsym: libc's `exit` is exported); None when it is not there.
+pub(super) fn function_address(pid: u32, path: &str, base: u64, name: &str) -> Option<u64> {
+    let data = std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let dynamic = file.kind() == ObjectKind::Dynamic;
+    let sym = file
+        .dynamic_symbols()
+        .chain(file.symbols())
+        .find(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.name() == Ok(name))?;
+    Some(if dynamic { base + sym.address() } else { sym.address() })
+}
+
+/// The bytes of the detached debug file of the object `data` (by its build ID), read through
+/// /proc/PID/root first; None when it has no build ID or no such file is installed.
+fn debug_file(pid: u32, file: &object::File<'_>) -> Option<Vec<u8>> {
+    let id = file.build_id().ok()??;
+    let (first, rest) = id.split_first()?;
+    let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+    let rel = format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug");
+    std::fs::read(format!("/proc/{pid}/root{rel}")).or_else(|_| std::fs::read(&rel)).ok()
+}
+
+/// Data symbols (start, size, name) of an ELF object's symbol tables.
+fn data_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Data && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .filter(|s| !s.2.is_empty())
+        .collect()
 }
 
 fn load(pid: u32, path: &str) -> Option<ObjectSymbols> {
     let data = std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let dynamic = file.kind() == ObjectKind::Dynamic;
-    let mut syms: Vec<(u64, u64, String)> = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Data && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-        .filter(|s| !s.2.is_empty())
-        .collect();
+    let mut syms = data_symbols(&file);
+    // A stripped object (no .symtab): its debug file's symbols, same addresses.
+    if file.section_by_name(".symtab").is_none()
+        && let Some(dbg) = debug_file(pid, &file)
+        && let Ok(d) = object::File::parse(&*dbg)
+    {
+        syms.extend(data_symbols(&d));
+    }
     syms.sort();
     syms.dedup_by_key(|s| s.0);
     Some((dynamic, syms))

@@ -34,6 +34,8 @@ pub(super) struct Live {
     pub(super) python_frames: bool,
     /// `RecordOptions::jvm_perf_map`, for forked children.
     pub(super) jvm_perf_map: bool,
+    /// `RecordOptions::reachability`: a launched command is also scanned at its exit.
+    pub(super) reachability: Option<crate::reach::ScanOptions>,
 }
 
 impl Tracee for Traced {
@@ -180,6 +182,15 @@ impl Tracing for Live {
         // SAFETY: kill(2) with a PID of leaktrace's launched tree that the kernel side stopped;
         // a process already gone makes it fail (ESRCH).
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+
+    fn at_teardown(&mut self, t: &mut Traced, t_s: f64) {
+        // Where LeakSanitizer runs its check: the process is held at `exit`'s entry, nothing of
+        // its teardown has run yet; the scan starts at each thread's stack pointer.
+        let Some(o) = self.reachability.filter(|_| t.launched) else { return };
+        self.status.clear();
+        let opts = crate::reach::ScanOptions { at_exit: true, ..o };
+        t.reach_at_exit = reachability::scan_one(&self.tracer, t, self.mode, opts, t_s);
     }
 
     fn hold_execs(&mut self, pid: u32, pass: u32, children: bool) {

@@ -377,6 +377,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         pymalloc: opts.pymalloc,
         python_frames: opts.python_frames,
         jvm_perf_map: opts.jvm_perf_map,
+        reachability: opts.reachability,
     };
     let mut session =
         Session { host, targets, start, work_probe: opts.work_probe.clone(), follow_forks: opts.follow_forks };
@@ -442,7 +443,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             checkpoints: std::mem::take(&mut t.checkpoints),
             end_reason: t.session.end_reason.unwrap_or(end_reason),
             warnings: std::mem::take(&mut t.warnings),
-            reachability: reach.remove(&t.pid),
+            reachability: reach.remove(&t.pid).or_else(|| t.reach_at_exit.take()),
             reachability_scans: std::mem::take(&mut t.reach_scans),
             ..t.recording_head(opts, started_unix_ms)
         };

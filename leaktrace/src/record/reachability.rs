@@ -32,7 +32,8 @@ impl Names for TracedNames<'_> {
 }
 
 /// Scan every live target (exact mode only: the other modes keep no block list). A target that
-/// cannot be scanned gets one warning line in its recording and on stderr; the others go on.
+/// cannot be scanned gets one warning line in its recording and on stderr; the others go on. A
+/// target already scanned at its exit (held at its teardown) is not scanned again.
 pub(super) fn scan_all(
     tracer: &Tracer,
     targets: &mut [Traced],
@@ -42,37 +43,52 @@ pub(super) fn scan_all(
 ) -> HashMap<u32, Reachability> {
     let mut out = HashMap::new();
     for t in targets.iter_mut() {
-        if t.session.end_reason.is_some() || !crate::procinfo::alive(t.pid) {
+        if t.session.end_reason.is_some() || !crate::procinfo::alive(t.pid) || t.reach_at_exit.is_some() {
             continue;
         }
-        if !matches!(mode, Mode::Exact) {
-            t.warnings.push("--reachability needs exact mode: no scan".into());
-            continue;
-        }
-        let Some(map) = tracer.live_block_maps() else {
-            t.warnings.push("reachability: the BLOCKS or ALLOCS map is missing: no scan".into());
-            continue;
-        };
-        let t_s = start.elapsed().as_secs_f64();
-        eprintln!("leaktrace: reachability of PID {}: stopping the target for the scan", t.pid);
-        let pid = t.pid;
-        match reach::scan(t.pid, map, &|| tracer.site_keys(pid), opts) {
-            Ok(scan) => {
-                eprintln!(
-                    "leaktrace: reachability of PID {}: {} live block(s) scanned, target paused {:.1} ms",
-                    t.pid,
-                    scan.blocks(),
-                    scan.pause().as_secs_f64() * 1e3
-                );
-                let pid = t.pid;
-                let r = scan.finish(t_s, &mut TracedNames { tracer, traced: t });
-                out.insert(pid, r);
-            }
-            Err(e) => {
-                eprintln!("leaktrace: reachability of PID {}: {e:#}", t.pid);
-                t.warnings.push(format!("reachability scan failed: {e:#}"));
-            }
+        if let Some(r) = scan_one(tracer, t, mode, opts, start.elapsed().as_secs_f64()) {
+            out.insert(t.pid, r);
         }
     }
     out
+}
+
+/// Scan one target (see [`scan_all`]); None when it could not be scanned (a warning line is
+/// added to its recording and printed). `opts.at_exit`: the target is held at its teardown
+/// stop (`exit`'s entry), which the result's notes say.
+pub(super) fn scan_one(
+    tracer: &Tracer,
+    t: &mut Traced,
+    mode: Mode,
+    opts: reach::ScanOptions,
+    t_s: f64,
+) -> Option<Reachability> {
+    if !matches!(mode, Mode::Exact) {
+        if !t.warnings.iter().any(|w| w.starts_with("--reachability needs exact mode")) {
+            t.warnings.push("--reachability needs exact mode: no scan".into());
+        }
+        return None;
+    }
+    let Some(map) = tracer.live_block_maps() else {
+        t.warnings.push("reachability: the BLOCKS or ALLOCS map is missing: no scan".into());
+        return None;
+    };
+    let pid = t.pid;
+    let when = if opts.at_exit { " at its exit" } else { "" };
+    eprintln!("leaktrace: reachability of PID {pid}{when}: stopping the target for the scan");
+    match reach::scan(pid, map, &|| tracer.site_keys(pid), opts) {
+        Ok(scan) => {
+            eprintln!(
+                "leaktrace: reachability of PID {pid}{when}: {} live block(s) scanned, target paused {:.1} ms",
+                scan.blocks(),
+                scan.pause().as_secs_f64() * 1e3
+            );
+            Some(scan.finish(t_s, &mut TracedNames { tracer, traced: t }))
+        }
+        Err(e) => {
+            eprintln!("leaktrace: reachability of PID {pid}{when}: {e:#}");
+            t.warnings.push(format!("reachability scan failed: {e:#}"));
+            None
+        }
+    }
 }

@@ -84,6 +84,9 @@ pub(super) trait Tracing {
     fn wait_stopped(&self, pid: u32);
     /// Let `pid`, held at its teardown or at an exec, continue (SIGCONT).
     fn resume(&mut self, pid: u32);
+    /// `p` is held stopped at its teardown (libc `exit`'s entry), its teardown checkpoint taken:
+    /// the reachability scan at exit (`--reachability`), as LeakSanitizer's check runs there.
+    fn at_teardown(&mut self, _p: &mut Self::Proc, _t_s: f64) {}
     /// Hold `pid`'s execs (after the first `pass`) and, with `children`, its untraced children's
     /// until they are probed (see `Tracer::hold_execs`); failures are ignored (the exec is then
     /// re-discovered as it runs).
@@ -456,6 +459,9 @@ impl<H: Tracing> Session<H> {
             {
                 c.teardown = true;
             }
+            if t.state().end_reason.is_none() {
+                self.host.at_teardown(t, t_s);
+            }
             self.host.resume(t.pid());
         }
     }
@@ -576,6 +582,8 @@ mod tests {
         unwatched: Vec<u32>,
         /// Periodic hook calls: n each.
         periodic: Vec<u64>,
+        /// at_teardown calls (the scan at exit): PIDs.
+        teardown_scans: Vec<u32>,
     }
 
     impl Fake {
@@ -592,6 +600,7 @@ mod tests {
                 holds: Vec::new(),
                 released: Vec::new(),
                 unwatched: Vec::new(),
+                teardown_scans: Vec::new(),
                 periodic: Vec::new(),
             }
         }
@@ -634,6 +643,10 @@ mod tests {
             self.unwatched.push(pid);
         }
         fn wait_stopped(&self, _pid: u32) {}
+        fn at_teardown(&mut self, p: &mut FakeProc, _t_s: f64) {
+            assert!(!self.resumed.contains(&p.pid), "scanned while held, before it is let go");
+            self.teardown_scans.push(p.pid);
+        }
         fn resume(&mut self, pid: u32) {
             self.resumed.push(pid);
         }
@@ -836,6 +849,7 @@ mod tests {
         // The teardown checkpoint is taken and the command let go.
         assert_eq!(a.checkpoints.len(), 2);
         assert!(a.checkpoints[1].teardown && !b.checkpoints.iter().any(|c| c.teardown));
+        assert_eq!(s.host.teardown_scans, [10], "the scan at exit, while held");
         assert_eq!(s.host.resumed, [10]);
         assert!(!a.state.teardown_pending && !a.state.teardown_watched);
 

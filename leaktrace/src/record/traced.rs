@@ -77,6 +77,9 @@ pub(super) struct Traced {
     pub(super) last_samples: HashMap<u32, SiteSample>,
     /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
     pub(super) reach_scans: Vec<crate::reachability::Reachability>,
+    /// The reachability scan taken at the teardown stop (a launched command's `exit`), kept as
+    /// the recording's scan when the process then exits.
+    pub(super) reach_at_exit: Option<crate::reachability::Reachability>,
     /// Every execve seen during the recording (issue #15).
     pub(super) execs: Vec<crate::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
@@ -194,6 +197,7 @@ impl Traced {
             exe_resolved: !launched,
             last_samples: HashMap::new(),
             reach_scans: Vec::new(),
+            reach_at_exit: None,
             execs: Vec::new(),
             launch_exec_pending: launched,
             exe_id: if launched { None } else { exe_identity(pid) },
