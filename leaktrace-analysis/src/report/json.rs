@@ -301,6 +301,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
     // Reachability hook (#14): null without `record --reachability`.
     if let Value::Object(m) = &mut doc {
         m.insert("reachability".into(), super::reach::reach_json(rec, a));
+        // `--heap-census` (issue 33): null without it.
+        m.insert("runtime_holds".into(), super::holds::holds_json(rec));
     }
     doc
 }

@@ -561,6 +561,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
 
     // Reachability hook (#14): lost vs still pointed at, and what holds them.
     super::reach::reach_md(&mut md, rec, a);
+    // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
+    super::holds::holds_md(&mut md, rec);
 
     // Not a leak.
     let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();

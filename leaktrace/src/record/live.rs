@@ -34,6 +34,8 @@ pub(super) struct Live {
     pub(super) python_frames: bool,
     /// `RecordOptions::jvm_perf_map`, for forked children.
     pub(super) jvm_perf_map: bool,
+    /// `RecordOptions::heap_census`, for forked children.
+    pub(super) heap_census: bool,
 }
 
 impl Tracee for Traced {
@@ -108,6 +110,7 @@ impl Tracing for Live {
             pymalloc: self.pymalloc,
             python_frames: self.python_frames,
             jvm_perf_map: self.jvm_perf_map,
+            heap_census: self.heap_census,
             ..RecordOptions::default()
         };
         let exe = procinfo::exe(child);
@@ -143,6 +146,8 @@ impl Tracing for Live {
         }
         t.symbolizer.refresh();
         t.jvm_tick();
+        let units = t.checkpoints.last().and_then(|c| c.units_of_work);
+        t.census.tick(t.pid, t.runtime.as_ref().map(|r| r.name), t_s, units);
         if t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
             // A program maps its libraries and loads its extensions (dlopen) right after exec:
             // probe them, load their unwind tables, find the runtime and its Python frames twice
