@@ -1,6 +1,7 @@
 //! "What holds it" for the managed runtimes whose own heap tools leaktrace drives from outside
 //! (`record --heap-census`, issue 33): the JVM's class histogram (`jcmd PID GC.class_histogram`)
-//! and Go's goroutines (read from the runtime's `allgs` through /proc/PID/mem), each taken at the
+//! and Go's goroutines and heap profile (read from the runtime's `allgs` and `mbuckets` through
+//! /proc/PID/mem), each taken at the
 //! start and at the end of the recording, and what grew between the two, per second and per unit
 //! of work. The model of `recording.json`'s `runtime_holds` and the growth computed from it;
 //! rendered by `report/holds.rs`.
@@ -88,6 +89,28 @@ pub struct Goroutines {
     pub stack_bytes: u64,
     /// By (state, wait reason, start function), largest count first.
     pub groups: Vec<GoroutineGroup>,
+    /// The runtime's own heap profile (`runtime.mbuckets`), in use by Go function, most bytes
+    /// first; empty when the program does not profile (`runtime.MemProfileRate` 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heap: Vec<GoHeapSite>,
+    /// `runtime.MemProfileRate` when read: one sample per this many bytes allocated on
+    /// average (0: the heap profile is off; the linker turns it off in a program that never
+    /// references `runtime.MemProfile`).
+    #[serde(default)]
+    pub mem_profile_rate: u64,
+}
+
+/// In-use memory of the runtime's heap profile under one Go function, as `pprof heap` reports
+/// it: as of the last completed GC, scaled from the runtime's samples (`scaleHeapSample`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GoHeapSite {
+    /// The first frame of the allocation stack outside package `runtime`.
+    pub function: String,
+    /// The stack of its largest bucket, innermost first (function names).
+    pub stack: Vec<String>,
+    /// In-use objects and bytes (estimated from the samples).
+    pub inuse_objects: u64,
+    pub inuse_bytes: u64,
 }
 
 /// Goroutines with the same state, wait reason and start function.
@@ -199,6 +222,18 @@ impl Census<Goroutines> {
     }
 }
 
+impl Census<Goroutines> {
+    /// The Go functions whose in-use heap (the runtime's heap profile) grew, most bytes per
+    /// second first; empty without both snapshots.
+    pub fn heap_growth(&self) -> Vec<Growth> {
+        let (Some(a), Some(b)) = (&self.start, &self.end) else { return Vec::new() };
+        let Some((dt, units)) = span(&a.taken, &b.taken) else { return Vec::new() };
+        let by =
+            |g: &Goroutines| g.heap.iter().map(|x| (x.function.clone(), (x.inuse_objects, x.inuse_bytes))).collect();
+        growth(&by(a), &by(b), dt, units)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +283,7 @@ mod tests {
             total: gs.iter().map(|g| g.count).sum(),
             stack_bytes: 0,
             groups: gs,
+            ..Default::default()
         };
         let c = Census {
             start: Some(snap(

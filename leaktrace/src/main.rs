@@ -234,8 +234,9 @@ struct RecordArgs {
     /// "What holds it" from the runtimes' own heap tools, at the start and the end of the
     /// recording: JVM: `jcmd PID GC.class_histogram` (each forces a full GC: a stop-the-world
     /// pause, stated in the report; same jcmd and safety rules as --jvm-perf-map); Go: its
-    /// goroutines by state, wait reason and start function, read from its memory (no pause;
-    /// needs the executable's symbols and DWARF). The classes and goroutines that grew go in the
+    /// goroutines by state, wait reason and start function, and its own heap profile's in-use
+    /// bytes by Go function, read from its memory (no pause; needs the executable's symbols and
+    /// DWARF). The classes and goroutines that grew go in the
     /// report's "What holds it" section.
     #[arg(long)]
     heap_census: bool,

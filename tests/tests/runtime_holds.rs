@@ -156,6 +156,8 @@ fn jvm_class_histogram_names_the_growing_class() {
     let md = std::fs::read_to_string(out.file("report.md")).unwrap_or_default();
     assert!(md.contains("### JVM: class histogram"), "no JVM subsection in report.md\n{ctx}");
     assert!(md.contains("**HoldsJvm$AuditRecord**"), "report.md does not name the record class\n{ctx}");
+    let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
+    assert!(holder.starts_with("class HoldsJvm$AuditRecord +"), "verdict.holder: {holder}\n{ctx}");
 }
 
 /// Issue 33, Go 1.19: the fixture starts 100 goroutines a second that block forever on an
@@ -190,4 +192,43 @@ fn go_goroutine_leak_named_with_its_start_function() {
     assert_eq!(u64_of(workers, "count"), 8, "{ctx}");
     let md = std::fs::read_to_string(out.file("report.md")).unwrap_or_default();
     assert!(md.contains("goroutines/s** waiting (chan send), started by main.handle"), "report.md\n{ctx}");
+    let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
+    assert!(
+        holder.ends_with("goroutines/s waiting (chan send), started by main.handle"),
+        "verdict.holder: {holder}\n{ctx}"
+    );
+    // The program never references runtime.MemProfile: the linker turned its heap profile off.
+    assert_eq!(u64_of(&go["end"], "mem_profile_rate"), 0, "{ctx}");
+    assert!(md.contains("heap profile is off"), "report.md does not say the heap profile is off\n{ctx}");
+}
+
+/// Issue 33, Go 1.19: beside the goroutine leak, `main.remember` keeps 2000 slices of 1000 B a
+/// second (1024 B with their size class) in a map that only grows; the program profiles its own
+/// heap (`runtime.MemProfileRate = 64 KiB`) but has no pprof endpoint and writes no profile. The
+/// runtime's heap profile read from outside names `main.remember` (inlined into `main.main`:
+/// named from DWARF) as the Go function whose in-use heap grows fastest, at 2000 objects and
+/// 2,048,000 B a second, −30 %/+15 %: the profile is the heap as of the GC before last (GOGC=5
+/// here keeps that lag small), so it trails the truth.
+#[test]
+fn go_heap_profile_names_the_map_growing_function() {
+    require_root();
+    let mut cmd = Command::new(go_goroutines());
+    cmd.args(["100", "2000"]).env("GOGC", "5");
+    let (r, ctx, out) = record_census("holds-go-heap", cmd, "10s");
+    let go = &r.json["runtime_holds"]["go"];
+    assert_eq!(u64_of(&go["end"], "mem_profile_rate"), 65536, "{ctx}");
+    let top = &go["heap_growth"][0];
+    assert_eq!(top["name"], "main.remember", "the map-growing function grows the heap fastest\n{ctx}");
+    let (objects, bytes) = (f64_of(top, "objects_per_s"), f64_of(top, "bytes_per_s"));
+    eprintln!("holds-go-heap: main.remember {objects:.0} objects/s, {bytes:.0} B/s in use");
+    for (what, got, truth) in [("objects/s", objects, 2000.0), ("bytes/s", bytes, 2000.0 * 1024.0)] {
+        assert!(
+            got > 0.70 * truth && got < 1.15 * truth,
+            "main.remember {what} {got:.0}, truth {truth} (−30 %/+15 %)\n{ctx}"
+        );
+    }
+    let md = std::fs::read_to_string(out.file("report.md")).unwrap_or_default();
+    assert!(md.contains("- **main.remember**:"), "report.md does not name main.remember\n{ctx}");
+    let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
+    assert!(holder.contains("Go heap in use under main.remember"), "verdict.holder: {holder}\n{ctx}");
 }

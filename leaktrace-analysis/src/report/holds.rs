@@ -53,11 +53,21 @@ fn go_json(c: &Census<Goroutines>) -> Value {
                     json!({ "state": x.state, "wait_reason": x.wait_reason, "start_function": x.start_function, "count": x.count, "stack_bytes": x.stack_bytes })
                 })
                 .collect();
-            json!({ "taken": taken_json(&g.taken), "goroutines": g.total, "stack_bytes": g.stack_bytes, "groups": groups })
+            let heap: Vec<Value> = g
+                .heap
+                .iter()
+                .take(JSON_ROWS)
+                .map(|h| json!({ "function": h.function, "stack": h.stack, "inuse_objects": h.inuse_objects, "inuse_bytes": h.inuse_bytes }))
+                .collect();
+            json!({
+                "taken": taken_json(&g.taken), "goroutines": g.total, "stack_bytes": g.stack_bytes, "groups": groups,
+                "mem_profile_rate": g.mem_profile_rate, "heap": heap,
+            })
         })
     };
     let growing: Vec<Value> = c.growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "goroutines")).collect();
-    json!({ "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "errors": c.errors })
+    let heap: Vec<Value> = c.heap_growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "objects")).collect();
+    json!({ "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "heap_growth": heap, "errors": c.errors })
 }
 
 /// report.json's `runtime_holds`: null without `--heap-census`.
@@ -150,21 +160,87 @@ fn go_md(md: &mut String, c: &Census<Goroutines>) {
             );
         }
         md.push('\n');
+        go_heap_md(md, c, b);
     }
     for e in &c.errors {
         let _ = writeln!(md, "- not measured: {e}");
     }
 }
 
-/// The leading sentence of the runtime's answer, for the verdict and the summary: the fastest
-/// growing class or goroutine group (None: no census, or nothing grew).
+/// The Go runtime's heap profile part of the Go subsection.
+fn go_heap_md(md: &mut String, c: &Census<Goroutines>, end: &Goroutines) {
+    if end.mem_profile_rate == 0 {
+        md.push_str(
+            "The runtime's heap profile is off (`runtime.MemProfileRate` 0: the linker turns it off in a program that never \
+             references `runtime.MemProfile`, e.g. through runtime/pprof): no in-use heap by function.\n\n",
+        );
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "The runtime's own heap profile (`runtime.mbuckets`, one sample per {} allocated, scaled as pprof does; in use as of the GC before last), Go functions whose in-use heap grew:\n",
+        bytes(end.mem_profile_rate)
+    );
+    let g = c.heap_growth();
+    if g.is_empty() {
+        md.push_str("- none grew\n");
+    }
+    for x in g.iter().take(MD_ROWS) {
+        let stack = end.heap.iter().find(|h| h.function == x.name).map(|h| h.stack.join(" ← ")).unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "- **{}**: {} → {} in use ({}), {} → {} objects{}; stack: {stack}",
+            x.name,
+            bytes(x.bytes_start),
+            bytes(x.bytes_end),
+            rate(x.bytes_per_s),
+            number(x.count_start as f64),
+            number(x.count_end as f64),
+            per_unit(x, "objects")
+        );
+    }
+    md.push('\n');
+}
+
+/// A class of the program rather than of the JDK or an array (what an array is part of).
+fn application_class(name: &str) -> bool {
+    !name.ends_with("[]") && !["java.", "javax.", "jdk.", "sun.", "com.sun."].iter().any(|p| name.starts_with(p))
+}
+
+/// The leading sentence of the runtime's answer, for the verdict: the fastest-growing goroutine
+/// group, or the fastest-growing class of the program (with the fastest-growing class by bytes
+/// beside it when that is another: the arrays it holds). None: no census, or nothing grew.
 pub fn holder_sentence(rec: &Recording) -> Option<String> {
     let h = rec.runtime_holds.as_ref()?;
-    if let Some(g) = h.go.as_ref().and_then(|c| c.growth().into_iter().next()) {
-        return Some(format!("{:+.0} goroutines/s {}", g.count_per_s, g.name));
+    if let Some(c) = &h.go {
+        let goroutines =
+            c.growth().into_iter().next().map(|g| format!("{:+.0} goroutines/s {}", g.count_per_s, g.name));
+        let heap = c
+            .heap_growth()
+            .into_iter()
+            .next()
+            .map(|g| format!("Go heap in use under {} {}", g.name, rate(g.bytes_per_s)));
+        return match (goroutines, heap) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
     }
-    let g = h.jvm.as_ref().and_then(|c| c.growth().into_iter().next())?;
-    Some(format!("class {} grows {:+.0} instances/s, {}", g.name, g.count_per_s, rate(g.bytes_per_s)))
+    let growth = h.jvm.as_ref()?.growth();
+    let top = growth.first()?;
+    let app = growth.iter().find(|g| application_class(&g.name)).unwrap_or(top);
+    let class = |g: &Growth| format!("{} {:+.0} instances/s, {}", g.name, g.count_per_s, rate(g.bytes_per_s));
+    Some(if app.name == top.name {
+        format!("class {}", class(app))
+    } else {
+        format!("class {} (with {})", class(app), class(top))
+    })
+}
+
+/// report.md's line under the verdict naming the runtime's answer (`--heap-census`), if any.
+pub fn holder_line(md: &mut String, rec: &Recording) {
+    if let Some(s) = holder_sentence(rec) {
+        let _ = writeln!(md, "**What holds it** (the runtime's own census): {s}.\n");
+    }
 }
 
 /// report.md's "What holds it" subsections of the JVM and Go; nothing without `--heap-census`.
@@ -181,4 +257,53 @@ pub fn holds_md(md: &mut String, rec: &Recording) {
         go_md(md, c);
     }
     md.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holds::{ClassCount, RuntimeHolds};
+
+    fn hist(t_s: f64, classes: &[(&str, u64, u64)]) -> ClassHistogram {
+        ClassHistogram {
+            taken: Taken { t_s, took_s: 0.4, units_of_work: None },
+            classes: classes.iter().map(|&(c, i, b)| ClassCount { class: c.into(), instances: i, bytes: b }).collect(),
+            total_instances: 100,
+            total_bytes: 1000,
+        }
+    }
+
+    #[test]
+    fn jvm_census_rendered_with_the_program_class_named() {
+        let mut rec: Recording =
+            serde_json::from_str(include_str!("../../testdata/demo-recording.json")).expect("demo");
+        assert_eq!(holds_json(&rec), Value::Null, "null without --heap-census");
+        let mut md = String::new();
+        holds_md(&mut md, &rec);
+        assert!(md.is_empty());
+        rec.runtime_holds = Some(RuntimeHolds {
+            jvm: Some(Census {
+                start: Some(hist(
+                    2.0,
+                    &[("byte[]", 100, 21_600), ("App$Rec", 100, 2400), ("java.lang.String", 5, 120)],
+                )),
+                end: Some(hist(
+                    12.0,
+                    &[("byte[]", 5100, 1_101_600), ("App$Rec", 5100, 122_400), ("java.lang.String", 5, 120)],
+                )),
+                errors: Vec::new(),
+            }),
+            go: None,
+        });
+        let s = holder_sentence(&rec).expect("a holder");
+        assert_eq!(s, "class App$Rec +500 instances/s, +11.7 KiB/s (with byte[] +500 instances/s, +105.5 KiB/s)");
+        holds_md(&mut md, &rec);
+        assert!(md.starts_with("## What holds it\n\n### JVM: class histogram"), "{md}");
+        assert!(md.contains("- **App$Rec**: 100 → 5,100 instances (+500.0/s)"), "{md}");
+        assert!(!md.contains("java.lang.String"), "a class that does not grow is not listed: {md}");
+        let j = holds_json(&rec);
+        assert_eq!(j["jvm"]["growing_classes"][0]["name"], "byte[]");
+        assert_eq!(j["jvm"]["growing_classes"][1]["instances_per_s"], 500.0);
+        assert_eq!(j["go"], Value::Null);
+    }
 }

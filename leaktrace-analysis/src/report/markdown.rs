@@ -381,6 +381,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let summary = super::verdict::sentence(a);
     let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
     let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
+    super::holds::holder_line(&mut md, rec);
     let unit = a.unit_name();
 
     // Target and run.

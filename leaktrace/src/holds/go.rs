@@ -14,7 +14,7 @@ use std::io::Read as _;
 use std::os::unix::fs::FileExt as _;
 use std::time::Instant;
 
-use leaktrace_analysis::holds::{Census, GoroutineGroup, Goroutines, Taken};
+use leaktrace_analysis::holds::{Census, GoHeapSite, GoroutineGroup, Goroutines, Taken};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
 
 /// Goroutines read at most (the rest are left out and the census says so).
@@ -45,6 +45,11 @@ struct Binary {
     wait_reasons: Option<(u64, u64)>,
     /// Functions (start, end, name), by start.
     functions: Vec<(u64, u64, String)>,
+    /// `runtime.mbuckets` and `runtime.MemProfileRate` (as linked), `runtime.bucket`'s layout:
+    /// the heap profile (goheap.rs); None in a binary without them.
+    mbuckets: Option<u64>,
+    mem_profile_rate: Option<u64>,
+    bucket: Option<super::goheap::BucketLayout>,
     /// Load address minus link address (0 unless position-independent).
     bias: u64,
 }
@@ -155,9 +160,52 @@ impl GoCensus {
         if len > n {
             self.census.errors.push(format!("{len} goroutines: the first {n} read"));
         }
+        match heap_profile(self.pid, b, &read) {
+            Ok((rate, sites, cut)) => {
+                out.mem_profile_rate = rate;
+                out.heap = sites;
+                if cut {
+                    self.census
+                        .errors
+                        .push(format!("heap profile: the first {} buckets read", super::goheap::MAX_BUCKETS));
+                }
+            }
+            Err(e) => self.census.errors.push(format!("heap profile not read at {t_s:.1} s: {e}")),
+        }
         out.taken.took_s = clock.elapsed().as_secs_f64();
         Ok(out)
     }
+}
+
+/// The runtime's heap profile (goheap.rs): `MemProfileRate` and the in-use heap by Go function
+/// (empty when the rate is 0), and whether the bucket walk was cut short.
+fn heap_profile(
+    pid: u32,
+    b: &Binary,
+    read: &dyn Fn(u64, usize) -> Result<Vec<u8>, String>,
+) -> Result<(u64, Vec<GoHeapSite>, bool), String> {
+    let (Some(head), Some(rate), Some(layout)) = (b.mbuckets, b.mem_profile_rate, b.bucket) else {
+        return Err("no runtime.mbuckets, runtime.MemProfileRate or runtime.bucket in the executable".into());
+    };
+    let word = |a: u64| read(a + b.bias, 8).map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or_default()));
+    let rate = word(rate)?;
+    if rate == 0 {
+        return Ok((0, Vec::new(), false));
+    }
+    // Inlined calls named from DWARF (blazesym), as in the recording's stacks; the symbol table
+    // where that finds nothing. The first return address is looked up one byte back too.
+    let mut symbolizer = crate::symbolize::StackSymbolizer::new(pid);
+    let mut names = |pcs: &[u64]| -> Vec<String> {
+        let Some((&first, rest)) = pcs.split_first() else { return Vec::new() };
+        let ips: Vec<u64> = std::iter::once(first.saturating_sub(1)).chain(rest.iter().copied()).collect();
+        let frames = symbolizer.symbolize(&ips);
+        if frames.iter().all(|f| f.function.is_none()) {
+            return pcs.iter().map(|&pc| function_at(&b.functions, pc.wrapping_sub(b.bias + 1))).collect();
+        }
+        frames.iter().map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.addr))).collect()
+    };
+    let (sites, cut) = super::goheap::read_heap(read, word(head)?, layout, rate, &mut names)?;
+    Ok((rate, sites, cut))
 }
 
 /// `g.atomicstatus` (the `_Gscan` bit cleared) in words (runtime/runtime2.go).
@@ -191,12 +239,15 @@ fn read_binary(pid: u32) -> Result<Binary, String> {
     let file = object::File::parse(&*data).map_err(|e| format!("not an ELF file: {e}"))?;
     let mut allgs = None;
     let mut wait_reasons = None;
+    let (mut mbuckets, mut mem_profile_rate) = (None, None);
     let mut functions = Vec::new();
     for s in file.symbols() {
         let Ok(name) = s.name() else { continue };
         match name {
             "runtime.allgs" => allgs = Some(s.address()),
             "runtime.waitReasonStrings" => wait_reasons = Some((s.address(), s.size() / 16)),
+            "runtime.mbuckets" => mbuckets = Some(s.address()),
+            "runtime.MemProfileRate" => mem_profile_rate = Some(s.address()),
             _ if s.kind() == object::SymbolKind::Text && s.address() != 0 => {
                 functions.push((s.address(), s.address() + s.size(), name.to_string()))
             }
@@ -205,9 +256,20 @@ fn read_binary(pid: u32) -> Result<Binary, String> {
     }
     let allgs = allgs.ok_or("no symbol runtime.allgs (a stripped binary, or not Go)")?;
     functions.sort_by_key(|f| f.0);
-    let layout = g_layout(&file)?;
+    let structs = structs(&file, &["runtime.g", "runtime.bucket"])?;
+    let (_, g) = structs.get("runtime.g").ok_or("no runtime.g in DWARF (built with -ldflags=-w?)")?;
+    let get = |n: &str| g.get(n).copied().ok_or(format!("runtime.g has no member {n} in DWARF"));
+    let layout = GLayout {
+        stack: get("stack")?,
+        atomicstatus: get("atomicstatus")?,
+        waitreason: get("waitreason")?,
+        startpc: get("startpc")?,
+    };
+    let bucket = structs.get("runtime.bucket").and_then(|(size, m)| {
+        Some(super::goheap::BucketLayout { size: *size, allnext: *m.get("allnext")?, nstk: *m.get("nstk")? })
+    });
     let bias = if file.kind() == object::ObjectKind::Dynamic { load_bias(pid, &file)? } else { 0 };
-    Ok(Binary { layout, allgs, wait_reasons, functions, bias })
+    Ok(Binary { layout, allgs, wait_reasons, functions, bias, mbuckets, mem_profile_rate, bucket })
 }
 
 /// A position-independent executable's load bias: where its first segment is mapped (the exe's
@@ -244,12 +306,22 @@ fn section<'a>(file: &object::File<'a>, name: &str) -> std::borrow::Cow<'a, [u8]
     }
 }
 
-/// `runtime.g`'s member offsets from the executable's DWARF.
-fn g_layout(file: &object::File<'_>) -> Result<GLayout, String> {
+/// A structure's byte size and its members' offsets by name.
+type Layout = (u64, HashMap<String, u64>);
+
+/// Byte size and member offsets of the structures `names` (Go's names: `runtime.g`), from the
+/// executable's DWARF; a structure not found is absent from the map.
+fn structs(file: &object::File<'_>, names: &[&str]) -> Result<HashMap<String, Layout>, String> {
     let owned =
         gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(file, id.name()))).map_err(|e| e.to_string())?;
     let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));
     let err = |e: gimli::Error| format!("DWARF: {e}");
+    let name_of = |unit: &gimli::Unit<_>, e: &gimli::DebuggingInformationEntry<_>| {
+        e.attr_value(gimli::DW_AT_name)
+            .and_then(|v| dwarf.attr_string(unit, v).ok())
+            .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
+    };
+    let mut found = HashMap::new();
     let mut units = dwarf.units();
     while let Some(header) = units.next().map_err(err)? {
         let unit = dwarf.unit(header).map_err(err)?;
@@ -258,12 +330,12 @@ fn g_layout(file: &object::File<'_>) -> Result<GLayout, String> {
             if e.tag() != gimli::DW_TAG_structure_type {
                 continue;
             }
-            let named = e.attr_value(gimli::DW_AT_name).and_then(|v| dwarf.attr_string(&unit, v).ok());
-            if named.is_none_or(|n| n.slice() != b"runtime.g") {
+            let Some(name) = name_of(&unit, e).filter(|n| names.contains(&n.as_str()) && !found.contains_key(n)) else {
                 continue;
-            }
+            };
+            let size = e.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()).unwrap_or(0);
             let depth = e.depth();
-            let mut offsets: HashMap<Vec<u8>, u64> = HashMap::new();
+            let mut members = HashMap::new();
             while let Some(m) = entries.next_dfs().map_err(err)? {
                 if m.depth() <= depth {
                     break;
@@ -271,23 +343,18 @@ fn g_layout(file: &object::File<'_>) -> Result<GLayout, String> {
                 if m.tag() != gimli::DW_TAG_member || m.depth() != depth + 1 {
                     continue;
                 }
-                let name = m.attr_value(gimli::DW_AT_name).and_then(|v| dwarf.attr_string(&unit, v).ok());
                 let at = m.attr_value(gimli::DW_AT_data_member_location).and_then(|v| v.udata_value());
-                if let (Some(n), Some(at)) = (name, at) {
-                    offsets.insert(n.slice().to_vec(), at);
+                if let (Some(n), Some(at)) = (name_of(&unit, m), at) {
+                    members.insert(n, at);
                 }
             }
-            let get =
-                |n: &str| offsets.get(n.as_bytes()).copied().ok_or(format!("runtime.g has no member {n} in DWARF"));
-            return Ok(GLayout {
-                stack: get("stack")?,
-                atomicstatus: get("atomicstatus")?,
-                waitreason: get("waitreason")?,
-                startpc: get("startpc")?,
-            });
+            found.insert(name, (size, members));
+            if found.len() == names.len() {
+                return Ok(found);
+            }
         }
     }
-    Err("no runtime.g in DWARF (built with -ldflags=-w?)".into())
+    Ok(found)
 }
 
 #[cfg(test)]

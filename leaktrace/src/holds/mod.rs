@@ -1,5 +1,5 @@
 //! "What holds it" from the runtimes' own heap tools, driven from outside (`record
-//! --heap-census`, issue 33): the JVM's class histogram ([`jvm`]) and Go's goroutines ([`go`]),
+//! --heap-census`, issue 33): the JVM's class histogram ([`jvm`]) and Go's goroutines ([`go`]) and heap profile ([`goheap`]),
 //! each taken once near the start of the recording and once at its end; the analysis
 //! (`leaktrace_analysis::holds`) says what grew between the two. One [`HeapCensus`] per traced
 //! process; the recorder calls [`HeapCensus::tick`] at every poll and [`HeapCensus::finish`]
@@ -10,6 +10,7 @@ use leaktrace_analysis::holds::RuntimeHolds;
 use crate::recording::Runtime;
 
 pub mod go;
+pub mod goheap;
 pub mod jvm;
 
 /// The census of one traced process.
