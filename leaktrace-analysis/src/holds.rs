@@ -22,6 +22,41 @@ pub struct RuntimeHolds {
     /// Go's goroutines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go: Option<Census<Goroutines>>,
+    /// Node's sampling heap profile: one snapshot, `end` (it covers the recording from the
+    /// moment sampling started, `JsSampling::started_t_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Census<JsSampling>>,
+}
+
+/// V8's sampling heap profile (`HeapProfiler.getSamplingProfile` over the inspector): the
+/// objects sampled since `HeapProfiler.startSampling` that are still alive, by the JS function
+/// that allocated them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsSampling {
+    /// When the profile was read.
+    pub taken: Taken,
+    /// When sampling started, seconds since the recording's first checkpoint.
+    pub started_t_s: f64,
+    /// Mean bytes between samples (`samplingInterval`).
+    pub sampling_interval: u64,
+    /// Live sampled bytes by allocating function, most first (V8's estimate, scaled from the
+    /// samples).
+    pub functions: Vec<JsFunction>,
+    /// Sum over every node of the profile.
+    pub total_bytes: u64,
+}
+
+/// Live bytes allocated under one JS function (the top frame of the allocation stack).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsFunction {
+    /// `recordAudit`, `(anonymous)`, or V8's own labels (`(V8 API)`, `(BYTECODE_COMPILER)`).
+    pub function: String,
+    /// Script URL and line (1-based) of the function, when it has one.
+    pub url: String,
+    pub line: u32,
+    pub live_bytes: u64,
+    /// Its callers' names, innermost first (of the stack that held most bytes).
+    pub stack: Vec<String>,
 }
 
 /// Two snapshots of one runtime's own view, at the start and at the end of the recording.

@@ -236,7 +236,8 @@ struct RecordArgs {
     /// pause, stated in the report; same jcmd and safety rules as --jvm-perf-map); Go: its
     /// goroutines by state, wait reason and start function, and its own heap profile's in-use
     /// bytes by Go function, read from its memory (no pause; needs the executable's symbols and
-    /// DWARF). The classes and goroutines that grew go in the
+    /// DWARF); Node: V8's sampling heap profile by JS function, through the inspector (opened
+    /// with SIGUSR1 unless listening, closed again). The classes and goroutines that grew go in the
     /// report's "What holds it" section.
     #[arg(long)]
     heap_census: bool,

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use leaktrace_tests::*;
 
@@ -231,4 +232,67 @@ fn go_heap_profile_names_the_map_growing_function() {
     assert!(md.contains("- **main.remember**:"), "report.md does not name main.remember\n{ctx}");
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
     assert!(holder.contains("Go heap in use under main.remember"), "verdict.holder: {holder}\n{ctx}");
+}
+
+/// Whether `pid` holds a listening TCP socket (its network namespace's /proc/PID/net/tcp*).
+fn listens(pid: u32) -> bool {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.len() > 9 && c[3] == "0A" && inodes.iter().any(|i| i == c[9])
+        })
+    })
+}
+
+/// Issue 33, Node 20: audit.js keeps a 200 kB string 20 times a second in a module-level array
+/// (`recordAudit`) beside a decoy that makes the same copy and drops it (`checkSession`); node
+/// runs without `--perf-basic-prof` and without an inspector. Attached with `--heap-census`,
+/// leaktrace opens the inspector (SIGUSR1), samples the heap with the DevTools protocol and
+/// closes the inspector: the sampling profile's live objects are named after `recordAudit` (the
+/// program's frame above node's `Buffer#toString`) at 20 × 200,000 B/s ± 20 % over the time
+/// sampling ran (it starts once the session's first checkpoints, slow on node's 100 MB
+/// executable, are done: 1.8 s of the 12 s in a run here), the decoy holds nothing, and node runs
+/// on (its progress lines continue) with no inspector listening afterwards.
+#[test]
+fn node_sampling_profile_names_the_javascript_function() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.env_remove("NODE_EXTRA_CA_CERTS").arg(fixture_source("runtimes").join("audit.js")).args(["20", "200000"]);
+    let target = Target::spawn(cmd);
+    target.expect_pid_line();
+    assert!(!listens(target.pid), "node listens before leaktrace opened its inspector");
+    let out = OutDir::new("holds-node");
+    let mut lt = leaktrace(["record", "--heap-census", "--pid", &target.pid.to_string(), "--duration", "12s", "--out"]);
+    lt.arg(&out.path);
+    let o = run(lt, None, Duration::from_secs(300));
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\nruntime_holds: {:#}", o.describe(), r.json["runtime_holds"]);
+    let node = &r.json["runtime_holds"]["node"];
+    let top = &node["sampling_profile"]["functions"][0];
+    eprintln!(
+        "holds-node: {} {:.0} B/s live over {:.1} s",
+        top["function"],
+        f64_of(top, "bytes_per_s"),
+        f64_of(&node["sampling_profile"]["taken"], "t_s") - f64_of(&node["sampling_profile"], "started_t_s")
+    );
+    assert_eq!(top["function"], "recordAudit", "{ctx}");
+    assert!(str_of(top, "url").ends_with("audit.js"), "{ctx}");
+    assert_within("recordAudit live B/s", f64_of(top, "bytes_per_s"), 20.0 * 200_000.0, 0.20, &ctx);
+    let functions = node["sampling_profile"]["functions"].as_array().cloned().unwrap_or_default();
+    let decoy: u64 =
+        functions.iter().filter(|f| f["function"] == "checkSession").map(|f| u64_of(f, "live_bytes")).sum();
+    assert!(decoy * 10 < u64_of(top, "live_bytes"), "checkSession's garbage counted live: {decoy} B\n{ctx}");
+    assert!(node["errors"].as_array().is_some_and(|e| e.is_empty()), "{ctx}");
+    // The target runs on, its inspector closed.
+    assert!(target.exit_status().is_none(), "node ended\n{ctx}");
+    assert!(target.next_line(Duration::from_secs(5)).is_some(), "node stopped printing progress\n{ctx}");
+    assert!(!listens(target.pid), "the inspector still listens\n{ctx}");
 }

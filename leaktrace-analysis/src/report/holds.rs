@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::holds::{Census, ClassHistogram, Goroutines, Growth, Taken};
+use crate::holds::{Census, ClassHistogram, Goroutines, Growth, JsSampling, Taken};
 use crate::human::{bytes, number, rate};
 use crate::recording::Recording;
 
@@ -70,12 +70,59 @@ fn go_json(c: &Census<Goroutines>) -> Value {
     json!({ "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "heap_growth": heap, "errors": c.errors })
 }
 
+fn node_json(c: &Census<JsSampling>) -> Value {
+    let profile = c.end.as_ref().map_or(Value::Null, |s| {
+        let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
+        let functions: Vec<Value> = s
+            .functions
+            .iter()
+            .take(JSON_ROWS)
+            .map(|f| {
+                json!({ "function": f.function, "url": f.url, "line": f.line, "live_bytes": f.live_bytes, "bytes_per_s": f.live_bytes as f64 / secs, "stack": f.stack })
+            })
+            .collect();
+        json!({ "taken": taken_json(&s.taken), "started_t_s": s.started_t_s, "sampling_interval": s.sampling_interval, "total_bytes": s.total_bytes, "functions": functions })
+    });
+    json!({ "sampling_profile": profile, "errors": c.errors })
+}
+
+fn node_md(md: &mut String, c: &Census<JsSampling>) {
+    let _ = writeln!(md, "### Node.js: sampling heap profile (the inspector's `HeapProfiler`)\n");
+    if let Some(s) = &c.end {
+        let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
+        let _ = writeln!(
+            md,
+            "Sampled from {:.1} s to {:.1} s (one sample per {} allocated on average); still alive at the end: {}, by the JS function that allocated them:\n",
+            s.started_t_s,
+            s.taken.t_s,
+            bytes(s.sampling_interval),
+            bytes(s.total_bytes)
+        );
+        for f in s.functions.iter().take(MD_ROWS) {
+            let at = if f.url.is_empty() { String::new() } else { format!(" ({}:{})", f.url, f.line) };
+            let _ = writeln!(
+                md,
+                "- **{}**{at}: {} ({}); called from {}",
+                f.function,
+                bytes(f.live_bytes),
+                rate(f.live_bytes as f64 / secs),
+                f.stack.join(" ← ")
+            );
+        }
+        md.push('\n');
+    }
+    for e in &c.errors {
+        let _ = writeln!(md, "- note: {e}");
+    }
+}
+
 /// report.json's `runtime_holds`: null without `--heap-census`.
 pub fn holds_json(rec: &Recording) -> Value {
     let Some(h) = &rec.runtime_holds else { return Value::Null };
     json!({
         "jvm": h.jvm.as_ref().map_or(Value::Null, jvm_json),
         "go": h.go.as_ref().map_or(Value::Null, go_json),
+        "node": h.node.as_ref().map_or(Value::Null, node_json),
     })
 }
 
@@ -225,6 +272,15 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
             (a, b) => a.or(b),
         };
     }
+    if let Some(s) = h.node.as_ref().and_then(|c| c.end.as_ref()) {
+        let f = s.functions.iter().find(|f| !f.function.starts_with('('))?;
+        let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
+        return Some(format!(
+            "JS objects allocated by {} still alive: {}",
+            f.function,
+            rate(f.live_bytes as f64 / secs)
+        ));
+    }
     let growth = h.jvm.as_ref()?.growth();
     let top = growth.first()?;
     let app = growth.iter().find(|g| application_class(&g.name)).unwrap_or(top);
@@ -246,7 +302,7 @@ pub fn holder_line(md: &mut String, rec: &Recording) {
 /// report.md's "What holds it" subsections of the JVM and Go; nothing without `--heap-census`.
 pub fn holds_md(md: &mut String, rec: &Recording) {
     let Some(h) = &rec.runtime_holds else { return };
-    if h.jvm.is_none() && h.go.is_none() {
+    if h.jvm.is_none() && h.go.is_none() && h.node.is_none() {
         return;
     }
     let _ = writeln!(md, "## What holds it\n");
@@ -255,6 +311,9 @@ pub fn holds_md(md: &mut String, rec: &Recording) {
     }
     if let Some(c) = &h.go {
         go_md(md, c);
+    }
+    if let Some(c) = &h.node {
+        node_md(md, c);
     }
     md.push('\n');
 }
@@ -294,6 +353,7 @@ mod tests {
                 errors: Vec::new(),
             }),
             go: None,
+            node: None,
         });
         let s = holder_sentence(&rec).expect("a holder");
         assert_eq!(s, "class App$Rec +500 instances/s, +11.7 KiB/s (with byte[] +500 instances/s, +105.5 KiB/s)");

@@ -12,6 +12,7 @@ use crate::recording::Runtime;
 pub mod go;
 pub mod goheap;
 pub mod jvm;
+pub mod node;
 
 /// The census of one traced process.
 #[derive(Default)]
@@ -20,6 +21,7 @@ pub struct HeapCensus {
     on: bool,
     jvm: Option<jvm::JvmCensus>,
     go: Option<go::GoCensus>,
+    node: Option<node::NodeCensus>,
 }
 
 impl HeapCensus {
@@ -38,6 +40,7 @@ impl HeapCensus {
         match runtime {
             Some(Runtime::Jvm) => self.jvm.get_or_insert_with(|| jvm::JvmCensus::new(pid)).tick(t_s, units),
             Some(Runtime::Go) => self.go.get_or_insert_with(|| go::GoCensus::new(pid)).tick(t_s, units),
+            Some(Runtime::Node) => self.node.get_or_insert_with(|| node::NodeCensus::new(pid)).tick(),
             _ => {}
         }
     }
@@ -52,12 +55,16 @@ impl HeapCensus {
         if let Some(g) = self.go.as_mut() {
             g.finish(alive, now_s(), units);
         }
+        if let Some(n) = self.node.as_mut() {
+            n.finish(alive, now_s);
+        }
     }
 
     /// What the census found, for the recording (None: no census was run).
     pub fn take(&mut self) -> Option<RuntimeHolds> {
         let jvm = self.jvm.take().map(|j| j.census);
         let go = self.go.take().map(|g| g.census);
-        (jvm.is_some() || go.is_some()).then_some(RuntimeHolds { jvm, go })
+        let node = self.node.take().map(|n| n.census);
+        (jvm.is_some() || go.is_some() || node.is_some()).then_some(RuntimeHolds { jvm, go, node })
     }
 }
