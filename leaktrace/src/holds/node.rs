@@ -1,5 +1,5 @@
 //! Node's sampling heap profiler driven from outside (`--heap-census`): the inspector opened the
-//! documented way (SIGUSR1, unless the process already listens; refused when it does not catch
+//! documented way (SIGUSR1, unless it already listens on 9229; refused when it does not catch
 //! SIGUSR1, run with `--disable-sigusr1`, whose default action would end it), reached inside
 //! the target's network namespace (a socket connected from a thread that joined it), spoken to
 //! with the DevTools protocol over a WebSocket (tungstenite): `HeapProfiler.startSampling` at
@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use leaktrace_analysis::holds::{Census, JsFunction, JsSampling, Taken};
 use serde_json::{Value, json};
 
+/// The inspector's default port (`--inspect`, SIGUSR1).
+const DEFAULT_PORT: u16 = 9229;
 /// Longest wait for the inspector to listen after SIGUSR1, and for one protocol answer.
 const WAIT: Duration = Duration::from_secs(10);
 /// Mean bytes between samples asked of V8 (its default is 32 KiB).
@@ -26,8 +28,9 @@ type Ws = tungstenite::WebSocket<TcpStream>;
 
 enum Phase {
     Idle,
-    /// SIGUSR1 sent at this moment; the inspector is awaited.
-    Signalled(Instant),
+    /// SIGUSR1 sent at this moment, with the ports it listened on before: the inspector is the
+    /// port that appears.
+    Signalled(Instant, Vec<u16>),
     /// Sampling since this moment.
     Sampling(Instant),
     Done,
@@ -40,36 +43,54 @@ pub struct NodeCensus {
     ws: Option<Ws>,
     /// The inspector was opened by leaktrace (and is closed at the end).
     opened: bool,
+    /// Its port, once connected.
+    opened_port: Option<u16>,
     next_id: u64,
     pub census: Census<JsSampling>,
 }
 
 impl NodeCensus {
     pub fn new(pid: u32) -> NodeCensus {
-        NodeCensus { pid, phase: Phase::Idle, ws: None, opened: false, next_id: 1, census: Census::default() }
+        NodeCensus {
+            pid,
+            phase: Phase::Idle,
+            ws: None,
+            opened: false,
+            opened_port: None,
+            next_id: 1,
+            census: Census::default(),
+        }
     }
 
     /// At every poll: open the inspector (SIGUSR1) and start sampling once it listens. Waits at
     /// most [`WAIT`] per protocol answer, only while starting.
     pub fn tick(&mut self) {
-        match self.phase {
-            Phase::Idle => match inspector_port(self.pid) {
-                Some(port) => self.start(port),
-                None if catches_sigusr1(self.pid) => {
+        match &self.phase {
+            Phase::Idle => {
+                // An inspector already open on its default port is used; any other port the
+                // process listens on is the program's own (never sent a request).
+                let before = listening_ports(self.pid);
+                if before.contains(&DEFAULT_PORT) {
+                    self.start(DEFAULT_PORT);
+                } else if catches_sigusr1(self.pid) {
                     // SAFETY: kill(2) on the target's PID with a signal it handles.
                     unsafe { libc::kill(self.pid as i32, libc::SIGUSR1) };
                     self.opened = true;
-                    self.phase = Phase::Signalled(Instant::now());
+                    self.phase = Phase::Signalled(Instant::now(), before);
+                } else {
+                    self.fail("node does not handle SIGUSR1 (run with --disable-sigusr1?) and no inspector listens on 9229: none opened");
                 }
-                None => self.fail(
-                    "node does not handle SIGUSR1 (run with --disable-sigusr1?) and no inspector listens: none opened",
-                ),
-            },
-            Phase::Signalled(at) => match inspector_port(self.pid) {
-                Some(port) => self.start(port),
-                None if at.elapsed() > WAIT => self.fail("no inspector listened within 10 s of SIGUSR1"),
-                None => {}
-            },
+            }
+            Phase::Signalled(at, before) => {
+                let (at, new) = (*at, listening_ports(self.pid).into_iter().find(|p| !before.contains(p)));
+                match new {
+                    Some(port) => self.start(port),
+                    None if at.elapsed() > WAIT => self.fail(
+                        "no new inspector port within 10 s of SIGUSR1 (an inspector already open on another port than 9229 is not looked for)",
+                    ),
+                    None => {}
+                }
+            }
             Phase::Sampling(_) | Phase::Done => {}
         }
     }
@@ -80,6 +101,9 @@ impl NodeCensus {
     }
 
     fn start(&mut self, port: u16) {
+        if self.opened {
+            self.opened_port = Some(port);
+        }
         let r = connect(self.pid, port).and_then(|ws| {
             self.ws = Some(ws);
             self.call("HeapProfiler.startSampling", json!({ "samplingInterval": SAMPLING_INTERVAL }))
@@ -156,12 +180,12 @@ impl NodeCensus {
             let _ = ws.close(None);
             let _ = ws.flush();
         }
-        if self.opened {
+        if let Some(port) = self.opened_port {
             let deadline = Instant::now() + Duration::from_secs(3);
-            while inspector_port(self.pid).is_some() && Instant::now() < deadline {
+            while listening_ports(self.pid).contains(&port) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            if let Some(port) = inspector_port(self.pid) {
+            if listening_ports(self.pid).contains(&port) {
                 self.census.errors.push(format!("the inspector leaktrace opened still listens on port {port}"));
             }
         }
@@ -178,22 +202,33 @@ fn catches_sigusr1(pid: u32) -> bool {
         .is_some_and(|mask| mask & (1 << (libc::SIGUSR1 - 1)) != 0)
 }
 
-/// The port of a listening TCP socket the process holds (its inspector), from its network
-/// namespace's /proc/PID/net/tcp and tcp6 and its file descriptors.
-fn inspector_port(pid: u32) -> Option<u16> {
+/// The ports of the listening TCP sockets the process holds, from its network namespace's
+/// /proc/PID/net/tcp and tcp6 and its file descriptors.
+fn listening_ports(pid: u32) -> Vec<u16> {
     let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .ok()?
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
-        .collect();
-    ["tcp", "tcp6"].iter().find_map(|f| {
-        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok()?;
-        table.lines().skip(1).find_map(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            (c.len() > 9 && c[3] == "0A" && inodes.contains(c[9]))
-                .then(|| u16::from_str_radix(c[1].rsplit(':').next()?, 16).ok())?
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+                .collect()
         })
-    })
+        .unwrap_or_default();
+    let mut ports: Vec<u16> = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default();
+        for l in table.lines().skip(1) {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            if c.len() > 9
+                && c[3] == "0A"
+                && inodes.contains(c[9])
+                && let Some(p) = c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                ports.push(p);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// A TCP connection to 127.0.0.1:`port` in the network namespace of `pid` (from a thread that
@@ -292,6 +327,6 @@ mod tests {
         assert_eq!(s.functions[0].line, 15);
         assert_eq!(s.functions[0].stack, ["slice", "recordAudit", "tick", "(root)"]);
         assert_eq!(s.functions[2].function, "(anonymous)");
-        assert!(!catches_sigusr1(std::process::id()) || inspector_port(std::process::id()).is_none());
+        assert!(listening_ports(std::process::id()).is_empty(), "the test process listens on nothing");
     }
 }
