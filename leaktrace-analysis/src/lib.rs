@@ -15,6 +15,8 @@ pub mod allocator_frames;
 pub mod analyze;
 pub mod check;
 pub mod compare;
+/// `record --heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
+pub mod holds;
 #[cfg(test)]
 mod hostile_tests;
 pub mod human;

@@ -70,6 +70,10 @@ pub struct Recording {
     /// merged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub merged_stacks: BTreeMap<u32, Vec<u32>>,
+    /// `record --heap-census` (issue 33): what the runtime's own heap tools said at the start
+    /// and the end ([`crate::holds`]); None without the option or for a runtime it has no tool for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_holds: Option<crate::holds::RuntimeHolds>,
 }
 
 /// An executable mapping of the target (a /proc/PID/maps line with `x`), as the symbolizer kept

@@ -68,6 +68,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         python_frames: true,
         python_frames_required: false,
         jvm_perf_map: false,
+        heap_census: false,
         reachability: opts.reachability,
         push: None,
         allow_seccomp_risk: opts.allow_seccomp_risk,

@@ -15,6 +15,8 @@ pub mod bpf_batch;
 pub mod btf;
 pub mod check;
 pub mod discover;
+/// `record --heap-census` (issue 33): the runtimes' own heap tools driven from outside.
+pub mod holds;
 pub mod launch;
 pub mod mappings;
 pub mod pipeline;

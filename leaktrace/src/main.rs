@@ -232,6 +232,16 @@ struct RecordArgs {
     /// whether -XX:+PreserveFramePointer is on. Uses the target JDK's jcmd, else jcmd on PATH.
     #[arg(long)]
     jvm_perf_map: bool,
+    /// "What holds it" from the runtimes' own heap tools, at the start and the end of the
+    /// recording: JVM: `jcmd PID GC.class_histogram` (each forces a full GC: a stop-the-world
+    /// pause, stated in the report; same jcmd and safety rules as --jvm-perf-map); Go: its
+    /// goroutines by state, wait reason and start function, and its own heap profile's in-use
+    /// bytes by Go function, read from its memory (no pause; needs the executable's symbols and
+    /// DWARF); Node: V8's sampling heap profile by JS function, through the inspector (opened
+    /// with SIGUSR1 unless listening, closed again). The classes and goroutines that grew go in the
+    /// report's "What holds it" section.
+    #[arg(long)]
+    heap_census: bool,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -413,6 +423,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 },
                 python_frames_required: matches!(a.python_frames, PythonFrames::On),
                 jvm_perf_map: a.jvm_perf_map,
+                heap_census: a.heap_census,
                 reachability: a.reach.options(),
                 push: a.push.config(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
@@ -556,6 +567,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         python_frames: true,
         python_frames_required: false,
         jvm_perf_map: false,
+        heap_census: false,
         reachability: None,
         push: None,
         allow_seccomp_risk: false,

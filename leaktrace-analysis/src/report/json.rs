@@ -201,6 +201,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "confidence": num(a.verdict.confidence),
             "summary": super::verdict::sentence(a),
             "inconclusive": a.verdict.inconclusive,
+            // `--heap-census` (issue 33): the runtime's own answer, null without it.
+            "holder": super::holds::holder_sentence(rec),
         },
         "still_allocated_at_exit": a.at_exit.as_ref().map_or(Value::Null, |x| json!({
             "live_bytes": x.live_bytes,
@@ -301,6 +303,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
     // Reachability hook (#14): null without `record --reachability`.
     if let Value::Object(m) = &mut doc {
         m.insert("reachability".into(), super::reach::reach_json(rec, a));
+        // `--heap-census` (issue 33): null without it.
+        m.insert("runtime_holds".into(), super::holds::holds_json(rec));
     }
     doc
 }

@@ -381,6 +381,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let summary = super::verdict::sentence(a);
     let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
     let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
+    super::holds::holder_line(&mut md, rec);
     let unit = a.unit_name();
 
     // Target and run.
@@ -561,6 +562,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
 
     // Reachability hook (#14): lost vs still pointed at, and what holds them.
     super::reach::reach_md(&mut md, rec, a);
+    // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
+    super::holds::holds_md(&mut md, rec);
 
     // Not a leak.
     let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();

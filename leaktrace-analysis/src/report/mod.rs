@@ -18,6 +18,7 @@ use crate::output::OutDir;
 use crate::recording::Recording;
 
 pub mod flame;
+pub mod holds;
 pub mod json;
 pub mod markdown;
 pub mod plot;

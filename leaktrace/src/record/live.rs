@@ -36,6 +36,8 @@ pub(super) struct Live {
     pub(super) jvm_perf_map: bool,
     /// `RecordOptions::reachability`: a launched command is also scanned at its exit.
     pub(super) reachability: Option<crate::reach::ScanOptions>,
+    /// `RecordOptions::heap_census`, for forked children.
+    pub(super) heap_census: bool,
 }
 
 impl Tracee for Traced {
@@ -110,6 +112,7 @@ impl Tracing for Live {
             pymalloc: self.pymalloc,
             python_frames: self.python_frames,
             jvm_perf_map: self.jvm_perf_map,
+            heap_census: self.heap_census,
             ..RecordOptions::default()
         };
         let exe = procinfo::exe(child);
@@ -145,6 +148,8 @@ impl Tracing for Live {
         }
         t.symbolizer.refresh();
         t.jvm_tick();
+        let units = t.checkpoints.last().and_then(|c| c.units_of_work);
+        t.census.tick(t.pid, t.runtime.as_ref().map(|r| r.name), t_s, units);
         if t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
             // A program maps its libraries and loads its extensions (dlopen) right after exec:
             // probe them, load their unwind tables, find the runtime and its Python frames twice

@@ -111,6 +111,9 @@ pub struct RecordOptions {
     /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
     /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
     pub jvm_perf_map: bool,
+    /// `--heap-census` (issue 33): drive the runtimes' own heap tools at the start and the end
+    /// (the JVM's class histogram, a full GC each; Go's goroutines): `crate::holds`.
+    pub heap_census: bool,
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
@@ -140,6 +143,7 @@ impl Default for RecordOptions {
             python_frames: true,
             python_frames_required: false,
             jvm_perf_map: false,
+            heap_census: false,
             reachability: None,
             push: None,
             allow_seccomp_risk: false,
@@ -378,6 +382,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         python_frames: opts.python_frames,
         jvm_perf_map: opts.jvm_perf_map,
         reachability: opts.reachability,
+        heap_census: opts.heap_census,
     };
     let mut session =
         Session { host, targets, start, work_probe: opts.work_probe.clone(), follow_forks: opts.follow_forks };
@@ -391,6 +396,10 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     // JVM writes it once more first), before a reachability scan stops the target.
     for t in targets.iter_mut() {
         t.jit_final();
+        // `--heap-census`: the runtimes' last snapshots, while the processes still run.
+        let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
+        let units = t.checkpoints.last().and_then(|c| c.units_of_work);
+        t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
     }
     if opts.jvm_perf_map
         && !targets.iter().any(|t| t.runtime.as_ref().is_some_and(|r| r.name == crate::recording::Runtime::Jvm))
@@ -445,6 +454,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             warnings: std::mem::take(&mut t.warnings),
             reachability: reach.remove(&t.pid).or_else(|| t.reach_at_exit.take()),
             reachability_scans: std::mem::take(&mut t.reach_scans),
+            runtime_holds: t.census.take(),
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
@@ -493,6 +503,7 @@ impl Traced {
             reachability_scans: Vec::new(),
             mappings: self.symbolizer.mappings(),
             merged_stacks: Default::default(),
+            runtime_holds: None,
         }
     }
 

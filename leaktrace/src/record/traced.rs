@@ -66,6 +66,8 @@ pub(super) struct Traced {
     pub(super) jcmd_failure_noted: bool,
     /// The first failed command's caveat, given at the end unless a perf map was written after all.
     pub(super) jcmd_failure: Option<String>,
+    /// `--heap-census` (issue 33): the runtime's own heap tools at the start and the end.
+    pub(super) census: crate::holds::HeapCensus,
     /// The runtime's own heap figures, sampled at every checkpoint.
     pub(super) gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
     pub(super) probes: Vec<ProbeInfo>,
@@ -186,6 +188,7 @@ impl Traced {
             python_frames_on: opts.python_frames,
             python_budget_noted: false,
             jvm_perf_map_on: opts.jvm_perf_map,
+            census: crate::holds::HeapCensus::new(opts.heap_census),
             jcmd: None,
             jit_scanned: 0,
             perf_maps_written: 0,
@@ -434,6 +437,8 @@ impl Traced {
                 self.perf_maps_written += 1;
                 self.symbolizer.name_jit_frames(&mut self.stacks);
             }
+            // Run by holds/jvm.rs with its own Jcmd, never by this one.
+            (jcmd::Job::ClassHistogram, Ok(_)) => {}
             (job, Err(why)) => {
                 if self.jcmd_failure.is_none() {
                     self.jcmd_failure_noted = true;

@@ -36,6 +36,8 @@ pub enum Job {
     Flags,
     /// `Compiler.perfmap`: write /tmp/perf-PID.map.
     PerfMap,
+    /// `GC.class_histogram`: live objects by class, after a full GC (`--heap-census`, holds/jvm.rs).
+    ClassHistogram,
 }
 
 impl Job {
@@ -43,6 +45,7 @@ impl Job {
         match self {
             Job::Flags => &["VM.flags", "-all"],
             Job::PerfMap => &["Compiler.perfmap"],
+            Job::ClassHistogram => &["GC.class_histogram"],
         }
     }
 
@@ -50,6 +53,17 @@ impl Job {
     pub fn describe(self, jcmd: &Path, pid: u32) -> String {
         format!("{} {pid} {}", jcmd.display(), self.args().join(" "))
     }
+}
+
+/// What [`Jcmd::run`] did.
+#[derive(Debug)]
+pub enum Started {
+    /// The command runs.
+    Running,
+    /// Not started: another runs, the JVM is not attachable yet, or too many failed.
+    NotNow,
+    /// It could not be started (no such program).
+    Failed(Done),
 }
 
 /// A command that ended: Ok(stdout) or Err(why, one line).
@@ -102,6 +116,35 @@ impl Jcmd {
             ready: false,
             failures_in_a_row: 0,
         }
+    }
+
+    /// The commands for JVM `pid` with nothing queued: the caller starts each with [`Jcmd::run`].
+    pub fn unqueued(pid: u32, program: PathBuf) -> Jcmd {
+        Jcmd { flags_pending: false, ..Jcmd::new(pid, program) }
+    }
+
+    /// Start `job` now, unless a command is in progress, the JVM is not [`attachable`] yet, or
+    /// [`MAX_FAILURES_IN_A_ROW`] failed in a row. A started command's end is collected by
+    /// [`Jcmd::poll`] or [`Jcmd::wait`].
+    pub fn run(&mut self, job: Job) -> Started {
+        if self.running.is_some() || self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW {
+            return Started::NotNow;
+        }
+        if !self.ready {
+            self.ready = attachable(self.pid);
+            if !self.ready {
+                return Started::NotNow;
+            }
+        }
+        match self.start(job) {
+            Some(done) => Started::Failed(done),
+            None => Started::Running,
+        }
+    }
+
+    /// Wait for the command in progress (at most [`TIMEOUT`]); None: none was running.
+    pub fn wait(&mut self) -> Option<Done> {
+        self.reap(true)
     }
 
     /// Ask for a `Compiler.perfmap` run (started by [`Jcmd::poll`] when the bounds allow).

@@ -1,0 +1,344 @@
+//! "What holds it" for the managed runtimes whose own heap tools leaktrace drives from outside
+//! (`record --heap-census`, issue 33): the JVM's class histogram (`jcmd PID GC.class_histogram`)
+//! and Go's goroutines and heap profile (read from the runtime's `allgs` and `mbuckets` through
+//! /proc/PID/mem), each taken at the
+//! start and at the end of the recording, and what grew between the two, per second and per unit
+//! of work. The model of `recording.json`'s `runtime_holds` and the growth computed from it;
+//! rendered by `report/holds.rs`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Classes kept of one histogram (the largest by bytes); the rest are summed in its totals.
+pub const MAX_CLASSES: usize = 1000;
+
+/// Everything the runtimes' own tools said (`record --heap-census`); one member per runtime.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RuntimeHolds {
+    /// The JVM's class histograms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<Census<ClassHistogram>>,
+    /// Go's goroutines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go: Option<Census<Goroutines>>,
+    /// Node's sampling heap profile: one snapshot, `end` (it covers the recording from the
+    /// moment sampling started, `JsSampling::started_t_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Census<JsSampling>>,
+}
+
+/// V8's sampling heap profile (`HeapProfiler.getSamplingProfile` over the inspector): the
+/// objects sampled since `HeapProfiler.startSampling` that are still alive, by the JS function
+/// that allocated them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsSampling {
+    /// When the profile was read.
+    pub taken: Taken,
+    /// When sampling started, seconds since the recording's first checkpoint.
+    pub started_t_s: f64,
+    /// Mean bytes between samples (`samplingInterval`).
+    pub sampling_interval: u64,
+    /// Live sampled bytes by allocating function, most first (V8's estimate, scaled from the
+    /// samples).
+    pub functions: Vec<JsFunction>,
+    /// Sum over every node of the profile.
+    pub total_bytes: u64,
+}
+
+/// Live bytes allocated under one JS function (the top frame of the allocation stack).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsFunction {
+    /// `recordAudit`, `(anonymous)`, or V8's own labels (`(V8 API)`, `(BYTECODE_COMPILER)`).
+    pub function: String,
+    /// Script URL and line (1-based) of the function, when it has one.
+    pub url: String,
+    pub line: u32,
+    pub live_bytes: u64,
+    /// Its callers' names, innermost first (of the stack that held most bytes).
+    pub stack: Vec<String>,
+}
+
+/// Two snapshots of one runtime's own view, at the start and at the end of the recording.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Census<T> {
+    /// The first snapshot (None: it could not be taken, see `errors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<T>,
+    /// The last snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<T>,
+    /// Why a snapshot is missing or partial, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl<T> Default for Census<T> {
+    fn default() -> Self {
+        Census { start: None, end: None, errors: Vec::new() }
+    }
+}
+
+/// When a snapshot was taken.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Taken {
+    /// Seconds since the recording's first checkpoint, when the answer came.
+    pub t_s: f64,
+    /// How long the tool took, seconds (jcmd: its whole run, an upper bound of the JVM's pause;
+    /// Go: the memory reads, with no pause).
+    pub took_s: f64,
+    /// Units of work done by then (`--work-probe`), from the last checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units_of_work: Option<u64>,
+}
+
+/// `jcmd PID GC.class_histogram`: the live objects by class after a full GC.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassHistogram {
+    pub taken: Taken,
+    /// Largest classes by bytes, at most [`MAX_CLASSES`].
+    pub classes: Vec<ClassCount>,
+    /// The histogram's `Total` line: every instance and byte, kept classes or not.
+    pub total_instances: u64,
+    pub total_bytes: u64,
+}
+
+/// One line of a class histogram.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassCount {
+    /// The class as Java spells it (`byte[]`, `java.lang.Object[]`, `HoldsJvm$AuditRecord`).
+    pub class: String,
+    /// Live instances.
+    pub instances: u64,
+    /// Their shallow size, bytes (the histogram's `#bytes`).
+    pub bytes: u64,
+}
+
+/// Goroutines of a Go process, grouped.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Goroutines {
+    pub taken: Taken,
+    /// Goroutines not dead (`_Gdead` ones are kept for reuse by the runtime and not counted).
+    pub total: u64,
+    /// Their stacks' bytes (`stack.hi - stack.lo`).
+    pub stack_bytes: u64,
+    /// By (state, wait reason, start function), largest count first.
+    pub groups: Vec<GoroutineGroup>,
+    /// The runtime's own heap profile (`runtime.mbuckets`), in use by Go function, most bytes
+    /// first; empty when the program does not profile (`runtime.MemProfileRate` 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heap: Vec<GoHeapSite>,
+    /// `runtime.MemProfileRate` when read: one sample per this many bytes allocated on
+    /// average (0: the heap profile is off; the linker turns it off in a program that never
+    /// references `runtime.MemProfile`).
+    #[serde(default)]
+    pub mem_profile_rate: u64,
+}
+
+/// In-use memory of the runtime's heap profile under one Go function, as `pprof heap` reports
+/// it: as of the last completed GC, scaled from the runtime's samples (`scaleHeapSample`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GoHeapSite {
+    /// The first frame of the allocation stack outside package `runtime`.
+    pub function: String,
+    /// The stack of its largest bucket, innermost first (function names).
+    pub stack: Vec<String>,
+    /// In-use objects and bytes (estimated from the samples).
+    pub inuse_objects: u64,
+    pub inuse_bytes: u64,
+}
+
+/// Goroutines with the same state, wait reason and start function.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GoroutineGroup {
+    /// `running`, `runnable`, `syscall`, `waiting`, ... (`g.atomicstatus`).
+    pub state: String,
+    /// Why it waits (`chan send`, `select`, `sleep`: the runtime's `waitReasonStrings`); None
+    /// unless waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_reason: Option<String>,
+    /// The function the goroutine was started with (`g.startpc`, symbolized).
+    pub start_function: String,
+    pub count: u64,
+    /// Their stacks' bytes.
+    pub stack_bytes: u64,
+}
+
+/// What grew of one thing counted (a class, a goroutine group) between the two snapshots.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Growth {
+    /// The class, or the goroutine group in words.
+    pub name: String,
+    pub count_start: u64,
+    pub count_end: u64,
+    pub bytes_start: u64,
+    pub bytes_end: u64,
+    /// Instances (goroutines) per second.
+    pub count_per_s: f64,
+    /// Bytes per second.
+    pub bytes_per_s: f64,
+    /// Per unit of work (`--work-probe`), when units were counted at both snapshots.
+    pub count_per_unit: Option<f64>,
+    pub bytes_per_unit: Option<f64>,
+}
+
+/// Seconds and units of work between two snapshots (None: not after one another).
+fn span(a: &Taken, b: &Taken) -> Option<(f64, Option<f64>)> {
+    let dt = b.t_s - a.t_s;
+    (dt > 0.0).then(|| {
+        let units = match (a.units_of_work, b.units_of_work) {
+            (Some(x), Some(y)) if y > x => Some((y - x) as f64),
+            _ => None,
+        };
+        (dt, units)
+    })
+}
+
+/// Things that grew in count and bytes from `start` to `end` ((count, bytes) by name; a name
+/// absent at the start counts from 0), fastest-growing bytes first.
+fn growth(
+    start: &BTreeMap<String, (u64, u64)>,
+    end: &BTreeMap<String, (u64, u64)>,
+    dt: f64,
+    units: Option<f64>,
+) -> Vec<Growth> {
+    let mut out: Vec<Growth> = end
+        .iter()
+        .filter_map(|(name, &(c1, b1))| {
+            let (c0, b0) = start.get(name).copied().unwrap_or((0, 0));
+            (c1 > c0 && b1 >= b0).then(|| Growth {
+                name: name.clone(),
+                count_start: c0,
+                count_end: c1,
+                bytes_start: b0,
+                bytes_end: b1,
+                count_per_s: (c1 - c0) as f64 / dt,
+                bytes_per_s: (b1 - b0) as f64 / dt,
+                count_per_unit: units.map(|u| (c1 - c0) as f64 / u),
+                bytes_per_unit: units.map(|u| (b1 - b0) as f64 / u),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.bytes_per_s.total_cmp(&a.bytes_per_s).then(b.count_per_s.total_cmp(&a.count_per_s)));
+    out
+}
+
+impl Census<ClassHistogram> {
+    /// The classes whose instance count and bytes grew, fastest bytes first; empty without both
+    /// histograms.
+    pub fn growth(&self) -> Vec<Growth> {
+        let (Some(a), Some(b)) = (&self.start, &self.end) else { return Vec::new() };
+        let Some((dt, units)) = span(&a.taken, &b.taken) else { return Vec::new() };
+        let by = |h: &ClassHistogram| h.classes.iter().map(|c| (c.class.clone(), (c.instances, c.bytes))).collect();
+        growth(&by(a), &by(b), dt, units)
+    }
+}
+
+impl GoroutineGroup {
+    /// The group in words: `waiting (chan send), started by main.handle`.
+    pub fn describe(&self) -> String {
+        match &self.wait_reason {
+            Some(w) => format!("{} ({w}), started by {}", self.state, self.start_function),
+            None => format!("{}, started by {}", self.state, self.start_function),
+        }
+    }
+}
+
+impl Census<Goroutines> {
+    /// The goroutine groups that grew, fastest first (bytes: their stacks); empty without both
+    /// snapshots.
+    pub fn growth(&self) -> Vec<Growth> {
+        let (Some(a), Some(b)) = (&self.start, &self.end) else { return Vec::new() };
+        let Some((dt, units)) = span(&a.taken, &b.taken) else { return Vec::new() };
+        let by = |g: &Goroutines| g.groups.iter().map(|x| (x.describe(), (x.count, x.stack_bytes))).collect();
+        let mut v = growth(&by(a), &by(b), dt, units);
+        v.sort_by(|a, b| b.count_per_s.total_cmp(&a.count_per_s));
+        v
+    }
+}
+
+impl Census<Goroutines> {
+    /// The Go functions whose in-use heap (the runtime's heap profile) grew, most bytes per
+    /// second first; empty without both snapshots.
+    pub fn heap_growth(&self) -> Vec<Growth> {
+        let (Some(a), Some(b)) = (&self.start, &self.end) else { return Vec::new() };
+        let Some((dt, units)) = span(&a.taken, &b.taken) else { return Vec::new() };
+        let by =
+            |g: &Goroutines| g.heap.iter().map(|x| (x.function.clone(), (x.inuse_objects, x.inuse_bytes))).collect();
+        growth(&by(a), &by(b), dt, units)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(t_s: f64, units: Option<u64>, classes: &[(&str, u64, u64)]) -> ClassHistogram {
+        ClassHistogram {
+            taken: Taken { t_s, took_s: 0.5, units_of_work: units },
+            classes: classes.iter().map(|&(c, i, b)| ClassCount { class: c.into(), instances: i, bytes: b }).collect(),
+            total_instances: 0,
+            total_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn classes_that_grow_in_count_and_bytes() {
+        let c = Census {
+            start: Some(hist(1.0, Some(100), &[("byte[]", 1000, 300_000), ("Rec", 10, 240), ("Cache", 50, 5000)])),
+            end: Some(hist(
+                11.0,
+                Some(1100),
+                &[("byte[]", 11_000, 3_100_000), ("Rec", 1010, 24_240), ("Cache", 50, 5000), ("New", 5, 80)],
+            )),
+            errors: Vec::new(),
+        };
+        let g = c.growth();
+        let names: Vec<&str> = g.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["byte[]", "Rec", "New"], "Cache does not grow");
+        assert_eq!(g[1].count_per_s, 100.0);
+        assert_eq!(g[1].bytes_per_s, 2400.0);
+        assert_eq!(g[1].count_per_unit, Some(1.0));
+        assert_eq!(g[0].bytes_per_unit, Some(2800.0));
+        let one = Census { start: c.start.clone(), end: None, errors: Vec::new() };
+        assert!(one.growth().is_empty());
+    }
+
+    #[test]
+    fn goroutine_groups_that_grow() {
+        let group = |state: &str, w: Option<&str>, f: &str, n: u64| GoroutineGroup {
+            state: state.into(),
+            wait_reason: w.map(Into::into),
+            start_function: f.into(),
+            count: n,
+            stack_bytes: n * 8192,
+        };
+        let snap = |t_s: f64, gs: Vec<GoroutineGroup>| Goroutines {
+            taken: Taken { t_s, took_s: 0.001, units_of_work: None },
+            total: gs.iter().map(|g| g.count).sum(),
+            stack_bytes: 0,
+            groups: gs,
+            ..Default::default()
+        };
+        let c = Census {
+            start: Some(snap(
+                0.5,
+                vec![group("waiting", Some("chan send"), "main.handle", 50), group("running", None, "runtime.main", 1)],
+            )),
+            end: Some(snap(
+                10.5,
+                vec![
+                    group("waiting", Some("chan send"), "main.handle", 1050),
+                    group("running", None, "runtime.main", 1),
+                ],
+            )),
+            errors: Vec::new(),
+        };
+        let g = c.growth();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].name, "waiting (chan send), started by main.handle");
+        assert_eq!(g[0].count_per_s, 100.0);
+        assert_eq!(g[0].bytes_per_s, 100.0 * 8192.0);
+        assert_eq!(g[0].count_per_unit, None);
+    }
+}

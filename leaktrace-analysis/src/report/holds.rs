@@ -1,0 +1,369 @@
+//! `record --heap-census` ([`crate::holds`]) in report.md (the "What holds it" section, one
+//! subsection per runtime) and report.json (`runtime_holds`, described in docs/report-json.md).
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use crate::holds::{Census, ClassHistogram, Goroutines, Growth, JsSampling, Taken};
+use crate::human::{bytes, number, rate};
+use crate::recording::Recording;
+
+/// Rows of a growth table in report.md (report.json has [`JSON_ROWS`]).
+const MD_ROWS: usize = 10;
+/// Rows of a growth list in report.json.
+const JSON_ROWS: usize = 50;
+
+fn taken_json(t: &Taken) -> Value {
+    json!({ "t_s": t.t_s, "took_s": t.took_s, "units_of_work": t.units_of_work })
+}
+
+fn growth_json(g: &Growth, count_key: &str) -> Value {
+    json!({
+        "name": g.name,
+        format!("{count_key}_start"): g.count_start,
+        format!("{count_key}_end"): g.count_end,
+        "bytes_start": g.bytes_start,
+        "bytes_end": g.bytes_end,
+        format!("{count_key}_per_s"): g.count_per_s,
+        "bytes_per_s": g.bytes_per_s,
+        format!("{count_key}_per_unit"): g.count_per_unit,
+        "bytes_per_unit": g.bytes_per_unit,
+    })
+}
+
+fn jvm_json(c: &Census<ClassHistogram>) -> Value {
+    let snap = |h: &Option<ClassHistogram>| {
+        h.as_ref().map_or(Value::Null, |h| {
+            json!({ "taken": taken_json(&h.taken), "total_instances": h.total_instances, "total_bytes": h.total_bytes, "classes": h.classes.len() })
+        })
+    };
+    let growing: Vec<Value> = c.growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "instances")).collect();
+    json!({ "start": snap(&c.start), "end": snap(&c.end), "growing_classes": growing, "errors": c.errors })
+}
+
+fn go_json(c: &Census<Goroutines>) -> Value {
+    let snap = |g: &Option<Goroutines>| {
+        g.as_ref().map_or(Value::Null, |g| {
+            let groups: Vec<Value> = g
+                .groups
+                .iter()
+                .take(JSON_ROWS)
+                .map(|x| {
+                    json!({ "state": x.state, "wait_reason": x.wait_reason, "start_function": x.start_function, "count": x.count, "stack_bytes": x.stack_bytes })
+                })
+                .collect();
+            let heap: Vec<Value> = g
+                .heap
+                .iter()
+                .take(JSON_ROWS)
+                .map(|h| json!({ "function": h.function, "stack": h.stack, "inuse_objects": h.inuse_objects, "inuse_bytes": h.inuse_bytes }))
+                .collect();
+            json!({
+                "taken": taken_json(&g.taken), "goroutines": g.total, "stack_bytes": g.stack_bytes, "groups": groups,
+                "mem_profile_rate": g.mem_profile_rate, "heap": heap,
+            })
+        })
+    };
+    let growing: Vec<Value> = c.growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "goroutines")).collect();
+    let heap: Vec<Value> = c.heap_growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "objects")).collect();
+    json!({ "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "heap_growth": heap, "errors": c.errors })
+}
+
+fn node_json(c: &Census<JsSampling>) -> Value {
+    let profile = c.end.as_ref().map_or(Value::Null, |s| {
+        let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
+        let functions: Vec<Value> = s
+            .functions
+            .iter()
+            .take(JSON_ROWS)
+            .map(|f| {
+                json!({ "function": f.function, "url": f.url, "line": f.line, "live_bytes": f.live_bytes, "bytes_per_s": f.live_bytes as f64 / secs, "stack": f.stack })
+            })
+            .collect();
+        json!({ "taken": taken_json(&s.taken), "started_t_s": s.started_t_s, "sampling_interval": s.sampling_interval, "total_bytes": s.total_bytes, "functions": functions })
+    });
+    json!({ "sampling_profile": profile, "errors": c.errors })
+}
+
+fn node_md(md: &mut String, c: &Census<JsSampling>) {
+    let _ = writeln!(md, "### Node.js: sampling heap profile (the inspector's `HeapProfiler`)\n");
+    if let Some(s) = &c.end {
+        let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
+        let _ = writeln!(
+            md,
+            "Sampled from {:.1} s to {:.1} s (one sample per {} allocated on average); still alive at the end: {}, by the JS function that allocated them:\n",
+            s.started_t_s,
+            s.taken.t_s,
+            bytes(s.sampling_interval),
+            bytes(s.total_bytes)
+        );
+        for f in s.functions.iter().take(MD_ROWS) {
+            let at = if f.url.is_empty() { String::new() } else { format!(" ({}:{})", f.url, f.line) };
+            let _ = writeln!(
+                md,
+                "- **{}**{at}: {} ({}); called from {}",
+                f.function,
+                bytes(f.live_bytes),
+                rate(f.live_bytes as f64 / secs),
+                f.stack.join(" ← ")
+            );
+        }
+        md.push('\n');
+    }
+    for e in &c.errors {
+        let _ = writeln!(md, "- note: {e}");
+    }
+}
+
+/// report.json's `runtime_holds`: null without `--heap-census`.
+pub fn holds_json(rec: &Recording) -> Value {
+    let Some(h) = &rec.runtime_holds else { return Value::Null };
+    json!({
+        "jvm": h.jvm.as_ref().map_or(Value::Null, jvm_json),
+        "go": h.go.as_ref().map_or(Value::Null, go_json),
+        "node": h.node.as_ref().map_or(Value::Null, node_json),
+    })
+}
+
+/// The per-unit part of a growth line, when units were counted.
+fn per_unit(g: &Growth, what: &str) -> String {
+    match (g.count_per_unit, g.bytes_per_unit) {
+        (Some(c), Some(b)) => format!("; per unit of work {c:.3} {what}, {b:.1} B"),
+        _ => String::new(),
+    }
+}
+
+fn jvm_md(md: &mut String, c: &Census<ClassHistogram>) {
+    let _ = writeln!(md, "### JVM: class histogram (`jcmd PID GC.class_histogram`)\n");
+    if let (Some(a), Some(b)) = (&c.start, &c.end) {
+        let _ = writeln!(
+            md,
+            "Taken at {:.1} s and {:.1} s; each forces a full GC (jcmd ran {:.2} s and {:.2} s: the JVM's pause is at most that). Live objects {} → {}, {} → {}.\n",
+            a.taken.t_s,
+            b.taken.t_s,
+            a.taken.took_s,
+            b.taken.took_s,
+            number(a.total_instances as f64),
+            number(b.total_instances as f64),
+            bytes(a.total_bytes),
+            bytes(b.total_bytes)
+        );
+        let g = c.growth();
+        if g.is_empty() {
+            md.push_str("No class grew in instances and bytes.\n\n");
+        }
+        for x in g.iter().take(MD_ROWS) {
+            let _ = writeln!(
+                md,
+                "- **{}**: {} → {} instances ({:+.1}/s), {} → {} ({}){}",
+                x.name,
+                number(x.count_start as f64),
+                number(x.count_end as f64),
+                x.count_per_s,
+                bytes(x.bytes_start),
+                bytes(x.bytes_end),
+                rate(x.bytes_per_s),
+                per_unit(x, "instances")
+            );
+        }
+        md.push('\n');
+    }
+    for e in &c.errors {
+        let _ = writeln!(md, "- not measured: {e}");
+    }
+}
+
+fn go_md(md: &mut String, c: &Census<Goroutines>) {
+    let _ = writeln!(md, "### Go: goroutines (the runtime's `allgs`, read from outside)\n");
+    if let (Some(a), Some(b)) = (&c.start, &c.end) {
+        let _ = writeln!(
+            md,
+            "Read at {:.1} s and {:.1} s without stopping the process ({:.1} ms and {:.1} ms of reads). Goroutines {} → {}, their stacks {} → {}.\n",
+            a.taken.t_s,
+            b.taken.t_s,
+            a.taken.took_s * 1e3,
+            b.taken.took_s * 1e3,
+            number(a.total as f64),
+            number(b.total as f64),
+            bytes(a.stack_bytes),
+            bytes(b.stack_bytes)
+        );
+        let g = c.growth();
+        if g.is_empty() {
+            md.push_str("No goroutine group grew.\n\n");
+        }
+        for x in g.iter().take(MD_ROWS) {
+            let _ = writeln!(
+                md,
+                "- **{:+.1} goroutines/s** {}: {} → {}, stacks {} → {}{}",
+                x.count_per_s,
+                x.name,
+                number(x.count_start as f64),
+                number(x.count_end as f64),
+                bytes(x.bytes_start),
+                bytes(x.bytes_end),
+                per_unit(x, "goroutines")
+            );
+        }
+        md.push('\n');
+        go_heap_md(md, c, b);
+    }
+    for e in &c.errors {
+        let _ = writeln!(md, "- not measured: {e}");
+    }
+}
+
+/// The Go runtime's heap profile part of the Go subsection.
+fn go_heap_md(md: &mut String, c: &Census<Goroutines>, end: &Goroutines) {
+    if end.mem_profile_rate == 0 {
+        md.push_str(
+            "The runtime's heap profile is off (`runtime.MemProfileRate` 0: the linker turns it off in a program that never \
+             references `runtime.MemProfile`, e.g. through runtime/pprof): no in-use heap by function.\n\n",
+        );
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "The runtime's own heap profile (`runtime.mbuckets`, one sample per {} allocated, scaled as pprof does; in use as of the GC before last), Go functions whose in-use heap grew:\n",
+        bytes(end.mem_profile_rate)
+    );
+    let g = c.heap_growth();
+    if g.is_empty() {
+        md.push_str("- none grew\n");
+    }
+    for x in g.iter().take(MD_ROWS) {
+        let stack = end.heap.iter().find(|h| h.function == x.name).map(|h| h.stack.join(" ← ")).unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "- **{}**: {} → {} in use ({}), {} → {} objects{}; stack: {stack}",
+            x.name,
+            bytes(x.bytes_start),
+            bytes(x.bytes_end),
+            rate(x.bytes_per_s),
+            number(x.count_start as f64),
+            number(x.count_end as f64),
+            per_unit(x, "objects")
+        );
+    }
+    md.push('\n');
+}
+
+/// A class of the program rather than of the JDK or an array (what an array is part of).
+fn application_class(name: &str) -> bool {
+    !name.ends_with("[]") && !["java.", "javax.", "jdk.", "sun.", "com.sun."].iter().any(|p| name.starts_with(p))
+}
+
+/// The leading sentence of the runtime's answer, for the verdict: the fastest-growing goroutine
+/// group, or the fastest-growing class of the program (with the fastest-growing class by bytes
+/// beside it when that is another: the arrays it holds). None: no census, or nothing grew.
+pub fn holder_sentence(rec: &Recording) -> Option<String> {
+    let h = rec.runtime_holds.as_ref()?;
+    if let Some(c) = &h.go {
+        let goroutines =
+            c.growth().into_iter().next().map(|g| format!("{:+.0} goroutines/s {}", g.count_per_s, g.name));
+        let heap = c
+            .heap_growth()
+            .into_iter()
+            .next()
+            .map(|g| format!("Go heap in use under {} {}", g.name, rate(g.bytes_per_s)));
+        return match (goroutines, heap) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+    }
+    if let Some(s) = h.node.as_ref().and_then(|c| c.end.as_ref()) {
+        let f = s.functions.iter().find(|f| !f.function.starts_with('('))?;
+        let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
+        return Some(format!(
+            "JS objects allocated by {} still alive: {}",
+            f.function,
+            rate(f.live_bytes as f64 / secs)
+        ));
+    }
+    let growth = h.jvm.as_ref()?.growth();
+    let top = growth.first()?;
+    let app = growth.iter().find(|g| application_class(&g.name)).unwrap_or(top);
+    let class = |g: &Growth| format!("{} {:+.0} instances/s, {}", g.name, g.count_per_s, rate(g.bytes_per_s));
+    Some(if app.name == top.name {
+        format!("class {}", class(app))
+    } else {
+        format!("class {} (with {})", class(app), class(top))
+    })
+}
+
+/// report.md's line under the verdict naming the runtime's answer (`--heap-census`), if any.
+pub fn holder_line(md: &mut String, rec: &Recording) {
+    if let Some(s) = holder_sentence(rec) {
+        let _ = writeln!(md, "**What holds it** (the runtime's own census): {s}.\n");
+    }
+}
+
+/// report.md's "What holds it" subsections of the JVM and Go; nothing without `--heap-census`.
+pub fn holds_md(md: &mut String, rec: &Recording) {
+    let Some(h) = &rec.runtime_holds else { return };
+    if h.jvm.is_none() && h.go.is_none() && h.node.is_none() {
+        return;
+    }
+    let _ = writeln!(md, "## What holds it\n");
+    if let Some(c) = &h.jvm {
+        jvm_md(md, c);
+    }
+    if let Some(c) = &h.go {
+        go_md(md, c);
+    }
+    if let Some(c) = &h.node {
+        node_md(md, c);
+    }
+    md.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holds::{ClassCount, RuntimeHolds};
+
+    fn hist(t_s: f64, classes: &[(&str, u64, u64)]) -> ClassHistogram {
+        ClassHistogram {
+            taken: Taken { t_s, took_s: 0.4, units_of_work: None },
+            classes: classes.iter().map(|&(c, i, b)| ClassCount { class: c.into(), instances: i, bytes: b }).collect(),
+            total_instances: 100,
+            total_bytes: 1000,
+        }
+    }
+
+    #[test]
+    fn jvm_census_rendered_with_the_program_class_named() {
+        let mut rec: Recording =
+            serde_json::from_str(include_str!("../../testdata/demo-recording.json")).expect("demo");
+        assert_eq!(holds_json(&rec), Value::Null, "null without --heap-census");
+        let mut md = String::new();
+        holds_md(&mut md, &rec);
+        assert!(md.is_empty());
+        rec.runtime_holds = Some(RuntimeHolds {
+            jvm: Some(Census {
+                start: Some(hist(
+                    2.0,
+                    &[("byte[]", 100, 21_600), ("App$Rec", 100, 2400), ("java.lang.String", 5, 120)],
+                )),
+                end: Some(hist(
+                    12.0,
+                    &[("byte[]", 5100, 1_101_600), ("App$Rec", 5100, 122_400), ("java.lang.String", 5, 120)],
+                )),
+                errors: Vec::new(),
+            }),
+            go: None,
+            node: None,
+        });
+        let s = holder_sentence(&rec).expect("a holder");
+        assert_eq!(s, "class App$Rec +500 instances/s, +11.7 KiB/s (with byte[] +500 instances/s, +105.5 KiB/s)");
+        holds_md(&mut md, &rec);
+        assert!(md.starts_with("## What holds it\n\n### JVM: class histogram"), "{md}");
+        assert!(md.contains("- **App$Rec**: 100 → 5,100 instances (+500.0/s)"), "{md}");
+        assert!(!md.contains("java.lang.String"), "a class that does not grow is not listed: {md}");
+        let j = holds_json(&rec);
+        assert_eq!(j["jvm"]["growing_classes"][0]["name"], "byte[]");
+        assert_eq!(j["jvm"]["growing_classes"][1]["instances_per_s"], 500.0);
+        assert_eq!(j["go"], Value::Null);
+    }
+}

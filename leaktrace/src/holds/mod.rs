@@ -1,0 +1,70 @@
+//! "What holds it" from the runtimes' own heap tools, driven from outside (`record
+//! --heap-census`, issue 33): the JVM's class histogram ([`jvm`]) and Go's goroutines ([`go`]) and heap profile ([`goheap`]),
+//! each taken once near the start of the recording and once at its end; the analysis
+//! (`leaktrace_analysis::holds`) says what grew between the two. One [`HeapCensus`] per traced
+//! process; the recorder calls [`HeapCensus::tick`] at every poll and [`HeapCensus::finish`]
+//! at the end, while the process still runs.
+
+use leaktrace_analysis::holds::RuntimeHolds;
+
+use crate::recording::Runtime;
+
+pub mod go;
+pub mod goheap;
+pub mod jvm;
+pub mod node;
+
+/// The census of one traced process.
+#[derive(Default)]
+pub struct HeapCensus {
+    /// `--heap-census` was given.
+    on: bool,
+    jvm: Option<jvm::JvmCensus>,
+    go: Option<go::GoCensus>,
+    node: Option<node::NodeCensus>,
+}
+
+impl HeapCensus {
+    /// A census that does something only when `on` (`--heap-census`).
+    pub fn new(on: bool) -> HeapCensus {
+        HeapCensus { on, ..Default::default() }
+    }
+
+    /// At every poll of process `pid` running `runtime` (None: not known yet): start the census
+    /// of a runtime newly seen, take or collect its first snapshot. Never blocks on the JVM;
+    /// reads Go's memory (milliseconds). `t_s`: seconds since the recording's start.
+    pub fn tick(&mut self, pid: u32, runtime: Option<Runtime>, t_s: f64, units: Option<u64>) {
+        if !self.on {
+            return;
+        }
+        match runtime {
+            Some(Runtime::Jvm) => self.jvm.get_or_insert_with(|| jvm::JvmCensus::new(pid)).tick(t_s, units),
+            Some(Runtime::Go) => self.go.get_or_insert_with(|| go::GoCensus::new(pid)).tick(t_s, units),
+            Some(Runtime::Node) => self.node.get_or_insert_with(|| node::NodeCensus::new(pid)).tick(),
+            _ => {}
+        }
+    }
+
+    /// End of the recording: the last snapshots (`alive`: the process still runs and may be
+    /// asked; the JVM's is waited for, at most `jcmd::TIMEOUT`). `now_s` gives the seconds since
+    /// the recording's start.
+    pub fn finish(&mut self, alive: bool, now_s: &dyn Fn() -> f64, units: Option<u64>) {
+        if let Some(j) = self.jvm.as_mut() {
+            j.finish(alive, now_s, units);
+        }
+        if let Some(g) = self.go.as_mut() {
+            g.finish(alive, now_s(), units);
+        }
+        if let Some(n) = self.node.as_mut() {
+            n.finish(alive, now_s);
+        }
+    }
+
+    /// What the census found, for the recording (None: no census was run).
+    pub fn take(&mut self) -> Option<RuntimeHolds> {
+        let jvm = self.jvm.take().map(|j| j.census);
+        let go = self.go.take().map(|g| g.census);
+        let node = self.node.take().map(|n| n.census);
+        (jvm.is_some() || go.is_some() || node.is_some()).then_some(RuntimeHolds { jvm, go, node })
+    }
+}

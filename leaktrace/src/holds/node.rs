@@ -1,0 +1,332 @@
+//! Node's sampling heap profiler driven from outside (`--heap-census`): the inspector opened the
+//! documented way (SIGUSR1, unless it already listens on 9229; refused when it does not catch
+//! SIGUSR1, run with `--disable-sigusr1`, whose default action would end it), reached inside
+//! the target's network namespace (a socket connected from a thread that joined it), spoken to
+//! with the DevTools protocol over a WebSocket (tungstenite): `HeapProfiler.startSampling` at
+//! the start, `HeapProfiler.getSamplingProfile` at the end (the objects sampled since that are
+//! still alive, by the JS function that allocated them; JS functions are named without
+//! `--perf-basic-prof`), then `stopSampling`. An inspector leaktrace opened is closed again
+//! (`require('inspector').close()` from the command-line API); the target runs on.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use leaktrace_analysis::holds::{Census, JsFunction, JsSampling, Taken};
+use serde_json::{Value, json};
+
+/// The inspector's default port (`--inspect`, SIGUSR1).
+const DEFAULT_PORT: u16 = 9229;
+/// Longest wait for the inspector to listen after SIGUSR1, and for one protocol answer.
+const WAIT: Duration = Duration::from_secs(10);
+/// Mean bytes between samples asked of V8 (its default is 32 KiB).
+pub const SAMPLING_INTERVAL: u64 = 16 * 1024;
+/// Functions kept of a profile.
+const MAX_FUNCTIONS: usize = 200;
+
+type Ws = tungstenite::WebSocket<TcpStream>;
+
+enum Phase {
+    Idle,
+    /// SIGUSR1 sent at this moment, with the ports it listened on before: the inspector is the
+    /// port that appears.
+    Signalled(Instant, Vec<u16>),
+    /// Sampling since this moment.
+    Sampling(Instant),
+    Done,
+}
+
+/// The sampling heap profile of one Node process.
+pub struct NodeCensus {
+    pid: u32,
+    phase: Phase,
+    ws: Option<Ws>,
+    /// The inspector was opened by leaktrace (and is closed at the end).
+    opened: bool,
+    /// Its port, once connected.
+    opened_port: Option<u16>,
+    next_id: u64,
+    pub census: Census<JsSampling>,
+}
+
+impl NodeCensus {
+    pub fn new(pid: u32) -> NodeCensus {
+        NodeCensus {
+            pid,
+            phase: Phase::Idle,
+            ws: None,
+            opened: false,
+            opened_port: None,
+            next_id: 1,
+            census: Census::default(),
+        }
+    }
+
+    /// At every poll: open the inspector (SIGUSR1) and start sampling once it listens. Waits at
+    /// most [`WAIT`] per protocol answer, only while starting.
+    pub fn tick(&mut self) {
+        match &self.phase {
+            Phase::Idle => {
+                // An inspector already open on its default port is used; any other port the
+                // process listens on is the program's own (never sent a request).
+                let before = listening_ports(self.pid);
+                if before.contains(&DEFAULT_PORT) {
+                    self.start(DEFAULT_PORT);
+                } else if catches_sigusr1(self.pid) {
+                    // SAFETY: kill(2) on the target's PID with a signal it handles.
+                    unsafe { libc::kill(self.pid as i32, libc::SIGUSR1) };
+                    self.opened = true;
+                    self.phase = Phase::Signalled(Instant::now(), before);
+                } else {
+                    self.fail("node does not handle SIGUSR1 (run with --disable-sigusr1?) and no inspector listens on 9229: none opened");
+                }
+            }
+            Phase::Signalled(at, before) => {
+                let (at, new) = (*at, listening_ports(self.pid).into_iter().find(|p| !before.contains(p)));
+                match new {
+                    Some(port) => self.start(port),
+                    None if at.elapsed() > WAIT => self.fail(
+                        "no new inspector port within 10 s of SIGUSR1 (an inspector already open on another port than 9229 is not looked for)",
+                    ),
+                    None => {}
+                }
+            }
+            Phase::Sampling(_) | Phase::Done => {}
+        }
+    }
+
+    fn fail(&mut self, why: &str) {
+        self.census.errors.push(why.to_string());
+        self.phase = Phase::Done;
+    }
+
+    fn start(&mut self, port: u16) {
+        if self.opened {
+            self.opened_port = Some(port);
+        }
+        let r = connect(self.pid, port).and_then(|ws| {
+            self.ws = Some(ws);
+            self.call("HeapProfiler.startSampling", json!({ "samplingInterval": SAMPLING_INTERVAL }))
+        });
+        match r {
+            Ok(_) => self.phase = Phase::Sampling(Instant::now()),
+            Err(e) => {
+                self.fail(&format!("inspector on port {port}: {e}"));
+                self.close();
+            }
+        }
+    }
+
+    /// One protocol call: its `result`, events before it skipped.
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let ws = self.ws.as_mut().ok_or("not connected")?;
+        let msg = json!({ "id": id, "method": method, "params": params }).to_string();
+        ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            let m = ws.read().map_err(|e| format!("{method}: {e}"))?;
+            let Ok(text) = m.into_text() else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+            if v["id"] == id {
+                if let Some(e) = v.get("error") {
+                    return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));
+                }
+                return Ok(v["result"].clone());
+            }
+        }
+        Err(format!("{method}: no answer within {} s", WAIT.as_secs()))
+    }
+
+    /// End of the recording: read the profile (when sampling and the process runs), stop
+    /// sampling, close what leaktrace opened. `now_s`: seconds since the recording's start.
+    pub fn finish(&mut self, alive: bool, now_s: &dyn Fn() -> f64) {
+        if let Phase::Sampling(since) = self.phase {
+            // The session's t_s of a poll may be stale by a slow checkpoint: the real clock.
+            let t0 = now_s() - since.elapsed().as_secs_f64();
+            if !alive {
+                self.census.errors.push("the process ended before the sampling profile was read".into());
+            } else {
+                let clock = Instant::now();
+                match self.call("HeapProfiler.getSamplingProfile", json!({})) {
+                    Ok(p) => {
+                        let taken = Taken { t_s: now_s(), took_s: clock.elapsed().as_secs_f64(), units_of_work: None };
+                        self.census.end = Some(sampling(&p["profile"], taken, t0));
+                    }
+                    Err(e) => self.census.errors.push(e),
+                }
+                let _ = self.call("HeapProfiler.stopSampling", json!({}));
+            }
+        }
+        self.phase = Phase::Done;
+        self.close();
+    }
+
+    /// Disconnect; an inspector leaktrace opened is closed (its port checked afterwards).
+    fn close(&mut self) {
+        if self.opened && self.ws.is_some() {
+            // `require` exists only while the command-line API evaluates: taken then, used a
+            // moment later (once leaktrace disconnected: close() waits for the sessions); every
+            // failure caught, so nothing can throw into the target.
+            let close = "((r) => setTimeout(() => { try { r('inspector').close(); } catch (e) {} }, 50))(\
+                         typeof require === 'function' ? require : (p) => process.mainModule.require(p))";
+            let r = self.call("Runtime.evaluate", json!({ "expression": close, "includeCommandLineAPI": true }));
+            if let Err(e) = r {
+                self.census.errors.push(format!("the inspector leaktrace opened may still listen: {e}"));
+            }
+        }
+        if let Some(mut ws) = self.ws.take() {
+            let _ = ws.close(None);
+            let _ = ws.flush();
+        }
+        if let Some(port) = self.opened_port {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while listening_ports(self.pid).contains(&port) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if listening_ports(self.pid).contains(&port) {
+                self.census.errors.push(format!("the inspector leaktrace opened still listens on port {port}"));
+            }
+        }
+    }
+}
+
+/// Whether `pid` catches SIGUSR1 (`SigCgt` of /proc/PID/status).
+fn catches_sigusr1(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("SigCgt:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (libc::SIGUSR1 - 1)) != 0)
+}
+
+/// The ports of the listening TCP sockets the process holds, from its network namespace's
+/// /proc/PID/net/tcp and tcp6 and its file descriptors.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports: Vec<u16> = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default();
+        for l in table.lines().skip(1) {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            if c.len() > 9
+                && c[3] == "0A"
+                && inodes.contains(c[9])
+                && let Some(p) = c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                ports.push(p);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// A TCP connection to 127.0.0.1:`port` in the network namespace of `pid` (from a thread that
+/// joins it; the socket keeps it).
+fn connect_tcp(pid: u32, port: u16) -> Result<TcpStream, String> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(|e| format!("its network namespace: {e}"))?;
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: setns on this short-lived thread only; the fd is valid for the call.
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("setns: {}", std::io::Error::last_os_error()));
+        }
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let s = TcpStream::connect_timeout(&addr, WAIT).map_err(|e| format!("connect: {e}"))?;
+        s.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+        Ok(s)
+    })
+    .join()
+    .map_err(|_| "connecting thread panicked".to_string())?
+}
+
+/// The inspector's WebSocket: its target's URL from `/json/list`, then the handshake.
+fn connect(pid: u32, port: u16) -> Result<Ws, String> {
+    let mut s = connect_tcp(pid, port)?;
+    s.write_all(b"GET /json/list HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    let body = reply.split_once("\r\n\r\n").map(|(_, b)| b).ok_or("no HTTP answer to /json/list")?;
+    let list: Value = serde_json::from_str(body).map_err(|e| format!("/json/list: {e}"))?;
+    let url = list[0]["webSocketDebuggerUrl"].as_str().ok_or("/json/list names no target")?.to_string();
+    let (ws, _) = tungstenite::client(url.as_str(), connect_tcp(pid, port)?).map_err(|e| format!("WebSocket: {e}"))?;
+    Ok(ws)
+}
+
+/// One frame of a sampling profile: function, script URL, line (1-based).
+type JsFrame = (String, String, u32);
+
+/// The program's frame of an allocation stack (innermost first): the first with a script that is
+/// not Node's own library (`node:buffer`), else the innermost.
+fn program_frame(stack: &[JsFrame]) -> &JsFrame {
+    stack.iter().find(|f| !f.1.is_empty() && !f.1.starts_with("node:")).unwrap_or(&stack[0])
+}
+
+/// A sampling profile (`{head: {callFrame, selfSize, children}}`) by the program's allocating
+/// function ([`program_frame`]).
+fn sampling(profile: &Value, taken: Taken, started_t_s: f64) -> JsSampling {
+    let mut by: std::collections::HashMap<JsFrame, (u64, u64, Vec<String>)> = Default::default();
+    let mut total = 0;
+    let mut todo: Vec<(&Value, Vec<JsFrame>)> = vec![(&profile["head"], Vec::new())];
+    while let Some((n, mut stack)) = todo.pop() {
+        let f = &n["callFrame"];
+        let name = f["functionName"].as_str().filter(|s| !s.is_empty()).unwrap_or("(anonymous)").to_string();
+        let line = (f["lineNumber"].as_i64().unwrap_or(-1) + 1).max(0) as u32;
+        stack.insert(0, (name, f["url"].as_str().unwrap_or("").to_string(), line));
+        let size = n["selfSize"].as_u64().unwrap_or(0);
+        total += size;
+        if size > 0 {
+            let e = by.entry(program_frame(&stack).clone()).or_default();
+            e.0 += size;
+            if size > e.1 {
+                e.1 = size;
+                e.2 = stack.iter().take(12).map(|f| f.0.clone()).collect();
+            }
+        }
+        for c in n["children"].as_array().into_iter().flatten() {
+            todo.push((c, stack.clone()));
+        }
+    }
+    let mut functions: Vec<JsFunction> = by
+        .into_iter()
+        .map(|((function, url, line), (live_bytes, _, stack))| JsFunction { function, url, line, live_bytes, stack })
+        .collect();
+    functions.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then_with(|| a.function.cmp(&b.function)));
+    functions.truncate(MAX_FUNCTIONS);
+    JsSampling { taken, started_t_s, sampling_interval: SAMPLING_INTERVAL, functions, total_bytes: total }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sampling_profile_by_function() {
+        let p = json!({ "head": { "callFrame": { "functionName": "(root)", "url": "", "lineNumber": -1 }, "selfSize": 0, "children": [
+            { "callFrame": { "functionName": "tick", "url": "file:///a.js", "lineNumber": 29 }, "selfSize": 100, "children": [
+                { "callFrame": { "functionName": "recordAudit", "url": "file:///a.js", "lineNumber": 14 }, "selfSize": 0, "children": [
+                    { "callFrame": { "functionName": "slice", "url": "node:buffer", "lineNumber": 661 }, "selfSize": 4000, "children": [] }
+                ] },
+                { "callFrame": { "functionName": "", "url": "file:///a.js", "lineNumber": 3 }, "selfSize": 50, "children": [] }
+            ] }
+        ] } });
+        let s = sampling(&p, Taken::default(), 1.0);
+        assert_eq!(s.total_bytes, 4150);
+        assert_eq!(s.functions[0].function, "recordAudit");
+        assert_eq!(s.functions[0].line, 15);
+        assert_eq!(s.functions[0].stack, ["slice", "recordAudit", "tick", "(root)"]);
+        assert_eq!(s.functions[2].function, "(anonymous)");
+        assert!(listening_ports(std::process::id()).is_empty(), "the test process listens on nothing");
+    }
+}
