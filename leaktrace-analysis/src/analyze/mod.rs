@@ -546,6 +546,16 @@ pub enum Reason {
         /// span did (and it did not level off through the last quarter).
         whole_span: bool,
     },
+    /// Decided on the whole recording: the allocator's resident memory rose (in steps or
+    /// steadily) while every traced site's live bytes stayed flat or fell back after each peak
+    /// ([`retention::retention`]).
+    Retention {
+        /// The figures and the steps.
+        retention: retention::Retention,
+        /// The probed allocator library (jemalloc, tcmalloc, mimalloc); None for the C library's
+        /// malloc.
+        family: Option<&'static str>,
+    },
     /// RSS (anon) grows while the traced live bytes stay flat.
     RssOutgrowsTraced {
         /// RssAnon over the steady window.
@@ -830,6 +840,7 @@ fn class_rank(c: SiteClass) -> u8 {
 mod frames;
 pub mod patterns;
 mod replay;
+pub mod retention;
 mod site;
 mod stats;
 mod verdict;

@@ -115,6 +115,40 @@ fn allocator_parts(a: &Analysis) -> String {
     format!("brk heap and {}, {} resident at the end, {}", parts.join(" and "), hb(end), of_it.join(", "))
 }
 
+/// The allocator-retention sentence: which allocator, what it holds beyond live bytes, how its
+/// footprint rose (the steps: time and bytes, the live bytes at each), what live bytes did, the
+/// knob that returns the memory, and that the allocator's own statistics were not read.
+fn retention_phrase(r: &crate::analyze::retention::Retention, family: Option<&str>) -> String {
+    let (name, knob) = crate::analyze::retention::allocator_and_knob(family);
+    let how = if r.steps.len() >= 2 {
+        let listed: Vec<String> = r
+            .steps
+            .iter()
+            .take(6)
+            .map(|s| format!("at {:.1} s +{} (live {})", s.t_s, hb(s.bytes), hb(s.live_bytes)))
+            .collect();
+        let more = if r.steps.len() > 6 { format!(", and {} more", r.steps.len() - 6) } else { String::new() };
+        format!("in {} steps ({}{more})", r.steps.len(), listed.join(", "))
+    } else {
+        "steadily".to_string()
+    };
+    let live = if r.live_peak_bytes > 2 * r.live_late_bytes + (1 << 20) {
+        format!("fall back after each peak (peak {}, {} between peaks)", hb(r.live_peak_bytes), hb(r.live_late_bytes))
+    } else {
+        format!("stay flat ({} → {})", hb(r.live_start_bytes), hb(r.live_late_bytes))
+    };
+    format!(
+        "allocator retention (fragmentation): {name} hold {} beyond live bytes — the allocator's resident memory \
+         rose {} → {} (peak {}) over the whole recording, {how}, while live bytes (native, off-heap and managed) \
+         {live}: freed memory the allocator keeps, not a leak; knob: {knob} (the allocator's own statistics were \
+         not read: leaktrace measures the resident pages of its regions)",
+        hb(r.held_beyond_live_bytes),
+        hb(r.footprint_start_bytes),
+        hb(r.footprint_late_bytes),
+        hb(r.footprint_peak_bytes),
+    )
+}
+
 /// "stay flat (12 B/s)" for a rate inside the site noise floor's absolute part, "grow far less
 /// (62772 B/s)" above it (the verdict has already judged the rate not to be the growth).
 fn flat(bytes_per_s: f64) -> String {
@@ -188,7 +222,7 @@ fn reason(a: &Analysis) -> String {
         Reason::AllocatorRetains { trend, native_bytes_per_s, whole_span } => format!(
             "fragmentation: the allocator's resident memory ({}) grows {} ({:.0} B/s ± {:.0}) over \
              {} while live native bytes {}: freed memory is kept by the allocator \
-             (fragmentation or retention), not leaked",
+             (fragmentation or retention), not leaked; knob: {}",
             allocator_parts(a),
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
@@ -198,8 +232,10 @@ fn reason(a: &Analysis) -> String {
             } else {
                 "the steady window"
             },
-            flat(*native_bytes_per_s)
+            flat(*native_bytes_per_s),
+            crate::analyze::retention::allocator_and_knob(a.summary.allocator_family).1
         ),
+        Reason::Retention { retention, family } => retention_phrase(retention, *family),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
             let cause = if *heap_flat {
                 format!(
