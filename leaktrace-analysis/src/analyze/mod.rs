@@ -78,6 +78,11 @@ pub const PLATEAU_RATIO: f64 = 0.5;
 /// Fragmentation: the traced live bytes must grow slower than this fraction of the RSS-anon slope.
 pub const FRAGMENTATION_RATIO: f64 = 0.25;
 
+/// A site whose steady-window slope is not significant (its 95 % interval reaches zero: as wide
+/// as the slope) is called a leak "still growing, record longer" only when the window holds fewer
+/// checkpoints than this (the points factor is below 1 there): with more, the width is scatter.
+pub const MAX_UNRESOLVED_POINTS: usize = 10;
+
 /// Share of RssFile's growth over the analysed span that a traced mapping site's resident
 /// growth must explain for the file-backed verdict ([`Reason::FileBacked`]) to name it.
 pub const FILE_SITE_SHARE: f64 = 0.5;
