@@ -110,3 +110,89 @@ fn summary_mib(summary: &str, after: &str) -> Option<f64> {
         _ => Some(0.0),
     }
 }
+
+/// A memory cgroup made for one test under the test's own (cgroup v1 `memory` hierarchy, or
+/// v2's unified one), with a memory limit; removed when dropped (after its processes ended).
+struct MemoryCgroup {
+    dir: PathBuf,
+}
+
+impl MemoryCgroup {
+    /// A child of this process's memory cgroup limited to `limit` bytes.
+    fn new(name: &str, limit: u64) -> MemoryCgroup {
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").expect("read /proc/self/cgroup");
+        let v1 = cgroups.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctl, rel) = (f.next()?, f.next()?, f.next()?);
+            ctl.split(',').any(|c| c == "memory").then(|| PathBuf::from("/sys/fs/cgroup/memory").join(&rel[1..]))
+        });
+        let (parent, file) = match v1.filter(|p| p.join("memory.limit_in_bytes").exists()) {
+            Some(p) => (p, "memory.limit_in_bytes"),
+            None => {
+                let rel = cgroups.lines().find_map(|l| l.strip_prefix("0::")).expect("no memory cgroup");
+                (PathBuf::from("/sys/fs/cgroup").join(&rel[1..]), "memory.max")
+            }
+        };
+        let dir = parent.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("cannot create the cgroup {}: {e}", dir.display()));
+        std::fs::write(dir.join(file), limit.to_string()).expect("set the cgroup's memory limit");
+        MemoryCgroup { dir }
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("could not remove the cgroup {}", self.dir.display());
+    }
+}
+
+/// Item 7: a leak's scale. `leaky malloc` (1000 B leaked per iteration, 100 iterations a second
+/// for 10 s) launched inside a memory cgroup limited to 512 MiB (the shell moves itself in, then
+/// execs the fixture): the agent records the limit, and the leak verdict says how much a day
+/// (8.0 GiB: 100,000 B/s × 86,400 ± 25 %), its share of RSS and when the cgroup's limit is
+/// reached at this rate ((512 MiB − RSS at the end) / rate, ± 25 %); report.json's
+/// verdict.scale carries the same figures.
+#[test]
+fn leak_verdict_has_its_scale_and_the_cgroup_limit() {
+    require_root();
+    const LIMIT: u64 = 512 << 20;
+    let cg = MemoryCgroup::new("leaktrace-scale", LIMIT);
+    let mut target = Command::new("sh");
+    target.arg("-c").arg(format!(
+        "echo $$ > {}/cgroup.procs && exec {} malloc 1000 100",
+        cg.dir.display(),
+        fixtures().leaky.display()
+    ));
+    let out = OutDir::new("scale-cgroup");
+    let o = record_launch(&out, &[], target);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
+    let verdict = r.get(&["verdict"]);
+    assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
+    let summary = str_of(verdict, "summary");
+    assert!(summary.contains("a day"), "{ctx}");
+    assert!(summary.contains("the cgroup's memory limit (512.0 MiB) reached in"), "{ctx}");
+    let scale = &verdict["scale"];
+    assert_eq!(scale["memory_limit_bytes"].as_u64(), Some(LIMIT), "{ctx}");
+    let rate = f64_of(scale, "bytes_per_s");
+    assert_within("leak rate (B/s)", rate, 100_000.0, 0.25, &ctx);
+    assert_within("bytes a day", f64_of(scale, "bytes_per_day"), 100_000.0 * 86_400.0, 0.25, &ctx);
+    let rss = r.get(&["summary", "rss_end_bytes"]).as_u64().unwrap_or(0) as f64;
+    assert_within(
+        "seconds to the limit",
+        f64_of(scale, "seconds_to_limit"),
+        (LIMIT as f64 - rss) / 100_000.0,
+        0.25,
+        &ctx,
+    );
+    let share = f64_of(scale, "share_of_rss");
+    assert!(share > 0.0 && share < 1.0, "{share}\n{ctx}");
+    eprintln!("{summary}");
+}

@@ -679,6 +679,9 @@ impl Verdict {
 /// Everything [`analyze`] finds in a recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Analysis {
+    /// A leak verdict's scale: bytes a day, share of RSS, time to the cgroup's memory limit
+    /// ([`scale::scale`]). None when the verdict is not a leak.
+    pub scale: Option<scale::Scale>,
     /// When the target exited (`end_reason` "target-exited"): what it still held at its last
     /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
     pub at_exit: Option<AtExit>,
@@ -846,6 +849,7 @@ mod frames;
 pub mod patterns;
 mod replay;
 pub mod retention;
+pub mod scale;
 mod site;
 mod stats;
 mod verdict;

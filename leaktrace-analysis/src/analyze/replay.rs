@@ -678,7 +678,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         verdict
     };
 
-    Analysis {
+    let mut analysis = Analysis {
+        scale: None,
         at_exit: None,
         freed_at_exit: None,
         checkpoints: n,
@@ -709,7 +710,9 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         units_of_work,
         traced_trend,
         traced_unit_trend,
-    }
+    };
+    analysis.scale = super::scale::scale(&analysis, rec.target.memory_limit_bytes);
+    analysis
 }
 
 /// The analysed span of a timeline, as positions in it: from the last idle checkpoint before the

@@ -182,6 +182,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             })).collect::<Vec<_>>(),
             "runtime": t.runtime,
             "runtime_version": t.runtime_version,
+            "memory_limit_bytes": t.memory_limit_bytes,
+            "memory_limit_file": t.memory_limit_file,
         },
         "mode": rec.mode,
         "sample_bytes": rec.sample_bytes,
@@ -201,6 +203,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "confidence": num(a.verdict.confidence),
             "summary": super::verdict::sentence(a),
             "inconclusive": a.verdict.inconclusive,
+            "scale": a.scale,
         },
         "still_allocated_at_exit": a.at_exit.as_ref().map_or(Value::Null, |x| json!({
             "live_bytes": x.live_bytes,

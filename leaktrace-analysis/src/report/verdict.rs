@@ -38,6 +38,10 @@ pub fn sentence(a: &Analysis) -> String {
         Some(r) => format!("{base}; {r}"),
         None => base,
     };
+    let base = match &a.scale {
+        Some(sc) => format!("{base}; {}", scale_phrase(sc)),
+        None => base,
+    };
     match &v.losses {
         None => base,
         Some(l) => {
@@ -59,6 +63,21 @@ pub fn sentence(a: &Analysis) -> String {
             }
         }
     }
+}
+
+/// "scale: 1.7 MiB a day, 0.4 % of RSS, the cgroup's memory limit (512.0 MiB) reached in 210
+/// days at this rate" ("no cgroup memory limit" without one): what a leak's rate means.
+pub fn scale_phrase(sc: &crate::analyze::scale::Scale) -> String {
+    let share = sc.share_of_rss.map_or(String::new(), |s| format!(", {:.1} % of RSS", s * 100.0));
+    let limit = match (sc.memory_limit_bytes, sc.seconds_to_limit) {
+        (Some(l), Some(s)) => format!(
+            "the cgroup's memory limit ({}) reached in {} at this rate",
+            hb(l),
+            crate::analyze::scale::duration_words(s)
+        ),
+        _ => "no cgroup memory limit".to_string(),
+    };
+    format!("scale: {} a day{share}, {limit}", hb(sc.bytes_per_day.max(0.0) as u64))
 }
 
 /// "released only at exit: the teardown freed 40.0 KiB in 80 block(s) from remember_request": the
@@ -775,5 +794,26 @@ mod tests {
         assert_eq!(state(py, &kind(468_685.0, Some(100.0), true, 50_000.0)), "Python heap flat");
         assert_eq!(state(py, &kind(0.0, Some(100.0), false, 50_000.0)), "Python heap flat (0 B/s)");
         assert_eq!(state(py, &kind(-2048.0, Some(100.0), true, 50_000.0)), "Python heap flat (-2.0 KiB/s)");
+    }
+
+    /// Issue 30, item 7: a 40 B/s leak reads per day, with its share of RSS and the time to the
+    /// cgroup's limit (years when it would take years), or "no cgroup memory limit".
+    #[test]
+    fn scale_reads_per_day_and_to_the_limit() {
+        let mut sc = crate::analyze::scale::Scale {
+            bytes_per_s: 40.0,
+            bytes_per_day: 40.0 * 86_400.0,
+            held_bytes: 1200,
+            share_of_rss: Some(1200.0 / (120 << 20) as f64),
+            memory_limit_bytes: None,
+            seconds_to_limit: None,
+        };
+        assert_eq!(scale_phrase(&sc), "scale: 3.3 MiB a day, 0.0 % of RSS, no cgroup memory limit");
+        sc.memory_limit_bytes = Some(8 << 30);
+        sc.seconds_to_limit = Some(((8u64 << 30) - (120 << 20)) as f64 / 40.0);
+        assert_eq!(
+            scale_phrase(&sc),
+            "scale: 3.3 MiB a day, 0.0 % of RSS, the cgroup's memory limit (8.0 GiB) reached in 6.7 years at this rate"
+        );
     }
 }
