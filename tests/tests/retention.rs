@@ -18,15 +18,17 @@ fn record_for(name: &str, duration: &str, target: Command) -> (OutDir, Report, S
     (out, r, ctx)
 }
 
-/// The verdict is allocator retention (class fragmentation, the whole-recording sentence) naming
-/// every phrase of `names`, and no site is a leak. Returns the summary.
-fn assert_retention(r: &Report, names: &[&str], ctx: &str) -> String {
+/// The verdict is the allocator's retention (class fragmentation) naming every phrase of
+/// `names` and one of each of `any_of`, and no site is a leak. Returns the summary.
+fn assert_retention(r: &Report, names: &[&str], any_of: &[&[&str]], ctx: &str) -> String {
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "fragmentation", "{ctx}");
     let summary = str_of(verdict, "summary").to_string();
-    assert!(summary.contains("allocator retention"), "{ctx}");
     for n in names {
         assert!(summary.contains(n), "the summary does not name {n:?}\n{ctx}");
+    }
+    for alternatives in any_of {
+        assert!(alternatives.iter().any(|n| summary.contains(n)), "the summary names none of {alternatives:?}\n{ctx}");
     }
     let leaks: Vec<&str> =
         r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
@@ -51,7 +53,12 @@ fn threaded_python_glibc_arenas_are_allocator_retention() {
     let mut target = Command::new("/usr/bin/python3.11");
     target.arg(&script).arg("200");
     let (_out, r, ctx) = record_for("arenas-ratchet", "30s", target);
-    let summary = assert_retention(&r, &["glibc's malloc arenas", "MALLOC_ARENA_MAX", "steps (at "], &ctx);
+    let summary = assert_retention(
+        &r,
+        &["allocator retention", "glibc's malloc arenas", "MALLOC_ARENA_MAX", "steps (at "],
+        &[],
+        &ctx,
+    );
     assert!(summary.contains("fall back after each peak"), "{ctx}");
     eprintln!("{summary}");
 }
@@ -74,8 +81,8 @@ fn periodic_report_binary() -> PathBuf {
 /// Item 2: tests/fixtures/periodic_report.c under Debian's jemalloc (LD_PRELOAD), 20 s: a report
 /// of 8 → 48 MiB built and freed twice a second. jemalloc keeps the freed pages dirty until they
 /// decay: its resident memory rises to ~70 MiB in the first seconds and swings there while live
-/// bytes fall back to ~0 after each report. Allocator retention naming jemalloc's dirty pages and
-/// dirty_decay_ms; no site a leak. (Before: "temporary", judged on the steady window only, where
+/// bytes fall back to ~0 after each report. Allocator retention naming jemalloc (its dirty
+/// pages) and dirty_decay_ms; no site a leak. (Before: "temporary", judged on the steady window only, where
 /// the footprint no longer rose.)
 #[test]
 fn jemalloc_dirty_pages_after_periodic_reports_are_allocator_retention() {
@@ -91,9 +98,19 @@ fn jemalloc_dirty_pages_after_periodic_reports_are_allocator_retention() {
     let mut target = Command::new("env");
     target.arg(format!("LD_PRELOAD={}", lib.display())).arg(periodic_report_binary()).arg("200");
     let (_out, r, ctx) = record_for("periodic-report-jemalloc", "20s", target);
-    let summary = assert_retention(&r, &["jemalloc's dirty and muzzy pages", "dirty_decay_ms"], &ctx);
-    let held = summary_mib(&summary, " hold ").unwrap_or(0.0);
-    // 8 → 48 MiB reports: jemalloc keeps tens of MiB; at least the smallest report's worth.
+    // Decided on the whole recording, or — when the footprint happens to swing upwards through
+    // the last half (jemalloc's decay is not periodic) — already by the steady-window rule: both
+    // name jemalloc and its knob.
+    let summary = assert_retention(
+        &r,
+        &["dirty_decay_ms"],
+        &[&["jemalloc's dirty and muzzy pages", "jemalloc mapping(s) holding its blocks"]],
+        &ctx,
+    );
+    // 8 → 48 MiB reports: jemalloc keeps tens of MiB beyond the ~0 live between reports; at
+    // least the smallest report's worth.
+    let end = r.get(&["summary", "allocator_resident_end_bytes"]).as_u64().unwrap_or(0) as f64 / (1 << 20) as f64;
+    let held = summary_mib(&summary, " hold ").unwrap_or(end);
     assert!(held >= 8.0, "{held} MiB held beyond live bytes\n{ctx}");
     eprintln!("{summary}");
 }

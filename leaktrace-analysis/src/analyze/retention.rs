@@ -26,11 +26,13 @@ pub const RETENTION_STEP_MIN_BYTES: u64 = 1 << 20;
 /// One rise of the allocator's footprint to a new high.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RetentionStep {
-    /// Time of the checkpoint that saw the new high, seconds since the first checkpoint.
+    /// Time of the first checkpoint that saw the new high, seconds since the first checkpoint.
     pub t_s: f64,
-    /// How much the footprint rose above its previous high, bytes.
+    /// How much the footprint rose above its previous high, bytes (over consecutive
+    /// checkpoints that each saw a new high: one step).
     pub bytes: u64,
-    /// Live bytes (all traced) at that checkpoint, bytes: the peak the step served.
+    /// Live bytes (all traced) at those checkpoints, the highest, bytes: the peak the step
+    /// served.
     pub live_bytes: u64,
 }
 
@@ -127,11 +129,22 @@ pub(super) fn retention(
         return None;
     }
     let step_min = ((RETENTION_STEP_SHARE * rise as f64) as u64).max(RETENTION_STEP_MIN_BYTES);
-    let mut steps = Vec::new();
+    // A rise over consecutive checkpoints (a peak a checkpoint caught half-built) is one step:
+    // its first checkpoint's time, the bytes of the whole rise, the highest live bytes in it.
+    let mut steps: Vec<RetentionStep> = Vec::new();
     let mut high = f_start;
-    for &(t, f) in &span[1..] {
+    let mut last_step_at = usize::MAX;
+    for (k, &(t, f)) in span.iter().enumerate().skip(1) {
         if f >= high.saturating_add(step_min) {
-            steps.push(RetentionStep { t_s: t, bytes: f - high, live_bytes: at(live, t) });
+            let live_now = at(live, t);
+            match steps.last_mut() {
+                Some(s) if last_step_at + 1 == k => {
+                    s.bytes += f - high;
+                    s.live_bytes = s.live_bytes.max(live_now);
+                }
+                _ => steps.push(RetentionStep { t_s: t, bytes: f - high, live_bytes: live_now }),
+            }
+            last_step_at = k;
         }
         high = high.max(f);
     }
@@ -198,6 +211,17 @@ mod tests {
         assert_eq!(r.steps[0].bytes, 24 * MIB);
         assert_eq!(r.steps[0].t_s, 6.0);
         assert!(r.held_beyond_live_bytes >= 70 * MIB, "{r:?}");
+    }
+
+    /// A peak caught half-built by one checkpoint rises over two: one step of the whole rise.
+    #[test]
+    fn a_rise_over_consecutive_checkpoints_is_one_step() {
+        let footprint = series(|k| 4 * MIB + 12 * MIB * ((k + 1) / 12) as u64 + 12 * MIB * (k / 12) as u64, 61);
+        let live = series(|k| if k % 12 <= 1 && k > 1 { 20 * MIB } else { MIB }, 61);
+        let r = retention(&footprint, &live, 0.0, 30.0, 4096.0).expect("retention");
+        assert_eq!(r.steps[0].t_s, 5.5, "{r:?}");
+        assert_eq!(r.steps[0].bytes, 24 * MIB, "{r:?}");
+        assert_eq!(r.steps.len(), 5, "{r:?}");
     }
 
     /// jemalloc's footprint rises at once and swings with its decay while live bytes are ~0
