@@ -227,6 +227,14 @@ pub struct Target {
     /// image changed there, and the sites before and after belong to different programs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub execs: Vec<ExecChange>,
+    /// The memory limit of the target's memory cgroup, bytes: the smallest of its and its
+    /// ancestors' cgroup v2 `memory.max` or v1 `memory.limit_in_bytes`, read when the process was
+    /// first seen in that cgroup. None: no limit, or none could be read (older recordings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    /// The file that set [`Target::memory_limit_bytes`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_file: Option<String>,
 }
 
 /// One `execve` of a traced process, seen at the sched:sched_process_exec tracepoint (or, without

@@ -78,6 +78,11 @@ pub const PLATEAU_RATIO: f64 = 0.5;
 /// Fragmentation: the traced live bytes must grow slower than this fraction of the RSS-anon slope.
 pub const FRAGMENTATION_RATIO: f64 = 0.25;
 
+/// A site whose steady-window slope is not significant (its 95 % interval reaches zero: as wide
+/// as the slope) is called a leak "still growing, record longer" only when the window holds fewer
+/// checkpoints than this (the points factor is below 1 there): with more, the width is scatter.
+pub const MAX_UNRESOLVED_POINTS: usize = 10;
+
 /// Share of RssFile's growth over the analysed span that a traced mapping site's resident
 /// growth must explain for the file-backed verdict ([`Reason::FileBacked`]) to name it.
 pub const FILE_SITE_SHARE: f64 = 0.5;
@@ -546,6 +551,16 @@ pub enum Reason {
         /// span did (and it did not level off through the last quarter).
         whole_span: bool,
     },
+    /// Decided on the whole recording: the allocator's resident memory rose (in steps or
+    /// steadily) while every traced site's live bytes stayed flat or fell back after each peak
+    /// ([`retention::retention`]).
+    Retention {
+        /// The figures and the steps.
+        retention: retention::Retention,
+        /// The probed allocator library (jemalloc, tcmalloc, mimalloc); None for the C library's
+        /// malloc.
+        family: Option<&'static str>,
+    },
     /// RSS (anon) grows while the traced live bytes stay flat.
     RssOutgrowsTraced {
         /// RssAnon over the steady window.
@@ -664,6 +679,9 @@ impl Verdict {
 /// Everything [`analyze`] finds in a recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Analysis {
+    /// A leak verdict's scale: bytes a day, share of RSS, time to the cgroup's memory limit
+    /// ([`scale::scale`]). None when the verdict is not a leak.
+    pub scale: Option<scale::Scale>,
     /// When the target exited (`end_reason` "target-exited"): what it still held at its last
     /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
     pub at_exit: Option<AtExit>,
@@ -831,6 +849,8 @@ mod collected;
 mod frames;
 pub mod patterns;
 mod replay;
+pub mod retention;
+pub mod scale;
 mod site;
 mod stats;
 mod verdict;

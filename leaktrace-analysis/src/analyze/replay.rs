@@ -570,6 +570,17 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         .find_map(|k| anon[k].map(|a| (k, a)))
         .and_then(|(k, a)| (a > 0).then(|| (native[k] as f64 / a as f64 * 1e4).round() / 1e4));
 
+    // Live bytes the process holds in what it allocated (native and managed malloc sites and
+    // off-heap mappings' resident bytes), the allocator's and runtimes' mappings left out: what
+    // the allocator's footprint serves, for the retention rule.
+    let live_served: Vec<(f64, u64)> = (0..n)
+        .map(|k| {
+            (
+                times[k],
+                native[k].saturating_add(other_malloc[k]).saturating_add(by_kind.offheap.get(k).map_or(0, |p| p.1)),
+            )
+        })
+        .collect();
     let last_allocator = order.iter().rev().find_map(|&i| rec.checkpoints[i].allocator.as_ref());
     let summary = Summary {
         rss_start_bytes: memory.rss_bytes.first().map(|p| p.1),
@@ -619,6 +630,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             fit(&pts).slope_bytes_per_s.min(median_slope(&pts).unwrap_or(f64::INFINITY))
         },
         allocator: &memory.allocator_resident_bytes,
+        traced: &live_served,
+        allocator_family: summary.allocator_family,
         rss_shmem_trend: rss_shmem_trend.as_ref(),
         rss_shmem: &memory.rss_shmem_bytes,
         rss_file_trend: rss_file_trend.as_ref(),
@@ -665,7 +678,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         verdict
     };
 
-    Analysis {
+    let mut analysis = Analysis {
+        scale: None,
         at_exit: None,
         freed_at_exit: None,
         checkpoints: n,
@@ -696,7 +710,9 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         units_of_work,
         traced_trend,
         traced_unit_trend,
-    }
+    };
+    analysis.scale = super::scale::scale(&analysis, rec.target.memory_limit_bytes);
+    analysis
 }
 
 /// The analysed span of a timeline, as positions in it: from the last idle checkpoint before the

@@ -102,7 +102,11 @@ pub(super) fn analyze_site(
     // keeps the early pace is no evidence of a plateau.
     let flattened = steady.slope_bytes_per_s <= floor
         || early.is_none_or(|e| steady.slope_bytes_per_s < PLATEAU_RATIO * e.slope_bytes_per_s.max(0.0));
+    // Only while the window is short: with MAX_UNRESOLVED_POINTS checkpoints or more, an interval
+    // as wide as the slope is the series' scatter (batches allocated and freed), not too few
+    // points, and no leak verdict rests on it.
     let unresolved = !grows
+        && steady.n < MAX_UNRESOLVED_POINTS
         && !flattened
         && count_ok
         && steady.slope_bytes_per_s > floor

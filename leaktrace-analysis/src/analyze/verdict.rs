@@ -28,6 +28,10 @@ pub(super) struct ProcessInput<'a> {
     /// least-squares and the Theil–Sen slope.
     pub(super) native_span_bytes_per_s: f64,
     pub(super) allocator: &'a [(f64, u64)],
+    /// Every traced site's live bytes (native, off-heap and managed) at each checkpoint.
+    pub(super) traced: &'a [(f64, u64)],
+    /// The probed allocator library (jemalloc, tcmalloc, mimalloc); None for the C library's.
+    pub(super) allocator_family: Option<&'static str>,
     pub(super) rss_shmem_trend: Option<&'a Trend>,
     pub(super) rss_shmem: &'a [(f64, u64)],
     pub(super) rss_file_trend: Option<&'a Trend>,
@@ -208,6 +212,19 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         let native = native_span.max(native_live);
         let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native) * 0.6 * p.f_drops);
         let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native, whole_span: true };
+        return verdict(ProcessClass::Fragmentation, confidence, reason);
+    }
+
+    // Allocator retention, decided on the whole recording: the footprint rose (in steps or
+    // steadily) and stays risen while live bytes — native, off-heap and managed — stay flat or
+    // fall back after each peak. Confidence: the points of the last half × the share of the
+    // footprint no live byte needs, at most 0.8 (the footprint may hold the allocator's own
+    // metadata too).
+    let span_from = p.allocator.first().map_or(0.0, |x| x.0).max(p.span_to - p.duration);
+    if let Some(r) = super::retention::retention(p.allocator, p.traced, span_from, p.span_to, alloc_floor) {
+        let held_share = r.held_beyond_live_bytes as f64 / r.footprint_late_bytes.max(1) as f64;
+        let confidence = clamp_conf((f_points(r.late_points) * held_share).min(0.8) * p.f_drops);
+        let reason = Reason::Retention { retention: r, family: p.allocator_family };
         return verdict(ProcessClass::Fragmentation, confidence, reason);
     }
 

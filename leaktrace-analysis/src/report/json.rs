@@ -182,6 +182,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             })).collect::<Vec<_>>(),
             "runtime": t.runtime,
             "runtime_version": t.runtime_version,
+            "memory_limit_bytes": t.memory_limit_bytes,
+            "memory_limit_file": t.memory_limit_file,
         },
         "mode": rec.mode,
         "sample_bytes": rec.sample_bytes,
@@ -203,6 +205,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             "inconclusive": a.verdict.inconclusive,
             // `--heap-census` (issue 33): the runtime's own answer, null without it.
             "holder": super::holds::holder_sentence(rec),
+            "scale": a.scale,
         },
         "still_allocated_at_exit": a.at_exit.as_ref().map_or(Value::Null, |x| json!({
             "live_bytes": x.live_bytes,

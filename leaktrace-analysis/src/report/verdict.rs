@@ -38,6 +38,10 @@ pub fn sentence(a: &Analysis) -> String {
         Some(r) => format!("{base}; {r}"),
         None => base,
     };
+    let base = match &a.scale {
+        Some(sc) => format!("{base}; {}", scale_phrase(sc)),
+        None => base,
+    };
     match &v.losses {
         None => base,
         Some(l) => {
@@ -59,6 +63,21 @@ pub fn sentence(a: &Analysis) -> String {
             }
         }
     }
+}
+
+/// "scale: 1.7 MiB a day, 0.4 % of RSS, the cgroup's memory limit (512.0 MiB) reached in 210
+/// days at this rate" ("no cgroup memory limit" without one): what a leak's rate means.
+pub fn scale_phrase(sc: &crate::analyze::scale::Scale) -> String {
+    let share = sc.share_of_rss.map_or(String::new(), |s| format!(", {:.1} % of RSS", s * 100.0));
+    let limit = match (sc.memory_limit_bytes, sc.seconds_to_limit) {
+        (Some(l), Some(s)) => format!(
+            "the cgroup's memory limit ({}) reached in {} at this rate",
+            hb(l),
+            crate::analyze::scale::duration_words(s)
+        ),
+        _ => "no cgroup memory limit".to_string(),
+    };
+    format!("scale: {} a day{share}, {limit}", hb(sc.bytes_per_day.max(0.0) as u64))
 }
 
 /// "released only at exit: the teardown freed 40.0 KiB in 80 block(s) from remember_request": the
@@ -113,6 +132,40 @@ fn allocator_parts(a: &Analysis) -> String {
         return format!("brk heap and its mappings, {} resident at the end", hb(end));
     }
     format!("brk heap and {}, {} resident at the end, {}", parts.join(" and "), hb(end), of_it.join(", "))
+}
+
+/// The allocator-retention sentence: which allocator, what it holds beyond live bytes, how its
+/// footprint rose (the steps: time and bytes, the live bytes at each), what live bytes did, the
+/// knob that returns the memory, and that the allocator's own statistics were not read.
+fn retention_phrase(r: &crate::analyze::retention::Retention, family: Option<&str>) -> String {
+    let (name, knob) = crate::analyze::retention::allocator_and_knob(family);
+    let how = if r.steps.len() >= 2 {
+        let listed: Vec<String> = r
+            .steps
+            .iter()
+            .take(6)
+            .map(|s| format!("at {:.1} s +{} (live {})", s.t_s, hb(s.bytes), hb(s.live_bytes)))
+            .collect();
+        let more = if r.steps.len() > 6 { format!(", and {} more", r.steps.len() - 6) } else { String::new() };
+        format!("in {} steps ({}{more})", r.steps.len(), listed.join(", "))
+    } else {
+        "steadily".to_string()
+    };
+    let live = if r.live_peak_bytes > 2 * r.live_late_bytes + (1 << 20) {
+        format!("fall back after each peak (peak {}, {} between peaks)", hb(r.live_peak_bytes), hb(r.live_late_bytes))
+    } else {
+        format!("stay flat ({} → {})", hb(r.live_start_bytes), hb(r.live_late_bytes))
+    };
+    format!(
+        "allocator retention (fragmentation): {name} hold {} beyond live bytes — the allocator's resident memory \
+         rose {} → {} (peak {}) over the whole recording, {how}, while live bytes (native, off-heap and managed) \
+         {live}: freed memory the allocator keeps, not a leak; knob: {knob} (the allocator's own statistics were \
+         not read: leaktrace measures the resident pages of its regions)",
+        hb(r.held_beyond_live_bytes),
+        hb(r.footprint_start_bytes),
+        hb(r.footprint_late_bytes),
+        hb(r.footprint_peak_bytes),
+    )
 }
 
 /// "stay flat (12 B/s)" for a rate inside the site noise floor's absolute part, "grow far less
@@ -188,7 +241,7 @@ fn reason(a: &Analysis) -> String {
         Reason::AllocatorRetains { trend, native_bytes_per_s, whole_span } => format!(
             "fragmentation: the allocator's resident memory ({}) grows {} ({:.0} B/s ± {:.0}) over \
              {} while live native bytes {}: freed memory is kept by the allocator \
-             (fragmentation or retention), not leaked",
+             (fragmentation or retention), not leaked; knob: {}",
             allocator_parts(a),
             hr(trend.slope_bytes_per_s),
             trend.slope_bytes_per_s,
@@ -198,8 +251,10 @@ fn reason(a: &Analysis) -> String {
             } else {
                 "the steady window"
             },
-            flat(*native_bytes_per_s)
+            flat(*native_bytes_per_s),
+            crate::analyze::retention::allocator_and_knob(a.summary.allocator_family).1
         ),
+        Reason::Retention { retention, family } => retention_phrase(retention, *family),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
             let cause = if *heap_flat {
                 format!(
@@ -739,5 +794,26 @@ mod tests {
         assert_eq!(state(py, &kind(468_685.0, Some(100.0), true, 50_000.0)), "Python heap flat");
         assert_eq!(state(py, &kind(0.0, Some(100.0), false, 50_000.0)), "Python heap flat (0 B/s)");
         assert_eq!(state(py, &kind(-2048.0, Some(100.0), true, 50_000.0)), "Python heap flat (-2.0 KiB/s)");
+    }
+
+    /// Issue 30, item 7: a 40 B/s leak reads per day, with its share of RSS and the time to the
+    /// cgroup's limit (years when it would take years), or "no cgroup memory limit".
+    #[test]
+    fn scale_reads_per_day_and_to_the_limit() {
+        let mut sc = crate::analyze::scale::Scale {
+            bytes_per_s: 40.0,
+            bytes_per_day: 40.0 * 86_400.0,
+            held_bytes: 1200,
+            share_of_rss: Some(1200.0 / (120 << 20) as f64),
+            memory_limit_bytes: None,
+            seconds_to_limit: None,
+        };
+        assert_eq!(scale_phrase(&sc), "scale: 3.3 MiB a day, 0.0 % of RSS, no cgroup memory limit");
+        sc.memory_limit_bytes = Some(8 << 30);
+        sc.seconds_to_limit = Some(((8u64 << 30) - (120 << 20)) as f64 / 40.0);
+        assert_eq!(
+            scale_phrase(&sc),
+            "scale: 3.3 MiB a day, 0.0 % of RSS, the cgroup's memory limit (8.0 GiB) reached in 6.7 years at this rate"
+        );
     }
 }

@@ -66,6 +66,26 @@ pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
         .find(|p| p.exists())
 }
 
+/// The memory limit of the memory cgroup whose OOM-kill counter is `events` (from
+/// [`memory_events_of`]): the smallest of its and its ancestors' limits up to the hierarchy's
+/// mount, cgroup v2 `memory.max` ("max": none) or v1 `memory.limit_in_bytes` (2^60 bytes or more:
+/// none), bytes, with the file that set it. None: no limit (or unreadable).
+pub(super) fn memory_limit_of(events: &std::path::Path) -> Option<(u64, std::path::PathBuf)> {
+    let file = if events.ends_with("memory.events") { "memory.max" } else { "memory.limit_in_bytes" };
+    let mut best: Option<(u64, std::path::PathBuf)> = None;
+    for dir in events.parent()?.ancestors() {
+        let p = dir.join(file);
+        let Ok(text) = std::fs::read_to_string(&p) else { break };
+        let limit = text.trim().parse::<u64>().ok().filter(|v| *v < 1 << 60);
+        if let Some(v) = limit
+            && best.as_ref().is_none_or(|b| v < b.0)
+        {
+            best = Some((v, p));
+        }
+    }
+    best
+}
+
 /// The usual name of signal `sig` ("SIGKILL"), or "signal N".
 pub(crate) fn signal_name(sig: i32) -> String {
     let name = match sig {
@@ -193,5 +213,26 @@ mod tests {
         assert_eq!(super::oom_kills(&v1), Some(7));
         assert_eq!(super::oom_kills(&dir.join("absent")), None);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The tightest limit up the hierarchy wins; "max" and v1's 2^63 − 4096 are no limit.
+    #[test]
+    fn memory_limit_is_the_smallest_up_the_hierarchy() {
+        let root = std::env::temp_dir().join(format!("leaktrace-limit-{}", std::process::id()));
+        let leaf = root.join("a/b");
+        std::fs::create_dir_all(&leaf).unwrap();
+        std::fs::write(root.join("memory.max"), "max\n").unwrap();
+        std::fs::write(root.join("a/memory.max"), "1073741824\n").unwrap();
+        std::fs::write(leaf.join("memory.max"), "max\n").unwrap();
+        let (limit, file) = super::memory_limit_of(&leaf.join("memory.events")).expect("a limit");
+        assert_eq!(limit, 1 << 30);
+        assert_eq!(file, root.join("a/memory.max"));
+        std::fs::write(root.join("a/memory.max"), "max\n").unwrap();
+        assert_eq!(super::memory_limit_of(&leaf.join("memory.events")), None);
+        std::fs::write(leaf.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        assert_eq!(super::memory_limit_of(&leaf.join("memory.oom_control")), None);
+        std::fs::write(leaf.join("memory.limit_in_bytes"), "536870912\n").unwrap();
+        assert_eq!(super::memory_limit_of(&leaf.join("memory.oom_control")).map(|l| l.0), Some(512 << 20));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -485,6 +485,8 @@ impl Traced {
                 exit_status: self.exit_status.map(ExitStatus::as_shell),
                 ended: self.ended.clone(),
                 execs: self.execs.clone(),
+                memory_limit_bytes: self.memory_limit.as_ref().map(|l| l.0),
+                memory_limit_file: self.memory_limit.as_ref().map(|l| l.1.display().to_string()),
             },
             mode: recorded_mode(opts.mode),
             sample_bytes: match opts.mode {

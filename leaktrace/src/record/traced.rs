@@ -15,7 +15,7 @@ use crate::procinfo;
 use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind};
 use crate::symbolize::StackSymbolizer;
 
-use super::ending::{OomWatch, ending, memory_events_of, oom_kills};
+use super::ending::{OomWatch, ending, memory_events_of, memory_limit_of, oom_kills};
 
 use super::*;
 
@@ -99,6 +99,9 @@ pub(super) struct Traced {
     pub(super) ended: Option<String>,
     /// /proc/PID/cgroup as last read by [`Traced::watch_cgroup`].
     pub(super) cgroup_seen: Option<String>,
+    /// The memory limit of the cgroup the process is in (bytes, and the file that sets it), read
+    /// when the process is first seen in that cgroup ([`memory_limit_of`]); None: no limit.
+    pub(super) memory_limit: Option<(u64, std::path::PathBuf)>,
     /// Launched commands: teardown probes placed, as (object path, function).
     pub(super) teardown_probes: BTreeSet<(String, &'static str)>,
     /// What the session loop keeps of it: how it ended, its teardown, untraced children.
@@ -208,6 +211,7 @@ impl Traced {
             oom_victims_watched: tracer.oom_victims_unavailable.is_none() && tracer.mappings_unavailable.is_none(),
             ended: None,
             cgroup_seen: None,
+            memory_limit: None,
             teardown_probes: BTreeSet::new(),
             session: Default::default(),
             block_regions: Vec::new(),
@@ -257,6 +261,7 @@ impl Traced {
         }
         self.cgroup_seen = Some(now);
         let Some(events) = memory_events_of(self.pid) else { return };
+        self.memory_limit = memory_limit_of(&events);
         if self.oom_watch.as_ref().is_some_and(|w| w.events == events) {
             return;
         }
