@@ -23,6 +23,7 @@ use crate::{output, procinfo};
 mod ending;
 mod live;
 // Reachability hook (#14).
+mod pyheap;
 mod reachability;
 mod session;
 mod targets;
@@ -114,6 +115,8 @@ pub struct RecordOptions {
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
+    /// Issue #31: `--python-heap`: censuses of CPython targets' objects (None: none).
+    pub python_heap: Option<crate::pyheap::HeapOptions>,
     /// `--push URL`: send the heap profiles to a profile store during and after the recording
     /// (see `push.rs`); None: no push.
     pub push: Option<crate::push::PushConfig>,
@@ -141,6 +144,7 @@ impl Default for RecordOptions {
             python_frames_required: false,
             jvm_perf_map: false,
             reachability: None,
+            python_heap: None,
             push: None,
             allow_seccomp_risk: false,
         }
@@ -407,6 +411,10 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     if opts.pymalloc {
         note_without_python(&mut targets, "--pymalloc", "CPython's allocator API is not hooked");
     }
+    // Python heap hook (#31): the census at the end, before the launched command is stopped.
+    if let Some(o) = opts.python_heap {
+        pyheap::census_all(&mut targets, o, start);
+    }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
         Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
@@ -444,6 +452,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             warnings: std::mem::take(&mut t.warnings),
             reachability: reach.remove(&t.pid),
             reachability_scans: std::mem::take(&mut t.reach_scans),
+            python_heap: std::mem::take(&mut t.py_heap.censuses),
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
@@ -490,6 +499,7 @@ impl Traced {
             warnings: Vec::new(),
             reachability: None,
             reachability_scans: Vec::new(),
+            python_heap: Vec::new(),
             mappings: self.symbolizer.mappings(),
             merged_stacks: Default::default(),
         }

@@ -77,6 +77,8 @@ pub(super) struct Traced {
     pub(super) last_samples: HashMap<u32, SiteSample>,
     /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
     pub(super) reach_scans: Vec<crate::reachability::Reachability>,
+    /// Python heap censuses (`--python-heap`, #31) and where the interpreter is.
+    pub(super) py_heap: super::pyheap::PyHeap,
     /// Every execve seen during the recording (issue #15).
     pub(super) execs: Vec<crate::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
@@ -194,6 +196,7 @@ impl Traced {
             exe_resolved: !launched,
             last_samples: HashMap::new(),
             reach_scans: Vec::new(),
+            py_heap: Default::default(),
             execs: Vec::new(),
             launch_exec_pending: launched,
             exe_id: if launched { None } else { exe_identity(pid) },
