@@ -33,7 +33,10 @@ pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
         let g = groups.entry((n.ty, kind, sig)).or_insert((0, 0, i as u32));
         g.0 += 1;
         g.1 += n.size;
-        g.2 = i as u32;
+        // The example: the newest; of objects referenced from nowhere, the newest such root.
+        if kind != HolderKind::Nowhere || n.parent == walk::NONE {
+            g.2 = i as u32;
+        }
     }
     let mut by_type: HashMap<u32, Vec<Group>> = HashMap::new();
     for ((ty, kind, sig), (c, b, ex)) in groups {

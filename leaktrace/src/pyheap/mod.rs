@@ -66,10 +66,12 @@ pub fn locate(pid: u32) -> Result<Located, String> {
     Ok(Located { layout, interp_ptr: target.interp_addr, runtime_interp: interp.layout.runtime_interp })
 }
 
-/// Stop `pid`, take a census, resume. `t_s`: when, seconds since the first checkpoint. Errors
-/// (one line): the process cannot be stopped, or its gc state cannot be read.
-pub fn census(pid: u32, at: &Located, opts: HeapOptions, t_s: f64) -> anyhow::Result<PyCensus> {
+/// Stop `pid`, take a census, resume. `start`: time 0 (the first checkpoint); the census's
+/// time is when the target is stopped. Errors (one line): the process cannot be stopped, or its
+/// gc state cannot be read.
+pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyhow::Result<PyCensus> {
     let t0 = Instant::now();
+    let t_s = t0.duration_since(start).as_secs_f64();
     let mm = crate::procinfo::mm_task(pid);
     let mut mem = mem::Mem::new(mm, 1 << 30);
     let stopped = crate::reach::stop::stop_all(pid)?;

@@ -44,8 +44,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
                 continue;
             }
         };
-        let t_s = start.elapsed().as_secs_f64();
-        match crate::pyheap::census(pid, &at, opts, t_s) {
+        match crate::pyheap::census(pid, &at, opts, start) {
             Ok(c) => {
                 eprintln!(
                     "leaktrace: Python heap of PID {pid}: {} objects ({} containers), target paused {:.1} ms{}",
