@@ -11,8 +11,12 @@ use serde::{Deserialize, Serialize};
 /// One census of one process's Python heap.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct PyCensus {
-    /// When the census ran, seconds since the first checkpoint.
+    /// When the census stopped the target, seconds since the first checkpoint.
     pub t_s: f64,
+    /// The same moment on the wall clock, milliseconds since the Unix epoch (to line the
+    /// census up with the target's own logs).
+    #[serde(default)]
+    pub unix_ms: u64,
     /// How long the target's threads were stopped, milliseconds (first thread stopped to the
     /// last one resumed).
     pub pause_ms: f64,

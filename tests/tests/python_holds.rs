@@ -8,7 +8,7 @@
 //!   from `__main__.bus` through `._handlers` to the message dict, the verdict names
 //!   `__main__.bus._handlers`; the full `lru_cache(256)` and `deque(maxlen=500)` beside it are
 //!   held and not growing. Under pyenv's shared-libpython 3.11, Debian's static
-//!   /usr/bin/python3.11, 3.9 and 3.12.
+//!   /usr/bin/python3.11, 3.8, 3.9, 3.12 and 3.13.
 //! - A ZIP service (zip_service.py) parks a ZIP of ~24 KiB as `bytes` in `_PENDING` per failed
 //!   download: `bytes` grows at the failure rate (±15 %, count and bytes), held by
 //!   `__main__._PENDING`, under both 3.11 interpreters.
@@ -53,14 +53,28 @@ fn record_heap(
     (Report::load(&out.path), progress, out)
 }
 
-/// The rate the fixture ran at, per second, from its progress lines; and it ran to the end.
-fn actual_rate(progress: &[(f64, f64)], secs: u32, ctx: &str) -> f64 {
+/// The rate the fixture ran at between the first and the last census, per second, from its
+/// progress lines (N, wall-clock T) interpolated at the censuses' wall-clock times; and it ran
+/// to the end.
+fn actual_rate(progress: &[(f64, f64)], secs: u32, dir: &Path, ctx: &str) -> f64 {
     let (first, last) = (progress.first().expect(ctx), progress.last().expect(ctx));
     assert!(
         last.1 - first.1 >= f64::from(secs) - 4.0,
         "the target stopped making progress during the recording\n{ctx}"
     );
-    (last.0 - first.0) / (last.1 - first.1)
+    let rec: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("recording.json")).expect("recording.json"))
+            .expect("json");
+    let censuses = rec["python_heap"].as_array().cloned().unwrap_or_default();
+    let at = |c: &Value| {
+        let t = c["unix_ms"].as_f64().unwrap_or(0.0) / 1e3;
+        let k = progress.partition_point(|p| p.1 <= t).clamp(1, progress.len() - 1);
+        let (a, b) = (progress[k - 1], progress[k]);
+        (a.0 + (b.0 - a.0) * (t - a.1) / (b.1 - a.1), t)
+    };
+    let (n0, t0) = at(censuses.first().expect(ctx));
+    let (n1, t1) = at(censuses.last().expect(ctx));
+    (n1 - n0) / (t1 - t0)
 }
 
 fn growing<'a>(r: &'a Report, ty: &str, ctx: &str) -> &'a Value {
@@ -74,7 +88,7 @@ fn event_bus(name: &str, interp: &Path) {
     let (r, progress, out) = record_heap(name, interp, "event_bus.py", &["200"], 10, "messages");
     let md = std::fs::read_to_string(out.path.join("report.md")).unwrap_or_default();
     let ctx = format!("report {}:\n{}\npython_heap: {:#}", out.path.display(), r.summary(), r.get(&["python_heap"]));
-    let rate = actual_rate(&progress, 10, &ctx);
+    let rate = actual_rate(&progress, 10, &out.path, &ctx);
     assert!(rate > 100.0, "the fixture ran {rate:.0} messages/s, far from its 200/s\n{ctx}");
     for (ty, pattern) in [
         ("function", "__main__.bus._handlers[…][…]"),
@@ -124,7 +138,7 @@ fn zip_service(name: &str, interp: &Path) {
     let (r, progress, out) = record_heap(name, interp, "zip_service.py", &["40", "3600", "5"], 10, "jobs");
     let ctx = format!("report {}:\n{}\npython_heap: {:#}", out.path.display(), r.summary(), r.get(&["python_heap"]));
     // Every 5th job's ZIP stays.
-    let leak = actual_rate(&progress, 10, &ctx) / 5.0;
+    let leak = actual_rate(&progress, 10, &out.path, &ctx) / 5.0;
     let g = growing(&r, "bytes", &ctx);
     eprintln!(
         "{name}: bytes {:+.2}/s, {:+.0} B/s (fixture leaks {leak:.2}/s, {:.0} B/s)",
@@ -171,7 +185,7 @@ fn python_heap_reference_leaked_by_an_extension_311() {
     let (r, progress, out) =
         record_heap("pyheap-refleak-311", &interp, "refleak.py", &[&dir_arg, "100", "3600"], 10, "calls");
     let ctx = format!("report {}:\n{}\npython_heap: {:#}", out.path.display(), r.summary(), r.get(&["python_heap"]));
-    let rate = actual_rate(&progress, 10, &ctx);
+    let rate = actual_rate(&progress, 10, &out.path, &ctx);
     for ty in ["dict", "list"] {
         let g = growing(&r, ty, &ctx);
         eprintln!("refleak: {ty} {:+.1}/s (fixture {rate:.1} calls/s)", f64_of(g, "count_per_s"));
@@ -223,4 +237,14 @@ fn python_heap_options_need_the_flag() {
     let o = run(leaktrace(["record", "--python-heap-every", "2", "--", "true"]), None, TIMEOUT);
     assert_eq!(o.code(), Some(2), "{}", o.describe());
     assert!(o.stderr.contains("--python-heap"), "{}", o.describe());
+}
+
+#[test]
+fn python_heap_event_bus_313() {
+    event_bus("pyheap-bus-313", &pyenv("3.13.0"));
+}
+
+#[test]
+fn python_heap_event_bus_38() {
+    event_bus("pyheap-bus-38", &pyenv("3.8.18"));
 }

@@ -6,10 +6,40 @@ use std::collections::HashMap;
 
 const CHUNK: u64 = 64 << 10;
 
+/// An FxHash-style hasher for addresses and small keys: the census does millions of lookups,
+/// and SipHash's resistance to chosen keys buys nothing against the target's own addresses.
+#[derive(Default, Clone, Copy)]
+pub struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        // The product's well-mixed high bits to the low ones, where the table picks its bucket
+        // (addresses are multiples of 16: their product's low bits are not).
+        self.0.rotate_left(26)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+}
+
+/// A `HashMap` with [`AddrHasher`].
+pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddrHasher>>;
+
 /// A read-through chunk cache of one process's memory.
 pub struct Mem {
     pid: u32,
-    chunks: HashMap<u64, Option<Box<[u8]>>>,
+    chunks: FastMap<u64, Option<Box<[u8]>>>,
     cached: usize,
     budget: usize,
     /// Bytes read from the target.
@@ -19,7 +49,7 @@ pub struct Mem {
 impl Mem {
     /// The memory of `pid`, keeping at most `budget` bytes of copies.
     pub fn new(pid: u32, budget: usize) -> Mem {
-        Mem { pid, chunks: HashMap::new(), cached: 0, budget, bytes_read: 0 }
+        Mem { pid, chunks: FastMap::default(), cached: 0, budget, bytes_read: 0 }
     }
 
     /// Copy `out.len()` bytes at `addr`; false when any of them cannot be read.

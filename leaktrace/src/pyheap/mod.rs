@@ -72,6 +72,8 @@ pub fn locate(pid: u32) -> Result<Located, String> {
 pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyhow::Result<PyCensus> {
     let t0 = Instant::now();
     let t_s = t0.duration_since(start).as_secs_f64();
+    let unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let mm = crate::procinfo::mm_task(pid);
     let mut mem = mem::Mem::new(mm, 1 << 30);
     let stopped = crate::reach::stop::stop_all(pid)?;
@@ -83,6 +85,7 @@ pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyh
     let pause = t0.elapsed();
     if let Ok(c) = c.as_mut() {
         c.t_s = t_s;
+        c.unix_ms = unix_ms;
         c.pause_ms = pause.as_secs_f64() * 1e3;
         c.version = format!("{}.{}", at.layout.version.0, at.layout.version.1);
         if mem.bytes_read > 0 {

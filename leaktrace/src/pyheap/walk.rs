@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::decode::{self, Kind, Label, TypeInfo};
 use super::layout::{self as L, HeapLayout, Managed, flags};
-use super::mem::Mem;
+use super::mem::{FastMap, Mem};
 
 /// Interned strings (attribute names, key reprs, module names).
 #[derive(Default)]
@@ -63,15 +63,15 @@ pub struct Walk<'m> {
     pub mem: &'m mut Mem,
     pub l: HeapLayout,
     pub nodes: Vec<Node>,
-    pub index: HashMap<u64, u32>,
+    pub index: FastMap<u64, u32>,
     pub types: Vec<TypeInfo>,
-    type_index: HashMap<u64, u32>,
+    type_index: FastMap<u64, u32>,
     pub strs: Strs,
     /// References found to each node from decoded objects.
     pub refs_in: Vec<u32>,
     /// Pattern signatures: (parent signature, generalised label) → id; and back.
     pub sigs: Vec<(u32, Label)>,
-    sig_index: HashMap<(u32, Label), u32>,
+    sig_index: FastMap<(u32, Label), u32>,
     pub deadline: Instant,
     pub max_objects: usize,
     /// Set when a budget stopped the walk.
@@ -86,13 +86,13 @@ impl<'m> Walk<'m> {
             mem,
             l,
             nodes: Vec::new(),
-            index: HashMap::new(),
+            index: FastMap::default(),
             types: Vec::new(),
-            type_index: HashMap::new(),
+            type_index: FastMap::default(),
             strs: Strs::default(),
             refs_in: Vec::new(),
             sigs: Vec::new(),
-            sig_index: HashMap::new(),
+            sig_index: FastMap::default(),
             deadline,
             max_objects,
             out_of_budget: None,

@@ -389,6 +389,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let end_reason = rt.block_on(session.run(opts));
     session.release_teardowns();
     session.host.status.clear();
+    // Time 0 of the checkpoints (the first one), for the censuses' times.
+    let t_zero = session.start;
     let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
     // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
     // JVM writes it once more first), before a reachability scan stops the target.
@@ -413,7 +415,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     }
     // Python heap hook (#31): the census at the end, before the launched command is stopped.
     if let Some(o) = opts.python_heap {
-        pyheap::census_all(&mut targets, o, start);
+        pyheap::census_all(&mut targets, o, t_zero);
     }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
