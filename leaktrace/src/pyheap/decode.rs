@@ -238,3 +238,47 @@ pub fn object_size(l: &HeapLayout, t: &TypeInfo, h: &[u8]) -> u64 {
     }
     n
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(buf: &mut [u64], byte_off: usize, v: u64) {
+        buf[byte_off / 8] = v;
+    }
+
+    /// A 3.11 unicode-keyed dict {"bus": A, "_x": B} and its key, laid out in this process's
+    /// memory and read back through process_vm_readv: the items, the keys object's size, the
+    /// key's text.
+    #[test]
+    fn reads_a_311_dict_and_its_str_keys_from_memory() {
+        let l = super::super::layout::for_version((3, 11)).unwrap();
+        let mut bus = vec![0u64; 8];
+        put(&mut bus, 16, 3);
+        // state: kind 1 (bits 2-4), compact (bit 5), ascii (bit 6).
+        put(&mut bus, 32, (1 << 2) | (1 << 5) | (1 << 6));
+        put(&mut bus, 48, u64::from_le_bytes(*b"bus\0\0\0\0\0"));
+        let mut x = bus.clone();
+        put(&mut x, 16, 2);
+        put(&mut x, 48, u64::from_le_bytes(*b"_x\0\0\0\0\0\0"));
+        let (bus_at, x_at) = (bus.as_ptr() as u64, x.as_ptr() as u64);
+        let mut keys = vec![0u64; 9];
+        // dk_log2_size 3, dk_log2_index_bytes 3, dk_kind 1 (unicode), two entries.
+        keys[1] = 3 | (3 << 8) | (1 << 16);
+        put(&mut keys, 24, 2);
+        put(&mut keys, 32, u64::from_le_bytes([0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]));
+        let entries = [bus_at, 0xa000, x_at, 0xb000];
+        keys[5..9].copy_from_slice(&entries);
+        let mut dict = vec![0u64; 6];
+        put(&mut dict, 16, 2);
+        put(&mut dict, 32, keys.as_ptr() as u64);
+        let mut mem = Mem::new(std::process::id(), 1 << 20);
+        let (items, size) = dict_items(&mut mem, &l, dict.as_ptr() as u64).expect("dict");
+        assert_eq!(items, vec![(bus_at, 0xa000), (x_at, 0xb000)]);
+        // 32 B of header, 8 B of indices, 5 usable entries of 16 B.
+        assert_eq!(size, 32 + 8 + 5 * 16);
+        assert_eq!(read_str(&mut mem, &l, bus_at, 40).as_deref(), Some("bus"));
+        assert_eq!(read_str(&mut mem, &l, x_at, 1).as_deref(), Some("_"));
+        drop((bus, x, keys, dict));
+    }
+}
