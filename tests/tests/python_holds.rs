@@ -231,6 +231,22 @@ fn python_heap_zip_service_debian_static_311() {
     zip_service("pyheap-zip-deb311", Path::new("/usr/bin/python3.11"));
 }
 
+/// On a target without CPython, `--python-heap` says it did nothing (one line, in the
+/// recording's warnings too) and the recording goes on.
+#[test]
+fn python_heap_on_a_native_target_is_noted() {
+    require_root();
+    let out = OutDir::new("pyheap-native");
+    let mut cmd = leaktrace(["record", "--interval", "250ms", "--python-heap", "--duration", "1s", "--out"]);
+    cmd.arg(&out.path).args(["--", "sleep", "5"]);
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    let line = "runs no CPython interpreter; no Python heap census";
+    assert!(o.stderr.contains(line), "{}", o.describe());
+    let r = Report::load(&out.path);
+    assert!(r.get(&["python_heap"]).is_null(), "{}", o.describe());
+}
+
 /// Bad input: `--python-heap-every` without `--python-heap` is one clear error.
 #[test]
 fn python_heap_options_need_the_flag() {

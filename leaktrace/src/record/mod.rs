@@ -413,6 +413,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     if opts.pymalloc {
         note_without_python(&mut targets, "--pymalloc", "CPython's allocator API is not hooked");
     }
+    if opts.python_heap.is_some() {
+        note_without_python(&mut targets, "--python-heap", "no Python heap census");
+    }
     // Python heap hook (#31): the census at the end, before the launched command is stopped.
     if let Some(o) = opts.python_heap {
         pyheap::census_all(&mut targets, o, t_zero);
