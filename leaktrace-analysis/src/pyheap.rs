@@ -2,7 +2,7 @@
 //! counted by type, read from outside while its threads are briefly stopped, with what holds
 //! them (the retaining path from a module global). Made by the recorder
 //! (`leaktrace/src/pyheap/`, described in docs/runtimes.md "Python heap"), stored in
-//! recording.json, turned into growth by type and rendered by `report/holds.rs`. Only type
+//! recording.json, turned into growth by type and rendered by `report/pyholds.rs`. Only type
 //! names, counts, sizes and short path labels (attribute names, dict keys' reprs cut to 40
 //! characters) leave the target: never object contents otherwise.
 

@@ -302,7 +302,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
     if let Value::Object(m) = &mut doc {
         m.insert("reachability".into(), super::reach::reach_json(rec, a));
         // Python heap hook (#31): null without two censuses.
-        m.insert("python_heap".into(), super::holds::holds_json(a));
+        m.insert("python_heap".into(), super::pyholds::holds_json(a));
     }
     doc
 }

@@ -562,7 +562,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     // Reachability hook (#14): lost vs still pointed at, and what holds them.
     super::reach::reach_md(&mut md, rec, a);
     // Python heap hook (#31): growth by type and what holds it.
-    super::holds::holds_md(&mut md, a);
+    super::pyholds::holds_md(&mut md, a);
 
     // Not a leak.
     let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();

@@ -613,7 +613,7 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
 /// What keeps the growing managed heap: the Python heap censuses' holder (issue #31) when
 /// there is one, else `prefix` and where to look ([`heap_tool`]).
 fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
-    match a.python_holds.as_ref().and_then(super::holds::verdict_clause) {
+    match a.python_holds.as_ref().and_then(super::pyholds::verdict_clause) {
         Some(held) => held,
         None => format!("{prefix}{}", heap_tool(rt)),
     }
