@@ -22,6 +22,8 @@ mod hostile_tests;
 pub mod human;
 pub mod merge;
 pub mod output;
+/// `record --python-heap` (#31): Python objects by type and what holds them.
+pub mod pyheap;
 /// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.
 pub mod reachability;
 pub mod recording;

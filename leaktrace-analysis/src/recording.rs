@@ -59,6 +59,10 @@ pub struct Recording {
     /// option.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reachability_scans: Vec<crate::reachability::Reachability>,
+    /// Python heap censuses (`record --python-heap`, issue #31), oldest first: at the first
+    /// periodic checkpoint, every Nth (`--python-heap-every`) and at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_heap: Vec<crate::pyheap::PyCensus>,
     /// Hook (issue #12, pprof mappings): the target's executable mappings with file offsets and
     /// build IDs, by start address; empty in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -31,6 +31,8 @@ pub struct CheckOptions {
     pub limits: Limits,
     /// Reachability hook (#14): scan at the end (`--reachability`); None: no scan.
     pub reachability: Option<crate::reach::ScanOptions>,
+    /// Issue #31: `--python-heap`: Python heap censuses; None: none.
+    pub python_heap: Option<crate::pyheap::HeapOptions>,
     /// `--allow-seccomp-risk`: see [`crate::record::RecordOptions::allow_seccomp_risk`].
     pub allow_seccomp_risk: bool,
 }
@@ -70,6 +72,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         jvm_perf_map: false,
         heap_census: false,
         reachability: opts.reachability,
+        python_heap: opts.python_heap,
         push: None,
         allow_seccomp_risk: opts.allow_seccomp_risk,
     };

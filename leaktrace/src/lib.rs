@@ -29,6 +29,8 @@ pub mod procinfo;
 pub mod push;
 /// Issue #11: CPython frames in the stacks.
 pub mod pyframes;
+/// Issue #31: `record --python-heap`: Python objects by type and what holds them.
+pub mod pyheap;
 /// `record --reachability` (#14): stop the target briefly and scan it for pointers to blocks.
 pub mod reach;
 pub mod record;

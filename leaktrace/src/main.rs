@@ -143,9 +143,30 @@ struct ReachArgs {
     /// still-referenced bytes over time, not only at the end.
     #[arg(long, allow_negative_numbers = true, value_name = "N", requires = "reachability", value_parser = clap::value_parser!(u32).range(1..))]
     reachability_every: Option<u32>,
+    /// On a CPython target, take a census of its objects by type at the first checkpoint, at
+    /// the end (and with --python-heap-every N at every Nth checkpoint), each stopping the
+    /// target briefly: which types grow, and the retaining path from a module global that holds
+    /// them ("What holds it" in the report; docs/runtimes.md).
+    #[arg(long)]
+    python_heap: bool,
+    /// Longest pause of the target per census (e.g. 500ms, 2s); the census stops there and says
+    /// how far it got.
+    #[arg(long, allow_hyphen_values = true, default_value = "2s", value_parser = parse_duration, requires = "python_heap")]
+    python_heap_max_pause: Duration,
+    /// Also take a census at every Nth checkpoint.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", requires = "python_heap", value_parser = clap::value_parser!(u32).range(1..))]
+    python_heap_every: Option<u32>,
 }
 
 impl ReachArgs {
+    fn heap_options(&self) -> Option<leaktrace::pyheap::HeapOptions> {
+        self.python_heap.then(|| leaktrace::pyheap::HeapOptions {
+            max_pause: self.python_heap_max_pause,
+            every: self.python_heap_every,
+            ..Default::default()
+        })
+    }
+
     fn options(&self) -> Option<leaktrace::reach::ScanOptions> {
         self.reachability.then_some(leaktrace::reach::ScanOptions {
             max_pause: self.reachability_max_pause,
@@ -425,6 +446,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 jvm_perf_map: a.jvm_perf_map,
                 heap_census: a.heap_census,
                 reachability: a.reach.options(),
+                python_heap: a.reach.heap_options(),
                 push: a.push.config(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
             };
@@ -468,6 +490,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 out: a.out,
                 limits: a.limits.into(),
                 reachability: a.reach.options(),
+                python_heap: a.reach.heap_options(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
             };
             let outcome = leaktrace::check::check(spec, opts)?;
@@ -569,6 +592,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         jvm_perf_map: false,
         heap_census: false,
         reachability: None,
+        python_heap: None,
         push: None,
         allow_seccomp_risk: false,
     };

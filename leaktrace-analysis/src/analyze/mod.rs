@@ -741,6 +741,9 @@ pub struct Analysis {
     /// `PyObject_Malloc`'s entry), so blocks pymalloc serves from its arenas have their own
     /// stacks; false without it (arena growth is then all the Python heap shows).
     pub pymalloc_hooked: bool,
+    /// Issue #31: growth by type between the Python heap censuses (`record --python-heap`) and
+    /// what holds the growing types; None without two censuses.
+    pub python_holds: Option<crate::pyheap::Holds>,
     /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
     pub work_probe: Option<String>,
     /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None

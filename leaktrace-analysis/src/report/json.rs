@@ -308,6 +308,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         m.insert("reachability".into(), super::reach::reach_json(rec, a));
         // `--heap-census` (issue 33): null without it.
         m.insert("runtime_holds".into(), super::holds::holds_json(rec));
+        // Python heap hook (#31): null without two censuses.
+        m.insert("python_heap".into(), super::pyholds::holds_json(a));
     }
     doc
 }

@@ -564,6 +564,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     super::reach::reach_md(&mut md, rec, a);
     // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
     super::holds::holds_md(&mut md, rec);
+    // Python heap hook (#31): growth by type and what holds it.
+    super::pyholds::holds_md(&mut md, a);
 
     // Not a leak.
     let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();

@@ -23,6 +23,8 @@ pub mod json;
 pub mod markdown;
 pub mod plot;
 pub mod pprof;
+/// Issue #31: growth of the Python heap by type and what holds it.
+pub mod pyholds;
 /// Reachability hook (#14).
 pub mod reach;
 pub mod summary;

@@ -481,19 +481,19 @@ fn managed_leak(rt: Runtime, m: &KindGrowth, a: &Analysis) -> String {
     match managed_culprit(a) {
         Some((function, rate, n)) => format!(
             "{head}; its leaking sites are allocated under {function}: {} ({rate:.0} B/s) in {n} \
-             site(s). leaktrace sees the code that grew the heap, not which objects keep it: {}",
+             site(s). {}",
             hr(rate),
-            heap_tool(rt)
+            what_keeps(rt, a, "leaktrace sees the code that grew the heap, not which objects keep it: ")
         ),
         None if rt == Runtime::Python && !a.pymalloc_hooked && arenas_grow(a) => format!(
             "{head}. pymalloc's arenas (_PyObject_ArenaMmap) grow and pymalloc was not hooked: \
              record with --pymalloc (or run the target with PYTHONMALLOC=malloc) to name the \
              function and line that allocate; {}",
-            heap_tool(rt)
+            what_keeps(rt, a, "")
         ),
         None => format!(
-            "{head}. leaktrace sees the runtime's allocator, not the code that keeps the objects: {}",
-            heap_tool(rt)
+            "{head}. {}",
+            what_keeps(rt, a, "leaktrace sees the runtime's allocator, not the code that keeps the objects: ")
         ),
     }
 }
@@ -662,6 +662,15 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
             format!("{growth}; {held}; it passes through {} ({}): likely missing {}", h.acquire, h.library, h.release)
         }
         None => format!("{growth}; {held}"),
+    }
+}
+
+/// What keeps the growing managed heap: the Python heap censuses' holder (issue #31) when
+/// there is one, else `prefix` and where to look ([`heap_tool`]).
+fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
+    match a.python_holds.as_ref().and_then(super::pyholds::verdict_clause) {
+        Some(held) => held,
+        None => format!("{prefix}{}", heap_tool(rt)),
     }
 }
 

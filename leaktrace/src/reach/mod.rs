@@ -809,7 +809,7 @@ fn read_forced(pid: u32, buf: &mut [u8], addr: u64) -> usize {
 
 /// process_vm_readv of the remote ranges `iov` (at most 1024) into `buf` (laid end to end);
 /// returns the bytes read (0 on error).
-fn read_remote(pid: u32, buf: &mut [u8], iov: &[(u64, usize)]) -> usize {
+pub(crate) fn read_remote(pid: u32, buf: &mut [u8], iov: &[(u64, usize)]) -> usize {
     let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let remote: Vec<libc::iovec> =
         iov.iter().map(|&(a, l)| libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: l }).collect();

@@ -250,6 +250,13 @@ impl Tracing for Live {
                 }
             }
         }
+        // Python heap hook (#31): a census at the first and every Nth periodic checkpoint.
+        if let Some(o) = opts.python_heap
+            && super::pyheap::due(&o, n)
+        {
+            self.status.clear();
+            super::pyheap::census_all(targets, o, start);
+        }
         // Hook (issue #12, push): a periodic push, handed to the push thread.
         if let Some(p) = self.push.as_mut().filter(|p| p.due()) {
             let started = p.started_unix_ms();

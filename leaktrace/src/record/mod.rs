@@ -23,6 +23,7 @@ use crate::{output, procinfo};
 mod ending;
 mod live;
 // Reachability hook (#14).
+mod pyheap;
 mod reachability;
 mod session;
 mod targets;
@@ -117,6 +118,8 @@ pub struct RecordOptions {
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
+    /// Issue #31: `--python-heap`: censuses of CPython targets' objects (None: none).
+    pub python_heap: Option<crate::pyheap::HeapOptions>,
     /// `--push URL`: send the heap profiles to a profile store during and after the recording
     /// (see `push.rs`); None: no push.
     pub push: Option<crate::push::PushConfig>,
@@ -145,6 +148,7 @@ impl Default for RecordOptions {
             jvm_perf_map: false,
             heap_census: false,
             reachability: None,
+            python_heap: None,
             push: None,
             allow_seccomp_risk: false,
         }
@@ -391,6 +395,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let end_reason = rt.block_on(session.run(opts));
     session.release_teardowns();
     session.host.status.clear();
+    // Time 0 of the checkpoints (the first one), for the censuses' times.
+    let t_zero = session.start;
     let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
     // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
     // JVM writes it once more first), before a reachability scan stops the target.
@@ -416,6 +422,13 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     }
     if opts.pymalloc {
         note_without_python(&mut targets, "--pymalloc", "CPython's allocator API is not hooked");
+    }
+    if opts.python_heap.is_some() {
+        note_without_python(&mut targets, "--python-heap", "no Python heap census");
+    }
+    // Python heap hook (#31): the census at the end, before the launched command is stopped.
+    if let Some(o) = opts.python_heap {
+        pyheap::census_all(&mut targets, o, t_zero);
     }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     let mut reach = match opts.reachability {
@@ -455,6 +468,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             reachability: reach.remove(&t.pid).or_else(|| t.reach_at_exit.take()),
             reachability_scans: std::mem::take(&mut t.reach_scans),
             runtime_holds: t.census.take(),
+            python_heap: std::mem::take(&mut t.py_heap.censuses),
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
@@ -503,6 +517,7 @@ impl Traced {
             warnings: Vec::new(),
             reachability: None,
             reachability_scans: Vec::new(),
+            python_heap: Vec::new(),
             mappings: self.symbolizer.mappings(),
             merged_stacks: Default::default(),
             runtime_holds: None,

@@ -82,6 +82,8 @@ pub(super) struct Traced {
     /// The reachability scan taken at the teardown stop (a launched command's `exit`), kept as
     /// the recording's scan when the process then exits.
     pub(super) reach_at_exit: Option<crate::reachability::Reachability>,
+    /// Python heap censuses (`--python-heap`, #31) and where the interpreter is.
+    pub(super) py_heap: super::pyheap::PyHeap,
     /// Every execve seen during the recording (issue #15).
     pub(super) execs: Vec<crate::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
@@ -204,6 +206,7 @@ impl Traced {
             last_samples: HashMap::new(),
             reach_scans: Vec::new(),
             reach_at_exit: None,
+            py_heap: Default::default(),
             execs: Vec::new(),
             launch_exec_pending: launched,
             exe_id: if launched { None } else { exe_identity(pid) },

@@ -1,0 +1,263 @@
+//! Python heap census (issue #31, `record --python-heap`): the objects of a live CPython
+//! process counted by type, and what holds them, read from outside while its threads are
+//! stopped ([`crate::reach::stop`]: ptrace seize + interrupt, released on drop and by the
+//! kernel if the agent dies) with process_vm_readv.
+//!
+//! The walk ([`walk`]): the containers of the collector's generation lists (`PyGC_Head` lists in
+//! the interpreter's gc state, [`layout`]), then breadth first from every module object
+//! (`__main__` first) through the references leaktrace decodes ([`decode`]: dict items, list,
+//! tuple, set and deque members, instance attributes, function defaults and closure cells,
+//! bound methods), so each object reached gets a shortest retaining path from a module global;
+//! then the containers not reached, whose reference count exceeds the references found to
+//! them ("referenced from nowhere") or not (unreachable cycles). Objects are grouped by type
+//! and by the pattern of their path ([`census`]). The target is resumed before this module
+//! returns; the walk stops at the pause cap and the object cap, and says so. What it reads and
+//! what it cannot see: docs/runtimes.md ("Python heap").
+
+mod census;
+pub mod decode;
+pub mod layout;
+pub mod mem;
+pub mod walk;
+
+use std::time::{Duration, Instant};
+
+use crate::pyheap::decode::{Kind, Label};
+use crate::pyheap::walk::{Edge, State, Walk};
+use leaktrace_analysis::pyheap::PyCensus;
+
+/// Options of the census (`--python-heap-*`).
+#[derive(Clone, Copy, Debug)]
+pub struct HeapOptions {
+    /// Longest pause of the target: the walk stops there (`complete: false`).
+    pub max_pause: Duration,
+    /// Also take a census at every this many periodic checkpoints; None: at the first and at
+    /// the end only.
+    pub every: Option<u32>,
+    /// Most objects walked (memory bound: about 100 bytes of the agent's memory each).
+    pub max_objects: usize,
+}
+
+impl Default for HeapOptions {
+    fn default() -> Self {
+        HeapOptions { max_pause: Duration::from_secs(2), every: None, max_objects: 5_000_000 }
+    }
+}
+
+/// Where a process's interpreter keeps its gc state.
+#[derive(Clone, Copy, Debug)]
+pub struct Located {
+    pub layout: layout::HeapLayout,
+    /// The address of the pointer to the main interpreter (3.9+), or of `_PyRuntime` + the
+    /// offset of `interpreters.main` (3.8, where the gc state is in `_PyRuntime`).
+    interp_ptr: u64,
+    runtime_interp: u64,
+}
+
+/// Find the interpreter of `pid` (the object defining `_PyRuntime`, as for Python frames).
+/// Err: one line, why no census can be taken.
+pub fn locate(pid: u32) -> Result<Located, String> {
+    let objects = crate::discover::mapped_objects(pid).map_err(|e| format!("Python heap: {e}"))?;
+    let (interp, target) = crate::pyframes::locate(pid, &objects)
+        .map_err(|e| e.replace("Python frames are not read", "no Python heap census"))?;
+    let v = interp.layout.version;
+    let layout = layout::for_version(v)
+        .ok_or_else(|| format!("no Python heap census: CPython {}.{} is not supported (3.8–3.13)", v.0, v.1))?;
+    Ok(Located { layout, interp_ptr: target.interp_addr, runtime_interp: interp.layout.runtime_interp })
+}
+
+/// Stop `pid`, take a census, resume. `start`: time 0 (the first checkpoint); the census's
+/// time is when the target is stopped. Errors (one line): the process cannot be stopped, or its
+/// gc state cannot be read.
+pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyhow::Result<PyCensus> {
+    let t0 = Instant::now();
+    let t_s = t0.duration_since(start).as_secs_f64();
+    let unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let mm = crate::procinfo::mm_task(pid);
+    let mut mem = mem::Mem::new(mm, 1 << 30);
+    let stopped = crate::reach::stop::stop_all(pid)?;
+    let mut w = Walk::new(&mut mem, at.layout, t0 + opts.max_pause, opts.max_objects);
+    let walked = walk_all(&mut w, at);
+    let mut c = walked.map(|collecting| census::aggregate(&mut w, collecting));
+    drop(w);
+    drop(stopped);
+    let pause = t0.elapsed();
+    if let Ok(c) = c.as_mut() {
+        c.t_s = t_s;
+        c.unix_ms = unix_ms;
+        c.pause_ms = pause.as_secs_f64() * 1e3;
+        c.version = format!("{}.{}", at.layout.version.0, at.layout.version.1);
+        if mem.bytes_read > 0 {
+            c.notes.push(format!("{:.1} MiB of the target's memory read", mem.bytes_read as f64 / 1048576.0));
+        }
+    }
+    c
+}
+
+/// The gc state's address: in the main interpreter (3.9+) or in `_PyRuntime` (3.8).
+fn gc_state(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<u64> {
+    if at.layout.gc_in_runtime {
+        return Ok(at.interp_ptr - at.runtime_interp + at.layout.gc_state);
+    }
+    let interp = w.mem.u64(at.interp_ptr).filter(|&a| a != 0);
+    let interp = interp.ok_or_else(|| anyhow::anyhow!("cannot read the main interpreter's address"))?;
+    Ok(interp + at.layout.gc_state)
+}
+
+/// Walk everything; Ok(true) when the collector was running at the stop.
+fn walk_all(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<bool> {
+    let gc = gc_state(w, at)?;
+    let collecting = w.mem.u64(gc + at.layout.gc_collecting).is_some_and(|v| v as u32 != 0);
+    let heads: Vec<u64> =
+        (0..3).map(|g| gc + at.layout.gc_generations + 24 * g).chain([gc + at.layout.gc_permanent]).collect();
+    for &h in &heads {
+        let first = w.mem.u64(h).unwrap_or(0) & !3;
+        // The first container's prev pointer comes back to the head (flags in its low bits).
+        if first != h && w.mem.u64(first + 8).map(|p| p & !3) != Some(h) {
+            anyhow::bail!(
+                "the collector's lists do not read as CPython {}.{}'s (gc state at {gc:#x})",
+                at.layout.version.0,
+                at.layout.version.1
+            );
+        }
+    }
+    for &h in &heads {
+        let mut p = w.mem.u64(h).unwrap_or(h) & !3;
+        let mut n = 0u64;
+        while p != h && p != 0 {
+            n += 1;
+            if n.is_multiple_of(256) && w.over() {
+                break;
+            }
+            if w.node(p + layout::GC_HEAD, true).is_none() {
+                w.bad_refs += 1;
+            }
+            match w.mem.u64(p) {
+                Some(next) => p = next & !3,
+                None => break,
+            }
+        }
+    }
+    from_modules(w);
+    unreached(w);
+    Ok(collecting)
+}
+
+/// Breadth first from the module objects, `__main__` first.
+fn from_modules(w: &mut Walk<'_>) {
+    let mut roots = Vec::new();
+    for i in 0..w.nodes.len() as u32 {
+        let t = &w.types[w.nodes[i as usize].ty as usize];
+        if t.name == "module" && t.kind == Kind::Other {
+            let mut edges = Vec::new();
+            w.children(i, &mut edges);
+            let name = edges.iter().find_map(|&(v, lab, _)| match lab {
+                Label::Attr(s) if w.strs.list[s as usize] == "__name__" => Some(v),
+                _ => None,
+            });
+            let name = name.and_then(|v| decode::read_str(w.mem, &w.l, v, 80)).unwrap_or_else(|| "?".into());
+            roots.push((name != "__main__", i, name, edges));
+        }
+    }
+    roots.sort_by_key(|r| r.0);
+    let mut queue = std::collections::VecDeque::new();
+    for (_, i, name, _) in &roots {
+        let s = w.strs.id(name);
+        let n = &mut w.nodes[*i as usize];
+        n.state = State::Path;
+        n.label = Label::Root(s);
+        let sig = w.sig(walk::NONE, Label::Root(s));
+        w.nodes[*i as usize].sig = sig;
+    }
+    for (_, i, _, edges) in roots {
+        visit(w, i, &edges, &mut queue);
+    }
+    let mut edges = Vec::new();
+    while let Some(i) = queue.pop_front() {
+        if queue.len().is_multiple_of(256) && w.over() {
+            return;
+        }
+        w.children(i, &mut edges);
+        visit(w, i, &edges, &mut queue);
+    }
+}
+
+/// Count `edges` of node `i` and queue the referents not reached yet.
+fn visit(w: &mut Walk<'_>, i: u32, edges: &[Edge], queue: &mut std::collections::VecDeque<u32>) {
+    for &(addr, label, own) in edges {
+        let Some(j) = w.node(addr, false) else {
+            if addr != 0 {
+                w.bad_refs += 1;
+            }
+            continue;
+        };
+        if own {
+            w.refs_in[j as usize] += 1;
+        }
+        if w.nodes[j as usize].state == State::Seen {
+            let sig = w.sig(w.nodes[i as usize].sig, label);
+            let n = &mut w.nodes[j as usize];
+            n.state = State::Path;
+            n.parent = i;
+            n.label = label;
+            n.sig = sig;
+            queue.push_back(j);
+        }
+    }
+}
+
+/// The containers no module reaches, and what they reach: decoded, their references counted;
+/// then breadth first from those held from outside (reference count above the references
+/// found), the "referenced from nowhere" ones (signature [`census::NOWHERE`]).
+fn unreached(w: &mut Walk<'_>) {
+    let mut edges_of: Vec<(u32, Vec<(u32, Label)>)> = Vec::new();
+    let mut edges = Vec::new();
+    let mut k = 0;
+    while k < w.nodes.len() {
+        if k.is_multiple_of(256) && w.over() {
+            break;
+        }
+        if w.nodes[k].state == State::Seen {
+            w.nodes[k].state = State::Unreached;
+            w.children(k as u32, &mut edges);
+            let mut kids = Vec::new();
+            for &(addr, label, own) in &edges {
+                if let Some(j) = w.node(addr, false) {
+                    if own {
+                        w.refs_in[j as usize] += 1;
+                    }
+                    kids.push((j, label));
+                }
+            }
+            edges_of.push((k as u32, kids));
+        }
+        k += 1;
+    }
+    let adj: std::collections::HashMap<u32, Vec<(u32, Label)>> = edges_of.into_iter().collect();
+    let mut queue = std::collections::VecDeque::new();
+    for (&i, _) in adj.iter() {
+        let n = &w.nodes[i as usize];
+        // Immortal objects (3.12+) carry a huge count: not a leak.
+        if n.state == State::Unreached && n.refcnt > w.refs_in[i as usize] as i64 && n.refcnt < 1 << 29 {
+            queue.push_back(i);
+        }
+    }
+    let mut roots: Vec<u32> = queue.iter().copied().collect();
+    roots.sort_unstable();
+    queue = roots.into_iter().collect();
+    for &i in &queue {
+        w.nodes[i as usize].sig = census::NOWHERE;
+    }
+    while let Some(i) = queue.pop_front() {
+        for &(j, label) in adj.get(&i).map(Vec::as_slice).unwrap_or_default() {
+            let n = &mut w.nodes[j as usize];
+            if n.state != State::Path && n.sig == walk::NONE {
+                n.sig = census::NOWHERE;
+                n.parent = i;
+                n.label = label;
+                queue.push_back(j);
+            }
+        }
+    }
+}
