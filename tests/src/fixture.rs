@@ -17,6 +17,26 @@ pub struct Fixtures {
     pub grow_list_py: PathBuf,
 }
 
+/// `temp_root()/NAME`, created: where a test file builds its own fixtures (Java classes, Go
+/// programs, shared objects).
+pub fn fixture_build_dir(name: &str) -> PathBuf {
+    let d = temp_root().join(name);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("cannot create {}: {e}", d.display()));
+    d
+}
+
+/// Run a fixture's build step (`javac`, `go build`, `gcc` ...), panicking with its output when
+/// it cannot be run or fails.
+pub fn run_build_step(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what} (`cargo xtask setup` installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn fixture_source(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
 }

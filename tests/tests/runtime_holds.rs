@@ -13,39 +13,23 @@ fn src(name: &str) -> PathBuf {
     fixture_source("runtimes").join(name)
 }
 
-fn build_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = temp_root().join("runtime_holds");
-        std::fs::create_dir_all(&d).expect("create runtime_holds fixture dir");
-        d
-    })
-}
-
-fn check(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what} (`cargo xtask setup` installs it): {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The directory holding HoldsJvm.class, JniLeak.class and libjnileak.so (built against the JDK
 /// whose `javac` is on PATH).
 fn jvm_fixture() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = build_dir().join("java");
+        let out = fixture_build_dir("runtime_holds").join("java");
         std::fs::create_dir_all(&out).unwrap();
-        check(Command::new("javac").arg("-d").arg(&out).arg(src("HoldsJvm.java")).arg(src("JniLeak.java")), "javac");
+        run_build_step(
+            Command::new("javac").arg("-d").arg(&out).arg(src("HoldsJvm.java")).arg(src("JniLeak.java")),
+            "javac",
+        );
         let javac = std::env::var_os("PATH")
             .and_then(|p| std::env::split_paths(&p).map(|d| d.join("javac")).find(|j| j.exists()))
             .expect("javac on PATH");
         let home = std::fs::canonicalize(&javac).expect("javac's real path");
         let include = home.parent().and_then(Path::parent).expect("JDK home").join("include");
-        check(
+        run_build_step(
             Command::new("gcc")
                 .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-I"])
                 .arg(&include)
@@ -64,15 +48,15 @@ fn jvm_fixture() -> &'static Path {
 fn go_goroutines() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = build_dir().join("go-goroutines");
-        check(
+        let out = fixture_build_dir("runtime_holds").join("go-goroutines");
+        run_build_step(
             Command::new("go")
                 .args(["build", "-o"])
                 .arg(&out)
                 .arg(".")
                 .current_dir(src("go-goroutines"))
                 .env("CGO_ENABLED", "0")
-                .env("GOCACHE", build_dir().join("gocache"))
+                .env("GOCACHE", fixture_build_dir("runtime_holds").join("gocache"))
                 .env("GOFLAGS", "-mod=mod")
                 .env("GO111MODULE", "on"),
             "go build",

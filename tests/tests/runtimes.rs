@@ -24,23 +24,12 @@ fn src(name: &str) -> PathBuf {
     fixture_source("runtimes").join(name)
 }
 
-fn build_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = temp_root().join("runtimes");
-        std::fs::create_dir_all(&d).expect("create runtimes fixture dir");
-        d
-    })
+fn build_dir() -> PathBuf {
+    fixture_build_dir("runtimes")
 }
 
 fn check(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what} (`cargo xtask setup` installs it): {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_build_step(cmd, what)
 }
 
 /// libcleak.so: parse_record mallocs and never frees.
