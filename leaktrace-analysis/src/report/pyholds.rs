@@ -93,7 +93,14 @@ pub fn holds_md(md: &mut String, a: &Analysis) {
     if h.growing.is_empty() {
         let _ = writeln!(md, "No type grows between the censuses.\n");
     } else {
-        let _ = writeln!(md, "Growing types, most bytes per second first:\n");
+        let _ = writeln!(md, "Types that grew between the first and the last census, most bytes per second first:\n");
+        if !matches!(a.verdict.class, crate::analyze::ProcessClass::Leak) && h.censuses < 3 {
+            let _ = writeln!(
+                md,
+                "The verdict finds no leak: two censuses cannot tell a cache that filled and levelled \
+                 off from growth that goes on; `--python-heap-every N` takes censuses in between.\n"
+            );
+        }
         let _ = writeln!(md, "| Type | Objects | Growth |  Bytes |{head} Held by (fastest-growing holder) |");
         let _ = writeln!(md, "|---|---|---|---|{sep}---|");
         for g in h.growing.iter().take(MD_TYPES) {
