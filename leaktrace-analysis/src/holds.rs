@@ -26,6 +26,95 @@ pub struct RuntimeHolds {
     /// moment sampling started, `JsSampling::started_t_s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<Census<JsSampling>>,
+    /// `--heap-dump`: the JVM's heap dump taken after the last histogram, and the paths from
+    /// the GC roots to the instances of the classes that grew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm_heap_dump: Option<HeapPaths>,
+    /// `--heap-snapshots`: Node's two heap snapshots and the objects new in the second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_snapshots: Option<JsSnapshots>,
+}
+
+/// Two V8 heap snapshots (`HeapProfiler.takeHeapSnapshot` over the inspector, at attach and at
+/// the end): the objects of the second that were not in the first (V8 keeps an object's id
+/// across the snapshots of one process), by constructor.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsSnapshots {
+    /// When each was taken; `took_s`: the snapshot's whole time (the process is paused while
+    /// V8 writes it).
+    pub first: Taken,
+    pub second: Taken,
+    /// Nodes (objects) in each snapshot.
+    pub objects_first: u64,
+    pub objects_second: u64,
+    /// JS heap used before each snapshot (`Runtime.getHeapUsage`), bytes.
+    pub heap_used_first: u64,
+    pub heap_used_second: u64,
+    /// Objects new in the second by constructor, most new objects first (at most 50).
+    pub new_objects: Vec<JsNewObjects>,
+    /// The shortest path from the GC roots to one new instance of the top growing constructor
+    /// (the first in `new_objects` not named in parentheses by V8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<RetainerPath>,
+}
+
+/// Objects of one constructor new in the second snapshot.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsNewObjects {
+    /// The constructor's name (`AuditEntry`, `Array`, `Object`), or V8's label for other nodes
+    /// (`(string)`, `(closure)`, `(array)`, `(system)`, ...).
+    pub constructor: String,
+    /// New objects and their shallow (self) bytes.
+    pub count: u64,
+    pub self_bytes: u64,
+    /// Objects of the constructor in each snapshot.
+    pub count_first: u64,
+    pub count_second: u64,
+}
+
+/// Paths from GC roots to the instances of the classes that grew, read from one heap dump
+/// (`record --heap-dump`: the JVM's HPROF file written by `jcmd PID GC.heap_dump`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct HeapPaths {
+    /// When the dump was asked for and how long the tool ran (jcmd: the whole dump, an upper
+    /// bound of the JVM's pause, which includes a full GC).
+    pub taken: Taken,
+    /// The dump's size, bytes.
+    pub file_bytes: u64,
+    /// Where the dump was kept (`--keep-heap-dump`); None: deleted after parsing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
+    /// Objects in the dump (instances, arrays, classes).
+    pub objects: u64,
+    /// Seconds leaktrace took to parse the dump and find the paths.
+    pub parse_s: f64,
+    /// One per class asked about (the classes that grew most), in that order.
+    pub paths: Vec<RetainerPath>,
+}
+
+/// The shortest path from a GC root to one instance of a class, for the root that holds most
+/// of the class's instances.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RetainerPath {
+    /// The class as Java spells it (`HoldsJvm$AuditRecord`, `byte[]`).
+    pub class: String,
+    /// Its instances in the dump.
+    pub instances: u64,
+    /// Those whose shortest path from a GC root starts at this path's root.
+    pub held: u64,
+    /// `static field`, `JNI global`, `thread local`, `thread`, `system class`, `monitor`, ...
+    pub root_kind: String,
+    /// The steps from the root to the instance: the root (`HoldsJvm.AUDIT`), then the field or
+    /// array each object refers through (`java.util.ArrayList.elementData`,
+    /// `java.lang.Object[]`), then the class of the instance.
+    pub path: Vec<String>,
+}
+
+impl RetainerPath {
+    /// The path in words: `HoldsJvm.AUDIT → java.util.ArrayList.elementData → … → Record`.
+    pub fn describe(&self) -> String {
+        self.path.join(" → ")
+    }
 }
 
 /// V8's sampling heap profile (`HeapProfiler.getSamplingProfile` over the inspector): the

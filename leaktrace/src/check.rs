@@ -71,6 +71,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         python_frames_required: false,
         jvm_perf_map: false,
         heap_census: false,
+        heap_dump: None,
         reachability: opts.reachability,
         python_heap: opts.python_heap,
         push: None,

@@ -263,6 +263,8 @@ struct RecordArgs {
     /// report's "What holds it" section.
     #[arg(long)]
     heap_census: bool,
+    #[command(flatten)]
+    heap_dump: leaktrace::holds::heapdump::HeapDumpArgs,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -445,6 +447,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 python_frames_required: matches!(a.python_frames, PythonFrames::On),
                 jvm_perf_map: a.jvm_perf_map,
                 heap_census: a.heap_census,
+                heap_dump: a.heap_dump.options(),
                 reachability: a.reach.options(),
                 python_heap: a.reach.heap_options(),
                 push: a.push.config(),
@@ -591,6 +594,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         python_frames_required: false,
         jvm_perf_map: false,
         heap_census: false,
+        heap_dump: None,
         reachability: None,
         python_heap: None,
         push: None,

@@ -744,6 +744,10 @@ pub struct Analysis {
     /// Issue #31: growth by type between the Python heap censuses (`record --python-heap`) and
     /// what holds the growing types; None without two censuses.
     pub python_holds: Option<crate::pyheap::Holds>,
+    /// Issue 33: the runtime's own census (`record --heap-census`) in one clause: the growing
+    /// class (and its path from a GC root with `--heap-dump`), JS function or goroutine group
+    /// (`report::holds::holder_sentence`); None without one.
+    pub runtime_holder: Option<String>,
     /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
     pub work_probe: Option<String>,
     /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None

@@ -2143,6 +2143,31 @@ fn managed_leak_names_the_javascript_function_that_grew_the_heap() {
             assert!(s.contains(&named), "{s}\nshould contain: {named}");
         } else {
             assert!(s.contains("leaktrace sees the runtime's allocator, not the code that keeps the objects"), "{s}");
+            // Issue 33: with the runtime's own census (--heap-census), its answer replaces the
+            // advice to take a heap snapshot.
+            let sampling = crate::holds::JsSampling {
+                taken: crate::holds::Taken { t_s: 12.0, took_s: 0.1, units_of_work: None },
+                started_t_s: 0.0,
+                sampling_interval: 16384,
+                functions: vec![crate::holds::JsFunction {
+                    function: "recordAudit".into(),
+                    url: "/srv/audit.js".into(),
+                    line: 15,
+                    live_bytes: 48_000_000,
+                    stack: Vec::new(),
+                }],
+                total_bytes: 48_000_000,
+            };
+            let mut held = r.clone();
+            held.runtime_holds = Some(crate::holds::RuntimeHolds {
+                node: Some(crate::holds::Census { end: Some(sampling), ..Default::default() }),
+                ..Default::default()
+            });
+            let s = sentence(&analyze(&held, &AnalyzeOptions::default()));
+            let census =
+                "what holds it (the runtime's own census): JS objects allocated by recordAudit still alive: +3.8 MiB/s";
+            assert!(s.contains(census), "{s}");
+            assert!(!s.contains("heap snapshot"), "{s}");
         }
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::holds::{Census, ClassHistogram, Goroutines, Growth, JsSampling, Taken};
+use crate::holds::{Census, ClassHistogram, Goroutines, Growth, HeapPaths, JsSampling, JsSnapshots, Taken};
 use crate::human::{bytes, number, rate};
 use crate::recording::Recording;
 
@@ -116,6 +116,95 @@ fn node_md(md: &mut String, c: &Census<JsSampling>) {
     }
 }
 
+fn dump_json(d: &HeapPaths) -> Value {
+    json!({
+        "taken": taken_json(&d.taken), "file_bytes": d.file_bytes, "kept": d.kept, "objects": d.objects,
+        "parse_s": d.parse_s,
+        "paths": d.paths.iter().map(|p| json!({
+            "class": p.class, "instances": p.instances, "held": p.held, "root_kind": p.root_kind, "path": p.path,
+        })).collect::<Vec<Value>>(),
+    })
+}
+
+fn dump_md(md: &mut String, d: &HeapPaths) {
+    let _ = writeln!(md, "### JVM: heap dump (`jcmd PID GC.heap_dump`, --heap-dump)\n");
+    let kept = d.kept.as_deref().map_or_else(|| "deleted after reading".to_string(), |k| format!("kept: `{k}`"));
+    let _ = writeln!(
+        md,
+        "Taken at {:.1} s (a full GC; jcmd ran {:.2} s: the JVM's pause is at most that): {}, {} objects, read in {:.2} s; {kept}. The shortest path from a GC root to the classes that grew, for the root that holds most of them:\n",
+        d.taken.t_s,
+        d.taken.took_s,
+        bytes(d.file_bytes),
+        number(d.objects as f64),
+        d.parse_s
+    );
+    for p in &d.paths {
+        let _ = writeln!(
+            md,
+            "- **{}** ({} of {} instances, {}): `{}`",
+            p.class,
+            number(p.held as f64),
+            number(p.instances as f64),
+            p.root_kind,
+            p.describe()
+        );
+    }
+    md.push('\n');
+}
+
+fn snapshots_json(s: &JsSnapshots) -> Value {
+    let secs = (s.second.t_s - s.first.t_s).max(f64::MIN_POSITIVE);
+    let path = s.path.as_ref().map_or(
+        Value::Null,
+        |p| json!({ "constructor": p.class, "new_objects": p.instances, "reached": p.held, "path": p.path }),
+    );
+    json!({
+        "first": taken_json(&s.first), "second": taken_json(&s.second),
+        "objects_first": s.objects_first, "objects_second": s.objects_second,
+        "heap_used_first": s.heap_used_first, "heap_used_second": s.heap_used_second,
+        "new_objects": s.new_objects.iter().map(|c| json!({
+            "constructor": c.constructor, "count": c.count, "self_bytes": c.self_bytes,
+            "count_first": c.count_first, "count_second": c.count_second,
+            "count_per_s": c.count as f64 / secs, "self_bytes_per_s": c.self_bytes as f64 / secs,
+        })).collect::<Vec<Value>>(),
+        "path": path,
+    })
+}
+
+fn snapshots_md(md: &mut String, s: &JsSnapshots) {
+    let _ = writeln!(md, "### Node.js: heap snapshots (--heap-snapshots)\n");
+    let secs = (s.second.t_s - s.first.t_s).max(f64::MIN_POSITIVE);
+    let _ = writeln!(
+        md,
+        "Taken at {:.1} s and {:.1} s (the process paused {:.2} s and {:.2} s while V8 wrote them); objects {} → {}, JS heap used {} → {}. Objects new in the second, by constructor (self sizes):\n",
+        s.first.t_s,
+        s.second.t_s,
+        s.first.took_s,
+        s.second.took_s,
+        number(s.objects_first as f64),
+        number(s.objects_second as f64),
+        bytes(s.heap_used_first),
+        bytes(s.heap_used_second)
+    );
+    for c in s.new_objects.iter().take(MD_ROWS) {
+        let _ = writeln!(
+            md,
+            "- **{}**: {} new ({:+.1}/s), {} ({}); {} → {} in all",
+            c.constructor,
+            number(c.count as f64),
+            c.count as f64 / secs,
+            bytes(c.self_bytes),
+            rate(c.self_bytes as f64 / secs),
+            number(c.count_first as f64),
+            number(c.count_second as f64)
+        );
+    }
+    if let Some(p) = &s.path {
+        let _ = writeln!(md, "\nRetainer path of a new **{}** from the GC roots: `{}`", p.class, p.describe());
+    }
+    md.push('\n');
+}
+
 /// report.json's `runtime_holds`: null without `--heap-census`.
 pub fn holds_json(rec: &Recording) -> Value {
     let Some(h) = &rec.runtime_holds else { return Value::Null };
@@ -123,6 +212,8 @@ pub fn holds_json(rec: &Recording) -> Value {
         "jvm": h.jvm.as_ref().map_or(Value::Null, jvm_json),
         "go": h.go.as_ref().map_or(Value::Null, go_json),
         "node": h.node.as_ref().map_or(Value::Null, node_json),
+        "jvm_heap_dump": h.jvm_heap_dump.as_ref().map_or(Value::Null, dump_json),
+        "node_snapshots": h.node_snapshots.as_ref().map_or(Value::Null, snapshots_json),
     })
 }
 
@@ -272,6 +363,16 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
             (a, b) => a.or(b),
         };
     }
+    if let Some(p) = h.node_snapshots.as_ref().and_then(|s| Some((s, s.path.as_ref()?))) {
+        let (s, path) = p;
+        let secs = (s.second.t_s - s.first.t_s).max(f64::MIN_POSITIVE);
+        return Some(format!(
+            "constructor {} {:+.0} new objects/s (heap snapshots), held by {}",
+            path.class,
+            path.instances as f64 / secs,
+            path.describe()
+        ));
+    }
     if let Some(s) = h.node.as_ref().and_then(|c| c.end.as_ref()) {
         let f = s.functions.iter().find(|f| !f.function.starts_with('('))?;
         let secs = (s.taken.t_s - s.started_t_s).max(f64::MIN_POSITIVE);
@@ -285,10 +386,19 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
     let top = growth.first()?;
     let app = growth.iter().find(|g| application_class(&g.name)).unwrap_or(top);
     let class = |g: &Growth| format!("{} {:+.0} instances/s, {}", g.name, g.count_per_s, rate(g.bytes_per_s));
+    let held = h
+        .jvm_heap_dump
+        .as_ref()
+        .and_then(|d| d.paths.iter().find(|p| p.class == app.name))
+        .map(|p| {
+            let (held, n) = (number(p.held as f64), number(p.instances as f64));
+            format!(", held by {} ({held} of {n} instances in the heap dump)", p.describe())
+        })
+        .unwrap_or_default();
     Some(if app.name == top.name {
-        format!("class {}", class(app))
+        format!("class {}{held}", class(app))
     } else {
-        format!("class {} (with {})", class(app), class(top))
+        format!("class {} (with {}){held}", class(app), class(top))
     })
 }
 
@@ -309,11 +419,17 @@ pub fn holds_md(md: &mut String, rec: &Recording) {
     if let Some(c) = &h.jvm {
         jvm_md(md, c);
     }
+    if let Some(d) = &h.jvm_heap_dump {
+        dump_md(md, d);
+    }
     if let Some(c) = &h.go {
         go_md(md, c);
     }
     if let Some(c) = &h.node {
         node_md(md, c);
+    }
+    if let Some(s) = &h.node_snapshots {
+        snapshots_md(md, s);
     }
     md.push('\n');
 }
@@ -354,6 +470,8 @@ mod tests {
             }),
             go: None,
             node: None,
+            jvm_heap_dump: None,
+            node_snapshots: None,
         });
         let s = holder_sentence(&rec).expect("a holder");
         assert_eq!(s, "class App$Rec +500 instances/s, +11.7 KiB/s (with byte[] +500 instances/s, +105.5 KiB/s)");

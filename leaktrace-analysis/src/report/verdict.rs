@@ -666,11 +666,15 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
 }
 
 /// What keeps the growing managed heap: the Python heap censuses' holder (issue #31) when
-/// there is one, else `prefix` and where to look ([`heap_tool`]).
+/// there is one, else the runtime's own census (issue 33: class, path from a GC root, JS
+/// function, goroutine group), else `prefix` and where to look ([`heap_tool`]).
 fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
     match a.python_holds.as_ref().and_then(super::pyholds::verdict_clause) {
         Some(held) => held,
-        None => format!("{prefix}{}", heap_tool(rt)),
+        None => match &a.runtime_holder {
+            Some(h) => format!("what holds it (the runtime's own census): {h}"),
+            None => format!("{prefix}{}", heap_tool(rt)),
+        },
     }
 }
 

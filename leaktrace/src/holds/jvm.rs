@@ -28,8 +28,8 @@ enum Phase {
 
 /// The class histograms of one JVM.
 pub struct JvmCensus {
-    pid: u32,
-    jcmd: Option<Jcmd>,
+    pub(super) pid: u32,
+    pub(super) jcmd: Option<Jcmd>,
     phase: Phase,
     pub census: Census<ClassHistogram>,
 }

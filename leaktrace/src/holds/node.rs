@@ -38,7 +38,7 @@ enum Phase {
 
 /// The sampling heap profile of one Node process.
 pub struct NodeCensus {
-    pid: u32,
+    pub(super) pid: u32,
     phase: Phase,
     ws: Option<Ws>,
     /// The inspector was opened by leaktrace (and is closed at the end).
@@ -46,7 +46,13 @@ pub struct NodeCensus {
     /// Its port, once connected.
     opened_port: Option<u16>,
     next_id: u64,
+    /// When the census began: a launched node gets [`WAIT`] to install its SIGUSR1 handler.
+    created: Instant,
     pub census: Census<JsSampling>,
+    /// `--heap-snapshots` (its size limit, bytes): the first snapshot and what the two found.
+    pub(super) snapshot_max: Option<u64>,
+    pub(super) first: Option<super::nodesnap::First>,
+    pub snapshots: Option<leaktrace_analysis::holds::JsSnapshots>,
 }
 
 impl NodeCensus {
@@ -58,7 +64,11 @@ impl NodeCensus {
             opened: false,
             opened_port: None,
             next_id: 1,
+            created: Instant::now(),
             census: Census::default(),
+            snapshot_max: None,
+            first: None,
+            snapshots: None,
         }
     }
 
@@ -77,6 +87,9 @@ impl NodeCensus {
                     unsafe { libc::kill(self.pid as i32, libc::SIGUSR1) };
                     self.opened = true;
                     self.phase = Phase::Signalled(Instant::now(), before);
+                } else if self.created.elapsed() < WAIT {
+                    // A node just launched installs its handler while it starts: asked again
+                    // at the next poll.
                 } else {
                     self.fail("node does not handle SIGUSR1 (run with --disable-sigusr1?) and no inspector listens on 9229: none opened");
                 }
@@ -95,6 +108,18 @@ impl NodeCensus {
         }
     }
 
+    /// At attach (a running Node process): open the inspector and start sampling now, waiting
+    /// for the inspector to listen (at most [`WAIT`], polled every 20 ms), so the profile covers
+    /// the recording from its start rather than from the first poll after the session's first
+    /// checkpoints (seconds on node's large executable).
+    pub fn start_at_attach(&mut self) {
+        self.tick();
+        while matches!(self.phase, Phase::Signalled(..)) {
+            std::thread::sleep(Duration::from_millis(20));
+            self.tick();
+        }
+    }
+
     fn fail(&mut self, why: &str) {
         self.census.errors.push(why.to_string());
         self.phase = Phase::Done;
@@ -109,7 +134,12 @@ impl NodeCensus {
             self.call("HeapProfiler.startSampling", json!({ "samplingInterval": SAMPLING_INTERVAL }))
         });
         match r {
-            Ok(_) => self.phase = Phase::Sampling(Instant::now()),
+            Ok(_) => {
+                self.phase = Phase::Sampling(Instant::now());
+                if let Some(max) = self.snapshot_max {
+                    self.first_snapshot(max);
+                }
+            }
             Err(e) => {
                 self.fail(&format!("inspector on port {port}: {e}"));
                 self.close();
@@ -117,8 +147,48 @@ impl NodeCensus {
         }
     }
 
+    /// One protocol call whose answer comes as `event`s with a `chunk` each (a heap snapshot):
+    /// the chunks joined, waiting at most `wait` in all.
+    pub(super) fn call_collect(
+        &mut self,
+        method: &str,
+        params: Value,
+        event: &str,
+        wait: Duration,
+    ) -> Result<String, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let ws = self.ws.as_mut().ok_or("not connected")?;
+        let msg = json!({ "id": id, "method": method, "params": params }).to_string();
+        ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
+        let deadline = Instant::now() + wait;
+        let mut out = String::new();
+        while Instant::now() < deadline {
+            let m = match ws.read() {
+                Ok(m) => m,
+                Err(tungstenite::Error::Io(e))
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(format!("{method}: {e}")),
+            };
+            let Ok(text) = m.into_text() else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+            if v["method"] == event {
+                out.push_str(v["params"]["chunk"].as_str().unwrap_or(""));
+            } else if v["id"] == id {
+                if let Some(e) = v.get("error") {
+                    return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));
+                }
+                return Ok(out);
+            }
+        }
+        Err(format!("{method}: no answer within {} s", wait.as_secs()))
+    }
+
     /// One protocol call: its `result`, events before it skipped.
-    fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+    pub(super) fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         let ws = self.ws.as_mut().ok_or("not connected")?;
@@ -148,6 +218,9 @@ impl NodeCensus {
             if !alive {
                 self.census.errors.push("the process ended before the sampling profile was read".into());
             } else {
+                if let Some(max) = self.snapshot_max {
+                    self.second_snapshot(max, now_s);
+                }
                 let clock = Instant::now();
                 match self.call("HeapProfiler.getSamplingProfile", json!({})) {
                     Ok(p) => {

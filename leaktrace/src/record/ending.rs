@@ -27,7 +27,7 @@ pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
 /// MOUNT/PATH/memory.events of the unified hierarchy ("0::PATH"). Mount points come from
 /// /proc/self/mountinfo; paths in /proc/PID/cgroup are relative to leaktrace's cgroup
 /// namespace, as are those mounts. None without a memory controller.
-pub(super) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
+pub(crate) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     // (mount point, fs type, super options) of each cgroup mount.

@@ -20,7 +20,7 @@ use crate::probes::{Limits, Mode, Tracer};
 use crate::recording::{self, EndReason, Recording, Target};
 use crate::{output, procinfo};
 
-mod ending;
+pub(crate) mod ending;
 mod live;
 // Reachability hook (#14).
 mod pyheap;
@@ -115,6 +115,9 @@ pub struct RecordOptions {
     /// `--heap-census` (issue 33): drive the runtimes' own heap tools at the start and the end
     /// (the JVM's class histogram, a full GC each; Go's goroutines): `crate::holds`.
     pub heap_census: bool,
+    /// `--heap-dump` (issue 33): a JVM target's heap dump after its last histogram
+    /// (`holds::heapdump`); None: none.
+    pub heap_dump: Option<crate::holds::heapdump::DumpOptions>,
     /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
@@ -147,6 +150,7 @@ impl Default for RecordOptions {
             python_frames_required: false,
             jvm_perf_map: false,
             heap_census: false,
+            heap_dump: None,
             reachability: None,
             python_heap: None,
             push: None,
@@ -406,6 +410,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
         let units = t.checkpoints.last().and_then(|c| c.units_of_work);
         t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
+        t.census.heap_dump(&dir, alive, &|| start.elapsed().as_secs_f64(), units);
     }
     if opts.jvm_perf_map
         && !targets.iter().any(|t| t.runtime.as_ref().is_some_and(|r| r.name == crate::recording::Runtime::Jvm))

@@ -193,7 +193,7 @@ impl Traced {
             python_frames_on: opts.python_frames,
             python_budget_noted: false,
             jvm_perf_map_on: opts.jvm_perf_map,
-            census: crate::holds::HeapCensus::new(opts.heap_census),
+            census: crate::holds::HeapCensus::new(opts.heap_census).with_dump(opts.heap_dump),
             jcmd: None,
             jit_scanned: 0,
             perf_maps_written: 0,
@@ -225,6 +225,7 @@ impl Traced {
         if !launched {
             t.detect_runtime(&objects, opts.pymalloc);
             t.python_frames(tracer, &objects);
+            t.census.attach(t.pid, t.runtime.as_ref().map(|r| r.name));
         }
         t.place_teardown_probes(tracer, &objects);
         Ok(t)
@@ -446,7 +447,7 @@ impl Traced {
                 self.symbolizer.name_jit_frames(&mut self.stacks);
             }
             // Run by holds/jvm.rs with its own Jcmd, never by this one.
-            (jcmd::Job::ClassHistogram, Ok(_)) => {}
+            (jcmd::Job::ClassHistogram | jcmd::Job::HeapDump, Ok(_)) => {}
             (job, Err(why)) => {
                 if self.jcmd_failure.is_none() {
                     self.jcmd_failure_noted = true;

@@ -38,6 +38,9 @@ pub enum Job {
     PerfMap,
     /// `GC.class_histogram`: live objects by class, after a full GC (`--heap-census`, holds/jvm.rs).
     ClassHistogram,
+    /// `GC.heap_dump FILE`: an HPROF dump of the live objects, after a full GC (`--heap-dump`,
+    /// holds/jvm.rs); the file is [`Jcmd::dump_path`].
+    HeapDump,
 }
 
 impl Job {
@@ -46,6 +49,7 @@ impl Job {
             Job::Flags => &["VM.flags", "-all"],
             Job::PerfMap => &["Compiler.perfmap"],
             Job::ClassHistogram => &["GC.class_histogram"],
+            Job::HeapDump => &["GC.heap_dump"],
         }
     }
 
@@ -100,6 +104,8 @@ pub struct Jcmd {
     ready: bool,
     /// Commands that failed since the last one that succeeded.
     failures_in_a_row: u32,
+    /// The file [`Job::HeapDump`] writes (a path in the JVM's own mount namespace).
+    pub dump_path: PathBuf,
 }
 
 impl Jcmd {
@@ -115,6 +121,7 @@ impl Jcmd {
             last_perf_map: None,
             ready: false,
             failures_in_a_row: 0,
+            dump_path: PathBuf::new(),
         }
     }
 
@@ -215,6 +222,7 @@ impl Jcmd {
         let spawned = Command::new(&self.program)
             .arg(self.pid.to_string())
             .args(job.args())
+            .args((job == Job::HeapDump).then_some(&self.dump_path))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,0 +1,378 @@
+//! `record --heap-snapshots` (issue 33): two V8 heap snapshots of a Node process over the
+//! inspector the sampling profiler already uses (`HeapProfiler.takeHeapSnapshot`, its JSON
+//! streamed as `addHeapSnapshotChunk` events), one at attach and one at the end: the objects of
+//! the second whose ids the first did not have, by constructor, and the shortest path from the
+//! GC roots to one new instance of the top growing constructor (`(GC roots) → … → auditTrail
+//! (Array) → [17] → AuditEntry`), read from the snapshot's own layout (`snapshot.meta`:
+//! `node_fields`, `edge_fields`, their types; `nodes`, `edges`, `strings`).
+//!
+//! A snapshot pauses the process while V8 walks its heap and needs up to twice the heap in
+//! memory: it is refused, in one line, when the target's memory cgroup (the tightest of its and
+//! its ancestors' limits) has less headroom (limit − usage) than twice the JS heap used
+//! (`Runtime.getHeapUsage`), or when that heap is larger than `--heap-dump-max-size`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use leaktrace_analysis::holds::{JsNewObjects, JsSnapshots, RetainerPath, Taken};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::node::NodeCensus;
+
+/// Longest wait for a snapshot's whole JSON.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// Constructors listed.
+const MAX_CONSTRUCTORS: usize = 50;
+
+/// The first snapshot, as kept until the second.
+pub struct First {
+    at: Instant,
+    took_s: f64,
+    ids: HashSet<u64>,
+    counts: HashMap<String, u64>,
+    objects: u64,
+    used: u64,
+}
+
+#[derive(Deserialize)]
+struct Raw {
+    snapshot: RawHead,
+    nodes: Vec<u64>,
+    edges: Vec<u64>,
+    strings: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct RawHead {
+    meta: Meta,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    node_fields: Vec<String>,
+    node_types: Vec<serde_json::Value>,
+    edge_fields: Vec<String>,
+    edge_types: Vec<serde_json::Value>,
+}
+
+/// A parsed snapshot: flat node and edge arrays with the field offsets from its meta.
+pub struct Heap {
+    raw: Raw,
+    nf: usize,
+    ef: usize,
+    n_type: usize,
+    n_name: usize,
+    n_id: usize,
+    n_size: usize,
+    e_type: usize,
+    e_name: usize,
+    e_to: usize,
+    node_types: Vec<String>,
+    edge_types: Vec<String>,
+    /// Node i's edges are edge records `first_edge[i]..first_edge[i + 1]`.
+    first_edge: Vec<usize>,
+}
+
+/// Parse a snapshot's JSON.
+pub fn parse(text: &str) -> Result<Heap, String> {
+    let raw: Raw = serde_json::from_str(text).map_err(|e| format!("heap snapshot: {e}"))?;
+    let m = &raw.snapshot.meta;
+    let at = |fields: &[String], f: &str| {
+        fields.iter().position(|x| x == f).ok_or(format!("no `{f}` in the snapshot's meta"))
+    };
+    let names = |types: &[serde_json::Value]| -> Vec<String> {
+        types
+            .first()
+            .and_then(|t| t.as_array())
+            .map_or_else(Vec::new, |a| a.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect())
+    };
+    let (nf, ef) = (m.node_fields.len(), m.edge_fields.len());
+    let n_edges = at(&m.node_fields, "edge_count")?;
+    let mut h = Heap {
+        nf,
+        ef,
+        n_type: at(&m.node_fields, "type")?,
+        n_name: at(&m.node_fields, "name")?,
+        n_id: at(&m.node_fields, "id")?,
+        n_size: at(&m.node_fields, "self_size")?,
+        e_type: at(&m.edge_fields, "type")?,
+        e_name: at(&m.edge_fields, "name_or_index")?,
+        e_to: at(&m.edge_fields, "to_node")?,
+        node_types: names(&m.node_types),
+        edge_types: names(&m.edge_types),
+        first_edge: Vec::new(),
+        raw,
+    };
+    if nf == 0 || ef == 0 || !h.raw.nodes.len().is_multiple_of(nf) || !h.raw.edges.len().is_multiple_of(ef) {
+        return Err("heap snapshot: node or edge arrays do not match their fields".into());
+    }
+    let mut e = 0usize;
+    h.first_edge.reserve(h.count() + 1);
+    for i in 0..h.count() {
+        h.first_edge.push(e);
+        e += h.raw.nodes[i * nf + n_edges] as usize;
+    }
+    h.first_edge.push(e);
+    if e * ef != h.raw.edges.len() {
+        return Err("heap snapshot: the nodes' edge counts do not add up to its edges".into());
+    }
+    Ok(h)
+}
+
+impl Heap {
+    fn count(&self) -> usize {
+        self.raw.nodes.len() / self.nf
+    }
+    fn field(&self, i: usize, f: usize) -> u64 {
+        self.raw.nodes[i * self.nf + f]
+    }
+    fn string(&self, k: u64) -> &str {
+        self.raw.strings.get(k as usize).map_or("?", String::as_str)
+    }
+    fn node_type(&self, i: usize) -> &str {
+        self.node_types.get(self.field(i, self.n_type) as usize).map_or("?", String::as_str)
+    }
+
+    /// The node's group as DevTools names it: the constructor of an object, V8's label else.
+    fn class(&self, i: usize) -> String {
+        match self.node_type(i) {
+            "object" | "native" | "synthetic" => self.string(self.field(i, self.n_name)).to_string(),
+            "string" | "concatenated string" | "sliced string" => "(string)".into(),
+            "hidden" => "(system)".into(),
+            "code" => "(compiled code)".into(),
+            t => format!("({t})"),
+        }
+    }
+
+    /// Edge record `e`: (type name, label, target node index).
+    fn edge(&self, e: usize) -> (&str, String, usize) {
+        let r = &self.raw.edges[e * self.ef..(e + 1) * self.ef];
+        let t = self.edge_types.get(r[self.e_type] as usize).map_or("?", String::as_str);
+        let label = match t {
+            "element" | "hidden" => format!("[{}]", r[self.e_name]),
+            _ => self.string(r[self.e_name]).to_string(),
+        };
+        (t, label, r[self.e_to] as usize / self.nf)
+    }
+
+    /// Breadth first from the snapshot's root (node 0), weak edges not followed: each node's
+    /// parent edge (None: the root or not reached) and whether it was reached.
+    fn walk(&self) -> (Vec<Option<(usize, usize)>>, Vec<bool>) {
+        let n = self.count();
+        let mut parent = vec![None; n];
+        let mut seen = vec![false; n];
+        let mut q = VecDeque::new();
+        if n > 0 {
+            seen[0] = true;
+            q.push_back(0);
+        }
+        while let Some(i) = q.pop_front() {
+            for e in self.first_edge[i]..self.first_edge[i + 1] {
+                let (t, _, to) = self.edge(e);
+                if t == "weak" || to >= n || seen[to] {
+                    continue;
+                }
+                seen[to] = true;
+                parent[to] = Some((i, e));
+                q.push_back(to);
+            }
+        }
+        (parent, seen)
+    }
+
+    /// The steps from the root to node `obj`: synthetic nodes by name (`(GC roots)`), others
+    /// as `label (Class)`, the last edge's label then the object's class.
+    fn path(&self, parent: &[Option<(usize, usize)>], obj: usize) -> Vec<String> {
+        let mut chain = Vec::new();
+        let mut at = obj;
+        while let Some((p, e)) = parent[at] {
+            chain.push(e);
+            at = p;
+        }
+        chain.reverse();
+        let mut steps = Vec::new();
+        for (k, &e) in chain.iter().enumerate() {
+            let (_, label, to) = self.edge(e);
+            if k + 1 == chain.len() {
+                steps.push(label);
+                steps.push(self.class(to));
+            } else if self.node_type(to) == "synthetic" {
+                steps.push(self.class(to));
+            } else {
+                steps.push(format!("{label} ({})", self.class(to)));
+            }
+        }
+        steps
+    }
+}
+
+/// The memory cgroup headroom of `pid`: the smallest (limit − usage) of its memory cgroup and
+/// its ancestors that have a limit (cgroup v2 `memory.max`/`memory.current`, v1
+/// `memory.limit_in_bytes`/`memory.usage_in_bytes`), bytes, with that cgroup's directory.
+/// None: no limit.
+pub fn cgroup_headroom(pid: u32) -> Option<(u64, std::path::PathBuf)> {
+    let events = crate::record::ending::memory_events_of(pid)?;
+    let (limit_f, usage_f) = if events.ends_with("memory.events") {
+        ("memory.max", "memory.current")
+    } else {
+        ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    };
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+    let mut best: Option<(u64, std::path::PathBuf)> = None;
+    for dir in events.parent()?.ancestors() {
+        if !dir.join(limit_f).exists() {
+            break;
+        }
+        let (Some(limit), Some(usage)) = (read(dir.join(limit_f)).filter(|v| *v < 1 << 60), read(dir.join(usage_f)))
+        else {
+            continue;
+        };
+        let room = limit.saturating_sub(usage);
+        if best.as_ref().is_none_or(|b| room < b.0) {
+            best = Some((room, dir.to_path_buf()));
+        }
+    }
+    best
+}
+
+impl NodeCensus {
+    /// Take one snapshot (after the headroom and size checks): the heap, its time and the JS
+    /// heap used before it.
+    fn snapshot(&mut self, max_bytes: u64) -> Result<(Heap, f64, u64), String> {
+        let usage = self.call("Runtime.getHeapUsage", json!({}))?;
+        let used = usage["usedSize"].as_f64().unwrap_or(0.0) as u64;
+        if used > max_bytes {
+            return Err(format!("the JS heap used is {used} B, over --heap-dump-max-size {max_bytes} B: no snapshot"));
+        }
+        if let Some((room, dir)) = cgroup_headroom(self.pid)
+            && room < 2 * used
+        {
+            return Err(format!(
+                "refused: the memory cgroup {} has {room} B of headroom (limit − usage), under twice the JS heap used (2 × {used} B) that a snapshot may need",
+                dir.display()
+            ));
+        }
+        let clock = Instant::now();
+        let text = self.call_collect(
+            "HeapProfiler.takeHeapSnapshot",
+            json!({ "reportProgress": false }),
+            "HeapProfiler.addHeapSnapshotChunk",
+            SNAPSHOT_WAIT,
+        )?;
+        let took = clock.elapsed().as_secs_f64();
+        Ok((parse(&text)?, took, used))
+    }
+
+    /// `--heap-snapshots`: the first snapshot, once sampling started. A failure is a note.
+    pub(super) fn first_snapshot(&mut self, max_bytes: u64) {
+        let at = Instant::now();
+        match self.snapshot(max_bytes) {
+            Ok((h, took_s, used)) => {
+                let mut counts: HashMap<String, u64> = HashMap::new();
+                let mut ids = HashSet::with_capacity(h.count());
+                for i in 0..h.count() {
+                    ids.insert(h.field(i, h.n_id));
+                    *counts.entry(h.class(i)).or_default() += 1;
+                }
+                self.first = Some(First { at, took_s, ids, counts, objects: h.count() as u64, used });
+            }
+            Err(e) => self.census.errors.push(format!("--heap-snapshots: {e}")),
+        }
+    }
+
+    /// `--heap-snapshots`, at the end: the second snapshot and what is new in it.
+    pub(super) fn second_snapshot(&mut self, max_bytes: u64, now_s: &dyn Fn() -> f64) {
+        let Some(first) = self.first.take() else { return };
+        let t_first = now_s() - first.at.elapsed().as_secs_f64();
+        let t = now_s();
+        let (h, took_s, used) = match self.snapshot(max_bytes) {
+            Ok(x) => x,
+            Err(e) => {
+                self.census.errors.push(format!("--heap-snapshots: {e}"));
+                return;
+            }
+        };
+        let mut new: HashMap<String, (u64, u64, u64)> = HashMap::new();
+        let mut is_new = vec![false; h.count()];
+        for (i, fresh) in is_new.iter_mut().enumerate() {
+            let e = new.entry(h.class(i)).or_default();
+            e.2 += 1;
+            if !first.ids.contains(&h.field(i, h.n_id)) {
+                *fresh = true;
+                e.0 += 1;
+                e.1 += h.field(i, h.n_size);
+            }
+        }
+        let mut list: Vec<JsNewObjects> = new
+            .into_iter()
+            .filter(|(_, v)| v.0 > 0)
+            .map(|(c, (count, self_bytes, count_second))| JsNewObjects {
+                count_first: first.counts.get(&c).copied().unwrap_or(0),
+                constructor: c,
+                count,
+                self_bytes,
+                count_second,
+            })
+            .collect();
+        list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.constructor.cmp(&b.constructor)));
+        // The top growing constructor: the most net growth between the snapshots (a cache
+        // that replaces its entries makes as many new objects, and does not grow).
+        let top = list
+            .iter()
+            .filter(|c| !c.constructor.starts_with('(') && c.count_second > c.count_first)
+            .max_by_key(|c| (c.count_second - c.count_first, std::cmp::Reverse(c.constructor.clone())));
+        let path = top.and_then(|top| {
+            let (parent, seen) = h.walk();
+            let want = |i: usize| is_new[i] && h.class(i) == top.constructor;
+            let held = (0..h.count()).filter(|&i| want(i) && seen[i]).count() as u64;
+            let obj = (0..h.count()).filter(|&i| want(i) && seen[i]).min_by_key(|&i| h.path(&parent, i).len())?;
+            Some(RetainerPath {
+                class: top.constructor.clone(),
+                instances: top.count,
+                held,
+                root_kind: "(GC roots)".into(),
+                path: h.path(&parent, obj),
+            })
+        });
+        list.truncate(MAX_CONSTRUCTORS);
+        self.snapshots = Some(JsSnapshots {
+            first: Taken { t_s: t_first, took_s: first.took_s, units_of_work: None },
+            second: Taken { t_s: t, took_s, units_of_work: None },
+            objects_first: first.objects,
+            objects_second: h.count() as u64,
+            heap_used_first: first.used,
+            heap_used_second: used,
+            new_objects: list,
+            path,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot in V8's layout: root → (GC roots) → a context whose `auditTrail` array holds
+    /// two AuditEntry objects; a third only through a weak edge.
+    #[test]
+    fn path_from_the_gc_roots_in_v8_layout() {
+        let text = r#"{"snapshot":{"meta":{
+            "node_fields":["type","name","id","self_size","edge_count","trace_node_id","detachedness"],
+            "node_types":[["hidden","array","string","object","code","closure","regexp","number","native","synthetic"],"string","number","number","number","number","number"],
+            "edge_fields":["type","name_or_index","to_node"],
+            "edge_types":[["context","element","property","internal","hidden","shortcut","weak"],"string_or_number","node"]},
+            "node_count":7,"edge_count":6},
+          "nodes":[9,0,1,0,1,0,0, 9,1,3,0,1,0,0, 0,2,5,32,1,0,0, 3,3,7,16,3,0,0, 3,4,9,24,0,0,0, 3,4,11,24,0,0,0, 3,4,13,24,0,0,0],
+          "edges":[1,1,7, 4,0,14, 0,5,21, 1,0,28, 1,1,35, 6,6,42],
+          "strings":["","(GC roots)","system / Context","Array","AuditEntry","auditTrail","w"]}"#;
+        let h = parse(text).expect("a snapshot");
+        assert_eq!(h.count(), 7);
+        assert_eq!(h.class(3), "Array");
+        assert_eq!(h.class(2), "(system)");
+        let (parent, seen) = h.walk();
+        assert!(seen[4] && seen[5] && !seen[6], "a weak edge keeps nothing");
+        assert_eq!(h.path(&parent, 5), ["(GC roots)", "[0] ((system))", "auditTrail (Array)", "[1]", "AuditEntry"]);
+        assert!(parse(r#"{"snapshot":{"meta":{"node_fields":[],"node_types":[],"edge_fields":[],"edge_types":[]}},"nodes":[],"edges":[],"strings":[]}"#).is_err());
+    }
+}
