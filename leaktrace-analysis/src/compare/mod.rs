@@ -38,6 +38,7 @@ use crate::output::OutDir;
 use crate::recording::{Mode, Recording, Stack, StackKind};
 use crate::timeline::Timeline;
 
+pub mod holds;
 mod render;
 
 pub use render::{MD_ROWS, compare_json, compare_md, diff_folded, diff_svg};
@@ -206,6 +207,8 @@ pub struct Comparison {
     pub conclusion: String,
     /// Nothing grows beyond noise in AFTER (no site leaks, the total does not).
     pub after_flat: bool,
+    /// The runtimes' own censuses before and after (issue 33): [`holds::rows`].
+    pub holds: Vec<holds::HoldsRow>,
 }
 
 /// A recording's fitted window.
@@ -524,6 +527,7 @@ pub fn compare(
         verdicts,
         conclusion,
         after_flat,
+        holds: holds::rows(before, after),
     })
 }
 

@@ -104,6 +104,7 @@ pub fn compare_md(c: &Comparison) -> String {
         }
         md.push('\n');
     }
+    md.push_str(&super::holds::md(&c.holds));
     md.push_str(
         "## Method\n\n\
          Sites are matched by kind and the names of the culprit function and up to 6 callers \
@@ -152,6 +153,7 @@ pub fn compare_json(c: &Comparison) -> serde_json::Value {
         "verdicts": c.verdicts,
         "conclusion": c.conclusion,
         "after_flat": c.after_flat,
+        "runtime_holds": c.holds,
     })
 }
 
