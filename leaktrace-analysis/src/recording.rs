@@ -78,6 +78,12 @@ pub struct Recording {
     /// and the end ([`crate::holds`]); None without the option or for a runtime it has no tool for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_holds: Option<crate::holds::RuntimeHolds>,
+    /// Growth mode's escalation (issue 34): the exact-mode recording of this process taken after
+    /// the growth-mode window, when growth mode saw RSS grow through the allocator (pages first
+    /// touched inside malloc, which names no holder). Bounded (`record --escalate-for`, default
+    /// 10 s); its probes are removed when it ends. None without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Box<Recording>>,
 }
 
 /// An executable mapping of the target (a /proc/PID/maps line with `x`), as the symbolizer kept

@@ -76,6 +76,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         python_heap: opts.python_heap,
         push: None,
         allow_seccomp_risk: opts.allow_seccomp_risk,
+        escalate: None,
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

@@ -289,6 +289,16 @@ struct RecordArgs {
     /// (no allocator probes: RSS growth by call stack from first-touch page faults; for production).
     #[arg(long, value_enum, default_value = "exact")]
     mode: ModeArg,
+    /// Growth mode: when memory grows through the allocator (pages first touched inside malloc,
+    /// which names no holder), trace every allocator call of that process for this long after the
+    /// growth-mode window (an exact window; its probes are removed when it ends), so the report
+    /// names the function whose blocks grow. Only when the recording ended by --duration and the
+    /// process still runs.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    escalate_for: Duration,
+    /// Growth mode: never take that exact window.
+    #[arg(long)]
+    no_escalate: bool,
     /// Sampled mode: sample on average one allocation per this many bytes allocated (e.g. 524288,
     /// 512KiB). Implies --mode sampled.
     #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = parse_sample_bytes)]
@@ -452,6 +462,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 python_heap: a.reach.heap_options(),
                 push: a.push.config(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
+                escalate: (a.mode == ModeArg::Growth && !a.no_escalate).then_some(a.escalate_for),
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -599,6 +610,7 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         python_heap: None,
         push: None,
         allow_seccomp_risk: false,
+        escalate: None,
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

@@ -47,7 +47,7 @@ fn long_growth_recording_stays_bounded() {
     target.expect_pid_line();
 
     let out = OutDir::new("long-run");
-    let mut cmd = leaktrace(["record", "--mode", "growth", "--interval", "100ms", "--quiet"]);
+    let mut cmd = leaktrace(["record", "--mode", "growth", "--no-escalate", "--interval", "100ms", "--quiet"]);
     cmd.args(["--duration", &format!("{secs}s"), "--pid", &target.pid.to_string(), "--out"]).arg(&out.path);
     let lt = Running::spawn(cmd, None);
     let agent = lt.pid();

@@ -337,6 +337,13 @@ pub struct SiteAnalysis {
     /// catalog whose result must be released ([`patterns::release_hint`]). Named in the verdict
     /// when the site leaks.
     pub likely_missing_release: Option<patterns::ReleaseHint>,
+    /// Growth mode (issue 34): this fault site first touched its pages inside the allocator or
+    /// an API that hands out malloc'd memory — the named function (`_int_realloc`,
+    /// `__getdelim`) — so its pages are "first touched under" [`SiteAnalysis::function`], not
+    /// memory that function holds (see `analyze/first_touch.rs`). None for other sites. (No
+    /// fault site gets a missing-release hint: a fault names who first wrote a page.)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_touch_in: Option<String>,
     /// The catalog's look-alike this stack belongs to (an allocator arena, a pymalloc arena, a JIT
     /// code cache, ...: memory retained by design), if any ([`patterns::lookalike`]).
     pub lookalike: Option<patterns::Lookalike>,
@@ -750,6 +757,11 @@ pub struct Analysis {
     pub runtime_holder: Option<String>,
     /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
     pub work_probe: Option<String>,
+    /// Growth mode's escalation (issue 34): the analysis of the exact-mode window taken on this
+    /// process after the growth-mode window ([`Recording::escalation`]); None without one.
+    ///
+    /// [`Recording::escalation`]: crate::recording::Recording::escalation
+    pub escalation: Option<Box<Analysis>>,
     /// Units of work (calls of the work probe) counted from attach to the last checkpoint; None
     /// without a work probe.
     pub units_of_work: Option<u64>,
@@ -853,6 +865,7 @@ fn class_rank(c: SiteClass) -> u8 {
 }
 
 mod collected;
+mod first_touch;
 mod frames;
 pub mod patterns;
 mod replay;

@@ -711,6 +711,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             rec.checkpoints.iter().filter(|c| c.t_s <= t + 0.5).filter_map(|c| c.units_of_work).next_back()
         }),
         work_probe: rec.work_probe.clone(),
+        escalation: rec.escalation.as_ref().map(|e| Box::new(analyze(e, opts))),
         units_of_work,
         traced_trend,
         traced_unit_trend,

@@ -395,8 +395,14 @@ pub(super) fn analyze_site(
     // of the blocks it holds; a site whose blocks are freed (the same API, its result released)
     // is not missing the release.
     let releasing = ser.last.free_count > 0 && class != SiteClass::Leak;
-    let likely_missing_release =
-        if releasing || ser.last.live_count() == 0 { None } else { patterns::release_hint(&st.frames, culprit_frame) };
+    // Growth mode: a fault names who first wrote a page, not who allocated or holds it, so no
+    // fault site gets a missing release; one inside malloc (or an allocating API) names no holder.
+    let first_touch_in = super::first_touch::first_touch_in(st, culprit_frame);
+    let likely_missing_release = if releasing || ser.last.live_count() == 0 || st.kind == StackKind::Fault {
+        None
+    } else {
+        patterns::release_hint(&st.frames, culprit_frame)
+    };
 
     SiteAnalysis {
         id: st.id,
@@ -422,6 +428,7 @@ pub(super) fn analyze_site(
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
         threads,
         likely_missing_release,
+        first_touch_in,
         lookalike,
         class,
         confidence,

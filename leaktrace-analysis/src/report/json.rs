@@ -105,6 +105,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "stack_truncated": s.stack_truncated,
         "threads": s.threads,
         "likely_missing_release": s.likely_missing_release,
+        "first_touch_in": s.first_touch_in,
         "lookalike": s.lookalike,
         "evidence": evidence,
     })
@@ -310,6 +311,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         m.insert("runtime_holds".into(), super::holds::holds_json(rec));
         // Python heap hook (#31): null without two censuses.
         m.insert("python_heap".into(), super::pyholds::holds_json(a));
+        // Growth mode's exact window (issue 34): null without one.
+        m.insert("escalation".into(), super::escalation::escalation_json(a));
     }
     doc
 }

@@ -136,6 +136,9 @@ fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Ru
             h.acquire, h.library, h.release, h.source
         );
     }
+    if let Some(l) = super::escalation::first_touch_line(s) {
+        let _ = writeln!(md, "{l}");
+    }
     if let Some(l) = &s.lookalike {
         let _ = writeln!(md, "- looks like: {} ({}; source: {})", l.name, l.why, l.source);
     }
@@ -560,6 +563,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         }
     }
 
+    // Growth mode's exact window (issue 34).
+    super::escalation::escalation_md(&mut md, a);
     // Reachability hook (#14): lost vs still pointed at, and what holds them.
     super::reach::reach_md(&mut md, rec, a);
     // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.

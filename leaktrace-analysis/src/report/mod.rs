@@ -17,6 +17,8 @@ use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::output::OutDir;
 use crate::recording::Recording;
 
+/// Growth mode's escalation (issue 34): first touches in the allocator, the exact window.
+pub mod escalation;
 pub mod flame;
 pub mod holds;
 pub mod json;

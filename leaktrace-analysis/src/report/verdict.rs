@@ -34,6 +34,11 @@ pub fn sentence(a: &Analysis) -> String {
         }
         _ => reason(a),
     };
+    // Growth mode's exact window (issue 34) first: it names the function whose blocks grow.
+    let base = match escalation_clause(a) {
+        Some(clause) => format!("{clause}; growth mode: {base}"),
+        None => base,
+    };
     let base = match released_at_exit(a) {
         Some(r) => format!("{base}; {r}"),
         None => base,
@@ -596,6 +601,35 @@ fn kind_leak(
     summary
 }
 
+/// The exact window's conclusion (growth mode's escalation, issue 34), to lead the verdict:
+/// its leaking site's phrase, or its own sentence when nothing leaked in it. None without one.
+fn escalation_clause(a: &Analysis) -> Option<String> {
+    let e = a.escalation.as_deref()?;
+    let head = format!("exact window of {:.0} s after growth mode", e.duration_s);
+    Some(match &e.verdict.reason {
+        Reason::Leaks { top, window_s, .. } if e.verdict.class == crate::analyze::ProcessClass::Leak => {
+            let window = format!("{:.0}–{:.0} s of the window", window_s.0, window_s.1);
+            format!("leak ({head}): {}", leak_phrase(&e.sites[*top], e.unit_name().as_deref(), &window))
+        }
+        _ => format!("{head}: {}", sentence(e)),
+    })
+}
+
+/// A growth-mode fault site that touched its pages inside the allocator (issue 34): what it
+/// measures, "pages first touched under F", and where to get the holder.
+fn first_touch_phrase(s: &SiteAnalysis, alloc: &str, per_s: &str, window: &str) -> String {
+    format!(
+        "pages first touched under {} grow {per_s} over the steady window ({window}), touched inside \
+         the allocator ({alloc}): growth mode charges a page to whoever asked malloc for memory when \
+         its heap reached a new page, not to the blocks that hold it; {} ({} B) resident at the end; \
+         an exact window names the allocating function (growth mode escalates unless --no-escalate, \
+         or record --mode exact)",
+        s.function,
+        hb(s.live_bytes),
+        s.live_bytes
+    )
+}
+
 /// How a leaking site grows, for the verdict: per unit of work first when measured, then per
 /// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
 /// mapping).
@@ -606,6 +640,9 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
         s.growth_bytes_per_s,
         s.growth_ci95_bytes_per_s.unwrap_or(0.0)
     );
+    if let Some(alloc) = &s.first_touch_in {
+        return first_touch_phrase(s, alloc, &per_s, window);
+    }
     let map = s.kind == StackKind::Mmap;
     match s.threads {
         Some(t) if map => {

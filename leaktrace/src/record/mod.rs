@@ -21,6 +21,7 @@ use crate::recording::{self, EndReason, Recording, Target};
 use crate::{output, procinfo};
 
 pub(crate) mod ending;
+mod escalate;
 mod live;
 // Reachability hook (#14).
 mod pyheap;
@@ -129,6 +130,10 @@ pub struct RecordOptions {
     /// `--allow-seccomp-risk`: attach to a seccomp-filtered target even on a kernel whose
     /// uretprobes its filter may block (see `seccomp.rs`; a warning instead of the refusal).
     pub allow_seccomp_risk: bool,
+    /// Growth mode's escalation (issue 34, `--escalate-for`, off with `--no-escalate`): how long
+    /// to trace every allocator call of a process whose growth-mode window showed memory growing
+    /// through the allocator (see `escalate.rs`); None: never.
+    pub escalate: Option<Duration>,
 }
 
 impl Default for RecordOptions {
@@ -155,6 +160,7 @@ impl Default for RecordOptions {
             python_heap: None,
             push: None,
             allow_seccomp_risk: false,
+            escalate: None,
         }
     }
 }
@@ -431,6 +437,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     if opts.python_heap.is_some() {
         note_without_python(&mut targets, "--python-heap", "no Python heap census");
     }
+    // Growth mode's escalation (issue 34): an exact window on the processes whose memory grew
+    // through the allocator, before the launched command is stopped.
+    let mut escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, &dir);
     // Python heap hook (#31): the census at the end, before the launched command is stopped.
     if let Some(o) = opts.python_heap {
         pyheap::census_all(&mut targets, o, t_zero);
@@ -474,6 +483,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             reachability_scans: std::mem::take(&mut t.reach_scans),
             runtime_holds: t.census.take(),
             python_heap: std::mem::take(&mut t.py_heap.censuses),
+            escalation: escalations.remove(&t.pid).map(Box::new),
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
@@ -526,6 +536,7 @@ impl Traced {
             mappings: self.symbolizer.mappings(),
             merged_stacks: Default::default(),
             runtime_holds: None,
+            escalation: None,
         }
     }
 

@@ -35,7 +35,7 @@ impl Bench {
             pairs_args(&mut c);
             variants.push((format!("leaktrace sampled --sample-bytes {label}"), c));
         }
-        let mut c = self.leaktrace_launch(&["--mode", "growth"], "growth");
+        let mut c = self.leaktrace_launch(&["--mode", "growth", "--no-escalate"], "growth");
         pairs_args(&mut c);
         variants.push(("leaktrace growth".into(), c));
         let mut c = Command::new("bpftrace");

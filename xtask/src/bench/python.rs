@@ -13,7 +13,7 @@ impl Bench {
         for (name, mode, tag) in [
             ("leaktrace exact", vec![], "py-exact"),
             ("leaktrace sampled --sample-bytes 512KiB", vec!["--sample-bytes", "524288"], "py-sampled"),
-            ("leaktrace growth", vec!["--mode", "growth"], "py-growth"),
+            ("leaktrace growth", vec!["--mode", "growth", "--no-escalate"], "py-growth"),
         ] {
             let mut c = self.leaktrace_launch(&mode, tag);
             c.arg(&self.python).arg(&script).arg(&n);

@@ -53,7 +53,7 @@ impl Bench {
             ("untraced", vec![], fast),
             ("leaktrace exact", vec![], slow),
             ("leaktrace sampled --sample-bytes 512KiB", vec!["--sample-bytes", "524288"], slow),
-            ("leaktrace growth", vec!["--mode", "growth"], fast),
+            ("leaktrace growth", vec!["--mode", "growth", "--no-escalate"], fast),
         ];
         let mut series: Vec<Series> = modes
             .iter()
@@ -146,8 +146,18 @@ impl Bench {
             base.push(run()?);
         }
         let mut c = Command::new(&self.leaktrace);
-        c.args(["record", "--mode", "growth", "--interval", "1s", "--pid", &idle.0.id().to_string(), "--out"])
-            .arg(self.work.join("rec-syscalls"));
+        c.args([
+            "record",
+            "--mode",
+            "growth",
+            "--no-escalate",
+            "--interval",
+            "1s",
+            "--pid",
+            &idle.0.id().to_string(),
+            "--out",
+        ])
+        .arg(self.work.join("rec-syscalls"));
         let mut a = Spawned::new(c)?;
         a.wait_stderr_line("leaktrace: attached", Duration::from_secs(60))?;
         let mut traced = Vec::new();
