@@ -128,7 +128,7 @@ impl Timeline {
             // saw are the process at work too: a run whose ALLOCS map filled is not idle.
             let unrecorded: u64 = leaktrace_common::counter::TABLE
                 .iter()
-                .filter(|c| c.full || c.index == leaktrace_common::counter::UNTRACKED_FREE)
+                .filter(|c| c.full || c.counter == leaktrace_common::counter::Counter::UntrackedFree)
                 .filter_map(|c| rec.checkpoints[ci].counters.get(c.name))
                 .fold(0u64, |acc, v| acc.saturating_add(*v));
             activity.push(

@@ -20,7 +20,8 @@ use aya::programs::{
     uprobe::{UProbeLinkId, UProbeScope},
 };
 use aya::{Ebpf, EbpfLoader};
-use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter, program};
+use leaktrace_common::counter::Counter;
+use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, program};
 
 use crate::discover::ProbePoint;
 use crate::recording::{ProbeInfo, ProbeKind};
@@ -906,9 +907,9 @@ impl Tracer {
     /// Kernel counters (see `leaktrace_common::counter`), summed over CPUs, by name.
     pub fn counters(&self) -> anyhow::Result<StdHashMap<&'static str, u64>> {
         let mut out = StdHashMap::new();
-        for i in 0..counter::NUM {
-            let v = self.counters.get(&i, 0).context("reading the COUNTERS map")?;
-            out.insert(counter::NAMES[i as usize], v.iter().sum());
+        for c in Counter::ALL {
+            let v = self.counters.get(&(c as u32), 0).context("reading the COUNTERS map")?;
+            out.insert(c.name(), v.iter().sum());
         }
         Ok(out)
     }

@@ -159,11 +159,10 @@ impl Status {
             .iter()
             .filter_map(|p| p.latest)
             .map(|c| {
-                leaktrace_common::counter::NAMES
+                leaktrace_common::counter::TABLE
                     .iter()
-                    .enumerate()
-                    .filter(|(i, _)| leaktrace_common::counter::IS_LOSS[*i])
-                    .map(|(_, n)| c.counters.get(*n).copied().unwrap_or(0))
+                    .filter(|i| i.is_loss)
+                    .map(|i| c.counters.get(i.name).copied().unwrap_or(0))
                     .sum::<u64>()
             })
             .sum();

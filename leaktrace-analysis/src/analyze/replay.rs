@@ -260,7 +260,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         }
     }
     let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
-    let allocs = events.get("allocs").copied().unwrap_or(0);
+    let allocs = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0);
     let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
     let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
     if drops_total > 0 {
