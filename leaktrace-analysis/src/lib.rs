@@ -29,4 +29,5 @@ pub mod reachability;
 pub mod recording;
 pub mod report;
 pub mod runtimes;
+pub mod system_libs;
 pub mod timeline;

@@ -65,6 +65,7 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         schedule: Schedule::Batches { warmup: opts.warmup, count: opts.batches, size: opts.size },
         // The test compares exact live bytes against a budget: no sampling.
         mode: Mode::Exact,
+        sample_bytes: None,
         follow_forks: false,
         pymalloc: false,
         python_frames: true,

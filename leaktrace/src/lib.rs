@@ -43,4 +43,4 @@ pub mod tracepoints;
 pub mod unwind;
 pub mod uprobe_multi;
 
-pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report};
+pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report, system_libs};

@@ -64,42 +64,28 @@ impl Default for Limits {
     }
 }
 
-/// What the kernel side traces.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// Every allocator call: exact live bytes per call stack.
-    #[default]
-    Exact,
-    /// Byte-based Poisson sampling with this mean distance in bytes: each sampled allocation is
-    /// weighted so that totals are unbiased; unsampled calls skip the stack walk and map work.
-    Sampled { mean_bytes: u64 },
-    /// No allocator probe: first-touch page faults (RSS growth) and mappings, by call stack.
-    Growth,
-}
+/// What the kernel side traces: the recording's [`Mode`] (the one mode enum of the CLI, the agent
+/// and recording.json); the sampled mode's mean distance is [`RecordOptions`]'s `sample_bytes`.
+///
+/// [`RecordOptions`]: crate::record::RecordOptions
+pub use crate::recording::Mode;
 
-impl Mode {
-    /// Name used in recordings and reports: "exact", "sampled", "growth".
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Exact => "exact",
-            Mode::Sampled { .. } => "sampled",
-            Mode::Growth => "growth",
+/// Mean sampling distance of sampled mode when none is given (`--mode sampled` without
+/// `--sample-bytes`), bytes: as tcmalloc, 512 KiB.
+pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+
+/// What `mode` cannot see, for the report's caveats.
+pub fn blind_spots(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exact => "allocators other than the hooked malloc family; memory mapped before attach",
+        Mode::Sampled => {
+            "individual small allocations (figures are estimates from sampled allocations, unbiased on \
+             average, noisier for sites that allocate little); memory mapped before attach"
         }
-    }
-
-    /// What the mode cannot see, for the report's caveats.
-    pub fn blind_spots(self) -> &'static str {
-        match self {
-            Mode::Exact => "allocators other than the hooked malloc family; memory mapped before attach",
-            Mode::Sampled { .. } => {
-                "individual small allocations (figures are estimates from sampled allocations, unbiased on \
-                 average, noisier for sites that allocate little); memory mapped before attach"
-            }
-            Mode::Growth => {
-                "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live \
-                 allocations; memory reused from the allocator's free lists does not show; nothing is ever \
-                 credited back when memory is freed"
-            }
+        Mode::Growth => {
+            "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live \
+             allocations; memory reused from the allocator's free lists does not show; nothing is ever \
+             credited back when memory is freed"
         }
     }
 }
@@ -260,7 +246,9 @@ fn py_stack_budget(max_stacks: u32) -> u32 {
 
 impl Tracer {
     /// Load the embedded eBPF object with the given map sizes; the agent's own PID is excluded.
-    pub fn load(limits: Limits, mode: Mode) -> Result<Tracer, LoadError> {
+    /// Sampled mode samples one allocation per `sample_bytes` bytes on average
+    /// ([`DEFAULT_SAMPLE_BYTES`] when None); the other modes ignore it.
+    pub fn load(limits: Limits, mode: Mode, sample_bytes: Option<u64>) -> Result<Tracer, LoadError> {
         check_privileges()?;
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
@@ -382,7 +370,9 @@ impl Tracer {
         };
         match mode {
             Mode::Exact => {}
-            Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
+            Mode::Sampled => {
+                fill_sampling(&mut ebpf, sample_bytes.unwrap_or(DEFAULT_SAMPLE_BYTES)).map_err(LoadError::Load)?
+            }
             Mode::Growth => attach_page_faults(&mut ebpf, &mut load_errors, &mut tp_links).map_err(LoadError::Load)?,
         }
         Ok(Tracer {

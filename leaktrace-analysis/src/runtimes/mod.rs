@@ -180,19 +180,14 @@ pub(crate) fn function(f: &Frame) -> &str {
     f.function.as_deref().unwrap_or("")
 }
 
-/// The C library (glibc or musl) or the dynamic loader.
+/// The C library (glibc or musl) or the dynamic loader ([`crate::system_libs::is_system_library`]).
 pub(crate) fn is_libc(f: &Frame) -> bool {
-    let o = object_name(f);
-    o.starts_with("libc.so")
-        || o.starts_with("libc-")
-        || o.starts_with("libc.musl")
-        || o.starts_with("ld-linux")
-        || o.starts_with("ld-musl")
+    crate::system_libs::is_system_library(object_name(f))
 }
 
 /// The dynamic loader (ld.so): mappings of loaded objects' .bss and its own allocations.
 pub(crate) fn is_loader(f: &Frame) -> bool {
-    object_name(f).starts_with("ld-linux") || object_name(f).starts_with("ld-musl")
+    crate::system_libs::is_loader(object_name(f))
 }
 
 /// The callers of the allocation, nearest first: every frame after frame 0 that is not an

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::discover::{self, WorkProbeSpec};
 use crate::launch::{self, ExitStatus, HeldChild};
 use crate::probes::{Limits, Mode, Tracer};
-use crate::recording::{self, EndReason, Recording, Target};
+use crate::recording::{EndReason, Recording, Target};
 use crate::{output, procinfo};
 
 mod ending;
@@ -97,6 +97,9 @@ pub struct RecordOptions {
     pub schedule: Schedule,
     /// Exact, sampled or growth mode.
     pub mode: Mode,
+    /// Sampled mode: the mean distance between samples, bytes (`--sample-bytes`;
+    /// [`crate::probes::DEFAULT_SAMPLE_BYTES`] when None). Ignored in the other modes.
+    pub sample_bytes: Option<u64>,
     /// Also trace processes forked by the traced ones (from their fork on).
     pub follow_forks: bool,
     /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
@@ -141,6 +144,7 @@ impl Default for RecordOptions {
             work_probe: None,
             schedule: Schedule::Periodic,
             mode: Mode::Exact,
+            sample_bytes: None,
             follow_forks: false,
             pymalloc: false,
             python_frames: true,
@@ -266,7 +270,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         pids.retain(|p| discover::check_pid(*p).is_ok());
         anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
     }
-    let mut tracer = Tracer::load(opts.limits, opts.mode)?;
+    let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
 
     let mut held: Option<HeldChild> = None;
     // Dropped on every way out of this function: killed and reaped.
@@ -502,11 +506,9 @@ impl Traced {
                 memory_limit_bytes: self.memory_limit.as_ref().map(|l| l.0),
                 memory_limit_file: self.memory_limit.as_ref().map(|l| l.1.display().to_string()),
             },
-            mode: recorded_mode(opts.mode),
-            sample_bytes: match opts.mode {
-                Mode::Sampled { mean_bytes } => Some(mean_bytes),
-                _ => None,
-            },
+            mode: opts.mode,
+            sample_bytes: (opts.mode == Mode::Sampled)
+                .then(|| opts.sample_bytes.unwrap_or(crate::probes::DEFAULT_SAMPLE_BYTES)),
             work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
             started_unix_ms,
             interval_s: opts.interval.as_secs_f64(),
@@ -544,15 +546,6 @@ fn held_is_launch(spec: &TargetSpec) -> bool {
 
 /// `leaktrace-[PREFIX-]PID-TIMESTAMP`, or `leaktrace-[PREFIX-]multi-PID-TIMESTAMP` for several
 /// processes.
-/// The recording's name for a probes mode.
-fn recorded_mode(mode: Mode) -> recording::Mode {
-    match mode {
-        Mode::Exact => recording::Mode::Exact,
-        Mode::Sampled { .. } => recording::Mode::Sampled,
-        Mode::Growth => recording::Mode::Growth,
-    }
-}
-
 fn default_out_dir(prefix: Option<&str>, pid: u32, several: bool) -> PathBuf {
     let name = if several { format!("multi-{pid}") } else { pid.to_string() };
     output::timestamped_dir(&match prefix {

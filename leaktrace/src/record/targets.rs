@@ -84,8 +84,7 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
         let _ = add(&lib);
     }
     for o in discover::mapped_objects(std::process::id())? {
-        let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name.starts_with("libc.so") || name.starts_with("libc-") || name.starts_with("libc.musl") {
+        if crate::system_libs::is_libc(&o.path.to_string_lossy()) {
             add(&o.path)?;
         }
     }

@@ -170,7 +170,7 @@ impl Traced {
                 "OOM-killer victims not seen (oom:mark_victim): {why}; an OOM kill is told from the memory cgroup's oom_kill counter"
             ));
         }
-        notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
+        notes.push(format!("{} mode cannot see: {}", opts.mode, crate::probes::blind_spots(opts.mode)));
         let mut t = Traced {
             pid,
             launched,
@@ -781,11 +781,7 @@ impl Traced {
     /// mimalloc, tcmalloc: allocators whose mappings have no shape of their own) and CPython's
     /// allocator is not (`--pymalloc`: its blocks lie in the runtime's arenas).
     fn other_malloc(&self) -> bool {
-        let is_libc = |object: &str| {
-            let name = object.rsplit('/').next().unwrap_or(object);
-            ["libc.so", "libc-", "libc.musl", "ld-musl"].iter().any(|p| name.starts_with(p))
-        };
-        self.probes.iter().any(|p| p.function.ends_with("malloc") && !is_libc(&p.object))
+        self.probes.iter().any(|p| p.function.ends_with("malloc") && !crate::system_libs::is_libc(&p.object))
             && !self.probes.iter().any(|p| p.function.starts_with("PyObject_"))
     }
 
