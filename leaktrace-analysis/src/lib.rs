@@ -15,6 +15,7 @@ pub mod allocator_frames;
 pub mod analyze;
 pub mod check;
 pub mod compare;
+pub mod frame_origin;
 /// `record --heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
 pub mod holds;
 #[cfg(test)]
@@ -27,6 +28,7 @@ pub mod pyheap;
 /// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.
 pub mod reachability;
 pub mod recording;
+pub mod recording_file;
 pub mod report;
 pub mod runtimes;
 pub mod system_libs;

@@ -19,6 +19,7 @@ pub mod discover;
 pub mod holds;
 pub mod launch;
 pub mod mappings;
+pub mod objects;
 pub mod pipeline;
 pub mod placement;
 /// Issue #12: `--pod` (Kubernetes pods on this node).

@@ -22,6 +22,7 @@ use crate::{output, procinfo};
 
 mod ending;
 mod live;
+mod py_heap_state;
 // Reachability hook (#14).
 mod pyheap;
 mod reachability;
@@ -29,7 +30,6 @@ mod session;
 mod targets;
 mod traced;
 
-pub(crate) use ending::signal_name;
 use live::Live;
 use session::Session;
 use targets::launch_objects;

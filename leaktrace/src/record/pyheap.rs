@@ -4,17 +4,9 @@
 
 use std::time::Instant;
 
-use crate::pyheap::{HeapOptions, Located};
+use crate::pyheap::HeapOptions;
 
 use super::traced::Traced;
-
-/// Per process: where its interpreter is (found at the first census) and its censuses.
-#[derive(Default)]
-pub struct PyHeap {
-    located: Option<Result<Located, String>>,
-    /// Censuses taken, oldest first.
-    pub censuses: Vec<leaktrace_analysis::pyheap::PyCensus>,
-}
 
 /// Whether the `n`th periodic checkpoint takes a census.
 pub(super) fn due(o: &HeapOptions, n: u64) -> bool {

@@ -83,7 +83,7 @@ pub(super) struct Traced {
     /// the recording's scan when the process then exits.
     pub(super) reach_at_exit: Option<crate::reachability::Reachability>,
     /// Python heap censuses (`--python-heap`, #31) and where the interpreter is.
-    pub(super) py_heap: super::pyheap::PyHeap,
+    pub(super) py_heap: super::py_heap_state::PyHeap,
     /// Every execve seen during the recording (issue #15).
     pub(super) execs: Vec<crate::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
