@@ -11,6 +11,8 @@
 //! [`report`] (report.md, report.json, flame graphs, memory plot, byte formatting) →
 //! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`human`] formats
 //! bytes, rates and numbers for all of them (a leaf); [`output`] writes files atomically.
+//! Nothing here prints to stderr: what the user reads, the callers print.
+#![deny(clippy::print_stderr)]
 pub mod allocator_frames;
 pub mod analyze;
 pub mod check;

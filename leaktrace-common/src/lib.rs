@@ -761,21 +761,37 @@ impl StackFrames {
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    // SAFETY: all types are repr(C), Copy, made of integers, and have explicit padding fields.
+    // All types below are repr(C), Copy, made of integers, and have explicit padding fields: any
+    // byte pattern is a valid value and none has uninitialized padding.
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for AllocKey {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for SiteKey {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for AllocInfo {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for BlockBucket {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for SiteStats {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for InFlight {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for MapEvent {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for SyscallArgs {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for MmapCall {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for StackFrames {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for PyStack {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for PyTarget {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for UnwindRow {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for ObjectId {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for ObjectTable {}
 }
 

@@ -387,6 +387,8 @@ fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // The library's lines for the user (warnings, probes placed, pauses) go to stderr.
+    let _ = leaktrace::notes::install(Box::new(leaktrace::notes::to_stderr));
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),

@@ -182,7 +182,7 @@ impl log::Log for StderrLog {
         true
     }
     fn log(&self, record: &log::Record<'_>) {
-        eprintln!("leaktrace: kernel: {}", record.args());
+        crate::note!("leaktrace: kernel: {}", record.args());
     }
     fn flush(&self) {}
 }
@@ -230,6 +230,7 @@ fn tracepoint_programs(growth: bool) -> impl Iterator<Item = (&'static str, &'st
 
 /// Check what tracing needs before anything else is looked at: root, and uprobe support.
 pub fn check_privileges() -> Result<(), LoadError> {
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Err(LoadError::NotRoot);
     }
@@ -268,7 +269,7 @@ impl Tracer {
         let (tp_offsets, tp_note) = crate::tracepoints::offsets()
             .map_err(|e| LoadError::Load(e.context("reading the tracepoints' layouts")))?;
         if let Some(note) = tp_note {
-            eprintln!("leaktrace: warning: {note}");
+            crate::note!("leaktrace: warning: {note}");
         }
         let mut ebpf = EbpfLoader::new()
             // INFLIGHT is a task-storage map, which aya 0.14 creates but has no
@@ -1065,6 +1066,7 @@ fn ensure_tracefs() -> anyhow::Result<()> {
     if populated(dir) || populated(std::path::Path::new("/sys/kernel/debug/tracing")) {
         return Ok(());
     }
+    // SAFETY: mount(2) with NUL-terminated string literals (alive for the call) and no data.
     let r = unsafe {
         libc::mount(c"nodev".as_ptr(), c"/sys/kernel/tracing".as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null())
     };
@@ -1175,6 +1177,7 @@ fn monotonic_now_ns() -> u64 {
 
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit(2) reads one rlimit, the local `lim`.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
 }
 

@@ -168,7 +168,7 @@ fn note_without_python(targets: &mut [Traced], flag: &str, what: &str) {
         targets.iter_mut().filter(|t| t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python))
     {
         let line = format!("{flag}: PID {} runs no CPython interpreter; {what}", t.pid);
-        eprintln!("leaktrace: {line}");
+        crate::note!("leaktrace: {line}");
         t.warnings.push(line);
     }
 }
@@ -345,7 +345,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
         // --follow-forks its children's, stop until their new image is probed.
         if let Err(e) = tracer.hold_execs(c.pid, 1, opts.follow_forks) {
-            eprintln!("leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered");
+            crate::note!(
+                "leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered"
+            );
         }
         c.release()?;
         // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
@@ -363,7 +365,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     }
     for t in &targets {
         let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
-        eprintln!(
+        crate::note!(
             "leaktrace: attached to PID {} ({}): {} probes in {}",
             t.pid,
             command_line(&t.command),
@@ -372,7 +374,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         );
     }
     for s in &skipped {
-        eprintln!("leaktrace: {s}");
+        crate::note!("leaktrace: {s}");
     }
 
     let started_unix_ms =
@@ -416,7 +418,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     {
         // Said, not silently ignored: the user asked for something that had nothing to act on.
         let line = "--jvm-perf-map did nothing: no traced process runs a JVM".to_string();
-        eprintln!("leaktrace: {line}");
+        crate::note!("leaktrace: {line}");
         for t in targets.iter_mut() {
             t.warnings.push(line.clone());
         }
@@ -447,7 +449,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
         t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
         if let Some(s) = t.exit_status {
-            eprintln!("leaktrace: stopped {} ({s})", t.command.join(" "));
+            crate::note!("leaktrace: stopped {} ({s})", t.command.join(" "));
         }
     }
 

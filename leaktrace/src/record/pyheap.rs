@@ -30,7 +30,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
             Err(why) => {
                 let why = std::mem::take(why);
                 if !why.is_empty() {
-                    eprintln!("leaktrace: PID {pid}: {why}");
+                    crate::note!("leaktrace: PID {pid}: {why}");
                     t.warnings.push(why);
                 }
                 continue;
@@ -38,7 +38,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
         };
         match crate::pyheap::census(pid, &at, opts, start) {
             Ok(c) => {
-                eprintln!(
+                crate::note!(
                     "leaktrace: Python heap of PID {pid}: {} objects ({} containers), target paused {:.1} ms{}",
                     c.objects,
                     c.gc_objects,
@@ -49,7 +49,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
             }
             Err(e) => {
                 let line = format!("Python heap census failed: {e:#}");
-                eprintln!("leaktrace: PID {pid}: {line}");
+                crate::note!("leaktrace: PID {pid}: {line}");
                 if !t.warnings.contains(&line) {
                     t.warnings.push(line);
                 }

@@ -232,7 +232,10 @@ mod tests {
         let exe = Path::new("/bin/true");
         let Some(Some(interp)) = loader_interp(exe) else { return };
         let m = std::fs::metadata(&interp).expect("the loader");
-        let (uid, gid) = (unsafe { libc::getuid() }, unsafe { libc::getgid() });
+        // SAFETY: getuid(2) takes nothing and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        // SAFETY: getgid(2) takes nothing and cannot fail.
+        let gid = unsafe { libc::getgid() };
         let ok = Confined { loader: (m.dev(), m.ino()), uid, gid, env: Vec::new() };
         let libs = loader_list(exe, Some(&ok)).expect("a dynamic executable");
         assert!(

@@ -294,7 +294,7 @@ impl Traced {
         let command = procinfo::cmdline(self.pid);
         let change =
             crate::recording::ExecChange { t_s, from: self.exe.clone(), to: to.clone(), command: command.clone() };
-        eprintln!(
+        crate::note!(
             "leaktrace: PID {} exec'd {} at t={t_s:.1}s (was {}): re-discovering its objects",
             self.pid,
             if to.is_empty() { "?" } else { &to },
@@ -400,7 +400,7 @@ impl Traced {
             && procinfo::alive(self.pid)
             && let Some(j) = self.jcmd.as_mut()
         {
-            eprintln!(
+            crate::note!(
                 "leaktrace: PID {}: asking the JVM for its perf map ({})",
                 self.pid,
                 crate::runtimes::jcmd::Job::PerfMap.describe(&j.program, self.pid)
@@ -511,7 +511,7 @@ impl Traced {
     /// stderr now (the user learns it while recording, not only from the report), and the same
     /// sentence in the report's caveats.
     fn python_frames_failed(&mut self, why: String) {
-        eprintln!("leaktrace: PID {}: {why}", self.pid);
+        crate::note!("leaktrace: PID {}: {why}", self.pid);
         self.warnings.push(why);
     }
 
@@ -984,7 +984,7 @@ pub(super) fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
             .filter(|f| f.object.display().to_string() == object)
             .map(|f| f.family.to_string())
             .collect();
-        eprintln!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
+        crate::note!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
     }
 }
 
