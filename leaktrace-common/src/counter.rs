@@ -70,7 +70,7 @@ pub enum Counter {
     UnwindNoTable = 20,
     /// Allocator calls whose native stack walk was not made again: the thread's last walk
     /// started from the same registers and every stack word it read still held the same value,
-    /// so its frames were taken (informational; see the walk memo in docs/ARCHITECTURE.md).
+    /// so its frames were taken (informational; see the walk memo in docs/kernel.md).
     WalksReused = 21,
 }
 

@@ -1,6 +1,6 @@
 //! The user stack walk: frame by frame with the objects' unwind tables (CFI from `.eh_frame` /
 //! `.debug_frame`, turned into compact rows by the agent), and by the frame-pointer chain in
-//! code that has no table. See docs/ARCHITECTURE.md ("Stack walk").
+//! code that has no table. See docs/kernel.md ("Stack walk").
 //!
 //! Per frame: the rule for the program counter comes from a per-CPU direct-mapped cache keyed by
 //! (tgid, pc); on a miss, `bpf_find_vma` gives the VMA of the pc, its file's (device, inode) is
