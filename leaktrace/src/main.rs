@@ -583,22 +583,10 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         dir_prefix: out.is_none().then_some("demo"),
         out,
         top: 5,
-        limits: Limits::default(),
         status_line: true,
         work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
-        schedule: Default::default(),
-        mode: Mode::Exact,
-        sample_bytes: None,
-        follow_forks: false,
-        pymalloc: false,
-        python_frames: true,
-        python_frames_required: false,
-        jvm_perf_map: false,
-        heap_census: false,
-        reachability: None,
-        python_heap: None,
-        push: None,
-        allow_seccomp_risk: false,
+        // The rest as a plain recording's (`RecordOptions::default()`: exact mode, default limits).
+        ..RecordOptions::default()
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);
