@@ -235,41 +235,8 @@ impl Recorded {
 /// them to exit code 2.
 pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Recorded> {
     // Everything that can be checked before touching a target is checked first.
-    crate::probes::check_privileges()?;
     let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_));
-    let mut pids = resolve_pids(&spec)?;
-    let mut skipped = Vec::new();
-    for &pid in &pids {
-        if pid == std::process::id() {
-            anyhow::bail!("PID {pid} is leaktrace itself");
-        }
-        if let Err(e) = discover::check_pid(pid) {
-            if by_group {
-                skipped.push(format!("PID {pid} skipped: {e}"));
-            } else {
-                return Err(e.into());
-            }
-        }
-    }
-    // Return probes in a seccomp-filtered process on a kernel that would kill it for them
-    // (seccomp.rs): refused before anything is attached. Growth mode places no return probes.
-    if opts.mode != Mode::Growth {
-        let mut refused = BTreeSet::new();
-        for &pid in &pids {
-            if let Err(e) = crate::seccomp::check_target(pid, opts.allow_seccomp_risk) {
-                if !by_group {
-                    return Err(e);
-                }
-                skipped.push(format!("PID {pid} skipped: {e}"));
-                refused.insert(pid);
-            }
-        }
-        pids.retain(|p| !refused.contains(p));
-    }
-    if by_group {
-        pids.retain(|p| discover::check_pid(*p).is_ok());
-        anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
-    }
+    let (mut pids, mut skipped) = select_pids(&spec, opts, by_group)?;
     let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
 
     let mut held: Option<HeldChild> = None;
@@ -363,19 +330,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             }
         }
     }
-    for t in &targets {
-        let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
-        crate::note!(
-            "leaktrace: attached to PID {} ({}): {} probes in {}",
-            t.pid,
-            command_line(&t.command),
-            t.probes.len(),
-            objs.into_iter().collect::<Vec<_>>().join(", ")
-        );
-    }
-    for s in &skipped {
-        crate::note!("leaktrace: {s}");
-    }
+    note_attached(&targets, &skipped);
 
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -404,6 +359,35 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     // Time 0 of the checkpoints (the first one), for the censuses' times.
     let t_zero = session.start;
     let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
+    let mut reach = end_of_session(&tracer, &mut targets, opts, start, t_zero);
+    // Detach in the background while the outputs are written.
+    let detach = std::thread::spawn(move || tracer.shutdown());
+    let mut session_targets = targets;
+
+    // In launch mode the command does not outlive the recording.
+    for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
+        t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
+        if let Some(s) = t.exit_status {
+            crate::note!("leaktrace: stopped {} ({s})", t.command.join(" "));
+        }
+    }
+
+    let several = session_targets.len() > 1 || several;
+    let processes = assemble(session_targets, &mut reach, end_reason, several, &dir, opts, started_unix_ms);
+    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
+}
+
+/// The end of the session, while the processes still run and the probes are in place: JIT
+/// frames named from the runtime's final perf map, `--heap-census`'s last snapshots, the notes of
+/// options that had nothing to act on, the last Python heap census and the reachability scan
+/// (its result by PID; `start` is the recording's start, `t_zero` the first checkpoint's time).
+fn end_of_session(
+    tracer: &Tracer,
+    targets: &mut [Traced],
+    opts: &RecordOptions,
+    start: Instant,
+    t_zero: Instant,
+) -> std::collections::HashMap<u32, crate::reachability::Reachability> {
     // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
     // JVM writes it once more first), before a reachability scan stops the target.
     for t in targets.iter_mut() {
@@ -424,36 +408,96 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         }
     }
     if opts.python_frames_required {
-        note_without_python(&mut targets, "--python-frames on", "no Python frames");
+        note_without_python(targets, "--python-frames on", "no Python frames");
     }
     if opts.pymalloc {
-        note_without_python(&mut targets, "--pymalloc", "CPython's allocator API is not hooked");
+        note_without_python(targets, "--pymalloc", "CPython's allocator API is not hooked");
     }
     if opts.python_heap.is_some() {
-        note_without_python(&mut targets, "--python-heap", "no Python heap census");
+        note_without_python(targets, "--python-heap", "no Python heap census");
     }
     // Python heap hook (#31): the census at the end, before the launched command is stopped.
     if let Some(o) = opts.python_heap {
-        pyheap::census_all(&mut targets, o, t_zero);
+        pyheap::census_all(targets, o, t_zero);
     }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
-    let mut reach = match opts.reachability {
-        Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
+    match opts.reachability {
+        Some(o) => reachability::scan_all(tracer, targets, opts.mode, o, start),
         None => Default::default(),
-    };
-    // Detach in the background while the outputs are written.
-    let detach = std::thread::spawn(move || tracer.shutdown());
-    let mut session_targets = targets;
+    }
+}
 
-    // In launch mode the command does not outlive the recording.
-    for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
-        t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
-        if let Some(s) = t.exit_status {
-            crate::note!("leaktrace: stopped {} ({s})", t.command.join(" "));
+/// Tell the user which processes are attached (their probes' objects) and which were skipped.
+fn note_attached(targets: &[Traced], skipped: &[String]) {
+    for t in targets {
+        let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
+        crate::note!(
+            "leaktrace: attached to PID {} ({}): {} probes in {}",
+            t.pid,
+            command_line(&t.command),
+            t.probes.len(),
+            objs.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    for s in skipped {
+        crate::note!("leaktrace: {s}");
+    }
+}
+
+/// The processes `spec` selects that can be traced, and the lines saying which were skipped (by
+/// a cgroup or a container only; for any other target a process that cannot be traced is the
+/// error). Checked before anything is attached: root, that no PID is leaktrace's own, each
+/// process's state, and (return probes only) the seccomp refusal of seccomp.rs.
+fn select_pids(spec: &TargetSpec, opts: &RecordOptions, by_group: bool) -> anyhow::Result<(Vec<u32>, Vec<String>)> {
+    crate::probes::check_privileges()?;
+    let mut pids = resolve_pids(spec)?;
+    let mut skipped = Vec::new();
+    for &pid in &pids {
+        if pid == std::process::id() {
+            anyhow::bail!("PID {pid} is leaktrace itself");
+        }
+        if let Err(e) = discover::check_pid(pid) {
+            if by_group {
+                skipped.push(format!("PID {pid} skipped: {e}"));
+            } else {
+                return Err(e.into());
+            }
         }
     }
+    // Return probes in a seccomp-filtered process on a kernel that would kill it for them
+    // (seccomp.rs): refused before anything is attached. Growth mode places no return probes.
+    if opts.mode != Mode::Growth {
+        let mut refused = BTreeSet::new();
+        for &pid in &pids {
+            if let Err(e) = crate::seccomp::check_target(pid, opts.allow_seccomp_risk) {
+                if !by_group {
+                    return Err(e);
+                }
+                skipped.push(format!("PID {pid} skipped: {e}"));
+                refused.insert(pid);
+            }
+        }
+        pids.retain(|p| !refused.contains(p));
+    }
+    if by_group {
+        pids.retain(|p| discover::check_pid(*p).is_ok());
+        anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
+    }
+    Ok((pids, skipped))
+}
 
-    let several = session_targets.len() > 1 || several;
+/// One recording per traced process at the end of the session (`end_reason` for those that did
+/// not end on their own), each with its reachability scan from `reach`, in `dir` (or its
+/// `pid-N` subdirectory when `several`).
+fn assemble(
+    session_targets: Vec<Traced>,
+    reach: &mut std::collections::HashMap<u32, crate::reachability::Reachability>,
+    end_reason: EndReason,
+    several: bool,
+    dir: &std::path::Path,
+    opts: &RecordOptions,
+    started_unix_ms: u64,
+) -> Vec<RecordedProcess> {
     let mut processes = Vec::new();
     for mut t in session_targets {
         if let Some(note) = t.jit_note() {
@@ -480,10 +524,10 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
         crate::merge::merge_identical_stacks(&mut recording);
         let subdir = several.then(|| format!("pid-{}", t.pid));
-        let tdir = subdir.as_ref().map_or_else(|| dir.clone(), |s| dir.join(s));
+        let tdir = subdir.as_ref().map_or_else(|| dir.to_path_buf(), |s| dir.join(s));
         processes.push(RecordedProcess { dir: tdir, subdir, exit_status: t.exit_status, recording });
     }
-    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
+    processes
 }
 
 impl Traced {
