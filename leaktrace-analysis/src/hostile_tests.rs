@@ -129,6 +129,7 @@ fn the_seed_is_a_valid_recording() {
 }
 
 #[test]
+#[allow(clippy::print_stderr, reason = "a test's summary, shown with --nocapture")]
 fn mutants_of_a_real_recording_load_or_give_one_line_errors() {
     let start = Instant::now();
     let share = BUDGET / 4;

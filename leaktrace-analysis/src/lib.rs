@@ -11,10 +11,13 @@
 //! [`report`] (report.md, report.json, flame graphs, memory plot, byte formatting) →
 //! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`human`] formats
 //! bytes, rates and numbers for all of them (a leaf); [`output`] writes files atomically.
+//! Nothing here prints to stderr: what the user reads, the callers print.
+#![deny(clippy::print_stderr)]
 pub mod allocator_frames;
 pub mod analyze;
 pub mod check;
 pub mod compare;
+pub mod frame_origin;
 /// `record --heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
 pub mod holds;
 #[cfg(test)]
@@ -27,6 +30,8 @@ pub mod pyheap;
 /// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.
 pub mod reachability;
 pub mod recording;
+pub mod recording_file;
 pub mod report;
 pub mod runtimes;
+pub mod system_libs;
 pub mod timeline;

@@ -341,9 +341,11 @@ pub fn save_fallback(prefix: &str, data: &[u8]) -> anyhow::Result<PathBuf> {
 /// the current directory (e.g. `leaktrace-1234-20261130-002600`). Made with
 /// [`OutDir::create_named`].
 pub fn timestamped_dir(what: &str) -> std::path::PathBuf {
-    // SAFETY: time and localtime_r only write to the given locals.
+    // SAFETY: time(2) with a null pointer only returns the time.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
+    // SAFETY: libc::tm is plain data (integers and a pointer the all-zero value makes null).
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: localtime_r only reads `now` and writes the local `tm`.
     unsafe { libc::localtime_r(&now, &mut tm) };
     std::path::PathBuf::from(format!(
         "leaktrace-{what}-{:04}{:02}{:02}-{:02}{:02}{:02}",

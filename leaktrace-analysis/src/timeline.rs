@@ -128,7 +128,7 @@ impl Timeline {
             // saw are the process at work too: a run whose ALLOCS map filled is not idle.
             let unrecorded: u64 = leaktrace_common::counter::TABLE
                 .iter()
-                .filter(|c| c.full || c.index == leaktrace_common::counter::UNTRACKED_FREE)
+                .filter(|c| c.full || c.counter == leaktrace_common::counter::Counter::UntrackedFree)
                 .filter_map(|c| rec.checkpoints[ci].counters.get(c.name))
                 .fold(0u64, |acc, v| acc.saturating_add(*v));
             activity.push(
@@ -185,6 +185,82 @@ impl Timeline {
             })
             .collect()
     }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Series by kind (the timeline summed by the runtimes' memory kinds)
+
+/// Bytes of each kind at every checkpoint of a [`Timeline`] (time order), `(t_s, bytes)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KindSeries {
+    /// Managed-kind sites; for the JVM use [`gauge_series`] instead.
+    pub managed: Vec<(f64, u64)>,
+    /// Native-kind malloc sites (live bytes).
+    pub native: Vec<(f64, u64)>,
+    /// Off-heap sites.
+    pub offheap: Vec<(f64, u64)>,
+    /// Runtime-kind sites, glibc's arena heaps mapped in free() left out (their blocks are
+    /// counted at their malloc sites).
+    pub runtime: Vec<(f64, u64)>,
+    /// The part of `managed` in the runtime's young generation (V8's semi-space pages:
+    /// [`crate::runtimes::node::is_young_generation`]), bounded by the runtime's configuration (V8's
+    /// `--max-semi-space-size`): resized under allocation pressure, never a leak.
+    pub managed_young: Vec<(f64, u64)>,
+}
+
+/// What a site holds at a checkpoint: a malloc site its live bytes; a mapping its resident
+/// bytes (virtual sizes of runtimes' reservations, e.g. the JVM's 1 GiB class space or Go's
+/// 64 MiB arenas, say nothing about memory use), falling back to the last resident figure known,
+/// then to its live (mapped) bytes when none was ever read.
+pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
+    let mut out = KindSeries::default();
+    for (k, &t) in tl.raw_times.iter().enumerate() {
+        let mut sums = [0u64; 4];
+        let mut young = 0u64;
+        for (si, st) in tl.stacks.iter().enumerate() {
+            if tl.first_seen[si].is_none_or(|f| f > k) {
+                continue;
+            }
+            let is_map = st.kind == StackKind::Mmap;
+            // glibc's arena heaps mapped in free() hold blocks counted at their malloc sites
+            // (and the heaps themselves in the allocator's resident figure): not runtime memory
+            // of their own. A worker thread's leak counted twice ("runtime grows" at its rate).
+            if is_map && crate::runtimes::is_malloc_arena_mapping(st) {
+                continue;
+            }
+            let live = tl.live_bytes[si][k];
+            let bytes = if is_map { tl.resident[si][k].unwrap_or(live) } else { live };
+            let i = match tl.kinds[si] {
+                MemoryKind::Managed => 0,
+                MemoryKind::Native if !is_map => 1,
+                MemoryKind::Native | MemoryKind::OffHeap => 2,
+                MemoryKind::Runtime => 3,
+            };
+            sums[i] = sums[i].saturating_add(bytes);
+            if i == 0 && crate::runtimes::node::is_young_generation(st) {
+                young = young.saturating_add(bytes);
+            }
+        }
+        out.managed_young.push((t, young));
+        out.managed.push((t, sums[0]));
+        out.native.push((t, sums[1]));
+        out.offheap.push((t, sums[2]));
+        out.runtime.push((t, sums[3]));
+    }
+    out
+}
+
+/// The runtime's own managed-heap figures (used bytes) at the checkpoints that have them, in time
+/// order. Empty when the runtime has no gauge.
+pub fn gauge_series(rec: &Recording) -> Vec<(f64, u64)> {
+    let mut v: Vec<(f64, u64)> = rec
+        .checkpoints
+        .iter()
+        .filter(|c| c.t_s.is_finite())
+        .filter_map(|c| c.managed.as_ref().map(|m| (c.t_s, m.used_bytes)))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
 }
 
 #[cfg(test)]

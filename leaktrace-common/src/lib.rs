@@ -54,156 +54,9 @@ pub mod op {
     pub const UNSAMPLED: u32 = 11;
 }
 
-/// Indexes of the loss and event counters in the `COUNTERS` per-CPU array. The agent sums the
-/// per-CPU slots. Every index below [`counter::NUM`] is reported in `report.json` under `drops`
-/// (losses) or `events` (informational).
-pub mod counter {
-    /// An allocation could not be recorded because the live-allocation map was full (loss).
-    pub const ALLOCS_FULL: u32 = 0;
-    /// A call-stack site could not be created because the per-stack map was full (loss).
-    pub const SITES_FULL: u32 = 1;
-    /// A new call stack could not be stored because the stack map was full. The allocation is
-    /// still counted, under its direct caller only (loss of attribution, not of bytes).
-    pub const STACKS_FULL: u32 = 2;
-    /// A call stack was not stored because the walk's per-CPU buffer was reused before it was
-    /// copied (the program was preempted), or because a different stack already has its 64-bit
-    /// key (loss of attribution, not of bytes: they stay with the direct caller).
-    pub const STACK_ERROR: u32 = 3;
-    /// No in-flight slot could be had for the thread (the kernel could not allocate its task
-    /// storage, or it was busy in a BPF program this one interrupted); the call was not traced
-    /// (loss).
-    pub const INFLIGHT_FULL: u32 = 4;
-    /// An entry probe found a stale in-flight record of the same thread whose return was never
-    /// seen (longjmp out of the allocator, thread killed mid-call) (loss).
-    pub const MISSED_RETURN: u32 = 5;
-    /// A return probe fired with no in-flight record: the call was entered before the probes
-    /// were attached (informational, like allocations made before attach).
-    pub const ORPHAN_RETURN: u32 = 6;
-    /// An allocation returned an address that was already live: the free of the old block was not
-    /// seen (freed through an entry point that is not hooked). The old block is retired (loss).
-    pub const ADDRESS_REUSED: u32 = 7;
-    /// free() of an address allocated before the probes were attached (informational).
-    pub const UNTRACKED_FREE: u32 = 8;
-    /// An allocator call made from inside another hooked allocator call (realloc calling malloc,
-    /// a hooked wrapper calling a hooked function) that was folded into the outer call
-    /// (informational).
-    pub const NESTED_CALL: u32 = 9;
-    /// Allocator calls that returned NULL / an error and were not recorded (informational).
-    pub const FAILED_ALLOC: u32 = 10;
-    /// Allocations recorded (informational).
-    pub const ALLOCS: u32 = 11;
-    /// Frees of tracked blocks (informational).
-    pub const FREES: u32 = 12;
-    /// A mapping event could not be queued because the EVENTS ring buffer was full (loss: the
-    /// off-heap and allocator-footprint figures miss that mmap/munmap/mremap/brk).
-    pub const EVENTS_LOST: u32 = 13;
-    /// Anonymous mappings made outside any allocator call (off-heap) (informational).
-    pub const OFFHEAP_MAPS: u32 = 14;
-    /// Anonymous mappings made from inside an allocator call (the allocator's own) (informational).
-    pub const ALLOCATOR_MAPS: u32 = 15;
-    /// Sampled mode: allocations that were sampled (each stands for more bytes) (informational).
-    pub const SAMPLED: u32 = 16;
-    /// Growth mode: first-touch page faults counted (informational).
-    pub const PAGE_FAULTS: u32 = 17;
-    /// Stack walks that ended before the outermost frame (no unwind info, depth limit, bad frame,
-    /// unreadable stack): the stack's outer callers are unknown; each stored stack says why in
-    /// its `end` (loss of attribution, not of bytes).
-    pub const STACK_TRUNCATED: u32 = 18;
-    /// Frames found by the frame-pointer chain because their code had no unwind row
-    /// (informational).
-    pub const FP_FRAMES: u32 = 19;
-    /// Unwind-rule lookups that found the program counter's VMA but no table for its object
-    /// (not loaded yet, or it did not fit in the rows map) (informational).
-    pub const UNWIND_NO_TABLE: u32 = 20;
-    /// Allocator calls whose native stack walk was not made again: the thread's last walk
-    /// started from the same registers and every stack word it read still held the same value,
-    /// so its frames were taken (informational; see the walk memo in docs/ARCHITECTURE.md).
-    pub const WALKS_REUSED: u32 = 21;
-    /// Number of counters.
-    pub const NUM: u32 = 22;
-
-    /// One counter: its index in `COUNTERS`, its name in recordings and reports, and what it
-    /// means for the numbers.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub struct Info {
-        /// Index in the `COUNTERS` array (the constants above).
-        pub index: u32,
-        /// Name in recordings (`Checkpoint::counters`) and reports (`drops`, `events`).
-        pub name: &'static str,
-        /// A loss (reported under `drops`, lowers the verdict's confidence); else an
-        /// informational event (`events`).
-        pub is_loss: bool,
-        /// A loss after which live bytes are incomplete (allocations or frees not recorded); the
-        /// other losses lose call stacks, never bytes.
-        pub loses_bytes: bool,
-        /// A map or buffer was full: the run was sized too small (`--max-allocs`, `--max-sites`),
-        /// whatever the share of calls lost.
-        pub full: bool,
-    }
-
-    const fn info(index: u32, name: &'static str, is_loss: bool, loses_bytes: bool, full: bool) -> Info {
-        Info { index, name, is_loss, loses_bytes, full }
-    }
-
-    /// Every counter, by index: the one table the agent, the analysis and `check` read.
-    pub const TABLE: [Info; NUM as usize] = [
-        info(ALLOCS_FULL, "allocs_map_full", true, true, true),
-        info(SITES_FULL, "sites_map_full", true, true, true),
-        info(STACKS_FULL, "stacks_map_full", true, false, true),
-        info(STACK_ERROR, "stack_error", true, false, false),
-        info(INFLIGHT_FULL, "inflight_map_full", true, true, true),
-        info(MISSED_RETURN, "missed_return", true, true, false),
-        info(ORPHAN_RETURN, "orphan_return", false, false, false),
-        info(ADDRESS_REUSED, "address_reused", true, true, false),
-        info(UNTRACKED_FREE, "untracked_free", false, false, false),
-        info(NESTED_CALL, "nested_call", false, false, false),
-        info(FAILED_ALLOC, "failed_alloc", false, false, false),
-        info(ALLOCS, "allocs", false, false, false),
-        info(FREES, "frees", false, false, false),
-        info(EVENTS_LOST, "map_events_lost", true, true, true),
-        info(OFFHEAP_MAPS, "offheap_maps", false, false, false),
-        info(ALLOCATOR_MAPS, "allocator_maps", false, false, false),
-        info(SAMPLED, "sampled_allocs", false, false, false),
-        info(PAGE_FAULTS, "page_faults", false, false, false),
-        info(STACK_TRUNCATED, "stack_truncated", false, false, false),
-        info(FP_FRAMES, "fp_frames", false, false, false),
-        info(UNWIND_NO_TABLE, "unwind_no_table", false, false, false),
-        info(WALKS_REUSED, "walks_reused", false, false, false),
-    ];
-
-    /// Name of each counter in recordings and reports, by index ([`TABLE`]'s names).
-    pub const NAMES: [&str; NUM as usize] = {
-        let mut names = [""; NUM as usize];
-        let mut i = 0;
-        while i < NUM as usize {
-            names[i] = TABLE[i].name;
-            i += 1;
-        }
-        names
-    };
-
-    /// True for the counters that are losses (reported under `drops`); the others are
-    /// informational events ([`TABLE`]'s `is_loss`).
-    pub const IS_LOSS: [bool; NUM as usize] = {
-        let mut loss = [false; NUM as usize];
-        let mut i = 0;
-        while i < NUM as usize {
-            loss[i] = TABLE[i].is_loss;
-            i += 1;
-        }
-        loss
-    };
-
-    /// The counter named `name`, if there is one.
-    pub fn by_name(name: &str) -> Option<&'static Info> {
-        TABLE.iter().find(|c| c.name == name)
-    }
-
-    /// Counters whose loss leaves live bytes incomplete, in index order.
-    pub fn byte_losses() -> impl Iterator<Item = &'static Info> {
-        TABLE.iter().filter(|c| c.loses_bytes)
-    }
-}
+/// Indexes of the loss and event counters in the `COUNTERS` per-CPU array: the typed
+/// [`counter::Counter`] and its table (names, losses) in counter.rs.
+pub mod counter;
 
 /// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.
 #[repr(C)]
@@ -351,37 +204,10 @@ pub mod exec_hold {
     pub const CHILDREN: u32 = 1 << 16;
 }
 
-/// Kinds of [`MapEvent`].
-pub mod map_event {
-    /// An anonymous mmap: `addr`, `len`, `prot`, `flags`.
-    pub const MMAP: u32 = 1;
-    /// munmap of [`addr`, `addr + len`).
-    pub const MUNMAP: u32 = 2;
-    /// mremap of [`old_addr`, `old_addr + old_len`) to [`addr`, `addr + len`).
-    pub const MREMAP: u32 = 3;
-    /// brk: the program break is now `addr`.
-    pub const BRK: u32 = 4;
-    /// A traced process (`tgid`) forked: `addr` is the new task's PID (a process, or a thread:
-    /// the agent tells them apart).
-    pub const FORK: u32 = 5;
-    /// A traced process (`tgid`) completed an `execve`: its image (executable, libraries,
-    /// address space) is new from here on. `addr` 1: the kernel side stopped it (SIGSTOP,
-    /// `exec_hold`) until the agent has probed the new image and sends SIGCONT.
-    pub const EXEC: u32 = 6;
-    /// A launched command (`tgid`) began its teardown: it called libc's `exit` or the
-    /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
-    /// the teardown checkpoint and sends SIGCONT).
-    pub const TEARDOWN: u32 = 7;
-    /// The OOM killer chose a traced process (`tgid`) as its victim (oom:mark_victim): `addr`
-    /// is its anonymous RSS then, KiB (the tracepoint's `anon_rss`).
-    pub const OOM_VICTIM: u32 = 8;
-    /// A process that is not traced (or not yet in the kernel's filter) completed an `execve`,
-    /// and its parent (`addr`) is a process of a launched tree whose children are followed
-    /// (`exec_hold::CHILDREN`): the kernel side
-    /// stopped it (SIGSTOP) before the new image's first instruction, until the agent has
-    /// attached to it and sends SIGCONT.
-    pub const CHILD_EXEC: u32 = 9;
-}
+/// Kinds of [`MapEvent`]: the typed [`event::MapEventKind`] and its constants, and the
+/// [`event::Event`] the agent decodes each event into (event.rs).
+pub mod event;
+pub use event::map_event;
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].
 pub mod owner {
@@ -935,21 +761,37 @@ impl StackFrames {
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    // SAFETY: all types are repr(C), Copy, made of integers, and have explicit padding fields.
+    // All types below are repr(C), Copy, made of integers, and have explicit padding fields: any
+    // byte pattern is a valid value and none has uninitialized padding.
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for AllocKey {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for SiteKey {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for AllocInfo {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for BlockBucket {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for SiteStats {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for InFlight {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for MapEvent {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for SyscallArgs {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for MmapCall {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for StackFrames {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for PyStack {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for PyTarget {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for UnwindRow {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for ObjectId {}
+    // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for ObjectTable {}
 }
 
@@ -981,7 +823,9 @@ mod tests {
     #[test]
     fn counter_table_is_by_index_and_keeps_the_names() {
         for (i, c) in TABLE.iter().enumerate() {
-            assert_eq!(c.index as usize, i, "{}", c.name);
+            assert_eq!(c.counter as usize, i, "{}", c.name);
+            assert_eq!(Counter::try_from(i as u32), Ok(c.counter));
+            assert_eq!(Counter::ALL[i].name(), c.name);
             assert!(c.is_loss || !c.loses_bytes, "{}: a byte loss is a loss", c.name);
         }
         assert_eq!(NAMES[ALLOCS_FULL as usize], "allocs_map_full");
@@ -1015,5 +859,7 @@ mod tests {
         );
         assert_eq!(by_name("missed_return").map(|c| (c.loses_bytes, c.full)), Some((true, false)));
         assert_eq!(by_name("nope"), None);
+        assert_eq!(Counter::try_from(NUM), Err(UnknownCounter(NUM)));
+        assert_eq!(Counter::from_name("walks_reused"), Some(Counter::WalksReused));
     }
 }

@@ -1,12 +1,13 @@
 //! The probe programs and maps (bpf target only).
 
+use crate::maps::{INFLIGHT, WalkMemo, count, walk_buffer};
 use aya_ebpf::helpers::generated::{
     bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_send_signal, bpf_task_pt_regs,
 };
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::{btf_map, map, tracepoint, uprobe, uretprobe},
+    macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
@@ -106,85 +107,6 @@ static STACKS: HashMap<u64, StackFrames> = HashMap::with_max_entries(1 << 14, BP
 static STACKS_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(STACKS_SEEN_SLOTS, 0);
 const STACKS_SEEN_SLOTS: u32 = 256;
 
-/// The frame-pointer walk's buffer (one per CPU: a StackFrames is too big for the BPF stack).
-#[map]
-static WALK: PerCpuArray<StackFrames> = PerCpuArray::with_max_entries(1, 0);
-
-/// A BTF map definition of a task-local storage map (aya-ebpf 0.2 has none): one value per
-/// thread, created on first use, freed by the kernel when the thread exits; a lookup is a few
-/// loads from the task struct, no hashing.
-#[repr(C)]
-pub struct TaskStorage<T> {
-    r#type: *const [i32; aya_ebpf::bindings::bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
-    key: *const i32,
-    value: *const T,
-    max_entries: *const [i32; 0],
-    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
-}
-
-// SAFETY: placeholder pointers the loader reads from BTF; never dereferenced.
-unsafe impl<T> Sync for TaskStorage<T> {}
-
-impl<T> TaskStorage<T> {
-    pub const fn new() -> Self {
-        TaskStorage {
-            r#type: core::ptr::null(),
-            key: core::ptr::null(),
-            value: core::ptr::null(),
-            max_entries: core::ptr::null(),
-            map_flags: core::ptr::null(),
-        }
-    }
-
-    /// The current thread's value; with `create`, a zeroed one is made if there is none. None
-    /// when there is none, or when it cannot be made (no memory, or the storage is busy in a
-    /// program this one interrupted).
-    #[inline(always)]
-    pub(crate) fn current(&self, create: bool) -> Option<*mut T> {
-        let flags = if create { aya_ebpf::bindings::BPF_LOCAL_STORAGE_GET_F_CREATE as u64 } else { 0 };
-        // SAFETY: the helper's arguments as it expects them: this map's definition (the loader
-        // puts the map's fd in its place), the current task (a BTF pointer from the kernel), no
-        // initial value. It returns null or this thread's value.
-        let p = unsafe {
-            aya_ebpf::helpers::generated::bpf_task_storage_get(
-                core::ptr::from_ref(self).cast_mut().cast(),
-                bpf_get_current_task_btf().cast(),
-                core::ptr::null_mut(),
-                flags,
-            )
-        };
-        (!p.is_null()).then_some(p.cast())
-    }
-}
-
-/// A thread's slot ([`INFLIGHT`]): its allocator call in flight and its last native walk at an
-/// allocator entry, together so that an entry probe finds both with one lookup.
-#[repr(C)]
-pub struct ThreadSlot {
-    /// The call between entry and return (`sp == 0`: none).
-    call: InFlight,
-    /// The thread's last walk (`unwind::memo_check`, `unwind::leaktrace_memo_save`).
-    memo: crate::unwind::WalkMemo,
-}
-
-/// Allocator calls between entry and return, one slot per thread (nested calls are folded into
-/// the outermost one), beside the thread's walk memo. A thread's slot lives as long as the
-/// thread (`sp == 0`: no call in flight), so a call costs two task-storage lookups (entry and
-/// return) and no map insert or delete.
-#[btf_map]
-static INFLIGHT: TaskStorage<ThreadSlot> = TaskStorage::new();
-
-/// The current thread's walk memo, in its [`INFLIGHT`] slot (made by the entry probe that walks).
-#[inline(always)]
-pub(crate) fn thread_memo() -> Option<*mut crate::unwind::WalkMemo> {
-    // SAFETY: a field address of this thread's task-storage value; no reference made.
-    INFLIGHT.current(false).map(|p| unsafe { &raw mut (*p).memo })
-}
-
-/// Loss and event counters, indexed by `leaktrace_common::counter::*`.
-#[map]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::NUM, 0);
-
 /// Processes whose mmap/munmap/mremap/brk syscalls are tracked (the syscall tracepoints fire for
 /// every process; uprobes are attached per process and need no filter).
 #[map]
@@ -227,16 +149,6 @@ const MAP_SHARED: u64 = 0x01;
 /// Mappings that are traced: anonymous ones and shared ones (private file mappings, such as the
 /// loader's, are not).
 const MAP_TRACED: u64 = MAP_ANONYMOUS | MAP_SHARED;
-
-#[inline(always)]
-pub(crate) fn count(idx: u32) {
-    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
-        // SAFETY: this CPU's slot of a per-CPU array value (get_ptr_mut checked the index),
-        // valid while the program runs; a program interrupting this one on the CPU can at worst
-        // lose one count.
-        unsafe { *p += 1 };
-    }
-}
 
 #[inline(always)]
 fn agent_tgid() -> u32 {
@@ -919,12 +831,6 @@ fn task_regs() -> UserRegs {
     }
 }
 
-/// This CPU's walk buffer (see `WALK`).
-#[inline(always)]
-pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
-    WALK.get_ptr_mut(0)
-}
-
 /// Walk the user stack (`unwind::walk`: unwind tables, frame pointers where there are none),
 /// store the frames in `STACKS` the first time they are seen, and return their key (a 64-bit
 /// hash; 0 when they could not be stored) and the walk's generation (its tag in the stack window,
@@ -940,11 +846,7 @@ pub(crate) fn walk_buffer() -> Option<*mut StackFrames> {
 /// outermost saved `%rbp` is not a frame pointer, so every walk ended in a page fault taken
 /// inside the kernel (~0.4 µs here).
 #[inline(always)]
-fn walk_stack<const FAULT: bool, const MEMO: bool>(
-    r: UserRegs,
-    pid_tgid: u64,
-    memo: *const crate::unwind::WalkMemo,
-) -> (u64, u64) {
+fn walk_stack<const FAULT: bool, const MEMO: bool>(r: UserRegs, pid_tgid: u64, memo: *const WalkMemo) -> (u64, u64) {
     let tgid = (pid_tgid >> 32) as u32;
     let Some(buf) = walk_buffer() else { return (0, 0) };
     // SAFETY: this CPU's walk buffer (a per-CPU array value, valid while the program runs). The
@@ -1072,7 +974,7 @@ fn site_here<const FAULT: bool, const MEMO: bool>(
     r: UserRegs,
     pid_tgid: u64,
     kind: u32,
-    memo: *const crate::unwind::WalkMemo,
+    memo: *const WalkMemo,
 ) -> SiteKey {
     let tgid = (pid_tgid >> 32) as u32;
     let (stack, generation) = walk_stack::<FAULT, MEMO>(r, pid_tgid, memo);

@@ -1,6 +1,6 @@
 //! Interpreter (CPython) frames at an allocation: the allocating thread's own thread state, then
 //! along its frame chain, the code object and instruction position of each frame. See
-//! docs/ARCHITECTURE.md ("Python frames").
+//! docs/kernel.md ("Python frames").
 //!
 //! The agent sets, per traced CPython process (`PY_TARGETS`), where the pointer to the GIL
 //! holder's thread state is, where the pointer to the main interpreter is, and the structure

@@ -1,6 +1,6 @@
 //! The user stack walk: frame by frame with the objects' unwind tables (CFI from `.eh_frame` /
 //! `.debug_frame`, turned into compact rows by the agent), and by the frame-pointer chain in
-//! code that has no table. See docs/ARCHITECTURE.md ("Stack walk").
+//! code that has no table. See docs/kernel.md ("Stack walk").
 //!
 //! Per frame: the rule for the program counter comes from a per-CPU direct-mapped cache keyed by
 //! (tgid, pc); on a miss, `bpf_find_vma` gives the VMA of the pc, its file's (device, inode) is
@@ -30,7 +30,7 @@ use leaktrace_common::{
     MAX_STACK_DEPTH, ObjectId, ObjectTable, StackFrames, UnwindRow, counter, kernel_offset, unwind, walk_end,
 };
 
-use crate::probes::count;
+use crate::maps::{MEMO_WORDS, WalkMemo, count, thread_memo, walk_buffer};
 
 /// Kernel structure field offsets (`leaktrace_common::kernel_offset`), set by the agent from the
 /// running kernel's BTF at load time. All zero: the agent found none, unwind tables are off and
@@ -460,10 +460,6 @@ fn word(w: &Walk, addr: u64) -> u64 {
     leaktrace_walk_word(w.owner, addr, w.base)
 }
 
-/// Most stack words a [`WalkMemo`] holds: a walk that reads more is not remembered. Frames of
-/// code with unwind tables take one or two words each (the return address, the saved %rbp), so
-/// this is 16 to 32 frames.
-const MEMO_WORDS: usize = 32;
 /// `MemoRecord::n` of a walk that cannot be remembered (it read more words than
 /// [`MEMO_WORDS`], or memory the record does not hold, or ended early).
 const MEMO_SPOILED: u64 = u64::MAX;
@@ -492,29 +488,6 @@ pub struct MemoRecord {
 /// This CPU's record of the walk in progress (see [`MemoRecord`]).
 #[map]
 static MEMO_REC: PerCpuArray<MemoRecord> = PerCpuArray::with_max_entries(1, 0);
-
-/// A thread's last remembered native walk: where it started, and every stack word it read.
-/// Another walk from the same registers that finds the same words would take the same steps
-/// (a rule depends only on the pc, the pc and %rsp of each frame only on the words read and the
-/// starting registers), so it ends with the same frames and the same hash.
-#[repr(C)]
-pub struct WalkMemo {
-    /// The walk's native hash (see [`walk`]); 0: nothing remembered.
-    hash: u64,
-    tgid: u64,
-    ip: u64,
-    sp: u64,
-    /// The starting %rbp, compared only when `fp_used` is 1 (code without frame pointers keeps
-    /// data in %rbp, which changes from call to call without changing the stack).
-    fp: u64,
-    fp_used: u64,
-    /// `UNWIND_GEN` of the walk: tables loaded since may give other rules.
-    unwind_gen: u64,
-    n: u64,
-    span: u64,
-    off: [u64; MEMO_WORDS],
-    val: [u64; MEMO_WORDS],
-}
 
 /// Start this CPU's record for the walk `owner` (see [`MemoRecord`]), with the walk's
 /// `UNWIND_GEN`. A global BPF function (exported by build.rs), as the two below: the walk that
@@ -621,7 +594,7 @@ pub extern "C" fn leaktrace_walk_word(owner: u64, addr: u64, base: u64) -> u64 {
 pub extern "C" fn leaktrace_memo_save(owner: u64, ip: u64, sp: u64, fp: u64, hash: u64) -> u64 {
     let tgid = bpf_get_current_pid_tgid() >> 32;
     let Some(rec) = MEMO_REC.get_ptr(0) else { return 0 };
-    let Some(memo) = crate::probes::thread_memo() else { return 0 };
+    let Some(memo) = thread_memo() else { return 0 };
     // SAFETY: this CPU's record (a per-CPU map value; `owner` read through volatile loads, as
     // another walk on this CPU may take it over) and this thread's memo in its task-storage slot
     // (only this thread's programs use it, and they do not nest: the kernel skips a program
@@ -724,7 +697,7 @@ fn push(w: &mut Walk, index: u64, ret: u64, cfa: u64) -> i64 {
         w.end = walk_end::BAD_FRAME;
         return 1;
     }
-    let Some(buf) = crate::probes::walk_buffer() else {
+    let Some(buf) = walk_buffer() else {
         w.end = walk_end::READ_FAULT;
         return 1;
     };

@@ -53,30 +53,21 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
     if let BatchSize::Units(_) = opts.size {
         anyhow::ensure!(opts.work_probe.is_some(), "--batch-units needs --work-probe");
     }
+    // Only what differs from a plain recording's options (`RecordOptions::default()`).
     let ropts = RecordOptions {
-        duration: None,
         interval: opts.interval,
         out: opts.out.clone(),
         dir_prefix: Some("check"),
-        top: 10,
         limits: opts.limits,
         status_line: true,
         work_probe: opts.work_probe.clone(),
         schedule: Schedule::Batches { warmup: opts.warmup, count: opts.batches, size: opts.size },
         // The test compares exact live bytes against a budget: no sampling.
         mode: Mode::Exact,
-        follow_forks: false,
-        pymalloc: false,
-        python_frames: true,
-        python_frames_required: false,
-        jvm_perf_map: false,
-        heap_census: false,
-        heap_dump: None,
         reachability: opts.reachability,
         python_heap: opts.python_heap,
-        push: None,
         allow_seccomp_risk: opts.allow_seccomp_risk,
-        escalate: None,
+        ..RecordOptions::default()
     };
     let outcome = pipeline::record(spec, ropts)?;
     let dir = outcome.dir.clone();

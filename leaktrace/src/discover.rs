@@ -34,20 +34,8 @@ pub enum TargetError {
     NoAllocator { pid: u32, searched: String },
 }
 
-/// One ELF object mapped by the target.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MappedObject {
-    /// Path as the target sees it (from /proc/PID/maps).
-    pub path: PathBuf,
-    /// Device and inode from /proc/PID/maps.
-    pub dev: (i32, i32),
-    pub inode: u64,
-    /// A path through which the agent can open this exact file (map_files or root).
-    pub open_path: PathBuf,
-    /// Whether the process maps any part of it executable (code: a frame can be in it). Data
-    /// files (locale archives, a JVM's hsperfdata, caches) are mapped read-only or read-write.
-    pub executable: bool,
-}
+/// One ELF object mapped by the target (in objects.rs, which the runtimes read too).
+pub use crate::objects::MappedObject;
 
 /// An allocator entry point to probe: `hook.function` at file `offset` of `object`.
 #[derive(Clone, Debug)]
@@ -399,7 +387,7 @@ pub fn find_teardown_functions(objects: &[MappedObject]) -> Vec<(MappedObject, &
     let mut out = Vec::new();
     for o in objects {
         let name = o.path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let libc = name.starts_with("libc.so") || name.starts_with("libc.musl") || name.starts_with("ld-musl");
+        let libc = crate::system_libs::is_libc(&name);
         for &(kind, function) in TEARDOWN_FUNCTIONS {
             let wanted = match kind {
                 "libc" => libc,

@@ -41,11 +41,32 @@ impl ExitStatus {
     }
 }
 
+/// The usual name of signal `sig` ("SIGKILL"), or "signal N".
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        31 => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
 impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({})", crate::record::signal_name(*s)),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({})", signal_name(*s)),
         }
     }
 }
@@ -81,17 +102,24 @@ pub fn spawn_held(argv: &[OsString]) -> anyhow::Result<HeldChild> {
 
     let mut go = [0; 2];
     let mut err = [0; 2];
+    // SAFETY: pipe2(2) writes two file descriptors into each 2-element array it is given.
     unsafe {
         if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0 || libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             bail!("pipe2: {}", std::io::Error::last_os_error());
         }
     }
+    // SAFETY: fork(2) before any other thread exists (the caller's contract); the child below
+    // runs only async-signal-safe calls and never returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         bail!("fork: {}", std::io::Error::last_os_error());
     }
     if pid == 0 {
         // Child: async-signal-safe calls only.
+        // SAFETY: in the forked child: close, read, execv, write and _exit are async-signal-safe;
+        // every buffer was made before the fork (`c_exe`, `c_argv` NUL-terminated and alive, `b`
+        // and `e` on this stack), and `_exit` ends the child without running the parent's
+        // destructors or atexit handlers.
         unsafe {
             libc::close(go[1]);
             libc::close(err[0]);
@@ -105,6 +133,7 @@ pub fn spawn_held(argv: &[OsString]) -> anyhow::Result<HeldChild> {
             libc::_exit(127);
         }
     }
+    // SAFETY: the child's ends of the two pipes, created above and closed once, here.
     unsafe {
         libc::close(go[0]);
         libc::close(err[1]);
@@ -122,13 +151,18 @@ impl HeldChild {
     /// Let the child exec. Returns once the exec has succeeded; an exec failure is an error.
     pub fn release(&mut self) -> anyhow::Result<()> {
         let b = 1u8;
+        // SAFETY: a 1-byte write from a local to the pipe this value owns, then its close (once:
+        // the descriptor is set to -1 below).
         unsafe {
             libc::write(self.go_write, (&raw const b).cast(), 1);
             libc::close(self.go_write);
         }
         self.go_write = -1;
         let mut e = 0i32;
+        // SAFETY: a read of at most size_of::<i32>() bytes into the local `e`, from the pipe this
+        // value owns.
         let n = unsafe { libc::read(self.err_read, (&raw mut e).cast(), std::mem::size_of::<i32>()) };
+        // SAFETY: the pipe this value owns, closed once (set to -1 below).
         unsafe { libc::close(self.err_read) };
         self.err_read = -1;
         if n == std::mem::size_of::<i32>() as isize {
@@ -140,6 +174,7 @@ impl HeldChild {
 
     /// Abandon the child before exec (it exits with status 127 and is reaped).
     pub fn abandon(mut self) {
+        // SAFETY: closes the pipe ends this value still owns (>= 0), once (set to -1 below).
         unsafe {
             if self.go_write >= 0 {
                 libc::close(self.go_write);
@@ -211,12 +246,14 @@ impl Drop for Guardian {
 /// Non-blocking reap: Some(status) once the child has exited.
 pub fn try_wait(pid: u32) -> Option<ExitStatus> {
     let mut status = 0;
+    // SAFETY: waitpid(2) writes the status into the local `status`.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
     if r == pid as i32 { Some(decode(status)) } else { None }
 }
 
 fn wait_blocking(pid: u32) -> Option<ExitStatus> {
     let mut status = 0;
+    // SAFETY: waitpid(2) writes the status into the local `status`.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
     (r == pid as i32).then(|| decode(status))
 }
@@ -235,6 +272,8 @@ pub fn terminate(pid: u32, grace: std::time::Duration) -> Option<ExitStatus> {
     if let Some(s) = try_wait(pid) {
         return Some(s);
     }
+    // SAFETY: kill(2) of the launched command, still unreaped (try_wait above), so its PID is
+    // not reused.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = std::time::Instant::now() + grace;
     while std::time::Instant::now() < deadline {
@@ -243,6 +282,7 @@ pub fn terminate(pid: u32, grace: std::time::Duration) -> Option<ExitStatus> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // SAFETY: as the SIGTERM above (not reaped: try_wait found it running).
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     wait_blocking(pid)
 }

@@ -9,7 +9,10 @@
 //! analysed once, reported).
 //! Everything after the recording — [`analyze`], [`report`], the evaluation of [`check`],
 //! [`compare`] — is in the `leaktrace-analysis` crate (re-exported here under the same names).
-//! [`launch`] starts a command held before exec for `record -- CMD`.
+//! [`launch`] starts a command held before exec for `record -- CMD`. What the library has to tell
+//! the user goes through one reporter, [`notes`] (the command line installs it): no module
+//! prints to stderr itself.
+#![deny(clippy::print_stderr)]
 pub mod allocators;
 pub mod bpf_batch;
 pub mod btf;
@@ -19,6 +22,8 @@ pub mod discover;
 pub mod holds;
 pub mod launch;
 pub mod mappings;
+pub mod notes;
+pub mod objects;
 pub mod pipeline;
 pub mod placement;
 /// Issue #12: `--pod` (Kubernetes pods on this node).
@@ -43,4 +48,4 @@ pub mod tracepoints;
 pub mod unwind;
 pub mod uprobe_multi;
 
-pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report};
+pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report, system_libs};

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use leaktrace::pipeline;
 use leaktrace::probes::Limits;
 use leaktrace::record::{self, RecordOptions, TargetSpec};
-use leaktrace::recording::Recording;
+use leaktrace::recording::{Mode, Recording};
 
 #[derive(Parser)]
 #[command(
@@ -287,8 +287,8 @@ struct RecordArgs {
     work_probe: Option<leaktrace::discover::WorkProbeSpec>,
     /// Tracing mode: exact (every malloc-family call), sampled (see --sample-bytes), or growth
     /// (no allocator probes: RSS growth by call stack from first-touch page faults; for production).
-    #[arg(long, value_enum, default_value = "exact")]
-    mode: ModeArg,
+    #[arg(long, default_value = "exact", value_parser = mode_parser())]
+    mode: Mode,
     /// Growth mode: when memory grows through the allocator (pages first touched inside malloc,
     /// which names no holder), trace every allocator call of that process for this long after the
     /// growth-mode window (an exact window; its probes are removed when it ends), so the report
@@ -326,24 +326,23 @@ enum PythonFrames {
     Off,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ModeArg {
-    Exact,
-    Sampled,
-    Growth,
+/// `--mode`: the recording's [`Mode`] by its name (exact, sampled, growth), listed in `--help`.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    use clap::builder::TypedValueParser as _;
+    const MODES: [Mode; 3] = [Mode::Exact, Mode::Sampled, Mode::Growth];
+    clap::builder::PossibleValuesParser::new(MODES.map(Mode::as_str))
+        .map(|s| MODES.into_iter().find(|m| m.as_str() == s).expect("a possible value"))
 }
 
-/// Default mean sampling distance of --mode sampled without --sample-bytes (as tcmalloc: 512 KiB).
-const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
-
-fn mode_of(mode: ModeArg, sample_bytes: Option<u64>) -> anyhow::Result<leaktrace::probes::Mode> {
-    use leaktrace::probes::Mode;
+/// The mode and sampling distance of `--mode` and `--sample-bytes` (which alone means sampled
+/// mode; sampled mode without it samples every [`leaktrace::probes::DEFAULT_SAMPLE_BYTES`]).
+fn mode_of(mode: Mode, sample_bytes: Option<u64>) -> anyhow::Result<(Mode, Option<u64>)> {
     Ok(match (mode, sample_bytes) {
-        (ModeArg::Exact, None) => Mode::Exact,
-        (ModeArg::Exact | ModeArg::Sampled, Some(n)) => Mode::Sampled { mean_bytes: n },
-        (ModeArg::Sampled, None) => Mode::Sampled { mean_bytes: DEFAULT_SAMPLE_BYTES },
-        (ModeArg::Growth, None) => Mode::Growth,
-        (ModeArg::Growth, Some(_)) => anyhow::bail!("--sample-bytes goes with --mode sampled, not growth"),
+        (Mode::Exact, None) => (Mode::Exact, None),
+        (Mode::Exact | Mode::Sampled, Some(n)) => (Mode::Sampled, Some(n)),
+        (Mode::Sampled, None) => (Mode::Sampled, Some(leaktrace::probes::DEFAULT_SAMPLE_BYTES)),
+        (Mode::Growth, None) => (Mode::Growth, None),
+        (Mode::Growth, Some(_)) => anyhow::bail!("--sample-bytes goes with --mode sampled, not growth"),
     })
 }
 
@@ -400,6 +399,8 @@ fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // The library's lines for the user (warnings, probes placed, pauses) go to stderr.
+    let _ = leaktrace::notes::install(Box::new(leaktrace::notes::to_stderr));
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),
@@ -436,6 +437,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 ([], None, None, false) => TargetSpec::Launch(a.command),
                 _ => anyhow::bail!("give --pid PID (repeatable), --cgroup PATH, --container ID, or a command after --"),
             };
+            let (mode, sample_bytes) = mode_of(a.mode, a.sample_bytes)?;
             let opts = RecordOptions {
                 duration: a.duration,
                 interval: a.interval,
@@ -446,7 +448,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 status_line: !a.quiet,
                 work_probe: a.work_probe,
                 schedule: Default::default(),
-                mode: mode_of(a.mode, a.sample_bytes)?,
+                mode,
+                sample_bytes,
                 follow_forks: a.follow_forks,
                 pymalloc: a.pymalloc,
                 python_frames: match a.python_frames {
@@ -462,7 +465,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 python_heap: a.reach.heap_options(),
                 push: a.push.config(),
                 allow_seccomp_risk: a.allow_seccomp_risk,
-                escalate: (a.mode == ModeArg::Growth && !a.no_escalate).then_some(a.escalate_for),
+                escalate: (a.mode == Mode::Growth && !a.no_escalate).then_some(a.escalate_for),
             };
             let multi = pipeline::record_all(spec, opts)?;
             for outcome in &multi.outcomes {
@@ -594,23 +597,10 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         dir_prefix: out.is_none().then_some("demo"),
         out,
         top: 5,
-        limits: Limits::default(),
         status_line: true,
         work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
-        schedule: Default::default(),
-        mode: Default::default(),
-        follow_forks: false,
-        pymalloc: false,
-        python_frames: true,
-        python_frames_required: false,
-        jvm_perf_map: false,
-        heap_census: false,
-        heap_dump: None,
-        reachability: None,
-        python_heap: None,
-        push: None,
-        allow_seccomp_risk: false,
-        escalate: None,
+        // The rest as a plain recording's (`RecordOptions::default()`: exact mode, default limits).
+        ..RecordOptions::default()
     };
     let argv = vec![bin.clone().into_os_string(), "200".into(), secs.to_string().into()];
     let result = pipeline::record(TargetSpec::Launch(argv), opts);

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::os::unix::fs::FileExt as _;
 
-use leaktrace_common::{MapEvent, SiteKey, SiteStats, map_event, owner};
+use leaktrace_common::event::MapEventKind;
+use leaktrace_common::{MapEvent, SiteKey, SiteStats, owner};
 
 /// Page size used for resident-byte counts.
 pub const PAGE: u64 = 4096;
@@ -38,8 +39,9 @@ pub struct AddressSpace {
 impl AddressSpace {
     /// Apply one kernel event.
     pub fn apply(&mut self, ev: &MapEvent) {
-        match ev.kind {
-            map_event::MMAP if ev.len > 0 => {
+        let Ok(kind) = MapEventKind::try_from(ev.kind) else { return };
+        match kind {
+            MapEventKind::Mmap if ev.len > 0 => {
                 let len = round_up(ev.len);
                 let site = (ev.owner == owner::OFFHEAP).then_some(SiteKey { tgid: 0, ..ev.site });
                 // MAP_FIXED may replace what was there.
@@ -51,11 +53,11 @@ impl AddressSpace {
                     s.alloc_count += 1;
                 }
             }
-            map_event::MUNMAP if ev.len > 0 => {
+            MapEventKind::Munmap if ev.len > 0 => {
                 self.remove(ev.addr, ev.addr + round_up(ev.len), true);
             }
-            map_event::MREMAP => self.mremap(ev.old_addr, round_up(ev.old_len), ev.addr, round_up(ev.len)),
-            map_event::BRK => self.brk = Some(ev.addr),
+            MapEventKind::Mremap => self.mremap(ev.old_addr, round_up(ev.old_len), ev.addr, round_up(ev.len)),
+            MapEventKind::Brk => self.brk = Some(ev.addr),
             _ => {}
         }
     }
@@ -301,6 +303,8 @@ fn round_up(len: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use leaktrace_common::map_event;
+
     use super::*;
 
     #[test]

@@ -20,7 +20,8 @@ use aya::programs::{
     uprobe::{UProbeLinkId, UProbeScope},
 };
 use aya::{Ebpf, EbpfLoader};
-use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, counter, program};
+use leaktrace_common::counter::Counter;
+use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, program};
 
 use crate::discover::ProbePoint;
 use crate::recording::{ProbeInfo, ProbeKind};
@@ -63,42 +64,28 @@ impl Default for Limits {
     }
 }
 
-/// What the kernel side traces.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// Every allocator call: exact live bytes per call stack.
-    #[default]
-    Exact,
-    /// Byte-based Poisson sampling with this mean distance in bytes: each sampled allocation is
-    /// weighted so that totals are unbiased; unsampled calls skip the stack walk and map work.
-    Sampled { mean_bytes: u64 },
-    /// No allocator probe: first-touch page faults (RSS growth) and mappings, by call stack.
-    Growth,
-}
+/// What the kernel side traces: the recording's [`Mode`] (the one mode enum of the CLI, the agent
+/// and recording.json); the sampled mode's mean distance is [`RecordOptions`]'s `sample_bytes`.
+///
+/// [`RecordOptions`]: crate::record::RecordOptions
+pub use crate::recording::Mode;
 
-impl Mode {
-    /// Name used in recordings and reports: "exact", "sampled", "growth".
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Exact => "exact",
-            Mode::Sampled { .. } => "sampled",
-            Mode::Growth => "growth",
+/// Mean sampling distance of sampled mode when none is given (`--mode sampled` without
+/// `--sample-bytes`), bytes: as tcmalloc, 512 KiB.
+pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+
+/// What `mode` cannot see, for the report's caveats.
+pub fn blind_spots(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exact => "allocators other than the hooked malloc family; memory mapped before attach",
+        Mode::Sampled => {
+            "individual small allocations (figures are estimates from sampled allocations, unbiased on \
+             average, noisier for sites that allocate little); memory mapped before attach"
         }
-    }
-
-    /// What the mode cannot see, for the report's caveats.
-    pub fn blind_spots(self) -> &'static str {
-        match self {
-            Mode::Exact => "allocators other than the hooked malloc family; memory mapped before attach",
-            Mode::Sampled { .. } => {
-                "individual small allocations (figures are estimates from sampled allocations, unbiased on \
-                 average, noisier for sites that allocate little); memory mapped before attach"
-            }
-            Mode::Growth => {
-                "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live \
-                 allocations; memory reused from the allocator's free lists does not show; nothing is ever \
-                 credited back when memory is freed"
-            }
+        Mode::Growth => {
+            "malloc/free themselves: it sees pages made resident (first touch) by call stack, not live \
+             allocations; memory reused from the allocator's free lists does not show; nothing is ever \
+             credited back when memory is freed"
         }
     }
 }
@@ -195,7 +182,7 @@ impl log::Log for StderrLog {
         true
     }
     fn log(&self, record: &log::Record<'_>) {
-        eprintln!("leaktrace: kernel: {}", record.args());
+        crate::note!("leaktrace: kernel: {}", record.args());
     }
     fn flush(&self) {}
 }
@@ -243,6 +230,7 @@ fn tracepoint_programs(growth: bool) -> impl Iterator<Item = (&'static str, &'st
 
 /// Check what tracing needs before anything else is looked at: root, and uprobe support.
 pub fn check_privileges() -> Result<(), LoadError> {
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Err(LoadError::NotRoot);
     }
@@ -259,7 +247,9 @@ fn py_stack_budget(max_stacks: u32) -> u32 {
 
 impl Tracer {
     /// Load the embedded eBPF object with the given map sizes; the agent's own PID is excluded.
-    pub fn load(limits: Limits, mode: Mode) -> Result<Tracer, LoadError> {
+    /// Sampled mode samples one allocation per `sample_bytes` bytes on average
+    /// ([`DEFAULT_SAMPLE_BYTES`] when None); the other modes ignore it.
+    pub fn load(limits: Limits, mode: Mode, sample_bytes: Option<u64>) -> Result<Tracer, LoadError> {
         check_privileges()?;
         raise_memlock();
         let agent_tgid: u32 = std::process::id();
@@ -279,7 +269,7 @@ impl Tracer {
         let (tp_offsets, tp_note) = crate::tracepoints::offsets()
             .map_err(|e| LoadError::Load(e.context("reading the tracepoints' layouts")))?;
         if let Some(note) = tp_note {
-            eprintln!("leaktrace: warning: {note}");
+            crate::note!("leaktrace: warning: {note}");
         }
         let mut ebpf = EbpfLoader::new()
             // INFLIGHT is a task-storage map, which aya 0.14 creates but has no
@@ -381,7 +371,9 @@ impl Tracer {
         };
         match mode {
             Mode::Exact => {}
-            Mode::Sampled { mean_bytes } => fill_sampling(&mut ebpf, mean_bytes).map_err(LoadError::Load)?,
+            Mode::Sampled => {
+                fill_sampling(&mut ebpf, sample_bytes.unwrap_or(DEFAULT_SAMPLE_BYTES)).map_err(LoadError::Load)?
+            }
             Mode::Growth => attach_page_faults(&mut ebpf, &mut load_errors, &mut tp_links).map_err(LoadError::Load)?,
         }
         Ok(Tracer {
@@ -906,9 +898,9 @@ impl Tracer {
     /// Kernel counters (see `leaktrace_common::counter`), summed over CPUs, by name.
     pub fn counters(&self) -> anyhow::Result<StdHashMap<&'static str, u64>> {
         let mut out = StdHashMap::new();
-        for i in 0..counter::NUM {
-            let v = self.counters.get(&i, 0).context("reading the COUNTERS map")?;
-            out.insert(counter::NAMES[i as usize], v.iter().sum());
+        for c in Counter::ALL {
+            let v = self.counters.get(&(c as u32), 0).context("reading the COUNTERS map")?;
+            out.insert(c.name(), v.iter().sum());
         }
         Ok(out)
     }
@@ -1074,6 +1066,7 @@ fn ensure_tracefs() -> anyhow::Result<()> {
     if populated(dir) || populated(std::path::Path::new("/sys/kernel/debug/tracing")) {
         return Ok(());
     }
+    // SAFETY: mount(2) with NUL-terminated string literals (alive for the call) and no data.
     let r = unsafe {
         libc::mount(c"nodev".as_ptr(), c"/sys/kernel/tracing".as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null())
     };
@@ -1184,6 +1177,7 @@ fn monotonic_now_ns() -> u64 {
 
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit(2) reads one rlimit, the local `lim`.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
 }
 

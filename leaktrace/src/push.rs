@@ -308,14 +308,14 @@ impl Pusher {
             drop(tx);
         }
         if self.skipped > 0 {
-            eprintln!(
+            crate::note!(
                 "leaktrace: push: {} periodic push(es) skipped while an earlier one was still being sent",
                 self.skipped
             );
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if self.done.recv_timeout(left).is_err() {
-            eprintln!(
+            crate::note!(
                 "leaktrace: warning: push to {}: not finished after {} s, given up (the profiles are in the output directory)",
                 self.cfg.url.text,
                 FINAL_WAIT.as_secs()
@@ -529,7 +529,7 @@ fn send_with_retries(cfg: &PushConfig, req: &Request) -> bool {
             Ok(()) => return true,
             Err(e) => match RETRY_DELAYS.get(attempt) {
                 Some(d) => {
-                    eprintln!(
+                    crate::note!(
                         "leaktrace: warning: push to {} failed: {e}; retry {}/{} in {:.1} s",
                         cfg.url.text,
                         attempt + 1,
@@ -539,7 +539,7 @@ fn send_with_retries(cfg: &PushConfig, req: &Request) -> bool {
                     std::thread::sleep(*d);
                 }
                 None => {
-                    eprintln!(
+                    crate::note!(
                         "leaktrace: warning: push to {} failed: {e}; given up after {} attempts",
                         cfg.url.text,
                         attempt + 1

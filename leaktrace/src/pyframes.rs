@@ -1,7 +1,7 @@
 //! CPython frames in the stacks: where a traced interpreter keeps its frame chain (given to the
 //! kernel side at attach, see `leaktrace-ebpf/src/python.rs`), and the code objects the kernel
 //! found there turned into Python frames (qualified name, file, line) read from the target's
-//! memory. See docs/ARCHITECTURE.md ("Python frames").
+//! memory. See docs/kernel.md ("Python frames").
 //!
 //! Structure offsets come, for 3.13, from the interpreter's own `_Py_DebugOffsets` (the first
 //! field of `_PyRuntime`: cookie `xdebugpy`, `PY_VERSION_HEX`, then `offsetof` values the

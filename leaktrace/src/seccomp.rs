@@ -66,7 +66,9 @@ pub fn check_target(pid: u32, allow: bool) -> anyhow::Result<()> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let Some(why) = uretprobe_risk(std::env::consts::ARCH, &release, seccomp_mode(pid)) else { return Ok(()) };
     if allow {
-        eprintln!("leaktrace: warning: PID {pid} runs under a seccomp filter and {why} (--allow-seccomp-risk given)");
+        crate::note!(
+            "leaktrace: warning: PID {pid} runs under a seccomp filter and {why} (--allow-seccomp-risk given)"
+        );
         return Ok(());
     }
     bail!(

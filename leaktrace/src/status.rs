@@ -113,6 +113,7 @@ impl Status {
     }
 
     /// Erase a redrawn line (before other output, and at the end).
+    #[allow(clippy::print_stderr, reason = "the status line is the terminal's, drawn on stderr")]
     pub fn clear(&self) {
         if self.drawn.replace(false) {
             eprint!("\r\x1b[2K");
@@ -159,11 +160,10 @@ impl Status {
             .iter()
             .filter_map(|p| p.latest)
             .map(|c| {
-                leaktrace_common::counter::NAMES
+                leaktrace_common::counter::TABLE
                     .iter()
-                    .enumerate()
-                    .filter(|(i, _)| leaktrace_common::counter::IS_LOSS[*i])
-                    .map(|(_, n)| c.counters.get(*n).copied().unwrap_or(0))
+                    .filter(|i| i.is_loss)
+                    .map(|i| c.counters.get(i.name).copied().unwrap_or(0))
                     .sum::<u64>()
             })
             .sum();
@@ -176,6 +176,7 @@ impl Status {
 fn terminal_columns() -> Option<usize> {
     // SAFETY: TIOCGWINSZ writes a winsize into the given struct.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize into the local `ws`.
     let ok = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) } == 0;
     (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
 }

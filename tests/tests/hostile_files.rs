@@ -166,8 +166,9 @@ fn a_default_output_name_taken_by_a_symlink_is_not_used() {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     for s in 0..120 {
         let t = now + s;
-        // SAFETY: localtime_r writes only the given struct.
+        // SAFETY: libc::tm is plain data; all-zero is a valid value.
         let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+        // SAFETY: localtime_r writes only the given struct.
         unsafe { libc::localtime_r(&t, &mut tm) };
         let name = format!(
             "leaktrace-compare-{:04}{:02}{:02}-{:02}{:02}{:02}",

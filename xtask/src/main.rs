@@ -22,6 +22,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_unwind;
+mod circles;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
@@ -551,7 +552,35 @@ fn lint() -> Result<()> {
         .context("`cargo fmt --check` failed: run `cargo fmt` on these packages and commit the result")?;
     run(cargo().arg("clippy").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
         .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;
-    eprintln!("xtask: lint: fmt and clippy passed");
+    no_import_circles()?;
+    eprintln!("xtask: lint: fmt, clippy and the import-circle check passed");
+    Ok(())
+}
+
+/// The source roots of the crates whose files [`circles::find`] checks.
+const CIRCLE_CHECKED: &[&str] = &[
+    "leaktrace/src",
+    "leaktrace-analysis/src",
+    "leaktrace-common/src",
+    "leaktrace-ebpf/src",
+    "xtask/src",
+    "tests/src",
+];
+
+/// No import circle among the files of any crate ([`circles`]); each one found is listed.
+fn no_import_circles() -> Result<()> {
+    let mut found = Vec::new();
+    for src in CIRCLE_CHECKED {
+        for circle in circles::find(&root().join(src))? {
+            found.push(format!("{src}: {}", circle.join(" <-> ")));
+        }
+    }
+    if !found.is_empty() {
+        bail!(
+            "import circles between files (move the item both use to a module both depend on):\n  {}",
+            found.join("\n  ")
+        );
+    }
     Ok(())
 }
 

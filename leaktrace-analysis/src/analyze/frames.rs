@@ -1,9 +1,12 @@
 //! Which frame of a stack is its culprit, and how frames are labelled in reports.
 
-use crate::allocator_frames::is_allocator_frame;
 use crate::recording::{Frame, Stack, StackKind};
 use crate::runtimes::MemoryKind;
 use std::sync::Arc;
+
+pub(super) use crate::frame_origin::is_runtime_frame;
+pub use crate::frame_origin::{basename, is_allocator, is_system_frame};
+pub use crate::runtimes::native_interface_caller;
 
 /// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
 /// and objdump take), else `basename(object)+0xaddr` (recordings made before file offsets were
@@ -24,81 +27,6 @@ pub fn frame_label(f: &Frame) -> String {
         (_, Some(obj), None) => format!("{}+{:#x}", basename(obj), f.addr),
         _ => format!("{:#x}", f.addr),
     }
-}
-
-/// Last path component of `path` (the whole string when it has no '/').
-pub fn basename(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-/// True when `f` is an allocator-internal frame (by function name).
-pub fn is_allocator(f: &Frame) -> bool {
-    f.function.as_deref().is_some_and(is_allocator_frame)
-}
-
-/// True for a frame of system or standard-library code: a shared library installed in a system
-/// library directory (libc, libstdc++, libz, libssl, libsqlite3, ...: /lib, /usr/lib, /lib64,
-/// /usr/lib64), or a function of the C++ or Rust standard library (`std::`, `__gnu_cxx::`,
-/// `alloc::`, `core::`; a Rust trait method `<TYPE as TRAIT>::m` when the trait is the standard
-/// library's and the type is too or is a primitive), inlined into user code or not. Packages installed under a system
-/// directory are not system code: a Python extension in `dist-packages`/`site-packages`
-/// (`/usr/lib/python3/dist-packages/lxml/etree.cpython-311-x86_64-linux-gnu.so`), a Node addon
-/// in `node_modules` — they are the third-party extensions whose leaks people trace.
-pub fn is_system_frame(f: &Frame) -> bool {
-    let in_system_lib = f.object.as_deref().is_some_and(|o| {
-        let name = basename(o);
-        ["/lib/", "/usr/lib/", "/lib64/", "/usr/lib64/"].iter().any(|d| o.starts_with(d))
-            && (name.ends_with(".so") || name.contains(".so."))
-            && !["/dist-packages/", "/site-packages/", "/node_modules/"].iter().any(|d| o.contains(d))
-    });
-    let std_function = f.function.as_deref().is_some_and(|n| {
-        const STD: [&str; 4] = ["std::", "__gnu_cxx::", "alloc::", "core::"];
-        let std_path = |p: &str| STD.iter().any(|s| p.starts_with(s));
-        // A Rust trait method: `<TYPE as TRAIT>::method`. It is the standard library's when the
-        // trait is (`core::fmt::Write`, `alloc::vec::spec_from_elem::SpecFromElem`) and so is
-        // the type, or the type is a primitive (`<u8 as alloc::..::SpecFromElem>::from_elem`,
-        // inlined by `vec![x; n]`); the user's impl of a standard trait
-        // (`<app::Config as core::fmt::Display>::fmt`) or a user trait (`<alloc::vec::Vec<T>
-        // as app::Store>::put`) is not.
-        if let Some((ty, tr)) = rust_trait_impl(n) {
-            let ty = ty.trim_start_matches(['&', '*', '[', '(']);
-            let ty = ty.strip_prefix("mut ").or_else(|| ty.strip_prefix("const ")).unwrap_or(ty);
-            let primitive = !ty.split('<').next().unwrap_or(ty).contains("::");
-            return std_path(tr) && (primitive || std_path(ty));
-        }
-        // An inherent method of a Rust type starts with `<` too (`<alloc::vec::Vec<T>>::push`).
-        let n = n.trim_start_matches('<');
-        if std_path(n) {
-            return true;
-        }
-        // A C++ name may start with its return type ("void std::vector<...>::...").
-        match n.split_once(' ') {
-            Some((ret, rest)) if !ret.contains('(') && !ret.contains('<') && !ret.contains("::") => {
-                let rest = rest.trim_start_matches('<');
-                STD.iter().any(|p| rest.starts_with(p))
-            }
-            _ => false,
-        }
-    });
-    in_system_lib || std_function
-}
-
-/// The type and the trait of a Rust trait method's name, `<TYPE as TRAIT>::method`: the ` as `
-/// at the outermost level of the leading `<…>`. None for any other name.
-fn rust_trait_impl(name: &str) -> Option<(&str, &str)> {
-    let inner = name.strip_prefix('<')?;
-    let mut depth = 0usize;
-    let mut as_at = None;
-    for (i, c) in inner.char_indices() {
-        match c {
-            '<' | '(' | '[' => depth += 1,
-            '>' if depth == 0 => return as_at.map(|a| (&inner[..a], &inner[a + 4..i])),
-            '>' | ')' | ']' => depth = depth.saturating_sub(1),
-            ' ' if depth == 0 && as_at.is_none() && inner[i..].starts_with(" as ") => as_at = Some(i),
-            _ => {}
-        }
-    }
-    None
 }
 
 /// True for a JIT frame named from a V8 perf map (`JS:*step /srv/app.js:10:14`,
@@ -127,18 +55,6 @@ pub fn is_program_frame(f: &Frame) -> bool {
     is_user_jit_frame(f) || f.kind == crate::recording::FrameKind::Python || is_python_extension_frame(f)
 }
 
-/// True when a frame is in a managed runtime's own object (interpreter or VM), whose frames the
-/// runtime rules judge (runtimes/): the culprit stays where the runtime code allocated.
-pub(super) fn is_runtime_frame(f: &Frame) -> bool {
-    f.object.as_deref().map(basename).is_some_and(|b| {
-        // python3, python3.11 (a version, nothing else), and the runtimes' own libraries.
-        let python_exe = b.strip_prefix("python").is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'));
-        python_exe
-            || matches!(b, "node" | "nodejs" | "java")
-            || ["libpython", "libjvm.so", "libjli.so", "libnode.so"].iter().any(|p| b.starts_with(p))
-    })
-}
-
 /// True when a frame is CPython's own code: libpython, or an interpreter executable
 /// (`python3.11`) with the interpreter linked in.
 fn is_python_runtime_frame(f: &Frame) -> bool {
@@ -160,41 +76,6 @@ fn is_python_extension_frame(f: &Frame) -> bool {
 /// True for a frame of cgo's generated bridge between Go and C ([`crate::runtimes::go::is_cgo_bridge`]).
 fn is_cgo_frame(f: &Frame) -> bool {
     f.function.as_deref().is_some_and(crate::runtimes::go::is_cgo_bridge)
-}
-
-/// Prefixes of a managed runtime's native-interface functions, through which a program's native
-/// library asks the runtime for memory on its behalf: HotSpot's JNI functions (`jni_GetStringUTFChars`,
-/// `jni_NewGlobalRef`, ...) and Node's N-API (`napi_create_string_utf8`, ...).
-const NATIVE_INTERFACE_ENTRIES: &[&str] = &["jni_", "napi_"];
-
-/// Index of the native library's frame that called into a runtime's native interface
-/// ([`NATIVE_INTERFACE_ENTRIES`]) on the way to this allocation: the frame right after an entry
-/// frame of the runtime's own object, when it is nameable (function or object known) and is
-/// neither the runtime's code (its executable, libjvm and the JDK's own libraries) nor allocator
-/// code; the frames before the entry must all be allocator,
-/// system or runtime code (the runtime's allocator wrapper: `os::malloc`, `AllocateHeap`).
-/// A runtime-wrapper allocation made for a non-runtime library is that library's native memory
-/// (issue 17 item 4: a JNI library's `GetStringUTFChars` never released). None otherwise.
-pub fn native_interface_caller(frames: &[Arc<Frame>]) -> Option<usize> {
-    let inner = |f: &Frame| {
-        f.function.is_none() && f.object.is_none() || is_allocator(f) || is_system_frame(f) || is_runtime_frame(f)
-    };
-    for (i, f) in frames.iter().enumerate().take(16) {
-        let entry = is_runtime_frame(f)
-            && f.function.as_deref().is_some_and(|n| NATIVE_INTERFACE_ENTRIES.iter().any(|p| n.starts_with(p)));
-        if entry {
-            let c = frames.get(i + 1)?;
-            let nameable = c.function.as_deref().is_some_and(|n| !n.is_empty()) || c.object.is_some();
-            // A JNI library may be installed in a system directory (Debian's /usr/lib/*/jni/);
-            // the JDK's own libraries (libjava, libzip, ...) are the runtime's.
-            let runtime_library = crate::runtimes::jvm::is_jvm_code(c);
-            return (nameable && !runtime_library && !is_runtime_frame(c) && !is_allocator(c)).then_some(i + 1);
-        }
-        if !inner(f) {
-            return None;
-        }
-    }
-    None
 }
 
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not

@@ -260,7 +260,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         }
     }
     let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
-    let allocs = events.get("allocs").copied().unwrap_or(0);
+    let allocs = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0);
     let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
     let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
     if drops_total > 0 {
@@ -366,11 +366,11 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         span.end.checked_sub(1).and_then(|e| times.get(e)).copied().unwrap_or(0.0),
     );
     // The runtime split: managed, native, off-heap and runtime series and their trends.
-    let by_kind = crate::runtimes::memory_by_kind(tl);
+    let by_kind = crate::timeline::memory_by_kind(tl);
     let with_times =
         |v: &[(f64, u64)]| -> Vec<(f64, u64)> { times.iter().copied().zip(v.iter().map(|p| p.1)).collect() };
     let gauge: Vec<(f64, u64)> =
-        crate::runtimes::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
+        crate::timeline::gauge_series(rec).into_iter().map(|(t, b)| ((t * 1e9).round() / 1e9, b)).collect();
     let gauge_used = !gauge.is_empty();
     let managed_source = if gauge_used { "hsperfdata" } else { "sites" };
     if rec.target.runtime.is_some() {

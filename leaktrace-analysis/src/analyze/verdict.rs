@@ -74,7 +74,7 @@ pub(super) fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
 /// bytes).
 pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
     let lost = counter::byte_losses().filter_map(|c| drops.get(c.name)).fold(0u64, |a, &n| a.saturating_add(n));
-    let seen = events.get("allocs").copied().unwrap_or(0).saturating_add(lost);
+    let seen = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0).saturating_add(lost);
     if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
 }
 

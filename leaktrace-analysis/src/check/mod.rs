@@ -286,7 +286,7 @@ pub fn untrusted_losses(rec: &Recording) -> Option<String> {
     let last = rec.checkpoints.last();
     let value = |k: &str| last.and_then(|c| c.counters.get(k)).copied().unwrap_or(0);
     let full = counter::byte_losses().any(|c| c.full && value(c.name) > 0);
-    let allocs = value(counter::NAMES[counter::ALLOCS as usize]);
+    let allocs = value(counter::Counter::Allocs.name());
     let other: u64 = counter::byte_losses().filter(|c| !c.full).map(|c| value(c.name)).sum();
     if !full && (other as f64) <= 0.01 * (allocs + other) as f64 {
         return None;

@@ -295,7 +295,7 @@ fn offheap_lines(md: &mut String, a: &Analysis) {
 /// keeps and its overhead; a process attached to may also hold blocks allocated before attach,
 /// and frees of such blocks (`untracked_free`) prove that some exist.
 fn allocator_rest(rec: &Recording, a: &Analysis) -> String {
-    let pre = a.events.get("untracked_free").copied().unwrap_or(0);
+    let pre = a.events.get(leaktrace_common::counter::Counter::UntrackedFree.name()).copied().unwrap_or(0);
     if rec.target.launched {
         "freed memory the allocator keeps and its overhead".to_string()
     } else if pre > 0 {

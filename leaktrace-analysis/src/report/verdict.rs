@@ -6,6 +6,7 @@ use crate::analyze::{Analysis, KindGrowth, KindReason, Losses, Reason, SiteAnaly
 use crate::human::{bytes as hb, rate as hr};
 use crate::recording::{Runtime, StackKind};
 use crate::runtimes::{MemoryKind, heap_name, kind_origin};
+use leaktrace_common::counter::Counter;
 
 /// The verdict of `a` as one line for humans.
 pub fn sentence(a: &Analysis) -> String {
@@ -53,8 +54,8 @@ pub fn sentence(a: &Analysis) -> String {
             let why = losses_phrase(a, l);
             // Frees not seen (address_reused) leave blocks live until their address comes
             // back: the growth may be high, not low; calls lost the other way make it low.
-            let frees_unseen = l.counters.iter().any(|(c, _)| c == "address_reused");
-            let allocs_lost = l.counters.iter().any(|(c, _)| c != "address_reused");
+            let frees_unseen = l.counters.iter().any(|(c, _)| c == Counter::AddressReused.name());
+            let allocs_lost = l.counters.iter().any(|(c, _)| c != Counter::AddressReused.name());
             if l.lower_bound {
                 match (allocs_lost, frees_unseen) {
                     (true, false) => format!("{base}; {why}: the growth is a lower bound"),
@@ -188,16 +189,16 @@ fn flat(bytes_per_s: f64) -> String {
 /// seen (`address_reused`: the block was retired when its address was allocated again; with
 /// --pymalloc, an interpreter built with LTO frees inside itself without calling PyObject_Free).
 fn losses_phrase(a: &Analysis, l: &Losses) -> String {
-    let full = |name: &str| leaktrace_common::counter::TABLE.iter().any(|i| i.name == name && i.full);
+    let full = |name: &str| leaktrace_common::counter::by_name(name).is_some_and(|i| i.full);
     let mut parts: Vec<String> = l
         .counters
         .iter()
-        .map(|(name, n)| match name.as_str() {
-            "missed_return" => format!(
+        .map(|(name, n)| match Counter::from_name(name) {
+            Some(Counter::MissedReturn) => format!(
                 "missed_return {n}: calls whose return was not seen — longjmp, an exception through the allocator, a \
                  thread ending inside a call"
             ),
-            "address_reused" => {
+            Some(Counter::AddressReused) => {
                 let why = if a.pymalloc_hooked {
                     "with --pymalloc, an interpreter built with LTO, as Debian's python3.11, frees inside itself \
                      without calling PyObject_Free"

@@ -138,7 +138,7 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             }) {
                 return Some(MemoryKind::OffHeap);
             }
-            if crate::analyze::native_interface_caller(&stack.frames).is_some() {
+            if super::native_interface_caller(&stack.frames).is_some() {
                 // JNI code's memory allocated by libjvm on its behalf (GetStringUTFChars,
                 // GetByteArrayElements copies, ...): the JNI library's, not the JVM's own.
                 return Some(MemoryKind::Native);

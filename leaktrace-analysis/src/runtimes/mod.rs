@@ -13,8 +13,7 @@
 //! wrappers). Every rule therefore decides on the nearest frames it can.
 
 use crate::allocator_frames::is_allocator_frame;
-use crate::recording::{Frame, Recording, Runtime, Stack, StackKind};
-use crate::timeline::Timeline;
+use crate::recording::{Frame, Runtime, Stack, StackKind};
 use std::sync::Arc;
 
 pub mod go;
@@ -170,6 +169,48 @@ pub fn site_origin(
 // ----------------------------------------------------------------------------------------------
 // Frame helpers shared by the per-runtime rules
 
+/// Prefixes of a managed runtime's native-interface functions, through which a program's native
+/// library asks the runtime for memory on its behalf: HotSpot's JNI functions (`jni_GetStringUTFChars`,
+/// `jni_NewGlobalRef`, ...) and Node's N-API (`napi_create_string_utf8`, ...).
+const NATIVE_INTERFACE_ENTRIES: &[&str] = &["jni_", "napi_"];
+
+/// Index of the native library's frame that called into a runtime's native interface
+/// ([`NATIVE_INTERFACE_ENTRIES`]) on the way to this allocation: the frame right after an entry
+/// frame of the runtime's own object, when it is nameable (function or object known) and is
+/// neither the runtime's code (its executable, libjvm and the JDK's own libraries) nor allocator
+/// code; the frames before the entry must all be allocator,
+/// system or runtime code (the runtime's allocator wrapper: `os::malloc`, `AllocateHeap`).
+/// A runtime-wrapper allocation made for a non-runtime library is that library's native memory
+/// (issue 17 item 4: a JNI library's `GetStringUTFChars` never released). None otherwise.
+pub fn native_interface_caller(frames: &[Arc<Frame>]) -> Option<usize> {
+    let inner = |f: &Frame| {
+        f.function.is_none() && f.object.is_none()
+            || crate::frame_origin::is_allocator(f)
+            || crate::frame_origin::is_system_frame(f)
+            || crate::frame_origin::is_runtime_frame(f)
+    };
+    for (i, f) in frames.iter().enumerate().take(16) {
+        let entry = crate::frame_origin::is_runtime_frame(f)
+            && f.function.as_deref().is_some_and(|n| NATIVE_INTERFACE_ENTRIES.iter().any(|p| n.starts_with(p)));
+        if entry {
+            let c = frames.get(i + 1)?;
+            let nameable = c.function.as_deref().is_some_and(|n| !n.is_empty()) || c.object.is_some();
+            // A JNI library may be installed in a system directory (Debian's /usr/lib/*/jni/);
+            // the JDK's own libraries (libjava, libzip, ...) are the runtime's.
+            let runtime_library = jvm::is_jvm_code(c);
+            return (nameable
+                && !runtime_library
+                && !crate::frame_origin::is_runtime_frame(c)
+                && !crate::frame_origin::is_allocator(c))
+            .then_some(i + 1);
+        }
+        if !inner(f) {
+            return None;
+        }
+    }
+    None
+}
+
 /// Last path component of a frame's object ("" when unknown).
 pub(crate) fn object_name(f: &Frame) -> &str {
     f.object.as_deref().map(|o| o.rsplit('/').next().unwrap_or(o)).unwrap_or("")
@@ -180,19 +221,14 @@ pub(crate) fn function(f: &Frame) -> &str {
     f.function.as_deref().unwrap_or("")
 }
 
-/// The C library (glibc or musl) or the dynamic loader.
+/// The C library (glibc or musl) or the dynamic loader ([`crate::system_libs::is_system_library`]).
 pub(crate) fn is_libc(f: &Frame) -> bool {
-    let o = object_name(f);
-    o.starts_with("libc.so")
-        || o.starts_with("libc-")
-        || o.starts_with("libc.musl")
-        || o.starts_with("ld-linux")
-        || o.starts_with("ld-musl")
+    crate::system_libs::is_system_library(object_name(f))
 }
 
 /// The dynamic loader (ld.so): mappings of loaded objects' .bss and its own allocations.
 pub(crate) fn is_loader(f: &Frame) -> bool {
-    object_name(f).starts_with("ld-linux") || object_name(f).starts_with("ld-musl")
+    crate::system_libs::is_loader(object_name(f))
 }
 
 /// The callers of the allocation, nearest first: every frame after frame 0 that is not an
@@ -210,7 +246,7 @@ pub(crate) fn first_caller(stack: &Stack) -> Option<&Frame> {
 }
 
 /// glibc malloc's own mappings (arena heaps), recognised by their nearest frames.
-fn is_malloc_arena_mapping(stack: &Stack) -> bool {
+pub(crate) fn is_malloc_arena_mapping(stack: &Stack) -> bool {
     const ARENA: &[&str] = &["alloc_new_heap", "new_heap", "_int_new_arena", "arena_get2", "sysmalloc", "tcache_init"];
     callers(stack).take(3).any(|f| is_libc(f) && ARENA.contains(&function(f)))
 }
@@ -239,85 +275,11 @@ pub fn is_thread_stack(stack: &Stack) -> bool {
     })
 }
 
-// ----------------------------------------------------------------------------------------------
-// Series by kind
-
-/// Bytes of each kind at every checkpoint of a [`Timeline`] (time order), `(t_s, bytes)`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct KindSeries {
-    /// Managed-kind sites; for the JVM use [`gauge_series`] instead.
-    pub managed: Vec<(f64, u64)>,
-    /// Native-kind malloc sites (live bytes).
-    pub native: Vec<(f64, u64)>,
-    /// Off-heap sites.
-    pub offheap: Vec<(f64, u64)>,
-    /// Runtime-kind sites, glibc's arena heaps mapped in free() left out (their blocks are
-    /// counted at their malloc sites).
-    pub runtime: Vec<(f64, u64)>,
-    /// The part of `managed` in the runtime's young generation (V8's semi-space pages:
-    /// [`node::is_young_generation`]), bounded by the runtime's configuration (V8's
-    /// `--max-semi-space-size`): resized under allocation pressure, never a leak.
-    pub managed_young: Vec<(f64, u64)>,
-}
-
-/// What a site holds at a checkpoint: a malloc site its live bytes; a mapping its resident
-/// bytes (virtual sizes of runtimes' reservations, e.g. the JVM's 1 GiB class space or Go's
-/// 64 MiB arenas, say nothing about memory use), falling back to the last resident figure known,
-/// then to its live (mapped) bytes when none was ever read.
-pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
-    let mut out = KindSeries::default();
-    for (k, &t) in tl.raw_times.iter().enumerate() {
-        let mut sums = [0u64; 4];
-        let mut young = 0u64;
-        for (si, st) in tl.stacks.iter().enumerate() {
-            if tl.first_seen[si].is_none_or(|f| f > k) {
-                continue;
-            }
-            let is_map = st.kind == StackKind::Mmap;
-            // glibc's arena heaps mapped in free() hold blocks counted at their malloc sites
-            // (and the heaps themselves in the allocator's resident figure): not runtime memory
-            // of their own. A worker thread's leak counted twice ("runtime grows" at its rate).
-            if is_map && is_malloc_arena_mapping(st) {
-                continue;
-            }
-            let live = tl.live_bytes[si][k];
-            let bytes = if is_map { tl.resident[si][k].unwrap_or(live) } else { live };
-            let i = match tl.kinds[si] {
-                MemoryKind::Managed => 0,
-                MemoryKind::Native if !is_map => 1,
-                MemoryKind::Native | MemoryKind::OffHeap => 2,
-                MemoryKind::Runtime => 3,
-            };
-            sums[i] = sums[i].saturating_add(bytes);
-            if i == 0 && node::is_young_generation(st) {
-                young = young.saturating_add(bytes);
-            }
-        }
-        out.managed_young.push((t, young));
-        out.managed.push((t, sums[0]));
-        out.native.push((t, sums[1]));
-        out.offheap.push((t, sums[2]));
-        out.runtime.push((t, sums[3]));
-    }
-    out
-}
-
-/// The runtime's own managed-heap figures (used bytes) at the checkpoints that have them, in time
-/// order. Empty when the runtime has no gauge.
-pub fn gauge_series(rec: &Recording) -> Vec<(f64, u64)> {
-    let mut v: Vec<(f64, u64)> = rec
-        .checkpoints
-        .iter()
-        .filter(|c| c.t_s.is_finite())
-        .filter_map(|c| c.managed.as_ref().map(|m| (c.t_s, m.used_bytes)))
-        .collect();
-    v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    v
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::recording::Recording;
+    use crate::timeline::{Timeline, memory_by_kind};
 
     /// A frame of `function` in `object`.
     pub fn fr(function: &str, object: &str) -> Frame {

@@ -76,7 +76,7 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
             if callers(stack).take(6).any(|f| is_backing_store(function(f))) {
                 return Some(MemoryKind::OffHeap);
             }
-            if crate::analyze::native_interface_caller(&stack.frames).is_some() {
+            if super::native_interface_caller(&stack.frames).is_some() {
                 // An addon's memory allocated by node inside an N-API function (napi_*).
                 return Some(MemoryKind::Native);
             }

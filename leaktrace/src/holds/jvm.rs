@@ -97,7 +97,7 @@ impl JvmCensus {
             self.census.errors.push("the JVM ended before the last histogram".to_string());
             return;
         }
-        eprintln!(
+        crate::note!(
             "leaktrace: PID {}: class histogram (a full GC): {}",
             self.pid,
             Job::ClassHistogram.describe(&j.program, self.pid)

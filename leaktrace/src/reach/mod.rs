@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use leaktrace_common::SiteKey;
 
 use crate::reachability::{Link, Reachability, SiteReach};
+use crate::system_libs::is_glibc;
 use blocks::Block;
 use roots::{Region, RootKind};
 
@@ -223,11 +224,12 @@ pub fn scan(
     })
 }
 
-/// libc's path and load bias in /proc/PID/maps text (the object named libc.so.6 or libc-*.so).
+/// glibc's path and load bias in /proc/PID/maps text (the object named libc.so.6 or libc-*.so:
+/// [`is_glibc`]).
 fn libc_of(maps: &str) -> Option<(String, u64)> {
     let lines = maps.lines().filter_map(crate::procinfo::parse_maps_line);
     let mut found: Option<(String, u64)> = None;
-    for l in lines.filter(|l| is_libc(&l.path)) {
+    for l in lines.filter(|l| is_glibc(&l.path)) {
         let b = l.start.saturating_sub(l.offset);
         match &mut found {
             Some((p, base)) if *p == l.path => *base = (*base).min(b),
@@ -238,11 +240,6 @@ fn libc_of(maps: &str) -> Option<(String, u64)> {
     found
 }
 
-fn is_libc(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
-}
-
 /// With the target stopped: the allocator's own data out of the roots (glibc's arenas:
 /// [`allocator`]), and the thread descriptor at the top of each cached thread stack in
 /// (glibc's stack cache keeps the exited threads' descriptors, which point at their DTVs).
@@ -250,7 +247,7 @@ fn allocator_and_descriptors(mm: u32, layout: &mut roots::Layout, main_arena: Op
     let libc_data: Vec<(u64, Vec<u8>)> = layout
         .regions
         .iter()
-        .filter(|r| matches!(&r.kind, RootKind::Global { path } if is_libc(path)))
+        .filter(|r| matches!(&r.kind, RootKind::Global { path } if is_glibc(path)))
         .map(|r| {
             let len = (r.end - r.start) as usize;
             let mut b = vec![0u8; len];

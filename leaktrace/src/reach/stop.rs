@@ -28,6 +28,7 @@ impl Thread {
 fn read_xmm(tid: i32) -> Option<[[u64; 2]; 16]> {
     // SAFETY: user_fpregs_struct is plain data; PTRACE_GETFPREGS fills it for a stopped tracee.
     let mut fp: libc::user_fpregs_struct = unsafe { std::mem::zeroed() };
+    // SAFETY: PTRACE_GETFPREGS writes one user_fpregs_struct into the local `fp`.
     let r = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid, 0usize, &mut fp as *mut _ as usize) };
     if r != 0 {
         return None;
@@ -113,6 +114,7 @@ pub fn stop_all(pid: u32) -> anyhow::Result<Stopped> {
         }
         // SAFETY: user_regs_struct is plain data; PTRACE_GETREGS fills it for a stopped tracee.
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: PTRACE_GETREGS writes one user_regs_struct into the local `regs`.
         let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut _ as usize) };
         if r == 0 {
             st.threads.push(Thread { tid, regs, xmm: read_xmm(tid) });

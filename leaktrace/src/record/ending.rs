@@ -3,7 +3,7 @@
 //! without it, the `oom_kill` counter of its memory cgroup (v1 or v2, read when it is first seen
 //! there and again at its end).
 
-use crate::launch::ExitStatus;
+use crate::launch::{ExitStatus, signal_name};
 
 /// The OOM-kill counter of a process's memory cgroup (`oom_kill`, cgroup v2 or v1), read when
 /// the process is first seen in that cgroup and again when it ends.
@@ -84,27 +84,6 @@ pub(super) fn memory_limit_of(events: &std::path::Path) -> Option<(u64, std::pat
         }
     }
     best
-}
-
-/// The usual name of signal `sig` ("SIGKILL"), or "signal N".
-pub(crate) fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        31 => "SIGSYS",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
 }
 
 /// How a process ended, in words: `status` is its exit status when leaktrace is its parent

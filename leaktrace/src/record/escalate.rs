@@ -21,7 +21,7 @@ use anyhow::Context as _;
 
 use super::{RecordOptions, Schedule, TargetSpec, Traced};
 use crate::analyze::{AnalyzeOptions, SiteClass, analyze};
-use crate::probes::Mode;
+use crate::recording::Mode;
 use crate::procinfo;
 use crate::recording::{EndReason, Recording};
 
@@ -61,7 +61,7 @@ pub(super) fn escalate_all(
             );
             continue;
         }
-        eprintln!(
+        crate::note!(
             "leaktrace: growth mode: PID {}'s memory grows through the allocator (pages first touched under {under}); \
              exact window: tracing its allocator calls for {:.1} s to name the function whose blocks grow \
              (--no-escalate to refuse)",
@@ -70,7 +70,7 @@ pub(super) fn escalate_all(
         );
         match exact_window(t.pid, window, opts, dir) {
             Ok(rec) => {
-                eprintln!("leaktrace: exact window on PID {} done; its probes are removed", t.pid);
+                crate::note!("leaktrace: exact window on PID {} done; its probes are removed", t.pid);
                 windows.insert(t.pid, rec);
             }
             Err(e) => note(t, format!("growth mode: the exact window on PID {} failed: {e:#}", t.pid)),
@@ -121,6 +121,6 @@ fn exact_window(pid: u32, window: Duration, opts: &RecordOptions, dir: &Path) ->
 
 /// A warning on stderr and in the process's report caveats.
 fn note(t: &mut Traced, line: String) {
-    eprintln!("leaktrace: {line}");
+    crate::note!("leaktrace: {line}");
     t.warnings.push(line);
 }

@@ -214,7 +214,7 @@ impl Tracing for Live {
 
     fn say(&mut self, line: &str) {
         self.status.clear();
-        eprintln!("leaktrace: {line}");
+        crate::note!("leaktrace: {line}");
     }
 
     fn checkpoints_taken(&mut self, targets: &[Traced], taken: &[(usize, u64, u64)], t_s: f64) {

@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use crate::discover::{self, WorkProbeSpec};
 use crate::launch::{self, ExitStatus, HeldChild};
 use crate::probes::{Limits, Mode, Tracer};
-use crate::recording::{self, EndReason, Recording, Target};
+use crate::recording::{EndReason, Recording, Target};
 use crate::{output, procinfo};
 
 pub(crate) mod ending;
 mod escalate;
 mod live;
+mod py_heap_state;
 // Reachability hook (#14).
 mod pyheap;
 mod reachability;
@@ -30,7 +31,6 @@ mod session;
 mod targets;
 mod traced;
 
-pub(crate) use ending::signal_name;
 use live::Live;
 use session::Session;
 use targets::launch_objects;
@@ -98,6 +98,9 @@ pub struct RecordOptions {
     pub schedule: Schedule,
     /// Exact, sampled or growth mode.
     pub mode: Mode,
+    /// Sampled mode: the mean distance between samples, bytes (`--sample-bytes`;
+    /// [`crate::probes::DEFAULT_SAMPLE_BYTES`] when None). Ignored in the other modes.
+    pub sample_bytes: Option<u64>,
     /// Also trace processes forked by the traced ones (from their fork on).
     pub follow_forks: bool,
     /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
@@ -149,6 +152,7 @@ impl Default for RecordOptions {
             work_probe: None,
             schedule: Schedule::Periodic,
             mode: Mode::Exact,
+            sample_bytes: None,
             follow_forks: false,
             pymalloc: false,
             python_frames: true,
@@ -174,7 +178,7 @@ fn note_without_python(targets: &mut [Traced], flag: &str, what: &str) {
         targets.iter_mut().filter(|t| t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python))
     {
         let line = format!("{flag}: PID {} runs no CPython interpreter; {what}", t.pid);
-        eprintln!("leaktrace: {line}");
+        crate::note!("leaktrace: {line}");
         t.warnings.push(line);
     }
 }
@@ -241,42 +245,9 @@ impl Recorded {
 /// them to exit code 2.
 pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Recorded> {
     // Everything that can be checked before touching a target is checked first.
-    crate::probes::check_privileges()?;
     let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_));
-    let mut pids = resolve_pids(&spec)?;
-    let mut skipped = Vec::new();
-    for &pid in &pids {
-        if pid == std::process::id() {
-            anyhow::bail!("PID {pid} is leaktrace itself");
-        }
-        if let Err(e) = discover::check_pid(pid) {
-            if by_group {
-                skipped.push(format!("PID {pid} skipped: {e}"));
-            } else {
-                return Err(e.into());
-            }
-        }
-    }
-    // Return probes in a seccomp-filtered process on a kernel that would kill it for them
-    // (seccomp.rs): refused before anything is attached. Growth mode places no return probes.
-    if opts.mode != Mode::Growth {
-        let mut refused = BTreeSet::new();
-        for &pid in &pids {
-            if let Err(e) = crate::seccomp::check_target(pid, opts.allow_seccomp_risk) {
-                if !by_group {
-                    return Err(e);
-                }
-                skipped.push(format!("PID {pid} skipped: {e}"));
-                refused.insert(pid);
-            }
-        }
-        pids.retain(|p| !refused.contains(p));
-    }
-    if by_group {
-        pids.retain(|p| discover::check_pid(*p).is_ok());
-        anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
-    }
-    let mut tracer = Tracer::load(opts.limits, opts.mode)?;
+    let (mut pids, mut skipped) = select_pids(&spec, opts, by_group)?;
+    let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
 
     let mut held: Option<HeldChild> = None;
     // Dropped on every way out of this function: killed and reaped.
@@ -351,7 +322,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
         // --follow-forks its children's, stop until their new image is probed.
         if let Err(e) = tracer.hold_execs(c.pid, 1, opts.follow_forks) {
-            eprintln!("leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered");
+            crate::note!(
+                "leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered"
+            );
         }
         c.release()?;
         // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
@@ -367,19 +340,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             }
         }
     }
-    for t in &targets {
-        let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
-        eprintln!(
-            "leaktrace: attached to PID {} ({}): {} probes in {}",
-            t.pid,
-            command_line(&t.command),
-            t.probes.len(),
-            objs.into_iter().collect::<Vec<_>>().join(", ")
-        );
-    }
-    for s in &skipped {
-        eprintln!("leaktrace: {s}");
-    }
+    note_attached(&targets, &skipped);
 
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -408,47 +369,10 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     // Time 0 of the checkpoints (the first one), for the censuses' times.
     let t_zero = session.start;
     let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
-    // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
-    // JVM writes it once more first), before a reachability scan stops the target.
-    for t in targets.iter_mut() {
-        t.jit_final();
-        // `--heap-census`: the runtimes' last snapshots, while the processes still run.
-        let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
-        let units = t.checkpoints.last().and_then(|c| c.units_of_work);
-        t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
-        t.census.heap_dump(&dir, alive, &|| start.elapsed().as_secs_f64(), units);
-    }
-    if opts.jvm_perf_map
-        && !targets.iter().any(|t| t.runtime.as_ref().is_some_and(|r| r.name == crate::recording::Runtime::Jvm))
-    {
-        // Said, not silently ignored: the user asked for something that had nothing to act on.
-        let line = "--jvm-perf-map did nothing: no traced process runs a JVM".to_string();
-        eprintln!("leaktrace: {line}");
-        for t in targets.iter_mut() {
-            t.warnings.push(line.clone());
-        }
-    }
-    if opts.python_frames_required {
-        note_without_python(&mut targets, "--python-frames on", "no Python frames");
-    }
-    if opts.pymalloc {
-        note_without_python(&mut targets, "--pymalloc", "CPython's allocator API is not hooked");
-    }
-    if opts.python_heap.is_some() {
-        note_without_python(&mut targets, "--python-heap", "no Python heap census");
-    }
     // Growth mode's escalation (issue 34): an exact window on the processes whose memory grew
     // through the allocator, before the launched command is stopped.
     let mut escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, &dir);
-    // Python heap hook (#31): the census at the end, before the launched command is stopped.
-    if let Some(o) = opts.python_heap {
-        pyheap::census_all(&mut targets, o, t_zero);
-    }
-    // Reachability hook (#14): before the probes go and the launched command is stopped.
-    let mut reach = match opts.reachability {
-        Some(o) => reachability::scan_all(&tracer, &mut targets, opts.mode, o, start),
-        None => Default::default(),
-    };
+    let mut reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), &dir);
     // Detach in the background while the outputs are written.
     let detach = std::thread::spawn(move || tracer.shutdown());
     let mut session_targets = targets;
@@ -457,11 +381,140 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
         t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
         if let Some(s) = t.exit_status {
-            eprintln!("leaktrace: stopped {} ({s})", t.command.join(" "));
+            crate::note!("leaktrace: stopped {} ({s})", t.command.join(" "));
         }
     }
 
     let several = session_targets.len() > 1 || several;
+    let mut processes = assemble(session_targets, &mut reach, end_reason, several, &dir, opts, started_unix_ms);
+    for p in processes.iter_mut() {
+        p.recording.escalation = escalations.remove(&p.recording.target.pid).map(Box::new);
+    }
+    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
+}
+
+/// The end of the session, while the processes still run and the probes are in place: JIT
+/// frames named from the runtime's final perf map, `--heap-census`'s last snapshots, the notes of
+/// options that had nothing to act on, the last Python heap census and the reachability scan
+/// (its result by PID; `start` is the recording's start, `t_zero` the first checkpoint's time).
+fn end_of_session(
+    tracer: &Tracer,
+    targets: &mut [Traced],
+    opts: &RecordOptions,
+    (start, t_zero): (Instant, Instant),
+    dir: &std::path::Path,
+) -> std::collections::HashMap<u32, crate::reachability::Reachability> {
+    // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
+    // JVM writes it once more first), before a reachability scan stops the target.
+    for t in targets.iter_mut() {
+        t.jit_final();
+        // `--heap-census`: the runtimes' last snapshots, while the processes still run.
+        let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
+        let units = t.checkpoints.last().and_then(|c| c.units_of_work);
+        t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
+        t.census.heap_dump(dir, alive, &|| start.elapsed().as_secs_f64(), units);
+    }
+    if opts.jvm_perf_map
+        && !targets.iter().any(|t| t.runtime.as_ref().is_some_and(|r| r.name == crate::recording::Runtime::Jvm))
+    {
+        // Said, not silently ignored: the user asked for something that had nothing to act on.
+        let line = "--jvm-perf-map did nothing: no traced process runs a JVM".to_string();
+        crate::note!("leaktrace: {line}");
+        for t in targets.iter_mut() {
+            t.warnings.push(line.clone());
+        }
+    }
+    if opts.python_frames_required {
+        note_without_python(targets, "--python-frames on", "no Python frames");
+    }
+    if opts.pymalloc {
+        note_without_python(targets, "--pymalloc", "CPython's allocator API is not hooked");
+    }
+    if opts.python_heap.is_some() {
+        note_without_python(targets, "--python-heap", "no Python heap census");
+    }
+    // Python heap hook (#31): the census at the end, before the launched command is stopped.
+    if let Some(o) = opts.python_heap {
+        pyheap::census_all(targets, o, t_zero);
+    }
+    // Reachability hook (#14): before the probes go and the launched command is stopped.
+    match opts.reachability {
+        Some(o) => reachability::scan_all(tracer, targets, opts.mode, o, start),
+        None => Default::default(),
+    }
+}
+
+/// Tell the user which processes are attached (their probes' objects) and which were skipped.
+fn note_attached(targets: &[Traced], skipped: &[String]) {
+    for t in targets {
+        let objs: BTreeSet<&str> = t.probes.iter().map(|p| p.object.as_str()).collect();
+        crate::note!(
+            "leaktrace: attached to PID {} ({}): {} probes in {}",
+            t.pid,
+            command_line(&t.command),
+            t.probes.len(),
+            objs.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    for s in skipped {
+        crate::note!("leaktrace: {s}");
+    }
+}
+
+/// The processes `spec` selects that can be traced, and the lines saying which were skipped (by
+/// a cgroup or a container only; for any other target a process that cannot be traced is the
+/// error). Checked before anything is attached: root, that no PID is leaktrace's own, each
+/// process's state, and (return probes only) the seccomp refusal of seccomp.rs.
+fn select_pids(spec: &TargetSpec, opts: &RecordOptions, by_group: bool) -> anyhow::Result<(Vec<u32>, Vec<String>)> {
+    crate::probes::check_privileges()?;
+    let mut pids = resolve_pids(spec)?;
+    let mut skipped = Vec::new();
+    for &pid in &pids {
+        if pid == std::process::id() {
+            anyhow::bail!("PID {pid} is leaktrace itself");
+        }
+        if let Err(e) = discover::check_pid(pid) {
+            if by_group {
+                skipped.push(format!("PID {pid} skipped: {e}"));
+            } else {
+                return Err(e.into());
+            }
+        }
+    }
+    // Return probes in a seccomp-filtered process on a kernel that would kill it for them
+    // (seccomp.rs): refused before anything is attached. Growth mode places no return probes.
+    if opts.mode != Mode::Growth {
+        let mut refused = BTreeSet::new();
+        for &pid in &pids {
+            if let Err(e) = crate::seccomp::check_target(pid, opts.allow_seccomp_risk) {
+                if !by_group {
+                    return Err(e);
+                }
+                skipped.push(format!("PID {pid} skipped: {e}"));
+                refused.insert(pid);
+            }
+        }
+        pids.retain(|p| !refused.contains(p));
+    }
+    if by_group {
+        pids.retain(|p| discover::check_pid(*p).is_ok());
+        anyhow::ensure!(!pids.is_empty(), "none of the selected processes can be traced: {}", skipped.join("; "));
+    }
+    Ok((pids, skipped))
+}
+
+/// One recording per traced process at the end of the session (`end_reason` for those that did
+/// not end on their own), each with its reachability scan from `reach`, in `dir` (or its
+/// `pid-N` subdirectory when `several`).
+fn assemble(
+    session_targets: Vec<Traced>,
+    reach: &mut std::collections::HashMap<u32, crate::reachability::Reachability>,
+    end_reason: EndReason,
+    several: bool,
+    dir: &std::path::Path,
+    opts: &RecordOptions,
+    started_unix_ms: u64,
+) -> Vec<RecordedProcess> {
     let mut processes = Vec::new();
     for mut t in session_targets {
         if let Some(note) = t.jit_note() {
@@ -483,16 +536,15 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
             reachability_scans: std::mem::take(&mut t.reach_scans),
             runtime_holds: t.census.take(),
             python_heap: std::mem::take(&mut t.py_heap.censuses),
-            escalation: escalations.remove(&t.pid).map(Box::new),
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
         crate::merge::merge_identical_stacks(&mut recording);
         let subdir = several.then(|| format!("pid-{}", t.pid));
-        let tdir = subdir.as_ref().map_or_else(|| dir.clone(), |s| dir.join(s));
+        let tdir = subdir.as_ref().map_or_else(|| dir.to_path_buf(), |s| dir.join(s));
         processes.push(RecordedProcess { dir: tdir, subdir, exit_status: t.exit_status, recording });
     }
-    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
+    processes
 }
 
 impl Traced {
@@ -517,11 +569,9 @@ impl Traced {
                 memory_limit_bytes: self.memory_limit.as_ref().map(|l| l.0),
                 memory_limit_file: self.memory_limit.as_ref().map(|l| l.1.display().to_string()),
             },
-            mode: recorded_mode(opts.mode),
-            sample_bytes: match opts.mode {
-                Mode::Sampled { mean_bytes } => Some(mean_bytes),
-                _ => None,
-            },
+            mode: opts.mode,
+            sample_bytes: (opts.mode == Mode::Sampled)
+                .then(|| opts.sample_bytes.unwrap_or(crate::probes::DEFAULT_SAMPLE_BYTES)),
             work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
             started_unix_ms,
             interval_s: opts.interval.as_secs_f64(),
@@ -560,15 +610,6 @@ fn held_is_launch(spec: &TargetSpec) -> bool {
 
 /// `leaktrace-[PREFIX-]PID-TIMESTAMP`, or `leaktrace-[PREFIX-]multi-PID-TIMESTAMP` for several
 /// processes.
-/// The recording's name for a probes mode.
-fn recorded_mode(mode: Mode) -> recording::Mode {
-    match mode {
-        Mode::Exact => recording::Mode::Exact,
-        Mode::Sampled { .. } => recording::Mode::Sampled,
-        Mode::Growth => recording::Mode::Growth,
-    }
-}
-
 fn default_out_dir(prefix: Option<&str>, pid: u32, several: bool) -> PathBuf {
     let name = if several { format!("multi-{pid}") } else { pid.to_string() };
     output::timestamped_dir(&match prefix {

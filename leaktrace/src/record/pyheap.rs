@@ -4,17 +4,9 @@
 
 use std::time::Instant;
 
-use crate::pyheap::{HeapOptions, Located};
+use crate::pyheap::HeapOptions;
 
 use super::traced::Traced;
-
-/// Per process: where its interpreter is (found at the first census) and its censuses.
-#[derive(Default)]
-pub struct PyHeap {
-    located: Option<Result<Located, String>>,
-    /// Censuses taken, oldest first.
-    pub censuses: Vec<leaktrace_analysis::pyheap::PyCensus>,
-}
 
 /// Whether the `n`th periodic checkpoint takes a census.
 pub(super) fn due(o: &HeapOptions, n: u64) -> bool {
@@ -38,7 +30,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
             Err(why) => {
                 let why = std::mem::take(why);
                 if !why.is_empty() {
-                    eprintln!("leaktrace: PID {pid}: {why}");
+                    crate::note!("leaktrace: PID {pid}: {why}");
                     t.warnings.push(why);
                 }
                 continue;
@@ -46,7 +38,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
         };
         match crate::pyheap::census(pid, &at, opts, start) {
             Ok(c) => {
-                eprintln!(
+                crate::note!(
                     "leaktrace: Python heap of PID {pid}: {} objects ({} containers), target paused {:.1} ms{}",
                     c.objects,
                     c.gc_objects,
@@ -57,7 +49,7 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
             }
             Err(e) => {
                 let line = format!("Python heap census failed: {e:#}");
-                eprintln!("leaktrace: PID {pid}: {line}");
+                crate::note!("leaktrace: PID {pid}: {line}");
                 if !t.warnings.contains(&line) {
                     t.warnings.push(line);
                 }

@@ -75,10 +75,10 @@ pub(super) fn scan_one(
     };
     let pid = t.pid;
     let when = if opts.at_exit { " at its exit" } else { "" };
-    eprintln!("leaktrace: reachability of PID {pid}{when}: stopping the target for the scan");
+    crate::note!("leaktrace: reachability of PID {pid}{when}: stopping the target for the scan");
     match reach::scan(pid, map, &|| tracer.site_keys(pid), opts) {
         Ok(scan) => {
-            eprintln!(
+            crate::note!(
                 "leaktrace: reachability of PID {pid}{when}: {} live block(s) scanned, target paused {:.1} ms",
                 scan.blocks(),
                 scan.pause().as_secs_f64() * 1e3
@@ -86,7 +86,7 @@ pub(super) fn scan_one(
             Some(scan.finish(t_s, &mut TracedNames { tracer, traced: t }))
         }
         Err(e) => {
-            eprintln!("leaktrace: reachability of PID {pid}{when}: {e:#}");
+            crate::note!("leaktrace: reachability of PID {pid}{when}: {e:#}");
             t.warnings.push(format!("reachability scan failed: {e:#}"));
             None
         }

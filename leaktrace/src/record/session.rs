@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use leaktrace_common::{MapEvent, map_event};
+use leaktrace_common::MapEvent;
+use leaktrace_common::event::Event;
 
 use crate::discover::WorkProbeSpec;
 use crate::recording::{Checkpoint, EndReason};
@@ -351,38 +352,39 @@ impl<H: Tracing> Session<H> {
         let mut execs = Vec::new();
         let mut held = Vec::new();
         for ev in self.host.events() {
-            match ev.kind {
-                map_event::FORK => forks.push((ev.tgid, ev.addr as u32)),
-                map_event::EXEC => {
+            let Ok(event) = Event::decode(&ev) else { continue };
+            match event {
+                Event::Fork { child } => forks.push((ev.tgid, child)),
+                Event::Exec { held: is_held } => {
                     execs.push(ev.tgid);
-                    if ev.addr == 1 {
+                    if is_held {
                         held.push(ev.tgid);
                     }
                 }
-                map_event::CHILD_EXEC => {
+                Event::ChildExec { parent } => {
                     // A child of a launched process, held at its exec before it was followed,
                     // or followed since (its exec came between its discovery and its entry in
                     // the kernel's filter): then it is re-discovered like any traced exec.
                     if self.targets.iter().any(|t| t.pid() == ev.tgid) {
                         execs.push(ev.tgid);
                     } else {
-                        forks.push((ev.addr as u32, ev.tgid));
+                        forks.push((parent, ev.tgid));
                     }
                     held.push(ev.tgid);
                 }
-                map_event::OOM_VICTIM => {
+                Event::OomVictim { anon_kib } => {
                     if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == ev.tgid) {
-                        t.state_mut().oom_victim_anon_kib = Some(ev.addr);
+                        t.state_mut().oom_victim_anon_kib = Some(anon_kib);
                     }
                 }
-                map_event::TEARDOWN => {
+                Event::Teardown => {
                     if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == ev.tgid) {
                         let s = t.state_mut();
                         s.teardown_watched = false;
                         s.teardown_pending = true;
                     }
                 }
-                _ => {
+                Event::Mapping(_) => {
                     if let Some(t) =
                         self.targets.iter_mut().find(|t| t.pid() == ev.tgid && t.state().end_reason.is_none())
                     {
@@ -507,6 +509,8 @@ impl<H: Tracing> Session<H> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+
+    use leaktrace_common::map_event;
 
     use super::*;
 

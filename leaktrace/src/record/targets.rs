@@ -84,8 +84,7 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
         let _ = add(&lib);
     }
     for o in discover::mapped_objects(std::process::id())? {
-        let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name.starts_with("libc.so") || name.starts_with("libc-") || name.starts_with("libc.musl") {
+        if crate::system_libs::is_libc(&o.path.to_string_lossy()) {
             add(&o.path)?;
         }
     }
@@ -233,7 +232,10 @@ mod tests {
         let exe = Path::new("/bin/true");
         let Some(Some(interp)) = loader_interp(exe) else { return };
         let m = std::fs::metadata(&interp).expect("the loader");
-        let (uid, gid) = (unsafe { libc::getuid() }, unsafe { libc::getgid() });
+        // SAFETY: getuid(2) takes nothing and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        // SAFETY: getgid(2) takes nothing and cannot fail.
+        let gid = unsafe { libc::getgid() };
         let ok = Confined { loader: (m.dev(), m.ino()), uid, gid, env: Vec::new() };
         let libs = loader_list(exe, Some(&ok)).expect("a dynamic executable");
         assert!(

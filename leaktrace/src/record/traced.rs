@@ -83,7 +83,7 @@ pub(super) struct Traced {
     /// the recording's scan when the process then exits.
     pub(super) reach_at_exit: Option<crate::reachability::Reachability>,
     /// Python heap censuses (`--python-heap`, #31) and where the interpreter is.
-    pub(super) py_heap: super::pyheap::PyHeap,
+    pub(super) py_heap: super::py_heap_state::PyHeap,
     /// Every execve seen during the recording (issue #15).
     pub(super) execs: Vec<crate::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
@@ -170,7 +170,7 @@ impl Traced {
                 "OOM-killer victims not seen (oom:mark_victim): {why}; an OOM kill is told from the memory cgroup's oom_kill counter"
             ));
         }
-        notes.push(format!("{} mode cannot see: {}", opts.mode.name(), opts.mode.blind_spots()));
+        notes.push(format!("{} mode cannot see: {}", opts.mode, crate::probes::blind_spots(opts.mode)));
         let mut t = Traced {
             pid,
             launched,
@@ -295,7 +295,7 @@ impl Traced {
         let command = procinfo::cmdline(self.pid);
         let change =
             crate::recording::ExecChange { t_s, from: self.exe.clone(), to: to.clone(), command: command.clone() };
-        eprintln!(
+        crate::note!(
             "leaktrace: PID {} exec'd {} at t={t_s:.1}s (was {}): re-discovering its objects",
             self.pid,
             if to.is_empty() { "?" } else { &to },
@@ -401,7 +401,7 @@ impl Traced {
             && procinfo::alive(self.pid)
             && let Some(j) = self.jcmd.as_mut()
         {
-            eprintln!(
+            crate::note!(
                 "leaktrace: PID {}: asking the JVM for its perf map ({})",
                 self.pid,
                 crate::runtimes::jcmd::Job::PerfMap.describe(&j.program, self.pid)
@@ -512,7 +512,7 @@ impl Traced {
     /// stderr now (the user learns it while recording, not only from the report), and the same
     /// sentence in the report's caveats.
     fn python_frames_failed(&mut self, why: String) {
-        eprintln!("leaktrace: PID {}: {why}", self.pid);
+        crate::note!("leaktrace: PID {}: {why}", self.pid);
         self.warnings.push(why);
     }
 
@@ -782,11 +782,7 @@ impl Traced {
     /// mimalloc, tcmalloc: allocators whose mappings have no shape of their own) and CPython's
     /// allocator is not (`--pymalloc`: its blocks lie in the runtime's arenas).
     fn other_malloc(&self) -> bool {
-        let is_libc = |object: &str| {
-            let name = object.rsplit('/').next().unwrap_or(object);
-            ["libc.so", "libc-", "libc.musl", "ld-musl"].iter().any(|p| name.starts_with(p))
-        };
-        self.probes.iter().any(|p| p.function.ends_with("malloc") && !is_libc(&p.object))
+        self.probes.iter().any(|p| p.function.ends_with("malloc") && !crate::system_libs::is_libc(&p.object))
             && !self.probes.iter().any(|p| p.function.starts_with("PyObject_"))
     }
 
@@ -989,7 +985,7 @@ pub(super) fn print_coverage(pid: u32, scan: &discover::AllocatorScan) {
             .filter(|f| f.object.display().to_string() == object)
             .map(|f| f.family.to_string())
             .collect();
-        eprintln!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
+        crate::note!("leaktrace: PID {pid}: {object} [{}]: {}", fams.join(", "), functions.join(" "));
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use object::{Object as _, ObjectSection as _};
 
 use super::RuntimeInfo;
-use crate::discover::MappedObject;
+use crate::objects::MappedObject;
 use crate::recording::Runtime;
 
 /// The Go toolchain version that built `path` ("go1.19.8"), or Some(None) for a Go binary whose

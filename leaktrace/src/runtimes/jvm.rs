@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{HeapGauge, RuntimeInfo, file_name};
-use crate::discover::MappedObject;
+use crate::objects::MappedObject;
 use crate::recording::ManagedHeap;
 use crate::recording::Runtime;
 

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::discover::MappedObject;
+use crate::objects::MappedObject;
 use crate::recording::{ManagedHeap, Runtime};
 
 pub mod go;

@@ -4,7 +4,7 @@
 use leaktrace_analysis::runtimes::node::is_node_object;
 
 use super::{RuntimeInfo, file_name};
-use crate::discover::MappedObject;
+use crate::objects::MappedObject;
 use crate::recording::Runtime;
 
 /// Detect Node: a mapped object named node/nodejs/libnode.so that exports N-API.

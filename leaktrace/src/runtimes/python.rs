@@ -3,7 +3,7 @@
 //! `leaktrace_analysis::runtimes::python`.
 
 use super::{RuntimeInfo, file_name};
-use crate::discover::MappedObject;
+use crate::objects::MappedObject;
 use crate::recording::Runtime;
 
 /// Detect CPython: a mapped libpython, or an executable named python* that defines the

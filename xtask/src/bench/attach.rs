@@ -119,6 +119,7 @@ fn record(work: &Path, args: &[String], single: bool, tag: &str) -> Result<Run> 
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 writes it and the status of our own child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4(2) of our own child writes the locals `status` and `usage`.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let total_s = started.elapsed().as_secs_f64();
     if r != pid {
@@ -276,10 +277,12 @@ pub(super) fn measure(reps: usize) -> Result<String> {
         .iter()
         .copied()
         .filter(|l| {
-            // SAFETY: dlopen with a NUL-terminated name; the handle is closed at once.
             let name = std::ffi::CString::new(*l).expect("no NUL");
+            // SAFETY: dlopen with a NUL-terminated name (alive for the call); the handle is closed
+            // at once.
             let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
             if !h.is_null() {
+                // SAFETY: the handle dlopen just returned, closed once.
                 unsafe { libc::dlclose(h) };
             }
             !h.is_null()

@@ -284,7 +284,7 @@ const WALK_MEMO_NOTE: &str = "How `malloc_enter`'s time splits, and what the wal
     2026-12-01). With parts of the kernel side stubbed out: of ~255 ns, the native walk of six frames \
     took ~130, the Python check (no Python target: one array read) and the `STACKS_SEEN` check ~20, the \
     rest (the thread's in-flight slot, the sampling flag, the read of the caller's word) ~105. The walk \
-    memo (ARCHITECTURE.md, \"Walk memo\": a thread's last walk is taken again when the stack words it \
+    memo (kernel.md, \"Walk memo\": a thread's last walk is taken again when the stack words it \
     read are unchanged, checked with one copy of the stack and a compare) took `malloc_enter` from 331 / \
     363 to 137 / 145 ns, and the three programs per pair from 576 / 615 to 368 / 390 ns; with the malloc \
     16 frames further down (a 22-frame stack, built `-O2 -fomit-frame-pointer`) from 573 / 758 to 151 / \
@@ -318,7 +318,7 @@ const BLOCK_TABLE_NOTE: &str = "The block table, measured again on this machine 
     memo's copy of the stack (~424 bytes here) 242–243. So a hash-map insert cost ~245 ns and a lookup \
     and delete ~180 here (this machine's helper calls are slow: returns go through the SRSO safe-RET \
     thunk), the clock read ~60, the stack copy ~170. Since: blocks live in `BLOCKS`, an array of 4-slot \
-    buckets claimed by compare-and-swap on a 64-bit tag (ARCHITECTURE.md, kernel maps; the hash map \
+    buckets claimed by compare-and-swap on a 64-bit tag (kernel.md, maps; the hash map \
     only takes a full bucket's blocks), and birth times come from jiffies (an inlined load; the agent \
     ties them to the monotonic clock at load): `alloc_return` 168–186 and `free_enter` 126–155 ns, \
     `malloc_enter` unchanged (the stack copy and the walk memo's check are now most of what is left).";
