@@ -52,7 +52,8 @@ pub struct OnCollections {
     /// Collections the runtime ran in the steady window and in the whole analysed span.
     pub in_window: u64,
     pub in_span: u64,
-    /// The trend was fitted on the collections of the whole span: the window had fewer than
+    /// The trend was fitted on the collections of the whole span and the level at its start
+    /// (what the collection before it left): the window had fewer than
     /// [`COLLECTIONS_FOR_A_TREND`].
     pub widened: bool,
     /// Least-squares fit of the bytes after each collection against its time (the first
@@ -93,8 +94,14 @@ pub(super) fn on_collections(
         .map(|s| s.max(duration).ceil());
     let window: Vec<(f64, f64)> = events.iter().copied().filter(|p| p.0 >= steady_from - 1e-9).collect();
     let widened = window.len() < COLLECTIONS_FOR_A_TREND;
-    let used = if widened { &events } else { &window };
-    let trend = (in_window > 0 && used.len() >= 2).then(|| fit(used));
+    // Widened, the span's first point counts too: what the collection before the span left,
+    // placed at the span's start (it was left then or earlier: a growing heap's slope is
+    // underestimated, never overestimated).
+    let mut used = if widened { events.clone() } else { window };
+    if widened && events.first().is_some_and(|e| e.0 > span[0].0) {
+        used.insert(0, (span[0].0, span[0].1 as f64));
+    }
+    let trend = (in_window > 0 && used.len() >= 2).then(|| fit(&used));
     Some(OnCollections { in_window, in_span, widened, trend, record_for_s })
 }
 
@@ -180,7 +187,7 @@ mod tests {
         let c = on_collections(&heap(7.0, 30), 0.0, 15.0, 30.0).expect("judged");
         assert!(c.widened && c.in_window == 2 && c.in_span == 4, "{c:?}");
         let t = c.trend.expect("a trend");
-        assert_eq!(t.n, 4);
+        assert_eq!(t.n, 5, "four collections and the level at the span's start");
         assert!((t.slope_bytes_per_s - 200_000.0).abs() < 10_000.0, "{t:?}");
         assert_eq!(c.record_for_s, Some(45.0));
     }
