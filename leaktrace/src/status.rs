@@ -309,7 +309,7 @@ mod tests {
         let mut with_memory = latest.clone();
         with_memory.memory = Some(crate::recording::ProcMemory { rss_anon_bytes: 12_192, ..Default::default() });
         let t = st.text(5.0, &[ProcessStatus { latest: Some(&with_memory), ..p(6096, (1 << 20) + 8192) }]);
-        assert!(t.contains("live 6.0 KiB (+1.2 KiB/s), occupied 50 % of RSS anon; fastest"), "{t}");
+        assert!(t.contains("live 6.0 KiB (+1019 B/s), occupied 50 % of RSS anon; fastest"), "{t}");
     }
 
     #[test]
