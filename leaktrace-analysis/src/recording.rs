@@ -490,6 +490,10 @@ pub struct ManagedHeap {
     pub spaces: BTreeMap<String, u64>,
     /// Where the figures come from, e.g. "hsperfdata /tmp/hsperfdata_root/1".
     pub source: String,
+    /// Collections the runtime has run since it started (the JVM's young and full collections:
+    /// Σ hsperfdata `sun.gc.collector.N.invocations`); None when the runtime does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collections: Option<u64>,
 }
 
 /// What the allocator holds from the kernel, whatever is live in it. All values in bytes.

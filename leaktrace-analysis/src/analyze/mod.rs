@@ -441,6 +441,10 @@ pub struct KindGrowth {
     /// slower than [`PLATEAU_RATIO`] of the steady slope) through the last quarter of the run,
     /// fitted on its post-GC troughs when collections were seen there: levelled off, not growing.
     pub levelled_off: bool,
+    /// Managed heap only, when the runtime counts its collections and says what each left (the
+    /// JVM's hsperfdata): the heap judged on them ([`managed::on_collections`]); `trend` and
+    /// `grows` are then theirs, and `grows` is false when the trend is unknown.
+    pub collections: Option<managed::OnCollections>,
 }
 
 /// Start and end figures of the process, bytes.
@@ -501,9 +505,11 @@ pub struct Summary {
     pub offheap_growth_bytes_per_unit: Option<f64>,
     /// Steady-window slope of RssAnon against units of work, bytes per unit.
     pub rss_anon_growth_bytes_per_unit: Option<f64>,
-    /// Occupied heap to RSS: native live bytes / RssAnon at the last checkpoint with memory
-    /// figures (None without them). Low values with a growing RSS point at memory the allocator
-    /// keeps (fragmentation) or memory that is not traced.
+    /// Occupied heap to RSS: the occupied heap ([`Analysis::occupied`]: live native + off-heap +
+    /// the managed heap's used bytes + the runtime's own + allocator metadata where known) /
+    /// RssAnon at the last checkpoint with memory figures (None without them). Low values with a
+    /// growing RSS point at memory the allocator keeps (fragmentation) or memory that is not
+    /// traced.
     pub occupied_heap_to_rss_ratio: Option<f64>,
 }
 
@@ -689,6 +695,9 @@ pub struct Analysis {
     /// A leak verdict's scale: bytes a day, share of RSS, time to the cgroup's memory limit
     /// ([`scale::scale`]). None when the verdict is not a leak.
     pub scale: Option<scale::Scale>,
+    /// The occupied heap and its parts against RSS anon at the last checkpoint with memory
+    /// figures ([`occupied::occupied`]); None without memory figures.
+    pub occupied: Option<occupied::Occupied>,
     /// When the target exited (`end_reason` "target-exited"): what it still held at its last
     /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
     pub at_exit: Option<AtExit>,
@@ -867,6 +876,8 @@ fn class_rank(c: SiteClass) -> u8 {
 mod collected;
 mod first_touch;
 mod frames;
+pub mod managed;
+pub mod occupied;
 pub mod patterns;
 mod replay;
 pub mod retention;

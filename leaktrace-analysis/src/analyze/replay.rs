@@ -452,6 +452,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             trend,
             troughs,
             noise_floor_bytes_per_s: floor,
+            collections: None,
         }
     };
     let mut kind_list = Vec::new();
@@ -469,7 +470,12 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
                 .map(|(&(t, b), &(_, y))| (t, b.saturating_sub(y)))
                 .collect()
         };
-        kind_list.push(kind_growth(MemoryKind::Managed, managed_source, &fitted));
+        let mut managed = kind_growth(MemoryKind::Managed, managed_source, &fitted);
+        let series = super::managed::collection_series(rec);
+        if let Some(c) = super::managed::on_collections(&series, span_from, steady_from, span_to) {
+            super::managed::judge(&mut managed, c, rec.target.runtime, &mut warnings);
+        }
+        kind_list.push(managed);
     }
     kind_list.push(kind_growth(MemoryKind::Native, "sites", &memory.native_live_bytes));
     kind_list.push(kind_growth(MemoryKind::OffHeap, "sites", &memory.offheap_live_bytes));
@@ -565,10 +571,6 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     let anon_units: Vec<Option<u64>> = units.iter().zip(&anon).map(|(u, a)| a.and(*u)).collect();
     let anon_vals: Vec<u64> = anon.iter().map(|a| a.unwrap_or(0)).collect();
     let rss_anon_unit_trend = unit_fit(&anon_units, &anon_vals, win.steady.clone());
-    let occupied_heap_to_rss_ratio = (0..n)
-        .rev()
-        .find_map(|k| anon[k].map(|a| (k, a)))
-        .and_then(|(k, a)| (a > 0).then(|| (native[k] as f64 / a as f64 * 1e4).round() / 1e4));
 
     // Live bytes the process holds in what it allocated (native and managed malloc sites and
     // off-heap mappings' resident bytes), the allocator's and runtimes' mappings left out: what
@@ -611,7 +613,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         offheap_growth_bytes_per_s: offheap_trend.slope_bytes_per_s,
         offheap_growth_bytes_per_unit: offheap_unit_trend.map(|t| t.slope_bytes_per_s),
         rss_anon_growth_bytes_per_unit: rss_anon_unit_trend.map(|t| t.slope_bytes_per_s),
-        occupied_heap_to_rss_ratio,
+        // Set with the occupied heap's parts, once the analysis is whole (`occupied::occupied`).
+        occupied_heap_to_rss_ratio: None,
     };
     let verdict = process_verdict(&ProcessInput {
         sites: &sites,
@@ -680,6 +683,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
 
     let mut analysis = Analysis {
         scale: None,
+        occupied: None,
         at_exit: None,
         freed_at_exit: None,
         checkpoints: n,
@@ -717,6 +721,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         traced_unit_trend,
     };
     analysis.scale = super::scale::scale(&analysis, rec.target.memory_limit_bytes);
+    analysis.occupied = super::occupied::occupied(rec, &analysis);
+    analysis.summary.occupied_heap_to_rss_ratio = analysis.occupied.as_ref().and_then(|o| o.ratio);
     analysis
 }
 

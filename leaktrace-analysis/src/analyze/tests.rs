@@ -776,9 +776,14 @@ fn growth_per_unit_of_work() {
         "{}",
         sentence(&a)
     );
-    // Occupied heap: 360 000 + 900 000 live bytes in 20 MiB + 450 000 B of RSS anon.
+    // Occupied heap: 360 000 + 900 000 live bytes and glibc's 8-byte chunk header of each live
+    // block, in 20 MiB + 450 000 B of RSS anon.
+    let blocks: u64 = a.sites.iter().map(|s| s.live_allocations).sum();
+    let o = a.occupied.as_ref().expect("occupied");
+    assert_eq!((o.native_bytes, o.allocator_metadata_bytes, o.managed_bytes), (1_260_000, Some(8 * blocks), None));
     let ratio = s.occupied_heap_to_rss_ratio.unwrap();
-    assert!((ratio - 1_260_000.0 / (20_971_520.0 + 450_000.0)).abs() < 1e-4, "{ratio}");
+    let expected = (1_260_000 + 8 * blocks) as f64 / (20_971_520.0 + 450_000.0);
+    assert!((ratio - expected).abs() < 1e-4, "{ratio} {expected}");
 
     // Without a work probe: per second only.
     let mut r = per_unit_recording();

@@ -159,6 +159,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
                 "post_gc_troughs": k.troughs,
                 "grows": k.grows,
                 "levelled_off": k.levelled_off,
+                "collections": k.collections,
             })
         })
         .collect();
@@ -300,6 +301,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "offheap_growth_bytes_per_unit": opt_num(s.offheap_growth_bytes_per_unit),
         "rss_anon_growth_bytes_per_unit": opt_num(s.rss_anon_growth_bytes_per_unit),
         "occupied_heap_to_rss_ratio": opt_num(s.occupied_heap_to_rss_ratio),
+        "occupied": super::occupied::json(a.occupied.as_ref()),
     });
     if let (Some(summary), Value::Object(more)) = (doc.get_mut("summary").and_then(Value::as_object_mut), more) {
         summary.extend(more);

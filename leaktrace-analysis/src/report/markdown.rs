@@ -206,28 +206,22 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
     let heap = crate::runtimes::heap_name(rt);
     let _ = writeln!(md, "## Memory by kind ({rt})\n");
     md.push_str("| memory | start | end | trend over the steady window | grows |\n|---|---|---|---|---|\n");
-    let row =
-        |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, grows: Option<bool>| {
-            let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
-            let trend = tr.map_or("n/a".to_string(), |t| {
-                format!(
-                    "{} ({:.0} B/s, ±{} at 95 %)",
-                    rate(t.slope_bytes_per_s),
-                    t.slope_bytes_per_s,
-                    t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s"))
-                )
-            });
-            let g = match grows {
-                Some(true) => "**yes**",
-                Some(false) => "no",
-                None => "",
-            };
-            let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
-        };
-    row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, None);
-    row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), None);
-    row(md, "RSS shmem", &a.memory.rss_shmem_bytes, None, None);
-    row(md, "RSS file", &a.memory.rss_file_bytes, None, None);
+    let row = |md: &mut String, name: &str, pts: &[(f64, u64)], tr: Option<&crate::analyze::Trend>, g: &str| {
+        let (Some(f), Some(l)) = (pts.first(), pts.last()) else { return };
+        let trend = tr.map_or("n/a".to_string(), |t| {
+            format!(
+                "{} ({:.0} B/s, ±{} at 95 %)",
+                rate(t.slope_bytes_per_s),
+                t.slope_bytes_per_s,
+                t.ci95_bytes_per_s.map_or("n/a".into(), |c| format!("{c:.0} B/s"))
+            )
+        });
+        let _ = writeln!(md, "| {name} | {} | {} | {trend} | {g} |", bytes(f.1), bytes(l.1));
+    };
+    row(md, "RSS (VmRSS)", &a.memory.rss_bytes, None, "");
+    row(md, "RSS anon", &a.memory.rss_anon_bytes, a.rss_anon_trend.as_ref(), "");
+    row(md, "RSS shmem", &a.memory.rss_shmem_bytes, None, "");
+    row(md, "RSS file", &a.memory.rss_file_bytes, None, "");
     for k in &a.kinds {
         let (name, pts) = match k.kind {
             MemoryKind::Managed if k.source == "sites" => {
@@ -242,7 +236,20 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
                 (format!("runtime: {}", crate::runtimes::kind_origin(rt, k.kind)), &a.memory.runtime_live_bytes)
             }
         };
-        row(md, &name, pts, Some(&k.trend), Some(k.grows));
+        let g = match &k.collections {
+            Some(c) if c.trend.is_none() && c.in_window == 0 => "unknown: no collection in the window",
+            Some(c) if c.trend.is_none() => "unknown: too few collections",
+            Some(c) if c.widened => {
+                if k.grows {
+                    "**yes** (on the whole span's collections)"
+                } else {
+                    "no (on the whole span's collections)"
+                }
+            }
+            _ if k.grows => "**yes**",
+            _ => "no",
+        };
+        row(md, &name, pts, Some(&k.trend), g);
     }
     md.push_str(
         "\nMappings count their resident bytes, malloc sites their live bytes; only memory \
@@ -273,7 +280,7 @@ fn per_unit_lines(md: &mut String, a: &Analysis) {
     );
 }
 
-/// Off-heap mappings and the occupied heap to RSS ratio.
+/// Off-heap mappings (the occupied heap to RSS is at the report's head: `occupied::line`).
 fn offheap_lines(md: &mut String, a: &Analysis) {
     let s = &a.summary;
     if s.offheap_live_start_bytes > 0 || s.offheap_live_end_bytes > 0 {
@@ -284,9 +291,6 @@ fn offheap_lines(md: &mut String, a: &Analysis) {
             bytes(s.offheap_live_end_bytes),
             rate(s.offheap_growth_bytes_per_s)
         );
-    }
-    if let Some(r) = s.occupied_heap_to_rss_ratio {
-        let _ = writeln!(md, "- occupied heap to RSS (live native bytes / RSS anon at the end): {:.1} %", r * 100.0);
     }
 }
 
@@ -384,6 +388,9 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let summary = super::verdict::sentence(a);
     let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
     let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
+    if let Some(line) = super::occupied::line(a) {
+        let _ = writeln!(md, "{line}\n");
+    }
     super::holds::holder_line(&mut md, rec);
     let unit = a.unit_name();
 

@@ -23,6 +23,8 @@ pub mod flame;
 pub mod holds;
 pub mod json;
 pub mod markdown;
+/// Issue #30: the occupied heap to RSS with its parts.
+pub mod occupied;
 pub mod plot;
 pub mod pprof;
 /// Issue #31: growth of the Python heap by type and what holds it.

@@ -428,6 +428,9 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
     let positive = slope >= 0.5;
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
+    } else if let Some(c) = g.collections.as_ref().filter(|c| c.trend.is_none()) {
+        // Judged on its collections and none (or one) ran: unknown, never flat (issue 30).
+        crate::analyze::managed::unknown_phrase(&kind_label(rt, g.kind), c)
     } else if g.levelled_off {
         format!(
             "{} rose and levelled off ({} over the steady window, flat in the last quarter)",
@@ -826,6 +829,7 @@ mod tests {
             noise_floor_bytes_per_s: floor,
             grows: false,
             levelled_off: false,
+            collections: None,
         }
     }
 

@@ -246,7 +246,7 @@ pub(crate) fn first_caller(stack: &Stack) -> Option<&Frame> {
 }
 
 /// glibc malloc's own mappings (arena heaps), recognised by their nearest frames.
-pub(crate) fn is_malloc_arena_mapping(stack: &Stack) -> bool {
+pub fn is_malloc_arena_mapping(stack: &Stack) -> bool {
     const ARENA: &[&str] = &["alloc_new_heap", "new_heap", "_int_new_arena", "arena_get2", "sysmalloc", "tcache_init"];
     callers(stack).take(3).any(|f| is_libc(f) && ARENA.contains(&function(f)))
 }

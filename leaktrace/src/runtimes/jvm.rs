@@ -204,7 +204,8 @@ pub fn parse_perfdata(data: &[u8]) -> Option<BTreeMap<String, PerfValue>> {
 
 /// The Java heap from PerfData counters: used = Σ `sun.gc.generation.N.space.M.used`, committed =
 /// Σ `sun.gc.generation.N.capacity`, spaces by `generation name.space name` (e.g. "new.eden",
-/// "old.old"). None without any space counter.
+/// "old.old"), collections = Σ `sun.gc.collector.N.invocations` (young and full). None without
+/// any space counter.
 pub fn heap_from_counters(c: &BTreeMap<String, PerfValue>, source: &str) -> Option<ManagedHeap> {
     let long = |k: &str| match c.get(k) {
         Some(PerfValue::Long(v)) => Some((*v).max(0) as u64),
@@ -230,6 +231,9 @@ pub fn heap_from_counters(c: &BTreeMap<String, PerfValue>, source: &str) -> Opti
             *heap.spaces.entry(format!("{gname}.{sname}")).or_default() += used;
         }
     }
+    // Young and full collections so far (the collectors' invocation counts).
+    let counts: Vec<u64> = (0..4).filter_map(|n| long(&format!("sun.gc.collector.{n}.invocations"))).collect();
+    heap.collections = (!counts.is_empty()).then(|| counts.iter().sum());
     any.then_some(heap)
 }
 
@@ -373,6 +377,8 @@ mod tests {
             ("sun.gc.generation.1.space.0.name", Str("old".into())),
             ("sun.gc.generation.1.space.0.used", Long(7_000_000)),
             ("sun.gc.metaspace.capacity", Long(123)),
+            ("sun.gc.collector.0.invocations", Long(5)),
+            ("sun.gc.collector.1.invocations", Long(2)),
         ];
         for little in [true, false] {
             let buf = perfdata(little, &counters);
@@ -383,6 +389,7 @@ mod tests {
             assert_eq!(h.committed_bytes, 22_347_776 + 44_761_088);
             assert_eq!(h.spaces["new.eden"], 2_516_264);
             assert_eq!(h.spaces["old.old"], 7_000_000);
+            assert_eq!(h.collections, Some(7));
         }
         let mut bad = perfdata(true, &counters);
         bad[0] = 0;
