@@ -21,8 +21,8 @@ use anyhow::Context as _;
 
 use super::{RecordOptions, Schedule, TargetSpec, Traced};
 use crate::analyze::{AnalyzeOptions, SiteClass, analyze};
-use crate::recording::Mode;
 use crate::procinfo;
+use crate::recording::Mode;
 use crate::recording::{EndReason, Recording};
 
 /// Checkpoints of the exact window: about this many over its duration.
