@@ -20,6 +20,10 @@ pub struct PyCensus {
     /// How long the target's threads were stopped, milliseconds (first thread stopped to the
     /// last one resumed).
     pub pause_ms: f64,
+    /// CPU time the agent's census thread used during the pause, ms: the census's own work
+    /// (the rest of the pause is waiting for a CPU on a loaded host). 0 in older recordings.
+    #[serde(default)]
+    pub cpu_ms: f64,
     /// CPython version read ("3.11").
     pub version: String,
     /// False when the walk stopped early (the pause cap or the object cap): counts are then
