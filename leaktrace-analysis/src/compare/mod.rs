@@ -38,8 +38,10 @@ use crate::output::OutDir;
 use crate::recording::{Mode, Recording, Stack, StackKind};
 use crate::timeline::Timeline;
 
+mod pyheap;
 mod render;
 
+pub use pyheap::{TypeChange, TypeSide, compare_types, types_md};
 pub use render::{MD_ROWS, compare_json, compare_md, diff_folded, diff_svg};
 
 /// Callers of the culprit that enter a site's signature.
@@ -206,6 +208,9 @@ pub struct Comparison {
     pub conclusion: String,
     /// Nothing grows beyond noise in AFTER (no site leaks, the total does not).
     pub after_flat: bool,
+    /// Python heap censuses (`--python-heap`): the types that grew in either recording, their
+    /// objects gained before and after ([`compare_types`]); empty without censuses.
+    pub python_types: Vec<TypeChange>,
 }
 
 /// A recording's fitted window.
@@ -513,6 +518,8 @@ pub fn compare(
             leaking_after.join(", ")
         )
     };
+    let python_types = compare_types(before, after);
+    verdicts.extend(pyheap::verdicts(&python_types));
     Ok(Comparison {
         unit: unit.to_string(),
         notes,
@@ -524,6 +531,7 @@ pub fn compare(
         verdicts,
         conclusion,
         after_flat,
+        python_types,
     })
 }
 
