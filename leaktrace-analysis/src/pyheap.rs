@@ -20,6 +20,10 @@ pub struct PyCensus {
     /// How long the target's threads were stopped, milliseconds (first thread stopped to the
     /// last one resumed).
     pub pause_ms: f64,
+    /// CPU time the agent's census thread used during the pause, ms: the census's own work
+    /// (the rest of the pause is waiting for a CPU on a loaded host). 0 in older recordings.
+    #[serde(default)]
+    pub cpu_ms: f64,
     /// CPython version read ("3.11").
     pub version: String,
     /// False when the walk stopped early (the pause cap or the object cap): counts are then
@@ -273,6 +277,44 @@ impl Holds {
     }
 }
 
+/// Words in an attribute's name that say it keeps callbacks.
+const LISTENER_WORDS: &[&str] = &["handler", "listener", "callback", "subscriber", "observer", "hook", "receiver"];
+
+/// The managed leak pattern a growing type's holder matches (the catalog of managed leaks, in
+/// the order tried): an unbounded `functools.lru_cache` on its path; an attribute named like a
+/// list of listeners (`_handlers`, `callbacks`, ...); a closure cell or a default argument (a
+/// closure capturing a per-request object); a dict whose keys carry digits (keyed by ids that
+/// only grow). None: no pattern matched, or not held from a module.
+pub fn leak_pattern(g: &TypeGrowth) -> Option<&'static str> {
+    let h = g.holder.as_ref().filter(|h| h.kind == HolderKind::Path)?;
+    if h.example.iter().any(|s| s.type_name == "functools._lru_cache_wrapper") {
+        return Some("an unbounded functools.lru_cache (maxsize=None): every distinct argument's result is kept");
+    }
+    let attrs = h.pattern.split(['.', '[']).map(str::to_ascii_lowercase);
+    if attrs.clone().any(|a| LISTENER_WORDS.iter().any(|w| a.contains(w))) {
+        return Some("listeners or handlers appended and never removed");
+    }
+    if h.pattern.contains(".__defaults__[") || h.pattern.contains(".__closure__[") {
+        return Some("closures capturing per-request objects (a default argument or a closure cell keeps each)");
+    }
+    let id_key = h.example.iter().any(|s| s.edge.starts_with("['") && s.edge.chars().any(|c| c.is_ascii_digit()));
+    id_key.then_some("a dict keyed by ids that only grows (an entry per id, never removed)")
+}
+
+/// The look-alike a steady holder is (bounded by design, not a leak): a full deque with a
+/// maxlen, or a bounded lru_cache; None otherwise.
+pub fn look_alike(g: &TypeGrowth) -> Option<&'static str> {
+    let h = g.holder.as_ref()?;
+    let on_path = |t: &str| h.example.iter().any(|s| s.type_name == t);
+    if on_path("collections.deque") {
+        Some("a full deque(maxlen=…)")
+    } else if on_path("functools._lru_cache_wrapper") {
+        Some("a bounded lru_cache, full")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,6 +365,41 @@ mod tests {
         assert_eq!(h.steady[0].holder.as_ref().unwrap().pattern, "__main__.recent[…]");
         assert_eq!((h.steady[0].count_first, h.steady[0].count_last), (500, 500));
         assert!(holds(&h_one(), &|_| None).is_none());
+    }
+
+    fn growth(pattern: &str, steps: &[(&str, &str)]) -> TypeGrowth {
+        let example = steps.iter().map(|&(e, t)| PathStep { edge: e.into(), type_name: t.into() }).collect();
+        TypeGrowth {
+            holder: Some(Holder { pattern: pattern.into(), example, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    /// The event bus's handlers, a ZIP service's pending dict, a closure's captured request,
+    /// an unbounded lru_cache: each its pattern; a path like none of them, none. A full deque
+    /// and a bounded lru_cache are look-alikes.
+    #[test]
+    fn managed_leak_patterns_and_look_alikes() {
+        let bus =
+            growth("__main__.bus._handlers[…][…].__defaults__[0]", &[("__main__", "module"), ("._handlers", "dict")]);
+        assert_eq!(leak_pattern(&bus), Some("listeners or handlers appended and never removed"));
+        let zip =
+            growth("__main__._PENDING[…]", &[("__main__", "module"), ("._PENDING", "dict"), ("['job-17']", "bytes")]);
+        assert!(leak_pattern(&zip).unwrap().starts_with("a dict keyed by ids"));
+        let closure = growth("__main__.jobs[…].__closure__[0].cell_contents", &[("__main__", "module")]);
+        assert!(leak_pattern(&closure).unwrap().starts_with("closures capturing"));
+        let lru = growth(
+            "__main__.render.<+0x28>[…]",
+            &[("__main__", "module"), (".render", "functools._lru_cache_wrapper")],
+        );
+        assert!(leak_pattern(&lru).unwrap().starts_with("an unbounded functools.lru_cache"));
+        assert_eq!(leak_pattern(&growth("__main__.rows[…]", &[("__main__", "module"), (".rows", "list")])), None);
+        assert_eq!(
+            look_alike(&growth("__main__.recent[…]", &[(".recent", "collections.deque")])),
+            Some("a full deque(maxlen=…)")
+        );
+        assert_eq!(look_alike(&lru), Some("a bounded lru_cache, full"));
+        assert_eq!(look_alike(&zip), None);
     }
 
     fn h_one() -> Vec<PyCensus> {

@@ -112,8 +112,11 @@ fn event_bus(name: &str, interp: &Path) {
     assert_eq!(path[4]["type"], "function handle_message.<locals>.on_ack", "{ctx}");
     assert_eq!(path[5]["type"], "dict", "{ctx}");
     assert_eq!(r.get(&["python_heap", "held_by"]), "__main__.bus._handlers", "{ctx}");
+    let handlers = "listeners or handlers appended and never removed";
+    assert_eq!(growing(&r, "function", &ctx)["leak_pattern"], handlers, "{ctx}");
     let verdict = str_of(r.get(&["verdict"]), "summary");
     assert!(verdict.contains("held by `__main__.bus._handlers`"), "{verdict}\n{ctx}");
+    assert!(verdict.contains(handlers), "{verdict}\n{ctx}");
     assert!(md.contains("## What holds it") && md.contains("`__main__.bus._handlers[…][…]`"), "{md}");
     // The bounded look-alikes: held, full, not growing.
     let all = r.get(&["python_heap", "growing"]).as_array().cloned().unwrap_or_default();
@@ -131,6 +134,9 @@ fn event_bus(name: &str, interp: &Path) {
         })
     };
     assert!(held("__main__.recent[…]", "tuple", 500), "the deque's 500 tuples, steady\n{ctx}");
+    let deque =
+        steady.iter().find(|s| s["holder"]["pattern"].as_str().is_some_and(|p| p.starts_with("__main__.recent")));
+    assert_eq!(deque.map(|d| &d["look_alike"]), Some(&Value::from("a full deque(maxlen=…)")), "{ctx}");
     assert!(held("__main__.render.", "functools._lru_list_elem", 256), "the lru_cache's 256 entries, steady\n{ctx}");
 }
 
@@ -156,6 +162,7 @@ fn zip_service(name: &str, interp: &Path) {
     assert_eq!(path[1]["edge"], "._PENDING", "{ctx}");
     assert!(path[2]["edge"].as_str().is_some_and(|e| e.starts_with("['job-")), "{ctx}");
     assert_eq!(r.get(&["python_heap", "held_by"]), "__main__._PENDING", "{ctx}");
+    assert!(g["leak_pattern"].as_str().is_some_and(|p| p.starts_with("a dict keyed by ids")), "{ctx}");
     let verdict = str_of(r.get(&["verdict"]), "summary");
     assert!(verdict.contains("held by `__main__._PENDING`"), "{verdict}\n{ctx}");
 }
@@ -263,4 +270,49 @@ fn python_heap_event_bus_313() {
 #[test]
 fn python_heap_event_bus_38() {
     event_bus("pyheap-bus-38", &pyenv("3.8.18"));
+}
+
+/// The target survives 50 censuses in a row with its output unchanged: survive.py (a mixed
+/// heap mutated in place every step, 2,000 steps over ~20 s) recorded with a census at every
+/// 100 ms checkpoint prints the same checksum as an untraced run, runs all its steps and
+/// exits 0.
+#[test]
+fn python_heap_target_survives_50_censuses() {
+    require_root();
+    let interp = pyenv("3.11.7");
+    let script = fixture_source("pyheap").join("survive.py");
+    let untraced = std::process::Command::new(&interp).arg(&script).args(["2000", "20"]).output().expect("python3");
+    assert!(untraced.status.success(), "untraced run: {untraced:?}");
+    let want = String::from_utf8_lossy(&untraced.stdout).into_owned();
+    assert!(want.contains("checksum ") && want.contains("steps 2000"), "untraced run printed {want}");
+    let out = OutDir::new("pyheap-survive");
+    let mut cmd = leaktrace(["record", "--interval", "100ms", "--python-heap", "--python-heap-every", "1", "--out"]);
+    cmd.arg(&out.path).arg("--").arg(&interp).arg(&script).args(["2000", "20"]);
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    assert_no_panic(&o);
+    let r = Report::load(&out.path);
+    let ctx = format!("{}\n{}", o.describe(), r.summary());
+    let rec: Value = serde_json::from_str(&std::fs::read_to_string(out.path.join("recording.json")).expect("json"))
+        .expect("recording.json");
+    let censuses = rec["python_heap"].as_array().cloned().unwrap_or_default();
+    let pauses: Vec<f64> = censuses.iter().map(|c| f64_of(c, "pause_ms")).collect();
+    eprintln!(
+        "survive: {} censuses, pauses {:.0}–{:.0} ms",
+        censuses.len(),
+        pauses.iter().copied().fold(f64::INFINITY, f64::min),
+        pauses.iter().copied().fold(0.0, f64::max)
+    );
+    // The fixture's heap is about 36 k objects once built (the first census may come during
+    // its start-up).
+    let full = censuses.iter().filter(|c| c["objects"].as_u64().unwrap_or(0) > 20_000).count();
+    assert!(full >= 50, "{full} censuses of the built heap ({} in all), fewer than 50\n{ctx}", censuses.len());
+    assert_eq!(r.get(&["target", "exit_status"]).as_i64(), Some(0), "{ctx}");
+    let got: String = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("checksum ") || l.starts_with("steps "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(got, want, "the target's output changed under the censuses\n{ctx}");
 }

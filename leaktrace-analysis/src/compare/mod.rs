@@ -39,8 +39,10 @@ use crate::recording::{Mode, Recording, Stack, StackKind};
 use crate::timeline::Timeline;
 
 pub mod holds;
+mod pyheap;
 mod render;
 
+pub use pyheap::{TypeChange, TypeSide, compare_types, types_md};
 pub use render::{MD_ROWS, compare_json, compare_md, diff_folded, diff_svg};
 
 /// Callers of the culprit that enter a site's signature.
@@ -209,6 +211,9 @@ pub struct Comparison {
     pub after_flat: bool,
     /// The runtimes' own censuses before and after (issue 33): [`holds::rows`].
     pub holds: Vec<holds::HoldsRow>,
+    /// Python heap censuses (`--python-heap`): the types that grew in either recording, their
+    /// objects gained before and after ([`compare_types`]); empty without censuses.
+    pub python_types: Vec<TypeChange>,
 }
 
 /// A recording's fitted window.
@@ -516,6 +521,8 @@ pub fn compare(
             leaking_after.join(", ")
         )
     };
+    let python_types = compare_types(before, after);
+    verdicts.extend(pyheap::verdicts(&python_types));
     Ok(Comparison {
         unit: unit.to_string(),
         notes,
@@ -528,6 +535,7 @@ pub fn compare(
         conclusion,
         after_flat,
         holds: holds::rows(before, after),
+        python_types,
     })
 }
 

@@ -60,6 +60,7 @@ pub fn compare_md(c: &Comparison) -> String {
         growth_cell(Some(c.after.overall), u),
         number(c.after.overall.slope - c.before.overall.slope)
     ));
+    md.push_str(&super::types_md(&c.python_types));
     md.push_str("## Matched sites\n\n");
     if c.matched.is_empty() {
         md.push_str("No site is in both recordings.\n\n");
@@ -154,6 +155,7 @@ pub fn compare_json(c: &Comparison) -> serde_json::Value {
         "conclusion": c.conclusion,
         "after_flat": c.after_flat,
         "runtime_holds": c.holds,
+        "python_types": c.python_types,
     })
 }
 

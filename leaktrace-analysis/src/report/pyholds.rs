@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::analyze::Analysis;
 use crate::human::{bytes, number, rate};
-use crate::pyheap::{Holder, HolderKind, Holds, TypeGrowth};
+use crate::pyheap::{Holder, HolderKind, Holds, TypeGrowth, leak_pattern, look_alike};
 
 /// Growing types shown in report.md.
 const MD_TYPES: usize = 12;
@@ -110,7 +110,8 @@ pub fn holds_md(md: &mut String, a: &Analysis) {
         let _ = writeln!(md, "Retaining paths (one object of each growing holder, root first):\n");
         for g in h.growing.iter().filter(|g| g.holder.as_ref().is_some_and(|x| !x.example.is_empty())).take(MD_PATHS) {
             let x = g.holder.as_ref().map(path_text).unwrap_or_default();
-            let _ = writeln!(md, "- `{}`: {x}", g.name.replace('`', "'"));
+            let p = leak_pattern(g).map_or(String::new(), |p| format!(" — pattern: {p}"));
+            let _ = writeln!(md, "- `{}`: {x}{p}", g.name.replace('`', "'"));
         }
         md.push('\n');
         let nowhere: Vec<&TypeGrowth> = h
@@ -136,7 +137,8 @@ pub fn holds_md(md: &mut String, a: &Analysis) {
             .iter()
             .map(|g| {
                 let by = g.holder.as_ref().map_or(String::new(), holder_text);
-                format!("{by}: `{}` {} → {}", g.name, number(g.count_first as f64), number(g.count_last as f64))
+                let what = look_alike(g).map_or(String::new(), |l| format!(" ({l}: not a leak)"));
+                format!("{by}: `{}` {} → {}{what}", g.name, number(g.count_first as f64), number(g.count_last as f64))
             })
             .collect();
         let _ = writeln!(
@@ -157,6 +159,8 @@ fn growth_json(g: &TypeGrowth) -> Value {
         "count_per_s": g.count_per_s,
         "bytes_per_s": g.bytes_per_s,
         "count_per_unit": g.count_per_unit,
+        "leak_pattern": leak_pattern(g),
+        "look_alike": look_alike(g),
         "holder": g.holder.as_ref().map(|h| json!({
             "kind": h.kind,
             "pattern": h.pattern,
@@ -200,6 +204,9 @@ pub fn verdict_clause(h: &Holds) -> Option<String> {
             "the growing Python objects ({}) are referenced from nowhere: a reference leaked by native code",
             top.join(", ")
         )),
-        _ => h.top_holder().map(|root| format!("the growing Python objects ({}) are held by `{root}`", top.join(", "))),
+        _ => h.top_holder().map(|root| {
+            let p = h.growing.first().and_then(leak_pattern).map_or(String::new(), |p| format!(" ({p})"));
+            format!("the growing Python objects ({}) are held by `{root}`{p}", top.join(", "))
+        }),
     }
 }

@@ -1,10 +1,9 @@
 //! The walk's objects counted by type and grouped by the pattern of their retaining path.
 
-use std::collections::HashMap;
-
 use leaktrace_analysis::pyheap::{Holder, HolderKind, MAX_HOLDERS, PathStep, PyCensus, TypeCensus};
 
 use super::decode::{self, Kind, Label};
+use super::mem::FastMap;
 use super::walk::{self, State, Walk};
 
 /// The signature of objects referenced from nowhere (and what they reach).
@@ -19,8 +18,8 @@ type Group = (HolderKind, u32, u64, u64, u32);
 /// The census of the walk. `collecting`: the collector was running at the stop.
 pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
     // (type, kind, signature) → (count, bytes, example node).
-    let mut groups: HashMap<(u32, HolderKind, u32), (u64, u64, u32)> = HashMap::new();
-    let mut types: HashMap<u32, (u64, u64)> = HashMap::new();
+    let mut groups: FastMap<(u32, HolderKind, u32), (u64, u64, u32)> = FastMap::default();
+    let mut types: FastMap<u32, (u64, u64)> = FastMap::default();
     for (i, n) in w.nodes.iter().enumerate() {
         let t = types.entry(n.ty).or_default();
         t.0 += 1;
@@ -38,7 +37,7 @@ pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
             g.2 = i as u32;
         }
     }
-    let mut by_type: HashMap<u32, Vec<Group>> = HashMap::new();
+    let mut by_type: FastMap<u32, Vec<Group>> = FastMap::default();
     for ((ty, kind, sig), (c, b, ex)) in groups {
         by_type.entry(ty).or_default().push((kind, sig, c, b, ex));
     }
@@ -57,7 +56,7 @@ pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
                 example: if kind == HolderKind::Garbage { Vec::new() } else { example(w, ex, kind) },
             })
             .collect();
-        out_types.push(TypeCensus { name: w.types[ty as usize].name.clone(), count, bytes, holders });
+        out_types.push(TypeCensus { name: w.types[ty as usize].name.to_string(), count, bytes, holders });
     }
     out_types.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
     let mut notes = Vec::new();
@@ -127,7 +126,7 @@ fn step_type(w: &mut Walk<'_>, i: u32) -> String {
         let q = w.mem.u64(addr + l.func_qualname).and_then(|q| decode::read_str(w.mem, &l, q, 80));
         return format!("function {}", q.unwrap_or_default());
     }
-    t.name.clone()
+    t.name.to_string()
 }
 
 /// The example path of node `i`, root first.

@@ -19,6 +19,8 @@ pub enum Kind {
     Bytes,
     Long,
     Type,
+    /// Objects that refer to no other object (float, complex): nothing followed.
+    Atomic,
     /// Anything else: only its instance dict, and for containers the words of its fixed part
     /// that point at a container of the collector's lists.
     Other,
@@ -27,7 +29,7 @@ pub enum Kind {
 /// A type object, read once.
 #[derive(Clone, Debug)]
 pub struct TypeInfo {
-    pub name: String,
+    pub name: std::rc::Rc<str>,
     pub basicsize: u64,
     pub itemsize: u64,
     pub flags: u64,
@@ -115,11 +117,12 @@ pub fn read_type(mem: &mut Mem, l: &HeapLayout, addr: u64) -> Option<TypeInfo> {
             "method" => Kind::Method,
             "set" | "frozenset" => Kind::Set,
             "collections.deque" => Kind::Deque,
+            "float" | "complex" | "NoneType" | "ellipsis" | "NotImplementedType" => Kind::Atomic,
             _ => Kind::Other,
         }
     };
     Some(TypeInfo {
-        name,
+        name: name.into(),
         basicsize,
         itemsize: at(L::TP_ITEMSIZE),
         flags,

@@ -2,7 +2,6 @@
 //! decoded references reach, and for each object reached from a module its parent and edge
 //! (breadth first from the modules: a shortest retaining path).
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use super::decode::{self, Kind, Label, TypeInfo};
@@ -13,7 +12,7 @@ use super::mem::{FastMap, Mem};
 #[derive(Default)]
 pub struct Strs {
     pub list: Vec<String>,
-    by: HashMap<String, u32>,
+    by: FastMap<String, u32>,
 }
 
 impl Strs {
@@ -63,7 +62,6 @@ pub struct Walk<'m> {
     pub mem: &'m mut Mem,
     pub l: HeapLayout,
     pub nodes: Vec<Node>,
-    pub index: FastMap<u64, u32>,
     pub types: Vec<TypeInfo>,
     type_index: FastMap<u64, u32>,
     pub strs: Strs,
@@ -86,7 +84,6 @@ impl<'m> Walk<'m> {
             mem,
             l,
             nodes: Vec::new(),
-            index: FastMap::default(),
             types: Vec::new(),
             type_index: FastMap::default(),
             strs: Strs::default(),
@@ -126,17 +123,19 @@ impl<'m> Walk<'m> {
 
     /// The node of the object at `addr`, read and added if new. None: not a readable object.
     pub fn node(&mut self, addr: u64, gc: bool) -> Option<u32> {
-        if let Some(&i) = self.index.get(&addr) {
-            return Some(i);
-        }
         if addr == 0 || addr & 7 != 0 || addr < 4096 {
             return None;
         }
-        let mut h = [0u8; 48];
-        if !self.mem.read(addr, &mut h[..24]) {
-            return None;
+        if let Some(i) = self.mem.object(addr) {
+            return Some(i);
         }
-        let _ = self.mem.read(addr + 24, &mut h[24..]);
+        let mut h = [0u8; 48];
+        if !self.mem.read(addr, &mut h) {
+            if !self.mem.read(addr, &mut h[..24]) {
+                return None;
+            }
+            let _ = self.mem.read(addr + 24, &mut h[24..]);
+        }
         let word = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
         let ty = self.type_of(word(L::OB_TYPE as usize))?;
         let size = decode::object_size(&self.l, &self.types[ty as usize], &h);
@@ -153,7 +152,7 @@ impl<'m> Walk<'m> {
         });
         self.refs_in.push(0);
         let i = self.nodes.len() as u32 - 1;
-        self.index.insert(addr, i);
+        self.mem.set_object(addr, i);
         Some(i)
     }
 
@@ -345,11 +344,13 @@ impl<'m> Walk<'m> {
         let Some(b) = self.mem.bytes(addr, len) else { return };
         for (k, c) in b.chunks_exact(8).enumerate().skip(2) {
             let w = u64::from_le_bytes(c.try_into().unwrap());
-            if w < 4096 || w & 7 != 0 {
+            // Not a user-space address (the bits of a double, a hash): not read.
+            if !(4096..1 << 47).contains(&w) || w & 7 != 0 {
                 continue;
             }
-            let known = self.index.contains_key(&w)
-                || self.mem.u64(w + L::OB_TYPE).is_some_and(|ty| self.type_index.contains_key(&ty));
+            let known = self.mem.mapped(w, 16)
+                && (self.mem.object(w).is_some()
+                    || self.mem.u64(w + L::OB_TYPE).is_some_and(|ty| self.type_index.contains_key(&ty)));
             if known {
                 out.push((w, Label::Field(8 * k as u32), true));
             }

@@ -28,6 +28,7 @@ mod agent;
 mod attach;
 mod helpers;
 mod micro;
+mod pyheap;
 mod pyhooks;
 mod python;
 mod reach;
@@ -78,6 +79,13 @@ pub struct BenchArgs {
     /// its section of the results.
     #[arg(long, conflicts_with_all = ["unwind_only", "reach_only", "attach_only"])]
     pub python_only: bool,
+    /// Measure only the Python heap census's pause (pyheap.rs) and update its section of the
+    /// results.
+    #[arg(long, conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only"])]
+    pub pyheap_only: bool,
+    /// Objects in the Python heap of the census bench.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub pyheap_objects: u64,
     /// Live blocks held for the reachability scan's pause.
     #[arg(long, default_value_t = 1_000_000)]
     pub reach_blocks: u64,
@@ -117,7 +125,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         args.python_only,
     );
     let python_iterations = args.python_iterations;
-    let all = !unwind_only && !reach_only && !attach_only && !python_only;
+    let (pyheap_only, pyheap_objects) = (args.pyheap_only, args.pyheap_objects);
+    let all = !unwind_only && !reach_only && !attach_only && !python_only && !pyheap_only;
     if all {
         ensure_packages()?;
         Bench::prepare(args)?.run()?;
@@ -141,6 +150,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let section = pyhooks::measure(reps, python_iterations)?;
         crate::bench_unwind::write_marked(&out, pyhooks::BEGIN, pyhooks::END, &section)?;
         eprintln!("xtask: bench: wrote the Python frames and pymalloc section of {}", out.display());
+    }
+    if all || pyheap_only {
+        let section = pyheap::measure(reps.min(3), pyheap_objects)?;
+        crate::bench_unwind::write_marked(&out, pyheap::BEGIN, pyheap::END, &section)?;
+        eprintln!("xtask: bench: wrote the Python heap census section of {}", out.display());
     }
     Ok(())
 }
