@@ -381,6 +381,11 @@ pub mod map_event {
     /// stopped it (SIGSTOP) before the new image's first instruction, until the agent has
     /// attached to it and sends SIGCONT.
     pub const CHILD_EXEC: u32 = 9;
+    /// A new process (`tgid`) of a traced parent (`addr`) whose children are held at their
+    /// fork (--follow-forks, the kernel side's `FORK_HOLD`): the kernel side stopped it
+    /// (SIGSTOP) as its fork returned to it, before its first instruction, until the agent has
+    /// attached to it and sends SIGCONT.
+    pub const FORK_HELD: u32 = 10;
 }
 
 /// Who made a mapping. Stored in [`MapEvent::owner`].
@@ -892,6 +897,11 @@ pub mod program {
         // Forks (--follow-forks) and execs of traced processes.
         tracepoint("sched", "sched_process_fork"),
         tracepoint("sched", "sched_process_exec"),
+        // A followed fork's child, held as its fork returns to it (`map_event::FORK_HELD`).
+        tracepoint("syscalls", "sys_exit_clone"),
+        tracepoint("syscalls", "sys_exit_clone3"),
+        tracepoint("syscalls", "sys_exit_fork"),
+        tracepoint("syscalls", "sys_exit_vfork"),
         PAGE_FAULT_USER,
         OOM_MARK_VICTIM,
     ];

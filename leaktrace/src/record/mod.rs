@@ -337,6 +337,24 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         }
     }
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
+    if opts.follow_forks {
+        // Their children stop as their fork returns, until followed (no allocation unseen); if
+        // leaktrace dies meanwhile, the guardian resumes them (a launched command's already does).
+        if _guardian.is_none() {
+            let pids: Vec<u32> = targets.iter().map(|t| t.pid).collect();
+            match launch::Guardian::for_groups(&pids) {
+                Ok(g) => _guardian = Some(g),
+                Err(e) => eprintln!(
+                    "leaktrace: warning: {e:#}: children held at their fork stay stopped if leaktrace is killed"
+                ),
+            }
+        }
+        for t in &targets {
+            if let Err(e) = tracer.hold_forks(t.pid, true) {
+                eprintln!("leaktrace: warning: {e:#}: PID {}'s children run unprobed until the next poll", t.pid);
+            }
+        }
+    }
     if let Some(c) = held.as_mut() {
         // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
         // --follow-forks its children's, stop until their new image is probed.
