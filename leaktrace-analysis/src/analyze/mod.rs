@@ -849,6 +849,7 @@ fn class_rank(c: SiteClass) -> u8 {
 }
 
 mod collected;
+mod finalization;
 mod frames;
 pub mod patterns;
 mod replay;
