@@ -21,6 +21,7 @@ use crate::recording::{self, EndReason, Recording, Target};
 use crate::{output, procinfo};
 
 mod ending;
+mod forks;
 mod live;
 // Reachability hook (#14).
 mod pyheap;
@@ -338,22 +339,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     }
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
     if opts.follow_forks {
-        // Their children stop as their fork returns, until followed (no allocation unseen); if
-        // leaktrace dies meanwhile, the guardian resumes them (a launched command's already does).
-        if _guardian.is_none() {
-            let pids: Vec<u32> = targets.iter().map(|t| t.pid).collect();
-            match launch::Guardian::for_groups(&pids) {
-                Ok(g) => _guardian = Some(g),
-                Err(e) => eprintln!(
-                    "leaktrace: warning: {e:#}: children held at their fork stay stopped if leaktrace is killed"
-                ),
-            }
-        }
-        for t in &targets {
-            if let Err(e) = tracer.hold_forks(t.pid, true) {
-                eprintln!("leaktrace: warning: {e:#}: PID {}'s children run unprobed until the next poll", t.pid);
-            }
-        }
+        forks::hold_children(&mut tracer, &targets, &mut _guardian);
     }
     if let Some(c) = held.as_mut() {
         // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
