@@ -37,6 +37,11 @@ pub enum MapEventKind {
     /// (`exec_hold::CHILDREN`): the kernel side stopped it (SIGSTOP) before the new image's
     /// first instruction, until the agent has attached to it and sends SIGCONT.
     ChildExec = 9,
+    /// A new process (`tgid`) of a traced parent (`addr`) whose children are held at their
+    /// fork (--follow-forks, the kernel side's `FORK_HOLD`): the kernel side stopped it
+    /// (SIGSTOP) as its fork returned to it, before its first instruction, until the agent has
+    /// attached to it and sends SIGCONT.
+    ForkHeld = 10,
 }
 
 /// The kinds of [`MapEvent`] as `u32` (the discriminants of [`MapEventKind`]), for the kernel
@@ -62,6 +67,8 @@ pub mod map_event {
     pub const OOM_VICTIM: u32 = MapEventKind::OomVictim as u32;
     /// [`MapEventKind::ChildExec`].
     pub const CHILD_EXEC: u32 = MapEventKind::ChildExec as u32;
+    /// [`MapEventKind::ForkHeld`].
+    pub const FORK_HELD: u32 = MapEventKind::ForkHeld as u32;
 }
 
 /// A `kind` that is no [`MapEventKind`] (the value itself).
@@ -84,6 +91,7 @@ impl TryFrom<u32> for MapEventKind {
             7 => Teardown,
             8 => OomVictim,
             9 => ChildExec,
+            10 => ForkHeld,
             _ => return Err(UnknownKind(v)),
         })
     }
@@ -119,6 +127,12 @@ pub enum Event {
         /// The child's parent, a traced process.
         parent: u32,
     },
+    /// A new process of a traced parent whose children are held at their fork
+    /// (--follow-forks); the kernel side stopped it as its fork returned to it.
+    ForkHeld {
+        /// The new process's parent, a traced process.
+        parent: u32,
+    },
 }
 
 impl Event {
@@ -132,6 +146,7 @@ impl Event {
             Teardown => Event::Teardown,
             OomVictim => Event::OomVictim { anon_kib: ev.addr },
             ChildExec => Event::ChildExec { parent: ev.addr as u32 },
+            ForkHeld => Event::ForkHeld { parent: ev.addr as u32 },
         })
     }
 }
@@ -142,11 +157,11 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_and_decode_their_addr() {
-        for v in 1..=9 {
+        for v in 1..=10 {
             assert_eq!(MapEventKind::try_from(v).map(|k| k as u32), Ok(v));
         }
         assert_eq!(MapEventKind::try_from(0), Err(UnknownKind(0)));
-        assert_eq!(MapEventKind::try_from(10), Err(UnknownKind(10)));
+        assert_eq!(MapEventKind::try_from(11), Err(UnknownKind(11)));
         let ev = |kind, addr| MapEvent { kind, tgid: 7, addr, ..Default::default() };
         assert_eq!(Event::decode(&ev(map_event::FORK, 42)), Ok(Event::Fork { child: 42 }));
         assert_eq!(Event::decode(&ev(map_event::EXEC, 1)), Ok(Event::Exec { held: true }));

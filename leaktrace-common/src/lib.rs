@@ -718,6 +718,11 @@ pub mod program {
         // Forks (--follow-forks) and execs of traced processes.
         tracepoint("sched", "sched_process_fork"),
         tracepoint("sched", "sched_process_exec"),
+        // A followed fork's child, held as its fork returns to it (`map_event::FORK_HELD`).
+        tracepoint("syscalls", "sys_exit_clone"),
+        tracepoint("syscalls", "sys_exit_clone3"),
+        tracepoint("syscalls", "sys_exit_fork"),
+        tracepoint("syscalls", "sys_exit_vfork"),
         PAGE_FAULT_USER,
         OOM_MARK_VICTIM,
     ];

@@ -20,6 +20,8 @@
 fn main() {}
 
 #[cfg(target_arch = "bpf")]
+mod forks;
+#[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod probes;

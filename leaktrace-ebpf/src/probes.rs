@@ -1000,7 +1000,7 @@ fn in_allocator() -> bool {
 }
 
 #[inline(always)]
-fn is_target(tgid: u32) -> bool {
+pub(crate) fn is_target(tgid: u32) -> bool {
     TARGETS.get_ptr(tgid).is_some()
 }
 
@@ -1009,7 +1009,7 @@ fn is_target(tgid: u32) -> bool {
 /// `events_lost`), never a process stopped that the agent does not hear of. An EXEC event's
 /// `addr` says whether the stop was sent (1: held).
 #[inline(always)]
-fn stop_and_tell(ev: MapEvent) {
+pub(crate) fn stop_and_tell(ev: MapEvent) {
     let Some(mut entry) = EVENTS.reserve::<MapEvent>(0) else {
         count(counter::EVENTS_LOST);
         return;
@@ -1088,7 +1088,7 @@ fn tp_u64(ctx: &TracePointContext, field: usize) -> u64 {
 }
 
 #[inline(always)]
-fn syscall_ret(ctx: &TracePointContext) -> Option<u64> {
+pub(crate) fn syscall_ret(ctx: &TracePointContext) -> Option<u64> {
     let ret = tp_u64(ctx, tp_field::SYS_EXIT_RET) as i64;
     if (-4095..0).contains(&ret) { None } else { Some(ret as u64) }
 }
@@ -1374,7 +1374,7 @@ fn parent_holds_children(parent: u32) -> bool {
 /// The tgid of the current task's parent (`task_struct.real_parent->tgid`, offsets from the
 /// kernel's BTF set by the agent); 0 when the offsets are not known or a read fails.
 #[inline(always)]
-fn parent_tgid() -> u32 {
+pub(crate) fn parent_tgid() -> u32 {
     let (parent_off, tgid_off) =
         (crate::unwind::offset(kernel_offset::TASK_REAL_PARENT), crate::unwind::offset(kernel_offset::TASK_TGID));
     if parent_off == 0 || tgid_off == 0 {

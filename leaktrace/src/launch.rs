@@ -194,6 +194,9 @@ impl HeldChild {
 /// SIGSTOPs it until the agent's last checkpoint, then the agent sends SIGCONT): every 100 ms it
 /// checks that its parent (the agent) is alive; once reparented, it sends SIGCONT to the command
 /// and to the agent's process group (children of the command stopped the same way) and exits.
+/// With --follow-forks on attached processes ([`Guardian::for_groups`]) it sends SIGCONT to
+/// their process groups instead: a child held at its fork (the kernel side stops it before its
+/// first instruction, so it is still in its parent's group) goes on.
 /// It closes every file descriptor (it holds no BPF link, map or pipe of the agent's), ignores
 /// the terminal's signals (Ctrl-C is the agent's to handle) and is killed and reaped when this
 /// value is dropped.
@@ -204,8 +207,29 @@ pub struct Guardian {
 impl Guardian {
     /// Fork the guardian of the launched command `command`. Errors: fork failed.
     pub fn start(command: u32) -> anyhow::Result<Guardian> {
-        // SAFETY: plain system calls; values read before the fork.
-        let (parent, group) = unsafe { (libc::getpid(), libc::getpgrp()) };
+        // SAFETY: a plain system call.
+        let group = unsafe { libc::getpgrp() };
+        Guardian::spawn(&[command as libc::pid_t, -group])
+    }
+
+    /// Fork a guardian that resumes the process groups of the attached processes `pids`
+    /// (followed with --follow-forks: their children are held at their fork) if leaktrace dies.
+    /// Errors: fork failed, or no group could be read.
+    pub fn for_groups(pids: &[u32]) -> anyhow::Result<Guardian> {
+        // SAFETY: getpgid(2) of a PID; -1 (gone) is left out.
+        let mut targets: Vec<libc::pid_t> =
+            pids.iter().map(|&p| unsafe { libc::getpgid(p as libc::pid_t) }).filter(|&g| g > 0).map(|g| -g).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        anyhow::ensure!(!targets.is_empty(), "no process group of the targets could be read");
+        Guardian::spawn(&targets)
+    }
+
+    /// Fork the guardian: once leaktrace is gone it sends SIGCONT to each of `targets` (a PID,
+    /// or minus a process group) and exits.
+    fn spawn(targets: &[libc::pid_t]) -> anyhow::Result<Guardian> {
+        // SAFETY: a plain system call.
+        let parent = unsafe { libc::getpid() };
         // SAFETY: fork(2); the child runs only async-signal-safe calls (sigaction through
         // signal, close_range, getppid, nanosleep, kill, _exit) and never returns.
         let pid = unsafe { libc::fork() };
@@ -223,8 +247,9 @@ impl Guardian {
                 while libc::getppid() == parent {
                     libc::nanosleep(&nap, std::ptr::null_mut());
                 }
-                libc::kill(command as libc::pid_t, libc::SIGCONT);
-                libc::kill(-group, libc::SIGCONT);
+                for &t in targets {
+                    libc::kill(t, libc::SIGCONT);
+                }
                 libc::_exit(0);
             }
         }

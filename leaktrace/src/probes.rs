@@ -135,6 +135,8 @@ pub struct Tracer {
     teardown: HashMap<MapData, u32, u32>,
     /// Launched processes whose execs stop until probed (see [`Tracer::hold_execs`]).
     exec_hold: HashMap<MapData, u32, u32>,
+    /// Traced processes whose new children stop at their fork's return (`FORK_HOLD`).
+    fork_hold: HashMap<MapData, u32, u32>,
     events: RingBuf<MapData>,
     /// Why mapping events are not traced (tracefs missing, tracepoints refused), if so.
     pub mappings_unavailable: Option<String>,
@@ -342,6 +344,7 @@ impl Tracer {
         let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
         let teardown = HashMap::try_from(take(&mut ebpf, "TEARDOWN")?).map_err(|e| LoadError::Load(e.into()))?;
         let exec_hold = HashMap::try_from(take(&mut ebpf, "EXEC_HOLD")?).map_err(|e| LoadError::Load(e.into()))?;
+        let fork_hold = HashMap::try_from(take(&mut ebpf, "FORK_HOLD")?).map_err(|e| LoadError::Load(e.into()))?;
         let unwind = UnwindTables {
             objects: HashMap::try_from(take(&mut ebpf, "UNWIND_OBJECTS")?).map_err(|e| LoadError::Load(e.into()))?,
             rows: take(&mut ebpf, "UNWIND_ROWS")?,
@@ -393,6 +396,7 @@ impl Tracer {
             work,
             teardown,
             exec_hold,
+            fork_hold,
             events,
             mappings_unavailable,
             oom_victims_unavailable,
@@ -603,6 +607,20 @@ impl Tracer {
         match self.exec_hold.remove(&tgid) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) => Err(e).context("removing the process from the EXEC_HOLD map"),
+        }
+    }
+
+    /// Hold (`on`) or stop holding the new child processes of `tgid` at their fork: while held,
+    /// a child stops (SIGSTOP) as its `clone`/`clone3`/`fork`/`vfork` returns to it, before its
+    /// first instruction, and a `map_event::FORK_HELD` event is queued; the agent attaches to
+    /// it and sends SIGCONT (--follow-forks). Errors: the FORK_HOLD map is full or refused.
+    pub fn hold_forks(&mut self, tgid: u32, on: bool) -> anyhow::Result<()> {
+        if on {
+            return self.fork_hold.insert(tgid, 1, 0).context("adding the process to the FORK_HOLD map");
+        }
+        match self.fork_hold.remove(&tgid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e).context("removing the process from the FORK_HOLD map"),
         }
     }
 

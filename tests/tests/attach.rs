@@ -68,16 +68,18 @@ fn attach_mode_with(mode: &str, uprobes: Uprobes) {
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no probe count in {attached:?}"));
     assert!(probes >= 10, "{probes} probes in {attached:?}");
-    // The tracepoints (8 syscalls, fork, exec, oom:mark_victim) are perf-event links either way.
+    // The tracepoints (8 syscalls, fork, exec, the 4 fork returns of --follow-forks' hold,
+    // oom:mark_victim) are perf-event links either way.
+    const TRACEPOINTS: usize = 15;
     let (perf, multi) = bpf_links(running.pid());
     match uprobes {
         Uprobes::Single => assert!(
-            perf >= probes + 11 && multi == 0,
+            perf >= probes + TRACEPOINTS && multi == 0,
             "{perf} perf-event and {multi} uprobe_multi links for {probes} single uprobes\n{}",
             running.stderr_so_far()
         ),
         Uprobes::Default if kernel_has_uprobe_multi() => assert!(
-            perf == 11 && (2..probes).contains(&multi),
+            perf == TRACEPOINTS && (2..probes).contains(&multi),
             "{perf} perf-event and {multi} uprobe_multi links for {probes} probes\n{}",
             running.stderr_so_far()
         ),

@@ -16,7 +16,9 @@
 //!   named by its symbol from libc's debug file (libc6-dbg);
 //! - a launched program that exits is scanned at `exit`'s entry, LSan's limit: a block kept
 //!   only by a stale word in a dead frame is lost, one in main's live frame is held (exit from
-//!   main), and lost when main has returned.
+//!   main), and lost when main has returned;
+//! - a child that allocates right after `fork` (--follow-forks), launched or attached: held as
+//!   its fork returns to it until followed, its first blocks are in its scan.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -207,4 +209,111 @@ fn scan_at_exit_o0() {
 #[test]
 fn scan_at_exit_o2() {
     at_exit("-O2");
+}
+
+/// `record --reachability --follow-forks -- precision fork`: the child allocates at once after
+/// `fork`, before the agent's next poll; held as its fork returns to it until followed, both
+/// its blocks are in its scan at its exit (the leak lost, the global's block held), RUNS times.
+/// Without the hold the child was over before it was followed: no blocks, no scan.
+fn forked_child(opt: &str) {
+    require_root();
+    let bin = precision_bin(opt);
+    for run in 0..RUNS {
+        let out = OutDir::new(&format!("precision-fork{opt}-{run}"));
+        let mut c = Command::new(&bin);
+        c.arg("fork");
+        let o = record_launch(&out, &["--reachability", "--follow-forks"], c);
+        o.assert_success();
+        let reports: Vec<Report> = std::fs::read_dir(&out.path)
+            .expect("the output directory")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("pid-"))
+            .map(|e| Report::load(&e.path()))
+            .collect();
+        let ctx = format!("run {run} of {RUNS} ({opt})\n{}", o.describe());
+        assert_eq!(reports.len(), 2, "the parent's and the child's reports\n{ctx}");
+        let has = |r: &Report, f: &str| {
+            r.get(&["reachability", "sites"]).as_array().is_some_and(|s| s.iter().any(|s| s["function"] == f))
+        };
+        let child: Vec<&Report> = reports.iter().filter(|r| has(r, "keep_global")).collect();
+        assert_eq!(child.len(), 1, "one scan holds the child's blocks\n{ctx}");
+        let parent = reports.iter().find(|r| !has(r, "keep_global")).expect("the parent's report");
+        assert!(!has(parent, "leak_to_dead_frame"), "the child's leak in the parent's scan\n{ctx}");
+        let r = child[0].get(&["reachability"]);
+        let ctx = format!("{ctx}\n{}", serde_json::to_string_pretty(r).unwrap());
+        assert_eq!(r["complete"], true, "{ctx}");
+        let notes = r["notes"].as_array().expect("notes");
+        assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("at the program's exit"))), "{ctx}");
+        assert_eq!(figures(site(r, "leak_to_dead_frame", &ctx)), (0, 0, 100, 1), "{ctx}");
+        let g = site(r, "keep_global", &ctx);
+        assert_eq!(figures(g), (64, 1, 0, 0), "{ctx}");
+        assert_eq!(g["retained_by"][0]["symbol"], "g_keep", "{ctx}");
+    }
+}
+
+/// A child that allocates right after `fork` (--follow-forks): -O0.
+#[test]
+fn forked_child_scanned_from_its_first_allocation_o0() {
+    forked_child("-O0");
+}
+
+/// The same at -O2.
+#[test]
+fn forked_child_scanned_from_its_first_allocation_o2() {
+    forked_child("-O2");
+}
+
+/// `record --reachability --follow-forks --pid` of `precision attached-fork`: its child
+/// allocates at once after `fork`; held as its fork returns to it until followed, both its
+/// blocks are in its scan at the end of the session (the leak lost, the global's block held),
+/// RUNS times.
+fn attached_forked_child(opt: &str) {
+    require_root();
+    let bin = precision_bin(opt);
+    for run in 0..RUNS {
+        let out = OutDir::new(&format!("precision-attached-fork{opt}-{run}"));
+        let mut target = Target::spawn({
+            let mut c = Command::new(&bin);
+            c.arg("attached-fork");
+            c
+        });
+        target.expect_pid_line();
+        let mut cmd = leaktrace(["record", "--reachability", "--follow-forks", "--interval", "500ms"]);
+        cmd.arg("--pid").arg(target.pid.to_string()).arg("--out").arg(&out.path);
+        let mut lt = Running::spawn(cmd, None);
+        lt.wait_for_stderr_line("leaktrace: attached", TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        target.signal(libc::SIGUSR1);
+        let line = target.next_line(Duration::from_secs(30)).unwrap_or_default();
+        let child: i32 = line.strip_prefix("child ").and_then(|p| p.parse().ok()).expect("the child's PID line");
+        lt.wait_for_stderr_line(&format!("leaktrace: following PID {child}"), TIMEOUT)
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(Duration::from_millis(300));
+        lt.signal(libc::SIGINT);
+        let o = lt.wait(TIMEOUT);
+        o.assert_success();
+        // SAFETY: kill(2) of the fixture's child, which waits for it.
+        unsafe { libc::kill(child, libc::SIGUSR2) };
+        assert!(target.wait(Duration::from_secs(10)).is_some_and(|s| s.success()), "the fixture did not exit 0");
+        let ctx = format!("run {run} of {RUNS} ({opt})\n{}", o.describe());
+        let r = Report::load(&out.path.join(format!("pid-{child}")));
+        let r = r.get(&["reachability"]);
+        let ctx = format!("{ctx}\n{}", serde_json::to_string_pretty(r).unwrap());
+        assert_eq!(r["complete"], true, "{ctx}");
+        assert_eq!(figures(site(r, "leak_to_dead_frame", &ctx)), (0, 0, 100, 1), "{ctx}");
+        let g = site(r, "keep_global", &ctx);
+        assert_eq!(figures(g), (64, 1, 0, 0), "{ctx}");
+        assert_eq!(g["retained_by"][0]["symbol"], "g_keep", "{ctx}");
+    }
+}
+
+/// An attached process's child that allocates right after `fork` (--follow-forks): -O0.
+#[test]
+fn attached_forked_child_scanned_from_its_first_allocation_o0() {
+    attached_forked_child("-O0");
+}
+
+/// The same at -O2.
+#[test]
+fn attached_forked_child_scanned_from_its_first_allocation_o2() {
+    attached_forked_child("-O2");
 }

@@ -874,6 +874,7 @@ fn class_rank(c: SiteClass) -> u8 {
 }
 
 mod collected;
+mod finalization;
 mod first_touch;
 mod frames;
 pub mod managed;

@@ -60,6 +60,12 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
     }
     freed.sort_by_key(|&(i, b, _)| (std::cmp::Reverse(b), i));
     let t0 = tl.times.first().copied().unwrap_or(0.0);
+    if !rec.checkpoints.iter().any(|c| c.teardown) {
+        a.warnings.push(format!(
+            "the process's finalization (from {:.1} s: frees of blocks allocated before attach, until its exit) is left out of the growth analysis",
+            tl.times[td] - t0
+        ));
+    }
     a.freed_at_exit = Some(FreedAtExit {
         teardown_s: tl.times[td] - t0,
         bytes: freed.iter().map(|f| f.1).sum(),
@@ -70,9 +76,12 @@ pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -
 }
 
 /// The part of `rec` up to its teardown checkpoint, and that checkpoint's position in `tl`;
-/// None when no teardown was caught or nothing was recorded after it.
+/// without one (an attached process is not held at its exit), up to the start of the final
+/// surge of frees of blocks allocated before attach that its finalization makes
+/// ([`super::finalization::start`]); None when neither is found or nothing was recorded after.
 fn before_teardown(rec: &Recording, tl: &Timeline) -> Option<(Recording, usize)> {
-    let td = tl.order.iter().position(|&i| rec.checkpoints[i].teardown)?;
+    let td =
+        tl.order.iter().position(|&i| rec.checkpoints[i].teardown).or_else(|| super::finalization::start(rec, tl))?;
     if td + 1 >= tl.order.len() {
         return None;
     }
@@ -791,9 +800,14 @@ pub(crate) fn span_of(tl: &Timeline, end_reason: EndReason) -> Span {
 /// window, end of the analysed span), as [`Analysis::steady_from_s`] and [`Analysis::span_to_s`]
 /// give them, without the rest of the analysis.
 pub fn steady_window(rec: &Recording, tl: &Timeline) -> (f64, f64) {
-    if let Some((head, _)) = before_teardown(rec, tl) {
-        return steady_window(&head, &Timeline::new(&head));
+    match before_teardown(rec, tl) {
+        Some((head, _)) => steady_window_of_span(&head, &Timeline::new(&head)),
+        None => steady_window_of_span(rec, tl),
     }
+}
+
+/// [`steady_window`] of all the checkpoints in `tl` (the caller cuts at the teardown).
+fn steady_window_of_span(rec: &Recording, tl: &Timeline) -> (f64, f64) {
     let times = &tl.times;
     let t0 = times.first().copied().unwrap_or(0.0);
     let span = span_of(tl, rec.end_reason);

@@ -192,7 +192,8 @@ impl Tracing for Live {
     fn at_teardown(&mut self, t: &mut Traced, t_s: f64) {
         // Where LeakSanitizer runs its check: the process is held at `exit`'s entry, nothing of
         // its teardown has run yet; the scan starts at each thread's stack pointer.
-        let Some(o) = self.reachability.filter(|_| t.launched) else { return };
+        // A followed child of a launched command is held at its `exit` too (in_launched_tree).
+        let Some(o) = self.reachability.filter(|_| t.launched || t.in_launched_tree) else { return };
         self.status.clear();
         let opts = crate::reach::ScanOptions { at_exit: true, ..o };
         t.reach_at_exit = reachability::scan_one(&self.tracer, t, self.mode, opts, t_s);
@@ -210,6 +211,17 @@ impl Tracing for Live {
 
     fn release_execs(&mut self, pid: u32) {
         let _ = self.tracer.release_execs(pid);
+    }
+
+    fn hold_forks(&mut self, pid: u32, on: bool) {
+        if let Err(e) = self.tracer.hold_forks(pid, on)
+            && on
+            && !std::mem::replace(&mut self.hold_failed, true)
+        {
+            self.say(&format!(
+                "warning: {e:#}: PID {pid}'s children are not held at their fork (a child runs unprobed until the next poll)"
+            ));
+        }
     }
 
     fn say(&mut self, line: &str) {

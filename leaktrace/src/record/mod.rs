@@ -22,6 +22,7 @@ use crate::{output, procinfo};
 
 pub(crate) mod ending;
 mod escalate;
+mod forks;
 mod live;
 mod py_heap_state;
 // Reachability hook (#14).
@@ -318,6 +319,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         }
     }
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
+    if opts.follow_forks {
+        forks::hold_children(&mut tracer, &targets, &mut _guardian);
+    }
     if let Some(c) = held.as_mut() {
         // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
         // --follow-forks its children's, stop until their new image is probed.

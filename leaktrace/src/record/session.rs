@@ -94,6 +94,10 @@ pub(super) trait Tracing {
     fn hold_execs(&mut self, pid: u32, pass: u32, children: bool);
     /// Stop holding `pid`'s execs; failures are ignored.
     fn release_execs(&mut self, pid: u32);
+    /// Hold (`on`) or stop holding `pid`'s new child processes at their fork's return until they
+    /// are followed (see `Tracer::hold_forks`); failures are ignored (a child is then followed
+    /// from the agent's next poll, as without the hold).
+    fn hold_forks(&mut self, pid: u32, on: bool);
     /// Tell the user one line (stderr, the status line cleared first).
     fn say(&mut self, line: &str);
     /// Checkpoints were taken at `t_s`: (index in `targets`, live bytes, RSS bytes) each.
@@ -207,6 +211,7 @@ fn release_watches<H: Tracing>(host: &mut H, t: &mut H::Proc) {
         t.state_mut().teardown_watched = false;
     }
     host.release_execs(t.pid());
+    host.hold_forks(t.pid(), false);
 }
 
 impl<H: Tracing> Session<H> {
@@ -355,6 +360,11 @@ impl<H: Tracing> Session<H> {
             let Ok(event) = Event::decode(&ev) else { continue };
             match event {
                 Event::Fork { child } => forks.push((ev.tgid, child)),
+                Event::ForkHeld { parent } => {
+                    // A child stopped as its fork returned to it: followed, then let go.
+                    forks.push((parent, ev.tgid));
+                    held.push(ev.tgid);
+                }
                 Event::Exec { held: is_held } => {
                     execs.push(ev.tgid);
                     if is_held {
@@ -429,6 +439,7 @@ impl<H: Tracing> Session<H> {
                         // Part of a launched tree: its execs, and its children's, are held too.
                         self.host.hold_execs(child, 0, true);
                     }
+                    self.host.hold_forks(child, true);
                     let t_s = self.t_s();
                     t.warn(format!("forked by PID {parent}; traced from t={t_s:.1}s"));
                     self.host.say(&format!("following PID {child}, forked by PID {parent}"));
@@ -583,6 +594,8 @@ mod tests {
         holds: Vec<(u32, u32, bool)>,
         /// release_execs calls.
         released: Vec<u32>,
+        /// hold_forks calls: (pid, on).
+        fork_holds: Vec<(u32, bool)>,
         unwatched: Vec<u32>,
         /// Periodic hook calls: n each.
         periodic: Vec<u64>,
@@ -603,6 +616,7 @@ mod tests {
                 resumed: Vec::new(),
                 holds: Vec::new(),
                 released: Vec::new(),
+                fork_holds: Vec::new(),
                 unwatched: Vec::new(),
                 teardown_scans: Vec::new(),
                 periodic: Vec::new(),
@@ -659,6 +673,9 @@ mod tests {
         }
         fn release_execs(&mut self, pid: u32) {
             self.released.push(pid);
+        }
+        fn hold_forks(&mut self, pid: u32, on: bool) {
+            self.fork_holds.push((pid, on));
         }
         fn say(&mut self, line: &str) {
             self.said.push(line.to_string());
@@ -801,6 +818,27 @@ mod tests {
         assert_eq!(parent.warnings.len(), 1, "{:?}", parent.warnings);
         assert!(parent.warnings[0].starts_with("could not follow child PID 14: the kernel refused"));
         assert_eq!(s.host.said, ["following PID 11, forked by PID 10"]);
+    }
+
+    /// A child the kernel side stopped as its fork returned to it (FORK_HELD) is followed once
+    /// (the sched_process_fork event for it too), then let go; its own children are held at
+    /// their fork from then on; at the end of the session every fork hold is released.
+    #[test]
+    fn a_child_held_at_its_fork_is_followed_then_let_go() {
+        let opts = RecordOptions { interval: Duration::from_secs(60), ..RecordOptions::default() };
+        let mut s = session(&[10], true);
+        s.host.processes.extend([11]);
+        let mut p = s.begin(&opts);
+        s.host.queued = vec![event(map_event::FORK, 10, 11), event(map_event::FORK_HELD, 11, 10)];
+        s.host.now += POLL;
+        assert_eq!(s.step(&opts, &mut p), None);
+        let pids: Vec<u32> = s.targets.iter().map(|t| t.pid).collect();
+        assert_eq!(pids, [10, 11], "the held child is followed once");
+        assert_eq!(s.host.resumed, [11], "let go once followed");
+        assert_eq!(s.host.fork_holds, [(11, true)]);
+        assert_eq!(s.targets[1].checkpoints.len(), 1, "its first checkpoint, before it runs");
+        s.release_teardowns();
+        assert!(s.host.fork_holds.contains(&(10, false)) && s.host.fork_holds.contains(&(11, false)));
     }
 
     /// A launched command held at an exec is re-discovered, then let go; an untraced child held
