@@ -72,7 +72,7 @@ pub fn escalation_md(md: &mut String, a: &Analysis) {
         );
     }
     md.push_str("\n```\n");
-    for l in super::markdown::stack_lines(sites[0]) {
+    for l in super::stack::stack_lines(sites[0]) {
         let _ = writeln!(md, "{l}");
     }
     md.push_str("```\n\n");

@@ -31,6 +31,8 @@ pub mod pprof;
 pub mod pyholds;
 /// Reachability hook (#14).
 pub mod reach;
+/// A site's call stack as report.md prints it.
+pub mod stack;
 pub mod summary;
 pub mod verdict;
 

@@ -126,6 +126,7 @@ fn dump_place(pid: u32, dir: &Path) -> (PathBuf, PathBuf) {
 /// Free bytes of the file system holding `dir` (None: unknown).
 fn free_bytes(dir: &Path) -> Option<u64> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, for which all zero bytes are a valid value.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a statvfs the call fills.
     (unsafe { libc::statvfs(c.as_ptr(), &mut s) } == 0).then(|| s.f_bavail as u64 * s.f_frsize as u64)

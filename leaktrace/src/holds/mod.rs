@@ -15,6 +15,7 @@ pub mod heapdump;
 pub mod hprof;
 pub mod jvm;
 pub mod node;
+pub mod node_snapshots;
 pub mod nodesnap;
 
 /// The census of one traced process.

@@ -14,25 +14,21 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use leaktrace_analysis::holds::{JsNewObjects, JsSnapshots, RetainerPath, Taken};
 use serde::Deserialize;
-use serde_json::json;
-
-use super::node::NodeCensus;
 
 /// Longest wait for a snapshot's whole JSON.
-const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+pub(super) const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 /// Constructors listed.
-const MAX_CONSTRUCTORS: usize = 50;
+pub(super) const MAX_CONSTRUCTORS: usize = 50;
 
 /// The first snapshot, as kept until the second.
 pub struct First {
-    at: Instant,
-    took_s: f64,
-    ids: HashSet<u64>,
-    counts: HashMap<String, u64>,
-    objects: u64,
-    used: u64,
+    pub(super) at: Instant,
+    pub(super) took_s: f64,
+    pub(super) ids: HashSet<u64>,
+    pub(super) counts: HashMap<String, u64>,
+    pub(super) objects: u64,
+    pub(super) used: u64,
 }
 
 #[derive(Deserialize)]
@@ -63,8 +59,8 @@ pub struct Heap {
     ef: usize,
     n_type: usize,
     n_name: usize,
-    n_id: usize,
-    n_size: usize,
+    pub(super) n_id: usize,
+    pub(super) n_size: usize,
     e_type: usize,
     e_name: usize,
     e_to: usize,
@@ -121,10 +117,10 @@ pub fn parse(text: &str) -> Result<Heap, String> {
 }
 
 impl Heap {
-    fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.raw.nodes.len() / self.nf
     }
-    fn field(&self, i: usize, f: usize) -> u64 {
+    pub(super) fn field(&self, i: usize, f: usize) -> u64 {
         self.raw.nodes[i * self.nf + f]
     }
     fn string(&self, k: u64) -> &str {
@@ -135,7 +131,7 @@ impl Heap {
     }
 
     /// The node's group as DevTools names it: the constructor of an object, V8's label else.
-    fn class(&self, i: usize) -> String {
+    pub(super) fn class(&self, i: usize) -> String {
         match self.node_type(i) {
             "object" | "native" | "synthetic" => self.string(self.field(i, self.n_name)).to_string(),
             "string" | "concatenated string" | "sliced string" => "(string)".into(),
@@ -158,7 +154,7 @@ impl Heap {
 
     /// Breadth first from the snapshot's root (node 0), weak edges not followed: each node's
     /// parent edge (None: the root or not reached) and whether it was reached.
-    fn walk(&self) -> (Vec<Option<(usize, usize)>>, Vec<bool>) {
+    pub(super) fn walk(&self) -> (Vec<Option<(usize, usize)>>, Vec<bool>) {
         let n = self.count();
         let mut parent = vec![None; n];
         let mut seen = vec![false; n];
@@ -183,7 +179,7 @@ impl Heap {
 
     /// The steps from the root to node `obj`: synthetic nodes by name (`(GC roots)`), others
     /// as `label (Class)`, the last edge's label then the object's class.
-    fn path(&self, parent: &[Option<(usize, usize)>], obj: usize) -> Vec<String> {
+    pub(super) fn path(&self, parent: &[Option<(usize, usize)>], obj: usize) -> Vec<String> {
         let mut chain = Vec::new();
         let mut at = obj;
         while let Some((p, e)) = parent[at] {
@@ -234,119 +230,6 @@ pub fn cgroup_headroom(pid: u32) -> Option<(u64, std::path::PathBuf)> {
         }
     }
     best
-}
-
-impl NodeCensus {
-    /// Take one snapshot (after the headroom and size checks): the heap, its time and the JS
-    /// heap used before it.
-    fn snapshot(&mut self, max_bytes: u64) -> Result<(Heap, f64, u64), String> {
-        let usage = self.call("Runtime.getHeapUsage", json!({}))?;
-        let used = usage["usedSize"].as_f64().unwrap_or(0.0) as u64;
-        if used > max_bytes {
-            return Err(format!("the JS heap used is {used} B, over --heap-dump-max-size {max_bytes} B: no snapshot"));
-        }
-        if let Some((room, dir)) = cgroup_headroom(self.pid)
-            && room < 2 * used
-        {
-            return Err(format!(
-                "refused: the memory cgroup {} has {room} B of headroom (limit − usage), under twice the JS heap used (2 × {used} B) that a snapshot may need",
-                dir.display()
-            ));
-        }
-        let clock = Instant::now();
-        let text = self.call_collect(
-            "HeapProfiler.takeHeapSnapshot",
-            json!({ "reportProgress": false }),
-            "HeapProfiler.addHeapSnapshotChunk",
-            SNAPSHOT_WAIT,
-        )?;
-        let took = clock.elapsed().as_secs_f64();
-        Ok((parse(&text)?, took, used))
-    }
-
-    /// `--heap-snapshots`: the first snapshot, once sampling started. A failure is a note.
-    pub(super) fn first_snapshot(&mut self, max_bytes: u64) {
-        let at = Instant::now();
-        match self.snapshot(max_bytes) {
-            Ok((h, took_s, used)) => {
-                let mut counts: HashMap<String, u64> = HashMap::new();
-                let mut ids = HashSet::with_capacity(h.count());
-                for i in 0..h.count() {
-                    ids.insert(h.field(i, h.n_id));
-                    *counts.entry(h.class(i)).or_default() += 1;
-                }
-                self.first = Some(First { at, took_s, ids, counts, objects: h.count() as u64, used });
-            }
-            Err(e) => self.census.errors.push(format!("--heap-snapshots: {e}")),
-        }
-    }
-
-    /// `--heap-snapshots`, at the end: the second snapshot and what is new in it.
-    pub(super) fn second_snapshot(&mut self, max_bytes: u64, now_s: &dyn Fn() -> f64) {
-        let Some(first) = self.first.take() else { return };
-        let t_first = now_s() - first.at.elapsed().as_secs_f64();
-        let t = now_s();
-        let (h, took_s, used) = match self.snapshot(max_bytes) {
-            Ok(x) => x,
-            Err(e) => {
-                self.census.errors.push(format!("--heap-snapshots: {e}"));
-                return;
-            }
-        };
-        let mut new: HashMap<String, (u64, u64, u64)> = HashMap::new();
-        let mut is_new = vec![false; h.count()];
-        for (i, fresh) in is_new.iter_mut().enumerate() {
-            let e = new.entry(h.class(i)).or_default();
-            e.2 += 1;
-            if !first.ids.contains(&h.field(i, h.n_id)) {
-                *fresh = true;
-                e.0 += 1;
-                e.1 += h.field(i, h.n_size);
-            }
-        }
-        let mut list: Vec<JsNewObjects> = new
-            .into_iter()
-            .filter(|(_, v)| v.0 > 0)
-            .map(|(c, (count, self_bytes, count_second))| JsNewObjects {
-                count_first: first.counts.get(&c).copied().unwrap_or(0),
-                constructor: c,
-                count,
-                self_bytes,
-                count_second,
-            })
-            .collect();
-        list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.constructor.cmp(&b.constructor)));
-        // The top growing constructor: the most net growth between the snapshots (a cache
-        // that replaces its entries makes as many new objects, and does not grow).
-        let top = list
-            .iter()
-            .filter(|c| !c.constructor.starts_with('(') && c.count_second > c.count_first)
-            .max_by_key(|c| (c.count_second - c.count_first, std::cmp::Reverse(c.constructor.clone())));
-        let path = top.and_then(|top| {
-            let (parent, seen) = h.walk();
-            let want = |i: usize| is_new[i] && h.class(i) == top.constructor;
-            let held = (0..h.count()).filter(|&i| want(i) && seen[i]).count() as u64;
-            let obj = (0..h.count()).filter(|&i| want(i) && seen[i]).min_by_key(|&i| h.path(&parent, i).len())?;
-            Some(RetainerPath {
-                class: top.constructor.clone(),
-                instances: top.count,
-                held,
-                root_kind: "(GC roots)".into(),
-                path: h.path(&parent, obj),
-            })
-        });
-        list.truncate(MAX_CONSTRUCTORS);
-        self.snapshots = Some(JsSnapshots {
-            first: Taken { t_s: t_first, took_s: first.took_s, units_of_work: None },
-            second: Taken { t_s: t, took_s, units_of_work: None },
-            objects_first: first.objects,
-            objects_second: h.count() as u64,
-            heap_used_first: first.used,
-            heap_used_second: used,
-            new_objects: list,
-            path,
-        });
-    }
 }
 
 #[cfg(test)]

@@ -16,13 +16,15 @@ pub(super) fn hold_children(tracer: &mut Tracer, targets: &[Traced], guardian: &
         match launch::Guardian::for_groups(&pids) {
             Ok(g) => *guardian = Some(g),
             Err(e) => {
-                eprintln!("leaktrace: warning: {e:#}: children held at their fork stay stopped if leaktrace is killed")
+                crate::note!(
+                    "leaktrace: warning: {e:#}: children held at their fork stay stopped if leaktrace is killed"
+                )
             }
         }
     }
     for t in targets {
         if let Err(e) = tracer.hold_forks(t.pid, true) {
-            eprintln!("leaktrace: warning: {e:#}: PID {}'s children run unprobed until the next poll", t.pid);
+            crate::note!("leaktrace: warning: {e:#}: PID {}'s children run unprobed until the next poll", t.pid);
         }
     }
 }
