@@ -83,7 +83,23 @@ pub struct Holder {
     /// it leads to (`function on_ack` for a function).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub example: Vec<PathStep>,
+    /// [`HolderKind::Nowhere`] with the allocator's calls traced (`--pymalloc`, or objects
+    /// large enough for malloc): the function that allocated most of a sample of these objects
+    /// (the culprit of their traced blocks' stack, e.g. the C extension's function that leaked
+    /// the reference). None when no sampled object lies in a traced block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_by: Option<String>,
+    /// That stack's id (`sites[].id` in report.json, `stacks[].id` in recording.json).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_stack: Option<u32>,
+    /// Addresses of up to [`NOWHERE_SAMPLE`] of these objects ([`HolderKind::Nowhere`] only),
+    /// which the recorder matches against the traced blocks to fill `allocated_by`; not saved.
+    #[serde(skip)]
+    pub sample_addrs: Vec<u64>,
 }
+
+/// Objects of a "referenced from nowhere" holder whose blocks are looked up for its stack.
+pub const NOWHERE_SAMPLE: usize = 64;
 
 /// Where a group of objects is held from.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]

@@ -120,13 +120,19 @@ pub fn holds_md(md: &mut String, a: &Analysis) {
             .filter(|g| g.holder.as_ref().is_some_and(|x| x.kind == HolderKind::Nowhere) && g.holder_count_per_s > 0.0)
             .collect();
         if !nowhere.is_empty() {
-            let list: Vec<String> =
-                nowhere.iter().map(|g| format!("`{}` ({}/s)", g.name, signed(g.holder_count_per_s))).collect();
+            let list: Vec<String> = nowhere
+                .iter()
+                .map(|g| {
+                    let by = g.holder.as_ref().and_then(|h| h.allocated_by.as_deref());
+                    let by = by.map_or(String::new(), |f| format!(", allocated by `{f}`"));
+                    format!("`{}` ({}/s{by})", g.name, signed(g.holder_count_per_s))
+                })
+                .collect();
             let _ = writeln!(
                 md,
                 "Referenced from nowhere: {} grow with no path from any module while more references point at them than \
-                 the Python objects read hold: a reference leaked by native code (a missing `Py_DECREF`), see the native \
-                 stacks of the growing sites.\n",
+                 the Python objects read hold: a reference leaked by native code (a missing `Py_DECREF`) in the function \
+                 that allocated them (traced with `--pymalloc`; see that site's native stack).\n",
                 list.join(", ")
             );
         }
@@ -168,6 +174,8 @@ fn growth_json(g: &TypeGrowth) -> Value {
             "bytes": h.bytes,
             "count_per_s": g.holder_count_per_s,
             "path": h.example,
+            "allocated_by": h.allocated_by,
+            "allocated_stack": h.allocated_stack,
         })),
     })
 }
@@ -199,10 +207,12 @@ pub fn verdict_clause(h: &Holds) -> Option<String> {
     if top.is_empty() {
         return None;
     }
-    match h.growing.iter().filter_map(|g| g.holder.as_ref()).next()?.kind {
+    let first = h.growing.iter().filter_map(|g| g.holder.as_ref()).next()?;
+    match first.kind {
         HolderKind::Nowhere => Some(format!(
-            "the growing Python objects ({}) are referenced from nowhere: a reference leaked by native code",
-            top.join(", ")
+            "the growing Python objects ({}) are referenced from nowhere: a reference leaked by native code{}",
+            top.join(", "),
+            first.allocated_by.as_ref().map_or(String::new(), |f| format!(", allocated by {f}"))
         )),
         _ => h.top_holder().map(|root| {
             let p = h.growing.first().and_then(leak_pattern).map_or(String::new(), |p| format!(" ({p})"));

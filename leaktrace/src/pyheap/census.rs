@@ -1,6 +1,6 @@
 //! The walk's objects counted by type and grouped by the pattern of their retaining path.
 
-use leaktrace_analysis::pyheap::{Holder, HolderKind, MAX_HOLDERS, PathStep, PyCensus, TypeCensus};
+use leaktrace_analysis::pyheap::{Holder, HolderKind, MAX_HOLDERS, NOWHERE_SAMPLE, PathStep, PyCensus, TypeCensus};
 
 use super::decode::{self, Kind, Label};
 use super::mem::FastMap;
@@ -8,6 +8,21 @@ use super::walk::{self, State, Walk};
 
 /// The signature of objects referenced from nowhere (and what they reach).
 pub const NOWHERE: u32 = u32::MAX - 1;
+
+/// Addresses of up to [`NOWHERE_SAMPLE`] objects referenced from nowhere, per type, spread
+/// evenly over them (the walk's order is not their age: the growing ones are most of a growing
+/// group, so an even spread mostly finds them).
+fn nowhere_samples(w: &Walk<'_>) -> FastMap<u32, Vec<u64>> {
+    let mut all: FastMap<u32, Vec<u64>> = FastMap::default();
+    for n in w.nodes.iter().filter(|n| n.state != State::Path && n.sig == NOWHERE) {
+        all.entry(n.ty).or_default().push(n.addr);
+    }
+    for v in all.values_mut() {
+        let step = v.len().div_ceil(NOWHERE_SAMPLE).max(1);
+        *v = v.iter().step_by(step).copied().collect();
+    }
+    all
+}
 
 /// Longest example path kept (steps nearest the root, an elision, the last ones).
 const MAX_STEPS: usize = 24;
@@ -37,6 +52,7 @@ pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
             g.2 = i as u32;
         }
     }
+    let samples = nowhere_samples(w);
     let mut by_type: FastMap<u32, Vec<Group>> = FastMap::default();
     for ((ty, kind, sig), (c, b, ex)) in groups {
         by_type.entry(ty).or_default().push((kind, sig, c, b, ex));
@@ -54,6 +70,12 @@ pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
                 count: c,
                 bytes: b,
                 example: if kind == HolderKind::Garbage { Vec::new() } else { example(w, ex, kind) },
+                sample_addrs: if kind == HolderKind::Nowhere {
+                    samples.get(&ty).cloned().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
             })
             .collect();
         out_types.push(TypeCensus { name: w.types[ty as usize].name.to_string(), count, bytes, holders });

@@ -267,7 +267,7 @@ impl Tracing for Live {
             && super::pyheap::due(&o, n)
         {
             self.status.clear();
-            super::pyheap::census_all(targets, o, start);
+            super::pyheap::census_all(&self.tracer, targets, o, start);
         }
         // Hook (issue #12, push): a periodic push, handed to the push thread.
         if let Some(p) = self.push.as_mut().filter(|p| p.due()) {

@@ -439,7 +439,7 @@ fn end_of_session(
     }
     // Python heap hook (#31): the census at the end, before the launched command is stopped.
     if let Some(o) = opts.python_heap {
-        pyheap::census_all(targets, o, t_zero);
+        pyheap::census_all(tracer, targets, o, t_zero);
     }
     // Reachability hook (#14): before the probes go and the launched command is stopped.
     match opts.reachability {

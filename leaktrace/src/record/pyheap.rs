@@ -2,8 +2,13 @@
 //! first periodic checkpoint, at every Nth one (`--python-heap-every`) and at the end
 //! ([`crate::pyheap`]), kept for its recording.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
+use leaktrace_analysis::pyheap::PyCensus;
+use leaktrace_common::SiteKey;
+
+use crate::probes::Tracer;
 use crate::pyheap::HeapOptions;
 
 use super::traced::Traced;
@@ -14,8 +19,9 @@ pub(super) fn due(o: &HeapOptions, n: u64) -> bool {
 }
 
 /// A census of every live CPython target. A target whose heap cannot be read gets one warning
-/// (once) in its recording and on stderr; the others go on.
-pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Instant) {
+/// (once) in its recording and on stderr; the others go on. The objects referenced from nowhere
+/// are matched against the traced blocks (`tracer`'s maps) for the stack that allocated them.
+pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOptions, start: Instant) {
     for t in targets.iter_mut() {
         if t.session.end_reason.is_some()
             || !crate::procinfo::alive(t.pid)
@@ -37,7 +43,8 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
             }
         };
         match crate::pyheap::census(pid, &at, opts, start) {
-            Ok(c) => {
+            Ok(mut c) => {
+                name_nowhere(tracer, t, &mut c);
                 crate::note!(
                     "leaktrace: Python heap of PID {pid}: {} objects ({} containers), target paused {:.1} ms{}",
                     c.objects,
@@ -56,4 +63,59 @@ pub(super) fn census_all(targets: &mut [Traced], opts: HeapOptions, start: Insta
             }
         }
     }
+}
+
+/// For each "referenced from nowhere" holder of census `c`: the traced stack whose live blocks
+/// contain most of its sampled objects (`Holder::sample_addrs`, read while the target was
+/// stopped; the blocks are read now, so an object freed meanwhile is simply not matched), as
+/// `allocated_stack` and its culprit function `allocated_by`. Nothing when the blocks cannot be
+/// read (growth or sampled mode: no block list) or no sampled object lies in a traced block
+/// (pymalloc's objects without `--pymalloc`).
+fn name_nowhere(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
+    let holders = || c.types.iter().flat_map(|ty| ty.holders.iter());
+    if holders().all(|h| h.sample_addrs.is_empty()) {
+        return;
+    }
+    let blocks = match (tracer.live_block_maps(), tracer.site_keys(t.pid)) {
+        (Some(maps), Ok(sites)) => crate::reach::blocks::read(maps, t.pid, &sites).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    // Sorted by address (blocks::read's order); the block holding `a`, if any.
+    let holding = |a: u64| {
+        let i = blocks.partition_point(|b| b.addr <= a).checked_sub(1)?;
+        let b = &blocks[i];
+        (a < b.addr + b.size.max(1)).then_some(b.site)
+    };
+    let extensions: Vec<String> =
+        t.symbolizer.mappings().into_iter().filter(|m| m.python_extension).map(|m| m.path).collect();
+    for h in c.types.iter_mut().flat_map(|ty| ty.holders.iter_mut()) {
+        let mut by_site: HashMap<SiteKey, usize> = HashMap::new();
+        for &a in &h.sample_addrs {
+            if let Some(site) = holding(a) {
+                *by_site.entry(site).or_default() += 1;
+            }
+        }
+        h.sample_addrs.clear();
+        // Free lists (dict, list, tuple, float) recycle objects, so a block's stack is that of
+        // its first allocation: the most common stack through an extension module wins over
+        // the interpreter's own, whose objects the extension was handed from a free list.
+        let ranked: Vec<(bool, usize, u32)> = by_site
+            .into_iter()
+            .map(|(key, n)| {
+                let id = t.stack_for(tracer, key);
+                (through_extension(t, id, &extensions), n, id)
+            })
+            .collect();
+        if let Some(&(_, _, id)) = ranked.iter().max_by_key(|&&(ext, n, id)| (ext, n, std::cmp::Reverse(id))) {
+            h.allocated_stack = Some(id);
+            h.allocated_by = t.stacks.get(id as usize).map(|s| crate::analyze::culprit(s).1);
+        }
+    }
+}
+
+/// Stack `id` of `t` has a frame in one of `extensions` (CPython extension modules' paths).
+fn through_extension(t: &Traced, id: u32, extensions: &[String]) -> bool {
+    t.stacks
+        .get(id as usize)
+        .is_some_and(|s| s.frames.iter().any(|f| f.object.as_ref().is_some_and(|o| extensions.iter().any(|e| e == o))))
 }
