@@ -113,6 +113,13 @@ impl AddressSpace {
         self.regions.iter().filter(|(_, r)| r.site.is_some()).map(|(&s, r)| (s, r.end)).collect()
     }
 
+    /// Address ranges [start, end) of the regions the allocator mapped from inside a
+    /// malloc-family call since attach (glibc's arena heaps and large chunks, jemalloc's,
+    /// tcmalloc's and mimalloc's extents, spans, segments and metadata), in address order.
+    pub fn allocator_ranges(&self) -> Vec<(u64, u64)> {
+        self.regions.iter().filter(|(_, r)| r.owner == owner::ALLOCATOR).map(|(&s, r)| (s, r.end)).collect()
+    }
+
     /// Address ranges [start, end) of every region traced since attach (off-heap and the
     /// allocator's), in address order.
     pub fn ranges(&self) -> Vec<(u64, u64)> {

@@ -116,6 +116,7 @@ pub fn scan(
     allocs: blocks::LiveMaps<'_>,
     sites: &dyn Fn() -> anyhow::Result<SiteIndex>,
     opts: ScanOptions,
+    allocator_mapped: &[(u64, u64)],
 ) -> anyhow::Result<Scan> {
     // Its memory through a live thread when the main thread has exited (procinfo::mm_task).
     let mm = crate::procinfo::mm_task(pid);
@@ -150,6 +151,7 @@ pub fn scan(
         })
         .collect();
     let mut layout = roots::layout(&maps, &threads, &image_ends);
+    roots::leave_out(&mut layout, allocator_mapped);
     allocator_and_descriptors(mm, &mut layout, main_arena.map(|(a, _)| a));
     let mut m = Marker::new(mm, &blocks, t0 + opts.max_pause, &layout.code);
     // A block reachable from several roots is retained by the first that reaches it: globals

@@ -31,6 +31,29 @@ pub struct Region {
     pub kind: RootKind,
 }
 
+/// Leave the allocator's own mappings out of the untraced roots: `ranges`, [start, end), are
+/// what the allocator mapped from inside a malloc-family call since attach
+/// ([`crate::mappings::AddressSpace::allocator_ranges`]). What they hold is the allocator's:
+/// its bookkeeping (jemalloc's extent descriptors point at every extent's first byte, so at the
+/// first block of each slab and at every large block), freed regions with stale words, and
+/// blocks, which are all traced (they were allocated after attach) and scanned as blocks when
+/// reached. Mappings made before attach stay roots: the blocks in them are not traced.
+pub fn leave_out(layout: &mut Layout, ranges: &[(u64, u64)]) {
+    if ranges.is_empty() {
+        return;
+    }
+    let regions = std::mem::take(&mut layout.regions);
+    for r in regions {
+        if !matches!(r.kind, RootKind::Untraced { .. }) {
+            layout.regions.push(r);
+            continue;
+        }
+        for (start, end) in crate::mappings::outside(r.start, r.end, ranges) {
+            layout.regions.push(Region { start, end, kind: r.kind.clone() });
+        }
+    }
+}
+
 /// A stopped thread as the layout needs it.
 #[derive(Clone, Copy, Debug)]
 pub struct StoppedThread {

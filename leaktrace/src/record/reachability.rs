@@ -76,7 +76,8 @@ pub(super) fn scan_one(
     let pid = t.pid;
     let when = if opts.at_exit { " at its exit" } else { "" };
     crate::note!("leaktrace: reachability of PID {pid}{when}: stopping the target for the scan");
-    match reach::scan(pid, map, &|| tracer.site_keys(pid), opts) {
+    let allocator_mapped = t.space.allocator_ranges();
+    match reach::scan(pid, map, &|| tracer.site_keys(pid), opts, &allocator_mapped) {
         Ok(scan) => {
             crate::note!(
                 "leaktrace: reachability of PID {pid}{when}: {} live block(s) scanned, target paused {:.1} ms",
