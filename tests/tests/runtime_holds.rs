@@ -310,6 +310,7 @@ fn listens(pid: u32) -> bool {
 /// (its progress lines continue) with no inspector listening afterwards.
 #[test]
 fn node_sampling_profile_names_the_javascript_function() {
+    let _port = node_inspector_port();
     require_root();
     let mut cmd = Command::new("node");
     cmd.env_remove("NODE_EXTRA_CA_CERTS").arg(fixture_source("runtimes").join("audit.js")).args(["20", "200000"]);
@@ -356,6 +357,7 @@ fn node_sampling_profile_names_the_javascript_function() {
 /// inspector listening afterwards.
 #[test]
 fn node_heap_snapshots_name_the_array_that_holds_the_objects() {
+    let _port = node_inspector_port();
     require_root();
     let mut cmd = Command::new("node");
     cmd.env_remove("NODE_EXTRA_CA_CERTS").arg(fixture_source("runtimes").join("audit-objects.js")).arg("200");
@@ -457,6 +459,7 @@ impl Drop for MemoryCgroup {
 /// why (the cgroup and its headroom), and node runs on.
 #[test]
 fn node_heap_snapshots_refused_without_headroom() {
+    let _port = node_inspector_port();
     require_root();
     let cg = MemoryCgroup::new("leaktrace-snapshots");
     let mut cmd = Command::new("node");
@@ -488,4 +491,12 @@ fn node_heap_snapshots_refused_without_headroom() {
     assert!(!refused.contains('\n'), "one line: {refused}");
     assert!(target.exit_status().is_none(), "node ended\n{ctx}");
     assert!(target.next_line(Duration::from_secs(5)).is_some(), "node stopped printing progress\n{ctx}");
+}
+
+/// The Node tests run one at a time: each opens its target's inspector with SIGUSR1 on node's
+/// default port 9229, which only one process of the host's network namespace can bind (the
+/// others' SIGUSR1 would find it taken: leaktrace then says so).
+fn node_inspector_port() -> std::sync::MutexGuard<'static, ()> {
+    static PORT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    PORT.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -98,6 +98,9 @@ impl NodeCensus {
                 let (at, new) = (*at, listening_ports(self.pid).into_iter().find(|p| !before.contains(p)));
                 match new {
                     Some(port) => self.start(port),
+                    None if at.elapsed() > WAIT && port_taken_by_another(self.pid, DEFAULT_PORT) => self.fail(
+                        "no inspector opened within 10 s of SIGUSR1: port 9229 is taken by another process of its network namespace (another node's inspector?), so node could not bind it; start it with --inspect-port=PORT",
+                    ),
                     None if at.elapsed() > WAIT => self.fail(
                         "no new inspector port within 10 s of SIGUSR1 (an inspector already open on another port than 9229 is not looked for)",
                     ),
@@ -302,6 +305,21 @@ fn listening_ports(pid: u32) -> Vec<u16> {
     ports.sort_unstable();
     ports.dedup();
     ports
+}
+
+/// Some socket of `pid`'s network namespace that is not `pid`'s listens on TCP `port` (read
+/// from /proc/PID/net/tcp and tcp6, which show the whole namespace).
+fn port_taken_by_another(pid: u32, port: u16) -> bool {
+    let mine = listening_ports(pid);
+    !mine.contains(&port)
+        && ["tcp", "tcp6"].iter().any(|f| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3
+                    && c[3] == "0A"
+                    && c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+            })
+        })
 }
 
 /// A TCP connection to 127.0.0.1:`port` in the network namespace of `pid` (from a thread that
