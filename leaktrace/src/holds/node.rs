@@ -278,8 +278,27 @@ fn catches_sigusr1(pid: u32) -> bool {
         .is_some_and(|mask| mask & (1 << (libc::SIGUSR1 - 1)) != 0)
 }
 
-/// The ports of the listening TCP sockets the process holds, from its network namespace's
-/// /proc/PID/net/tcp and tcp6 and its file descriptors.
+/// The TCP ports listened on in `pid`'s network namespace, each with its socket's inode
+/// (/proc/PID/net/tcp and tcp6 show the whole namespace).
+fn namespace_listeners(pid: u32) -> Vec<(u16, String)> {
+    let mut out = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default();
+        for l in table.lines().skip(1) {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            if c.len() > 9
+                && c[3] == "0A"
+                && let Some(p) = c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                out.push((p, c[9].to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// The TCP ports `pid` itself listens on (the namespace's listeners whose socket is one of its
+/// file descriptors), sorted.
 fn listening_ports(pid: u32) -> Vec<u16> {
     let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| {
@@ -288,38 +307,16 @@ fn listening_ports(pid: u32) -> Vec<u16> {
                 .collect()
         })
         .unwrap_or_default();
-    let mut ports: Vec<u16> = Vec::new();
-    for f in ["tcp", "tcp6"] {
-        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default();
-        for l in table.lines().skip(1) {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            if c.len() > 9
-                && c[3] == "0A"
-                && inodes.contains(c[9])
-                && let Some(p) = c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())
-            {
-                ports.push(p);
-            }
-        }
-    }
+    let mut ports: Vec<u16> =
+        namespace_listeners(pid).into_iter().filter(|(_, inode)| inodes.contains(inode)).map(|(p, _)| p).collect();
     ports.sort_unstable();
     ports.dedup();
     ports
 }
 
-/// Some socket of `pid`'s network namespace that is not `pid`'s listens on TCP `port` (read
-/// from /proc/PID/net/tcp and tcp6, which show the whole namespace).
+/// Some socket of `pid`'s network namespace that is not `pid`'s listens on TCP `port`.
 fn port_taken_by_another(pid: u32, port: u16) -> bool {
-    let mine = listening_ports(pid);
-    !mine.contains(&port)
-        && ["tcp", "tcp6"].iter().any(|f| {
-            std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
-                let c: Vec<&str> = l.split_whitespace().collect();
-                c.len() > 3
-                    && c[3] == "0A"
-                    && c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
-            })
-        })
+    !listening_ports(pid).contains(&port) && namespace_listeners(pid).iter().any(|(p, _)| *p == port)
 }
 
 /// A TCP connection to 127.0.0.1:`port` in the network namespace of `pid` (from a thread that
