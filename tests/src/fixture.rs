@@ -37,6 +37,30 @@ pub fn run_build_step(cmd: &mut Command, what: &str) {
     );
 }
 
+/// Build tests/fixtures/runtimes/jnileak.c (JniLeak's native methods) into `dir/libjnileak.so`
+/// against the JDK whose `javac` is on PATH (its `include/` directory, found from javac's real
+/// path), -O1 with frame pointers; returns the library's path. Panics with the build's output.
+pub fn build_jni_leak_library(dir: &Path) -> PathBuf {
+    let javac = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("javac")).find(|j| j.exists()))
+        .expect("javac on PATH (`cargo xtask setup` installs it)");
+    let home = std::fs::canonicalize(&javac).expect("javac's real path");
+    let include = home.parent().and_then(Path::parent).expect("JDK home").join("include");
+    let out = dir.join("libjnileak.so");
+    run_build_step(
+        Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-I"])
+            .arg(&include)
+            .arg("-I")
+            .arg(include.join("linux"))
+            .arg("-o")
+            .arg(&out)
+            .arg(fixture_source("runtimes").join("jnileak.c")),
+        "gcc (jnileak.c)",
+    );
+    out
+}
+
 pub fn fixture_source(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
 }

@@ -24,22 +24,7 @@ fn jvm_fixture() -> &'static Path {
             Command::new("javac").arg("-d").arg(&out).arg(src("HoldsJvm.java")).arg(src("JniLeak.java")),
             "javac",
         );
-        let javac = std::env::var_os("PATH")
-            .and_then(|p| std::env::split_paths(&p).map(|d| d.join("javac")).find(|j| j.exists()))
-            .expect("javac on PATH");
-        let home = std::fs::canonicalize(&javac).expect("javac's real path");
-        let include = home.parent().and_then(Path::parent).expect("JDK home").join("include");
-        run_build_step(
-            Command::new("gcc")
-                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-I"])
-                .arg(&include)
-                .arg("-I")
-                .arg(include.join("linux"))
-                .arg("-o")
-                .arg(out.join("libjnileak.so"))
-                .arg(src("jnileak.c")),
-            "gcc (jnileak.c)",
-        );
+        build_jni_leak_library(&out);
         out
     })
 }

@@ -103,26 +103,7 @@ fn java_classes() -> &'static Path {
 /// on PATH (its `include/` directory, found from javac's real path).
 fn jnileak() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let javac = std::env::var_os("PATH")
-            .and_then(|p| std::env::split_paths(&p).map(|d| d.join("javac")).find(|j| j.exists()))
-            .expect("javac on PATH (`cargo xtask setup` installs it)");
-        let home = std::fs::canonicalize(&javac).expect("javac's real path");
-        let include = home.parent().and_then(Path::parent).expect("JDK home").join("include");
-        let out = build_dir().join("libjnileak.so");
-        check(
-            Command::new("gcc")
-                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-I"])
-                .arg(&include)
-                .arg("-I")
-                .arg(include.join("linux"))
-                .arg("-o")
-                .arg(&out)
-                .arg(src("jnileak.c")),
-            "gcc (jnileak.c)",
-        );
-        out
-    })
+    P.get_or_init(|| build_jni_leak_library(&build_dir()))
 }
 
 /// A Go fixture built with `go build` (cgo on or off).
