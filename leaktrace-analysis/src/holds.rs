@@ -335,12 +335,23 @@ impl GoroutineGroup {
 
 impl Census<Goroutines> {
     /// The goroutine groups that grew, fastest first (bytes: their stacks); empty without both
-    /// snapshots.
+    /// snapshots. A group counts only when its start function's goroutines grew in all: a pool
+    /// whose workers moved from waiting to runnable between the snapshots has a state group that
+    /// grew and no more goroutines.
     pub fn growth(&self) -> Vec<Growth> {
         let (Some(a), Some(b)) = (&self.start, &self.end) else { return Vec::new() };
         let Some((dt, units)) = span(&a.taken, &b.taken) else { return Vec::new() };
         let by = |g: &Goroutines| g.groups.iter().map(|x| (x.describe(), (x.count, x.stack_bytes))).collect();
+        let per_function = |g: &Goroutines| {
+            let mut m: BTreeMap<String, u64> = BTreeMap::new();
+            g.groups.iter().for_each(|x| *m.entry(x.start_function.clone()).or_default() += x.count);
+            m
+        };
+        let (before, after) = (per_function(a), per_function(b));
+        let function_grew = |f: &str| after.get(f).copied().unwrap_or(0) > before.get(f).copied().unwrap_or(0);
+        let grew: Vec<String> = b.groups.iter().filter(|x| function_grew(&x.start_function)).map(|x| x.describe()).collect();
         let mut v = growth(&by(a), &by(b), dt, units);
+        v.retain(|g| grew.contains(&g.name));
         v.sort_by(|a, b| b.count_per_s.total_cmp(&a.count_per_s));
         v
     }
@@ -429,5 +440,30 @@ mod tests {
         assert_eq!(g[0].count_per_s, 100.0);
         assert_eq!(g[0].bytes_per_s, 100.0 * 8192.0);
         assert_eq!(g[0].count_per_unit, None);
+    }
+
+    /// Eight workers, all waiting at the start, four of them runnable at the end: the runnable
+    /// group rose from 0 to 4 and the pool did not grow.
+    #[test]
+    fn workers_changing_state_are_not_growth() {
+        let group = |state: &str, w: Option<&str>, n: u64| GoroutineGroup {
+            state: state.into(),
+            wait_reason: w.map(Into::into),
+            start_function: "main.worker".into(),
+            count: n,
+            stack_bytes: n * 2048,
+        };
+        let snap = |t_s: f64, groups: Vec<GoroutineGroup>| Goroutines {
+            taken: Taken { t_s, took_s: 0.001, units_of_work: None },
+            total: 8,
+            groups,
+            ..Default::default()
+        };
+        let c = Census {
+            start: Some(snap(0.5, vec![group("waiting", Some("chan receive"), 8)])),
+            end: Some(snap(10.5, vec![group("waiting", Some("chan receive"), 4), group("runnable", None, 4)])),
+            errors: Vec::new(),
+        };
+        assert!(c.growth().is_empty(), "{:?}", c.growth().iter().map(|g| &g.name).collect::<Vec<_>>());
     }
 }

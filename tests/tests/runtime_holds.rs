@@ -219,11 +219,11 @@ fn go_goroutine_leak_named_with_its_start_function() {
     assert_within("blocked goroutines/s", f64_of(leak, "goroutines_per_s"), 100.0, 0.15, &ctx);
     assert!(f64_of(leak, "bytes_per_s") >= 100.0 * 2048.0 * 0.85, "their stacks (2 KiB at least each)\n{ctx}");
     assert!(grown(list, "waiting (chan receive), started by main.worker").is_none(), "the worker pool grows\n{ctx}");
-    let workers = go["end"]["groups"]
-        .as_array()
-        .and_then(|a| a.iter().find(|g| g["start_function"] == "main.worker"))
-        .unwrap_or_else(|| panic!("no main.worker group at the end\n{ctx}"));
-    assert_eq!(u64_of(workers, "count"), 8, "{ctx}");
+    // The pool's eight workers may be split between states (waiting, runnable) at the end.
+    let groups = go["end"]["groups"].as_array().cloned().unwrap_or_default();
+    let workers: u64 = groups.iter().filter(|g| g["start_function"] == "main.worker").map(|g| u64_of(g, "count")).sum();
+    assert_eq!(workers, 8, "main.worker goroutines at the end\n{ctx}");
+    assert!(!list.as_array().unwrap().iter().any(|g| g["name"].as_str().unwrap_or("").ends_with("main.worker")), "a worker group is listed as growing\n{ctx}");
     let md = std::fs::read_to_string(out.file("report.md")).unwrap_or_default();
     assert!(md.contains("goroutines/s** waiting (chan send), started by main.handle"), "report.md\n{ctx}");
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
