@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use leaktrace_common::{MapEvent, map_event};
 
-use crate::probes::{is_target, parent_tgid, stop_and_tell, syscall_ret};
+use crate::probes::{parent_tgid, stop_and_tell, syscall_ret};
 
 /// Traced processes whose new child processes are held at their fork's return until the agent
 /// has attached to them (tgid → 1, set by the agent with --follow-forks, removed when the
@@ -24,14 +24,19 @@ use crate::probes::{is_target, parent_tgid, stop_and_tell, syscall_ret};
 static FORK_HOLD: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 
 /// A fork's return in the current task: a new process (not a thread: its pid is its tgid) that
-/// returns 0, whose parent is in `FORK_HOLD` and which is not traced yet, is stopped (SIGSTOP,
-/// delivered before it returns to user space) and the agent told (`tgid` the child, `addr` the
-/// parent).
+/// returns 0 and whose parent is in `FORK_HOLD` is stopped (SIGSTOP, delivered before it
+/// returns to user space) and the agent told (`tgid` the child, `addr` the parent).
+///
+/// Even when the child is a target already: the agent may have heard of it from
+/// `sched_process_fork` (fired in the parent, before the child first runs) and be attaching to
+/// it right now. Its TARGETS entry comes first, its teardown probe last: a child let through here
+/// could allocate and reach `exit` before that probe exists, and its exit scan would be lost.
+/// The agent resumes a held child once its attach is complete (at once when it already is).
 #[inline(always)]
 fn fork_returned(ctx: &TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if tgid != pid_tgid as u32 || syscall_ret(ctx) != Some(0) || is_target(tgid) {
+    if tgid != pid_tgid as u32 || syscall_ret(ctx) != Some(0) {
         return 0;
     }
     let parent = parent_tgid();

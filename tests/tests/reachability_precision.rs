@@ -230,8 +230,13 @@ fn forked_child(opt: &str) {
             .filter(|e| e.file_name().to_string_lossy().starts_with("pid-"))
             .map(|e| Report::load(&e.path()))
             .collect();
-        let ctx = format!("run {run} of {RUNS} ({opt})\n{}", o.describe());
+        let warnings: Vec<String> =
+            reports.iter().map(|r| format!("{}: warnings {}", r.dir.display(), r.json["warnings"])).collect();
+        let ctx = format!("run {run} of {RUNS} ({opt})\n{}\n{}", o.describe(), warnings.join("\n"));
         assert_eq!(reports.len(), 2, "the parent's and the child's reports\n{ctx}");
+        for r in &reports {
+            assert!(r.json["reachability"]["sites"].is_array(), "{}: no reachability scan\n{ctx}", r.dir.display());
+        }
         let has = |r: &Report, f: &str| {
             r.get(&["reachability", "sites"]).as_array().is_some_and(|s| s.iter().any(|s| s["function"] == f))
         };
