@@ -698,6 +698,9 @@ pub struct Analysis {
     /// The occupied heap and its parts against RSS anon at the last checkpoint with memory
     /// figures ([`occupied::occupied`]); None without memory figures.
     pub occupied: Option<occupied::Occupied>,
+    /// RSS raised in steps by load spikes and flat between them ([`plateau::plateau`]); None
+    /// when it was not.
+    pub plateau: Option<plateau::Plateau>,
     /// When the target exited (`end_reason` "target-exited"): what it still held at its last
     /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
     pub at_exit: Option<AtExit>,
@@ -880,6 +883,7 @@ mod frames;
 pub mod managed;
 pub mod occupied;
 pub mod patterns;
+pub mod plateau;
 mod replay;
 pub mod retention;
 pub mod scale;

@@ -44,6 +44,10 @@ pub fn sentence(a: &Analysis) -> String {
         Some(r) => format!("{base}; {r}"),
         None => base,
     };
+    let base = match super::plateau::clause(a) {
+        Some(p) => format!("{base}; {p}"),
+        None => base,
+    };
     let base = match &a.scale {
         Some(sc) => format!("{base}; {}", scale_phrase(sc)),
         None => base,
