@@ -78,11 +78,6 @@ pub const PLATEAU_RATIO: f64 = 0.5;
 /// Fragmentation: the traced live bytes must grow slower than this fraction of the RSS-anon slope.
 pub const FRAGMENTATION_RATIO: f64 = 0.25;
 
-/// A site whose steady-window slope is not significant (its 95 % interval reaches zero: as wide
-/// as the slope) is called a leak "still growing, record longer" only when the window holds fewer
-/// checkpoints than this (the points factor is below 1 there): with more, the width is scatter.
-pub const MAX_UNRESOLVED_POINTS: usize = 10;
-
 /// Share of RssFile's growth over the analysed span that a traced mapping site's resident
 /// growth must explain for the file-backed verdict ([`Reason::FileBacked`]) to name it.
 pub const FILE_SITE_SHARE: f64 = 0.5;
@@ -265,6 +260,12 @@ pub struct SiteEvidence {
     /// blocks: not a plateau; its confidence is at most [`SINGLE_STEP_CONFIDENCE`] and the
     /// process verdict it names is inconclusive ("record at least two periods").
     pub single_step: bool,
+    /// Growth through the run (the first part grew significantly, the steady window kept at
+    /// least half its pace, above the noise floor) whose steady-window slope is not significant:
+    /// its 95 % interval is as wide as the slope. The site is not a leak (no leak verdict rests
+    /// on such a slope); the process verdict is inconclusive when nothing else decides it
+    /// ([`Reason::NotSignificant`]).
+    pub not_significant: bool,
     /// Mean age of the site's live blocks at the steady window's last checkpoint, seconds (from
     /// the kernel's birth time of each block); None without birth times (mappings, older
     /// recordings).
@@ -648,6 +649,14 @@ pub enum Reason {
         freed_blocks: u64,
         native_bytes_per_s: f64,
     },
+    /// No site leaks, but sites grew through the run at slopes that are not significant over
+    /// the steady window (95 % intervals as wide as the slopes: [`SiteEvidence::not_significant`]):
+    /// inconclusive, never a leak.
+    NotSignificant {
+        /// The fastest such site and the number of them.
+        top: usize,
+        count: usize,
+    },
     /// No site grows beyond noise.
     Flat {
         /// Slope of the live native bytes, bytes per second.
@@ -698,6 +707,9 @@ pub struct Analysis {
     /// The occupied heap and its parts against RSS anon at the last checkpoint with memory
     /// figures ([`occupied::occupied`]); None without memory figures.
     pub occupied: Option<occupied::Occupied>,
+    /// RSS raised in steps by load spikes and flat between them ([`plateau::plateau`]); None
+    /// when it was not.
+    pub plateau: Option<plateau::Plateau>,
     /// When the target exited (`end_reason` "target-exited"): what it still held at its last
     /// checkpoint, LeakSanitizer-style. None while the target was still running at the end.
     pub at_exit: Option<AtExit>,
@@ -880,6 +892,7 @@ mod frames;
 pub mod managed;
 pub mod occupied;
 pub mod patterns;
+pub mod plateau;
 mod replay;
 pub mod retention;
 pub mod scale;

@@ -693,6 +693,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     let mut analysis = Analysis {
         scale: None,
         occupied: None,
+        plateau: None,
         at_exit: None,
         freed_at_exit: None,
         checkpoints: n,
@@ -732,6 +733,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     analysis.scale = super::scale::scale(&analysis, rec.target.memory_limit_bytes);
     analysis.occupied = super::occupied::occupied(rec, &analysis);
     analysis.summary.occupied_heap_to_rss_ratio = analysis.occupied.as_ref().and_then(|o| o.ratio);
+    analysis.plateau = super::plateau::plateau(rec, tl, &analysis);
     analysis
 }
 

@@ -118,7 +118,7 @@ pub(super) fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
 
 /// A verdict from its class, confidence and reason (no runtime split, no losses yet).
 fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
-    let inconclusive = matches!(reason, Reason::TooFewCheckpoints { .. });
+    let inconclusive = matches!(reason, Reason::TooFewCheckpoints { .. } | Reason::NotSignificant { .. });
     Verdict { class, confidence, inconclusive, reason, by_kind: None, losses: None }
 }
 
@@ -297,6 +297,17 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         return verdict(ProcessClass::Flat, clamp_conf(0.1 * p.f_drops), Reason::TooFewCheckpoints { n: p.n });
     }
 
+    // Growth through the run whose steady slopes are not significant (95 % intervals as wide as
+    // the slopes): inconclusive — never a leak, and not "no leak" either. Before the caches: a
+    // process whose start-up filled caches would hide it.
+    let mut wide: Vec<(usize, &SiteAnalysis)> =
+        p.sites.iter().enumerate().filter(|(_, s)| s.evidence.not_significant).collect();
+    wide.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+    if let Some(&(top, _)) = wide.first() {
+        let reason = Reason::NotSignificant { top, count: wide.len() };
+        return verdict(ProcessClass::Flat, clamp_conf(0.3 * f_n * p.f_drops), reason);
+    }
+
     // Cache: the largest retained growth among caches names it.
     // libc's and the runtime's one-time allocations (the loader's segments, stdio buffers) rise
     // once at start-up: they make no cache verdict.
@@ -417,8 +428,9 @@ pub(super) fn kind_verdict(
     // only a flat heap's sites leak) while the by-kind part says it grows. The growing kind is
     // the verdict then, with its series' confidence (at most 0.6: no site names it). A managed
     // heap that grows is a managed leak above; warm-up, caches and fragmentation keep theirs.
-    let says_no_leak = matches!(v.reason, Reason::Flat { .. } | Reason::ShortLived { .. })
-        || (only_flat_kind_leaks && v.class == ProcessClass::Leak);
+    let says_no_leak =
+        matches!(v.reason, Reason::Flat { .. } | Reason::ShortLived { .. } | Reason::NotSignificant { .. })
+            || (only_flat_kind_leaks && v.class == ProcessClass::Leak);
     if leak_kind.is_none()
         && says_no_leak
         && let Some(g) = growing.iter().find(|g| matches!(g.kind, MemoryKind::Native | MemoryKind::OffHeap))

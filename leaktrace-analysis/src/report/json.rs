@@ -208,6 +208,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
             // `--heap-census` (issue 33): the runtime's own answer, null without it.
             "holder": super::holds::holder_sentence(rec),
             "scale": a.scale,
+            "plateau": a.plateau,
         },
         "still_allocated_at_exit": a.at_exit.as_ref().map_or(Value::Null, |x| json!({
             "live_bytes": x.live_bytes,

@@ -25,6 +25,8 @@ pub mod json;
 pub mod markdown;
 /// Issue #30: the occupied heap to RSS with its parts.
 pub mod occupied;
+/// Issue #30: RSS raised in steps by load spikes.
+pub mod plateau;
 pub mod plot;
 pub mod pprof;
 /// Issue #31: growth of the Python heap by type and what holds it.

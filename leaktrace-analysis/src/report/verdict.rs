@@ -44,6 +44,10 @@ pub fn sentence(a: &Analysis) -> String {
         Some(r) => format!("{base}; {r}"),
         None => base,
     };
+    let base = match super::plateau::clause(a) {
+        Some(p) => format!("{base}; {p}"),
+        None => base,
+    };
     let base = match &a.scale {
         Some(sc) => format!("{base}; {}", scale_phrase(sc)),
         None => base,
@@ -403,6 +407,22 @@ fn reason(a: &Analysis) -> String {
                     faults.iter().map(|s| s.allocations).sum::<u64>()
                 )
             }
+        }
+        Reason::NotSignificant { top, count } => {
+            let s = &a.sites[*top];
+            let e = &s.evidence;
+            format!(
+                "inconclusive: not significant — {} grew {} in the first part, then {} ± {} over the steady window \
+                 (95 % interval, {} checkpoints: as wide as the slope); no leak verdict rests on a slope whose \
+                 interval includes zero: record longer or under steadier load to tell a leak from scatter; {} \
+                 site(s) like it",
+                s.function,
+                hr(e.early.map_or(0.0, |x| x.slope_bytes_per_s)),
+                hr(e.steady.slope_bytes_per_s),
+                hr(e.steady.ci95_bytes_per_s.unwrap_or(f64::INFINITY)).trim_start_matches('+'),
+                e.steady.n,
+                count
+            )
         }
         Reason::Flat { native_bytes_per_s } => format!(
             "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
