@@ -16,6 +16,7 @@ pub mod hprof;
 pub mod jvm;
 pub mod node;
 pub mod node_snapshots;
+pub mod nodedom;
 pub mod nodesnap;
 
 /// The census of one traced process.
