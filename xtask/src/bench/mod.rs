@@ -90,7 +90,7 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only", "pyheap_only"])]
     pub holds_only: bool,
     /// Objects in the Node target's heap of the heap-tools bench.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 5_000)]
     pub holds_node_objects: u64,
     /// Records (an object and a byte[100] each) kept by the JVM target of the heap-tools bench.
     #[arg(long, default_value_t = 200_000)]
