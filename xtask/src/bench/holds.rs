@@ -123,7 +123,7 @@ fn node(work: &Path, reps: usize, objects: u64) -> Result<Vec<(String, String)>>
         ("Node: in-process snapshot, untraced (s)".into(), range(&inproc, 1.0, 2)),
         ("Node: leaktrace's first snapshot (before the probes), whole (s)".into(), range(&took, 1.0, 2)),
         ("… to V8's first chunk: the snapshot built, program stopped (s)".into(), range(&first, 1.0, 2)),
-        ("Node: leaktrace's second snapshot (under the probes), whole (s)".into(), range(&took2, 1.0, 2)),
+        ("Node: leaktrace's second snapshot (after the probes are detached), whole (s)".into(), range(&took2, 1.0, 2)),
         ("… to V8's first chunk (s)".into(), range(&first2, 1.0, 2)),
         ("Node: both snapshots:".into(), String::new()),
         ("… chunks written and transferred (s)".into(), range(&transfer, 1.0, 2)),
