@@ -56,6 +56,47 @@ pub struct JsSnapshots {
     /// (the first in `new_objects` not named in parentheses by V8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<RetainerPath>,
+    /// The object that holds that instance on the path (its last step before it: the array of
+    /// `auditTrail (Array) → [17] → AuditEntry`), in the second snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<JsHolder>,
+    /// Where each snapshot's time went (first, second); empty in recordings made before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costs: Vec<SnapshotCost>,
+}
+
+/// The object holding the top growing constructor's instance on the retainer path.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JsHolder {
+    /// As the path names it: `auditTrail (Array)` (the edge it is reached by, its class).
+    pub name: String,
+    /// Its self size and its retained size (itself and every object it dominates: what would
+    /// be freed with it; computed from the second snapshot's dominator tree as Chrome DevTools
+    /// computes it), bytes.
+    pub self_bytes: u64,
+    pub retained_bytes: u64,
+    /// Instances of the top growing constructor it refers to directly (all of them, not only
+    /// the new ones), and their retained sizes summed (bytes).
+    pub instances: u64,
+    pub instances_retained_bytes: u64,
+}
+
+/// One heap snapshot's costs, timed by leaktrace (seconds) over the inspector connection.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SnapshotCost {
+    /// From sending `HeapProfiler.takeHeapSnapshot` to V8's first chunk: V8 stopping the
+    /// program and building the snapshot graph (and the command waiting for the main thread).
+    pub first_chunk_s: f64,
+    /// From the first chunk to the command's answer: V8 writing the JSON (the program still
+    /// stopped) while the chunks cross the connection.
+    pub transfer_s: f64,
+    /// The snapshot's JSON, bytes, and the chunks it came in.
+    pub bytes: u64,
+    pub chunks: u64,
+    /// leaktrace parsing the JSON, then analysing it (ids, constructors; for the second, the
+    /// dominator tree, retained sizes and the retainer path): the program runs meanwhile.
+    pub parse_s: f64,
+    pub analyse_s: f64,
 }
 
 /// Objects of one constructor new in the second snapshot.
@@ -67,6 +108,12 @@ pub struct JsNewObjects {
     /// New objects and their shallow (self) bytes.
     pub count: u64,
     pub self_bytes: u64,
+    /// The new objects' retained size (bytes, from the second snapshot's dominator tree, as
+    /// Chrome DevTools computes it): each one's own bytes and those of the objects only it keeps
+    /// alive, a new object dominated by another new one of the constructor counted once. 0 in
+    /// recordings made before.
+    #[serde(default)]
+    pub retained_bytes: u64,
     /// Objects of the constructor in each snapshot.
     pub count_first: u64,
     pub count_second: u64,

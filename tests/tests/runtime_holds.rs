@@ -386,9 +386,45 @@ fn node_heap_snapshots_name_the_array_that_holds_the_objects() {
     assert_eq!(steps.last(), Some(&"AuditEntry"), "{ctx}");
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
     assert!(holder.starts_with("constructor AuditEntry +"), "verdict.holder: {holder}\n{ctx}");
+    assert_retained_sizes(s, &entry, &ctx);
     assert!(target.exit_status().is_none(), "node ended\n{ctx}");
     assert!(target.next_line(Duration::from_secs(5)).is_some(), "node stopped printing progress\n{ctx}");
     assert!(!listens(target.pid), "the inspector still listens\n{ctx}");
+}
+
+/// The retained sizes of `--heap-snapshots` (the second snapshot's dominator tree): each new
+/// AuditEntry (56 B of self size in Node 20) retains itself, its user name, its time (a heap
+/// number) and its note: a concatenated string of `request N ` and 480–486 `x`s that V8's
+/// `repeat` builds from cons-string halves partly shared between entries (those count at their
+/// common dominator, the array), so 400–800 B each and at least 5 times its self size (a
+/// leaktrace run: 516 B; on a snapshot the same program wrote of itself, 485 B each, and
+/// `auditTrail` 346,440 B, the figures memlab's own Lengauer–Tarjan computes on that file). The
+/// array `auditTrail` retains all its entries (only it holds them): its retained size covers
+/// their retained sizes summed and exceeds it by at most its backing store and the shared
+/// string halves (8 B per slot, up to twice the entries, and a few KB: ≤ 5 %).
+fn assert_retained_sizes(s: &Value, entry: &Value, ctx: &str) {
+    let (count, self_bytes, retained) =
+        (f64_of(entry, "count"), f64_of(entry, "self_bytes"), f64_of(entry, "retained_bytes"));
+    let per_entry = retained / count;
+    let h = &s["holder"];
+    eprintln!(
+        "holds-node-snapshots: new AuditEntry {count} self {self_bytes} B retained {retained} B ({per_entry:.0} B each); holder {} self {} retained {} B, its {} AuditEntries retain {} B; costs {}",
+        h["name"], h["self_bytes"], h["retained_bytes"], h["instances"], h["instances_retained_bytes"], s["costs"]
+    );
+    assert!((400.0..=800.0).contains(&per_entry), "a new AuditEntry retains {per_entry:.0} B\n{ctx}");
+    assert!(retained >= 5.0 * self_bytes, "retained {retained} B vs self {self_bytes} B\n{ctx}");
+    assert_eq!(h["name"], "auditTrail (Array)", "{ctx}");
+    assert_eq!(u64_of(h, "instances"), u64_of(entry, "count_second"), "every AuditEntry is in the array\n{ctx}");
+    let (held, of_entries) = (f64_of(h, "retained_bytes"), f64_of(h, "instances_retained_bytes"));
+    assert!(
+        held >= of_entries && held <= 1.05 * of_entries,
+        "auditTrail retains {held} B, its AuditEntries {of_entries} B\n{ctx}"
+    );
+    let costs = s["costs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(costs.len(), 2, "{ctx}");
+    for c in &costs {
+        assert!(u64_of(c, "bytes") > 1_000_000 && u64_of(c, "chunks") > 0, "{ctx}");
+    }
 }
 
 /// A memory cgroup made for one test (cgroup v1 `memory` hierarchy under this process's, or

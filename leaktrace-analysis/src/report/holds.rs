@@ -164,10 +164,20 @@ fn snapshots_json(s: &JsSnapshots) -> Value {
         "heap_used_first": s.heap_used_first, "heap_used_second": s.heap_used_second,
         "new_objects": s.new_objects.iter().map(|c| json!({
             "constructor": c.constructor, "count": c.count, "self_bytes": c.self_bytes,
+            "retained_bytes": c.retained_bytes,
             "count_first": c.count_first, "count_second": c.count_second,
             "count_per_s": c.count as f64 / secs, "self_bytes_per_s": c.self_bytes as f64 / secs,
+            "retained_bytes_per_s": c.retained_bytes as f64 / secs,
         })).collect::<Vec<Value>>(),
         "path": path,
+        "holder": s.holder.as_ref().map_or(Value::Null, |h| json!({
+            "name": h.name, "self_bytes": h.self_bytes, "retained_bytes": h.retained_bytes,
+            "instances": h.instances, "instances_retained_bytes": h.instances_retained_bytes,
+        })),
+        "costs": s.costs.iter().map(|c| json!({
+            "first_chunk_s": c.first_chunk_s, "transfer_s": c.transfer_s, "bytes": c.bytes,
+            "chunks": c.chunks, "parse_s": c.parse_s, "analyse_s": c.analyse_s,
+        })).collect::<Vec<Value>>(),
     })
 }
 
@@ -176,7 +186,7 @@ fn snapshots_md(md: &mut String, s: &JsSnapshots) {
     let secs = (s.second.t_s - s.first.t_s).max(f64::MIN_POSITIVE);
     let _ = writeln!(
         md,
-        "Taken at {:.1} s and {:.1} s (the process paused {:.2} s and {:.2} s while V8 wrote them); objects {} → {}, JS heap used {} → {}. Objects new in the second, by constructor (self sizes):\n",
+        "Taken at {:.1} s and {:.1} s (the process paused {:.2} s and {:.2} s while V8 wrote them); objects {} → {}, JS heap used {} → {}. Objects new in the second, by constructor (self sizes; retained: what only they keep alive, from the dominator tree):\n",
         s.first.t_s,
         s.second.t_s,
         s.first.took_s,
@@ -189,18 +199,32 @@ fn snapshots_md(md: &mut String, s: &JsSnapshots) {
     for c in s.new_objects.iter().take(MD_ROWS) {
         let _ = writeln!(
             md,
-            "- **{}**: {} new ({:+.1}/s), {} ({}); {} → {} in all",
+            "- **{}**: {} new ({:+.1}/s), {} ({}), retained {} ({}); {} → {} in all",
             c.constructor,
             number(c.count as f64),
             c.count as f64 / secs,
             bytes(c.self_bytes),
             rate(c.self_bytes as f64 / secs),
+            bytes(c.retained_bytes),
+            rate(c.retained_bytes as f64 / secs),
             number(c.count_first as f64),
             number(c.count_second as f64)
         );
     }
     if let Some(p) = &s.path {
         let _ = writeln!(md, "\nRetainer path of a new **{}** from the GC roots: `{}`", p.class, p.describe());
+    }
+    if let Some(h) = &s.holder {
+        let _ = writeln!(
+            md,
+            "\nIts holder `{}` retains {} (self {}), of which its {} {} instances {}.",
+            h.name,
+            bytes(h.retained_bytes),
+            bytes(h.self_bytes),
+            number(h.instances as f64),
+            s.path.as_ref().map_or("", |p| p.class.as_str()),
+            bytes(h.instances_retained_bytes)
+        );
     }
     md.push('\n');
 }
@@ -366,8 +390,11 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
     if let Some(p) = h.node_snapshots.as_ref().and_then(|s| Some((s, s.path.as_ref()?))) {
         let (s, path) = p;
         let secs = (s.second.t_s - s.first.t_s).max(f64::MIN_POSITIVE);
+        let retained = s.new_objects.iter().find(|c| c.constructor == path.class).map_or(0, |c| c.retained_bytes);
+        let retaining =
+            if retained > 0 { format!(" retaining {}", rate(retained as f64 / secs)) } else { String::new() };
         return Some(format!(
-            "constructor {} {:+.0} new objects/s (heap snapshots), held by {}",
+            "constructor {} {:+.0} new objects/s{retaining} (heap snapshots), held by {}",
             path.class,
             path.instances as f64 / secs,
             path.describe()

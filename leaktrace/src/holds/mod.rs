@@ -16,6 +16,7 @@ pub mod hprof;
 pub mod jvm;
 pub mod node;
 pub mod node_snapshots;
+pub mod nodedom;
 pub mod nodesnap;
 
 /// The census of one traced process.
@@ -85,9 +86,10 @@ impl HeapCensus {
         }
     }
 
-    /// End of the recording: the last snapshots (`alive`: the process still runs and may be
-    /// asked; the JVM's is waited for, at most `jcmd::TIMEOUT`). `now_s` gives the seconds since
-    /// the recording's start.
+    /// End of the recording, the probes still in place: the JVM's and Go's last snapshots
+    /// (`alive`: the process still runs and may be asked; the JVM's is waited for, at most
+    /// `jcmd::TIMEOUT`). `now_s` gives the seconds since the recording's start. Node's is left
+    /// to [`HeapCensus::finish_node`].
     pub fn finish(&mut self, alive: bool, now_s: &dyn Fn() -> f64, units: Option<u64>) {
         if let Some(j) = self.jvm.as_mut() {
             j.finish(alive, now_s, units);
@@ -95,6 +97,17 @@ impl HeapCensus {
         if let Some(g) = self.go.as_mut() {
             g.finish(alive, now_s(), units);
         }
+    }
+
+    /// Whether a Node census waits for [`HeapCensus::finish_node`].
+    pub fn has_node(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// End of the recording, once the probes are detached: Node's last heap snapshot (V8 builds
+    /// it with hundreds of thousands of malloc calls, 10–20 times slower under the probes:
+    /// docs/benchmarks.md, "What holds it") and its sampling profile; the inspector closed.
+    pub fn finish_node(&mut self, alive: bool, now_s: &dyn Fn() -> f64) {
         if let Some(n) = self.node.as_mut() {
             n.finish(alive, now_s);
         }

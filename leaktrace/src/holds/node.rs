@@ -26,6 +26,14 @@ const MAX_FUNCTIONS: usize = 200;
 
 type Ws = tungstenite::WebSocket<TcpStream>;
 
+/// The answer of [`NodeCensus::call_collect`]: the events' chunks joined, when the first came
+/// (seconds after the call was sent), how many.
+pub(super) struct Collected {
+    pub text: String,
+    pub first_s: Option<f64>,
+    pub chunks: u64,
+}
+
 enum Phase {
     Idle,
     /// SIGUSR1 sent at this moment, with the ports it listened on before: the inspector is the
@@ -158,14 +166,15 @@ impl NodeCensus {
         params: Value,
         event: &str,
         wait: Duration,
-    ) -> Result<String, String> {
+    ) -> Result<Collected, String> {
         let id = self.next_id;
         self.next_id += 1;
         let ws = self.ws.as_mut().ok_or("not connected")?;
         let msg = json!({ "id": id, "method": method, "params": params }).to_string();
         ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
-        let deadline = Instant::now() + wait;
-        let mut out = String::new();
+        let sent = Instant::now();
+        let deadline = sent + wait;
+        let mut out = Collected { text: String::new(), first_s: None, chunks: 0 };
         while Instant::now() < deadline {
             let m = match ws.read() {
                 Ok(m) => m,
@@ -179,7 +188,9 @@ impl NodeCensus {
             let Ok(text) = m.into_text() else { continue };
             let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
             if v["method"] == event {
-                out.push_str(v["params"]["chunk"].as_str().unwrap_or(""));
+                out.first_s.get_or_insert_with(|| sent.elapsed().as_secs_f64());
+                out.chunks += 1;
+                out.text.push_str(v["params"]["chunk"].as_str().unwrap_or(""));
             } else if v["id"] == id {
                 if let Some(e) = v.get("error") {
                     return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));

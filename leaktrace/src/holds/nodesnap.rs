@@ -29,6 +29,7 @@ pub struct First {
     pub(super) counts: HashMap<String, u64>,
     pub(super) objects: u64,
     pub(super) used: u64,
+    pub(super) cost: leaktrace_analysis::holds::SnapshotCost,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +120,27 @@ pub fn parse(text: &str) -> Result<Heap, String> {
 impl Heap {
     pub(super) fn count(&self) -> usize {
         self.raw.nodes.len() / self.nf
+    }
+    /// Node `i`'s self size, bytes.
+    pub(super) fn self_size(&self, i: usize) -> u64 {
+        self.field(i, self.n_size)
+    }
+    /// The nodes node `i` refers to through edges that are not weak.
+    pub(super) fn targets(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        self.edges_of(i).filter_map(move |e| {
+            let (t, to) = self.edge_kind(e);
+            (t != "weak" && to < self.count()).then_some(to)
+        })
+    }
+    /// Node `i`'s edge records.
+    pub(super) fn edges_of(&self, i: usize) -> std::ops::Range<usize> {
+        self.first_edge[i]..self.first_edge[i + 1]
+    }
+    /// Edge record `e`: its type's name and its target node (an index that may be out of range
+    /// in a broken snapshot: the callers check).
+    pub(super) fn edge_kind(&self, e: usize) -> (&str, usize) {
+        let r = &self.raw.edges[e * self.ef..(e + 1) * self.ef];
+        (self.edge_types.get(r[self.e_type] as usize).map_or("?", String::as_str), r[self.e_to] as usize / self.nf)
     }
     pub(super) fn field(&self, i: usize, f: usize) -> u64 {
         self.raw.nodes[i * self.nf + f]

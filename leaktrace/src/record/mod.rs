@@ -379,6 +379,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let mut reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), &dir);
     // Detach in the background while the outputs are written.
     let detach = std::thread::spawn(move || tracer.shutdown());
+    let detach = node_census_after_detach(&mut targets, detach, start);
     let mut session_targets = targets;
 
     // In launch mode the command does not outlive the recording.
@@ -394,7 +395,26 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     for p in processes.iter_mut() {
         p.recording.escalation = escalations.remove(&p.recording.target.pid).map(Box::new);
     }
-    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: Some(detach), push })
+    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach, push })
+}
+
+/// `--heap-census` on Node: its last heap snapshot and sampling profile once the probes are
+/// detached (waited for here, only then), before a launched command is stopped. The detach still
+/// under way, if it was not waited for.
+fn node_census_after_detach(
+    targets: &mut [Traced],
+    detach: std::thread::JoinHandle<()>,
+    start: Instant,
+) -> Option<std::thread::JoinHandle<()>> {
+    if !targets.iter().any(|t| t.census.has_node()) {
+        return Some(detach);
+    }
+    let _ = detach.join();
+    for t in targets.iter_mut() {
+        let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
+        t.census.finish_node(alive, &|| start.elapsed().as_secs_f64());
+    }
+    None
 }
 
 /// The end of the session, while the processes still run and the probes are in place: JIT

@@ -140,37 +140,21 @@ impl Traced {
         let scan = scan_for_mode(pid, &objects, opts.mode, opts.pymalloc)?;
         print_coverage(pid, &scan);
         let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
-        // Unwind tables before the probes, so the first calls are walked in full.
-        let mut notes = unwind_notes(tracer, &objects);
-        let mut probes = tracer.attach(pid, &scan.points)?;
-        notes.extend(scan.notes);
-        if let Some(spec) = &opts.work_probe {
-            match discover::find_work_function(spec, &objects) {
-                Some((obj, off)) => {
-                    let mut info =
-                        tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
-                    info.function = spec.symbol.clone();
-                    probes.push(info);
-                }
-                None if launched => {} // may be in a library the command loads: retried at checkpoints
-                None => anyhow::bail!(
-                    "--work-probe {spec}: no function `{}` in the objects PID {pid} maps{}",
-                    spec.symbol,
-                    spec.object.as_ref().map(|o| format!(" matching `{o}`")).unwrap_or_default()
-                ),
+        // A running process's runtime is known before its probes, and `--heap-census` starts
+        // there: on Node the inspector opened, sampling started and, with --heap-snapshots, the
+        // first heap snapshot taken before the malloc probes fire on every call V8 makes while
+        // building it (10-20 times slower under them: docs/benchmarks.md, "What holds it").
+        let runtime = if launched { None } else { crate::runtimes::detect(pid, &objects, opts.pymalloc) };
+        let mut census = crate::holds::HeapCensus::new(opts.heap_census).with_dump(opts.heap_dump);
+        census.attach(pid, runtime.as_ref().map(|r| r.name));
+        let (probes, notes) = match attach_probes(tracer, pid, &objects, scan, launched, opts) {
+            Ok(x) => x,
+            Err(e) => {
+                // What the census opened in the target (its inspector) is closed again.
+                census.finish(false, &|| 0.0, None);
+                return Err(e);
             }
-        }
-        match &tracer.mappings_unavailable {
-            None => tracer.add_target(pid)?,
-            Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
-            Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
-        }
-        if let Some(why) = &tracer.oom_victims_unavailable {
-            notes.push(format!(
-                "OOM-killer victims not seen (oom:mark_victim): {why}; an OOM kill is told from the memory cgroup's oom_kill counter"
-            ));
-        }
-        notes.push(format!("{} mode cannot see: {}", opts.mode, crate::probes::blind_spots(opts.mode)));
+        };
         let mut t = Traced {
             pid,
             launched,
@@ -193,7 +177,7 @@ impl Traced {
             python_frames_on: opts.python_frames,
             python_budget_noted: false,
             jvm_perf_map_on: opts.jvm_perf_map,
-            census: crate::holds::HeapCensus::new(opts.heap_census).with_dump(opts.heap_dump),
+            census,
             jcmd: None,
             jit_scanned: 0,
             perf_maps_written: 0,
@@ -223,9 +207,8 @@ impl Traced {
         };
         t.watch_cgroup();
         if !launched {
-            t.detect_runtime(&objects, opts.pymalloc);
+            t.set_runtime(runtime, &objects);
             t.python_frames(tracer, &objects);
-            t.census.attach(t.pid, t.runtime.as_ref().map(|r| r.name));
         }
         t.place_teardown_probes(tracer, &objects);
         Ok(t)
@@ -336,7 +319,13 @@ impl Traced {
         if self.runtime.is_some() {
             return;
         }
-        if let Some(rt) = crate::runtimes::detect(self.pid, objects, pymalloc) {
+        let rt = crate::runtimes::detect(self.pid, objects, pymalloc);
+        self.set_runtime(rt, objects);
+    }
+
+    /// The runtime detected in the process (None: none), its notes, gauge and JVM setup.
+    fn set_runtime(&mut self, rt: Option<crate::runtimes::RuntimeInfo>, objects: &[MappedObject]) {
+        if let Some(rt) = rt {
             self.warnings.extend(rt.notes.iter().cloned());
             self.gauge = crate::runtimes::gauge(self.pid, &rt);
             let jvm = rt.name == crate::recording::Runtime::Jvm;
@@ -905,6 +894,49 @@ impl Traced {
 /// A frame in code outside any mapped file (JIT code) that has no name yet.
 fn unnamed_jit(f: &Frame) -> bool {
     f.object.is_none() && f.function.is_none()
+}
+
+/// Probe the allocator of `pid` (the points of `scan`), place the work probe and start tracking
+/// its mappings: the probes and the notes for the recording.
+fn attach_probes(
+    tracer: &mut Tracer,
+    pid: u32,
+    objects: &[MappedObject],
+    scan: discover::AllocatorScan,
+    launched: bool,
+    opts: &RecordOptions,
+) -> anyhow::Result<(Vec<ProbeInfo>, Vec<String>)> {
+    // Unwind tables before the probes, so the first calls are walked in full.
+    let mut notes = unwind_notes(tracer, objects);
+    let mut probes = tracer.attach(pid, &scan.points)?;
+    notes.extend(scan.notes);
+    if let Some(spec) = &opts.work_probe {
+        match discover::find_work_function(spec, objects) {
+            Some((obj, off)) => {
+                let mut info = tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
+                info.function = spec.symbol.clone();
+                probes.push(info);
+            }
+            None if launched => {} // may be in a library the command loads: retried at checkpoints
+            None => anyhow::bail!(
+                "--work-probe {spec}: no function `{}` in the objects PID {pid} maps{}",
+                spec.symbol,
+                spec.object.as_ref().map(|o| format!(" matching `{o}`")).unwrap_or_default()
+            ),
+        }
+    }
+    match &tracer.mappings_unavailable {
+        None => tracer.add_target(pid)?,
+        Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
+        Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
+    }
+    if let Some(why) = &tracer.oom_victims_unavailable {
+        notes.push(format!(
+            "OOM-killer victims not seen (oom:mark_victim): {why}; an OOM kill is told from the memory cgroup's oom_kill counter"
+        ));
+    }
+    notes.push(format!("{} mode cannot see: {}", opts.mode, crate::probes::blind_spots(opts.mode)));
+    Ok((probes, notes))
 }
 
 /// Load the unwind tables of the code among `objects` (those not loaded yet; files mapped only

@@ -310,6 +310,13 @@ impl Spawned {
         self.wait_line(false, prefix, timeout)
     }
 
+    /// Keep, in `seen`, the lines printed so far.
+    pub(super) fn drain(&mut self) {
+        while let Ok((_, l)) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+    }
+
     pub(super) fn interrupt(&self) {
         // SAFETY: kill has no memory-safety preconditions; the child is not reaped yet.
         unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGINT) };

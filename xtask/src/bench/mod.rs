@@ -27,6 +27,7 @@ use crate::{Apt, quote, release_binary, root, run, show, which};
 mod agent;
 mod attach;
 mod helpers;
+mod holds;
 mod micro;
 mod pyheap;
 mod pyhooks;
@@ -83,6 +84,20 @@ pub struct BenchArgs {
     /// results.
     #[arg(long, conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only"])]
     pub pyheap_only: bool,
+    /// Measure only the runtimes' own heap tools (Node heap snapshots, the JVM's class
+    /// histograms and heap dump, Go's goroutine census: holds.rs) and update their section of
+    /// the results.
+    #[arg(long, conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only", "pyheap_only"])]
+    pub holds_only: bool,
+    /// Objects in the Node target's heap of the heap-tools bench.
+    #[arg(long, default_value_t = 5_000)]
+    pub holds_node_objects: u64,
+    /// Records (an object and a byte[100] each) kept by the JVM target of the heap-tools bench.
+    #[arg(long, default_value_t = 200_000)]
+    pub holds_jvm_records: u64,
+    /// Blocked goroutines of the Go target of the heap-tools bench.
+    #[arg(long, default_value_t = 10_000)]
+    pub holds_go_goroutines: u64,
     /// Objects in the Python heap of the census bench.
     #[arg(long, default_value_t = 1_000_000)]
     pub pyheap_objects: u64,
@@ -126,7 +141,13 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     );
     let python_iterations = args.python_iterations;
     let (pyheap_only, pyheap_objects) = (args.pyheap_only, args.pyheap_objects);
-    let all = !unwind_only && !reach_only && !attach_only && !python_only && !pyheap_only;
+    let holds_only = args.holds_only;
+    let holds_sizes = holds::Sizes {
+        node_objects: args.holds_node_objects,
+        jvm_records: args.holds_jvm_records,
+        go_goroutines: args.holds_go_goroutines,
+    };
+    let all = !unwind_only && !reach_only && !attach_only && !python_only && !pyheap_only && !holds_only;
     if all {
         ensure_packages()?;
         Bench::prepare(args)?.run()?;
@@ -155,6 +176,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let section = pyheap::measure(reps.min(3), pyheap_objects)?;
         crate::bench_unwind::write_marked(&out, pyheap::BEGIN, pyheap::END, &section)?;
         eprintln!("xtask: bench: wrote the Python heap census section of {}", out.display());
+    }
+    if all || holds_only {
+        let section = holds::measure(reps.min(3), &holds_sizes)?;
+        crate::bench_unwind::write_marked(&out, holds::BEGIN, holds::END, &section)?;
+        eprintln!("xtask: bench: wrote the runtime heap tools section of {}", out.display());
     }
     Ok(())
 }

@@ -1,0 +1,3 @@
+module gocensus
+
+go 1.19
