@@ -71,8 +71,8 @@ pub struct Holder {
     /// How they are held.
     pub kind: HolderKind,
     /// The retaining path's pattern, root first, with dict keys, list and tuple indices and
-    /// set members generalised to `[…]`: `__main__.bus._handlers[…][…].__defaults__[0]`.
-    /// Empty for [`HolderKind::Nowhere`] and [`HolderKind::Garbage`].
+    /// set members generalised to `[…]`: `__main__.bus._handlers[…][…].__defaults__[0]`, or
+    /// from a live frame's local `local `cache` of worker()[…]`. Empty for [`HolderKind::Nowhere`] and [`HolderKind::Garbage`].
     pub pattern: String,
     /// Objects of the type held this way.
     pub count: u64,
@@ -105,15 +105,16 @@ pub const NOWHERE_SAMPLE: usize = 64;
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum HolderKind {
-    /// Reached from a module's globals (`sys.modules`' modules, classes and everything they
-    /// reach), by the path in [`Holder::pattern`].
+    /// Reached from a root — a module's globals (`sys.modules`' modules, classes and everything
+    /// they reach) or a local variable of a function running in a live thread (pattern
+    /// "local `cache` of worker()[…]") — by the path in [`Holder::pattern`].
     #[default]
     Path,
-    /// No path from any module, and more references than the Python objects read hold on it
-    /// (`ob_refcnt` above the references found): held from outside the Python heap — a live
-    /// frame's local or the interpreter's C state for a few; when they grow, a reference
-    /// leaked by native code (a missing `Py_DECREF`). The objects these reach are counted
-    /// here too.
+    /// No path from any module or live frame's local, and more references than the Python
+    /// objects read hold on it (`ob_refcnt` above the references found): held from outside the
+    /// Python heap — a frame's evaluation stack or the interpreter's C state for a few; when
+    /// they grow, a reference leaked by native code (a missing `Py_DECREF`). The objects these
+    /// reach are counted here too.
     Nowhere,
     /// No path from any module and no reference from outside: an unreachable cycle the
     /// collector has not freed yet.
@@ -123,7 +124,9 @@ pub enum HolderKind {
 /// One edge of a retaining path.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PathStep {
-    /// The edge in Python terms: a module name for the root, then `.attr`, `[key repr]`,
+    /// The edge in Python terms: a module name for the root (or a live frame's local: "local
+    /// `cache` of worker() (thread 4242, app.py:17)", the thread's id, `main thread`, and the
+    /// line the frame was at), then `.attr`, `[key repr]`,
     /// `[index]`, `.__defaults__[i]`, `.__closure__[i]`, `.cell_contents`, `.__self__`,
     /// `.__func__`, `.<+0x48>` (a reference found at that offset of an object whose layout
     /// leaktrace does not decode).

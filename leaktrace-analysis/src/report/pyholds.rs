@@ -216,6 +216,8 @@ pub fn verdict_clause(h: &Holds) -> Option<String> {
         )),
         _ => h.top_holder().map(|root| {
             let p = h.growing.first().and_then(leak_pattern).map_or(String::new(), |p| format!(" ({p})"));
+            // A local's root names its variable in backticks: kept readable inside the code span.
+            let root = root.replace('`', "'");
             format!("the growing Python objects ({}) are held by `{root}`{p}", top.join(", "))
         }),
     }

@@ -110,6 +110,7 @@ fn edge(w: &Walk<'_>, l: Label) -> String {
     let s = |i: u32| w.strs.list.get(i as usize).map_or("?", String::as_str);
     match l {
         Label::Root(i) => s(i).to_string(),
+        Label::Local(_, i) => s(i).to_string(),
         Label::Attr(i) => format!(".{}", s(i)),
         Label::Key(i) => format!("[{}]", s(i)),
         Label::Index(i) => format!("[{i}]"),

@@ -44,6 +44,9 @@ pub struct TypeInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Label {
     Root(u32),
+    /// A live frame's local variable as a root ([`super::frames`]): the pattern's text
+    /// ("local `cache` of worker()") and the example's (with the thread and the line).
+    Local(u32, u32),
     Attr(u32),
     Key(u32),
     Index(u32),
@@ -66,6 +69,7 @@ impl Label {
     pub fn general(self) -> Label {
         match self {
             Label::Key(_) | Label::Index(_) | Label::SetItem => Label::Any,
+            Label::Local(p, _) => Label::Local(p, p),
             l => l,
         }
     }

@@ -5,9 +5,10 @@
 //!
 //! The walk ([`walk`]): the containers of the collector's generation lists (`PyGC_Head` lists in
 //! the interpreter's gc state, [`layout`]), then breadth first from every module object
-//! (`__main__` first) through the references leaktrace decodes ([`decode`]: dict items, list,
+//! (`__main__` first) and every local variable of the live threads' running frames
+//! ([`frames`]) through the references leaktrace decodes ([`decode`]: dict items, list,
 //! tuple, set and deque members, instance attributes, function defaults and closure cells,
-//! bound methods), so each object reached gets a shortest retaining path from a module global;
+//! bound methods), so each object reached gets a shortest retaining path from a root;
 //! then the containers not reached, whose reference count exceeds the references found to
 //! them ("referenced from nowhere") or not (unreachable cycles). Objects are grouped by type
 //! and by the pattern of their path ([`census`]). The target is resumed before this module
@@ -16,6 +17,7 @@
 
 mod census;
 pub mod decode;
+pub mod frames;
 pub mod layout;
 pub mod mem;
 pub mod walk;
@@ -52,6 +54,8 @@ pub struct Located {
     /// offset of `interpreters.main` (3.8, where the gc state is in `_PyRuntime`).
     interp_ptr: u64,
     runtime_interp: u64,
+    /// Where the threads' frames and their locals are (None: the locals are not roots).
+    frames: Option<frames::FrameLayout>,
 }
 
 /// Find the interpreter of `pid` (the object defining `_PyRuntime`, as for Python frames).
@@ -63,7 +67,12 @@ pub fn locate(pid: u32) -> Result<Located, String> {
     let v = interp.layout.version;
     let layout = layout::for_version(v)
         .ok_or_else(|| format!("no Python heap census: CPython {}.{} is not supported (3.8–3.13)", v.0, v.1))?;
-    Ok(Located { layout, interp_ptr: target.interp_addr, runtime_interp: interp.layout.runtime_interp })
+    Ok(Located {
+        layout,
+        interp_ptr: target.interp_addr,
+        runtime_interp: interp.layout.runtime_interp,
+        frames: frames::FrameLayout::new(&interp.layout),
+    })
 }
 
 /// Stop `pid`, take a census, resume. `start`: time 0 (the first checkpoint); the census's
@@ -79,8 +88,10 @@ pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyh
     let cpu0 = thread_cpu();
     let urgent = Urgent::raise();
     let stopped = crate::reach::stop::stop_all(pid)?;
+    // A thread's `pthread_self()` is its fsbase: the thread states' `thread_id` to thread ids.
+    let tids: mem::FastMap<u64, i32> = stopped.threads.iter().map(|t| (t.regs.fs_base, t.tid)).collect();
     let mut w = Walk::new(&mut mem, at.layout, t0 + opts.max_pause, opts.max_objects);
-    let walked = walk_all(&mut w, at);
+    let walked = walk_all(&mut w, at, &tids, pid);
     let mut c = walked.map(|collecting| census::aggregate(&mut w, collecting));
     drop(w);
     drop(stopped);
@@ -147,8 +158,9 @@ fn gc_state(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<u64> {
     Ok(interp + at.layout.gc_state)
 }
 
-/// Walk everything; Ok(true) when the collector was running at the stop.
-fn walk_all(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<bool> {
+/// Walk everything; Ok(true) when the collector was running at the stop. `tids`: the stopped
+/// threads by fsbase ([`frames::local_roots`]).
+fn walk_all(w: &mut Walk<'_>, at: &Located, tids: &mem::FastMap<u64, i32>, pid: u32) -> anyhow::Result<bool> {
     let gc = gc_state(w, at)?;
     let collecting = w.mem.u64(gc + at.layout.gc_collecting).is_some_and(|v| v as u32 != 0);
     let heads: Vec<u64> =
@@ -181,13 +193,19 @@ fn walk_all(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<bool> {
             }
         }
     }
-    from_modules(w);
+    let interp = w.mem.u64(at.interp_ptr).unwrap_or(0);
+    let locals = match at.frames {
+        Some(fl) if interp != 0 => frames::local_roots(w.mem, &at.layout, &fl, interp, tids, pid),
+        _ => Vec::new(),
+    };
+    from_roots(w, &locals);
     unreached(w);
     Ok(collecting)
 }
 
-/// Breadth first from the module objects, `__main__` first.
-fn from_modules(w: &mut Walk<'_>) {
+/// Breadth first from the module objects, `__main__` first, and from the live frames' `locals`
+/// (queued ahead of the modules' attributes: a local is a root, as a module is).
+fn from_roots(w: &mut Walk<'_>, locals: &[frames::LocalRoot]) {
     let mut roots = Vec::new();
     for i in 0..w.nodes.len() as u32 {
         let t = &w.types[w.nodes[i as usize].ty as usize];
@@ -214,6 +232,23 @@ fn from_modules(w: &mut Walk<'_>) {
     }
     for (_, i, _, edges) in roots {
         visit(w, i, &edges, &mut queue);
+    }
+    // A local holding a module or one of their attributes leaves its path as it is.
+    let mut local_roots = Vec::new();
+    for r in locals {
+        let Some(i) = w.node(r.obj, false) else { continue };
+        w.refs_in[i as usize] += 1;
+        if w.nodes[i as usize].state != State::Seen {
+            continue;
+        }
+        let label = Label::Local(w.strs.id(&r.pattern), w.strs.id(&r.example));
+        let sig = w.sig(walk::NONE, label);
+        let n = &mut w.nodes[i as usize];
+        (n.state, n.label, n.sig) = (State::Path, label, sig);
+        local_roots.push(i);
+    }
+    for &i in local_roots.iter().rev() {
+        queue.push_front(i);
     }
     let mut edges = Vec::new();
     while let Some(i) = queue.pop_front() {

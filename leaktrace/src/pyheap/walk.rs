@@ -343,6 +343,10 @@ impl<'m> Walk<'m> {
         let len = t.basicsize.min(512) as usize & !7;
         let Some(b) = self.mem.bytes(addr, len) else { return };
         for (k, c) in b.chunks_exact(8).enumerate().skip(2) {
+            // The instance dict's slot: read (and counted) as `.__dict__` by `instance_dict`.
+            if t.dictoffset == 8 * k as i64 {
+                continue;
+            }
             let w = u64::from_le_bytes(c.try_into().unwrap());
             // Not a user-space address (the bits of a double, a hash): not read.
             if !(4096..1 << 47).contains(&w) || w & 7 != 0 {
