@@ -17,19 +17,21 @@ pub const NODE_DURATION: &str = "16s";
 /// Buffers, the Go slice of C pointers).
 pub const FLAT_SHARE: f64 = 0.10;
 
+/// A source file of the runtime fixtures (tests/fixtures/runtimes/NAME).
 pub fn src(name: &str) -> PathBuf {
     fixture_source("runtimes").join(name)
 }
 
+/// Where the runtime fixtures are built: `temp_root()/runtimes` ([`fixture_build_dir`]).
 pub fn build_dir() -> PathBuf {
     fixture_build_dir("runtimes")
 }
 
+/// Run a build step (`what` names it in the failure message); panics when it fails.
 pub fn check(cmd: &mut Command, what: &str) {
     run_build_step(cmd, what)
 }
 
-/// Record `cmd` for [`DURATION`] (`duration` with [`record_for`]); the report, and a context string for failure messages.
 /// `node`, without the environment's NODE_EXTRA_CA_CERTS: with it, node parses every extra CA
 /// certificate at start-up (~900,000 allocator calls under tracing here, against ~32,000 without:
 /// seconds of a recording on a loaded machine before the fixture's first line of JavaScript).
@@ -55,10 +57,13 @@ pub fn record_node_attached(name: &str, pid: u32) -> (Report, String, OutDir) {
     (r, ctx, out)
 }
 
+/// Record the launched `cmd` for [`DURATION`] ([`record_with`]): the report, a context string
+/// for failure messages, and the output directory.
 pub fn record(name: &str, cmd: Command) -> (Report, String, OutDir) {
     record_for(name, cmd, DURATION)
 }
 
+/// Record the launched `cmd` for `duration` ([`record_with`]).
 pub fn record_for(name: &str, cmd: Command, duration: &str) -> (Report, String, OutDir) {
     record_with(name, cmd, &["--duration", duration])
 }
@@ -95,6 +100,7 @@ pub fn record_with(name: &str, cmd: Command, options: &[&str]) -> (Report, Strin
     (r, ctx, out)
 }
 
+/// The report's `summary.by_kind` entry of memory kind `k` ("managed", "native", ...).
 pub fn kind<'a>(r: &'a Report, k: &str, ctx: &str) -> &'a Value {
     r.get(&["summary", "by_kind"])
         .as_array()
@@ -123,6 +129,7 @@ pub fn assert_flat(r: &Report, kinds: &[&str], growing: f64, ctx: &str) {
     }
 }
 
+/// Assert the report detected runtime `name` and has the memory-by-kind series and table.
 pub fn assert_runtime(r: &Report, name: &str, ctx: &str) {
     assert_eq!(r.get(&["target", "runtime"]).as_str(), Some(name), "target.runtime\n{ctx}");
     let managed = r.get(&["memory", "managed_bytes"]).as_array().expect("memory.managed_bytes");
@@ -134,6 +141,7 @@ pub fn assert_runtime(r: &Report, name: &str, ctx: &str) {
     assert!(md.contains("## Memory by kind"), "report.md has no memory-by-kind table\n{ctx}");
 }
 
+/// Assert the verdict is a leak whose sentence starts with `prefix`.
 pub fn assert_verdict_starts(r: &Report, prefix: &str, ctx: &str) {
     assert_eq!(r.json["verdict"]["class"], "leak", "verdict class\n{ctx}");
     let s = str_of(&r.json["verdict"], "summary");

@@ -165,8 +165,6 @@ fn ensure_tracefs() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (harmless on newer ones).
-/// CLOCK_MONOTONIC in ns: the clock of the kernel side's `bpf_ktime_get_ns`.
 /// The kernel's jiffies tied to the monotonic clock, for the birth times the kernel side takes
 /// (`now_ms` in leaktrace-ebpf: a load of jiffies is cheaper than a clock read).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -254,6 +252,7 @@ pub(super) fn close_after_exit(fds: &[std::os::fd::RawFd]) -> bool {
     libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
 }
 
+/// CLOCK_MONOTONIC in ns: the clock of the kernel side's `bpf_ktime_get_ns`.
 pub(super) fn monotonic_now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec, which `ts` is.
@@ -261,6 +260,7 @@ pub(super) fn monotonic_now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (harmless on newer ones).
 pub(super) fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: setrlimit(2) reads one rlimit, the local `lim`.

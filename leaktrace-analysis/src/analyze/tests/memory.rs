@@ -397,7 +397,7 @@ fn file_backed_rss_growth_is_named() {
     assert_eq!(a.verdict.class, ProcessClass::Temporary, "{}", sentence(&a));
 }
 
-/// The allocator resident bytes of tests/fixtures/arenas.c under jemalloc (verdicts.rs
+/// The allocator resident bytes of tests/fixtures/arenas.c under jemalloc (verdicts_arenas.rs
 /// `jemalloc_regions_made_before_attach_are_counted`, a run that failed in CI), MiB every
 /// 0.5 s: +2 MiB/s, with jemalloc's decay returning up to 13 MiB now and then.
 const JEMALLOC_RESIDENT_MIB: [f64; 33] = [
