@@ -7,71 +7,73 @@
 //! side's `count(counter::X)`. [`TABLE`] gives each one's name in recordings and reports and what
 //! it means for the numbers.
 
-/// One loss or event counter: its discriminant is its index in the `COUNTERS` array.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Counter {
-    /// An allocation could not be recorded because the live-allocation map was full (loss).
-    AllocsFull = 0,
-    /// A call-stack site could not be created because the per-stack map was full (loss).
-    SitesFull = 1,
-    /// A new call stack could not be stored because the stack map was full. The allocation is
-    /// still counted, under its direct caller only (loss of attribution, not of bytes).
-    StacksFull = 2,
-    /// A call stack was not stored because the walk's per-CPU buffer was reused before it was
-    /// copied (the program was preempted), or because a different stack already has its 64-bit
-    /// key (loss of attribution, not of bytes: they stay with the direct caller).
-    StackError = 3,
-    /// No in-flight slot could be had for the thread (the kernel could not allocate its task
-    /// storage, or it was busy in a BPF program this one interrupted); the call was not traced
-    /// (loss).
-    InflightFull = 4,
-    /// An entry probe found a stale in-flight record of the same thread whose return was never
-    /// seen (longjmp out of the allocator, thread killed mid-call) (loss).
-    MissedReturn = 5,
-    /// A return probe fired with no in-flight record: the call was entered before the probes
-    /// were attached (informational, like allocations made before attach).
-    OrphanReturn = 6,
-    /// An allocation returned an address that was already live: the free of the old block was not
-    /// seen (freed through an entry point that is not hooked). The old block is retired (loss).
-    AddressReused = 7,
-    /// free() of an address allocated before the probes were attached (informational).
-    UntrackedFree = 8,
-    /// An allocator call made from inside another hooked allocator call (realloc calling malloc,
-    /// a hooked wrapper calling a hooked function) that was folded into the outer call
-    /// (informational).
-    NestedCall = 9,
-    /// Allocator calls that returned NULL / an error and were not recorded (informational).
-    FailedAlloc = 10,
-    /// Allocations recorded (informational).
-    Allocs = 11,
-    /// Frees of tracked blocks (informational).
-    Frees = 12,
-    /// A mapping event could not be queued because the EVENTS ring buffer was full (loss: the
-    /// off-heap and allocator-footprint figures miss that mmap/munmap/mremap/brk).
-    EventsLost = 13,
-    /// Anonymous mappings made outside any allocator call (off-heap) (informational).
-    OffheapMaps = 14,
-    /// Anonymous mappings made from inside an allocator call (the allocator's own) (informational).
-    AllocatorMaps = 15,
-    /// Sampled mode: allocations that were sampled (each stands for more bytes) (informational).
-    Sampled = 16,
-    /// Growth mode: first-touch page faults counted (informational).
-    PageFaults = 17,
-    /// Stack walks that ended before the outermost frame (no unwind info, depth limit, bad frame,
-    /// unreadable stack): the stack's outer callers are unknown; each stored stack says why in
-    /// its `end` (loss of attribution, not of bytes).
-    StackTruncated = 18,
-    /// Frames found by the frame-pointer chain because their code had no unwind row
-    /// (informational).
-    FpFrames = 19,
-    /// Unwind-rule lookups that found the program counter's VMA but no table for its object
-    /// (not loaded yet, or it did not fit in the rows map) (informational).
-    UnwindNoTable = 20,
-    /// Allocator calls whose native stack walk was not made again: the thread's last walk
-    /// started from the same registers and every stack word it read still held the same value,
-    /// so its frames were taken (informational; see the walk memo in docs/kernel.md).
-    WalksReused = 21,
+wire_enum! {
+    /// One loss or event counter: its discriminant is its index in the `COUNTERS` array.
+    #[repr(u32)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Counter else UnknownCounter {
+        /// An allocation could not be recorded because the live-allocation map was full (loss).
+        AllocsFull = 0,
+        /// A call-stack site could not be created because the per-stack map was full (loss).
+        SitesFull = 1,
+        /// A new call stack could not be stored because the stack map was full. The allocation is
+        /// still counted, under its direct caller only (loss of attribution, not of bytes).
+        StacksFull = 2,
+        /// A call stack was not stored because the walk's per-CPU buffer was reused before it was
+        /// copied (the program was preempted), or because a different stack already has its 64-bit
+        /// key (loss of attribution, not of bytes: they stay with the direct caller).
+        StackError = 3,
+        /// No in-flight slot could be had for the thread (the kernel could not allocate its task
+        /// storage, or it was busy in a BPF program this one interrupted); the call was not traced
+        /// (loss).
+        InflightFull = 4,
+        /// An entry probe found a stale in-flight record of the same thread whose return was never
+        /// seen (longjmp out of the allocator, thread killed mid-call) (loss).
+        MissedReturn = 5,
+        /// A return probe fired with no in-flight record: the call was entered before the probes
+        /// were attached (informational, like allocations made before attach).
+        OrphanReturn = 6,
+        /// An allocation returned an address that was already live: the free of the old block was not
+        /// seen (freed through an entry point that is not hooked). The old block is retired (loss).
+        AddressReused = 7,
+        /// free() of an address allocated before the probes were attached (informational).
+        UntrackedFree = 8,
+        /// An allocator call made from inside another hooked allocator call (realloc calling malloc,
+        /// a hooked wrapper calling a hooked function) that was folded into the outer call
+        /// (informational).
+        NestedCall = 9,
+        /// Allocator calls that returned NULL / an error and were not recorded (informational).
+        FailedAlloc = 10,
+        /// Allocations recorded (informational).
+        Allocs = 11,
+        /// Frees of tracked blocks (informational).
+        Frees = 12,
+        /// A mapping event could not be queued because the EVENTS ring buffer was full (loss: the
+        /// off-heap and allocator-footprint figures miss that mmap/munmap/mremap/brk).
+        EventsLost = 13,
+        /// Anonymous mappings made outside any allocator call (off-heap) (informational).
+        OffheapMaps = 14,
+        /// Anonymous mappings made from inside an allocator call (the allocator's own) (informational).
+        AllocatorMaps = 15,
+        /// Sampled mode: allocations that were sampled (each stands for more bytes) (informational).
+        Sampled = 16,
+        /// Growth mode: first-touch page faults counted (informational).
+        PageFaults = 17,
+        /// Stack walks that ended before the outermost frame (no unwind info, depth limit, bad frame,
+        /// unreadable stack): the stack's outer callers are unknown; each stored stack says why in
+        /// its `end` (loss of attribution, not of bytes).
+        StackTruncated = 18,
+        /// Frames found by the frame-pointer chain because their code had no unwind row
+        /// (informational).
+        FpFrames = 19,
+        /// Unwind-rule lookups that found the program counter's VMA but no table for its object
+        /// (not loaded yet, or it did not fit in the rows map) (informational).
+        UnwindNoTable = 20,
+        /// Allocator calls whose native stack walk was not made again: the thread's last walk
+        /// started from the same registers and every stack word it read still held the same value,
+        /// so its frames were taken (informational; see the walk memo in docs/kernel.md).
+        WalksReused = 21,
+    }
 }
 
 /// [`Counter::AllocsFull`].
@@ -124,18 +126,6 @@ pub const NUM: u32 = 22;
 /// A `u32` that is no [`Counter`]'s index (the value itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnknownCounter(pub u32);
-
-impl TryFrom<u32> for Counter {
-    type Error = UnknownCounter;
-
-    /// The counter at index `v` of `COUNTERS`; Err for `v >= NUM`.
-    fn try_from(v: u32) -> Result<Self, Self::Error> {
-        match TABLE.get(v as usize) {
-            Some(info) => Ok(info.counter),
-            None => Err(UnknownCounter(v)),
-        }
-    }
-}
 
 impl Counter {
     /// Every counter, in index order.

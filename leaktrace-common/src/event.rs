@@ -6,42 +6,44 @@
 
 use crate::MapEvent;
 
-/// Kind of a [`MapEvent`] (its `kind` field).
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MapEventKind {
-    /// An anonymous mmap: `addr`, `len`, `prot`, `flags`.
-    Mmap = 1,
-    /// munmap of [`addr`, `addr + len`).
-    Munmap = 2,
-    /// mremap of [`old_addr`, `old_addr + old_len`) to [`addr`, `addr + len`).
-    Mremap = 3,
-    /// brk: the program break is now `addr`.
-    Brk = 4,
-    /// A traced process (`tgid`) forked: `addr` is the new task's PID (a process, or a thread:
-    /// the agent tells them apart).
-    Fork = 5,
-    /// A traced process (`tgid`) completed an `execve`: its image (executable, libraries,
-    /// address space) is new from here on. `addr` 1: the kernel side stopped it (SIGSTOP,
-    /// `exec_hold`) until the agent has probed the new image and sends SIGCONT.
-    Exec = 6,
-    /// A launched command (`tgid`) began its teardown: it called libc's `exit` or the
-    /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
-    /// the teardown checkpoint and sends SIGCONT).
-    Teardown = 7,
-    /// The OOM killer chose a traced process (`tgid`) as its victim (oom:mark_victim): `addr`
-    /// is its anonymous RSS then, KiB (the tracepoint's `anon_rss`).
-    OomVictim = 8,
-    /// A process that is not traced (or not yet in the kernel's filter) completed an `execve`,
-    /// and its parent (`addr`) is a process of a launched tree whose children are followed
-    /// (`exec_hold::CHILDREN`): the kernel side stopped it (SIGSTOP) before the new image's
-    /// first instruction, until the agent has attached to it and sends SIGCONT.
-    ChildExec = 9,
-    /// A new process (`tgid`) of a traced parent (`addr`) whose children are held at their
-    /// fork (--follow-forks, the kernel side's `FORK_HOLD`): the kernel side stopped it
-    /// (SIGSTOP) as its fork returned to it, before its first instruction, until the agent has
-    /// attached to it and sends SIGCONT.
-    ForkHeld = 10,
+wire_enum! {
+    /// Kind of a [`MapEvent`] (its `kind` field).
+    #[repr(u32)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum MapEventKind else UnknownKind {
+        /// An anonymous mmap: `addr`, `len`, `prot`, `flags`.
+        Mmap = 1,
+        /// munmap of [`addr`, `addr + len`).
+        Munmap = 2,
+        /// mremap of [`old_addr`, `old_addr + old_len`) to [`addr`, `addr + len`).
+        Mremap = 3,
+        /// brk: the program break is now `addr`.
+        Brk = 4,
+        /// A traced process (`tgid`) forked: `addr` is the new task's PID (a process, or a thread:
+        /// the agent tells them apart).
+        Fork = 5,
+        /// A traced process (`tgid`) completed an `execve`: its image (executable, libraries,
+        /// address space) is new from here on. `addr` 1: the kernel side stopped it (SIGSTOP,
+        /// `exec_hold`) until the agent has probed the new image and sends SIGCONT.
+        Exec = 6,
+        /// A launched command (`tgid`) began its teardown: it called libc's `exit` or the
+        /// interpreter's `Py_FinalizeEx` (the kernel side stopped it with SIGSTOP; the agent takes
+        /// the teardown checkpoint and sends SIGCONT).
+        Teardown = 7,
+        /// The OOM killer chose a traced process (`tgid`) as its victim (oom:mark_victim): `addr`
+        /// is its anonymous RSS then, KiB (the tracepoint's `anon_rss`).
+        OomVictim = 8,
+        /// A process that is not traced (or not yet in the kernel's filter) completed an `execve`,
+        /// and its parent (`addr`) is a process of a launched tree whose children are followed
+        /// (`exec_hold::CHILDREN`): the kernel side stopped it (SIGSTOP) before the new image's
+        /// first instruction, until the agent has attached to it and sends SIGCONT.
+        ChildExec = 9,
+        /// A new process (`tgid`) of a traced parent (`addr`) whose children are held at their
+        /// fork (--follow-forks, the kernel side's `FORK_HOLD`): the kernel side stopped it
+        /// (SIGSTOP) as its fork returned to it, before its first instruction, until the agent has
+        /// attached to it and sends SIGCONT.
+        ForkHeld = 10,
+    }
 }
 
 /// The kinds of [`MapEvent`] as `u32` (the discriminants of [`MapEventKind`]), for the kernel
@@ -74,28 +76,6 @@ pub mod map_event {
 /// A `kind` that is no [`MapEventKind`] (the value itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnknownKind(pub u32);
-
-impl TryFrom<u32> for MapEventKind {
-    type Error = UnknownKind;
-
-    /// The kind numbered `v`; Err for a number the kernel side never sends.
-    fn try_from(v: u32) -> Result<Self, Self::Error> {
-        use MapEventKind::*;
-        Ok(match v {
-            1 => Mmap,
-            2 => Munmap,
-            3 => Mremap,
-            4 => Brk,
-            5 => Fork,
-            6 => Exec,
-            7 => Teardown,
-            8 => OomVictim,
-            9 => ChildExec,
-            10 => ForkHeld,
-            _ => return Err(UnknownKind(v)),
-        })
-    }
-}
 
 /// One kernel event of process `MapEvent::tgid`, decoded: each kind with what its fields mean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

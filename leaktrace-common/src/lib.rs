@@ -56,6 +56,8 @@ pub mod op {
 
 /// Indexes of the loss and event counters in the `COUNTERS` per-CPU array: the typed
 /// [`counter::Counter`] and its table (names, losses) in counter.rs.
+#[macro_use]
+mod wire;
 pub mod counter;
 
 /// Key of the live-allocation map: one outstanding block of process `tgid` at address `addr`.

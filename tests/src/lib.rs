@@ -51,6 +51,8 @@ mod pprof;
 mod production;
 mod report;
 mod running;
+/// The managed-runtime tests' shared helpers (`use leaktrace_tests::runtimes::*`).
+pub mod runtimes;
 mod target;
 mod tempdir;
 

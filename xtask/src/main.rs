@@ -183,7 +183,7 @@ fn setup() -> Result<()> {
     Ok(())
 }
 
-/// The managed runtimes the runtime-split end-to-end tests trace (tests/tests/runtimes.rs): a JDK
+/// The managed runtimes the runtime-split end-to-end tests trace (tests/tests/runtimes*.rs): a JDK
 /// (java, javac), Go (go, with cgo through gcc; also `go tool pprof`, the pprof client that
 /// tests/tests/pprof.rs and push.rs read leaktrace's profiles with) and Node.js, from Debian's
 /// packages, installed only when the command is missing.
@@ -316,7 +316,7 @@ fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
 }
 
 /// What the production end-to-end tests (tests/tests/production.rs) need besides the compilers:
-/// jemalloc, tcmalloc and mimalloc to link fixtures with and to LD_PRELOAD (tests/tests/verdicts.rs),
+/// jemalloc, tcmalloc and mimalloc to link fixtures with and to LD_PRELOAD (tests/tests/verdicts_arenas.rs),
 /// the static C library (`gcc -static`), bpftool (to see that a killed agent leaves no eBPF program
 /// behind), and util-linux's unshare and setpriv (a container, a non-root run).
 fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
@@ -331,7 +331,7 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (gcc_finds("libjemalloc.so"), "libjemalloc-dev"),
         (gcc_finds("libtcmalloc.so"), "libgoogle-perftools-dev"),
         (gcc_finds("libmimalloc.so"), "libmimalloc-dev"),
-        // The runtime libraries tests/tests/verdicts.rs LD_PRELOADs (Debian's package names).
+        // The runtime libraries tests/tests/verdicts_arenas.rs LD_PRELOADs (Debian's package names).
         (gcc_finds("libjemalloc.so.2"), "libjemalloc2"),
         (gcc_finds("libtcmalloc_minimal.so.4"), "libtcmalloc-minimal4"),
         (gcc_finds("libmimalloc.so.2"), "libmimalloc2.0"),

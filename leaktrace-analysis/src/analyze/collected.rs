@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(garbage_between_collections(MemoryKind::OffHeap, &t, &live, 0..live.len(), 64.0), None);
     }
 
-    /// The CI failure of tests/tests/runtimes.rs `node_js_heap_leak_names_the_javascript_function`
+    /// The CI failure of tests/tests/runtimes_node.rs `node_js_heap_leak_names_the_javascript_function`
     /// on a fresh machine: audit.js's decoy (20 large-object pages a second, garbage at once)
     /// collected twice (at 2 s and 6.5 s), the 12-s recording ending 5.5 s after the last collection;
     /// beside it the leak (20 pages a second kept). The decoy is temporary, the leak a leak.

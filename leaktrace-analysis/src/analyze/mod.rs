@@ -13,8 +13,8 @@
 //! Files: this one holds the model (the thresholds, [`Analysis`] and what it contains);
 //! `replay.rs` the analysis proper ([`analyze`]: checkpoints into series, the steady window,
 //! process figures); `stats.rs` trends and confidence; `site.rs` one site's class; `verdict.rs`
-//! the process verdict; `frames.rs` culprits and frame labels; `fixtures.rs` and `tests.rs` the
-//! unit tests' synthetic recordings and the tests.
+//! the process verdict; `frames.rs` culprits and frame labels; `fixtures.rs` and `tests/` the
+//! unit tests' synthetic recordings and the tests (one file per topic).
 
 use std::collections::BTreeMap;
 

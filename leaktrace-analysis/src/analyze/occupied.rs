@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::Analysis;
-use crate::recording::{Recording, Runtime, StackKind};
+use crate::recording::{Recording, StackKind};
 
 /// Bytes of glibc malloc's chunk header per live block (its size field; the previous chunk's
 /// size field lies in the previous block's last word): the allocator metadata counted per live
@@ -75,12 +75,7 @@ fn managed_at(rec: &Recording, a: &Analysis, t: f64) -> Option<(u64, String, boo
         }
         return Some((m.used_bytes, format!("{}, used (garbage not yet collected included)", m.source), false));
     }
-    let what = match rt {
-        Runtime::Python => "its sites: pymalloc arenas' resident pages and objects malloc'd",
-        Runtime::Node => "its sites: V8 heap pages resident",
-        Runtime::Go => "its sites: Go heap arenas' resident pages",
-        Runtime::Jvm => "its sites: Java heap pages resident",
-    };
+    let what = crate::runtimes::rules(rt).managed_from_sites();
     let v = at(&a.memory.managed_bytes, t)?;
     Some((v, format!("{what} (garbage not yet collected included)"), false))
 }

@@ -742,12 +742,7 @@ fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
 /// Where to look for what holds a growing managed heap (leaktrace sees the runtime's allocator,
 /// not the code that keeps the objects reachable).
 fn heap_tool(runtime: Runtime) -> &'static str {
-    match runtime {
-        Runtime::Python => "tracemalloc or a heap dump (objgraph, guppy) shows which objects",
-        Runtime::Jvm => "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects",
-        Runtime::Go => "the heap profile (pprof) shows which allocations",
-        Runtime::Node => "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects",
-    }
+    crate::runtimes::rules(runtime).heap_tool()
 }
 
 /// What the command still held when it exited, LeakSanitizer-style: "still allocated when the

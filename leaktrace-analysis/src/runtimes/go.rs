@@ -89,6 +89,36 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     }
 }
 
+/// Go's rules ([`super::RuntimeRules`]).
+pub struct Go;
+
+impl super::RuntimeRules for Go {
+    fn classify(&self, stack: &Stack) -> Option<MemoryKind> {
+        classify(stack)
+    }
+
+    fn heap_name(&self) -> &'static str {
+        "Go heap"
+    }
+
+    fn kind_origin(&self, kind: MemoryKind) -> &'static str {
+        match kind {
+            MemoryKind::Native => "C code through cgo",
+            MemoryKind::OffHeap => "mapping outside the Go heap",
+            MemoryKind::Runtime => "Go runtime internals",
+            MemoryKind::Managed => "managed heap",
+        }
+    }
+
+    fn heap_tool(&self) -> &'static str {
+        "the heap profile (pprof) shows which allocations"
+    }
+
+    fn managed_from_sites(&self) -> &'static str {
+        "its sites: Go heap arenas' resident pages"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{LIBC, st};

@@ -174,6 +174,40 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     }
 }
 
+/// HotSpot's rules ([`super::RuntimeRules`]).
+pub struct Jvm;
+
+impl super::RuntimeRules for Jvm {
+    fn classify(&self, stack: &Stack) -> Option<MemoryKind> {
+        classify(stack)
+    }
+
+    fn site_label(&self, kind: MemoryKind, stack: &Stack) -> Option<String> {
+        site_label(kind, stack)
+    }
+
+    fn heap_name(&self) -> &'static str {
+        "Java heap"
+    }
+
+    fn kind_origin(&self, kind: MemoryKind) -> &'static str {
+        match kind {
+            MemoryKind::Native => "JNI code",
+            MemoryKind::OffHeap => "direct buffers / Unsafe",
+            MemoryKind::Runtime => "the JVM's own native memory",
+            MemoryKind::Managed => "managed heap",
+        }
+    }
+
+    fn heap_tool(&self) -> &'static str {
+        "a class histogram (jcmd PID GC.class_histogram) or a heap dump shows which objects"
+    }
+
+    fn managed_from_sites(&self) -> &'static str {
+        "its sites: Java heap pages resident"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{LIBC, fr, st};

@@ -1,7 +1,8 @@
 //! Managed runtimes (Python, JVM, Go, Node): the rules that tell the runtime's managed heap
 //! apart from native allocations and off-heap mappings, as pure functions of a recorded stack.
 //!
-//! Runtime knowledge lives here, in one module per runtime, not in conditionals across the code.
+//! Runtime knowledge lives here, in one module per runtime, not in conditionals across the code:
+//! each module's value implements [`RuntimeRules`], and [`rules`] finds it.
 //! Detection (which runtime a live target runs, its heap gauge) is the recorder's job, in
 //! `leaktrace::runtimes`. Site classification ([`classify_site`]) is applied at analysis time, so
 //! `leaktrace report DIR` redoes it. The rules, and how each was checked on a real runtime, are
@@ -54,6 +55,67 @@ impl std::fmt::Display for MemoryKind {
     }
 }
 
+/// One managed runtime's rules, the analysis' whole knowledge of it: which memory a recorded
+/// stack holds, what to call it, and the words the verdict and the reports use. One value per
+/// runtime, in the runtime's own module ([`python::Python`], [`jvm::Jvm`], [`go::Go`],
+/// [`node::Node`]); [`rules`] finds it. A new runtime is one module implementing this trait and
+/// its line in [`rules`] (with its `Runtime` variant in recording.rs).
+pub trait RuntimeRules: Sync {
+    /// The kind of memory a site of this runtime holds, from its stack; None: the default for
+    /// the site's kind (mappings off-heap, the rest native). The rules every runtime shares
+    /// (glibc's arenas, the loader's mappings) are applied before, by [`classify_site`].
+    fn classify(&self, stack: &Stack) -> Option<MemoryKind>;
+
+    /// What the stacks say together, after each was classified ([`classify_sites`]): `kinds[i]`
+    /// is `stacks[i]`'s kind, changed in place. By default nothing.
+    fn classify_together(&self, _stacks: &[Stack], _kinds: &mut [MemoryKind]) {}
+
+    /// A better label than the culprit frame for a site of `kind` (None: the culprit frame).
+    fn site_label(&self, _kind: MemoryKind, _stack: &Stack) -> Option<String> {
+        None
+    }
+
+    /// True for the runtime's bookkeeping of its managed heap's pages ([`follows_managed_heap`]).
+    fn follows_managed_heap(&self, _frames: &[Arc<Frame>]) -> bool {
+        false
+    }
+
+    /// Human name of the managed heap ("Python heap", "Java heap", ...).
+    fn heap_name(&self) -> &'static str;
+
+    /// What memory of `kind` usually is in this runtime, for verdicts ("C extension").
+    fn kind_origin(&self, kind: MemoryKind) -> &'static str;
+
+    /// What one site's memory of `kind` is, in words ([`site_origin`]); by default
+    /// [`RuntimeRules::kind_origin`].
+    fn site_origin(
+        &self,
+        kind: MemoryKind,
+        _frames: &[Arc<Frame>],
+        _extensions: &std::collections::HashSet<String>,
+    ) -> String {
+        self.kind_origin(kind).to_string()
+    }
+
+    /// Where to look for what holds a growing managed heap (leaktrace sees the runtime's
+    /// allocator, not the code that keeps the objects reachable): the runtime's own tool.
+    fn heap_tool(&self) -> &'static str;
+
+    /// What the managed heap's figure is when it comes from the sites (no gauge of the runtime's
+    /// own): "its sites: V8 heap pages resident".
+    fn managed_from_sites(&self) -> &'static str;
+}
+
+/// The rules of `runtime`: the one place where the runtimes are registered.
+pub fn rules(runtime: Runtime) -> &'static dyn RuntimeRules {
+    match runtime {
+        Runtime::Python => &python::Python,
+        Runtime::Jvm => &jvm::Jvm,
+        Runtime::Go => &go::Go,
+        Runtime::Node => &node::Node,
+    }
+}
+
 /// Classify a recorded site of a target running `runtime` (None: a native program).
 pub fn classify_site(runtime: Option<Runtime>, stack: &Stack) -> MemoryKind {
     if stack.kind == StackKind::Mmap && is_malloc_arena_mapping(stack) {
@@ -67,13 +129,7 @@ pub fn classify_site(runtime: Option<Runtime>, stack: &Stack) -> MemoryKind {
         // Made once per loaded object, whatever the runtime: not the program's off-heap memory.
         return MemoryKind::Runtime;
     }
-    let rule = match runtime {
-        Some(Runtime::Python) => python::classify(stack),
-        Some(Runtime::Jvm) => jvm::classify(stack),
-        Some(Runtime::Go) => go::classify(stack),
-        Some(Runtime::Node) => node::classify(stack),
-        None => None,
-    };
+    let rule = runtime.and_then(|rt| rules(rt).classify(stack));
     rule.unwrap_or(match stack.kind {
         StackKind::Mmap => MemoryKind::OffHeap,
         _ => MemoryKind::Native,
@@ -87,13 +143,8 @@ pub fn classify_site(runtime: Option<Runtime>, stack: &Stack) -> MemoryKind {
 /// call site is the Python heap's too (arenas mapped below an unnamed interpreter function).
 pub fn classify_sites(runtime: Option<Runtime>, stacks: &[Stack]) -> Vec<MemoryKind> {
     let mut kinds: Vec<MemoryKind> = stacks.iter().map(|st| classify_site(runtime, st)).collect();
-    if runtime == Some(Runtime::Python) {
-        let arena_sites = python::arena_call_sites(stacks);
-        for (k, st) in kinds.iter_mut().zip(stacks) {
-            if *k == MemoryKind::OffHeap && python::made_at(st, &arena_sites) {
-                *k = MemoryKind::Managed;
-            }
-        }
+    if let Some(rt) = runtime {
+        rules(rt).classify_together(stacks, &mut kinds);
     }
     kinds
 }
@@ -101,51 +152,26 @@ pub fn classify_sites(runtime: Option<Runtime>, stacks: &[Stack]) -> Vec<MemoryK
 /// A better label than the culprit frame for a site of `kind`, where a runtime knows one (the
 /// JVM's Unsafe entry point instead of os::malloc). None: the culprit frame is the label.
 pub fn site_label(runtime: Option<Runtime>, kind: MemoryKind, stack: &Stack) -> Option<String> {
-    match runtime {
-        Some(Runtime::Jvm) => jvm::site_label(kind, stack),
-        _ => None,
-    }
+    runtime.and_then(|rt| rules(rt).site_label(kind, stack))
 }
 
 /// True for the runtime's bookkeeping of its managed heap's pages, allocated once per page the
 /// heap maps (Node: a stack through `v8::internal::MemoryAllocator::AllocatePage`, e.g. V8's
 /// per-page free-list categories): it grows and levels off with the heap, and is judged with it.
 pub fn follows_managed_heap(runtime: Runtime, frames: &[Arc<Frame>]) -> bool {
-    match runtime {
-        Runtime::Node => {
-            frames.iter().take(16).any(|f| function(f).starts_with("v8::internal::MemoryAllocator::AllocatePage"))
-        }
-        _ => false,
-    }
+    rules(runtime).follows_managed_heap(frames)
 }
 
 /// Human name of a runtime's managed heap ("Python heap", "Java heap", ...).
 pub fn heap_name(runtime: Runtime) -> &'static str {
-    match runtime {
-        Runtime::Python => "Python heap",
-        Runtime::Jvm => "Java heap",
-        Runtime::Go => "Go heap",
-        Runtime::Node => "V8 heap",
-    }
+    rules(runtime).heap_name()
 }
 
 /// What native and off-heap memory usually is in a runtime, for verdicts ("C extension").
 pub fn kind_origin(runtime: Runtime, kind: MemoryKind) -> &'static str {
-    use Runtime::{Go, Jvm, Node, Python};
-    match (runtime, kind) {
-        (Python, MemoryKind::Native) => "C extension",
-        (Python, MemoryKind::OffHeap) => "anonymous mapping",
-        (Python, MemoryKind::Runtime) => "interpreter internals",
-        (Jvm, MemoryKind::Native) => "JNI code",
-        (Jvm, MemoryKind::OffHeap) => "direct buffers / Unsafe",
-        (Jvm, MemoryKind::Runtime) => "the JVM's own native memory",
-        (Go, MemoryKind::Native) => "C code through cgo",
-        (Go, MemoryKind::OffHeap) => "mapping outside the Go heap",
-        (Go, MemoryKind::Runtime) => "Go runtime internals",
-        (Node, MemoryKind::Native) => "native addon",
-        (Node, MemoryKind::OffHeap) => "ArrayBuffer/Buffer backing stores",
-        (Node, MemoryKind::Runtime) => "V8/Node internals",
-        (_, MemoryKind::Managed) => "managed heap",
+    match kind {
+        MemoryKind::Managed => "managed heap",
+        _ => rules(runtime).kind_origin(kind),
     }
 }
 
@@ -160,10 +186,7 @@ pub fn site_origin(
     frames: &[Arc<Frame>],
     extensions: &std::collections::HashSet<String>,
 ) -> String {
-    match (runtime, kind) {
-        (Runtime::Python, MemoryKind::Native) => python::native_origin(frames, extensions),
-        _ => kind_origin(runtime, kind).to_string(),
-    }
+    rules(runtime).site_origin(kind, frames, extensions)
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -103,6 +103,42 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     }
 }
 
+/// Node's and V8's rules ([`super::RuntimeRules`]).
+pub struct Node;
+
+impl super::RuntimeRules for Node {
+    fn classify(&self, stack: &Stack) -> Option<MemoryKind> {
+        classify(stack)
+    }
+
+    /// V8's per-page bookkeeping: a stack through `v8::internal::MemoryAllocator::AllocatePage`
+    /// (e.g. the per-page free-list categories).
+    fn follows_managed_heap(&self, frames: &[std::sync::Arc<Frame>]) -> bool {
+        frames.iter().take(16).any(|f| function(f).starts_with("v8::internal::MemoryAllocator::AllocatePage"))
+    }
+
+    fn heap_name(&self) -> &'static str {
+        "V8 heap"
+    }
+
+    fn kind_origin(&self, kind: MemoryKind) -> &'static str {
+        match kind {
+            MemoryKind::Native => "native addon",
+            MemoryKind::OffHeap => "ArrayBuffer/Buffer backing stores",
+            MemoryKind::Runtime => "V8/Node internals",
+            MemoryKind::Managed => "managed heap",
+        }
+    }
+
+    fn heap_tool(&self) -> &'static str {
+        "a heap snapshot (--heapsnapshot-signal or the inspector) shows which objects"
+    }
+
+    fn managed_from_sites(&self) -> &'static str {
+        "its sites: V8 heap pages resident"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{LIBC, st};

@@ -235,6 +235,62 @@ pub fn classify(stack: &Stack) -> Option<MemoryKind> {
     }
 }
 
+/// CPython's rules ([`super::RuntimeRules`]).
+pub struct Python;
+
+impl super::RuntimeRules for Python {
+    fn classify(&self, stack: &Stack) -> Option<MemoryKind> {
+        classify(stack)
+    }
+
+    /// In a target whose arena function has no name (Debian's static python3.11), the call site
+    /// that maps arenas is learnt from the stacks where an allocator frame shows it
+    /// ([`arena_call_sites`]): every mapping made from that call site is the Python heap's too.
+    fn classify_together(&self, stacks: &[Stack], kinds: &mut [MemoryKind]) {
+        let arena_sites = arena_call_sites(stacks);
+        for (k, st) in kinds.iter_mut().zip(stacks) {
+            if *k == MemoryKind::OffHeap && made_at(st, &arena_sites) {
+                *k = MemoryKind::Managed;
+            }
+        }
+    }
+
+    fn heap_name(&self) -> &'static str {
+        "Python heap"
+    }
+
+    fn kind_origin(&self, kind: MemoryKind) -> &'static str {
+        match kind {
+            MemoryKind::Native => "C extension",
+            MemoryKind::OffHeap => "anonymous mapping",
+            MemoryKind::Runtime => "interpreter internals",
+            MemoryKind::Managed => "managed heap",
+        }
+    }
+
+    /// Native memory is named from the site's stack ([`native_origin`]: a system library called
+    /// through ctypes is not a C extension).
+    fn site_origin(
+        &self,
+        kind: MemoryKind,
+        frames: &[std::sync::Arc<Frame>],
+        extensions: &std::collections::HashSet<String>,
+    ) -> String {
+        match kind {
+            MemoryKind::Native => native_origin(frames, extensions),
+            _ => self.kind_origin(kind).to_string(),
+        }
+    }
+
+    fn heap_tool(&self) -> &'static str {
+        "tracemalloc or a heap dump (objgraph, guppy) shows which objects"
+    }
+
+    fn managed_from_sites(&self) -> &'static str {
+        "its sites: pymalloc arenas' resident pages and objects malloc'd"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{LIBC, st};

@@ -66,6 +66,20 @@ pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
     })
 }
 
+/// Go ([`super::RuntimeDetector`]).
+pub struct Go;
+
+impl super::RuntimeDetector for Go {
+    fn runtime(&self) -> Runtime {
+        Runtime::Go
+    }
+
+    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
+        let _ = pymalloc;
+        detect(pid, objects)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -291,6 +291,25 @@ impl HeapGauge for HsPerfGauge {
     }
 }
 
+/// The HotSpot JVM: libjvm mapped; its heap gauge is hsperfdata ([`super::RuntimeDetector`]).
+pub struct Jvm;
+
+impl super::RuntimeDetector for Jvm {
+    fn runtime(&self) -> Runtime {
+        Runtime::Jvm
+    }
+
+    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
+        let _ = pymalloc;
+        detect(pid, objects)
+    }
+
+    /// The Java heap from the JVM's hsperfdata ([`HsPerfGauge`]).
+    fn gauge(&self, pid: u32) -> Option<Box<dyn HeapGauge>> {
+        Some(Box::new(HsPerfGauge::new(pid)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,8 @@
 //! objects it maps and its executable) and, for the JVM, the gauge of its managed heap sampled at
 //! every checkpoint. The rules that classify recorded stacks by runtime are in
 //! `leaktrace_analysis::runtimes`; the recorder calls [`detect`] on the target's mapped objects
-//! and, at every checkpoint, the [`HeapGauge`] of the runtime if it has one. With
+//! and, at every checkpoint, the [`HeapGauge`] of the runtime if it has one. Each runtime is one
+//! module with one [`RuntimeDetector`] value, listed in [`RUNTIMES`]. With
 //! `--jvm-perf-map`, [`jcmd`] runs the JVM's diagnostic commands (its perf map, its flags).
 
 use std::path::Path;
@@ -33,23 +34,37 @@ pub trait HeapGauge: Send {
     fn sample(&mut self) -> Option<ManagedHeap>;
 }
 
-/// Detect the runtime of `pid` from the objects it maps (and its executable). The first rule
-/// that recognises an object wins, in the order JVM, Python, Node, Go (a JVM or Node embedding
-/// Python is rare; a Go program never maps libjvm or libpython). `pymalloc`: CPython's
-/// allocator API is hooked (`--pymalloc`), which changes what the Python notes say.
+/// One managed runtime's side in the agent: how a live target is recognised as running it, and
+/// the gauge of its managed heap if it has one. One value per runtime, in its module.
+pub trait RuntimeDetector: Sync {
+    /// Which runtime this is.
+    fn runtime(&self) -> Runtime;
+
+    /// The runtime of `pid` when the objects it maps (or its executable) are this runtime's;
+    /// None otherwise. `pymalloc`: CPython's allocator API is hooked (`--pymalloc`).
+    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo>;
+
+    /// The gauge of its managed heap, sampled at every checkpoint; None (the default): the heap
+    /// is measured from its sites.
+    fn gauge(&self, _pid: u32) -> Option<Box<dyn HeapGauge>> {
+        None
+    }
+}
+
+/// The runtimes, in the order they are tried: JVM, Python, Node, Go (a JVM or Node embedding
+/// Python is rare; a Go program never maps libjvm or libpython). A new runtime is one line here.
+pub const RUNTIMES: &[&dyn RuntimeDetector] = &[&jvm::Jvm, &python::Python, &node::Node, &go::Go];
+
+/// Detect the runtime of `pid` from the objects it maps (and its executable): the first of
+/// [`RUNTIMES`] that recognises it wins. `pymalloc`: CPython's allocator API is hooked
+/// (`--pymalloc`), which changes what the Python notes say.
 pub fn detect(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
-    jvm::detect(pid, objects)
-        .or_else(|| python::detect(pid, objects, pymalloc))
-        .or_else(|| node::detect(pid, objects))
-        .or_else(|| go::detect(pid, objects))
+    RUNTIMES.iter().find_map(|r| r.detect(pid, objects, pymalloc))
 }
 
 /// The heap gauge of a detected runtime, if it has one.
 pub fn gauge(pid: u32, runtime: &RuntimeInfo) -> Option<Box<dyn HeapGauge>> {
-    match runtime.name {
-        Runtime::Jvm => Some(Box::new(jvm::HsPerfGauge::new(pid))),
-        _ => None,
-    }
+    RUNTIMES.iter().find(|r| r.runtime() == runtime.name)?.gauge(pid)
 }
 
 /// Last path component of `path`.

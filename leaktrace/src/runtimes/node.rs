@@ -23,3 +23,17 @@ pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
         )],
     })
 }
+
+/// Node.js ([`super::RuntimeDetector`]).
+pub struct Node;
+
+impl super::RuntimeDetector for Node {
+    fn runtime(&self) -> Runtime {
+        Runtime::Node
+    }
+
+    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
+        let _ = pymalloc;
+        detect(pid, objects)
+    }
+}

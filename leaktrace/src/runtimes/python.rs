@@ -68,3 +68,16 @@ pub(crate) fn environ_var(pid: u32, name: &str) -> Option<String> {
         kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')).map(str::to_string)
     })
 }
+
+/// CPython ([`super::RuntimeDetector`]).
+pub struct Python;
+
+impl super::RuntimeDetector for Python {
+    fn runtime(&self) -> Runtime {
+        Runtime::Python
+    }
+
+    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
+        detect(pid, objects, pymalloc)
+    }
+}

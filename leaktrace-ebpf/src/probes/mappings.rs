@@ -1,0 +1,233 @@
+//! Mappings: libc mmap's caller, the mmap/munmap/mremap/brk syscall tracepoints, and growth
+//! mode's first-touch page faults.
+
+use super::walk::task_regs;
+use super::*;
+
+/// libc mmap(): remember the caller's stack for the syscall tracepoint (anonymous and shared
+/// mappings only).
+#[uprobe]
+pub fn mmap_enter(ctx: ProbeContext) -> u32 {
+    let flags = arg(&ctx, 3);
+    if flags & MAP_TRACED == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if tgid == agent_tgid() {
+        return 0;
+    }
+    let sp = stack_pointer(ctx.regs);
+    let (own, site) = if in_allocator() {
+        (owner::ALLOCATOR, SiteKey::default())
+    } else {
+        (owner::OFFHEAP, site_here::<false, false>(probe_regs(&ctx), pid_tgid, site_kind::MMAP, core::ptr::null()))
+    };
+    let _ = MMAP_CALLS.insert(pid_tgid, MmapCall { sp, owner: own, _pad: 0, site }, 0);
+    0
+}
+
+mod nr {
+    pub const MMAP: u32 = 9;
+    pub const MUNMAP: u32 = 11;
+    pub const BRK: u32 = 12;
+    pub const MREMAP: u32 = 25;
+}
+
+#[inline(always)]
+fn save_args(pid_tgid: u64, a: SyscallArgs) {
+    let _ = SYSCALLS.insert(pid_tgid, a, 0);
+}
+
+#[inline(always)]
+fn take_args(pid_tgid: u64, nr: u32) -> Option<SyscallArgs> {
+    // SAFETY: a value the lookup returned, copied at once (valid while the program runs).
+    let a = unsafe { *SYSCALLS.get_ptr(pid_tgid)? };
+    let _ = SYSCALLS.remove(pid_tgid);
+    if a.nr == nr { Some(a) } else { None }
+}
+
+#[tracepoint]
+pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    let flags = tp_u64(&ctx, tp_field::MMAP_FLAGS);
+    if flags & MAP_TRACED == 0 {
+        return 0;
+    }
+    let regs = task_regs();
+    let sp = regs.sp;
+    let libc_call = match MMAP_CALLS.get_ptr(pid_tgid) {
+        // The libc wrapper's frame is just below its entry stack pointer.
+        Some(c) => {
+            // SAFETY: a value the lookup returned, copied at once (valid while the program runs).
+            let c = unsafe { *c };
+            let _ = MMAP_CALLS.remove(pid_tgid);
+            if sp <= c.sp && sp + 512 > c.sp { Some(c) } else { None }
+        }
+        None => None,
+    };
+    let (own, site) = match libc_call {
+        Some(c) => (c.owner, c.site),
+        // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
+        None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
+        None => (owner::OFFHEAP, site_here::<false, false>(regs, pid_tgid, site_kind::MMAP, core::ptr::null())),
+    };
+    save_args(
+        pid_tgid,
+        SyscallArgs {
+            nr: nr::MMAP,
+            owner: own,
+            a0: tp_u64(&ctx, tp_field::MMAP_LEN),
+            a1: tp_u64(&ctx, tp_field::MMAP_PROT),
+            a2: flags,
+            a3: 0,
+            site,
+        },
+    );
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(a) = take_args(pid_tgid, nr::MMAP) else { return 0 };
+    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    count(if a.owner == owner::OFFHEAP { counter::OFFHEAP_MAPS } else { counter::ALLOCATOR_MAPS });
+    emit(&MapEvent {
+        kind: map_event::MMAP,
+        tgid: (pid_tgid >> 32) as u32,
+        addr,
+        len: a.a0,
+        old_addr: 0,
+        old_len: 0,
+        prot: a.a1 as u32,
+        flags: a.a2 as u32,
+        owner: a.owner,
+        _pad: 0,
+        site: a.site,
+    });
+    0
+}
+
+#[tracepoint]
+pub fn sys_enter_munmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    save_args(
+        pid_tgid,
+        SyscallArgs {
+            nr: nr::MUNMAP,
+            a0: tp_u64(&ctx, tp_field::MUNMAP_ADDR),
+            a1: tp_u64(&ctx, tp_field::MUNMAP_LEN),
+            ..Default::default()
+        },
+    );
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_munmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(a) = take_args(pid_tgid, nr::MUNMAP) else { return 0 };
+    if syscall_ret(&ctx).is_none() {
+        return 0;
+    }
+    emit(&MapEvent {
+        kind: map_event::MUNMAP,
+        tgid: (pid_tgid >> 32) as u32,
+        addr: a.a0,
+        len: a.a1,
+        ..Default::default()
+    });
+    0
+}
+
+#[tracepoint]
+pub fn sys_enter_mremap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    save_args(
+        pid_tgid,
+        SyscallArgs {
+            nr: nr::MREMAP,
+            a0: tp_u64(&ctx, tp_field::MREMAP_ADDR),
+            a1: tp_u64(&ctx, tp_field::MREMAP_OLD_LEN),
+            a2: tp_u64(&ctx, tp_field::MREMAP_NEW_LEN),
+            a3: tp_u64(&ctx, tp_field::MREMAP_FLAGS),
+            ..Default::default()
+        },
+    );
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_mremap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(a) = take_args(pid_tgid, nr::MREMAP) else { return 0 };
+    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    emit(&MapEvent {
+        kind: map_event::MREMAP,
+        tgid: (pid_tgid >> 32) as u32,
+        addr,
+        len: a.a2,
+        old_addr: a.a0,
+        old_len: a.a1,
+        flags: a.a3 as u32,
+        ..Default::default()
+    });
+    0
+}
+
+#[tracepoint]
+pub fn sys_enter_brk(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    save_args(pid_tgid, SyscallArgs { nr: nr::BRK, a0: tp_u64(&ctx, tp_field::BRK_BRK), ..Default::default() });
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_brk(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(_a) = take_args(pid_tgid, nr::BRK) else { return 0 };
+    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    emit(&MapEvent { kind: map_event::BRK, tgid: (pid_tgid >> 32) as u32, addr, ..Default::default() });
+    0
+}
+
+/// Growth mode: a user page fault on a page that was not present (first touch: the kernel makes
+/// a page resident). Counted per call stack, 4096 bytes each. No allocator probe is involved.
+#[tracepoint]
+pub fn page_fault_user(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    // exceptions:page_fault_user's error_code: bit 0 = protection fault.
+    let error_code = tp_u64(&ctx, tp_field::FAULT_ERROR_CODE);
+    if error_code & 1 != 0 {
+        return 0;
+    }
+    count(counter::PAGE_FAULTS);
+    // A fault is inside a function body, not at its entry: the word at the stack pointer is
+    // no return address, so no `caller` (it would split one stack into many sites and put a
+    // bogus frame 1 in each).
+    let site =
+        SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), pid_tgid, site_kind::FAULT, core::ptr::null()) };
+    match site_index(&site) {
+        Some(index) if account_alloc(index, 4096, now_ms()) => {}
+        _ => count(counter::SITES_FULL),
+    }
+    0
+}
