@@ -349,7 +349,8 @@ impl Census<Goroutines> {
         };
         let (before, after) = (per_function(a), per_function(b));
         let function_grew = |f: &str| after.get(f).copied().unwrap_or(0) > before.get(f).copied().unwrap_or(0);
-        let grew: Vec<String> = b.groups.iter().filter(|x| function_grew(&x.start_function)).map(|x| x.describe()).collect();
+        let grew: Vec<String> =
+            b.groups.iter().filter(|x| function_grew(&x.start_function)).map(|x| x.describe()).collect();
         let mut v = growth(&by(a), &by(b), dt, units);
         v.retain(|g| grew.contains(&g.name));
         v.sort_by(|a, b| b.count_per_s.total_cmp(&a.count_per_s));

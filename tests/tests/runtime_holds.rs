@@ -223,7 +223,10 @@ fn go_goroutine_leak_named_with_its_start_function() {
     let groups = go["end"]["groups"].as_array().cloned().unwrap_or_default();
     let workers: u64 = groups.iter().filter(|g| g["start_function"] == "main.worker").map(|g| u64_of(g, "count")).sum();
     assert_eq!(workers, 8, "main.worker goroutines at the end\n{ctx}");
-    assert!(!list.as_array().unwrap().iter().any(|g| g["name"].as_str().unwrap_or("").ends_with("main.worker")), "a worker group is listed as growing\n{ctx}");
+    assert!(
+        !list.as_array().unwrap().iter().any(|g| g["name"].as_str().unwrap_or("").ends_with("main.worker")),
+        "a worker group is listed as growing\n{ctx}"
+    );
     let md = std::fs::read_to_string(out.file("report.md")).unwrap_or_default();
     assert!(md.contains("goroutines/s** waiting (chan send), started by main.handle"), "report.md\n{ctx}");
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
