@@ -4,11 +4,8 @@
 //! `prometheus`, on the loopback, scraping every second) scrapes `--metrics-listen`; PromQL over
 //! its HTTP API gives the leaker's growth within 20 % of the truth and the decoy's metric with no
 //! leak verdict. The leaker, and only it, is escalated: its report names leak_message.
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use leaktrace_tests::*;
@@ -16,40 +13,6 @@ use serde_json::Value;
 
 /// The leaker's truth: LEAK_UNIT_BYTES (1200) × 500 messages a second, bytes per second.
 const LEAK_BPS: f64 = 1200.0 * 500.0;
-
-/// tests/fixtures/growth.c, -O2 without frame pointers.
-fn growth() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-watch-growth");
-        std::fs::create_dir_all(&dir).expect("create fixtures-watch-growth");
-        let bin = dir.join("growth");
-        let o = Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("growth.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling growth.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
-    })
-}
-
-/// A free TCP port on the loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-/// GET `path` from 127.0.0.1:`port`: (status line, body); None when it cannot connect.
-fn http_get(port: u16, path: &str) -> Option<(String, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    Some((head.lines().next()?.to_string(), body.to_string()))
-}
 
 /// Percent-encode a PromQL query for a URL.
 fn encode(q: &str) -> String {
@@ -123,7 +86,7 @@ impl Drop for Prometheus {
 
 /// Start growth.c in `mode` at `rate` messages a second (until killed).
 fn start_growth(mode: &str, rate: &str) -> Target {
-    let mut cmd = Command::new(growth());
+    let mut cmd = Command::new(growth_o2());
     cmd.args([mode, "100000000", rate]);
     let t = Target::spawn(cmd);
     t.expect_pid_line();
