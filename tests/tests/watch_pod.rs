@@ -4,7 +4,8 @@
 //! `watch` runs, a leaker (growth.c `leak-cache`, 600,000 B/s) starts in the container and the
 //! idle process exits. The metrics endpoint then shows the leaker with its pod labels and a leak
 //! verdict and no longer the idle process, and the leaker's escalation report lands in
-//! OUT/shop_web-w<PID>_app/TIME/ naming leak_message.
+//! OUT/shop_web-w<PID>_app/TIME/ naming leak_message (the idle process, killed by a signal, gets
+//! no OOM-time report).
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -111,7 +112,10 @@ fn watch_follows_a_pods_processes_as_they_come_and_go() {
     let leak_verdict =
         format!("leaktrace_process_verdict{{pid=\"{leaker}\",{},verdict=\"leak\"}} 1", labels.replace("%s", "growth"));
     let m = wait_for(Duration::from_secs(60), || {
-        metrics(port).filter(|m| m.contains(&leak_verdict) && !m.contains(&idle_verdict))
+        metrics(port)
+            .filter(|m| m.contains(&leak_verdict) && !m.contains(&idle_verdict))
+            // The idle process was killed by a signal, not by the OOM killer.
+            .filter(|m| m.contains("\nleaktrace_oom_kills_total 0\n"))
     });
     assert!(
         m.is_some(),
@@ -128,7 +132,7 @@ fn watch_follows_a_pods_processes_as_they_come_and_go() {
         .flatten()
         .map(|e| e.path())
         .collect();
-    assert_eq!(reports.len(), 1, "{reports:?}\n{}", o.describe());
+    assert_eq!(reports.len(), 1, "one escalation, no OOM-time report: {reports:?}\n{}", o.describe());
     let r = Report::load(&reports[0]);
     let summary = str_of(r.get(&["verdict"]), "summary").to_string();
     assert!(summary.contains("leak_message holds"), "{summary}\n{}", o.describe());

@@ -121,7 +121,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         if len < MIN_WINDOW {
             break;
         }
-        let pids = rescan(&opts.selector, &state);
+        let pids = rescan(&opts.selector, &state, &out);
         if pids.is_empty() {
             std::thread::sleep(Duration::from_secs(1));
             continue;
@@ -175,35 +175,57 @@ fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
 }
 
 /// The selector's processes now; new ones enter the state with their labels, those no longer
-/// selected are marked gone.
-fn rescan(selector: &Selector, state: &Mutex<WatchState>) -> Vec<u32> {
+/// selected are marked gone. One that vanished between two windows while its memory cgroup's
+/// OOM-kill count rose gets its OOM-time report (without a window's stacks: what grew since it
+/// was watched, its limit, its memory series).
+fn rescan(selector: &Selector, state: &Mutex<WatchState>, out: &OutDir) -> Vec<u32> {
     let pids = selector.scan();
     let pods: std::collections::HashMap<u32, crate::pod::PodProcess> =
         crate::pod::pod_processes().into_iter().map(|p| (p.pid, p)).collect();
     let now = Instant::now();
     let Ok(mut s) = state.lock() else { return pids };
     let selected: BTreeSet<u32> = pids.iter().copied().collect();
+    let mut oom_between = Vec::new();
     for (pid, p) in s.procs.iter_mut() {
         if !selected.contains(pid) && !p.gone {
             p.gone = true;
             p.last_seen = now;
+            let rose = p
+                .oom_events
+                .as_ref()
+                .is_some_and(|(f, base)| crate::record::ending::oom_kills(f).is_some_and(|n| n > *base));
+            if rose && !crate::procinfo::alive(*pid) && !p.oom_killed {
+                p.oom_killed = true;
+                oom_between.push((*pid, p.clone()));
+            }
         }
     }
     for &pid in &pids {
-        let p = s.procs.entry(pid).or_insert_with(|| {
-            let pod = pods.get(&pid);
-            let labels = Labels {
-                comm: std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string(),
-                pod: pod.and_then(|p| p.pod.clone()),
-                namespace: pod.and_then(|p| p.namespace.clone()),
-                container: pod.and_then(|p| p.container.clone()),
-            };
-            Proc::new(labels, now)
-        });
+        let p = s.procs.entry(pid).or_insert_with(|| new_proc(pid, pods.get(&pid), now));
         p.gone = false;
         p.last_seen = now;
     }
+    s.oom_kills += oom_between.len() as u64;
+    drop(s);
+    for (pid, p) in oom_between {
+        window::report_oom(pid, None, &p, out, state);
+    }
     pids
+}
+
+/// A newly watched process: its labels (comm, and its pod's names from `pod`), its memory
+/// cgroup's OOM-kill count now.
+fn new_proc(pid: u32, pod: Option<&crate::pod::PodProcess>, now: Instant) -> Proc {
+    let labels = Labels {
+        comm: std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string(),
+        pod: pod.and_then(|p| p.pod.clone()),
+        namespace: pod.and_then(|p| p.namespace.clone()),
+        container: pod.and_then(|p| p.container.clone()),
+    };
+    let mut p = Proc::new(labels, now);
+    p.oom_events =
+        crate::record::ending::memory_events_of(pid).and_then(|f| crate::record::ending::oom_kills(&f).map(|n| (f, n)));
+    p
 }
 
 /// A thread that samples every watched process's memory once a second (the series of the

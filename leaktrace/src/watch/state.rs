@@ -48,6 +48,20 @@ pub struct WindowVerdict {
     pub lost_events: u64,
 }
 
+/// Stacks kept per process in [`Proc::grown`], at most.
+pub const GROWN_STACKS: usize = 20;
+
+/// A stack's growth summed over the windows since a process was first watched: growth mode's
+/// pages first touched under it (each window's `growth_bytes` when positive), bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GrownStack {
+    /// The site's culprit function.
+    pub function: String,
+    /// Its frames' functions, innermost first (at most 12).
+    pub stack: Vec<String>,
+    pub bytes: u64,
+}
+
 /// An escalation's outcome, kept for the OOM-time report.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EscalationSummary {
@@ -82,6 +96,12 @@ pub struct Proc {
     pub last_seen: Instant,
     /// It has gone (exited or killed).
     pub gone: bool,
+    /// What grew since it was first watched, by stack, most first (at most [`GROWN_STACKS`]).
+    pub grown: Vec<GrownStack>,
+    /// Its memory cgroup's OOM-kill counter file and the count when it was first watched
+    /// (`record::ending::memory_events_of`): a process that vanishes between two windows while
+    /// the count rose was most likely taken by the OOM killer. None without a memory cgroup.
+    pub oom_events: Option<(std::path::PathBuf, u64)>,
 }
 
 impl Proc {
@@ -97,7 +117,22 @@ impl Proc {
             series: VecDeque::new(),
             last_seen: now,
             gone: false,
+            grown: Vec::new(),
+            oom_events: None,
         }
+    }
+
+    /// Add a window's growth by stack to [`Proc::grown`] (the same stack's bytes summed), keeping
+    /// the [`GROWN_STACKS`] largest.
+    pub fn add_growth(&mut self, window: Vec<GrownStack>) {
+        for g in window {
+            match self.grown.iter_mut().find(|x| x.stack == g.stack && x.function == g.function) {
+                Some(x) => x.bytes += g.bytes,
+                None => self.grown.push(g),
+            }
+        }
+        self.grown.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+        self.grown.truncate(GROWN_STACKS);
     }
 
     /// Add a memory sample, dropping those older than [`SERIES_SPAN`] before it.
@@ -258,6 +293,19 @@ mod tests {
         assert_eq!(s.procs.len(), 1);
         s.forget_gone(t0 + FORGET_AFTER);
         assert!(s.procs.is_empty());
+    }
+
+    #[test]
+    fn growth_by_stack_is_summed_over_windows_and_bounded() {
+        let mut p = Proc::new(Labels::default(), Instant::now());
+        let g = |f: &str, bytes| GrownStack { function: f.into(), stack: vec![f.into(), "main".into()], bytes };
+        p.add_growth(vec![g("leak", 5 << 20), g("other", 1 << 20)]);
+        p.add_growth(vec![g("leak", 5 << 20)]);
+        assert_eq!(p.grown[0], g("leak", 10 << 20));
+        p.add_growth((0..100).map(|i| g(&format!("f{i}"), 2 << 20)).collect());
+        assert_eq!(p.grown.len(), GROWN_STACKS);
+        assert_eq!(p.grown[0].function, "leak");
+        assert!(!p.grown.iter().any(|x| x.function == "other"), "the smallest are dropped");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::WatchOptions;
-use super::state::{EscalationSummary, WatchState, WindowVerdict};
+use super::state::{EscalationSummary, GrownStack, WatchState, WindowVerdict};
 use crate::analyze::{AnalyzeOptions, analyze};
 use crate::output::OutDir;
 use crate::record::RecordOptions;
@@ -32,10 +32,12 @@ pub(super) fn judge(
             growth_bytes_per_s: a.rss_anon_trend.as_ref().map_or(0.0, |t| t.slope_bytes_per_s),
             lost_events: a.drops_total,
         };
-        let oom = rec.target.ended.as_deref().is_some_and(|e| e.contains("OOM killer"));
+        let grown = grown_by_stack(&a);
+        let oom = rec.target.ended.as_deref().is_some_and(super::oom::killed_by_oom);
         let Ok(mut s) = state.lock() else { return kept };
         let Some(p) = s.procs.get_mut(&pid) else { continue };
         p.set_verdict(verdict);
+        p.add_growth(grown);
         if rec.target.ended.is_some() {
             p.gone = true;
         }
@@ -44,18 +46,7 @@ pub(super) fn judge(
             let p = p.clone();
             s.oom_kills += 1;
             drop(s);
-            match super::oom::write(&rec, &a, &p, out) {
-                Ok(dir) => {
-                    crate::note!(
-                        "leaktrace: watch: PID {pid} was killed by the OOM killer; what it held: {}",
-                        dir.display()
-                    );
-                    if let Ok(mut s) = state.lock() {
-                        s.reports.push(dir);
-                    }
-                }
-                Err(e) => crate::note!("leaktrace: watch: PID {pid}'s OOM-time report could not be written: {e:#}"),
-            }
+            report_oom(pid, Some((&rec, &a)), &p, out, state);
             continue;
         }
         kept.insert(pid, rec);
@@ -71,6 +62,44 @@ pub(super) fn judge(
         }
     }
     out
+}
+
+/// Write the OOM-time report of `pid` (`window`: the recording of the window it died in and
+/// its analysis; None when it died between windows) and say where it is.
+pub(super) fn report_oom(
+    pid: u32,
+    window: Option<(&Recording, &crate::analyze::Analysis)>,
+    p: &super::state::Proc,
+    out: &OutDir,
+    state: &Mutex<WatchState>,
+) {
+    match super::oom::write(pid, window, p, out) {
+        Ok(dir) => {
+            crate::note!("leaktrace: watch: PID {pid} was killed by the OOM killer; what it held: {}", dir.display());
+            if let Ok(mut s) = state.lock() {
+                s.reports.push(dir);
+            }
+        }
+        Err(e) => crate::note!("leaktrace: watch: PID {pid}'s OOM-time report could not be written: {e:#}"),
+    }
+}
+
+/// The window's sites that grew, as [`GrownStack`]s (growth over the window, bytes), the
+/// 50 largest.
+fn grown_by_stack(a: &crate::analyze::Analysis) -> Vec<GrownStack> {
+    let mut v: Vec<GrownStack> = a
+        .sites
+        .iter()
+        .filter(|s| s.growth_bytes > 0)
+        .map(|s| GrownStack {
+            function: s.function.clone(),
+            stack: s.frames.iter().filter_map(|f| f.function.clone()).take(12).collect(),
+            bytes: s.growth_bytes as u64,
+        })
+        .collect();
+    v.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    v.truncate(50);
+    v
 }
 
 /// Start an exact window on each process of `due`, each in its thread; its report (the growth
