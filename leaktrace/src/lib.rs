@@ -47,5 +47,7 @@ pub mod symbolize;
 pub mod tracepoints;
 pub mod unwind;
 pub mod uprobe_multi;
+// Issue 34: `leaktrace watch`, the node agent.
+pub mod watch;
 
 pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report, system_libs};

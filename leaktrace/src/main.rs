@@ -36,6 +36,10 @@ enum ReportFormat {
 enum Command {
     /// Trace a running process (--pid) or a command (-- CMD ARGS...) and write a report.
     Record(Box<RecordArgs>),
+    /// Watch every selected process (--pid, --cgroup, --pod; none: the whole host) in growth
+    /// mode, window after window: a verdict per process, an exact window on those that keep
+    /// growing, an OOM-time report, Prometheus metrics (docs/watch.md).
+    Watch(Box<leaktrace::watch::cli::WatchArgs>),
     /// Re-render report.md, report.json, the SVGs and the pprof profiles of a recording directory
     /// (no root needed).
     Report {
@@ -489,6 +493,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Command::Watch(a) => leaktrace::watch::run(a.options()?).map(|()| 0),
         Command::Demo { out, duration } => demo(out, duration).map(|()| 0),
         Command::Check(a) => {
             let spec = leaktrace::check::target_spec(a.pid, a.command)?;

@@ -129,3 +129,20 @@ pub fn leak_function(mode: &str) -> String {
         m => format!("leak_{m}"),
     }
 }
+
+/// tests/fixtures/growth.c built as distributions build (-O2, no frame pointers), once per test
+/// binary, for the `watch` tests: `growth MODE ITERATIONS RATE_PER_S [ARG]`.
+pub fn growth_o2() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = fixture_build_dir("fixtures-growth-o2").join("growth");
+        run_build_step(
+            Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("growth.c")),
+            "gcc (growth.c)",
+        );
+        bin
+    })
+}

@@ -14,7 +14,7 @@
 //! One file per job: `machine.rs` (the binary under test, root), `tempdir.rs` (temporary
 //! directories), `fixture.rs` (compiling the fixtures), `running.rs` (running leaktrace),
 //! `target.rs` (a target started by the test), `report.rs` (report.json and its checks),
-//! `modes.rs` (the modes fixture), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
+//! `modes.rs` (the modes fixture), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
 //! libraries, C++ names, processes, cgroups, eBPF programs).
 
 use std::time::Duration;
@@ -45,6 +45,7 @@ pub const OUTPUT_FILES: &[&str] = &[
 ];
 
 mod fixture;
+mod http;
 mod machine;
 mod modes;
 mod pprof;
@@ -57,6 +58,7 @@ mod target;
 mod tempdir;
 
 pub use fixture::*;
+pub use http::*;
 pub use machine::*;
 pub use modes::*;
 pub use pprof::*;

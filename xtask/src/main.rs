@@ -318,7 +318,8 @@ fn ensure_c_compilers(apt: &mut Apt) -> Result<()> {
 /// What the production end-to-end tests (tests/tests/production.rs) need besides the compilers:
 /// jemalloc, tcmalloc and mimalloc to link fixtures with and to LD_PRELOAD (tests/tests/verdicts_arenas.rs),
 /// the static C library (`gcc -static`), bpftool (to see that a killed agent leaves no eBPF program
-/// behind), and util-linux's unshare and setpriv (a container, a non-root run).
+/// behind), util-linux's unshare and setpriv (a container, a non-root run), and Prometheus (scraping
+/// `watch --metrics-listen`).
 fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     // gcc prints the full path of a library it can link with, else only the name given.
     let gcc_finds = |file: &str| {
@@ -348,6 +349,8 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (Path::new("/usr/share/doc/libc6-dbg").exists(), "libc6-dbg"),
         // tests/tests/status.rs runs leaktrace in a real terminal.
         (which("tmux").is_some(), "tmux"),
+        // tests/tests/watch_metrics.rs scrapes `watch --metrics-listen` with a real Prometheus.
+        (which("prometheus").is_some(), "prometheus"),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);
@@ -357,13 +360,14 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         apt.install(
             &missing,
             "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool, util-linux, zlib, \
-             OpenSSL, SQLite or tmux (needed by the production, unwinding and status-line end-to-end tests)",
+             OpenSSL, SQLite, tmux or Prometheus (needed by the production, unwinding, status-line and \
+             watch end-to-end tests)",
             &[],
         )?;
     }
     eprintln!(
         "xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare, setpriv, \
-         libz, libssl, libsqlite3, tmux"
+         libz, libssl, libsqlite3, tmux, prometheus"
     );
     Ok(())
 }

@@ -17,7 +17,7 @@ pub(super) struct OomWatch {
 
 /// The `oom_kill` count of a memory cgroup's event file (cgroup v2 memory.events, v1
 /// memory.oom_control: both have an "oom_kill N" line); None when unreadable.
-pub(super) fn oom_kills(events: &std::path::Path) -> Option<u64> {
+pub(crate) fn oom_kills(events: &std::path::Path) -> Option<u64> {
     let text = std::fs::read_to_string(events).ok()?;
     text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok())
 }
@@ -70,7 +70,7 @@ pub(crate) fn memory_events_of(pid: u32) -> Option<std::path::PathBuf> {
 /// [`memory_events_of`]): the smallest of its and its ancestors' limits up to the hierarchy's
 /// mount, cgroup v2 `memory.max` ("max": none) or v1 `memory.limit_in_bytes` (2^60 bytes or more:
 /// none), bytes, with the file that set it. None: no limit (or unreadable).
-pub(super) fn memory_limit_of(events: &std::path::Path) -> Option<(u64, std::path::PathBuf)> {
+pub(crate) fn memory_limit_of(events: &std::path::Path) -> Option<(u64, std::path::PathBuf)> {
     let file = if events.ends_with("memory.events") { "memory.max" } else { "memory.limit_in_bytes" };
     let mut best: Option<(u64, std::path::PathBuf)> = None;
     for dir in events.parent()?.ancestors() {

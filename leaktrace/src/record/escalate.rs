@@ -95,7 +95,7 @@ fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms
 /// Record `pid` in exact mode for `window` (checkpoints every window / [`WINDOW_CHECKPOINTS`],
 /// at least 100 ms, at most the growth mode's interval), nothing else asked of it (no scans, no
 /// censuses, no push), and return its recording once its probes are detached.
-fn exact_window(pid: u32, window: Duration, opts: &RecordOptions, dir: &Path) -> anyhow::Result<Recording> {
+pub(crate) fn exact_window(pid: u32, window: Duration, opts: &RecordOptions, dir: &Path) -> anyhow::Result<Recording> {
     let interval = (window / WINDOW_CHECKPOINTS).clamp(Duration::from_millis(100), opts.interval);
     let exact = RecordOptions {
         duration: Some(window),

@@ -21,7 +21,7 @@ use crate::recording::{EndReason, Recording, Target};
 use crate::{output, procinfo};
 
 pub(crate) mod ending;
-mod escalate;
+pub(crate) mod escalate;
 mod forks;
 mod live;
 mod py_heap_state;
@@ -52,6 +52,9 @@ pub enum TargetSpec {
     Container(String),
     /// A command to start (argv).
     Launch(Vec<OsString>),
+    /// Processes a selector found (`leaktrace watch`'s rescans): as `Pids`, but one that cannot
+    /// be traced is skipped with a line saying why, as in cgroup mode.
+    Found(Vec<u32>),
 }
 
 /// When checkpoints are taken besides the periodic ones.
@@ -246,7 +249,7 @@ impl Recorded {
 /// them to exit code 2.
 pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Recorded> {
     // Everything that can be checked before touching a target is checked first.
-    let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_));
+    let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_) | TargetSpec::Found(_));
     let (mut pids, mut skipped) = select_pids(&spec, opts, by_group)?;
     let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
 

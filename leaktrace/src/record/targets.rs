@@ -16,7 +16,7 @@ use super::*;
 pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
     let mut pids = match spec {
         TargetSpec::Pid(p) => vec![*p],
-        TargetSpec::Pids(v) => v.clone(),
+        TargetSpec::Pids(v) | TargetSpec::Found(v) => v.clone(),
         TargetSpec::Cgroup(path) => {
             let dir = if path.is_absolute() { path.clone() } else { Path::new("/sys/fs/cgroup").join(path) };
             let procs = dir.join("cgroup.procs");

@@ -15,7 +15,11 @@ impl Traced {
     }
 
     /// The runtime detected in the process (None: none), its notes, gauge and JVM setup.
-    pub(in crate::record) fn set_runtime(&mut self, rt: Option<crate::runtimes::RuntimeInfo>, objects: &[MappedObject]) {
+    pub(in crate::record) fn set_runtime(
+        &mut self,
+        rt: Option<crate::runtimes::RuntimeInfo>,
+        objects: &[MappedObject],
+    ) {
         if let Some(rt) = rt {
             self.warnings.extend(rt.notes.iter().cloned());
             self.gauge = crate::runtimes::gauge(self.pid, &rt);

@@ -1,0 +1,108 @@
+//! `leaktrace watch`'s command line (flattened into the CLI's subcommand) and its options.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::state::EscalationPolicy;
+use super::{Selector, WatchOptions};
+
+/// `leaktrace watch` arguments.
+#[derive(clap::Args, Clone, Debug)]
+pub struct WatchArgs {
+    /// Watch these processes (repeatable). With no selector, every process of the host.
+    #[arg(long)]
+    pub pid: Vec<u32>,
+    /// Watch every process of this cgroup (v2 path, absolute or relative to /sys/fs/cgroup),
+    /// rescanned every window.
+    #[arg(long, conflicts_with = "pid")]
+    pub cgroup: Option<PathBuf>,
+    /// Watch the processes of this Kubernetes pod on this node (name or UID), as `record --pod`
+    /// finds them, rescanned every window.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["pid", "cgroup"])]
+    pub pod: Option<String>,
+    /// Namespace of --pod.
+    #[arg(long, value_name = "NS", requires = "pod")]
+    pub namespace: Option<String>,
+    /// Container of --pod (its name).
+    #[arg(long, value_name = "NAME", requires = "pod")]
+    pub container: Option<String>,
+    /// Stop after this long (e.g. 10m, 24h). Default: until SIGINT or SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Output directory: one directory per escalated or OOM-killed process, NAMESPACE_POD or
+    /// pid-PID, with one report directory per event and time under it (default
+    /// ./leaktrace-watch-TIMESTAMP).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Length of each growth-mode window, over which every process gets its verdict; the
+    /// selectors are rescanned between windows.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub window: Duration,
+    /// Time between checkpoints in a window.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub interval: Duration,
+    /// Escalate a process after this many windows in a row with a leak verdict.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub escalate_after: u32,
+    /// Length of an escalation's exact window (every allocator call of the process traced, then
+    /// the probes removed).
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub escalate_for: Duration,
+    /// Exact windows running at once, at most.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub max_escalations: u64,
+    /// No process is escalated again within this long of its last escalation's start.
+    #[arg(long, value_parser = parse_duration, default_value = "30m")]
+    pub cooldown: Duration,
+    /// Never escalate.
+    #[arg(long)]
+    pub no_escalate: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464), path /metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Sites listed in each report.md.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be greater than zero".into()),
+        Err(e) => Err(format!("{e} (examples: 30s, 2m, 250ms)")),
+    }
+}
+
+impl WatchArgs {
+    /// The options these arguments give. Errors: an interval shorter than 100 ms or not
+    /// shorter than the window.
+    pub fn options(self) -> anyhow::Result<WatchOptions> {
+        anyhow::ensure!(
+            self.interval >= Duration::from_millis(100) && self.interval * 4 <= self.window,
+            "--interval must be at least 100ms and a quarter of --window at most (a verdict needs checkpoints)"
+        );
+        let selector = match (self.pid.is_empty(), self.cgroup, self.pod) {
+            (false, _, _) => Selector::Pids(self.pid),
+            (true, Some(c), _) => Selector::Cgroup(c),
+            (true, None, Some(pod)) => {
+                Selector::Pod(crate::pod::PodSelector { pod, namespace: self.namespace, container: self.container })
+            }
+            (true, None, None) => Selector::Host,
+        };
+        Ok(WatchOptions {
+            selector,
+            duration: self.duration,
+            out: self.out,
+            window: self.window,
+            interval: self.interval,
+            policy: EscalationPolicy {
+                after_windows: self.escalate_after,
+                max_concurrent: self.max_escalations as usize,
+                cooldown: self.cooldown,
+                window: (!self.no_escalate).then_some(self.escalate_for),
+            },
+            metrics_listen: self.metrics_listen,
+            top: self.top,
+        })
+    }
+}

@@ -1,0 +1,314 @@
+//! `leaktrace watch` (issue 34): one long-running agent for a node. Every process the selector
+//! picks (`--pid`, `--cgroup`, `--pod`; none: the whole host) is recorded in growth mode (page
+//! faults by stack, RSS by kind; no allocator probes) in back-to-back windows of `--window`;
+//! the selector is rescanned before each window, so processes that start are watched from the
+//! next window and those that end are dropped. Each window's recording of each process is
+//! analysed by the same analysis as `record` ([`crate::analyze::analyze`]), giving the online
+//! verdict. A process whose verdict is a leak in `--escalate-after` windows in a row gets an
+//! exact window (`record/escalate.rs`'s, `--escalate-for` long; at most `--max-escalations` at
+//! once, none again within `--cooldown`), and its report (the growth window and the exact one)
+//! is written to `--out/NAME/TIME/`. A process the OOM killer takes gets its OOM-time report
+//! (`oom.rs`). Memory stays bounded: recordings live one window, per-process state is
+//! `state.rs`'s (a 5-minute memory series), and processes gone are forgotten after 2 minutes.
+//!
+//! Files: `cli.rs` the command line; `state.rs` what is kept per process and the escalation
+//! rules; `window.rs` one window's verdicts and the escalations; `oom.rs` the OOM-time report;
+//! `metrics.rs` the Prometheus endpoint.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::output::OutDir;
+use crate::probes::Mode;
+use crate::record::{self, RecordOptions, TargetSpec};
+use crate::recording::EndReason;
+
+pub mod cli;
+pub mod metrics;
+mod oom;
+pub mod state;
+mod window;
+
+use state::{EscalationPolicy, Labels, Proc, Sample, WatchState};
+
+/// Which processes `watch` follows, rescanned before every window.
+#[derive(Clone, Debug)]
+pub enum Selector {
+    /// Every process of the host with an address space (kernel threads left out), leaktrace
+    /// itself excepted.
+    Host,
+    /// These PIDs, while they live.
+    Pids(Vec<u32>),
+    /// The processes of a cgroup (v2).
+    Cgroup(PathBuf),
+    /// The processes of a Kubernetes pod (`crate::pod`).
+    Pod(crate::pod::PodSelector),
+}
+
+impl Selector {
+    /// The live processes selected now (an empty list when the pod or cgroup has none, or is
+    /// gone), leaktrace itself and kernel threads left out.
+    pub fn scan(&self) -> Vec<u32> {
+        let me = std::process::id();
+        let pids = match self {
+            Selector::Host => std::fs::read_dir("/proc")
+                .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect())
+                .unwrap_or_default(),
+            Selector::Pids(p) => p.clone(),
+            Selector::Cgroup(c) => record::resolve_pids(&TargetSpec::Cgroup(c.clone())).unwrap_or_default(),
+            Selector::Pod(sel) => crate::pod::resolve(sel).unwrap_or_default(),
+        };
+        let set: BTreeSet<u32> =
+            pids.into_iter().filter(|&p| p != me && crate::procinfo::memory(p).is_some()).collect();
+        set.into_iter().collect()
+    }
+}
+
+/// Options of `leaktrace watch` (see `cli.rs` for each one's flag).
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    pub selector: Selector,
+    /// Stop after this long; None: until SIGINT or SIGTERM.
+    pub duration: Option<Duration>,
+    /// Output directory; None: ./leaktrace-watch-TIMESTAMP.
+    pub out: Option<PathBuf>,
+    /// Length of a growth-mode window.
+    pub window: Duration,
+    /// Time between checkpoints in a window.
+    pub interval: Duration,
+    pub policy: EscalationPolicy,
+    /// Serve Prometheus metrics there.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Sites listed in each report.md.
+    pub top: usize,
+}
+
+/// Shortest window worth taking at the end of `--duration`: a verdict needs checkpoints.
+const MIN_WINDOW: Duration = Duration::from_secs(2);
+
+/// Run the agent until `--duration` or a signal. Errors: not root, the output directory or the
+/// metrics address unusable (before anything is watched). A window that cannot be recorded
+/// (every selected process gone while attaching) is said and the next one taken.
+pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
+    crate::probes::check_privileges()?;
+    let out = match &opts.out {
+        Some(p) => OutDir::for_out(p)?,
+        None => OutDir::create_named(&crate::output::timestamped_dir("watch"))?,
+    };
+    let state = Arc::new(Mutex::new(WatchState::default()));
+    if let Some(addr) = opts.metrics_listen {
+        let l = std::net::TcpListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: cannot listen there: {e}"))?;
+        metrics::serve(l, state.clone());
+        crate::note!("leaktrace: watch: Prometheus metrics on http://{addr}/metrics");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(stop.clone());
+    sample_memory(state.clone(), stop.clone());
+    crate::note!(
+        "leaktrace: watch: growth-mode windows of {:.0} s; output in {}",
+        opts.window.as_secs_f64(),
+        out.path().display()
+    );
+    let start = Instant::now();
+    let mut escalations = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let left = opts.duration.map(|d| d.saturating_sub(start.elapsed()));
+        let len = left.map_or(opts.window, |l| l.min(opts.window));
+        if len < MIN_WINDOW {
+            break;
+        }
+        let pids = rescan(&opts.selector, &state, &out);
+        if pids.is_empty() {
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        let rec_opts = window_options(&opts, len);
+        let tmp = tempfile::Builder::new().prefix("leaktrace-watch-").tempdir()?;
+        let rec_opts = RecordOptions { out: Some(tmp.path().join("window")), ..rec_opts };
+        match record::record_all(TargetSpec::Found(pids), &rec_opts) {
+            Ok(mut recorded) => {
+                if recorded.end_reason == EndReason::Signal {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                let recordings = std::mem::take(&mut recorded.processes).into_iter().map(|p| p.recording).collect();
+                recorded.wait_detached();
+                let due = window::judge(recordings, &state, &out, &opts);
+                escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
+                escalations.extend(window::escalate(due, &state, &out, &opts, &rec_opts));
+            }
+            Err(e) => crate::note!("leaktrace: watch: this window could not be recorded: {e:#}"),
+        }
+        if let Ok(mut s) = state.lock() {
+            s.windows += 1;
+            s.forget_gone(Instant::now());
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in escalations {
+        let _ = h.join();
+    }
+    let s = state.lock().map_err(|_| anyhow::anyhow!("watch state poisoned"))?;
+    crate::note!(
+        "leaktrace: watch: done after {} window(s); {} report(s) in {}",
+        s.windows,
+        s.reports.len(),
+        out.path().display()
+    );
+    Ok(())
+}
+
+/// The growth-mode recording options of one window of length `len`.
+fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
+    RecordOptions {
+        duration: Some(len),
+        interval: opts.interval,
+        top: opts.top,
+        mode: Mode::Growth,
+        status_line: false,
+        python_frames: true,
+        ..RecordOptions::default()
+    }
+}
+
+/// The selector's processes now; new ones enter the state with their labels, those no longer
+/// selected are marked gone. One that vanished between two windows while its memory cgroup's
+/// OOM-kill count rose gets its OOM-time report (without a window's stacks: what grew since it
+/// was watched, its limit, its memory series).
+fn rescan(selector: &Selector, state: &Mutex<WatchState>, out: &OutDir) -> Vec<u32> {
+    let pids = selector.scan();
+    let pods: std::collections::HashMap<u32, crate::pod::PodProcess> =
+        crate::pod::pod_processes().into_iter().map(|p| (p.pid, p)).collect();
+    let now = Instant::now();
+    let Ok(mut s) = state.lock() else { return pids };
+    let selected: BTreeSet<u32> = pids.iter().copied().collect();
+    let mut oom_between = Vec::new();
+    for (pid, p) in s.procs.iter_mut() {
+        if !selected.contains(pid) && !p.gone {
+            p.gone = true;
+            p.last_seen = now;
+            let rose = p
+                .oom_events
+                .as_ref()
+                .is_some_and(|(f, base)| crate::record::ending::oom_kills(f).is_some_and(|n| n > *base));
+            if rose && !crate::procinfo::alive(*pid) && !p.oom_killed {
+                p.oom_killed = true;
+                oom_between.push((*pid, p.clone()));
+            }
+        }
+    }
+    for &pid in &pids {
+        let p = s.procs.entry(pid).or_insert_with(|| new_proc(pid, pods.get(&pid), now));
+        p.gone = false;
+        p.last_seen = now;
+    }
+    s.oom_kills += oom_between.len() as u64;
+    drop(s);
+    for (pid, p) in oom_between {
+        window::report_oom(pid, None, &p, out, state);
+    }
+    pids
+}
+
+/// A newly watched process: its labels (comm, and its pod's names from `pod`), its memory
+/// cgroup's OOM-kill count now.
+fn new_proc(pid: u32, pod: Option<&crate::pod::PodProcess>, now: Instant) -> Proc {
+    let labels = Labels {
+        comm: std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string(),
+        pod: pod.and_then(|p| p.pod.clone()),
+        namespace: pod.and_then(|p| p.namespace.clone()),
+        container: pod.and_then(|p| p.container.clone()),
+    };
+    let mut p = Proc::new(labels, now);
+    p.oom_events =
+        crate::record::ending::memory_events_of(pid).and_then(|f| crate::record::ending::oom_kills(&f).map(|n| (f, n)));
+    p
+}
+
+/// A thread that samples every watched process's memory once a second (the series of the
+/// OOM-time report and the metrics' RSS gauges) until `stop`.
+fn sample_memory(state: Arc<Mutex<WatchState>>, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let pids: Vec<u32> = match state.lock() {
+                Ok(s) => s.procs.iter().filter(|(_, p)| !p.gone).map(|(pid, _)| *pid).collect(),
+                Err(_) => return,
+            };
+            let now_ms = unix_ms();
+            let samples: Vec<(u32, Option<Sample>)> = pids
+                .into_iter()
+                .map(|pid| {
+                    let m = crate::procinfo::memory(pid).map(|m| Sample {
+                        unix_ms: now_ms,
+                        rss_anon: m.rss_anon_bytes,
+                        rss_file: m.rss_file_bytes,
+                        rss_shmem: m.rss_shmem_bytes,
+                    });
+                    (pid, m)
+                })
+                .collect();
+            if let Ok(mut s) = state.lock() {
+                for (pid, sample) in samples {
+                    if let (Some(p), Some(sample)) = (s.procs.get_mut(&pid), sample) {
+                        p.push_sample(sample);
+                        p.last_seen = Instant::now();
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+}
+
+/// SIGINT or SIGTERM sets `stop` (the window being recorded ends at once too: the recorder
+/// listens for them as well).
+fn stop_on_signals(stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+                return;
+            };
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        });
+        stop.store(true, Ordering::Relaxed);
+    });
+}
+
+/// A new report directory `OUT/NAME/TIMESTAMP[SUFFIX]` (TIMESTAMP in UTC; suffixed -2, -3 …
+/// when taken).
+pub(crate) fn report_dir(out: &OutDir, name: &str, suffix: &str) -> anyhow::Result<OutDir> {
+    let path = out.path().join(name).join(format!("{}{suffix}", utc_stamp()));
+    OutDir::create_named(&path)
+}
+
+/// Now, milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A UTC time for a directory name: `YYYYMMDDTHHMMSSZ`.
+pub(crate) fn utc_stamp() -> String {
+    // SAFETY: time(2) with a null pointer only returns the time.
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    // SAFETY: libc::tm is plain data (integers and a pointer the all-zero value makes null).
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: gmtime_r only reads `now` and writes the local `tm`.
+    unsafe { libc::gmtime_r(&now, &mut tm) };
+    format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}

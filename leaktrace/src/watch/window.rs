@@ -1,0 +1,163 @@
+//! One growth-mode window's end: each process's recording analysed by `record`'s analysis (its
+//! verdict into the state), the OOM-killed ones reported, and the escalations the policy calls
+//! for started, each in its own thread (`record/escalate.rs`'s exact window, then the report).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::WatchOptions;
+use super::state::{EscalationSummary, GrownStack, WatchState, WindowVerdict};
+use crate::analyze::{AnalyzeOptions, analyze};
+use crate::output::OutDir;
+use crate::record::RecordOptions;
+use crate::recording::Recording;
+
+/// Judge every recording of the window: each process's verdict (the same analysis as
+/// `record`'s), an OOM-time report for those the OOM killer took. Returns the recordings of
+/// the processes due for escalation now, by PID.
+pub(super) fn judge(
+    recordings: Vec<Recording>,
+    state: &Arc<Mutex<WatchState>>,
+    out: &OutDir,
+    opts: &WatchOptions,
+) -> HashMap<u32, Recording> {
+    let mut kept = HashMap::new();
+    for rec in recordings {
+        let pid = rec.target.pid;
+        let a = analyze(&rec, &AnalyzeOptions { top: opts.top });
+        let verdict = WindowVerdict {
+            class: if a.verdict.inconclusive { "inconclusive".into() } else { a.verdict.class.as_str().to_string() },
+            sentence: crate::report::verdict::sentence(&a),
+            growth_bytes_per_s: a.rss_anon_trend.as_ref().map_or(0.0, |t| t.slope_bytes_per_s),
+            lost_events: a.drops_total,
+        };
+        let grown = grown_by_stack(&a);
+        let oom = rec.target.ended.as_deref().is_some_and(super::oom::killed_by_oom);
+        let Ok(mut s) = state.lock() else { return kept };
+        let Some(p) = s.procs.get_mut(&pid) else { continue };
+        p.set_verdict(verdict);
+        p.add_growth(grown);
+        if rec.target.ended.is_some() {
+            p.gone = true;
+        }
+        if oom && !p.oom_killed {
+            p.oom_killed = true;
+            let p = p.clone();
+            s.oom_kills += 1;
+            drop(s);
+            report_oom(pid, Some((&rec, &a)), &p, out, state);
+            continue;
+        }
+        kept.insert(pid, rec);
+    }
+    let Ok(mut s) = state.lock() else { return HashMap::new() };
+    let due = s.due_escalations(&opts.policy, Instant::now());
+    let now = Instant::now();
+    let mut out = HashMap::new();
+    for pid in due {
+        if let Some(rec) = kept.remove(&pid) {
+            s.start_escalation(pid, now);
+            out.insert(pid, rec);
+        }
+    }
+    out
+}
+
+/// Write the OOM-time report of `pid` (`window`: the recording of the window it died in and
+/// its analysis; None when it died between windows) and say where it is.
+pub(super) fn report_oom(
+    pid: u32,
+    window: Option<(&Recording, &crate::analyze::Analysis)>,
+    p: &super::state::Proc,
+    out: &OutDir,
+    state: &Mutex<WatchState>,
+) {
+    match super::oom::write(pid, window, p, out) {
+        Ok(dir) => {
+            crate::note!("leaktrace: watch: PID {pid} was killed by the OOM killer; what it held: {}", dir.display());
+            if let Ok(mut s) = state.lock() {
+                s.reports.push(dir);
+            }
+        }
+        Err(e) => crate::note!("leaktrace: watch: PID {pid}'s OOM-time report could not be written: {e:#}"),
+    }
+}
+
+/// The window's sites that grew, as [`GrownStack`]s (growth over the window, bytes), the
+/// 50 largest.
+fn grown_by_stack(a: &crate::analyze::Analysis) -> Vec<GrownStack> {
+    let mut v: Vec<GrownStack> = a
+        .sites
+        .iter()
+        .filter(|s| s.growth_bytes > 0)
+        .map(|s| GrownStack {
+            function: s.function.clone(),
+            stack: s.frames.iter().filter_map(|f| f.function.clone()).take(12).collect(),
+            bytes: s.growth_bytes as u64,
+        })
+        .collect();
+    v.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    v.truncate(50);
+    v
+}
+
+/// Start an exact window on each process of `due`, each in its thread; its report (the growth
+/// window with the exact one, `Recording::escalation`) goes to `OUT/NAME/TIME/`.
+pub(super) fn escalate(
+    due: HashMap<u32, Recording>,
+    state: &Arc<Mutex<WatchState>>,
+    out: &OutDir,
+    opts: &WatchOptions,
+    rec_opts: &RecordOptions,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let Some(window) = opts.policy.window else { return Vec::new() };
+    let mut handles = Vec::new();
+    for (pid, mut rec) in due {
+        let state = state.clone();
+        let rec_opts = rec_opts.clone();
+        let top = opts.top;
+        let Ok(out) = out.try_clone() else { continue };
+        crate::note!(
+            "leaktrace: watch: PID {pid} grew in {} window(s) in a row; exact window of {:.1} s (its allocator calls traced, then the probes removed)",
+            opts.policy.after_windows,
+            window.as_secs_f64()
+        );
+        handles.push(std::thread::spawn(move || {
+            let result = (|| -> anyhow::Result<EscalationSummary> {
+                let tmp = tempfile::Builder::new().prefix("leaktrace-escalation-").tempdir()?;
+                let exact = crate::record::escalate::exact_window(pid, window, &rec_opts, &tmp.path().join("w"))?;
+                rec.escalation = Some(Box::new(exact));
+                let name = state.lock().ok().and_then(|s| s.procs.get(&pid).map(|p| p.dir_name(pid)));
+                let dir = super::report_dir(&out, &name.unwrap_or_else(|| format!("pid-{pid}")), "")?;
+                let (_, a) = crate::pipeline::finish(&rec, &dir, top)?;
+                let lead = a.escalation.as_deref().unwrap_or(&a);
+                let sites = lead
+                    .sites
+                    .iter()
+                    .filter(|s| s.live_bytes > 0)
+                    .take(top)
+                    .map(|s| (s.function.clone(), s.live_bytes, s.growth_bytes_per_s))
+                    .collect();
+                Ok(EscalationSummary {
+                    dir: dir.path().to_path_buf(),
+                    sentence: crate::report::verdict::sentence(&a),
+                    sites,
+                })
+            })();
+            let Ok(mut s) = state.lock() else { return };
+            s.escalating = s.escalating.saturating_sub(1);
+            match result {
+                Ok(sum) => {
+                    crate::note!("leaktrace: watch: PID {pid}: {} (report in {})", sum.sentence, sum.dir.display());
+                    s.reports.push(sum.dir.clone());
+                    if let Some(p) = s.procs.get_mut(&pid) {
+                        p.last_escalation_report = Some(sum);
+                    }
+                }
+                Err(e) => crate::note!("leaktrace: watch: the exact window on PID {pid} failed: {e:#}"),
+            }
+        }));
+    }
+    handles
+}
