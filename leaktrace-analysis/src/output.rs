@@ -337,16 +337,28 @@ pub fn save_fallback(prefix: &str, data: &[u8]) -> anyhow::Result<PathBuf> {
     anyhow::bail!("no temporary place took it ({})", errors.join("; "))
 }
 
-/// A default output directory name: `leaktrace-{what}-YYYYmmdd-HHMMSS` in local time, relative to
-/// the current directory (e.g. `leaktrace-1234-20261130-002600`). Made with
-/// [`OutDir::create_named`].
-pub fn timestamped_dir(what: &str) -> std::path::PathBuf {
+/// The current time broken down (`tm_year` counts from 1900, `tm_mon` from 0): in UTC when
+/// `utc`, else in the local time zone.
+pub fn calendar_now(utc: bool) -> libc::tm {
     // SAFETY: time(2) with a null pointer only returns the time.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
     // SAFETY: libc::tm is plain data (integers and a pointer the all-zero value makes null).
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: localtime_r only reads `now` and writes the local `tm`.
-    unsafe { libc::localtime_r(&now, &mut tm) };
+    if utc {
+        // SAFETY: gmtime_r only reads `now` and writes the local `tm`.
+        unsafe { libc::gmtime_r(&now, &mut tm) };
+    } else {
+        // SAFETY: localtime_r only reads `now` and writes the local `tm`.
+        unsafe { libc::localtime_r(&now, &mut tm) };
+    }
+    tm
+}
+
+/// A default output directory name: `leaktrace-{what}-YYYYmmdd-HHMMSS` in local time, relative to
+/// the current directory (e.g. `leaktrace-1234-20261130-002600`). Made with
+/// [`OutDir::create_named`].
+pub fn timestamped_dir(what: &str) -> std::path::PathBuf {
+    let tm = calendar_now(false);
     std::path::PathBuf::from(format!(
         "leaktrace-{what}-{:04}{:02}{:02}-{:02}{:02}{:02}",
         tm.tm_year + 1900,

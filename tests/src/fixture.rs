@@ -146,3 +146,26 @@ pub fn growth_o2() -> &'static Path {
         bin
     })
 }
+
+/// Build the C extension `tests/fixtures/pyheap/refleak_ext.c` (a missing `Py_DECREF`) for the
+/// Python `interp` into `fixtures-refleak-TAG` under the test's temporary root; that directory
+/// (for `sys.path`).
+pub fn build_refleak_extension(interp: &Path, tag: &str) -> PathBuf {
+    let dir = temp_root().join(format!("fixtures-refleak-{tag}"));
+    std::fs::create_dir_all(&dir).expect("create fixtures dir");
+    let cfg = |var: &str| {
+        let o = Command::new(interp)
+            .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let o = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
+        .arg(dir.join(format!("refleak_ext{}", cfg("EXT_SUFFIX"))))
+        .arg(fixture_source("pyheap").join("refleak_ext.c"))
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc refleak_ext.c for {}: {}", interp.display(), String::from_utf8_lossy(&o.stderr));
+    dir
+}

@@ -14,7 +14,7 @@
 //! One file per job: `machine.rs` (the binary under test, root), `tempdir.rs` (temporary
 //! directories), `fixture.rs` (compiling the fixtures), `running.rs` (running leaktrace),
 //! `target.rs` (a target started by the test), `report.rs` (report.json and its checks),
-//! `modes.rs` (the modes fixture), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
+//! `modes.rs` (the modes fixture), `cgroup.rs` (a memory cgroup with a limit), `kubetree.rs` (kubelet-style pod cgroups), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
 //! libraries, C++ names, processes, cgroups, eBPF programs).
 
 use std::time::Duration;
@@ -44,8 +44,10 @@ pub const OUTPUT_FILES: &[&str] = &[
     "growth.pb.gz",
 ];
 
+mod cgroup;
 mod fixture;
 mod http;
+mod kubetree;
 mod machine;
 mod modes;
 mod pprof;
@@ -57,8 +59,10 @@ pub mod runtimes;
 mod target;
 mod tempdir;
 
+pub use cgroup::*;
 pub use fixture::*;
 pub use http::*;
+pub use kubetree::*;
 pub use machine::*;
 pub use modes::*;
 pub use pprof::*;

@@ -7,56 +7,10 @@
 //!   `sidecar` (sleep) and the sandbox (sleep, container-type sandbox: never traced);
 //! - pod B, cgroupfs driver (`kubepods/burstable/pod<UID>/<ID>`), no runtime config: its name
 //!   is the process's HOSTNAME, also `web-N`, namespace unknown.
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
+use std::process::Command;
 
 use leaktrace_tests::*;
-
-/// Cgroup directories made for the test (removed in reverse order, only those it created) and
-/// the processes put in them (killed).
-struct KubeTree {
-    made: Vec<PathBuf>,
-    children: Vec<Child>,
-}
-
-impl KubeTree {
-    /// Make `rel` (and its missing parents) under the cgroup v2 root.
-    fn cgroup(&mut self, rel: &str) -> PathBuf {
-        let root = cgroup2_mount().unwrap_or_else(|e| panic!("{e}"));
-        let mut p = root.clone();
-        for seg in rel.split('/') {
-            p = p.join(seg);
-            if !p.exists() {
-                std::fs::create_dir(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
-                self.made.push(p.clone());
-            }
-        }
-        p
-    }
-
-    /// Start `cmd` and move it into the cgroup `dir`; its PID.
-    fn start_in(&mut self, dir: &Path, mut cmd: Command) -> u32 {
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
-        let pid = child.id();
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string())
-            .unwrap_or_else(|e| panic!("cannot move {pid} into {}: {e}", dir.display()));
-        self.children.push(child);
-        pid
-    }
-}
-
-impl Drop for KubeTree {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for d in self.made.iter().rev() {
-            let _ = wait_for(Duration::from_secs(5), || std::fs::remove_dir(d).ok());
-        }
-    }
-}
 
 /// A 32-hex-digit UID in the 8-4-4-4-12 form, and a 64-hex-digit container ID, from `seed`.
 fn uid(seed: u64) -> String {
@@ -103,7 +57,7 @@ fn pod_by_name_namespace_container_and_uid() {
     let seed = std::process::id() as u64 * 1000 + 7;
     let pod_name = format!("web-{}", std::process::id());
     let cri = temp_root().join(format!("cri-{seed}"));
-    let mut tree = KubeTree { made: Vec::new(), children: Vec::new() };
+    let mut tree = KubeTree::default();
 
     // Pod A: systemd driver, containerd.
     let (uid_a, app, side, sandbox) = (uid(seed), cid(seed + 1), cid(seed + 2), cid(seed + 3));

@@ -21,27 +21,6 @@ use leaktrace_tests::*;
 
 const PYENV: &str = "/root/.pyenv/versions";
 
-/// Build refleak_ext.c for `interp` into a directory of its own; that directory.
-fn build_extension(interp: &Path, tag: &str) -> PathBuf {
-    let dir = temp_root().join(format!("fixtures-frame-roots-{tag}"));
-    std::fs::create_dir_all(&dir).expect("create fixtures dir");
-    let cfg = |var: &str| {
-        let o = std::process::Command::new(interp)
-            .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
-            .output()
-            .expect("python3");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
-    let o = std::process::Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
-        .arg(dir.join(format!("refleak_ext{}", cfg("EXT_SUFFIX"))))
-        .arg(fixture_source("pyheap").join("refleak_ext.c"))
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "gcc refleak_ext.c for {}: {}", interp.display(), String::from_utf8_lossy(&o.stderr));
-    dir
-}
-
 /// The fixture's progress lines `word N T` as (N, T).
 fn progress(stdout: &str, word: &str) -> Vec<(f64, f64)> {
     stdout
@@ -85,7 +64,7 @@ fn holders<'a>(census: &'a Value, ty: &str) -> &'a [Value] {
 fn frame_roots(name: &str, interp: &Path, pymalloc: bool) {
     require_root();
     assert!(interp.exists(), "{} is missing (cargo xtask setup installs it)", interp.display());
-    let ext = build_extension(interp, name);
+    let ext = build_refleak_extension(interp, name);
     let out = OutDir::new(name);
     let mut cmd = leaktrace(["record", "--interval", "1s", "--python-heap", "--python-heap-every", "4"]);
     // `--pymalloc` slows the interpreter's start-up (8 s and more on a loaded host).

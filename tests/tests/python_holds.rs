@@ -228,22 +228,7 @@ fn python_heap_reference_leak_names_the_extension_function_311() {
 /// second) for `secs` with `extra` options.
 fn record_refleak(name: &str, extra: &[&str], secs: u32) -> (Report, Vec<(f64, f64)>, OutDir) {
     let interp = pyenv("3.11.7");
-    let dir = temp_root().join("fixtures-pyheap-311");
-    std::fs::create_dir_all(&dir).expect("create fixtures dir");
-    let cfg = |var: &str| {
-        let o = std::process::Command::new(&interp)
-            .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
-            .output()
-            .expect("python3");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
-    let o = std::process::Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
-        .arg(dir.join(format!("refleak_ext{}", cfg("EXT_SUFFIX"))))
-        .arg(fixture_source("pyheap").join("refleak_ext.c"))
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "gcc refleak_ext.c: {}", String::from_utf8_lossy(&o.stderr));
+    let dir = build_refleak_extension(&interp, "311");
     let dir_arg = dir.to_string_lossy().into_owned();
     record_heap_with(name, &interp, extra, ("refleak.py", &[&dir_arg, "100", "3600"]), secs, "calls")
 }

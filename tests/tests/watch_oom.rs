@@ -33,47 +33,6 @@ fn hostile() -> &'static Path {
     })
 }
 
-/// A memory cgroup for one test with `limit` bytes and no swap, removed when dropped.
-struct MemCgroup {
-    dir: PathBuf,
-}
-
-impl MemCgroup {
-    fn new(name: &str, limit: u64) -> MemCgroup {
-        let v2 = Path::new("/sys/fs/cgroup");
-        let v2_memory = std::fs::read_to_string(v2.join("cgroup.subtree_control"))
-            .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"));
-        let (dir, limit_file, swap_file) = if v2_memory {
-            (v2.join(name), "memory.max", "memory.swap.max")
-        } else {
-            let v1 = Path::new("/sys/fs/cgroup/memory");
-            assert!(v1.join("memory.limit_in_bytes").exists(), "this test needs a memory cgroup controller (v2 or v1)");
-            (v1.join(name), "memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
-        };
-        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("cannot create cgroup {}: {e}", dir.display()));
-        let cg = MemCgroup { dir };
-        std::fs::write(cg.dir.join(limit_file), limit.to_string()).expect("set the memory limit");
-        if v2_memory {
-            let _ = std::fs::write(cg.dir.join(swap_file), "0");
-        } else if cg.dir.join(swap_file).exists() {
-            let _ = std::fs::write(cg.dir.join(swap_file), limit.to_string());
-        }
-        cg
-    }
-}
-
-impl Drop for MemCgroup {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("could not remove cgroup {}", self.dir.display());
-    }
-}
-
 /// The one `*-oom` report directory under `dir`.
 fn oom_dir(dir: &Path, ctx: &str) -> PathBuf {
     let found: Vec<PathBuf> = std::fs::read_dir(dir)

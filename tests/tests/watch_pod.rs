@@ -6,63 +6,11 @@
 //! verdict and no longer the idle process, and the leaker's escalation report lands in
 //! OUT/shop_web-w<PID>_app/TIME/ naming leak_message (the idle process, killed by a signal, gets
 //! no OOM-time report).
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use leaktrace_tests::*;
-
-/// Cgroup directories made for the test (removed in reverse order) and the processes put in
-/// them (killed).
-struct KubeTree {
-    made: Vec<PathBuf>,
-    children: Vec<Child>,
-}
-
-impl KubeTree {
-    /// Make `rel` (and its missing parents) under the cgroup v2 root.
-    fn cgroup(&mut self, rel: &str) -> PathBuf {
-        let mut p = cgroup2_mount().unwrap_or_else(|e| panic!("{e}"));
-        for seg in rel.split('/') {
-            p = p.join(seg);
-            if !p.exists() {
-                std::fs::create_dir(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
-                self.made.push(p.clone());
-            }
-        }
-        p
-    }
-
-    /// Start `cmd` and move it into the cgroup `dir`; its PID.
-    fn start_in(&mut self, dir: &Path, mut cmd: Command) -> u32 {
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
-        let pid = child.id();
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string())
-            .unwrap_or_else(|e| panic!("cannot move {pid} into {}: {e}", dir.display()));
-        self.children.push(child);
-        pid
-    }
-
-    /// Kill and reap the process `pid` started here.
-    fn stop(&mut self, pid: u32) {
-        for c in self.children.iter_mut().filter(|c| c.id() == pid) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for KubeTree {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for d in self.made.iter().rev() {
-            let _ = wait_for(Duration::from_secs(5), || std::fs::remove_dir(d).ok());
-        }
-    }
-}
 
 /// The metrics endpoint's text, once it answers.
 fn metrics(port: u16) -> Option<String> {
@@ -84,7 +32,7 @@ fn watch_follows_a_pods_processes_as_they_come_and_go() {
         ),
     )
     .expect("write config.json");
-    let mut tree = KubeTree { made: Vec::new(), children: Vec::new() };
+    let mut tree = KubeTree::default();
     let pod_dir =
         format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
     let app = tree.cgroup(&format!("{pod_dir}/cri-containerd-{cid}.scope"));

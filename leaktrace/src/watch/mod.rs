@@ -296,12 +296,7 @@ pub(crate) fn unix_ms() -> u64 {
 
 /// A UTC time for a directory name: `YYYYMMDDTHHMMSSZ`.
 pub(crate) fn utc_stamp() -> String {
-    // SAFETY: time(2) with a null pointer only returns the time.
-    let now = unsafe { libc::time(std::ptr::null_mut()) };
-    // SAFETY: libc::tm is plain data (integers and a pointer the all-zero value makes null).
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: gmtime_r only reads `now` and writes the local `tm`.
-    unsafe { libc::gmtime_r(&now, &mut tm) };
+    let tm = leaktrace_analysis::output::calendar_now(true);
     format!(
         "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
         tm.tm_year + 1900,
