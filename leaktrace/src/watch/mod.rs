@@ -49,6 +49,40 @@ pub enum Selector {
 }
 
 impl Selector {
+    /// A selector that can never match is a mistake to say at once, as `record` does: a
+    /// `--pid` that is no process, a `--cgroup` that is no cgroup v2 directory. (A pod may
+    /// start later: none is waited for.)
+    pub fn check(&self) -> anyhow::Result<()> {
+        match self {
+            Selector::Pids(p) => {
+                for pid in p {
+                    anyhow::ensure!(crate::procinfo::alive(*pid), "--pid {pid}: no such process");
+                }
+            }
+            Selector::Cgroup(c) => {
+                let dir = if c.is_absolute() { c.clone() } else { std::path::Path::new("/sys/fs/cgroup").join(c) };
+                anyhow::ensure!(
+                    dir.join("cgroup.procs").exists(),
+                    "--cgroup {}: no such cgroup v2 directory (no cgroup.procs in {})",
+                    c.display(),
+                    dir.display()
+                );
+            }
+            Selector::Host | Selector::Pod(_) => {}
+        }
+        Ok(())
+    }
+
+    /// What is watched, for messages: `--pid 12 34`, `--cgroup X`, `--pod NAME`, `the host`.
+    fn describe(&self) -> String {
+        match self {
+            Selector::Host => "the host".into(),
+            Selector::Pids(p) => format!("--pid {}", p.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")),
+            Selector::Cgroup(c) => format!("--cgroup {}", c.display()),
+            Selector::Pod(_) => "the pod".into(),
+        }
+    }
+
     /// The live processes selected now (an empty list when the pod or cgroup has none, or is
     /// gone), leaktrace itself and kernel threads left out.
     pub fn scan(&self) -> Vec<u32> {
@@ -94,6 +128,7 @@ const MIN_WINDOW: Duration = Duration::from_secs(2);
 /// (every selected process gone while attaching) is said and the next one taken.
 pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     crate::probes::check_privileges()?;
+    opts.selector.check()?;
     let out = match &opts.out {
         Some(p) => OutDir::for_out(p)?,
         None => OutDir::create_named(&crate::output::timestamped_dir("watch"))?,
@@ -115,6 +150,9 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     );
     let start = Instant::now();
     let mut escalations = Vec::new();
+    // The last thing said about an empty selection or a failed window: said once, not every
+    // time it happens again.
+    let mut said = String::new();
     while !stop.load(Ordering::Relaxed) {
         let left = opts.duration.map(|d| d.saturating_sub(start.elapsed()));
         let len = left.map_or(opts.window, |l| l.min(opts.window));
@@ -123,6 +161,11 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         }
         let pids = rescan(&opts.selector, &state, &out);
         if pids.is_empty() {
+            if matches!(opts.selector, Selector::Pids(_)) {
+                crate::note!("leaktrace: watch: every process of {} has exited", opts.selector.describe());
+                break;
+            }
+            say_once(&mut said, format!("nothing to watch: {} has no process now; waiting", opts.selector.describe()));
             std::thread::sleep(Duration::from_secs(1));
             continue;
         }
@@ -140,7 +183,11 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
                 escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
                 escalations.extend(window::escalate(due, &state, &out, &opts, &rec_opts));
             }
-            Err(e) => crate::note!("leaktrace: watch: this window could not be recorded: {e:#}"),
+            Err(e) => {
+                say_once(&mut said, format!("this window could not be recorded: {e:#}"));
+                // Not at once again: the same processes would most likely fail the same way.
+                std::thread::sleep(opts.interval.max(Duration::from_secs(1)));
+            }
         }
         if let Ok(mut s) = state.lock() {
             s.windows += 1;
@@ -159,6 +206,14 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         out.path().display()
     );
     Ok(())
+}
+
+/// Say `line` (prefixed `leaktrace: watch:`) unless it is what was said last.
+fn say_once(said: &mut String, line: String) {
+    if *said != line {
+        crate::note!("leaktrace: watch: {line}");
+        *said = line;
+    }
 }
 
 /// The growth-mode recording options of one window of length `len`.
