@@ -250,37 +250,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     }
 
     // Counters (cumulative: the last checkpoint).
-    let mut drops: BTreeMap<String, u64> = BTreeMap::new();
-    let mut events: BTreeMap<String, u64> = BTreeMap::new();
-    for c in &counter::TABLE {
-        if c.is_loss {
-            drops.insert(c.name.to_string(), 0);
-        } else {
-            events.insert(c.name.to_string(), 0);
-        }
-    }
-    if let Some(&last) = order.last() {
-        for (k, &v) in &rec.checkpoints[last].counters {
-            if let Some(d) = drops.get_mut(k) {
-                *d = v;
-            } else {
-                events.insert(k.clone(), v);
-            }
-        }
-    }
-    let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
-    let allocs = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0);
-    let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
-    let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
-    if drops_total > 0 {
-        let names: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
-        warnings.push(format!(
-            "{drops_total} event(s) were lost ({}; {:.2} % of recorded allocations): figures may \
-             be incomplete",
-            names.join(", "),
-            loss_ratio * 100.0
-        ));
-    }
+    let Counters { drops, events, drops_total, f_drops } = counters(rec, order, &mut warnings);
 
     // Sampled mode: a site's figures move in steps of about one sample.
     let sample_bytes = if rec.mode == Mode::Sampled { rec.sample_bytes.unwrap_or(0) } else { 0 };
@@ -735,6 +705,54 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     analysis.summary.occupied_heap_to_rss_ratio = analysis.occupied.as_ref().and_then(|o| o.ratio);
     analysis.plateau = super::plateau::plateau(rec, tl, &analysis);
     analysis
+}
+
+/// The recording's event and loss counters at its last checkpoint.
+struct Counters {
+    /// Lost events by counter name, and their sum.
+    drops: BTreeMap<String, u64>,
+    /// Other events by counter name.
+    events: BTreeMap<String, u64>,
+    drops_total: u64,
+    /// Confidence factor for losses (0.2–1).
+    f_drops: f64,
+}
+
+/// The counters at the last checkpoint in `order`, and the confidence factor their losses allow;
+/// warns of any loss.
+fn counters(rec: &Recording, order: &[usize], warnings: &mut Vec<String>) -> Counters {
+    let mut drops: BTreeMap<String, u64> = BTreeMap::new();
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    for c in &counter::TABLE {
+        if c.is_loss {
+            drops.insert(c.name.to_string(), 0);
+        } else {
+            events.insert(c.name.to_string(), 0);
+        }
+    }
+    if let Some(&last) = order.last() {
+        for (k, &v) in &rec.checkpoints[last].counters {
+            if let Some(d) = drops.get_mut(k) {
+                *d = v;
+            } else {
+                events.insert(k.clone(), v);
+            }
+        }
+    }
+    let drops_total = drops.values().fold(0u64, |a, &b| a.saturating_add(b));
+    let allocs = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0);
+    let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
+    let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
+    if drops_total > 0 {
+        let names: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        warnings.push(format!(
+            "{drops_total} event(s) were lost ({}; {:.2} % of recorded allocations): figures may \
+             be incomplete",
+            names.join(", "),
+            loss_ratio * 100.0
+        ));
+    }
+    Counters { drops, events, drops_total, f_drops }
 }
 
 /// The analysed span of a timeline, as positions in it: from the last idle checkpoint before the
