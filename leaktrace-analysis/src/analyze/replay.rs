@@ -292,37 +292,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     }
 
     // Process series.
-    let mut memory = MemorySeries::default();
-    for &ci in order {
-        let c = &rec.checkpoints[ci];
-        if let Some(m) = &c.memory {
-            let t = (c.t_s * 1e9).round() / 1e9;
-            memory.rss_bytes.push((t, m.rss_bytes));
-            memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
-            memory.rss_file_bytes.push((t, m.rss_file_bytes));
-            memory.rss_shmem_bytes.push((t, m.rss_shmem_bytes));
-        }
-        if let Some(al) = &c.allocator {
-            let t = (c.t_s * 1e9).round() / 1e9;
-            memory.allocator_resident_bytes.push((t, al.resident_bytes()));
-        }
-    }
-    let mut native = vec![0u64; n];
-    let mut mmap = vec![0u64; n];
-    let mut fault = vec![0u64; n];
-    // malloc sites of a runtime that are not native (managed, off-heap, runtime kinds).
-    let mut other_malloc = vec![0u64; n];
-    for (si, st) in stacks.iter().enumerate() {
-        let target = match st.kind {
-            StackKind::Mmap => &mut mmap,
-            StackKind::Fault => &mut fault,
-            _ if kinds[si] == MemoryKind::Native => &mut native,
-            _ => &mut other_malloc,
-        };
-        for (k, v) in tl.live_bytes[si].iter().enumerate() {
-            target[k] = target[k].saturating_add(*v);
-        }
-    }
+    let mut memory = checkpoint_memory(rec, order);
+    let LiveByKind { native, mmap, fault, other_malloc } = live_by_kind(tl, n);
     if stacks.iter().any(|s| s.kind == StackKind::Fault) {
         memory.fault_bytes = times.iter().copied().zip(fault.iter().copied()).collect();
     }
@@ -705,6 +676,59 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     analysis.summary.occupied_heap_to_rss_ratio = analysis.occupied.as_ref().and_then(|o| o.ratio);
     analysis.plateau = super::plateau::plateau(rec, tl, &analysis);
     analysis
+}
+
+/// The process's memory figures (RSS and its parts, the allocator's resident bytes) at the
+/// checkpoints in `order` that read them, as (time s, bytes) points.
+fn checkpoint_memory(rec: &Recording, order: &[usize]) -> MemorySeries {
+    let mut memory = MemorySeries::default();
+    for &ci in order {
+        let c = &rec.checkpoints[ci];
+        if let Some(m) = &c.memory {
+            let t = (c.t_s * 1e9).round() / 1e9;
+            memory.rss_bytes.push((t, m.rss_bytes));
+            memory.rss_anon_bytes.push((t, m.rss_anon_bytes));
+            memory.rss_file_bytes.push((t, m.rss_file_bytes));
+            memory.rss_shmem_bytes.push((t, m.rss_shmem_bytes));
+        }
+        if let Some(al) = &c.allocator {
+            let t = (c.t_s * 1e9).round() / 1e9;
+            memory.allocator_resident_bytes.push((t, al.resident_bytes()));
+        }
+    }
+    memory
+}
+
+/// Live bytes at each checkpoint summed over the sites of each kind.
+struct LiveByKind {
+    native: Vec<u64>,
+    mmap: Vec<u64>,
+    fault: Vec<u64>,
+    /// malloc sites of a runtime that are not native (managed, off-heap, runtime kinds).
+    other_malloc: Vec<u64>,
+}
+
+/// Live bytes at each of the `n` checkpoints summed by kind of site (native malloc, mappings,
+/// faults, a runtime's other malloc sites).
+fn live_by_kind(tl: &Timeline, n: usize) -> LiveByKind {
+    let (stacks, kinds) = (&tl.stacks, &tl.kinds);
+    let mut native = vec![0u64; n];
+    let mut mmap = vec![0u64; n];
+    let mut fault = vec![0u64; n];
+    // malloc sites of a runtime that are not native (managed, off-heap, runtime kinds).
+    let mut other_malloc = vec![0u64; n];
+    for (si, st) in stacks.iter().enumerate() {
+        let target = match st.kind {
+            StackKind::Mmap => &mut mmap,
+            StackKind::Fault => &mut fault,
+            _ if kinds[si] == MemoryKind::Native => &mut native,
+            _ => &mut other_malloc,
+        };
+        for (k, v) in tl.live_bytes[si].iter().enumerate() {
+            target[k] = target[k].saturating_add(*v);
+        }
+    }
+    LiveByKind { native, mmap, fault, other_malloc }
 }
 
 /// The recording's event and loss counters at its last checkpoint.
