@@ -12,13 +12,18 @@ use crate::launch::{self};
 
 use super::*;
 
+/// The directory of the cgroup v2 `path`: as is when absolute, else under /sys/fs/cgroup.
+pub fn cgroup_dir(path: &Path) -> PathBuf {
+    if path.is_absolute() { path.to_path_buf() } else { Path::new("/sys/fs/cgroup").join(path) }
+}
+
 /// The PIDs a target specification selects (not for launch mode). Errors when none.
 pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
     let mut pids = match spec {
         TargetSpec::Pid(p) => vec![*p],
         TargetSpec::Pids(v) | TargetSpec::Found(v) => v.clone(),
         TargetSpec::Cgroup(path) => {
-            let dir = if path.is_absolute() { path.clone() } else { Path::new("/sys/fs/cgroup").join(path) };
+            let dir = cgroup_dir(path);
             let procs = dir.join("cgroup.procs");
             let text = std::fs::read_to_string(&procs).with_context(|| {
                 format!("cannot read {} (is {} a cgroup v2 directory?)", procs.display(), dir.display())

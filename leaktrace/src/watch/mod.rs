@@ -60,7 +60,7 @@ impl Selector {
                 }
             }
             Selector::Cgroup(c) => {
-                let dir = if c.is_absolute() { c.clone() } else { std::path::Path::new("/sys/fs/cgroup").join(c) };
+                let dir = record::cgroup_dir(c);
                 anyhow::ensure!(
                     dir.join("cgroup.procs").exists(),
                     "--cgroup {}: no such cgroup v2 directory (no cgroup.procs in {})",
