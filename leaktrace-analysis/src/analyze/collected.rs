@@ -13,7 +13,7 @@ use super::stats::{fit, points};
 use crate::runtimes::MemoryKind;
 
 /// Collections seen (falls of the site's live bytes to a trough) a site needs before its growth is judged on them.
-pub const MIN_COLLECTIONS: usize = 2;
+pub(crate) const MIN_COLLECTIONS: usize = 2;
 
 /// What the collections in a recording left of one site ([`garbage_between_collections`]).
 #[derive(Clone, Debug, PartialEq)]

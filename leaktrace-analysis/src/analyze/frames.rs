@@ -5,7 +5,8 @@ use crate::runtimes::MemoryKind;
 use std::sync::Arc;
 
 pub(super) use crate::frame_origin::is_runtime_frame;
-pub use crate::frame_origin::{basename, is_allocator, is_system_frame};
+pub(crate) use crate::frame_origin::is_system_frame;
+pub use crate::frame_origin::{basename, is_allocator};
 pub use crate::runtimes::native_interface_caller;
 
 /// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
@@ -33,7 +34,7 @@ pub fn frame_label(f: &Frame) -> String {
 /// `LazyCompile:~handler /srv/app.js:3`) whose code is the program's, not Node's own library
 /// (`node:internal/...`, `node:buffer`), or from HotSpot's (`void com.acme.Ledger.append(long)`,
 /// not the JDK's own classes: [`crate::runtimes::jvm::is_user_java_frame`]).
-pub fn is_user_jit_frame(f: &Frame) -> bool {
+pub(crate) fn is_user_jit_frame(f: &Frame) -> bool {
     if f.object.is_some() {
         return false;
     }

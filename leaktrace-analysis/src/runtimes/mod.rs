@@ -305,12 +305,12 @@ pub(crate) mod tests {
     use crate::timeline::{Timeline, memory_by_kind};
 
     /// A frame of `function` in `object`.
-    pub fn fr(function: &str, object: &str) -> Frame {
+    pub(crate) fn fr(function: &str, object: &str) -> Frame {
         Frame { addr: 0x1000, object: Some(object.into()), function: Some(function.into()), ..Default::default() }
     }
 
     /// A stack of `kind` with these (function, object) frames, innermost first.
-    pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
+    pub(crate) fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
         Stack {
             id: 1,
             kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"),
@@ -320,7 +320,7 @@ pub(crate) mod tests {
         }
     }
 
-    pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    pub(crate) const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
     #[test]
     fn lost_stacks_are_classified_by_their_direct_caller() {
