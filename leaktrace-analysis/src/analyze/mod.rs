@@ -889,6 +889,7 @@ mod collected;
 mod finalization;
 mod first_touch;
 mod frames;
+mod kinds;
 pub mod managed;
 pub mod occupied;
 pub mod patterns;

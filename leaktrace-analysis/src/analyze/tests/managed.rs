@@ -99,7 +99,7 @@ fn collected_heap_is_measured_at_its_troughs() {
     }
     // No collection seen (a heap that only rises): every point is fitted.
     let window: Vec<(f64, f64)> = (0..30).map(|k| (k as f64, 1000.0 * k as f64)).collect();
-    assert_eq!(super::replay::post_gc_troughs(&window), None);
+    assert_eq!(super::kinds::post_gc_troughs(&window), None);
 }
 
 /// Issue 17, item 4: a managed heap whose slope is ≤ 0 is never growth, even when one of its
