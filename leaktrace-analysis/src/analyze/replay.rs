@@ -805,8 +805,8 @@ fn live_by_kind(tl: &Timeline, n: usize) -> LiveByKind {
 
 /// The recording's event and loss counters at its last checkpoint.
 struct Counters {
-    /// Lost events by counter name, and their sum.
-    drops: BTreeMap<String, u64>,
+    /// Lost events by counter, and their sum.
+    drops: BTreeMap<counter::Counter, u64>,
     /// Other events by counter name.
     events: BTreeMap<String, u64>,
     drops_total: u64,
@@ -817,18 +817,18 @@ struct Counters {
 /// The counters at the last checkpoint in `order`, and the confidence factor their losses allow;
 /// warns of any loss.
 fn counters(rec: &Recording, order: &[usize], warnings: &mut Vec<String>) -> Counters {
-    let mut drops: BTreeMap<String, u64> = BTreeMap::new();
+    let mut drops: BTreeMap<counter::Counter, u64> = BTreeMap::new();
     let mut events: BTreeMap<String, u64> = BTreeMap::new();
     for c in &counter::TABLE {
         if c.is_loss {
-            drops.insert(c.name.to_string(), 0);
+            drops.insert(c.counter, 0);
         } else {
             events.insert(c.name.to_string(), 0);
         }
     }
     if let Some(&last) = order.last() {
         for (k, &v) in &rec.checkpoints[last].counters {
-            if let Some(d) = drops.get_mut(k) {
+            if let Some(d) = counter::Counter::from_name(k).and_then(|c| drops.get_mut(&c)) {
                 *d = v;
             } else {
                 events.insert(k.clone(), v);
@@ -840,7 +840,8 @@ fn counters(rec: &Recording, order: &[usize], warnings: &mut Vec<String>) -> Cou
     let loss_ratio = if drops_total == 0 { 0.0 } else { drops_total as f64 / (allocs as f64 + drops_total as f64) };
     let f_drops = (1.0 - 5.0 * loss_ratio).clamp(0.2, 1.0);
     if drops_total > 0 {
-        let names: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        let names: Vec<String> =
+            drops_by_name(&drops).into_iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k} {v}")).collect();
         warnings.push(format!(
             "{drops_total} event(s) were lost ({}; {:.2} % of recorded allocations): figures may \
              be incomplete",

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use leaktrace_common::counter;
+use leaktrace_common::counter::{self, Counter};
 
 use super::*;
 use crate::recording::{Runtime, Stack, StackKind};
@@ -69,11 +69,32 @@ pub(super) fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
     s.kind == StackKind::Mmap && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
 }
 
+impl Analysis {
+    /// [`Analysis::drops`] by counter name, in name order: how report.json and report.md list
+    /// them (and the loss warning names them).
+    pub fn drops_by_name(&self) -> Vec<(&'static str, u64)> {
+        drops_by_name(&self.drops)
+    }
+}
+
+/// Loss counters by name, in name order.
+pub(super) fn drops_by_name(drops: &BTreeMap<Counter, u64>) -> Vec<(&'static str, u64)> {
+    let mut v: Vec<(&'static str, u64)> = drops.iter().map(|(c, &n)| (c.name(), n)).collect();
+    v.sort_unstable_by_key(|&(name, _)| name);
+    v
+}
+
+/// Serialize [`Analysis::drops`] as a map from counter name to count, in name order (as the
+/// map of names it replaced).
+pub(super) fn serialize_drops<S: serde::Serializer>(drops: &BTreeMap<Counter, u64>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(drops_by_name(drops))
+}
+
 /// Share of traced allocator calls whose bytes were lost (0..1), from the loss counters that
 /// leave live bytes incomplete ([`counter::byte_losses`]; the others lose call stacks, never
 /// bytes).
-pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
-    let lost = counter::byte_losses().filter_map(|c| drops.get(c.name)).fold(0u64, |a, &n| a.saturating_add(n));
+pub fn lost_share(drops: &BTreeMap<Counter, u64>, events: &BTreeMap<String, u64>) -> f64 {
+    let lost = counter::byte_losses().filter_map(|c| drops.get(&c.counter)).fold(0u64, |a, &n| a.saturating_add(n));
     let seen = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0).saturating_add(lost);
     if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
 }
@@ -81,13 +102,13 @@ pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>)
 /// When more than 1 % of the allocations were lost (a full map), what looks flat or like
 /// fragmentation may be untraced memory: such a verdict becomes "inconclusive", and a leak found
 /// anyway is said to be a lower bound. The losses are named on the verdict line.
-pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> Verdict {
+pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<Counter, u64>, events: &BTreeMap<String, u64>) -> Verdict {
     let share = lost_share(drops, events);
     if share <= 0.01 {
         return v;
     }
     let counters: Vec<(String, u64)> = counter::byte_losses()
-        .filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| (c.name.to_string(), *n)))
+        .filter_map(|c| drops.get(&c.counter).filter(|n| **n > 0).map(|n| (c.name.to_string(), *n)))
         .collect();
     match v.class {
         ProcessClass::Leak | ProcessClass::OffHeap => Verdict {

@@ -347,8 +347,8 @@ fn summary_json(a: &Analysis) -> Value {
 /// report.json's `drops`: every loss counter by its name, and their `total`.
 fn drops_json(a: &Analysis) -> Value {
     let mut drops = serde_json::Map::new();
-    for (k, v) in &a.drops {
-        drops.insert(k.clone(), json!(v));
+    for (k, v) in a.drops_by_name() {
+        drops.insert(k.into(), json!(v));
     }
     drops.insert("total".into(), json!(a.drops_total));
     Value::Object(drops)

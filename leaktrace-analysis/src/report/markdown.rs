@@ -630,7 +630,7 @@ fn losses(md: &mut String, a: &Analysis) {
     } else {
         let _ = writeln!(md, "{} event(s) lost in total:\n", a.drops_total);
         md.push_str("| counter | count |\n|---|---|\n");
-        for (k, v) in &a.drops {
+        for (k, v) in a.drops_by_name() {
             let _ = writeln!(md, "| {k} | {v} |");
         }
         md.push('\n');
