@@ -8,7 +8,7 @@
 //! not grow, the site's growth is garbage that the next collection frees.
 
 use super::MIN_WINDOW_POINTS;
-use super::replay::gc_troughs;
+use super::kinds::gc_troughs;
 use super::stats::{fit, points};
 use crate::runtimes::MemoryKind;
 

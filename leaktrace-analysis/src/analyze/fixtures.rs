@@ -18,6 +18,23 @@ pub(crate) fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> 
     }
 }
 
+/// A stack of `kind` with `frames` (innermost first), neither lost nor truncated.
+pub fn site_stack(id: u32, kind: StackKind, frames: Vec<std::sync::Arc<Frame>>) -> Stack {
+    Stack { id, kind, frames, lost: false, truncated: None }
+}
+
+/// A malloc stack of `function` (in the fixture's executable, server.c:10) calling malloc.
+pub fn server_stack(id: u32, function: &str) -> Stack {
+    site_stack(
+        id,
+        StackKind::Malloc,
+        vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))).into(),
+        ],
+    )
+}
+
 /// Cumulative (alloc_bytes, alloc_count, free_bytes, free_count) of a site at time t.
 pub(crate) type SiteFn = Box<dyn Fn(f64) -> (u64, u64, u64, u64)>;
 
