@@ -17,6 +17,25 @@ pub fn cgroup_dir(path: &Path) -> PathBuf {
     if path.is_absolute() { path.to_path_buf() } else { Path::new("/sys/fs/cgroup").join(path) }
 }
 
+/// The processes of the cgroup v2 directory `dir` and of every cgroup below it, sorted (empty
+/// when there is none or `dir` cannot be read). `watch --cgroup` of a node's `kubepods` root:
+/// the root holds no process itself, its pods' container cgroups do. Cgroups that vanish while
+/// they are walked are skipped.
+pub fn cgroup_tree_pids(dir: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        dirs.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The PIDs a target specification selects (not for launch mode). Errors when none.
 pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
     let mut pids = match spec {
