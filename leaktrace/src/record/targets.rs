@@ -271,6 +271,29 @@ mod tests {
         assert_eq!(loader_list(exe, Some(&wrong)), Some(Vec::new()));
     }
 
+    /// A kubelet-style tree (no process in the roots, containers below) gives every container's
+    /// processes, each once, sorted; a directory that is no cgroup gives none.
+    #[test]
+    fn cgroup_tree_pids_walks_every_cgroup_below() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let kubepods = root.path().join("kubepods");
+        for (dir, procs) in [
+            ("", ""),
+            ("burstable", ""),
+            ("burstable/podA", ""),
+            ("burstable/podA/c1", "30\n10\n"),
+            ("burstable/podA/c2", "20\n"),
+            ("besteffort/podB/c3", "40\n10\n"),
+        ] {
+            let d = kubepods.join(dir);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("cgroup.procs"), procs).expect("cgroup.procs");
+        }
+        assert_eq!(cgroup_tree_pids(&kubepods), vec![10, 20, 30, 40]);
+        assert_eq!(cgroup_tree_pids(&kubepods.join("burstable/podA/c2")), vec![20]);
+        assert!(cgroup_tree_pids(&root.path().join("nothing")).is_empty());
+    }
+
     /// PT_INTERP of `exe`: None when unreadable, Some(None) for a static executable.
     fn loader_interp(exe: &Path) -> Option<Option<String>> {
         use object::read::elf::ProgramHeader as _;
