@@ -35,7 +35,7 @@ mod traced;
 use live::Live;
 use session::Session;
 use targets::launch_objects;
-pub use targets::{cgroup_dir, resolve_pids};
+pub use targets::{cgroup_dir, cgroup_tree_pids, resolve_pids};
 use traced::Traced;
 pub use traced::{MAX_CHECKPOINTS, fix_caller, thin};
 
