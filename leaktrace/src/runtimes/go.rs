@@ -78,6 +78,12 @@ impl super::RuntimeDetector for Go {
         let _ = pymalloc;
         detect(pid, objects)
     }
+
+    /// Go's own figures (`HeapInuse`, marked bytes, collections) for the occupied heap only
+    /// ([`super::gostats`]); None for a stripped binary.
+    fn gauge(&self, pid: u32) -> Option<Box<dyn super::HeapGauge>> {
+        super::gostats::GoStatsGauge::new(pid).map(|g| Box::new(g) as Box<dyn super::HeapGauge>)
+    }
 }
 
 #[cfg(test)]

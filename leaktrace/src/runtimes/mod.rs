@@ -12,6 +12,7 @@ use crate::objects::MappedObject;
 use crate::recording::{ManagedHeap, Runtime};
 
 pub mod go;
+pub mod gostats;
 pub mod jcmd;
 pub mod jvm;
 pub mod node;
