@@ -51,7 +51,7 @@ fn node_load_spike_plateau_is_named_with_its_steps_and_v8_part() {
         assert!(f64_of(s, "allocated_bytes") >= 8.0 * (1 << 20) as f64, "{ctx}");
     }
     for w in spikes.windows(2) {
-        let gap = f64_of(&w[1], "t_s") - f64_of(&w[0], "t_s");
+        let gap = f64_of(w[1], "t_s") - f64_of(w[0], "t_s");
         assert!((3.0..=5.0).contains(&gap), "steps {gap:.2} s apart\n{ctx}");
     }
     let occupied = &r.json["summary"]["occupied"];
