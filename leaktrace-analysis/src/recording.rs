@@ -497,6 +497,10 @@ pub struct ManagedHeap {
     /// Σ hsperfdata `sun.gc.collector.N.invocations`); None when the runtime does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collections: Option<u64>,
+    /// The figures feed the occupied heap's managed part only (Go's `HeapInuse` read from the
+    /// process): the managed heap's series and trend stay measured from its sites.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub figures_only: bool,
 }
 
 /// What the allocator holds from the kernel, whatever is live in it. All values in bytes.
@@ -548,6 +552,15 @@ pub struct AllocatorFootprint {
     /// Their resident bytes (pagemap).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unclaimed_region_resident_bytes: u64,
+    /// glibc's own figure: Σ `system_mem` of its arenas (bytes they obtained from the system,
+    /// resident or not; large chunks served by mmap not included), read from the arena headers
+    /// (`main_arena` and its `next` list, leaktrace's `reach::arena_stats`); 0 when not read (another allocator,
+    /// no `main_arena` symbol: the recording's warnings say why).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub glibc_system_mem_bytes: u64,
+    /// Arenas counted in `glibc_system_mem_bytes`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub glibc_arenas: u32,
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {

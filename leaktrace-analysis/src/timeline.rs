@@ -251,13 +251,14 @@ pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
 }
 
 /// The runtime's own managed-heap figures (used bytes) at the checkpoints that have them, in time
-/// order. Empty when the runtime has no gauge.
+/// order. Empty when the runtime has no gauge, or one whose figures feed the occupied heap only
+/// (`ManagedHeap::figures_only`).
 pub fn gauge_series(rec: &Recording) -> Vec<(f64, u64)> {
     let mut v: Vec<(f64, u64)> = rec
         .checkpoints
         .iter()
         .filter(|c| c.t_s.is_finite())
-        .filter_map(|c| c.managed.as_ref().map(|m| (c.t_s, m.used_bytes)))
+        .filter_map(|c| c.managed.as_ref().filter(|m| !m.figures_only).map(|m| (c.t_s, m.used_bytes)))
         .collect();
     v.sort_by(|a, b| a.0.total_cmp(&b.0));
     v

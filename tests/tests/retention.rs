@@ -44,7 +44,8 @@ fn assert_retention(r: &Report, names: &[&str], any_of: &[&[&str]], ctx: &str) -
 /// of 64 KiB objects each second, a larger one every 8 s; the objects are malloc'd, so their
 /// sites are the Python heap's and the native series is empty). The arenas rise to each peak and
 /// keep ~28 MiB that the smaller sets do not use while live bytes fall back to ~2 MiB: allocator
-/// retention naming glibc's arenas and MALLOC_ARENA_MAX, with its steps; no site a leak. (Before:
+/// retention naming glibc's arenas and MALLOC_ARENA_MAX, with its steps, and glibc's own figure
+/// (Σ system_mem of its arenas, at least 8 MiB at the end); no site a leak. (Before:
 /// "cache", from the interpreter's start-up sites: the footprint fell back 60 MiB after each peak,
 /// so neither the steady window's slope nor the whole span's was significant.)
 #[test]
@@ -64,7 +65,12 @@ fn threaded_python_glibc_arenas_are_allocator_retention() {
         &ctx,
     );
     assert!(summary.contains("fall back after each peak"), "{ctx}");
-    eprintln!("{summary}");
+    // glibc's own figure, read from its arena headers (libc6-dbg's main_arena, which setup
+    // installs): in the sentence and beside the occupied heap's parts.
+    assert!(summary.contains("glibc's own figure, from its arena headers: system_mem"), "{ctx}");
+    let own = r.json["summary"]["occupied"]["allocator_own_bytes"].as_u64().unwrap_or(0);
+    assert!(own >= 8 << 20, "glibc's arenas' system_mem {own}\n{ctx}");
+    eprintln!("{summary}\nglibc system_mem at the end: {own}");
 }
 
 /// tests/fixtures/periodic_report.c (gcc -O2 -g) in the fixtures directory.

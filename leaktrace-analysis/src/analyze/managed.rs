@@ -38,7 +38,7 @@ pub(super) fn collection_series(rec: &Recording) -> Vec<(f64, u64, u64)> {
         .iter()
         .filter(|c| c.t_s.is_finite())
         .filter_map(|c| {
-            let m = c.managed.as_ref()?;
+            let m = c.managed.as_ref().filter(|m| !m.figures_only)?;
             Some(((c.t_s * 1e9).round() / 1e9, after_collection_bytes(m)?, m.collections?))
         })
         .collect();

@@ -411,6 +411,10 @@ pub struct MemorySeries {
     /// Resident bytes the malloc allocator holds from the kernel (brk heap + its own mappings),
     /// at each checkpoint that has the figure (`Checkpoint::allocator`); empty otherwise.
     pub allocator_resident_bytes: Vec<(f64, u64)>,
+    /// The allocator's own figure of what it holds from the system: glibc's Σ `system_mem` of
+    /// its arenas (`AllocatorFootprint::glibc_system_mem_bytes`), at each checkpoint that read
+    /// it; empty when it was not read (another allocator, no `main_arena` symbol).
+    pub allocator_own_bytes: Vec<(f64, u64)>,
 }
 
 /// How one kind of memory moved over the run (the runtime split of the process series).

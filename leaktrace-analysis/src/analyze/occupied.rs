@@ -44,6 +44,10 @@ pub struct Occupied {
     /// [`GLIBC_CHUNK_HEADER_BYTES`] × live malloc blocks (a lower bound); None for another
     /// allocator (its metadata is not measured).
     pub allocator_metadata_bytes: Option<u64>,
+    /// The allocator's own figure of the memory it holds from the system at that time, beside
+    /// the parts (not one of them): glibc's Σ `system_mem` of its arenas, read from their
+    /// headers; None when not read (another allocator, no `main_arena` symbol).
+    pub allocator_own_bytes: Option<u64>,
     /// The sum of the parts.
     pub bytes: u64,
     /// `bytes` / `rss_anon_bytes` (4 decimals); None when RssAnon is 0.
@@ -73,11 +77,36 @@ fn managed_at(rec: &Recording, a: &Analysis, t: f64) -> Option<(u64, String, boo
                 true,
             ));
         }
+        if m.figures_only {
+            return Some(runtime_figure(m, at(&a.memory.managed_bytes, t)));
+        }
         return Some((m.used_bytes, format!("{}, used (garbage not yet collected included)", m.source), false));
     }
     let what = crate::runtimes::rules(rt).managed_from_sites();
     let v = at(&a.memory.managed_bytes, t)?;
     Some((v, format!("{what} (garbage not yet collected included)"), false))
+}
+
+/// A runtime's own figure read for the occupied heap only (Go's `HeapInuse`), counted up to the
+/// managed heap's resident pages (`resident`, from its sites) when it exceeds them: a runtime
+/// that takes fresh memory as zeroed (Go) leaves the pages of in-use spans never written out of
+/// RSS, and the occupied heap is a share of RSS.
+fn runtime_figure(m: &crate::recording::ManagedHeap, resident: Option<u64>) -> (u64, String, bool) {
+    let hb = crate::human::bytes;
+    let marked = m.spaces.get("marked_by_last_gc").map(|b| format!("; the last collection marked {} live", hb(*b)));
+    let mut source = format!("{}, used (garbage not yet collected included{})", m.source, marked.unwrap_or_default());
+    let bytes = match resident {
+        Some(r) if r < m.used_bytes => {
+            source.push_str(&format!(
+                ": {} in use, counted up to the heap's {} resident (pages of in-use spans never written are not in RSS)",
+                hb(m.used_bytes),
+                hb(r)
+            ));
+            r
+        }
+        _ => m.used_bytes,
+    };
+    (bytes, source, false)
 }
 
 /// The occupied heap of `a` at its last checkpoint with memory figures; None without memory
@@ -109,7 +138,36 @@ pub fn occupied(rec: &Recording, a: &Analysis) -> Option<Occupied> {
         managed_bytes,
         runtime_bytes: runtime,
         allocator_metadata_bytes: metadata,
+        allocator_own_bytes: (!a.memory.allocator_own_bytes.is_empty())
+            .then(|| at(&a.memory.allocator_own_bytes, t))
+            .flatten(),
         bytes,
         ratio: (anon > 0).then(|| (bytes as f64 / anon as f64 * 1e4).round() / 1e4),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::ManagedHeap;
+
+    /// Go's HeapInuse above the heap's resident pages (spans never written) is counted up to
+    /// them, and the source says so; below them it is taken as read, with the marked bytes.
+    #[test]
+    fn runtime_figure_is_counted_up_to_the_resident_heap() {
+        let mut m = ManagedHeap {
+            used_bytes: 100 << 20,
+            source: "the Go runtime's HeapInuse (read from its memory)".into(),
+            figures_only: true,
+            ..Default::default()
+        };
+        m.spaces.insert("marked_by_last_gc".into(), 60 << 20);
+        let (b, src, after) = runtime_figure(&m, Some(40 << 20));
+        assert_eq!((b, after), (40 << 20, false));
+        assert!(src.contains("the last collection marked 60.0 MiB live"), "{src}");
+        assert!(src.contains("100.0 MiB in use, counted up to the heap's 40.0 MiB resident"), "{src}");
+        let (b, src) = (runtime_figure(&m, Some(200 << 20)).0, runtime_figure(&m, None).1);
+        assert_eq!(b, 100 << 20);
+        assert!(!src.contains("counted up to"), "{src}");
+    }
 }

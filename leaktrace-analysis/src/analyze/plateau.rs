@@ -61,7 +61,8 @@ pub struct Plateau {
     /// (what the plateau holds; robust to a process that frees all before it exits), bytes.
     pub rss_anon_start_bytes: u64,
     pub rss_anon_late_bytes: u64,
-    /// RSS's rise outside the steps (the positive moves of the other intervals), bytes.
+    /// RSS's rise outside the steps (the net move of each stretch between them, positive ones
+    /// summed), bytes.
     pub between_bytes: u64,
     /// Traced live bytes (every site) at the start of the span, their median at the checkpoints
     /// outside the steps (between the spikes), and their highest, bytes.
@@ -77,6 +78,28 @@ pub(super) struct Point {
     pub(super) rss: u64,
     pub(super) live: u64,
     pub(super) allocated: u64,
+}
+
+/// The first interval after start-up: the first step's when the span starts at the process's
+/// start (`startup`), else 0.
+fn startup_end(steps: &[Range<usize>], startup: bool) -> usize {
+    steps.first().filter(|_| startup).map_or(0, |r| r.start)
+}
+
+/// RSS's rise between the steps: over each stretch of intervals outside them (`in_step` false),
+/// its net move (an RSS that swings up and down as a runtime collects rises by nothing), the
+/// positive ones summed, bytes.
+fn rise_between(moves: &[i128], in_step: impl Fn(usize) -> bool) -> i128 {
+    let (mut total, mut stretch) = (0i128, 0i128);
+    for (i, &m) in moves.iter().enumerate() {
+        if in_step(i) {
+            total += stretch.max(0);
+            stretch = 0;
+        } else {
+            stretch += m;
+        }
+    }
+    total + stretch.max(0)
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
@@ -96,12 +119,13 @@ fn median(mut v: Vec<u64>) -> u64 {
 ///   start-up, not after idle checkpoints: that run is neither a step nor a rise between them), and whose intervals allocated at least
 ///   half its bytes and [`PLATEAU_BURST_FACTOR`] × the median allocation of the other intervals
 ///   per interval (a burst); at least two such steps;
-/// - flat between: RSS rose by at most [`PLATEAU_DRIFT_SHARE`] of the steps' sum outside them,
+/// - flat between: RSS rose by at most [`PLATEAU_DRIFT_SHARE`] of the steps' sum outside them
+///   (the net move of each stretch between steps, positive ones summed: [`rise_between`]),
 ///   and its median over the last half of the span still holds at least half of it (not
 ///   returned);
 /// - live bytes bounded: their median over the checkpoints outside the steps exceeds their
-///   start by at most [`PLATEAU_DRIFT_SHARE`] of the steps' sum (they fall back after each
-///   burst).
+///   level after start-up (when `startup`, everything before the first step: a runtime's own
+///   heap made at start-up) by at most [`PLATEAU_DRIFT_SHARE`] of the steps' sum (they fall back after each burst).
 pub(super) fn steps(pts: &[Point], startup: bool) -> Option<Vec<Range<usize>>> {
     if pts.len() < 5 {
         return None;
@@ -143,9 +167,13 @@ pub(super) fn steps(pts: &[Point], startup: bool) -> Option<Vec<Range<usize>>> {
     if steps.len() < 2 {
         return None;
     }
-    let in_steps = |i: usize| steps.iter().chain(&startup_run).any(|r| r.contains(&i));
+    // With the span starting at the process's start, everything before the first step is its
+    // start-up (a runtime loading and setting up its heap, over several checkpoints when the
+    // machine is loaded): neither a rise between steps nor live bytes between spikes.
+    let startup_end = startup_end(&steps, startup);
+    let in_steps = |i: usize| i < startup_end || steps.iter().chain(&startup_run).any(|r| r.contains(&i));
     let sum: u64 = steps.iter().map(run_rise).sum();
-    let between: i128 = (0..moves.len()).filter(|&i| !in_steps(i)).map(|i| moves[i].max(0)).sum();
+    let between = rise_between(&moves, in_steps);
     let drift = PLATEAU_DRIFT_SHARE * sum as f64;
     // What RSS still holds: its median over the last half of the span (a process that frees
     // all at exit returns its pages at the last checkpoint; that is no return after each peak).
@@ -153,9 +181,12 @@ pub(super) fn steps(pts: &[Point], startup: bool) -> Option<Vec<Range<usize>>> {
     // Live bytes between the bursts: their median at the checkpoints outside the steps (the
     // first one and every one ending an interval that is no step's; a checkpoint may catch a
     // later burst in flight).
-    let outside = std::iter::once(0).chain((0..moves.len()).filter(|&i| !in_steps(i)).map(|i| i + 1));
+    let outside = std::iter::once(startup_end).chain((0..moves.len()).filter(|&i| !in_steps(i)).map(|i| i + 1));
     let live_between = median(outside.map(|k| pts[k].live).collect());
-    let live_bounded = live_between.saturating_sub(first.live) as f64 <= drift;
+    // Against the live bytes after start-up: a runtime's start-up makes its own heap (V8's
+    // pages, the interpreter's arenas) before any spike.
+    let live_base = pts[startup_end].live;
+    let live_bounded = live_between.saturating_sub(live_base) as f64 <= drift;
     (between as f64 <= drift && kept as f64 >= 0.5 * sum as f64 && live_bounded).then_some(steps)
 }
 
@@ -209,11 +240,13 @@ pub fn plateau(rec: &Recording, tl: &Timeline, a: &Analysis) -> Option<Plateau> 
         })
         .collect();
     let first = pts[0];
-    let outside = |i: &usize| !ranges.iter().any(|r| r.contains(i));
+    let begin = startup_end(&ranges, a.span_from_s <= 0.0);
+    let outside = |i: &usize| *i >= begin && !ranges.iter().any(|r| r.contains(i));
     let live_between = median(
-        std::iter::once(first.live).chain((0..pts.len() - 1).filter(outside).map(|i| pts[i + 1].live)).collect(),
+        std::iter::once(pts[begin].live).chain((0..pts.len() - 1).filter(outside).map(|i| pts[i + 1].live)).collect(),
     );
-    let between = (0..pts.len() - 1).filter(outside).map(|i| pts[i + 1].rss.saturating_sub(pts[i].rss)).sum();
+    let moves: Vec<i128> = pts.windows(2).map(|w| w[1].rss as i128 - w[0].rss as i128).collect();
+    let between = u64::try_from(rise_between(&moves, |i| !outside(&i))).unwrap_or(u64::MAX);
     Some(Plateau {
         rss_anon_start_bytes: first.rss,
         rss_anon_late_bytes: median(pts[pts.len() / 2..].iter().map(|p| p.rss).collect()),
@@ -278,6 +311,36 @@ mod tests {
         let after_idle: Vec<Point> = pts[3..].to_vec();
         assert_eq!(steps(&after_idle, false), Some(vec![0..1, 8..9, 16..17]));
         assert_eq!(steps(&after_idle, true), Some(vec![8..9, 16..17]));
+    }
+
+    /// A runtime's start-up makes its own heap (live bytes 0 → 12 MiB in the first interval,
+    /// V8's pages): the live bytes between spikes are measured against what start-up left
+    /// (everything before the first step), so the plateau is found; in a span after idle
+    /// checkpoints (no start-up) they count from the span's first point and it is not.
+    #[test]
+    fn live_bytes_made_at_start_up_do_not_hide_a_plateau() {
+        let rss = |k: usize| if k == 0 { 0 } else { 12 * MIB + 8 * MIB * ((k + 4) / 8).min(3) as u64 };
+        let live = |k: usize| match k {
+            0 => 0,
+            _ if k % 8 == 4 => 42 * MIB,
+            _ => 12 * MIB + (256 << 10),
+        };
+        let pts = run(rss, live, 64 << 10);
+        assert_eq!(steps(&pts, true), Some(vec![3..4, 11..12, 19..20]));
+        assert_eq!(steps(&pts, false), None);
+    }
+
+    /// RSS that swings up and down between the spikes (a runtime's heap growing and collected,
+    /// ±1.5 MiB every checkpoint) rises by nothing there: still a plateau. The positive moves
+    /// alone would sum to 3 × 7 × 1.5 MiB, far above a quarter of the steps.
+    #[test]
+    fn rss_swinging_between_spikes_is_still_a_plateau() {
+        let swing = |k: usize| if k % 2 == 1 { 3 * MIB / 2 } else { 0 };
+        let rss = |k: usize| 40 * MIB + 8 * MIB * ((k + 4) / 8).min(3) as u64 + swing(k);
+        let live = |k: usize| if k % 8 == 4 { 30 * MIB } else { 256 << 10 };
+        assert!(steps(&run(rss, live, 64 << 10), true).is_some());
+        assert_eq!(rise_between(&[5, -5, 100, 3, -1], |i| i == 2), 2);
+        assert_eq!(rise_between(&[5, 1, 100, -3, -1], |i| i == 2), 6);
     }
 
     /// A leak's RSS rises with its live bytes: no plateau, whatever the bursts.

@@ -235,6 +235,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             fit(&pts).slope_bytes_per_s.min(median_slope(&pts).unwrap_or(f64::INFINITY))
         },
         allocator: &memory.allocator_resident_bytes,
+        allocator_own: &memory.allocator_own_bytes,
         traced: &live_served,
         allocator_family: summary.allocator_family,
         rss_shmem_trend: trends.rss_shmem.as_ref(),
@@ -766,6 +767,7 @@ fn checkpoint_memory(rec: &Recording, order: &[usize]) -> MemorySeries {
         if let Some(al) = &c.allocator {
             let t = (c.t_s * 1e9).round() / 1e9;
             memory.allocator_resident_bytes.push((t, al.resident_bytes()));
+            super::retention::push_own_figure(&mut memory.allocator_own_bytes, t, al);
         }
     }
     memory

@@ -61,6 +61,59 @@ pub struct Retention {
     pub steps: Vec<RetentionStep>,
     /// Checkpoints in the last half of the span.
     pub late_points: usize,
+    /// The allocator's own figure over the same span, where it was read (glibc's arena headers).
+    pub own: Option<OwnFigures>,
+}
+
+/// The allocator's own figure of the memory it holds from the system: glibc's Σ `system_mem` of
+/// its arenas, read from their headers (brk heap extent and thread arenas' heaps; large chunks
+/// served by mmap not included), resident or not.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OwnFigures {
+    /// At the first checkpoint of the span that read it, and its median over the span's last
+    /// half, bytes.
+    pub start_bytes: u64,
+    pub late_bytes: u64,
+    /// Where it comes from, for humans.
+    pub source: &'static str,
+}
+
+/// What [`OwnFigures::source`] says for glibc.
+pub const GLIBC_OWN_SOURCE: &str = "glibc's arena headers (Σ system_mem of main_arena and its thread arenas)";
+
+/// Append the checkpoint's allocator figure at `t` to `series` when it was read.
+pub(super) fn push_own_figure(series: &mut Vec<(f64, u64)>, t: f64, al: &crate::recording::AllocatorFootprint) {
+    if al.glibc_system_mem_bytes > 0 {
+        series.push((t, al.glibc_system_mem_bytes));
+    }
+}
+
+/// The allocator's own figure over `from..=to` (its first point and the median of its last
+/// half); None when it was not read in the span.
+pub(super) fn own_figures(series: &[(f64, u64)], from: f64, to: f64) -> Option<OwnFigures> {
+    let span: Vec<(f64, u64)> = series.iter().copied().filter(|p| p.0 >= from - 1e-9 && p.0 <= to + 1e-9).collect();
+    let first = span.first()?.1;
+    let mid = from + (to - from) / 2.0;
+    let late: Vec<u64> = span.iter().filter(|p| p.0 >= mid).map(|p| p.1).collect();
+    let late_bytes = if late.is_empty() { span.last()?.1 } else { median(late) };
+    Some(OwnFigures { start_bytes: first, late_bytes, source: GLIBC_OWN_SOURCE })
+}
+
+/// The clause of the retention sentence on the allocator's own figures: what glibc's arena
+/// headers say, or that they (or another allocator's statistics) were not read.
+pub fn own_figures_clause(own: Option<&OwnFigures>, family: Option<&str>) -> String {
+    match (own, family) {
+        (Some(o), _) => format!(
+            "glibc's own figure, from its arena headers: system_mem {} → {}",
+            crate::human::bytes(o.start_bytes),
+            crate::human::bytes(o.late_bytes)
+        ),
+        (None, None) => "glibc's arena headers could not be read (see the warnings: libc6-dbg gives main_arena):                          leaktrace measures the resident pages of its regions"
+            .to_string(),
+        (None, Some(f)) => {
+            format!("{f}'s own statistics are not read from outside: leaktrace measures the resident pages of its regions")
+        }
+    }
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
@@ -159,6 +212,7 @@ pub(super) fn retention(
         held_beyond_live_bytes: held,
         steps,
         late_points: late.len(),
+        own: None,
     })
 }
 
@@ -253,5 +307,20 @@ mod tests {
         assert!(retention(&small, &live, 0.0, 29.5, 4096.0).is_none());
         let flat = series(|_| 200 * MIB, 60);
         assert!(retention(&flat, &live, 0.0, 29.5, 4096.0).is_none());
+    }
+
+    /// glibc's own figure over the span: its first point and the median of its last half; the
+    /// clause names it, or says it was not read (glibc: the warnings; another allocator: not
+    /// read from outside).
+    #[test]
+    fn own_figures_over_the_span_and_their_clause() {
+        let series: Vec<(f64, u64)> = (0..10).map(|k| (k as f64, (2 + 4 * k as u64) << 20)).collect();
+        let o = own_figures(&series, 1.0, 9.0).expect("read");
+        assert_eq!((o.start_bytes, o.late_bytes), (6 << 20, 30 << 20));
+        assert!(own_figures(&series, 20.0, 30.0).is_none());
+        let c = own_figures_clause(Some(&o), None);
+        assert_eq!(c, "glibc's own figure, from its arena headers: system_mem 6.0 MiB → 30.0 MiB");
+        assert!(own_figures_clause(None, None).contains("could not be read"));
+        assert!(own_figures_clause(None, Some("jemalloc")).starts_with("jemalloc's own statistics are not read"));
     }
 }

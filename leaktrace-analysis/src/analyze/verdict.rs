@@ -28,6 +28,8 @@ pub(super) struct ProcessInput<'a> {
     /// least-squares and the Theil–Sen slope.
     pub(super) native_span_bytes_per_s: f64,
     pub(super) allocator: &'a [(f64, u64)],
+    /// The allocator's own figure (glibc's arenas' `system_mem`), where it was read.
+    pub(super) allocator_own: &'a [(f64, u64)],
     /// Every traced site's live bytes (native, off-heap and managed) at each checkpoint.
     pub(super) traced: &'a [(f64, u64)],
     /// The probed allocator library (jemalloc, tcmalloc, mimalloc); None for the C library's.
@@ -277,7 +279,8 @@ fn allocator_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
 fn retention_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
     let alloc_floor = process_floor(p.allocator, p.duration);
     let span_from = p.allocator.first().map_or(0.0, |x| x.0).max(p.span_to - p.duration);
-    let r = super::retention::retention(p.allocator, p.traced, span_from, p.span_to, alloc_floor)?;
+    let mut r = super::retention::retention(p.allocator, p.traced, span_from, p.span_to, alloc_floor)?;
+    r.own = super::retention::own_figures(p.allocator_own, span_from, p.span_to);
     let held_share = r.held_beyond_live_bytes as f64 / r.footprint_late_bytes.max(1) as f64;
     let confidence = clamp_conf((f_points(r.late_points) * held_share).min(0.8) * p.f_drops);
     let reason = Reason::Retention { retention: r, family: p.allocator_family };

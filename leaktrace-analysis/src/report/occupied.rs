@@ -25,8 +25,11 @@ pub fn line(a: &Analysis) -> Option<String> {
         Some(m) => format!("allocator metadata ≥ {} (glibc chunk headers, 8 B a live block)", bytes(m)),
         None => "allocator metadata not measured".to_string(),
     });
+    let own = o.allocator_own_bytes.map_or(String::new(), |b| {
+        format!("; glibc's arenas hold {} from the system (their headers' system_mem)", bytes(b))
+    });
     Some(format!(
-        "Occupied heap to RSS anon: **{pct}** ({} of {} at t={:.1} s) = {}",
+        "Occupied heap to RSS anon: **{pct}** ({} of {} at t={:.1} s) = {}{own}",
         bytes(o.bytes),
         bytes(o.rss_anon_bytes),
         o.at_s,
@@ -50,5 +53,6 @@ pub fn json(o: Option<&Occupied>) -> Value {
         "managed_after_collection": o.managed_after_collection,
         "runtime_bytes": o.runtime_bytes,
         "allocator_metadata_bytes": o.allocator_metadata_bytes,
+        "allocator_own_bytes": o.allocator_own_bytes,
     })
 }

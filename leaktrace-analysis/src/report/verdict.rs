@@ -146,7 +146,7 @@ fn allocator_parts(a: &Analysis) -> String {
 
 /// The allocator-retention sentence: which allocator, what it holds beyond live bytes, how its
 /// footprint rose (the steps: time and bytes, the live bytes at each), what live bytes did, the
-/// knob that returns the memory, and that the allocator's own statistics were not read.
+/// knob that returns the memory, and the allocator's own figure (or why it was not read).
 fn retention_phrase(r: &crate::analyze::retention::Retention, family: Option<&str>) -> String {
     let (name, knob) = crate::analyze::retention::allocator_and_knob(family);
     let how = if r.steps.len() >= 2 {
@@ -169,12 +169,12 @@ fn retention_phrase(r: &crate::analyze::retention::Retention, family: Option<&st
     format!(
         "allocator retention (fragmentation): {name} hold {} beyond live bytes — the allocator's resident memory \
          rose {} → {} (peak {}) over the whole recording, {how}, while live bytes (native, off-heap and managed) \
-         {live}: freed memory the allocator keeps, not a leak; knob: {knob} (the allocator's own statistics were \
-         not read: leaktrace measures the resident pages of its regions)",
+         {live}: freed memory the allocator keeps, not a leak; knob: {knob} ({})",
         hb(r.held_beyond_live_bytes),
         hb(r.footprint_start_bytes),
         hb(r.footprint_late_bytes),
         hb(r.footprint_peak_bytes),
+        crate::analyze::retention::own_figures_clause(r.own.as_ref(), family),
     )
 }
 

@@ -274,7 +274,7 @@ fn read_binary(pid: u32) -> Result<Binary, String> {
 
 /// A position-independent executable's load bias: where its first segment is mapped (the exe's
 /// mapping at file offset 0, /proc/PID/maps) minus its link address.
-fn load_bias(pid: u32, file: &object::File<'_>) -> Result<u64, String> {
+pub(crate) fn load_bias(pid: u32, file: &object::File<'_>) -> Result<u64, String> {
     let link = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| e.to_string())?;
     let exe = exe.to_string_lossy();
@@ -307,11 +307,11 @@ fn section<'a>(file: &object::File<'a>, name: &str) -> std::borrow::Cow<'a, [u8]
 }
 
 /// A structure's byte size and its members' offsets by name.
-type Layout = (u64, HashMap<String, u64>);
+pub(crate) type Layout = (u64, HashMap<String, u64>);
 
 /// Byte size and member offsets of the structures `names` (Go's names: `runtime.g`), from the
 /// executable's DWARF; a structure not found is absent from the map.
-fn structs(file: &object::File<'_>, names: &[&str]) -> Result<HashMap<String, Layout>, String> {
+pub(crate) fn structs(file: &object::File<'_>, names: &[&str]) -> Result<HashMap<String, Layout>, String> {
     let owned =
         gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(file, id.name()))).map_err(|e| e.to_string())?;
     let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));

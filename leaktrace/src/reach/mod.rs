@@ -12,6 +12,7 @@
 //! works and what it cannot see: docs/reachability.md.
 
 mod allocator;
+pub mod arena_stats;
 pub mod blocks;
 pub mod roots;
 pub mod stop;

@@ -19,6 +19,7 @@ use super::ending::{OomWatch, ending, memory_events_of, memory_limit_of, oom_kil
 
 use super::*;
 
+mod arena_figures;
 mod runtime;
 
 /// One traced process and everything recorded about it.
@@ -52,6 +53,8 @@ pub(super) struct Traced {
     pub(super) runtime_opts: crate::runtimes::RuntimeOptions,
     /// `--heap-census` (issue 33): the runtime's own heap tools at the start and the end.
     pub(super) census: crate::holds::HeapCensus,
+    /// glibc's arena headers (`system_mem`), read at every checkpoint under glibc's malloc.
+    pub(super) glibc_stats: crate::reach::arena_stats::GlibcArenaStats,
     pub(super) probes: Vec<ProbeInfo>,
     /// Objects already scanned for allocators, by (device major, minor, inode).
     pub(super) probed: BTreeSet<(i32, i32, u64)>,
@@ -161,6 +164,7 @@ impl Traced {
             runtime: None,
             runtime_opts,
             census,
+            glibc_stats: crate::reach::arena_stats::GlibcArenaStats::new(pid),
             probes,
             probed,
             exe_resolved: !launched,
@@ -529,6 +533,10 @@ impl Traced {
             f.unclaimed_region_resident_bytes = unclaimed.iter().map(|&(s, e)| resident(s, e)).sum();
             f
         });
+        let mut allocator = allocator;
+        if let Some(f) = allocator.as_mut().filter(|_| !other_malloc) {
+            self.glibc_figures(f);
+        }
         let rss = memory.as_ref().map(|m| m.rss_bytes).unwrap_or(0);
         self.checkpoints.push(Checkpoint {
             t_s,

@@ -7,7 +7,7 @@ use object::{Object as _, ObjectSection as _};
 
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions};
 use crate::objects::MappedObject;
-use crate::recording::Runtime;
+use crate::recording::{ManagedHeap, Runtime};
 
 /// The Go toolchain version that built `path` ("go1.19.8"), or Some(None) for a Go binary whose
 /// version cannot be read; None when `path` is not a Go binary.
@@ -71,17 +71,28 @@ pub struct Go;
 
 impl super::RuntimeDetector for Go {
     fn detect(&self, pid: u32, objects: &[MappedObject], _opts: RuntimeOptions) -> Option<Box<dyn RuntimeInstance>> {
-        Some(Box::new(GoInstance(detect(pid, objects)?)))
+        let info = detect(pid, objects)?;
+        Some(Box::new(GoInstance { info, stats: super::gostats::GoStatsGauge::new(pid) }))
     }
 }
 
-/// Go in one process: nothing of its own beyond what it is (its heap is measured from its
+/// Go in one process: its own figures (`HeapInuse`, marked bytes, collections: [`super::gostats`];
+/// None for a stripped binary), for the occupied heap only (its heap is measured from its
 /// mappings' sites).
-struct GoInstance(RuntimeInfo);
+struct GoInstance {
+    info: RuntimeInfo,
+    stats: Option<super::gostats::GoStatsGauge>,
+}
 
 impl RuntimeInstance for GoInstance {
     fn info(&self) -> &RuntimeInfo {
-        &self.0
+        &self.info
+    }
+
+    /// Go's own figures, marked `figures_only` (the occupied heap's managed part).
+    fn heap(&mut self) -> Option<ManagedHeap> {
+        use super::HeapGauge as _;
+        self.stats.as_mut()?.sample()
     }
 }
 

@@ -20,6 +20,7 @@ use crate::recording::{Frame, ManagedHeap, Runtime, Stack};
 use crate::symbolize::StackSymbolizer;
 
 pub mod go;
+pub mod gostats;
 pub mod jcmd;
 pub mod jvm;
 pub mod node;
