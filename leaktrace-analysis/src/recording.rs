@@ -561,6 +561,12 @@ pub struct AllocatorFootprint {
     /// Arenas counted in `glibc_system_mem_bytes`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub glibc_arenas: u32,
+    /// glibc's free bytes in those arenas (their top chunks and the chunks in their bins, read
+    /// from the same headers; fastbins and tcaches count as in use): `glibc_system_mem_bytes` −
+    /// this is what glibc has in use. 0 when not read (no `main_arena`, or a bin that could not be
+    /// followed at this checkpoint).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub glibc_free_bytes: u64,
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {

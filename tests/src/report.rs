@@ -295,3 +295,11 @@ pub fn assert_outputs_exist(dir: &Path) {
         assert!(len > 0, "{} is empty", p.display());
     }
 }
+
+/// The rate in B/s that a verdict's summary gives right after `after` ("… grows 800.0 KiB/s
+/// (819200 B/s ± 1200 at 95 %)"): the number before the first " B/s" that follows it.
+pub fn summary_rate(summary: &str, after: &str) -> Option<f64> {
+    let rest = &summary[summary.find(after)? + after.len()..];
+    let rest = &rest[rest.find('(')? + 1..];
+    rest[..rest.find(" B/s")?].trim().parse().ok()
+}

@@ -297,14 +297,6 @@ fn series_ends(r: &Report, key: &str) -> (u64, u64) {
     (at(pts.first()), at(pts.last()))
 }
 
-/// The rate in B/s that the verdict's summary gives right after `after` ("… grows 800.0 KiB/s
-/// (819200 B/s ± 1200 at 95 %)"): the number before the first " B/s" that follows it.
-fn summary_rate(summary: &str, after: &str) -> Option<f64> {
-    let rest = &summary[summary.find(after)? + after.len()..];
-    let rest = &rest[rest.find('(')? + 1..];
-    rest[..rest.find(" B/s")?].trim().parse().ok()
-}
-
 /// Item 3 through POSIX shared memory: shm's leak made with shm_open + ftruncate +
 /// mmap(MAP_SHARED) (50 segments a second for 10 s, every 4th one's 64 KiB mapping never
 /// unmapped: 819,200 B/s). publish_segment is a leaking mapping site at 819,200 B/s ± 10 %, the

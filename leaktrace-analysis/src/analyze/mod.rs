@@ -415,6 +415,10 @@ pub struct MemorySeries {
     /// its arenas (`AllocatorFootprint::glibc_system_mem_bytes`), at each checkpoint that read
     /// it; empty when it was not read (another allocator, no `main_arena` symbol).
     pub allocator_own_bytes: Vec<(f64, u64)>,
+    /// glibc's own count of the bytes its arenas have in use: Σ `system_mem` − their free bytes
+    /// (`AllocatorFootprint::glibc_free_bytes`: top chunks and bins), at each checkpoint that
+    /// read both; empty otherwise.
+    pub allocator_in_use_bytes: Vec<(f64, u64)>,
 }
 
 /// How one kind of memory moved over the run (the runtime split of the process series).
@@ -578,6 +582,20 @@ pub enum Reason {
         /// The probed allocator library (jemalloc, tcmalloc, mimalloc); None for the C library's
         /// malloc.
         family: Option<&'static str>,
+    },
+    /// Growth mode (no malloc probes): the fault sites' pages are glibc's arenas growing while
+    /// glibc's own count of its bytes in use stays flat ([`verdict::arenas_hold_freed`]): freed
+    /// memory the arenas keep, not a leak.
+    ArenasHoldFreed {
+        /// Σ `system_mem` of glibc's arenas over the steady window.
+        trend: Trend,
+        /// Slope of glibc's bytes in use (system_mem − free chunks) over the same window,
+        /// bytes per second.
+        in_use_bytes_per_s: f64,
+        /// The fastest-growing fault site (its index in [`Analysis::sites`]) and the summed
+        /// growth of the leaking fault sites, bytes per second.
+        top: usize,
+        sites_bytes_per_s: f64,
     },
     /// RSS (anon) grows while the traced live bytes stay flat.
     RssOutgrowsTraced {

@@ -236,6 +236,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         },
         allocator: &memory.allocator_resident_bytes,
         allocator_own: &memory.allocator_own_bytes,
+        allocator_in_use: &memory.allocator_in_use_bytes,
         traced: &live_served,
         allocator_family: summary.allocator_family,
         rss_shmem_trend: trends.rss_shmem.as_ref(),
@@ -768,6 +769,7 @@ fn checkpoint_memory(rec: &Recording, order: &[usize]) -> MemorySeries {
             let t = (c.t_s * 1e9).round() / 1e9;
             memory.allocator_resident_bytes.push((t, al.resident_bytes()));
             super::retention::push_own_figure(&mut memory.allocator_own_bytes, t, al);
+            super::retention::push_in_use_figure(&mut memory.allocator_in_use_bytes, t, al);
         }
     }
     memory

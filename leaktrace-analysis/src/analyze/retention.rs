@@ -88,6 +88,14 @@ pub(super) fn push_own_figure(series: &mut Vec<(f64, u64)>, t: f64, al: &crate::
     }
 }
 
+/// Append glibc's bytes in use at `t` (Σ `system_mem` − free bytes) to `series` when both were
+/// read at that checkpoint.
+pub(super) fn push_in_use_figure(series: &mut Vec<(f64, u64)>, t: f64, al: &crate::recording::AllocatorFootprint) {
+    if al.glibc_system_mem_bytes > 0 && al.glibc_free_bytes > 0 {
+        series.push((t, al.glibc_system_mem_bytes.saturating_sub(al.glibc_free_bytes)));
+    }
+}
+
 /// The allocator's own figure over `from..=to` (its first point and the median of its last
 /// half); None when it was not read in the span.
 pub(super) fn own_figures(series: &[(f64, u64)], from: f64, to: f64) -> Option<OwnFigures> {

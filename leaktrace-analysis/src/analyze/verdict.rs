@@ -30,6 +30,8 @@ pub(super) struct ProcessInput<'a> {
     pub(super) allocator: &'a [(f64, u64)],
     /// The allocator's own figure (glibc's arenas' `system_mem`), where it was read.
     pub(super) allocator_own: &'a [(f64, u64)],
+    /// glibc's own count of its bytes in use (system_mem − free chunks), where it was read.
+    pub(super) allocator_in_use: &'a [(f64, u64)],
     /// Every traced site's live bytes (native, off-heap and managed) at each checkpoint.
     pub(super) traced: &'a [(f64, u64)],
     /// The probed allocator library (jemalloc, tcmalloc, mimalloc); None for the C library's.
@@ -150,7 +152,8 @@ fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
 /// file-backed pages, too few checkpoints, growth not significant, caches, temporary sites,
 /// flat. Each rule is its own function below.
 pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
-    leak_verdict(p)
+    arenas_hold_freed(p)
+        .or_else(|| leak_verdict(p))
         .or_else(|| warm_up_verdict(p))
         .or_else(|| allocator_verdict(p))
         .or_else(|| retention_verdict(p))
@@ -197,6 +200,44 @@ fn leak_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
         window_s: (p.native_trend.from_s, p.native_trend.to_s),
     };
     Some(verdict(class, top_site.confidence, reason))
+}
+
+/// The fault sites' growth may exceed the arenas' by this factor and still be theirs (pages
+/// are counted once touched, `system_mem` when the arena grows: the two move in steps).
+const ARENAS_EXPLAIN_RATIO: f64 = 1.5;
+
+/// Growth mode only (every leaking site is a fault site: no malloc probes saw the blocks):
+/// fragmentation, measured by glibc itself. Some when, over the steady window, Σ `system_mem` of
+/// its arenas grows significantly above its floor, glibc's own count of its bytes in use
+/// (system_mem − free chunks, read from the same headers) grows less than
+/// [`FRAGMENTATION_RATIO`] of that, and the arenas' growth explains the fault sites' (they grow
+/// at most [`ARENAS_EXPLAIN_RATIO`] × as fast): the pages the sites first touched are freed
+/// memory the arenas keep. Confidence as the allocator's other rules, at most 0.8 (glibc's
+/// bins were read while the process ran).
+pub(super) fn arenas_hold_freed(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let leaks = ranked(p, |s| s.class == SiteClass::Leak);
+    let &(top, _) = leaks.first()?;
+    if leaks.iter().any(|(_, s)| s.kind != StackKind::Fault) {
+        return None;
+    }
+    let window = |series: &[(f64, u64)]| -> Vec<(f64, f64)> {
+        let (from, to) = (p.native_trend.from_s, p.native_trend.to_s);
+        series.iter().filter(|q| q.0 >= from - 1e-9 && q.0 <= to + 1e-9).map(|q| (q.0, q.1 as f64)).collect()
+    };
+    let own = fit(&window(p.allocator_own));
+    let in_use_pts = window(p.allocator_in_use);
+    if in_use_pts.len() < MIN_WINDOW_POINTS {
+        return None;
+    }
+    let in_use = fit(&in_use_pts).slope_bytes_per_s.min(median_slope(&in_use_pts).unwrap_or(f64::INFINITY));
+    let sites_bytes_per_s: f64 = leaks.iter().map(|(_, s)| s.growth_bytes_per_s).sum();
+    let floor = process_floor(p.allocator_own, p.duration);
+    if !outgrows(&own, floor, in_use) || sites_bytes_per_s > ARENAS_EXPLAIN_RATIO * own.slope_bytes_per_s {
+        return None;
+    }
+    let confidence = clamp_conf((f_tstat(&own) * f_points(own.n) * gap(&own, in_use) * p.f_drops).min(0.8));
+    let reason = Reason::ArenasHoldFreed { trend: own, in_use_bytes_per_s: in_use, top, sites_bytes_per_s };
+    Some(verdict(ProcessClass::Fragmentation, confidence, reason))
 }
 
 /// No leak, but a runtime's warm-up sites (JIT compilation, code caches) grow significantly:

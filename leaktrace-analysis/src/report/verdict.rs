@@ -265,6 +265,19 @@ fn reason(a: &Analysis) -> String {
             crate::analyze::retention::allocator_and_knob(a.summary.allocator_family).1
         ),
         Reason::Retention { retention, family } => retention_phrase(retention, *family),
+        Reason::ArenasHoldFreed { trend, in_use_bytes_per_s, top, sites_bytes_per_s } => format!(
+            "fragmentation: glibc's arenas grow {} ({:.0} B/s ± {:.0}; their headers' system_mem) over the \
+             steady window while the bytes glibc counts in use (system_mem − free chunks) {}: \
+             the pages first touched under {} ({} in all, growth mode) are freed memory the arenas \
+             keep, not a leak; knob: {}",
+            hr(trend.slope_bytes_per_s),
+            trend.slope_bytes_per_s,
+            trend.ci95_bytes_per_s.unwrap_or(0.0),
+            flat(*in_use_bytes_per_s),
+            a.sites[*top].function,
+            hr(*sites_bytes_per_s),
+            crate::analyze::retention::allocator_and_knob(None).1
+        ),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
             rss_outgrows_phrase(a, trend, traced_bytes_per_s, heap_flat)
         }

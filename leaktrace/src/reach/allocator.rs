@@ -9,7 +9,7 @@
 /// glibc's `struct malloc_state` on x86-64 (2.26 and later): its size, and the offsets of
 /// `bins` and `next`.
 pub(super) const ARENA_SIZE: u64 = 2200;
-const BINS: u64 = 112;
+pub(super) const BINS: u64 = 112;
 pub(super) const NEXT: u64 = 2160;
 /// Bins 1..=127 (NBINS is 128; index 0 is unused): the last few large bins are all but always
 /// empty.

@@ -9,7 +9,7 @@
 
 use std::os::unix::fs::FileExt as _;
 
-use super::allocator::{ARENA_SIZE, NEXT};
+use super::allocator::{ARENA_SIZE, BINS, NEXT};
 
 /// Offset of `system_mem` in glibc's `struct malloc_state` on x86-64 (2.26 and later: after
 /// `next`, `next_free` and `attached_threads`).
@@ -17,6 +17,40 @@ const SYSTEM_MEM: u64 = NEXT + 24;
 
 /// Arenas followed at most.
 const MAX_ARENAS: u32 = 1024;
+
+/// Offset of `top` in `struct malloc_state` (x86-64, 2.26 and later: after the mutex, `flags`,
+/// `have_fastchunks` and the 10 fastbin heads).
+const TOP: u64 = 96;
+
+/// Free chunks followed at most in one read, over every arena's bins: past it this checkpoint
+/// has no free figure (a heap with that many free chunks is not walked at every checkpoint).
+const MAX_FREE_CHUNKS: u32 = 20_000;
+
+/// Bytes free in the arena at `arena`: its top chunk and the chunks in its bins (the unsorted
+/// bin, the small and large bins: bins 1..=127), followed through their `fd` links. Fastbins
+/// (chunks of at most 160 bytes, their links mangled since glibc 2.32) and the threads' tcaches
+/// are not followed: their chunks count as in use, as `mallinfo` counts tcache's. None when a
+/// link is not a chunk's (the target relinked a bin while it was read) or the walk passes
+/// `budget` chunks in all.
+fn arena_free_bytes(word: &dyn Fn(u64) -> Option<u64>, arena: u64, budget: &mut u32) -> Option<u64> {
+    let size_of = |chunk: u64| word(chunk + 8).map(|s| s & !7);
+    let top = word(arena + TOP)?;
+    let mut free = if top != 0 { size_of(top)? } else { 0 };
+    for i in 1..=127u64 {
+        // bin_at(arena, i): the bin's head seen as a chunk, whose fd and bk are its two words.
+        let head = arena + BINS + (i - 1) * 16 - 16;
+        let mut cur = word(head + 16)?;
+        while cur != head {
+            if cur % 16 != 0 || *budget == 0 {
+                return None;
+            }
+            *budget -= 1;
+            free = free.saturating_add(size_of(cur)?);
+            cur = word(cur + 16)?;
+        }
+    }
+    Some(free)
+}
 
 /// Where glibc's arenas are in one process.
 enum State {
@@ -41,6 +75,10 @@ pub struct ArenaFigures {
     pub system_mem_bytes: u64,
     /// Arenas counted (`main_arena` and the thread arenas on its `next` list).
     pub arenas: u32,
+    /// Σ over the arenas of their free bytes: the top chunk and the chunks in the bins
+    /// ([`arena_free_bytes`]); None when a bin could not be followed at this read.
+    /// `system_mem_bytes` − this is glibc's own count of the bytes its arenas have in use.
+    pub free_bytes: Option<u64>,
 }
 
 impl GlibcArenaStats {
@@ -87,17 +125,70 @@ impl GlibcArenaStats {
             let mut b = [0u8; 8];
             mem.read_exact_at(&mut b, at).ok().map(|_| u64::from_le_bytes(b))
         };
-        let mut f = ArenaFigures { system_mem_bytes: 0, arenas: 0 };
+        let mut f = ArenaFigures { system_mem_bytes: 0, arenas: 0, free_bytes: Some(0) };
+        let mut budget = MAX_FREE_CHUNKS;
         let mut cur = main;
         while f.arenas < MAX_ARENAS {
             let Some(sys) = word(cur + SYSTEM_MEM) else { return Ok(None) };
             f.system_mem_bytes = f.system_mem_bytes.saturating_add(sys);
             f.arenas += 1;
+            let free = f.free_bytes.and_then(|_| arena_free_bytes(&word, cur, &mut budget));
+            f.free_bytes = f.free_bytes.zip(free).map(|(a, b)| a.saturating_add(b));
             match word(cur + NEXT) {
                 Some(n) if n != main && n != 0 => cur = n,
                 _ => break,
             }
         }
         Ok(Some(f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// An arena at `A` whose bins are all empty (each head points at itself) but bin 1 (the
+    /// unsorted bin: two chunks) and bin 100 (one chunk), with a top chunk.
+    fn arena() -> (HashMap<u64, u64>, u64) {
+        const A: u64 = 0x10_0000;
+        let mut m = HashMap::new();
+        for i in 1..=127u64 {
+            let head = A + BINS + (i - 1) * 16 - 16;
+            m.insert(head + 16, head);
+            m.insert(head + 24, head);
+        }
+        let top = 0x20_0000;
+        m.insert(A + TOP, top);
+        m.insert(top + 8, 0x2_0000 | 1);
+        let unsorted = A + BINS - 16;
+        let (c1, c2) = (0x30_0000, 0x40_0000);
+        m.insert(unsorted + 16, c1);
+        m.insert(c1 + 8, 0x1_0000 | 1);
+        m.insert(c1 + 16, c2);
+        m.insert(c2 + 8, 0x8000 | 5);
+        m.insert(c2 + 16, unsorted);
+        let bin100 = A + BINS + 99 * 16 - 16;
+        let c3 = 0x50_0000;
+        m.insert(bin100 + 16, c3);
+        m.insert(c3 + 8, 0x4000);
+        m.insert(c3 + 16, bin100);
+        (m, A)
+    }
+
+    #[test]
+    fn free_bytes_are_the_top_chunk_and_the_binned_chunks() {
+        let (m, a) = arena();
+        let word = |at: u64| m.get(&at).copied();
+        let mut budget = 10;
+        assert_eq!(arena_free_bytes(&word, a, &mut budget), Some(0x2_0000 + 0x1_0000 + 0x8000 + 0x4000));
+        assert_eq!(budget, 7);
+        // Out of budget, or a link that is no chunk (relinked while read): no figure.
+        let mut small = 2;
+        assert_eq!(arena_free_bytes(&word, a, &mut small), None);
+        let mut broken = m.clone();
+        broken.insert(0x30_0000 + 16, 0x40_0008);
+        let word = |at: u64| broken.get(&at).copied();
+        assert_eq!(arena_free_bytes(&word, a, &mut 10), None);
     }
 }

@@ -10,6 +10,7 @@ impl Traced {
             Ok(Some(a)) => {
                 f.glibc_system_mem_bytes = a.system_mem_bytes;
                 f.glibc_arenas = a.arenas;
+                f.glibc_free_bytes = a.free_bytes.unwrap_or(0);
             }
             Ok(None) => {}
             Err(e) => self.warnings.push(format!(
