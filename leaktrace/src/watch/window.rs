@@ -38,7 +38,8 @@ pub(super) fn judge(
         let Some(p) = s.procs.get_mut(&pid) else { continue };
         p.set_verdict(verdict);
         p.add_growth(grown);
-        if rec.target.ended.is_some() {
+        let ended = rec.target.ended.is_some();
+        if ended {
             p.gone = true;
         }
         if oom && !p.oom_killed {
@@ -49,7 +50,10 @@ pub(super) fn judge(
             report_oom(pid, Some((&rec, &a)), &p, out, state);
             continue;
         }
-        kept.insert(pid, rec);
+        // A process that ended is not escalated (there is nothing left to trace).
+        if !ended {
+            kept.insert(pid, rec);
+        }
     }
     let Ok(mut s) = state.lock() else { return HashMap::new() };
     let due = s.due_escalations(&opts.policy, Instant::now());
