@@ -1,8 +1,9 @@
 //! `leaktrace watch` (issue 34): one long-running agent for a node. Every process the selector
 //! picks (`--pid`, `--cgroup`, `--pod`; none: the whole host) is recorded in growth mode (page
-//! faults by stack, RSS by kind; no allocator probes) in back-to-back windows of `--window`;
-//! the selector is rescanned before each window, so processes that start are watched from the
-//! next window and those that end are dropped. Each window's recording of each process is
+//! faults by stack, RSS by kind; no allocator probes) by one tracer ([`record::Recorder`]: the
+//! eBPF programs loaded once); the selector is rescanned every 5 s, so processes that start are
+//! attached then and those that end are dropped, and each process's recording is cut every
+//! `--window` (at once when it ends). Each window's recording of each process is
 //! analysed by the same analysis as `record` ([`crate::analyze::analyze`]), giving the online
 //! verdict. A process whose verdict is a leak in `--escalate-after` windows in a row gets an
 //! exact window (`record/escalate.rs`'s, `--escalate-for` long; at most `--max-escalations` at
@@ -327,9 +328,10 @@ fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
 }
 
 /// The selector's processes now; new ones enter the state with their labels, those no longer
-/// selected are marked gone. One that vanished between two windows while its memory cgroup's
-/// OOM-kill count rose gets its OOM-time report (without a window's stacks: what grew since it
-/// was watched, its limit, its memory series).
+/// selected are marked gone. One that vanished while not `recorded` (the recorder had not
+/// attached it) while its memory cgroup's OOM-kill count rose gets its OOM-time report (without
+/// a window's stacks: what grew since it was watched, its limit, its memory series); a recorded
+/// one gets it with its window's stacks when the recorder sees it end.
 fn rescan(selector: &Selector, state: &Mutex<WatchState>, out: &OutDir, recorded: &BTreeSet<u32>) -> Vec<u32> {
     let pids = selector.scan();
     let pods: std::collections::HashMap<u32, crate::pod::PodProcess> =
