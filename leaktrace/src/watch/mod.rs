@@ -27,6 +27,7 @@ use crate::probes::Mode;
 use crate::record::{self, RecordOptions, TargetSpec};
 use crate::recording::{EndReason, Recording};
 
+pub mod budget;
 pub mod cli;
 pub mod metrics;
 mod oom;
@@ -119,6 +120,9 @@ pub struct WatchOptions {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Sites listed in each report.md.
     pub top: usize,
+    /// `--max-cpu`: the agent's own CPU limit, percent of one core over the last minute
+    /// (`budget.rs`): above it, no escalation starts.
+    pub max_cpu_pct: f64,
 }
 
 /// Shortest window worth taking at the end of `--duration`: a verdict needs checkpoints.
@@ -130,6 +134,7 @@ const MIN_WINDOW: Duration = Duration::from_secs(2);
 /// finds them (rescanned every [`RESCAN`]) and dropped when they end or leave it; each window is
 /// cut from the same tracing, without a gap.
 pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
+    let start_cpu = (Instant::now(), budget::process_cpu_s());
     crate::probes::check_privileges()?;
     opts.selector.check()?;
     let out = match &opts.out {
@@ -147,7 +152,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     stop_on_signals(stop.clone());
     sample_memory(state.clone(), stop.clone());
     let rec_opts = window_options(&opts, opts.window);
-    let mut recorder = record::Recorder::start(&rec_opts, POLL)?;
+    let recorder = record::Recorder::start(&rec_opts, POLL)?;
     crate::note!(
         "leaktrace: watch: growth-mode windows of {:.0} s; output in {}",
         opts.window.as_secs_f64(),
@@ -155,44 +160,31 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     );
     let start = Instant::now();
     let mut escalations = Vec::new();
-    let mut follow = Follow::default();
-    let mut analysis_s = 0.0;
+    let mut w = Windows {
+        recorder,
+        follow: Follow::default(),
+        budget: budget::CpuBudget::new(opts.max_cpu_pct),
+        analysis_s: 0.0,
+    };
+    // From the agent's start: loading and the first attach count in its first minute.
+    w.budget.check(start_cpu.0, start_cpu.1);
     while !stop.load(Ordering::Relaxed) {
         let left = opts.duration.map(|d| d.saturating_sub(start.elapsed()));
         let len = left.map_or(opts.window, |l| l.min(opts.window));
         if len < MIN_WINDOW {
             break;
         }
-        follow.update(&mut recorder, &opts.selector, &state, &out);
-        if recorder.pids().is_empty() {
+        w.follow.update(&mut w.recorder, &opts.selector, &state, &out);
+        if w.recorder.pids().is_empty() {
             if matches!(opts.selector, Selector::Pids(_)) && opts.selector.scan().is_empty() {
                 crate::note!("leaktrace: watch: every process of {} has exited", opts.selector.describe());
                 break;
             }
-            follow.say_once(format!("nothing to watch: {} has no process now; waiting", opts.selector.describe()));
+            w.follow.say_once(format!("nothing to watch: {} has no process now; waiting", opts.selector.describe()));
             std::thread::sleep(opts.interval.max(Duration::from_secs(1)));
             continue;
         }
-        // The window: polled every POLL, a process that ended judged at once (its OOM-time
-        // report written then), the selector rescanned every RESCAN (new processes join).
-        let end = Instant::now() + len;
-        let mut rescanned = Instant::now();
-        while recorder.run_for(POLL.min(end.saturating_duration_since(Instant::now())), &stop) && Instant::now() < end {
-            let (recordings, dropped) = recorder.take_ended();
-            if !recordings.is_empty() {
-                follow.ended(dropped);
-                analysis_s += judge_timed(recordings, &state, &out, &opts, &mut HashMap::new());
-            }
-            if rescanned.elapsed() >= RESCAN {
-                follow.update(&mut recorder, &opts.selector, &state, &out);
-                rescanned = Instant::now();
-            }
-        }
-        let signal = stop.load(Ordering::Relaxed);
-        let (recordings, dropped) = recorder.cut(if signal { EndReason::Signal } else { EndReason::Duration });
-        follow.ended(dropped);
-        let mut due = HashMap::new();
-        analysis_s += judge_timed(recordings, &state, &out, &opts, &mut due);
+        let due = w.one(len, &opts, &state, &out, &stop);
         escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
         escalations.extend(window::escalate(due, &state, &out, &opts, &window_options(&opts, len)));
         if let Ok(mut s) = state.lock() {
@@ -200,6 +192,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
             s.forget_gone(Instant::now());
         }
     }
+    let Windows { recorder, analysis_s, .. } = w;
     stop.store(true, Ordering::Relaxed);
     let costs = recorder.costs().clone();
     let _ = recorder.finish().join();
@@ -223,6 +216,57 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         analysis_s
     );
     Ok(())
+}
+
+/// The window loop's moving parts.
+struct Windows {
+    recorder: record::Recorder,
+    follow: Follow,
+    /// `--max-cpu`.
+    budget: budget::CpuBudget,
+    /// CPU time of the windows' analysis so far, seconds.
+    analysis_s: f64,
+}
+
+impl Windows {
+    /// One window of `len` (or until `stop`): polled every [`POLL`] (the agent's CPU checked
+    /// against `--max-cpu`; a process that ended judged at once, its OOM-time report written
+    /// then), the selector rescanned every [`RESCAN`] (new processes join), then every
+    /// process's recording cut and judged. Returns the processes due for escalation.
+    fn one(
+        &mut self,
+        len: Duration,
+        opts: &WatchOptions,
+        state: &Arc<Mutex<WatchState>>,
+        out: &OutDir,
+        stop: &AtomicBool,
+    ) -> HashMap<u32, Recording> {
+        let end = Instant::now() + len;
+        let mut rescanned = Instant::now();
+        while self.recorder.run_for(POLL.min(end.saturating_duration_since(Instant::now())), stop)
+            && Instant::now() < end
+        {
+            let over = self.budget.check(Instant::now(), budget::process_cpu_s());
+            if let Ok(mut s) = state.lock() {
+                s.cpu_over = over.map(|pct| (pct, self.budget.limit_pct()));
+            }
+            let (recordings, dropped) = self.recorder.take_ended();
+            if !recordings.is_empty() {
+                self.follow.ended(dropped);
+                self.analysis_s += judge_timed(recordings, state, out, opts, &mut HashMap::new());
+            }
+            if rescanned.elapsed() >= RESCAN {
+                self.follow.update(&mut self.recorder, &opts.selector, state, out);
+                rescanned = Instant::now();
+            }
+        }
+        let signal = stop.load(Ordering::Relaxed);
+        let (recordings, dropped) = self.recorder.cut(if signal { EndReason::Signal } else { EndReason::Duration });
+        self.follow.ended(dropped);
+        let mut due = HashMap::new();
+        self.analysis_s += judge_timed(recordings, state, out, opts, &mut due);
+        due
+    }
 }
 
 /// [`window::judge`] of `recordings`, the processes due for escalation put in `due`; returns

@@ -56,7 +56,20 @@ pub(super) fn judge(
         }
     }
     let Ok(mut s) = state.lock() else { return HashMap::new() };
-    let due = s.due_escalations(&opts.policy, Instant::now());
+    let mut due = s.due_escalations(&opts.policy, Instant::now());
+    if let Some((pct, limit)) = s.cpu_over
+        && !due.is_empty()
+    {
+        // Refused, not forgotten: the streak stays and the process is escalated once the
+        // agent is back under its limit.
+        let pids: Vec<String> = due.iter().map(u32::to_string).collect();
+        crate::note!(
+            "leaktrace: watch: escalation of PID {} refused for now: the agent used {pct:.1} % of a core over the last minute, above --max-cpu {limit}",
+            pids.join(", ")
+        );
+        s.escalations_refused += due.len() as u64;
+        due.clear();
+    }
     let now = Instant::now();
     let mut out = HashMap::new();
     for pid in due {
