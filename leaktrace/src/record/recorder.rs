@@ -143,8 +143,8 @@ impl Recorder {
         Ok(line)
     }
 
-    /// Stop recording `pid` now (it left the selection): its probes stay until [`finish`]
-    /// (`Recorder::finish`), but no checkpoint of it is taken and what was kept of it goes.
+    /// Stop recording `pid` now (it left the selection): its probes stay until
+    /// [`Recorder::finish`], but no checkpoint of it is taken and what was kept of it goes.
     /// Nothing if it is not recorded.
     pub fn remove(&mut self, pid: u32) {
         if let Some(i) = self.session.targets.iter().position(|t| t.pid == pid) {
