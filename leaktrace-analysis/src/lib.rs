@@ -12,7 +12,6 @@
 //! [`check`] (the growth test's evaluation) and [`compare`] (before/after). [`human`] formats
 //! bytes, rates and numbers for all of them (a leaf); [`output`] writes files atomically.
 //! Nothing here prints to stderr: what the user reads, the callers print.
-#![deny(clippy::print_stderr)]
 pub mod allocator_frames;
 pub mod analyze;
 pub mod check;

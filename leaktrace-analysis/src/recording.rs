@@ -118,6 +118,9 @@ macro_rules! named_enum {
             $($(#[$vm])* #[serde(rename = $s)] $v),+
         }
         impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+
             /// The name in recording.json and the reports.
             pub fn as_str(self) -> &'static str {
                 match self { $($name::$v => $s),+ }

@@ -8,9 +8,10 @@
 //! it means for the numbers.
 
 wire_enum! {
-    /// One loss or event counter: its discriminant is its index in the `COUNTERS` array.
+    /// One loss or event counter: its discriminant is its index in the `COUNTERS` array (and its
+    /// order, the table's).
     #[repr(u32)]
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
     pub enum Counter else UnknownCounter {
         /// An allocation could not be recorded because the live-allocation map was full (loss).
         AllocsFull = 0,

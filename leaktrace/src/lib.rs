@@ -12,7 +12,6 @@
 //! [`launch`] starts a command held before exec for `record -- CMD`. What the library has to tell
 //! the user goes through one reporter, [`notes`] (the command line installs it): no module
 //! prints to stderr itself.
-#![deny(clippy::print_stderr)]
 pub mod allocators;
 pub mod bpf_batch;
 pub mod btf;

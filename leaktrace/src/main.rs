@@ -1,5 +1,9 @@
 //! The `leaktrace` command line. Exit codes: 0 success, 1 `check` failed its budget, 2 error (one
 //! line on stderr starting with `leaktrace: error:`).
+#![allow(
+    clippy::print_stderr,
+    reason = "the command line: its errors and the reporter of the library's lines go to stderr"
+)]
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! The one way the library tells the user something while it works (a warning, a probe placed,
 //! a target paused for a scan): one line at a time, through the reporter the command line
 //! installs ([`install`]); library modules never print to stderr themselves (`clippy::print_stderr`
-//! is denied in the crate). Without a reporter installed (a program using the library, the unit
+//! is denied in `[workspace.lints]`, allowed only at the roots of main.rs, xtask and the
+//! end-to-end tests). Without a reporter installed (a program using the library, the unit
 //! tests) the lines go to stderr, as the command line's do.
 //!
 //! The lines are the user's, not a log: each already starts with `leaktrace: ` and reads on its

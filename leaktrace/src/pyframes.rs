@@ -198,30 +198,30 @@ pub enum Source {
 /// Byte offsets of the fields of CPython 3.13's `_Py_DebugOffsets` (Include/internal/
 /// pycore_runtime.h: every field a `uint64_t`, the 8-byte cookie first) that leaktrace reads.
 mod dbg {
-    pub const VERSION: usize = 8;
-    pub const INTERPRETERS_HEAD: usize = 40;
-    pub const INTERP_SIZE: usize = 48;
-    pub const INTERP_THREADS_HEAD: usize = 72;
-    pub const INTERP_GIL_HOLDER: usize = 144;
-    pub const TSTATE_SIZE: usize = 152;
-    pub const TSTATE_NEXT: usize = 168;
-    pub const TSTATE_CURRENT_FRAME: usize = 184;
-    pub const TSTATE_THREAD_ID: usize = 192;
-    pub const TSTATE_NATIVE_THREAD_ID: usize = 200;
-    pub const FRAME_SIZE: usize = 224;
-    pub const FRAME_PREVIOUS: usize = 232;
-    pub const FRAME_EXECUTABLE: usize = 240;
-    pub const FRAME_INSTR_PTR: usize = 248;
-    pub const CODE_SIZE: usize = 272;
-    pub const CODE_FILENAME: usize = 280;
-    pub const CODE_NAME: usize = 288;
-    pub const CODE_QUALNAME: usize = 296;
-    pub const CODE_LINETABLE: usize = 304;
-    pub const CODE_FIRSTLINENO: usize = 312;
-    pub const CODE_ADAPTIVE: usize = 344;
-    pub const UNICODE_ASCII_SIZE: usize = 560;
+    pub(crate) const VERSION: usize = 8;
+    pub(crate) const INTERPRETERS_HEAD: usize = 40;
+    pub(crate) const INTERP_SIZE: usize = 48;
+    pub(crate) const INTERP_THREADS_HEAD: usize = 72;
+    pub(crate) const INTERP_GIL_HOLDER: usize = 144;
+    pub(crate) const TSTATE_SIZE: usize = 152;
+    pub(crate) const TSTATE_NEXT: usize = 168;
+    pub(crate) const TSTATE_CURRENT_FRAME: usize = 184;
+    pub(crate) const TSTATE_THREAD_ID: usize = 192;
+    pub(crate) const TSTATE_NATIVE_THREAD_ID: usize = 200;
+    pub(crate) const FRAME_SIZE: usize = 224;
+    pub(crate) const FRAME_PREVIOUS: usize = 232;
+    pub(crate) const FRAME_EXECUTABLE: usize = 240;
+    pub(crate) const FRAME_INSTR_PTR: usize = 248;
+    pub(crate) const CODE_SIZE: usize = 272;
+    pub(crate) const CODE_FILENAME: usize = 280;
+    pub(crate) const CODE_NAME: usize = 288;
+    pub(crate) const CODE_QUALNAME: usize = 296;
+    pub(crate) const CODE_LINETABLE: usize = 304;
+    pub(crate) const CODE_FIRSTLINENO: usize = 312;
+    pub(crate) const CODE_ADAPTIVE: usize = 344;
+    pub(crate) const UNICODE_ASCII_SIZE: usize = 560;
     /// The bytes read: up to the end of the unicode offsets.
-    pub const LEN: usize = 568;
+    pub(crate) const LEN: usize = 568;
 }
 
 /// The layout of CPython 3.13 from the `_Py_DebugOffsets` at the start of `_PyRuntime`

@@ -16,6 +16,10 @@
 //! `target.rs` (a target started by the test), `report.rs` (report.json and its checks),
 //! `modes.rs` (the modes fixture), `cgroup.rs` (a memory cgroup with a limit), `kubetree.rs` (kubelet-style pod cgroups), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
 //! libraries, C++ names, processes, cgroups, eBPF programs).
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 
 use std::time::Duration;
 

@@ -206,7 +206,8 @@ pub fn run(cmd: Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
     Running::spawn(cmd, stdin).wait(timeout)
 }
 
-/// `leaktrace record --interval 250ms --out OUT [extra...] -- TARGET...`, to its end.
+/// `leaktrace record --interval 250ms --out OUT [extra...] -- TARGET...`, to its end, in
+/// TARGET's working directory when it has one.
 pub fn record_launch(out: &OutDir, extra: &[&str], target: Command) -> Output {
     let mut cmd = leaktrace(["record", "--interval", "250ms", "--out"]);
     cmd.arg(&out.path).args(extra).arg("--");
@@ -217,6 +218,11 @@ pub fn record_launch(out: &OutDir, extra: &[&str], target: Command) -> Output {
         };
     }
     cmd.arg(target.get_program()).args(target.get_args());
+    // The command runs where leaktrace runs (it launches it): in the target's directory when
+    // one is given (node's is a temporary one, for the files V8 writes there).
+    if let Some(dir) = target.get_current_dir() {
+        cmd.current_dir(dir);
+    }
     run(cmd, None, TIMEOUT)
 }
 

@@ -2,6 +2,10 @@
 //! per unit of work next to a bounded cache, a cache that warms up and levels off, glibc
 //! fragmentation (RSS grows while live bytes do not), and off-heap mappings never unmapped
 //! (through libc's mmap and through a raw syscall), each with its decoys.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

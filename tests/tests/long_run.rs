@@ -14,6 +14,10 @@
 //! It is `#[ignore]`d in the normal run: `cargo xtask test` runs it in the background, in
 //! parallel with the rest of the suite (it is mostly waiting). `LEAKTRACE_LONG_RUN_S` shortens
 //! it (default 600).
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::process::Command;
 use std::time::{Duration, Instant};
 

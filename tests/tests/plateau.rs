@@ -4,6 +4,10 @@
 //! under glibc: the case is a Node service, whose steps depend on when V8 collects the
 //! garbage buffers (their backing stores are freed only then), too irregular for a recording of
 //! under a minute on the shared machine; glibc's heap keeps the peak's pages the same way.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::PathBuf;
 use std::process::Command;
 

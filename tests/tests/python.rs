@@ -18,6 +18,10 @@
 //! 3.11, 3.9 and 3.8 and Debian's static 3.11; with two Python threads (a leaking one and a
 //! decoy that frees what it allocates) each thread's blocks carry its own Python frames (3.8,
 //! 3.10, 3.11, 3.12, 3.13, and 3.11 in a PID namespace).
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

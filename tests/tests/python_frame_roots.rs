@@ -15,6 +15,10 @@
 //! `_PyInterpreterFrame`s).
 //! Before the locals were roots, the jobs were "referenced from nowhere" (the verdict called
 //! them a reference leaked by native code).
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 
 use leaktrace_tests::*;

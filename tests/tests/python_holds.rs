@@ -14,6 +14,10 @@
 //!   `__main__._PENDING`, under both 3.11 interpreters.
 //!
 //! The targets keep running through the censuses: their own progress lines go on to the end.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::Path;
 
 use leaktrace_tests::*;

@@ -2,6 +2,10 @@
 //! recording, on real programs under real allocators. Each recording is as short as its evidence
 //! allows (the shared 2-core machine): 30 s for three steps of glibc arenas, 20 s for forty
 //! reports under jemalloc.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -2,6 +2,10 @@
 //! JVM's class histogram at the start and the end, and Go's goroutines read from outside. Each
 //! test runs a real runtime on a fixture whose truth is known and asserts the growth the
 //! runtime's tool reports, at a stated tolerance, and the decoys beside it.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

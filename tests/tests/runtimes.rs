@@ -5,6 +5,10 @@
 //! stay flat: their steady-window slope below [`FLAT_SHARE`] of the growing kind's. This file holds
 //! Python and Go; runtimes_jvm.rs and runtimes_node.rs the JVM and Node; their shared helpers are
 //! in tests/src/runtimes.rs.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

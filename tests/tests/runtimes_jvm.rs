@@ -1,5 +1,9 @@
 //! Managed runtimes: the JVM (see runtimes.rs): the Java heap, direct buffers, JNI, the perf
 //! map that names Java methods, JIT warm-up.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

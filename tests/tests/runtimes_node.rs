@@ -1,5 +1,9 @@
 //! Managed runtimes: Node (see runtimes.rs): the V8 heap, the perf map that names JavaScript
 //! functions, retained Buffers off-heap, churn attached later.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::time::Duration;
 
 use leaktrace_tests::runtimes::*;

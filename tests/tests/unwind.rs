@@ -3,6 +3,10 @@
 //! -fomit-frame-pointer`, and a Rust release build. Each test names the user's function that
 //! holds the bug, checks its live bytes against the fixture's own count, and checks that the
 //! balanced decoy taking the same library path is a separate site that does not grow.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

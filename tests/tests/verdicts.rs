@@ -6,6 +6,10 @@
 //! a bounded cache with constant eviction, compare against report, frees of blocks from before
 //! attach. Arenas and allocator regions from before attach: verdicts_arenas.rs; threads:
 //! verdicts_threads.rs.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

@@ -1,6 +1,10 @@
 //! Memory from before attach (issue 17), on real processes with known truth: glibc arenas made
 //! before attach, and jemalloc's, tcmalloc's and mimalloc's regions and retained memory, counted
 //! as the allocator's footprint against smaps measured here independently of leaktrace.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::PathBuf;
 use std::process::Command;
 

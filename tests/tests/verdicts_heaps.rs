@@ -8,6 +8,10 @@
 //!   25 % of the list's rate;
 //! - a JNI malloc leak beside Java garbage that no collection ran on in the window is a native
 //!   leak named after the JNI function: the Java heap's trend is unknown, not a leak.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

@@ -1,5 +1,9 @@
 //! Thread verdicts (tests/fixtures/kinds.c) on real processes with known truth: rising
 //! concurrency and a thread pool recreated are not leaks; threads never joined are.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

@@ -4,6 +4,10 @@
 //! `prometheus`, on the loopback, scraping every second) scrapes `--metrics-listen`; PromQL over
 //! its HTTP API gives the leaker's growth within 20 % of the truth and the decoy's metric with no
 //! leak verdict. The leaker, and only it, is escalated: its report names leak_message.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -5,6 +5,10 @@
 //! (tests/fixtures/hostile.c) until the OOM killer takes it. The report written then names the
 //! allocating stack with the bytes its pages hold, the cgroup's limit, and its memory series
 //! climbing to the limit.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

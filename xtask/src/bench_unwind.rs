@@ -17,8 +17,8 @@ use anyhow::{Context as _, Result, bail};
 use crate::{release_binary, root, run, show};
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- unwind bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- unwind bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- unwind bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- unwind bench: end -->";
 
 /// Block size of the pairs.
 const SIZE: &str = "64";
@@ -63,7 +63,7 @@ fn libpython() -> Option<PathBuf> {
 }
 
 /// Measure and return the markdown section (between [`BEGIN`] and [`END`]).
-pub fn measure(reps: usize, pairs: u64) -> Result<String> {
+pub(crate) fn measure(reps: usize, pairs: u64) -> Result<String> {
     let work = root().join("target/bench-unwind");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
@@ -181,13 +181,13 @@ pub fn measure(reps: usize, pairs: u64) -> Result<String> {
 }
 
 /// Put `section` in place of the old one in the document at `out` (at its end if it has none).
-pub fn write_section(out: &Path, section: &str) -> Result<()> {
+pub(crate) fn write_section(out: &Path, section: &str) -> Result<()> {
     write_marked(out, BEGIN, END, section)
 }
 
 /// Replace the part of `out` between the lines `begin` and `end` (included) with `section`, or
 /// append `section` when the marks are not there.
-pub fn write_marked(out: &Path, begin: &str, end: &str, section: &str) -> Result<()> {
+pub(crate) fn write_marked(out: &Path, begin: &str, end: &str, section: &str) -> Result<()> {
     let old = std::fs::read_to_string(out).unwrap_or_default();
     let doc = match (old.find(begin), old.find(end)) {
         (Some(b), Some(e)) if e > b => {

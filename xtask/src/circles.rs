@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result};
 
 /// The circles among the files under `src` (a crate's source root, holding lib.rs or main.rs):
 /// each as the list of its files (paths relative to `src`), sorted; empty when there is none.
-pub fn find(src: &Path) -> Result<Vec<Vec<String>>> {
+pub(crate) fn find(src: &Path) -> Result<Vec<Vec<String>>> {
     let mut files = Vec::new();
     collect(src, src, &mut files)?;
     let modules: BTreeMap<Vec<String>, String> = files.iter().map(|f| (module_of(f), f.clone())).collect();

@@ -11,6 +11,7 @@
 //! fixtures, jemalloc and tcmalloc (libjemalloc-dev, libgoogle-perftools-dev) and the static C
 //! library to link some of them with, bpftool, unshare and setpriv. It skips whatever is
 //! already present, so running it again is cheap.
+#![allow(clippy::print_stderr, reason = "the developer tasks tell what they run on stderr")]
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt as _;

@@ -8,12 +8,12 @@
 //! not grow, the site's growth is garbage that the next collection frees.
 
 use super::MIN_WINDOW_POINTS;
-use super::replay::gc_troughs;
+use super::kinds::gc_troughs;
 use super::stats::{fit, points};
 use crate::runtimes::MemoryKind;
 
 /// Collections seen (falls of the site's live bytes to a trough) a site needs before its growth is judged on them.
-pub const MIN_COLLECTIONS: usize = 2;
+pub(crate) const MIN_COLLECTIONS: usize = 2;
 
 /// What the collections in a recording left of one site ([`garbage_between_collections`]).
 #[derive(Clone, Debug, PartialEq)]

@@ -57,20 +57,7 @@ mod tests {
 
     use super::super::fixtures::*;
     use super::super::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
-    use crate::recording::{EndReason, Stack, StackKind};
-
-    fn stack(id: u32, function: &str) -> Stack {
-        Stack {
-            id,
-            kind: StackKind::Malloc,
-            frames: vec![
-                frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
-                frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))).into(),
-            ],
-            lost: false,
-            truncated: None,
-        }
-    }
+    use crate::recording::EndReason;
 
     /// An attached process (no teardown checkpoint) that leaks 1,000 B/s for 10 s, then exits:
     /// its finalization frees blocks allocated before attach for 2.7 s (untracked frees 494 →
@@ -92,7 +79,8 @@ mod tests {
                 let v: Vec<(f64, (u64, u64, u64, u64))> = times.iter().map(|&t| (t, leak(t))).collect();
                 move |t: f64| v.iter().find(|p| p.0 == t).map_or((0, 0, 0, 0), |p| p.1)
             });
-            let mut r = recording(&times, vec![(stack(1, "remember_request"), leak)], &|_| mem(1 << 20), &counters);
+            let mut r =
+                recording(&times, vec![(server_stack(1, "remember_request"), leak)], &|_| mem(1 << 20), &counters);
             r.end_reason = EndReason::TargetExited;
             r.target.launched = false;
             r

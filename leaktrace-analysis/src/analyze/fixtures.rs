@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::recording::{Checkpoint, Frame, ProcMemory, Recording, SiteSample, Stack, StackKind};
 
 /// A named frame in `object`, optionally with file:line.
-pub fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> Frame {
+pub(crate) fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> Frame {
     Frame {
         addr: 0x1000 + function.len() as u64 * 0x10,
         object: Some(object.to_string()),
@@ -18,11 +18,28 @@ pub fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> Frame {
     }
 }
 
+/// A stack of `kind` with `frames` (innermost first), neither lost nor truncated.
+pub fn site_stack(id: u32, kind: StackKind, frames: Vec<std::sync::Arc<Frame>>) -> Stack {
+    Stack { id, kind, frames, lost: false, truncated: None }
+}
+
+/// A malloc stack of `function` (in the fixture's executable, server.c:10) calling malloc.
+pub fn server_stack(id: u32, function: &str) -> Stack {
+    site_stack(
+        id,
+        StackKind::Malloc,
+        vec![
+            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+            frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))).into(),
+        ],
+    )
+}
+
 /// Cumulative (alloc_bytes, alloc_count, free_bytes, free_count) of a site at time t.
-pub type SiteFn = Box<dyn Fn(f64) -> (u64, u64, u64, u64)>;
+pub(crate) type SiteFn = Box<dyn Fn(f64) -> (u64, u64, u64, u64)>;
 
 /// A recording with checkpoints at `times`, the given sites and memory figures.
-pub fn recording(
+pub(crate) fn recording(
     times: &[f64],
     sites: Vec<(Stack, SiteFn)>,
     memory: &dyn Fn(f64) -> Option<ProcMemory>,
@@ -89,12 +106,12 @@ const STDCXX: &str = "/lib/x86_64-linux-gnu/libstdc++.so.6";
 const EXE: &str = "/opt/server/bin/server";
 
 /// 0, 1, ..., 60 s.
-pub fn times61() -> Vec<f64> {
+pub(crate) fn times61() -> Vec<f64> {
     (0..=60).map(|t| t as f64).collect()
 }
 
 /// Leak of exactly 1000 B/s through operator new (1500 B/s allocated, 500 B/s freed).
-pub fn leak_site() -> (Stack, SiteFn) {
+pub(crate) fn leak_site() -> (Stack, SiteFn) {
     let mut inl = frame("Session::key", EXE, Some(("src/session.h", 12)));
     inl.inlined = true;
     let stack = Stack {
@@ -121,7 +138,7 @@ pub fn leak_site() -> (Stack, SiteFn) {
 }
 
 /// Cache: 50 000 B/s for the first 18 s (30 % of 60 s), then flat. Never freed.
-pub fn cache_site() -> (Stack, SiteFn) {
+pub(crate) fn cache_site() -> (Stack, SiteFn) {
     let stack = Stack {
         id: 2,
         kind: StackKind::Malloc,
@@ -143,7 +160,7 @@ pub fn cache_site() -> (Stack, SiteFn) {
 }
 
 /// Temporary: 1 MB/s allocated and freed, 0–2000 B live at any checkpoint.
-pub fn temp_site() -> (Stack, SiteFn) {
+pub(crate) fn temp_site() -> (Stack, SiteFn) {
     let stack = Stack {
         id: 3,
         kind: StackKind::Malloc,
@@ -166,7 +183,7 @@ pub fn temp_site() -> (Stack, SiteFn) {
 }
 
 /// RSS following `anon(t)` with 8 MiB of file-backed pages.
-pub fn mem(anon: u64) -> Option<ProcMemory> {
+pub(crate) fn mem(anon: u64) -> Option<ProcMemory> {
     Some(ProcMemory {
         rss_bytes: anon + (8 << 20),
         rss_anon_bytes: anon,
@@ -177,7 +194,7 @@ pub fn mem(anon: u64) -> Option<ProcMemory> {
 }
 
 /// Deterministic pseudo-random numbers in [0, 1).
-pub fn noise(i: u64) -> f64 {
+pub(crate) fn noise(i: u64) -> f64 {
     let mut x = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51afd7ed558ccd);
@@ -185,12 +202,12 @@ pub fn noise(i: u64) -> f64 {
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
-pub fn no_counters(_: f64) -> BTreeMap<String, u64> {
+pub(crate) fn no_counters(_: f64) -> BTreeMap<String, u64> {
     BTreeMap::new()
 }
 
 /// Leak + cache + temporary, RSS growing with the leak.
-pub fn mixed() -> Recording {
+pub(crate) fn mixed() -> Recording {
     recording(
         &times61(),
         vec![leak_site(), cache_site(), temp_site()],

@@ -5,7 +5,8 @@ use crate::runtimes::MemoryKind;
 use std::sync::Arc;
 
 pub(super) use crate::frame_origin::is_runtime_frame;
-pub use crate::frame_origin::{basename, is_allocator, is_system_frame};
+pub(crate) use crate::frame_origin::is_system_frame;
+pub use crate::frame_origin::{basename, is_allocator};
 pub use crate::runtimes::native_interface_caller;
 
 /// Label of a frame: its function name, else `basename(object)+0xFILE_OFFSET` (what addr2line
@@ -29,53 +30,31 @@ pub fn frame_label(f: &Frame) -> String {
     }
 }
 
-/// True for a JIT frame named from a V8 perf map (`JS:*step /srv/app.js:10:14`,
-/// `LazyCompile:~handler /srv/app.js:3`) whose code is the program's, not Node's own library
-/// (`node:internal/...`, `node:buffer`), or from HotSpot's (`void com.acme.Ledger.append(long)`,
-/// not the JDK's own classes: [`crate::runtimes::jvm::is_user_java_frame`]).
-pub fn is_user_jit_frame(f: &Frame) -> bool {
-    if f.object.is_some() {
-        return false;
-    }
-    if crate::runtimes::jvm::is_user_java_frame(f) {
-        return true;
-    }
-    let Some((kind, rest)) = f.function.as_deref().and_then(|n| n.split_once(':')) else { return false };
-    let location = rest.split_once(' ').map(|(_, loc)| loc).unwrap_or("");
-    matches!(kind, "JS" | "LazyCompile" | "Function" | "InterpretedFunction")
-        && !location.is_empty()
-        && !location.starts_with("node:")
-}
-
 /// True for a frame of the program's own code that a managed-heap site can be named after: a
-/// JavaScript or Java frame named from the runtime's perf map ([`is_user_jit_frame`]), a Python
-/// frame, or a native frame of a known object that is neither the runtime, system code nor an
-/// allocator (a C extension calling `PyMem_Malloc`). The runtime's own frames are not.
+/// frame a runtime names as the program's ([`crate::runtimes::RuntimeRules::is_program_code_frame`]:
+/// a JavaScript or Java frame named from the runtime's perf map, a Python frame), or a native
+/// frame of a known object that is neither a runtime, system code nor an allocator
+/// ([`is_native_program_frame`]: a C extension calling `PyMem_Malloc`). The runtimes' own
+/// frames are not.
 pub fn is_program_frame(f: &Frame) -> bool {
-    is_user_jit_frame(f) || f.kind == crate::recording::FrameKind::Python || is_python_extension_frame(f)
+    is_runtime_program_frame(f) || is_native_program_frame(f)
 }
 
-/// True when a frame is CPython's own code: libpython, or an interpreter executable
-/// (`python3.11`) with the interpreter linked in.
-fn is_python_runtime_frame(f: &Frame) -> bool {
-    is_runtime_frame(f)
-        && f.object.as_deref().map(basename).is_some_and(|b| b.starts_with("python") || b.starts_with("libpython"))
+/// True for a frame some runtime names as the program's own code
+/// ([`crate::runtimes::RuntimeRules::is_program_code_frame`]).
+fn is_runtime_program_frame(f: &Frame) -> bool {
+    crate::runtimes::all().any(|r| r.is_program_code_frame(f))
 }
 
-/// True for a native frame of a program's own C extension (or of any library that is neither
-/// the interpreter, system code nor an allocator) with a known object: the code that called the
-/// interpreter's C API when the interpreter allocated for it.
-fn is_python_extension_frame(f: &Frame) -> bool {
+/// True for a native frame of a program's own code (a C extension, or any library that is
+/// neither a runtime, system code nor an allocator) with a known object: the code that called a
+/// runtime's C API when the runtime allocated for it.
+fn is_native_program_frame(f: &Frame) -> bool {
     f.kind == crate::recording::FrameKind::Native
         && f.object.is_some()
         && !is_runtime_frame(f)
         && !is_system_frame(f)
         && !is_allocator(f)
-}
-
-/// True for a frame of cgo's generated bridge between Go and C ([`crate::runtimes::go::is_cgo_bridge`]).
-fn is_cgo_frame(f: &Frame) -> bool {
-    f.function.as_deref().is_some_and(crate::runtimes::go::is_cgo_bridge)
 }
 
 /// The culprit frame of a stack: innermost non-allocator named frame (for a mapping, also not
@@ -108,16 +87,10 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
         let f = &stack.frames[i];
         nameable(f) && !is_allocator(f) && !wrapper(f) && (!entry(i) || named(f))
     });
-    // cgo's own malloc (`C.CString`, `C.CBytes`, `C.malloc`): the Go function that called it,
-    // beyond cgo's bridge and the runtime's stack switch.
-    let go_caller = first.filter(|&i| is_cgo_frame(&stack.frames[i])).and_then(|i| {
-        stack.frames[i..]
-            .iter()
-            .position(|f| {
-                nameable(f) && !is_cgo_frame(f) && !f.function.as_deref().is_some_and(|n| n.starts_with("runtime."))
-            })
-            .map(|j| i + j)
-    });
+    // A runtime's bridge to C code (cgo's own malloc for `C.CString`): the runtime's function
+    // that called through it.
+    let bridge_caller =
+        first.and_then(|i| crate::runtimes::all().find_map(|r| r.bridge_caller(&stack.frames, i, &nameable)));
     let interface_caller = first
         .filter(|&i| is_system_frame(&stack.frames[i]) || is_runtime_frame(&stack.frames[i]))
         .and_then(|_| native_interface_caller(&stack.frames));
@@ -140,22 +113,18 @@ pub fn culprit(stack: &Stack) -> (Option<usize>, String) {
             return None;
         }
         // An arena pymalloc maps holds every caller's objects: not the extension's.
-        let python_api = stack.kind == StackKind::Malloc && is_python_runtime_frame(f);
+        let api = stack.kind == StackKind::Malloc && crate::runtimes::all().any(|r| r.is_allocating_api_frame(f));
         // A page V8's collector maps (a semi-space grown, old-space pages for promoted objects)
         // holds what survived, not what the JavaScript function that triggered the collection
         // allocated: no JS frame beyond a collector frame names it.
-        let collector = |f: &Frame| f.function.as_deref().is_some_and(crate::runtimes::node::is_collector_frame);
+        let collector = |f: &Frame| crate::runtimes::all().any(|r| r.is_collector_frame(f));
         stack.frames[i..]
             .iter()
             .take_while(|f| !collector(f))
-            .position(|f| {
-                is_user_jit_frame(f)
-                    || f.kind == crate::recording::FrameKind::Python
-                    || python_api && is_python_extension_frame(f)
-            })
+            .position(|f| is_runtime_program_frame(f) || api && is_native_program_frame(f))
             .map(|j| i + j)
     });
-    let idx = go_caller
+    let idx = bridge_caller
         .or(interface_caller)
         .or(user)
         .or(first)

@@ -748,8 +748,11 @@ pub struct Analysis {
     pub rss_anon_trend: Option<Trend>,
     /// Steady-window trend of the allocator's resident bytes (None without the figure).
     pub allocator_trend: Option<Trend>,
-    /// Loss counters (IS_LOSS) at the last checkpoint, by name; every loss counter is present.
-    pub drops: BTreeMap<String, u64>,
+    /// Loss counters (IS_LOSS) at the last checkpoint; every loss counter is present. Serialized,
+    /// and listed in report.json and report.md, by the counter's name in name order
+    /// ([`Analysis::drops_by_name`]).
+    #[serde(serialize_with = "verdict::serialize_drops")]
+    pub drops: BTreeMap<leaktrace_common::counter::Counter, u64>,
     /// Sum of [`Analysis::drops`].
     pub drops_total: u64,
     /// Informational counters at the last checkpoint, by name (including unknown names).
@@ -889,6 +892,7 @@ mod collected;
 mod finalization;
 mod first_touch;
 mod frames;
+mod kinds;
 pub mod managed;
 pub mod occupied;
 pub mod patterns;

@@ -7,7 +7,7 @@ use super::*;
 /// every two points at different times (at most 200 points are used, evenly spaced). Robust to
 /// a few points far off the line: blocks caught live at one checkpoint, between their malloc
 /// and their free, move it little. None with fewer than two distinct times.
-pub fn median_slope(points: &[(f64, f64)]) -> Option<f64> {
+pub(crate) fn median_slope(points: &[(f64, f64)]) -> Option<f64> {
     let step = points.len().div_ceil(200).max(1);
     let pts: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
     let mut slopes: Vec<f64> = Vec::new();

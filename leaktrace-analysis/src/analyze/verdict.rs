@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use leaktrace_common::counter;
+use leaktrace_common::counter::{self, Counter};
 
 use super::*;
 use crate::recording::{Runtime, Stack, StackKind};
@@ -69,11 +69,32 @@ pub(super) fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
     s.kind == StackKind::Mmap && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
 }
 
+impl Analysis {
+    /// [`Analysis::drops`] by counter name, in name order: how report.json and report.md list
+    /// them (and the loss warning names them).
+    pub fn drops_by_name(&self) -> Vec<(&'static str, u64)> {
+        drops_by_name(&self.drops)
+    }
+}
+
+/// Loss counters by name, in name order.
+pub(super) fn drops_by_name(drops: &BTreeMap<Counter, u64>) -> Vec<(&'static str, u64)> {
+    let mut v: Vec<(&'static str, u64)> = drops.iter().map(|(c, &n)| (c.name(), n)).collect();
+    v.sort_unstable_by_key(|&(name, _)| name);
+    v
+}
+
+/// Serialize [`Analysis::drops`] as a map from counter name to count, in name order (as the
+/// map of names it replaced).
+pub(super) fn serialize_drops<S: serde::Serializer>(drops: &BTreeMap<Counter, u64>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(drops_by_name(drops))
+}
+
 /// Share of traced allocator calls whose bytes were lost (0..1), from the loss counters that
 /// leave live bytes incomplete ([`counter::byte_losses`]; the others lose call stacks, never
 /// bytes).
-pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> f64 {
-    let lost = counter::byte_losses().filter_map(|c| drops.get(c.name)).fold(0u64, |a, &n| a.saturating_add(n));
+pub fn lost_share(drops: &BTreeMap<Counter, u64>, events: &BTreeMap<String, u64>) -> f64 {
+    let lost = counter::byte_losses().filter_map(|c| drops.get(&c.counter)).fold(0u64, |a, &n| a.saturating_add(n));
     let seen = events.get(counter::Counter::Allocs.name()).copied().unwrap_or(0).saturating_add(lost);
     if seen == 0 { 0.0 } else { lost as f64 / seen as f64 }
 }
@@ -81,13 +102,13 @@ pub fn lost_share(drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>)
 /// When more than 1 % of the allocations were lost (a full map), what looks flat or like
 /// fragmentation may be untraced memory: such a verdict becomes "inconclusive", and a leak found
 /// anyway is said to be a lower bound. The losses are named on the verdict line.
-pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<String, u64>, events: &BTreeMap<String, u64>) -> Verdict {
+pub(super) fn losses_verdict(v: Verdict, drops: &BTreeMap<Counter, u64>, events: &BTreeMap<String, u64>) -> Verdict {
     let share = lost_share(drops, events);
     if share <= 0.01 {
         return v;
     }
     let counters: Vec<(String, u64)> = counter::byte_losses()
-        .filter_map(|c| drops.get(c.name).filter(|n| **n > 0).map(|n| (c.name.to_string(), *n)))
+        .filter_map(|c| drops.get(&c.counter).filter(|n| **n > 0).map(|n| (c.name.to_string(), *n)))
         .collect();
     match v.class {
         ProcessClass::Leak | ProcessClass::OffHeap => Verdict {
@@ -122,196 +143,230 @@ fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
     Verdict { class, confidence, inconclusive, reason, by_kind: None, losses: None }
 }
 
+/// The process verdict: the first rule that answers, in order — leaking sites, warm-up, the
+/// allocator's footprint (steady window, whole span, retention), RSS-anon, shared memory,
+/// file-backed pages, too few checkpoints, growth not significant, caches, temporary sites,
+/// flat. Each rule is its own function below.
 pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
-    let f_n = f_points(p.native_trend.n);
+    leak_verdict(p)
+        .or_else(|| warm_up_verdict(p))
+        .or_else(|| allocator_verdict(p))
+        .or_else(|| retention_verdict(p))
+        .or_else(|| rss_anon_verdict(p))
+        .or_else(|| shmem_verdict(p))
+        .or_else(|| file_backed_verdict(p))
+        .or_else(|| too_few_verdict(p))
+        .or_else(|| not_significant_verdict(p))
+        .or_else(|| cache_verdict(p))
+        .unwrap_or_else(|| flat_verdict(p))
+}
 
-    // Leak: the fastest-growing leaking site names the culprit. Off-heap mappings and malloc-heap
-    // sites are told apart; the class is the one that grows faster in all, the other is named too.
-    let mut leaks: Vec<(usize, &SiteAnalysis)> =
-        p.sites.iter().enumerate().filter(|(_, s)| s.class == SiteClass::Leak).collect();
-    leaks.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
-    if !leaks.is_empty() {
-        type Group<'s> = Vec<(usize, &'s SiteAnalysis)>;
-        // Thread stacks that leak are threads never joined: a leak of threads, not of mappings.
-        let (maps, heap): (Group<'_>, Group<'_>) =
-            leaks.iter().partition(|(_, s)| is_offheap_mapping(s) && s.threads.is_none());
-        let sum = |v: &[(usize, &SiteAnalysis)]| v.iter().map(|(_, s)| s.growth_bytes_per_s).sum::<f64>();
-        let offheap = sum(&maps) > sum(&heap);
-        let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };
-        let (top, top_site) = first[0];
-        let class = if offheap { ProcessClass::OffHeap } else { ProcessClass::Leak };
-        let reason = Reason::Leaks {
-            offheap,
-            top,
-            count: first.len(),
-            total_bytes_per_s: sum(first),
-            also: second.first().map(|(o, _)| (*o, second.len(), sum(second))),
-            window_s: (p.native_trend.from_s, p.native_trend.to_s),
-        };
-        return verdict(class, top_site.confidence, reason);
+/// Sites with their index in `p.sites`, fastest-growing first.
+type Ranked<'s> = Vec<(usize, &'s SiteAnalysis)>;
+
+/// The sites `keep` selects, with their indices, fastest-growing first.
+fn ranked<'s>(p: &ProcessInput<'s>, keep: impl Fn(&SiteAnalysis) -> bool) -> Ranked<'s> {
+    let mut v: Ranked<'s> = p.sites.iter().enumerate().filter(|(_, s)| keep(s)).collect();
+    v.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
+    v
+}
+
+/// Leak: the fastest-growing leaking site names the culprit. Off-heap mappings and malloc-heap
+/// sites are told apart; the class is the one that grows faster in all, the other is named too.
+fn leak_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let leaks = ranked(p, |s| s.class == SiteClass::Leak);
+    if leaks.is_empty() {
+        return None;
     }
-
-    // No leak, but a runtime's warm-up sites (JIT compilation, code caches) grow significantly:
-    // the runtime is compiling the program's hot code; what RSS does meanwhile is its doing.
-    let mut warm: Vec<(usize, &SiteAnalysis)> = p
-        .sites
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| {
-            s.lookalike.as_ref().is_some_and(|l| l.warm_up)
-                && s.evidence.steady.significant_growth
-                && s.growth_bytes_per_s > s.evidence.noise_floor_bytes_per_s
-        })
-        .collect();
-    warm.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
-    if let Some(&(top, top_site)) = warm.first() {
-        let reason = Reason::WarmUp {
-            top,
-            count: warm.len(),
-            total_bytes_per_s: warm.iter().map(|(_, s)| s.growth_bytes_per_s).sum(),
-            rss_anon_bytes_per_s: p.rss_anon_trend.map(|t| t.slope_bytes_per_s),
-        };
-        return verdict(ProcessClass::Cache, clamp_conf(top_site.confidence.min(0.7)), reason);
-    }
-
-    let share = if p.win.whole_run { 0.6 } else { 1.0 };
-    // `grows` grows significantly above its floor while `live` grows slower than a quarter of
-    // it. Flat means slow compared with `grows`, whatever its significance: a noisy live slope
-    // close to it is not evidence of fragmentation.
-    let outgrows = |grows: &Trend, floor: f64, live: f64| {
-        grows.n >= MIN_WINDOW_POINTS
-            && grows.significant_growth
-            && grows.slope_bytes_per_s > floor
-            && live < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
+    // Thread stacks that leak are threads never joined: a leak of threads, not of mappings.
+    let (maps, heap): (Ranked<'_>, Ranked<'_>) =
+        leaks.iter().partition(|(_, s)| is_offheap_mapping(s) && s.threads.is_none());
+    let sum = |v: &[(usize, &SiteAnalysis)]| v.iter().map(|(_, s)| s.growth_bytes_per_s).sum::<f64>();
+    let offheap = sum(&maps) > sum(&heap);
+    let (first, second) = if offheap { (&maps, &heap) } else { (&heap, &maps) };
+    let (top, top_site) = first[0];
+    let class = if offheap { ProcessClass::OffHeap } else { ProcessClass::Leak };
+    let reason = Reason::Leaks {
+        offheap,
+        top,
+        count: first.len(),
+        total_bytes_per_s: sum(first),
+        also: second.first().map(|(o, _)| (*o, second.len(), sum(second))),
+        window_s: (p.native_trend.from_s, p.native_trend.to_s),
     };
-    let gap = |grows: &Trend, live: f64| 1.0 - (live.max(0.0) / grows.slope_bytes_per_s).min(1.0);
+    Some(verdict(class, top_site.confidence, reason))
+}
 
-    // Fragmentation, measured: the allocator's own resident memory (brk heap and arenas) grows,
-    // live malloc bytes do not. Their slope is the smaller of the least-squares and the
-    // Theil–Sen one: blocks caught live at a checkpoint or two between their malloc and free
-    // (a batch allocated and freed at once) pull a least-squares slope, not the median.
-    let native_live = p.native_trend.slope_bytes_per_s.min(p.native_median_bytes_per_s.unwrap_or(f64::INFINITY));
+/// No leak, but a runtime's warm-up sites (JIT compilation, code caches) grow significantly:
+/// the runtime is compiling the program's hot code; what RSS does meanwhile is its doing.
+fn warm_up_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let warm = ranked(p, |s| {
+        s.lookalike.as_ref().is_some_and(|l| l.warm_up)
+            && s.evidence.steady.significant_growth
+            && s.growth_bytes_per_s > s.evidence.noise_floor_bytes_per_s
+    });
+    let &(top, top_site) = warm.first()?;
+    let reason = Reason::WarmUp {
+        top,
+        count: warm.len(),
+        total_bytes_per_s: warm.iter().map(|(_, s)| s.growth_bytes_per_s).sum(),
+        rss_anon_bytes_per_s: p.rss_anon_trend.map(|t| t.slope_bytes_per_s),
+    };
+    Some(verdict(ProcessClass::Cache, clamp_conf(top_site.confidence.min(0.7)), reason))
+}
+
+/// The confidence factor of the steady window: 0.6 when it is the whole run, else 1.
+fn window_share(p: &ProcessInput<'_>) -> f64 {
+    if p.win.whole_run { 0.6 } else { 1.0 }
+}
+
+/// True when `grows` grows significantly above its floor while `live` grows slower than
+/// [`FRAGMENTATION_RATIO`] of it. Flat means slow compared with `grows`, whatever its
+/// significance: a noisy live slope close to it is not evidence of fragmentation.
+fn outgrows(grows: &Trend, floor: f64, live: f64) -> bool {
+    grows.n >= MIN_WINDOW_POINTS
+        && grows.significant_growth
+        && grows.slope_bytes_per_s > floor
+        && live < FRAGMENTATION_RATIO * grows.slope_bytes_per_s
+}
+
+/// The share of `grows`' slope that `live` does not explain (0..1).
+fn gap(grows: &Trend, live: f64) -> f64 {
+    1.0 - (live.max(0.0) / grows.slope_bytes_per_s).min(1.0)
+}
+
+/// Live malloc bytes' slope over the steady window: the smaller of the least-squares and the
+/// Theil–Sen one (blocks caught live at a checkpoint or two between their malloc and free, a
+/// batch allocated and freed at once, pull a least-squares slope, not the median).
+fn native_live(p: &ProcessInput<'_>) -> f64 {
+    p.native_trend.slope_bytes_per_s.min(p.native_median_bytes_per_s.unwrap_or(f64::INFINITY))
+}
+
+/// Fragmentation, measured: the allocator's own resident memory (brk heap and arenas) grows,
+/// live malloc bytes do not, over the steady window; else the same over the whole span, when
+/// the steady window alone is too noisy to tell (an allocator returning part of its footprint
+/// now and then): growth that did not level off through the last quarter, with live native
+/// bytes flat over the span too. Confidence as for a whole-run window (× 0.6) then.
+fn allocator_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let native_live = native_live(p);
     let alloc_floor = process_floor(p.allocator, p.duration);
     let alloc_grows = p.allocator_trend.filter(|at| outgrows(at, alloc_floor, native_live));
     if let Some(at) = alloc_grows {
-        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native_live) * share * p.f_drops);
+        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native_live) * window_share(p) * p.f_drops);
         let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native_live, whole_span: false };
-        return verdict(ProcessClass::Fragmentation, confidence, reason);
+        return Some(verdict(ProcessClass::Fragmentation, confidence, reason));
     }
-    // The same over the whole span, when the steady window alone is too noisy to tell (an
-    // allocator returning part of its footprint now and then): growth that did not level off
-    // through the last quarter, with live native bytes flat over the span too. Confidence as
-    // for a whole-run window (× 0.6).
     let native_span = p.native_span_bytes_per_s;
     let alloc_span_grows = p.allocator_span_trend.filter(|at| {
         !p.win.whole_run
             && outgrows(at, alloc_floor, native_span.max(native_live))
             && !levelled_off(p.allocator, p.late_from, p.span_to, at, alloc_floor)
     });
-    if let Some(at) = alloc_span_grows {
-        let native = native_span.max(native_live);
-        let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native) * 0.6 * p.f_drops);
-        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native, whole_span: true };
-        return verdict(ProcessClass::Fragmentation, confidence, reason);
-    }
+    let at = alloc_span_grows?;
+    let native = native_span.max(native_live);
+    let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native) * 0.6 * p.f_drops);
+    let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native, whole_span: true };
+    Some(verdict(ProcessClass::Fragmentation, confidence, reason))
+}
 
-    // Allocator retention, decided on the whole recording: the footprint rose (in steps or
-    // steadily) and stays risen while live bytes — native, off-heap and managed — stay flat or
-    // fall back after each peak. Confidence: the points of the last half × the share of the
-    // footprint no live byte needs, at most 0.8 (the footprint may hold the allocator's own
-    // metadata too).
+/// Allocator retention, decided on the whole recording: the footprint rose (in steps or
+/// steadily) and stays risen while live bytes — native, off-heap and managed — stay flat or
+/// fall back after each peak. Confidence: the points of the last half × the share of the
+/// footprint no live byte needs, at most 0.8 (the footprint may hold the allocator's own
+/// metadata too).
+fn retention_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let alloc_floor = process_floor(p.allocator, p.duration);
     let span_from = p.allocator.first().map_or(0.0, |x| x.0).max(p.span_to - p.duration);
-    if let Some(r) = super::retention::retention(p.allocator, p.traced, span_from, p.span_to, alloc_floor) {
-        let held_share = r.held_beyond_live_bytes as f64 / r.footprint_late_bytes.max(1) as f64;
-        let confidence = clamp_conf((f_points(r.late_points) * held_share).min(0.8) * p.f_drops);
-        let reason = Reason::Retention { retention: r, family: p.allocator_family };
-        return verdict(ProcessClass::Fragmentation, confidence, reason);
-    }
+    let r = super::retention::retention(p.allocator, p.traced, span_from, p.span_to, alloc_floor)?;
+    let held_share = r.held_beyond_live_bytes as f64 / r.footprint_late_bytes.max(1) as f64;
+    let confidence = clamp_conf((f_points(r.late_points) * held_share).min(0.8) * p.f_drops);
+    let reason = Reason::Retention { retention: r, family: p.allocator_family };
+    Some(verdict(ProcessClass::Fragmentation, confidence, reason))
+}
 
-    // Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not.
-    // RSS that rose and then stayed flat through the last quarter levelled off (V8 sizing up its
-    // young generation): not growth.
-    let rss_grows = p.rss_anon_trend.filter(|rt| {
+/// Fragmentation, inferred: RSS-anon grows significantly, traced live bytes do not. RSS that
+/// rose and then stayed flat through the last quarter levelled off (V8 sizing up its young
+/// generation): not growth.
+fn rss_anon_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let traced = p.traced_trend.slope_bytes_per_s;
+    let rt = p.rss_anon_trend.filter(|rt| {
         let floor = process_floor(p.rss_anon, p.duration);
-        outgrows(rt, floor, p.traced_trend.slope_bytes_per_s)
-            && !levelled_off(p.rss_anon, p.late_from, p.span_to, rt, floor)
-    });
-    if let Some(rt) = rss_grows {
-        // With the allocator's footprint measured (and not growing), the growth is not the
-        // malloc heap's.
-        let heap_flat = p.allocator_trend.is_some_and(|t| t.n >= MIN_WINDOW_POINTS);
-        let f_heap = if heap_flat { 0.7 } else { 1.0 };
-        let confidence = clamp_conf(
-            (f_tstat(rt) * f_points(rt.n) * gap(rt, p.traced_trend.slope_bytes_per_s) * share * p.f_drops * f_heap)
-                .min(0.8),
-        );
-        let reason =
-            Reason::RssOutgrowsTraced { trend: *rt, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, heap_flat };
-        return verdict(ProcessClass::Fragmentation, confidence, reason);
-    }
+        outgrows(rt, floor, traced) && !levelled_off(p.rss_anon, p.late_from, p.span_to, rt, floor)
+    })?;
+    // With the allocator's footprint measured (and not growing), the growth is not the malloc
+    // heap's.
+    let heap_flat = p.allocator_trend.is_some_and(|t| t.n >= MIN_WINDOW_POINTS);
+    let f_heap = if heap_flat { 0.7 } else { 1.0 };
+    let confidence =
+        clamp_conf((f_tstat(rt) * f_points(rt.n) * gap(rt, traced) * window_share(p) * p.f_drops * f_heap).min(0.8));
+    let reason = Reason::RssOutgrowsTraced { trend: *rt, traced_bytes_per_s: traced, heap_flat };
+    Some(verdict(ProcessClass::Fragmentation, confidence, reason))
+}
 
-    // Shared memory grows, nothing traced does (mappings made before attach, or shared memory
-    // the program does not map through a traced call): off-heap memory that grows, never "no
-    // leak". Confidence at most 0.7: the memory is not attributed to a stack.
-    let shmem_grows = p
-        .rss_shmem_trend
-        .filter(|st| outgrows(st, process_floor(p.rss_shmem, p.duration), p.traced_trend.slope_bytes_per_s));
-    if let Some(st) = shmem_grows {
-        let confidence = clamp_conf(
-            (f_tstat(st) * f_points(st.n) * gap(st, p.traced_trend.slope_bytes_per_s) * share * p.f_drops).min(0.7),
-        );
-        let reason = Reason::UntracedShmem { trend: *st, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s };
-        return verdict(ProcessClass::OffHeap, confidence, reason);
-    }
+/// Confidence of a verdict on an untraced process series `t` (shared memory, file-backed
+/// pages): at most 0.7, the memory is not attributed to a stack.
+fn untraced_confidence(p: &ProcessInput<'_>, t: &Trend) -> f64 {
+    let traced = p.traced_trend.slope_bytes_per_s;
+    clamp_conf((f_tstat(t) * f_points(t.n) * gap(t, traced) * window_share(p) * p.f_drops).min(0.7))
+}
 
-    // File-backed pages grow, nothing traced does: pages of mapped files touched over time (a
-    // file mapped shared and written, a file mapped and read). Page-in that rose and levelled
-    // off (code and data of the loaded objects at start-up) is not growth. Named as file-backed
-    // memory; when a traced mapping site's resident bytes explain at least half of it, that site
-    // (its mapped size need not grow). Confidence at most 0.7, as for shared memory.
-    let file_grows = p.rss_file_trend.filter(|ft| {
+/// Shared memory grows, nothing traced does (mappings made before attach, or shared memory the
+/// program does not map through a traced call): off-heap memory that grows, never "no leak".
+fn shmem_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let traced = p.traced_trend.slope_bytes_per_s;
+    let st = p.rss_shmem_trend.filter(|st| outgrows(st, process_floor(p.rss_shmem, p.duration), traced))?;
+    let reason = Reason::UntracedShmem { trend: *st, traced_bytes_per_s: traced };
+    Some(verdict(ProcessClass::OffHeap, untraced_confidence(p, st), reason))
+}
+
+/// File-backed pages grow, nothing traced does: pages of mapped files touched over time (a file
+/// mapped shared and written, a file mapped and read). Page-in that rose and levelled off (code
+/// and data of the loaded objects at start-up) is not growth. Named as file-backed memory; when
+/// a traced mapping site's resident bytes explain at least half of it, that site (its mapped
+/// size need not grow).
+fn file_backed_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let traced = p.traced_trend.slope_bytes_per_s;
+    let ft = p.rss_file_trend.filter(|ft| {
         let floor = process_floor(p.rss_file, p.duration);
-        outgrows(ft, floor, p.traced_trend.slope_bytes_per_s)
-            && !levelled_off(p.rss_file, p.late_from, p.span_to, ft, floor)
-    });
-    if let Some(ft) = file_grows {
-        let confidence = clamp_conf(
-            (f_tstat(ft) * f_points(ft.n) * gap(ft, p.traced_trend.slope_bytes_per_s) * share * p.f_drops).min(0.7),
-        );
-        let site = p
-            .mapping_resident
-            .iter()
-            .filter(|(_, first, last)| last > first)
-            .max_by_key(|(_, first, last)| last - first)
-            .filter(|(_, first, last)| {
-                p.duration > 0.0 && (last - first) as f64 / p.duration >= FILE_SITE_SHARE * ft.slope_bytes_per_s
-            })
-            .and_then(|&(id, first, last)| {
-                p.sites.iter().position(|s| s.id == id && s.kind == StackKind::Mmap).map(|i| (i, first, last))
-            });
-        let reason = Reason::FileBacked { trend: *ft, traced_bytes_per_s: p.traced_trend.slope_bytes_per_s, site };
-        return verdict(ProcessClass::OffHeap, confidence, reason);
-    }
+        outgrows(ft, floor, traced) && !levelled_off(p.rss_file, p.late_from, p.span_to, ft, floor)
+    })?;
+    let site = p
+        .mapping_resident
+        .iter()
+        .filter(|(_, first, last)| last > first)
+        .max_by_key(|(_, first, last)| last - first)
+        .filter(|(_, first, last)| {
+            p.duration > 0.0 && (last - first) as f64 / p.duration >= FILE_SITE_SHARE * ft.slope_bytes_per_s
+        })
+        .and_then(|&(id, first, last)| {
+            p.sites.iter().position(|s| s.id == id && s.kind == StackKind::Mmap).map(|i| (i, first, last))
+        });
+    let reason = Reason::FileBacked { trend: *ft, traced_bytes_per_s: traced, site };
+    Some(verdict(ProcessClass::OffHeap, untraced_confidence(p, ft), reason))
+}
 
-    if p.n < MIN_WINDOW_POINTS {
-        return verdict(ProcessClass::Flat, clamp_conf(0.1 * p.f_drops), Reason::TooFewCheckpoints { n: p.n });
-    }
+/// Too few checkpoints in the steady window to fit a trend: flat, inconclusive.
+fn too_few_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    (p.n < MIN_WINDOW_POINTS)
+        .then(|| verdict(ProcessClass::Flat, clamp_conf(0.1 * p.f_drops), Reason::TooFewCheckpoints { n: p.n }))
+}
 
-    // Growth through the run whose steady slopes are not significant (95 % intervals as wide as
-    // the slopes): inconclusive — never a leak, and not "no leak" either. Before the caches: a
-    // process whose start-up filled caches would hide it.
-    let mut wide: Vec<(usize, &SiteAnalysis)> =
-        p.sites.iter().enumerate().filter(|(_, s)| s.evidence.not_significant).collect();
-    wide.sort_by(|a, b| b.1.growth_bytes_per_s.total_cmp(&a.1.growth_bytes_per_s));
-    if let Some(&(top, _)) = wide.first() {
-        let reason = Reason::NotSignificant { top, count: wide.len() };
-        return verdict(ProcessClass::Flat, clamp_conf(0.3 * f_n * p.f_drops), reason);
-    }
+/// Growth through the run whose steady slopes are not significant (95 % intervals as wide as
+/// the slopes): inconclusive — never a leak, and not "no leak" either. Before the caches: a
+/// process whose start-up filled caches would hide it.
+fn not_significant_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let wide = ranked(p, |s| s.evidence.not_significant);
+    let &(top, _) = wide.first()?;
+    let reason = Reason::NotSignificant { top, count: wide.len() };
+    Some(verdict(ProcessClass::Flat, clamp_conf(0.3 * f_points(p.native_trend.n) * p.f_drops), reason))
+}
 
-    // Cache: the largest retained growth among caches names it.
-    // libc's and the runtime's one-time allocations (the loader's segments, stdio buffers) rise
-    // once at start-up: they make no cache verdict.
-    let mut caches: Vec<(usize, &SiteAnalysis)> = p
+/// Cache: the largest retained growth among caches names it. libc's and the runtime's one-time
+/// allocations (the loader's segments, stdio buffers) rise once at start-up: they make no cache
+/// verdict. Pages faulted in and returned again dwarf a cache of a few pages touched once (a
+/// stack page, static data): churn is the answer then.
+fn cache_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let mut caches: Ranked<'_> = p
         .sites
         .iter()
         .enumerate()
@@ -319,8 +374,6 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
         .collect();
     caches.sort_by_key(|(_, s)| std::cmp::Reverse(s.growth_bytes));
     let native_flat_factor = if p.native_trend.significant_growth { 0.7 } else { 1.0 };
-    // Pages faulted in and returned again dwarf a cache of a few pages touched once (a stack
-    // page, static data): churn is the answer then.
     let fault_churn: u64 = p
         .sites
         .iter()
@@ -331,15 +384,19 @@ pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     if p.faults_returned && cache_total < fault_churn / 100 {
         caches.clear();
     }
-    if let Some(&(top, top_site)) = caches.first() {
-        let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
-        let single_step = top_site.evidence.single_step;
-        let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64, single_step };
-        let mut v = verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
-        v.inconclusive = single_step;
-        return v;
-    }
+    let &(top, top_site) = caches.first()?;
+    let total: i64 = caches.iter().map(|(_, s)| s.growth_bytes.max(0)).sum();
+    let single_step = top_site.evidence.single_step;
+    let reason = Reason::Caches { top, count: caches.len(), retained_bytes: total as u64, single_step };
+    let mut v = verdict(ProcessClass::Cache, clamp_conf(top_site.confidence * native_flat_factor), reason);
+    v.inconclusive = single_step;
+    Some(v)
+}
 
+/// No leak, fragmentation nor cache: temporary sites (short-lived churn), else flat. Confidence
+/// falls as the live malloc bytes' slope nears the noise floor of the sites' peaks.
+fn flat_verdict(p: &ProcessInput<'_>) -> Verdict {
+    let f_n = f_points(p.native_trend.n);
     let floor_native = {
         let peak = p.sites.iter().map(|s| s.evidence.peak_live_bytes).sum::<u64>();
         if p.duration > 0.0 {

@@ -346,11 +346,11 @@ pub(crate) mod test_support {
     use crate::analyze::fixtures::*;
     use crate::recording::{EndReason, Recording, Stack, StackKind};
 
-    pub const EXE: &str = "/opt/app/bin/app";
-    pub const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+    pub(crate) const EXE: &str = "/opt/app/bin/app";
+    pub(crate) const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
 
     /// A stack malloc ← `function` ← run_workload ← main, addresses shifted by `shift`.
-    pub fn stack(id: u32, function: &str, shift: u64) -> Stack {
+    pub(crate) fn stack(id: u32, function: &str, shift: u64) -> Stack {
         let mut frames = vec![
             frame("malloc", LIBC, None),
             frame(function, EXE, Some(("/src/app.c", 10 + shift as u32))),
@@ -374,7 +374,7 @@ pub(crate) mod test_support {
     /// unit in `leak_fn`; a cache fills during the warm-up; a temporary site has 0 or 4096
     /// bytes in flight (at units 300 and 600: no net trend). Stack addresses are shifted by
     /// `shift` (a rebuild).
-    pub fn batch_recording(leak: u64, leak_fn: &str, shift: u64) -> Recording {
+    pub(crate) fn batch_recording(leak: u64, leak_fn: &str, shift: u64) -> Recording {
         let times: Vec<f64> = (0..=14).map(|i| i as f64 * 0.5).collect();
         let units = |t: f64| (t * 200.0).round() as u64;
         let leak_site = stack(1, leak_fn, shift);

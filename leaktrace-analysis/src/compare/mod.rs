@@ -358,6 +358,10 @@ fn display_names(all: &BTreeSet<&Signature>) -> BTreeMap<Signature, String> {
 }
 
 /// Compare two recordings. `before_path`/`after_path` are only used in messages and outputs.
+/// Steps: each side's steady window, the rate axis both are fitted on ([`axes`]), growth per
+/// signature ([`measure`]) corrected by the reports' classes ([`apply_report_classes`]), the
+/// signatures matched across the sides ([`match_sites`]), the verdict lines ([`leak_verdicts`])
+/// and the PASS/FAIL line ([`conclusion`]).
 pub fn compare(
     before: &Recording,
     before_path: &str,
@@ -377,27 +381,89 @@ pub fn compare(
     let wb = window(before, &tb, &lb, "BEFORE")?;
     let wa = window(after, &ta, &la, "AFTER")?;
     let mut notes = Vec::new();
-    let (ub, ua) = (units(before, &lb, &wb), units(after, &la, &wa));
+    let Axes { before: xb, after: xa, unit, abs_floor } = axes(
+        SideInput { rec: before, live: &lb, window: &wb },
+        SideInput { rec: after, live: &la, window: &wa },
+        &mut notes,
+    );
+    let mut mb = measure(before, before_path, &lb, &wb, &xb, abs_floor);
+    let mut ma = measure(after, after_path, &la, &wa, &xa, abs_floor);
+    apply_report_classes(&mut mb, before, &tb, &xb, abs_floor);
+    apply_report_classes(&mut ma, after, &ta, &xa, abs_floor);
+
+    let (matched, only_before, only_after) = match_sites(&mb, &ma);
+    let mut leaked: Vec<&SiteComparison> =
+        matched.iter().chain(&only_before).chain(&only_after).filter(|s| s.status != Status::NoLeak).collect();
+    leaked.sort_by(|x, y| {
+        let new = |s: &SiteComparison| s.status == Status::NewLeak;
+        new(x).cmp(&new(y)).then(magnitude(y).total_cmp(&magnitude(x)))
+    });
+    let mut verdicts = leak_verdicts(&leaked, unit);
+    let (conclusion, after_flat) = conclusion(&leaked, &mb.side.overall, &ma.side.overall, unit);
+    let python_types = compare_types(before, after);
+    verdicts.extend(pyheap::verdicts(&python_types));
+    Ok(Comparison {
+        unit: unit.to_string(),
+        notes,
+        before: mb.side,
+        after: ma.side,
+        matched,
+        only_before,
+        only_after,
+        verdicts,
+        conclusion,
+        after_flat,
+        holds: holds::rows(before, after),
+        python_types,
+    })
+}
+
+/// One side of a comparison as [`axes`] reads it: the recording, its live bytes by stack and its
+/// fitted window.
+#[derive(Clone, Copy)]
+struct SideInput<'a> {
+    rec: &'a Recording,
+    live: &'a [(usize, BTreeMap<u32, u64>)],
+    window: &'a Window,
+}
+
+/// The axis both sides' growth is fitted on.
+struct Axes {
+    /// Units of work (or seconds) at each point of BEFORE's window.
+    before: Vec<f64>,
+    /// The same for AFTER.
+    after: Vec<f64>,
+    /// "B/unit" or "B/s".
+    unit: &'static str,
+    /// The absolute noise floor of a slope in that unit.
+    abs_floor: f64,
+}
+
+/// Units of work when both recordings counted them over their windows, else seconds (with a
+/// note saying why); a note too when the work probes differ.
+fn axes(b: SideInput<'_>, a: SideInput<'_>, notes: &mut Vec<String>) -> Axes {
+    let (before, after) = (b.rec, a.rec);
+    let (ub, ua) = (units(before, b.live, b.window), units(after, a.live, a.window));
     let (xb, xa, unit, abs_floor) = match (ub, ua) {
         (Some(b), Some(a)) => (b, a, "B/unit", UNIT_FLOOR),
-        (b, a) => {
+        (ub, ua) => {
             match (before.work_probe.is_some(), after.work_probe.is_some()) {
                 (false, false) => notes.push(
                     "rates are per second (neither recording has a work probe): they are only comparable if both ran under the same load".into(),
                 ),
                 _ => notes.push(format!(
                     "rates are per second: units of work are {} (a work probe must count calls in both windows for rates per unit)",
-                    match (b.is_some(), a.is_some()) {
+                    match (ub.is_some(), ua.is_some()) {
                         (true, false) => "missing in AFTER",
                         (false, true) => "missing in BEFORE",
                         _ => "missing in both",
                     }
                 )),
             }
-            let secs = |rec: &Recording, live: &[(usize, BTreeMap<u32, u64>)], w: &Window| -> Vec<f64> {
-                w.idx.iter().map(|&i| rec.checkpoints[live[i].0].t_s).collect()
+            let secs = |s: SideInput<'_>| -> Vec<f64> {
+                s.window.idx.iter().map(|&i| s.rec.checkpoints[s.live[i].0].t_s).collect()
             };
-            (secs(before, &lb, &wb), secs(after, &la, &wa), "B/s", analyze::SITE_FLOOR_BYTES_PER_S)
+            (secs(b), secs(a), "B/s", analyze::SITE_FLOOR_BYTES_PER_S)
         }
     };
     if let (Some(p), Some(q)) = (&before.work_probe, &after.work_probe)
@@ -406,33 +472,42 @@ pub fn compare(
     {
         notes.push(format!("the work probes differ ({p} before, {q} after): a unit is not the same work"));
     }
-    let mut mb = measure(before, before_path, &lb, &wb, &xb, abs_floor);
-    let mut ma = measure(after, after_path, &la, &wa, &xa, abs_floor);
-    // One classification: a signature whose stacks the report classifies, none of them a leak
-    // (a cache, temporary churn, flat), is not a leak here either, whatever this window's fit.
-    // The same for the total: growth that those signatures explain (a cache filling) is not a
-    // leak of the whole either; the total is judged without them.
-    for (m, rec, tl, xs) in [(&mut mb, before, &tb, &xb), (&mut ma, after, &ta, &xa)] {
-        let not_leaks = report_non_leaks(rec, tl);
-        for (sig, g) in &mut m.sites {
-            if g.leak && not_leaks.contains(sig) {
-                g.leak = false;
-                g.not_a_leak_in_report = true;
-            }
-        }
-        if m.side.overall.leak {
-            let mut rest = vec![0.0; xs.len()];
-            for (sig, ys) in m.series.iter().filter(|(sig, _)| !not_leaks.contains(*sig)) {
-                debug_assert_eq!(ys.len(), rest.len(), "{sig:?}");
-                rest.iter_mut().zip(ys).for_each(|(r, y)| *r += y);
-            }
-            if !Growth::of(xs, &rest, abs_floor).leak {
-                m.side.overall.leak = false;
-                m.side.overall.not_a_leak_in_report = true;
-            }
+    Axes { before: xb, after: xa, unit, abs_floor }
+}
+
+/// One classification: a signature whose stacks the report classifies, none of them a leak (a
+/// cache, temporary churn, flat), is not a leak here either, whatever this window's fit. The
+/// same for the total: growth that those signatures explain (a cache filling) is not a leak of
+/// the whole either; the total is judged without them.
+fn apply_report_classes(m: &mut Measured, rec: &Recording, tl: &Timeline, xs: &[f64], abs_floor: f64) {
+    let not_leaks = report_non_leaks(rec, tl);
+    for (sig, g) in &mut m.sites {
+        if g.leak && not_leaks.contains(sig) {
+            g.leak = false;
+            g.not_a_leak_in_report = true;
         }
     }
+    if m.side.overall.leak {
+        let mut rest = vec![0.0; xs.len()];
+        for (sig, ys) in m.series.iter().filter(|(sig, _)| !not_leaks.contains(*sig)) {
+            debug_assert_eq!(ys.len(), rest.len(), "{sig:?}");
+            rest.iter_mut().zip(ys).for_each(|(r, y)| *r += y);
+        }
+        if !Growth::of(xs, &rest, abs_floor).leak {
+            m.side.overall.leak = false;
+            m.side.overall.not_a_leak_in_report = true;
+        }
+    }
+}
 
+/// The larger of a compared site's two slopes, in magnitude: the order sites are listed in.
+fn magnitude(s: &SiteComparison) -> f64 {
+    s.slope_before().abs().max(s.slope_after().abs())
+}
+
+/// Every signature of either side with its status, as (matched, only before, only after), each
+/// list by [`magnitude`], largest first.
+fn match_sites(mb: &Measured, ma: &Measured) -> (Vec<SiteComparison>, Vec<SiteComparison>, Vec<SiteComparison>) {
     let all: BTreeSet<&Signature> = mb.sites.keys().chain(ma.sites.keys()).collect();
     let names = display_names(&all);
     let mut matched = Vec::new();
@@ -456,20 +531,17 @@ pub fn compare(
             _ => only_after.push(sc),
         }
     }
-    let mag = |s: &SiteComparison| s.slope_before().abs().max(s.slope_after().abs());
     for v in [&mut matched, &mut only_before, &mut only_after] {
-        v.sort_by(|x, y| mag(y).total_cmp(&mag(x)).then(x.signature.cmp(&y.signature)));
+        v.sort_by(|x, y| magnitude(y).total_cmp(&magnitude(x)).then(x.signature.cmp(&y.signature)));
     }
+    (matched, only_before, only_after)
+}
 
-    // Verdicts: leaks before (fastest first), then new leaks.
+/// One line per leaking site (leaks before, fastest first, then new leaks): fixed, still
+/// leaking (with the change, or "no change beyond noise"), new; or that no site leaks.
+fn leak_verdicts(leaked: &[&SiteComparison], unit: &str) -> Vec<String> {
     let mut verdicts = Vec::new();
-    let mut leaked: Vec<&SiteComparison> =
-        matched.iter().chain(&only_before).chain(&only_after).filter(|s| s.status != Status::NoLeak).collect();
-    leaked.sort_by(|x, y| {
-        let new = |s: &SiteComparison| s.status == Status::NewLeak;
-        new(x).cmp(&new(y)).then(mag(y).total_cmp(&mag(x)))
-    });
-    for s in &leaked {
+    for s in leaked {
         let b = rate(s.slope_before(), unit);
         let a = rate(s.slope_after(), unit);
         let gone = if s.after.is_none() { " (the site no longer allocates)" } else { "" };
@@ -497,12 +569,17 @@ pub fn compare(
     if verdicts.is_empty() {
         verdicts.push("no site leaks, before or after".into());
     }
+    verdicts
+}
+
+/// The PASS/FAIL line, from the sites still leaking after and the overall growth of each side;
+/// and whether AFTER is flat.
+fn conclusion(leaked: &[&SiteComparison], ob: &Growth, oa: &Growth, unit: &str) -> (String, bool) {
     let leaking_after: Vec<&str> = leaked
         .iter()
         .filter(|s| matches!(s.status, Status::StillLeaking | Status::NewLeak))
         .map(|s| s.name.as_str())
         .collect();
-    let (ob, oa) = (&mb.side.overall, &ma.side.overall);
     let overall = format!("overall {} before, {} after", rate(ob.slope, unit), rate(oa.slope, unit));
     let after_flat = leaking_after.is_empty() && !oa.leak;
     let conclusion = if after_flat && oa.not_a_leak_in_report {
@@ -521,22 +598,7 @@ pub fn compare(
             leaking_after.join(", ")
         )
     };
-    let python_types = compare_types(before, after);
-    verdicts.extend(pyheap::verdicts(&python_types));
-    Ok(Comparison {
-        unit: unit.to_string(),
-        notes,
-        before: mb.side,
-        after: ma.side,
-        matched,
-        only_before,
-        only_after,
-        verdicts,
-        conclusion,
-        after_flat,
-        holds: holds::rows(before, after),
-        python_types,
-    })
+    (conclusion, after_flat)
 }
 
 /// Load a recording from a directory (its recording.json) or a recording.json path.

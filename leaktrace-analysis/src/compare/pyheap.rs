@@ -114,7 +114,7 @@ fn cell(s: &Option<TypeSide>) -> String {
 
 /// One verdict line per type that grew before or after: "Python heap: `function` +8,500
 /// (+200/s) before, +0 (+0/s) after — fixed".
-pub fn verdicts(changes: &[TypeChange]) -> Vec<String> {
+pub(crate) fn verdicts(changes: &[TypeChange]) -> Vec<String> {
     changes
         .iter()
         .filter(|c| c.status != "not growing")

@@ -249,28 +249,65 @@ fn per_unit(g: &Growth, what: &str) -> String {
     }
 }
 
-fn jvm_md(md: &mut String, c: &Census<ClassHistogram>) {
-    let _ = writeln!(md, "### JVM: class histogram (`jcmd PID GC.class_histogram`)\n");
+/// How a census of two snapshots reads in report.md ([`census_md`]).
+struct CensusMd<'a, T> {
+    /// The section's title.
+    title: &'a str,
+    /// The line saying when the two snapshots were taken and their totals.
+    taken: &'a dyn Fn(&T, &T) -> String,
+    /// What is said when nothing grew.
+    none: &'a str,
+    /// One growing row's line.
+    row: &'a dyn Fn(&Growth) -> String,
+}
+
+/// A census section of report.md: its title; with both snapshots, when they were taken, what
+/// grew (`growth`, at most [`MD_ROWS`] rows) and `after` (more lines from the two snapshots);
+/// then why a snapshot is missing.
+fn census_md<T>(
+    md: &mut String,
+    c: &Census<T>,
+    growth: &[Growth],
+    how: &CensusMd<'_, T>,
+    after: impl FnOnce(&mut String, &T),
+) {
+    let _ = writeln!(md, "{}\n", how.title);
     if let (Some(a), Some(b)) = (&c.start, &c.end) {
-        let _ = writeln!(
-            md,
-            "Taken at {:.1} s and {:.1} s; each forces a full GC (jcmd ran {:.2} s and {:.2} s: the JVM's pause is at most that). Live objects {} → {}, {} → {}.\n",
-            a.taken.t_s,
-            b.taken.t_s,
-            a.taken.took_s,
-            b.taken.took_s,
-            number(a.total_instances as f64),
-            number(b.total_instances as f64),
-            bytes(a.total_bytes),
-            bytes(b.total_bytes)
-        );
-        let g = c.growth();
-        if g.is_empty() {
-            md.push_str("No class grew in instances and bytes.\n\n");
+        let _ = writeln!(md, "{}\n", (how.taken)(a, b));
+        if growth.is_empty() {
+            let _ = writeln!(md, "{}\n", how.none);
         }
-        for x in g.iter().take(MD_ROWS) {
-            let _ = writeln!(
-                md,
+        for x in growth.iter().take(MD_ROWS) {
+            let _ = writeln!(md, "{}", (how.row)(x));
+        }
+        md.push('\n');
+        after(md, b);
+    }
+    for e in &c.errors {
+        let _ = writeln!(md, "- not measured: {e}");
+    }
+}
+
+/// The JVM's class histograms in report.md: the classes that grew.
+fn jvm_md(md: &mut String, c: &Census<ClassHistogram>) {
+    let how = CensusMd {
+        title: "### JVM: class histogram (`jcmd PID GC.class_histogram`)",
+        taken: &|a: &ClassHistogram, b: &ClassHistogram| {
+            format!(
+                "Taken at {:.1} s and {:.1} s; each forces a full GC (jcmd ran {:.2} s and {:.2} s: the JVM's pause is at most that). Live objects {} → {}, {} → {}.",
+                a.taken.t_s,
+                b.taken.t_s,
+                a.taken.took_s,
+                b.taken.took_s,
+                number(a.total_instances as f64),
+                number(b.total_instances as f64),
+                bytes(a.total_bytes),
+                bytes(b.total_bytes)
+            )
+        },
+        none: "No class grew in instances and bytes.",
+        row: &|x: &Growth| {
+            format!(
                 "- **{}**: {} → {} instances ({:+.1}/s), {} → {} ({}){}",
                 x.name,
                 number(x.count_start as f64),
@@ -280,37 +317,32 @@ fn jvm_md(md: &mut String, c: &Census<ClassHistogram>) {
                 bytes(x.bytes_end),
                 rate(x.bytes_per_s),
                 per_unit(x, "instances")
-            );
-        }
-        md.push('\n');
-    }
-    for e in &c.errors {
-        let _ = writeln!(md, "- not measured: {e}");
-    }
+            )
+        },
+    };
+    census_md(md, c, &c.growth(), &how, |_, _| {});
 }
 
+/// Go's goroutines in report.md: the groups that grew, then the heap profile's buckets.
 fn go_md(md: &mut String, c: &Census<Goroutines>) {
-    let _ = writeln!(md, "### Go: goroutines (the runtime's `allgs`, read from outside)\n");
-    if let (Some(a), Some(b)) = (&c.start, &c.end) {
-        let _ = writeln!(
-            md,
-            "Read at {:.1} s and {:.1} s without stopping the process ({:.1} ms and {:.1} ms of reads). Goroutines {} → {}, their stacks {} → {}.\n",
-            a.taken.t_s,
-            b.taken.t_s,
-            a.taken.took_s * 1e3,
-            b.taken.took_s * 1e3,
-            number(a.total as f64),
-            number(b.total as f64),
-            bytes(a.stack_bytes),
-            bytes(b.stack_bytes)
-        );
-        let g = c.growth();
-        if g.is_empty() {
-            md.push_str("No goroutine group grew.\n\n");
-        }
-        for x in g.iter().take(MD_ROWS) {
-            let _ = writeln!(
-                md,
+    let how = CensusMd {
+        title: "### Go: goroutines (the runtime's `allgs`, read from outside)",
+        taken: &|a: &Goroutines, b: &Goroutines| {
+            format!(
+                "Read at {:.1} s and {:.1} s without stopping the process ({:.1} ms and {:.1} ms of reads). Goroutines {} → {}, their stacks {} → {}.",
+                a.taken.t_s,
+                b.taken.t_s,
+                a.taken.took_s * 1e3,
+                b.taken.took_s * 1e3,
+                number(a.total as f64),
+                number(b.total as f64),
+                bytes(a.stack_bytes),
+                bytes(b.stack_bytes)
+            )
+        },
+        none: "No goroutine group grew.",
+        row: &|x: &Growth| {
+            format!(
                 "- **{:+.1} goroutines/s** {}: {} → {}, stacks {} → {}{}",
                 x.count_per_s,
                 x.name,
@@ -319,14 +351,10 @@ fn go_md(md: &mut String, c: &Census<Goroutines>) {
                 bytes(x.bytes_start),
                 bytes(x.bytes_end),
                 per_unit(x, "goroutines")
-            );
-        }
-        md.push('\n');
-        go_heap_md(md, c, b);
-    }
-    for e in &c.errors {
-        let _ = writeln!(md, "- not measured: {e}");
-    }
+            )
+        },
+    };
+    census_md(md, c, &c.growth(), &how, |md, end| go_heap_md(md, c, end));
 }
 
 /// The Go runtime's heap profile part of the Go subsection.

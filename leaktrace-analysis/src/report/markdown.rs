@@ -312,7 +312,8 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     );
 }
 
-/// The whole report.md.
+/// The whole report.md: the verdict, the measurement, what was held at exit, the top sites by
+/// growth and by live bytes, the hooks' sections, what is not a leak, caveats and losses, probes.
 pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let mut md = String::new();
     let v = &a.verdict;
@@ -326,12 +327,35 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         let _ = writeln!(md, "{line}\n");
     }
     super::holds::holder_line(&mut md, rec);
-    let unit = a.unit_name();
 
+    measurement_lines(&mut md, rec, a);
+    at_exit_lines(&mut md, a);
+    freed_at_exit_lines(&mut md, a);
+    top_sites(&mut md, a);
+
+    // Growth mode's exact window (issue 34).
+    super::escalation::escalation_md(&mut md, a);
+    // Reachability hook (#14): lost vs still pointed at, and what holds them.
+    super::reach::reach_md(&mut md, rec, a);
+    // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
+    super::holds::holds_md(&mut md, rec);
+    // Python heap hook (#31): growth by type and what holds it.
+    super::pyholds::holds_md(&mut md, a);
+
+    not_a_leak(&mut md, a);
+    caveats(&mut md, rec, a);
+    losses(&mut md, a);
+    probes(&mut md, rec);
+    md
+}
+
+/// report.md's "Measurement": per unit of work, the target and how it ran, then
+/// [`memory_lines`].
+fn measurement_lines(md: &mut String, rec: &Recording, a: &Analysis) {
     // Target and run.
     let t = &rec.target;
     let _ = writeln!(md, "## Measurement\n");
-    per_unit_lines(&mut md, a);
+    per_unit_lines(md, a);
     let ns = if t.nspid.len() > 1 {
         format!(" (in its namespace: {})", t.nspid.last().copied().unwrap_or(t.pid))
     } else {
@@ -392,6 +416,12 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         },
         rec.end_reason
     );
+    memory_lines(md, a);
+}
+
+/// report.md's figures of the process: RSS and its parts, the allocator's footprint, live native
+/// bytes, off-heap, then the memory by kind.
+fn memory_lines(md: &mut String, a: &Analysis) {
     let s = &a.summary;
     match (s.rss_start_bytes, s.rss_end_bytes) {
         (Some(b), Some(e)) => {
@@ -445,12 +475,15 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         a.native_trend.from_s,
         a.native_trend.to_s,
     );
-    offheap_lines(&mut md, a);
+    offheap_lines(md, a);
     md.push('\n');
-    memory_by_kind(&mut md, a);
+    memory_by_kind(md, a);
+}
 
-    at_exit_lines(&mut md, a);
-    freed_at_exit_lines(&mut md, a);
+/// report.md's two lists of retaining stacks: the top sites by growth, then by live bytes at the
+/// end (a table, then the blocks of the sites not shown already).
+fn top_sites(md: &mut String, a: &Analysis) {
+    let unit = a.unit_name();
 
     // Top sites.
     let mut shown: HashSet<u32> = HashSet::new();
@@ -460,7 +493,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         md.push_str("No site's live bytes grow.\n\n");
     }
     for (i, site) in growth.iter().enumerate() {
-        site_block(&mut md, i + 1, site, a.runtime, unit.as_deref());
+        site_block(md, i + 1, site, a.runtime, unit.as_deref());
         shown.insert(site.id);
     }
     let live = a.top_by_live();
@@ -500,19 +533,13 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             if shown.contains(&site.id) {
                 continue;
             }
-            site_block(&mut md, i + 1, site, a.runtime, unit.as_deref());
+            site_block(md, i + 1, site, a.runtime, unit.as_deref());
         }
     }
+}
 
-    // Growth mode's exact window (issue 34).
-    super::escalation::escalation_md(&mut md, a);
-    // Reachability hook (#14): lost vs still pointed at, and what holds them.
-    super::reach::reach_md(&mut md, rec, a);
-    // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
-    super::holds::holds_md(&mut md, rec);
-    // Python heap hook (#31): growth by type and what holds it.
-    super::pyholds::holds_md(&mut md, a);
-
+/// report.md's "Not a leak": caches (rose, then levelled off) and temporary churn.
+fn not_a_leak(md: &mut String, a: &Analysis) {
     // Not a leak.
     let caches: Vec<&SiteAnalysis> = a.sites_of(SiteClass::Cache).take(a.top).collect();
     let temps: Vec<&SiteAnalysis> = {
@@ -573,10 +600,14 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
         }
         md.push('\n');
     }
+}
 
+/// report.md's "Caveats": memory outside what was traced, the warnings, and what leaktrace
+/// cannot see.
+fn caveats(md: &mut String, rec: &Recording, a: &Analysis) {
     // Caveats.
     let _ = writeln!(md, "## Caveats\n");
-    untraced_line(&mut md, rec, a);
+    untraced_line(md, rec, a);
     for w in rec.warnings.iter().chain(a.warnings.iter()) {
         let _ = writeln!(md, "- {w}");
     }
@@ -589,14 +620,17 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
          the last half of the run, significantly and above a noise floor; memory that merely did \
          not fall is not a leak.\n\n",
     );
+}
 
+/// report.md's "Losses": the loss counters, the truncated stacks and their reasons, the events.
+fn losses(md: &mut String, a: &Analysis) {
     let _ = writeln!(md, "### Losses\n");
     if a.drops_total == 0 {
         md.push_str("Nothing was dropped: every loss counter is zero.\n\n");
     } else {
         let _ = writeln!(md, "{} event(s) lost in total:\n", a.drops_total);
         md.push_str("| counter | count |\n|---|---|\n");
-        for (k, v) in &a.drops {
+        for (k, v) in a.drops_by_name() {
             let _ = writeln!(md, "| {k} | {v} |");
         }
         md.push('\n');
@@ -627,7 +661,10 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     if !ev.is_empty() {
         let _ = writeln!(md, "Events: {}.\n", ev.join(", "));
     }
+}
 
+/// report.md's "Probes": each attached probe.
+fn probes(md: &mut String, rec: &Recording) {
     let _ = writeln!(md, "## Probes\n");
     if rec.probes.is_empty() {
         md.push_str("No probe recorded.\n");
@@ -645,5 +682,4 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
             );
         }
     }
-    md
 }

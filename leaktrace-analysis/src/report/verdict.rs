@@ -266,26 +266,7 @@ fn reason(a: &Analysis) -> String {
         ),
         Reason::Retention { retention, family } => retention_phrase(retention, *family),
         Reason::RssOutgrowsTraced { trend, traced_bytes_per_s, heap_flat } => {
-            let cause = if *heap_flat {
-                format!(
-                    "the malloc heap's own footprint ({}) does not grow, so the memory comes from \
-                     elsewhere (an allocator that is not traced, thread stacks, mappings made before \
-                     attach)",
-                    allocator_parts(a)
-                )
-            } else {
-                "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
-                 that is not traced"
-                    .to_string()
-            };
-            format!(
-                "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
-                 traced live bytes {}: {cause} — not a leak of traced allocations",
-                hr(trend.slope_bytes_per_s),
-                trend.slope_bytes_per_s,
-                trend.ci95_bytes_per_s.unwrap_or(0.0),
-                flat(*traced_bytes_per_s)
-            )
+            rss_outgrows_phrase(a, trend, traced_bytes_per_s, heap_flat)
         }
         Reason::UntracedShmem { trend, traced_bytes_per_s } => format!(
             "RSS grows and nothing traced explains it: shared memory (RssShmem) grows {} ({:.0} B/s ± \
@@ -297,36 +278,7 @@ fn reason(a: &Analysis) -> String {
             flat(*traced_bytes_per_s)
         ),
         Reason::FileBacked { trend, traced_bytes_per_s, site } => {
-            let whose = match site {
-                Some((i, first, last)) => {
-                    let s = &a.sites[*i];
-                    format!(
-                        "the pages are in mappings made at {} (a traced mapping site: {} mapped, \
-                         resident {} → {}): its mapped size {}, its resident pages grow",
-                        s.function,
-                        hb(s.live_bytes),
-                        hb(*first),
-                        hb(*last),
-                        if s.growth_bytes_per_s.abs() < trend.slope_bytes_per_s / 4.0 {
-                            "does not grow"
-                        } else {
-                            "grows too"
-                        }
-                    )
-                }
-                None => "no traced mapping site holds them: files mapped privately (not traced) or \
-                         mapped before attach"
-                    .to_string(),
-            };
-            format!(
-                "RSS grows and nothing traced explains it: file-backed memory (RssFile) grows {} \
-                 ({:.0} B/s ± {:.0} at 95 %) while traced live bytes {} — pages of mapped files \
-                 touched over time; {whose}; not \"no leak\"",
-                hr(trend.slope_bytes_per_s),
-                trend.slope_bytes_per_s,
-                trend.ci95_bytes_per_s.unwrap_or(0.0),
-                flat(*traced_bytes_per_s)
-            )
+            file_backed_phrase(a, trend, traced_bytes_per_s, site)
         }
         Reason::TooShort { checkpoints, duration_s } => {
             format!(
@@ -339,17 +291,7 @@ fn reason(a: &Analysis) -> String {
             format!("inconclusive: only {n} checkpoint(s), growth cannot be measured; no leak found")
         }
         Reason::WarmUp { top, count, total_bytes_per_s, rss_anon_bytes_per_s } => {
-            let top = &a.sites[*top];
-            let what = top.lookalike.as_ref().map_or("runtime warm-up", |l| l.name.as_str());
-            let rss = rss_anon_bytes_per_s.map_or(String::new(), |r| format!("; RSS (anon) {} meanwhile", hr(r)));
-            format!(
-                "no leak: the runtime is warming up — {count} site(s) of its JIT compilation and code \
-                 caches grow {} in all over the steady window, largest {} ({}: {what}){rss}; warm-up \
-                 is not counted as a leak: record after the runtime has warmed up to see it level off",
-                hr(*total_bytes_per_s),
-                top.function,
-                hr(top.growth_bytes_per_s)
-            )
+            warm_up_phrase(a, top, count, total_bytes_per_s, rss_anon_bytes_per_s)
         }
         Reason::Caches { top, count, retained_bytes, single_step: true } => {
             let top = &a.sites[*top];
@@ -363,73 +305,175 @@ fn reason(a: &Analysis) -> String {
                 hb(*retained_bytes)
             )
         }
-        Reason::Caches { top, count, retained_bytes, .. } => {
-            let top = &a.sites[*top];
-            let holds = match top.threads {
-                Some(t) if top.kind == StackKind::Mmap => format!(
-                    "thread stacks of {} thread(s) made by {} hold {} resident ({} mapped)",
-                    t.threads,
-                    top.function,
-                    hb(top.rank_bytes()),
-                    hb(top.live_bytes)
-                ),
-                _ => format!("{} holds {}", top.function, hb(top.live_bytes)),
-            };
-            format!(
-                "no leak: memory rose and levelled off (cache-like retention); largest: {holds} \
-                 (+{} since the first checkpoint, {:.0} B/s over the steady window); {} cache site(s) \
-                 retain {} in all",
-                hb(top.growth_bytes.max(0) as u64),
-                top.growth_bytes_per_s,
-                count,
-                hb(*retained_bytes)
-            )
-        }
+        Reason::Caches { top, count, retained_bytes, .. } => caches_phrase(a, top, count, retained_bytes),
         Reason::ShortLived { count, freed_bytes, freed_blocks, native_bytes_per_s } => {
-            // Growth mode: the temporary fault stacks' pages were faulted in and returned.
-            let faults: Vec<&SiteAnalysis> =
-                a.sites.iter().filter(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary).collect();
-            if faults.is_empty() {
-                format!(
-                    "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
-                     blocks; live native bytes {}",
-                    count,
-                    hb(*freed_bytes),
-                    freed_blocks,
-                    flat(*native_bytes_per_s)
-                )
-            } else {
-                format!(
-                    "no leak: pages are faulted in and returned — {} stack(s) faulted in {} in {} pages \
-                     (growth mode sees no frees: RSS anon does not follow them)",
-                    faults.len(),
-                    hb(faults.iter().map(|s| s.allocated_bytes).sum()),
-                    faults.iter().map(|s| s.allocations).sum::<u64>()
-                )
-            }
+            short_lived_phrase(a, count, freed_bytes, freed_blocks, native_bytes_per_s)
         }
-        Reason::NotSignificant { top, count } => {
-            let s = &a.sites[*top];
-            let e = &s.evidence;
-            format!(
-                "inconclusive: not significant — {} grew {} in the first part, then {} ± {} over the steady window \
-                 (95 % interval, {} checkpoints: as wide as the slope); no leak verdict rests on a slope whose \
-                 interval includes zero: record longer or under steadier load to tell a leak from scatter; {} \
-                 site(s) like it",
-                s.function,
-                hr(e.early.map_or(0.0, |x| x.slope_bytes_per_s)),
-                hr(e.steady.slope_bytes_per_s),
-                hr(e.steady.ci95_bytes_per_s.unwrap_or(f64::INFINITY)).trim_start_matches('+'),
-                e.steady.n,
-                count
-            )
-        }
+        Reason::NotSignificant { top, count } => not_significant_phrase(a, top, count),
         Reason::Flat { native_bytes_per_s } => format!(
             "no leak: no allocation site grows beyond noise (live native bytes {:.0} B/s over the \
              steady window)",
             native_bytes_per_s
         ),
     }
+}
+
+/// [`Reason::RssOutgrowsTraced`]: RSS anon grows, traced live bytes do not, and the likely cause.
+fn rss_outgrows_phrase(
+    a: &Analysis,
+    trend: &crate::analyze::Trend,
+    traced_bytes_per_s: &f64,
+    heap_flat: &bool,
+) -> String {
+    let cause = if *heap_flat {
+        format!(
+            "the malloc heap's own footprint ({}) does not grow, so the memory comes from \
+             elsewhere (an allocator that is not traced, thread stacks, mappings made before \
+             attach)",
+            allocator_parts(a)
+        )
+    } else {
+        "the allocator holds freed memory (fragmentation) or memory comes from an allocator \
+         that is not traced"
+            .to_string()
+    };
+    format!(
+        "fragmentation: RSS (anon) grows {} ({:.0} B/s ± {:.0}) over the steady window while \
+         traced live bytes {}: {cause} — not a leak of traced allocations",
+        hr(trend.slope_bytes_per_s),
+        trend.slope_bytes_per_s,
+        trend.ci95_bytes_per_s.unwrap_or(0.0),
+        flat(*traced_bytes_per_s)
+    )
+}
+
+/// [`Reason::FileBacked`]: file-backed pages grow, and the traced mapping site holding them if any.
+fn file_backed_phrase(
+    a: &Analysis,
+    trend: &crate::analyze::Trend,
+    traced_bytes_per_s: &f64,
+    site: &Option<(usize, u64, u64)>,
+) -> String {
+    let whose = match site {
+        Some((i, first, last)) => {
+            let s = &a.sites[*i];
+            format!(
+                "the pages are in mappings made at {} (a traced mapping site: {} mapped, \
+                 resident {} → {}): its mapped size {}, its resident pages grow",
+                s.function,
+                hb(s.live_bytes),
+                hb(*first),
+                hb(*last),
+                if s.growth_bytes_per_s.abs() < trend.slope_bytes_per_s / 4.0 { "does not grow" } else { "grows too" }
+            )
+        }
+        None => "no traced mapping site holds them: files mapped privately (not traced) or \
+                 mapped before attach"
+            .to_string(),
+    };
+    format!(
+        "RSS grows and nothing traced explains it: file-backed memory (RssFile) grows {} \
+         ({:.0} B/s ± {:.0} at 95 %) while traced live bytes {} — pages of mapped files \
+         touched over time; {whose}; not \"no leak\"",
+        hr(trend.slope_bytes_per_s),
+        trend.slope_bytes_per_s,
+        trend.ci95_bytes_per_s.unwrap_or(0.0),
+        flat(*traced_bytes_per_s)
+    )
+}
+
+/// [`Reason::WarmUp`]: the runtime's JIT and code-cache sites grow.
+fn warm_up_phrase(
+    a: &Analysis,
+    top: &usize,
+    count: &usize,
+    total_bytes_per_s: &f64,
+    rss_anon_bytes_per_s: &Option<f64>,
+) -> String {
+    let top = &a.sites[*top];
+    let what = top.lookalike.as_ref().map_or("runtime warm-up", |l| l.name.as_str());
+    let rss = rss_anon_bytes_per_s.map_or(String::new(), |r| format!("; RSS (anon) {} meanwhile", hr(r)));
+    format!(
+        "no leak: the runtime is warming up — {count} site(s) of its JIT compilation and code \
+         caches grow {} in all over the steady window, largest {} ({}: {what}){rss}; warm-up \
+         is not counted as a leak: record after the runtime has warmed up to see it level off",
+        hr(*total_bytes_per_s),
+        top.function,
+        hr(top.growth_bytes_per_s)
+    )
+}
+
+/// [`Reason::Caches`] (not a single step): the largest cache and what the caches retain.
+fn caches_phrase(a: &Analysis, top: &usize, count: &usize, retained_bytes: &u64) -> String {
+    let top = &a.sites[*top];
+    let holds = match top.threads {
+        Some(t) if top.kind == StackKind::Mmap => format!(
+            "thread stacks of {} thread(s) made by {} hold {} resident ({} mapped)",
+            t.threads,
+            top.function,
+            hb(top.rank_bytes()),
+            hb(top.live_bytes)
+        ),
+        _ => format!("{} holds {}", top.function, hb(top.live_bytes)),
+    };
+    format!(
+        "no leak: memory rose and levelled off (cache-like retention); largest: {holds} \
+         (+{} since the first checkpoint, {:.0} B/s over the steady window); {} cache site(s) \
+         retain {} in all",
+        hb(top.growth_bytes.max(0) as u64),
+        top.growth_bytes_per_s,
+        count,
+        hb(*retained_bytes)
+    )
+}
+
+/// [`Reason::ShortLived`]: short-lived allocations, or growth mode's pages faulted in and returned.
+fn short_lived_phrase(
+    a: &Analysis,
+    count: &usize,
+    freed_bytes: &u64,
+    freed_blocks: &u64,
+    native_bytes_per_s: &f64,
+) -> String {
+    // Growth mode: the temporary fault stacks' pages were faulted in and returned.
+    let faults: Vec<&SiteAnalysis> =
+        a.sites.iter().filter(|s| s.kind == StackKind::Fault && s.class == SiteClass::Temporary).collect();
+    if faults.is_empty() {
+        format!(
+            "no leak: allocations are short-lived — {} site(s) allocated and freed {} in {} \
+             blocks; live native bytes {}",
+            count,
+            hb(*freed_bytes),
+            freed_blocks,
+            flat(*native_bytes_per_s)
+        )
+    } else {
+        format!(
+            "no leak: pages are faulted in and returned — {} stack(s) faulted in {} in {} pages \
+             (growth mode sees no frees: RSS anon does not follow them)",
+            faults.len(),
+            hb(faults.iter().map(|s| s.allocated_bytes).sum()),
+            faults.iter().map(|s| s.allocations).sum::<u64>()
+        )
+    }
+}
+
+/// [`Reason::NotSignificant`]: the top site whose steady slope's interval includes zero.
+fn not_significant_phrase(a: &Analysis, top: &usize, count: &usize) -> String {
+    let s = &a.sites[*top];
+    let e = &s.evidence;
+    format!(
+        "inconclusive: not significant — {} grew {} in the first part, then {} ± {} over the steady window \
+         (95 % interval, {} checkpoints: as wide as the slope); no leak verdict rests on a slope whose \
+         interval includes zero: record longer or under steadier load to tell a leak from scatter; {} \
+         site(s) like it",
+        s.function,
+        hr(e.early.map_or(0.0, |x| x.slope_bytes_per_s)),
+        hr(e.steady.slope_bytes_per_s),
+        hr(e.steady.ci95_bytes_per_s.unwrap_or(f64::INFINITY)).trim_start_matches('+'),
+        e.steady.n,
+        count
+    )
 }
 
 /// A kind's name in the verdict: the runtime's heap for managed memory, else the kind.

@@ -117,6 +117,24 @@ impl super::RuntimeRules for Go {
     fn managed_from_sites(&self) -> &'static str {
         "its sites: Go heap arenas' resident pages"
     }
+
+    /// cgo's own malloc (`C.CString`, `C.CBytes`, `C.malloc`): the Go function that called it,
+    /// beyond cgo's bridge ([`is_cgo_bridge`]) and the runtime's stack switch.
+    fn bridge_caller(
+        &self,
+        frames: &[std::sync::Arc<crate::recording::Frame>],
+        first: usize,
+        nameable: &dyn Fn(&crate::recording::Frame) -> bool,
+    ) -> Option<usize> {
+        let cgo = |f: &crate::recording::Frame| f.function.as_deref().is_some_and(is_cgo_bridge);
+        if !cgo(&frames[first]) {
+            return None;
+        }
+        frames[first..]
+            .iter()
+            .position(|f| nameable(f) && !cgo(f) && !f.function.as_deref().is_some_and(|n| n.starts_with("runtime.")))
+            .map(|j| first + j)
+    }
 }
 
 #[cfg(test)]

@@ -206,6 +206,12 @@ impl super::RuntimeRules for Jvm {
     fn managed_from_sites(&self) -> &'static str {
         "its sites: Java heap pages resident"
     }
+
+    /// A JIT frame of the program's own classes named from HotSpot's perf map
+    /// ([`is_user_java_frame`]).
+    fn is_program_code_frame(&self, f: &Frame) -> bool {
+        f.object.is_none() && is_user_java_frame(f)
+    }
 }
 
 #[cfg(test)]

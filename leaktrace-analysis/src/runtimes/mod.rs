@@ -104,6 +104,47 @@ pub trait RuntimeRules: Sync {
     /// What the managed heap's figure is when it comes from the sites (no gauge of the runtime's
     /// own): "its sites: V8 heap pages resident".
     fn managed_from_sites(&self) -> &'static str;
+
+    /// Culprit rules ([`crate::analyze::culprit`]), read for every stack whatever the target's
+    /// runtime: true for a frame of the program's own code that this runtime names (a JIT
+    /// frame from its perf map, an interpreter's frame of the program): memory the runtime
+    /// allocated for that code is that frame's. By default none.
+    fn is_program_code_frame(&self, _f: &Frame) -> bool {
+        false
+    }
+
+    /// Culprit rules: true for a frame of this runtime's garbage collector. A page the collector
+    /// maps holds what survived, not what the function that triggered the collection allocated:
+    /// no program frame beyond it names the stack. By default none.
+    fn is_collector_frame(&self, _f: &Frame) -> bool {
+        false
+    }
+
+    /// Culprit rules: when `frames[first]`, the culprit's first candidate, is this runtime's
+    /// bridge to C code (cgo's own malloc for `C.CString`), the index of the runtime's function
+    /// that called through it (`nameable`: the frames that can be named). By default None.
+    fn bridge_caller(
+        &self,
+        _frames: &[Arc<Frame>],
+        _first: usize,
+        _nameable: &dyn Fn(&Frame) -> bool,
+    ) -> Option<usize> {
+        None
+    }
+
+    /// Culprit rules: true when `f`, the first frame outside the allocator of a malloc stack,
+    /// is this runtime's code allocating for a caller through its C API (CPython's
+    /// `PyBytes_FromStringAndSize`): a native extension's frame met before the program's frame
+    /// is then the culprit (the object it made and never released). By default none.
+    fn is_allocating_api_frame(&self, _f: &Frame) -> bool {
+        false
+    }
+}
+
+/// Every runtime's rules, in [`Runtime::ALL`]'s order: the culprit rules read them all, since a
+/// stack's frames say whose code they are whatever runtime the target was detected to run.
+pub fn all() -> impl Iterator<Item = &'static dyn RuntimeRules> {
+    Runtime::ALL.iter().map(|&rt| rules(rt))
 }
 
 /// The rules of `runtime`: the one place where the runtimes are registered.
@@ -305,12 +346,12 @@ pub(crate) mod tests {
     use crate::timeline::{Timeline, memory_by_kind};
 
     /// A frame of `function` in `object`.
-    pub fn fr(function: &str, object: &str) -> Frame {
+    pub(crate) fn fr(function: &str, object: &str) -> Frame {
         Frame { addr: 0x1000, object: Some(object.into()), function: Some(function.into()), ..Default::default() }
     }
 
     /// A stack of `kind` with these (function, object) frames, innermost first.
-    pub fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
+    pub(crate) fn st(kind: &str, frames: &[(&str, &str)]) -> Stack {
         Stack {
             id: 1,
             kind: serde_json::from_value(serde_json::json!(kind)).expect("malloc, mmap or fault"),
@@ -320,7 +361,7 @@ pub(crate) mod tests {
         }
     }
 
-    pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    pub(crate) const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
     #[test]
     fn lost_stacks_are_classified_by_their_direct_caller() {

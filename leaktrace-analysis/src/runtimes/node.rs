@@ -137,6 +137,25 @@ impl super::RuntimeRules for Node {
     fn managed_from_sites(&self) -> &'static str {
         "its sites: V8 heap pages resident"
     }
+
+    /// A JIT frame named from V8's perf map (`JS:*step /srv/app.js:10:14`,
+    /// `LazyCompile:~handler /srv/app.js:3`) whose code is the program's, not Node's own library
+    /// (`node:internal/...`, `node:buffer`).
+    fn is_program_code_frame(&self, f: &Frame) -> bool {
+        if f.object.is_some() {
+            return false;
+        }
+        let Some((kind, rest)) = f.function.as_deref().and_then(|n| n.split_once(':')) else { return false };
+        let location = rest.split_once(' ').map(|(_, loc)| loc).unwrap_or("");
+        matches!(kind, "JS" | "LazyCompile" | "Function" | "InterpretedFunction")
+            && !location.is_empty()
+            && !location.starts_with("node:")
+    }
+
+    /// A frame of V8's garbage collector ([`is_collector_frame`]).
+    fn is_collector_frame(&self, f: &Frame) -> bool {
+        f.function.as_deref().is_some_and(is_collector_frame)
+    }
 }
 
 #[cfg(test)]

@@ -289,6 +289,21 @@ impl super::RuntimeRules for Python {
     fn managed_from_sites(&self) -> &'static str {
         "its sites: pymalloc arenas' resident pages and objects malloc'd"
     }
+
+    /// A Python frame read from the interpreter (the function and its line).
+    fn is_program_code_frame(&self, f: &Frame) -> bool {
+        f.kind == crate::recording::FrameKind::Python
+    }
+
+    /// CPython's own code (libpython, or an interpreter executable such as `python3.11` with the
+    /// interpreter linked in) allocating for its caller.
+    fn is_allocating_api_frame(&self, f: &Frame) -> bool {
+        crate::frame_origin::is_runtime_frame(f)
+            && f.object
+                .as_deref()
+                .map(crate::frame_origin::basename)
+                .is_some_and(|b| b.starts_with("python") || b.starts_with("libpython"))
+    }
 }
 
 #[cfg(test)]

@@ -91,15 +91,35 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// A traced process enters a syscall: its arguments (`args`, read only then) are kept for the
+/// exit tracepoint. The shared entry of munmap, mremap and brk.
+#[inline(always)]
+fn enter(args: impl FnOnce() -> SyscallArgs) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if is_target((pid_tgid >> 32) as u32) {
+        save_args(pid_tgid, args());
+    }
+    0
+}
+
+/// A syscall `nr` exits: the process (tgid), the arguments kept at its entry and its return
+/// value; None when its entry was not kept (an untraced process) or it failed. The arguments
+/// are taken out of SYSCALLS either way. The shared exit of mmap, munmap, mremap and brk.
+#[inline(always)]
+fn exited(ctx: &TracePointContext, nr: u32) -> Option<(u32, SyscallArgs, u64)> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let a = take_args(pid_tgid, nr)?;
+    let ret = syscall_ret(ctx)?;
+    Some(((pid_tgid >> 32) as u32, a, ret))
+}
+
 #[tracepoint]
 pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(a) = take_args(pid_tgid, nr::MMAP) else { return 0 };
-    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    let Some((tgid, a, addr)) = exited(&ctx, nr::MMAP) else { return 0 };
     count(if a.owner == owner::OFFHEAP { counter::OFFHEAP_MAPS } else { counter::ALLOCATOR_MAPS });
     emit(&MapEvent {
         kind: map_event::MMAP,
-        tgid: (pid_tgid >> 32) as u32,
+        tgid,
         addr,
         len: a.a0,
         old_addr: 0,
@@ -115,67 +135,39 @@ pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn sys_enter_munmap(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !is_target((pid_tgid >> 32) as u32) {
-        return 0;
-    }
-    save_args(
-        pid_tgid,
-        SyscallArgs {
-            nr: nr::MUNMAP,
-            a0: tp_u64(&ctx, tp_field::MUNMAP_ADDR),
-            a1: tp_u64(&ctx, tp_field::MUNMAP_LEN),
-            ..Default::default()
-        },
-    );
-    0
+    enter(|| SyscallArgs {
+        nr: nr::MUNMAP,
+        a0: tp_u64(&ctx, tp_field::MUNMAP_ADDR),
+        a1: tp_u64(&ctx, tp_field::MUNMAP_LEN),
+        ..Default::default()
+    })
 }
 
 #[tracepoint]
 pub fn sys_exit_munmap(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(a) = take_args(pid_tgid, nr::MUNMAP) else { return 0 };
-    if syscall_ret(&ctx).is_none() {
-        return 0;
-    }
-    emit(&MapEvent {
-        kind: map_event::MUNMAP,
-        tgid: (pid_tgid >> 32) as u32,
-        addr: a.a0,
-        len: a.a1,
-        ..Default::default()
-    });
+    let Some((tgid, a, _)) = exited(&ctx, nr::MUNMAP) else { return 0 };
+    emit(&MapEvent { kind: map_event::MUNMAP, tgid, addr: a.a0, len: a.a1, ..Default::default() });
     0
 }
 
 #[tracepoint]
 pub fn sys_enter_mremap(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !is_target((pid_tgid >> 32) as u32) {
-        return 0;
-    }
-    save_args(
-        pid_tgid,
-        SyscallArgs {
-            nr: nr::MREMAP,
-            a0: tp_u64(&ctx, tp_field::MREMAP_ADDR),
-            a1: tp_u64(&ctx, tp_field::MREMAP_OLD_LEN),
-            a2: tp_u64(&ctx, tp_field::MREMAP_NEW_LEN),
-            a3: tp_u64(&ctx, tp_field::MREMAP_FLAGS),
-            ..Default::default()
-        },
-    );
-    0
+    enter(|| SyscallArgs {
+        nr: nr::MREMAP,
+        a0: tp_u64(&ctx, tp_field::MREMAP_ADDR),
+        a1: tp_u64(&ctx, tp_field::MREMAP_OLD_LEN),
+        a2: tp_u64(&ctx, tp_field::MREMAP_NEW_LEN),
+        a3: tp_u64(&ctx, tp_field::MREMAP_FLAGS),
+        ..Default::default()
+    })
 }
 
 #[tracepoint]
 pub fn sys_exit_mremap(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(a) = take_args(pid_tgid, nr::MREMAP) else { return 0 };
-    let Some(addr) = syscall_ret(&ctx) else { return 0 };
+    let Some((tgid, a, addr)) = exited(&ctx, nr::MREMAP) else { return 0 };
     emit(&MapEvent {
         kind: map_event::MREMAP,
-        tgid: (pid_tgid >> 32) as u32,
+        tgid,
         addr,
         len: a.a2,
         old_addr: a.a0,
@@ -188,20 +180,13 @@ pub fn sys_exit_mremap(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn sys_enter_brk(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !is_target((pid_tgid >> 32) as u32) {
-        return 0;
-    }
-    save_args(pid_tgid, SyscallArgs { nr: nr::BRK, a0: tp_u64(&ctx, tp_field::BRK_BRK), ..Default::default() });
-    0
+    enter(|| SyscallArgs { nr: nr::BRK, a0: tp_u64(&ctx, tp_field::BRK_BRK), ..Default::default() })
 }
 
 #[tracepoint]
 pub fn sys_exit_brk(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(_a) = take_args(pid_tgid, nr::BRK) else { return 0 };
-    let Some(addr) = syscall_ret(&ctx) else { return 0 };
-    emit(&MapEvent { kind: map_event::BRK, tgid: (pid_tgid >> 32) as u32, addr, ..Default::default() });
+    let Some((tgid, _, addr)) = exited(&ctx, nr::BRK) else { return 0 };
+    emit(&MapEvent { kind: map_event::BRK, tgid, addr, ..Default::default() });
     0
 }
 

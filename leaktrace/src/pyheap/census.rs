@@ -7,7 +7,7 @@ use super::mem::FastMap;
 use super::walk::{self, State, Walk};
 
 /// The signature of objects referenced from nowhere (and what they reach).
-pub const NOWHERE: u32 = u32::MAX - 1;
+pub(crate) const NOWHERE: u32 = u32::MAX - 1;
 
 /// Addresses of up to [`NOWHERE_SAMPLE`] objects referenced from nowhere, per type, spread
 /// evenly over them (the walk's order is not their age: the growing ones are most of a growing
@@ -31,7 +31,7 @@ const MAX_STEPS: usize = 24;
 type Group = (HolderKind, u32, u64, u64, u32);
 
 /// The census of the walk. `collecting`: the collector was running at the stop.
-pub fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
+pub(crate) fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
     // (type, kind, signature) → (count, bytes, example node).
     let mut groups: FastMap<(u32, HolderKind, u32), (u64, u64, u32)> = FastMap::default();
     let mut types: FastMap<u32, (u64, u64)> = FastMap::default();

@@ -180,9 +180,7 @@ impl Default for RecordOptions {
 /// such process, "FLAG: PID N runs no CPython interpreter; WHAT", on stderr and in its report's
 /// caveats (its recording's warnings).
 fn note_without_python(targets: &mut [Traced], flag: &str, what: &str) {
-    for t in
-        targets.iter_mut().filter(|t| t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python))
-    {
+    for t in targets.iter_mut().filter(|t| t.runtime_name() != Some(crate::recording::Runtime::Python)) {
         let line = format!("{flag}: PID {} runs no CPython interpreter; {what}", t.pid);
         crate::note!("leaktrace: {line}");
         t.warnings.push(line);
@@ -450,9 +448,7 @@ fn end_of_session(
         t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
         t.census.heap_dump(dir, alive, &|| start.elapsed().as_secs_f64(), units);
     }
-    if opts.jvm_perf_map
-        && !targets.iter().any(|t| t.runtime.as_ref().is_some_and(|r| r.name == crate::recording::Runtime::Jvm))
-    {
+    if opts.jvm_perf_map && !targets.iter().any(|t| t.runtime_name() == Some(crate::recording::Runtime::Jvm)) {
         // Said, not silently ignored: the user asked for something that had nothing to act on.
         let line = "--jvm-perf-map did nothing: no traced process runs a JVM".to_string();
         crate::note!("leaktrace: {line}");
@@ -593,8 +589,8 @@ impl Traced {
             leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
             target: Target {
                 pid: self.pid,
-                runtime: self.runtime.as_ref().map(|r| r.name),
-                runtime_version: self.runtime.as_ref().and_then(|r| r.version.clone()),
+                runtime: self.runtime_name(),
+                runtime_version: self.runtime.as_ref().and_then(|r| r.info().version.clone()),
                 nspid: if self.nspid.is_empty() { vec![self.pid] } else { self.nspid.clone() },
                 command: self.command.clone(),
                 exe: self.exe.clone(),

@@ -6,7 +6,7 @@ use crate::pyheap::Located;
 
 /// Per process: where its interpreter is (found at the first census) and its censuses.
 #[derive(Default)]
-pub struct PyHeap {
+pub(crate) struct PyHeap {
     /// Where the interpreter's state is (Err: why it cannot be read); None before the first
     /// census.
     pub(super) located: Option<Result<Located, String>>,

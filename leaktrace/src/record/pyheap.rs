@@ -25,7 +25,7 @@ pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOpti
     for t in targets.iter_mut() {
         if t.session.end_reason.is_some()
             || !crate::procinfo::alive(t.pid)
-            || t.runtime.as_ref().is_none_or(|r| r.name != crate::recording::Runtime::Python)
+            || t.runtime_name() != Some(crate::recording::Runtime::Python)
         {
             continue;
         }

@@ -46,32 +46,12 @@ pub(super) struct Traced {
     /// Anonymous regions made since attach (off-heap and the allocator's).
     pub(super) space: AddressSpace,
     pub(super) work_attached: bool,
-    /// Managed runtime of the target, once detected.
-    pub(super) runtime: Option<crate::runtimes::RuntimeInfo>,
-    /// CPython whose frames the kernel reads at allocations (issue #11), once located.
-    pub(super) python: Option<crate::pyframes::Interpreter>,
-    /// The interpreter's frames were looked for (found or not: once per program image).
-    pub(super) python_tried: bool,
-    /// Python frames are to be read (`--python-frames`).
-    pub(super) python_frames_on: bool,
-    /// The note that the budget of stacks with Python frames is spent was given.
-    pub(super) python_budget_noted: bool,
-    /// `--jvm-perf-map`: leaktrace may run jcmd on a JVM target.
-    pub(super) jvm_perf_map_on: bool,
-    /// The JVM's diagnostic commands (`--jvm-perf-map` and a JVM detected).
-    pub(super) jcmd: Option<crate::runtimes::jcmd::Jcmd>,
-    /// Stacks already looked at for unnamed JIT frames (by index in `stacks`).
-    pub(super) jit_scanned: usize,
-    /// `jcmd PID Compiler.perfmap` runs that succeeded.
-    pub(super) perf_maps_written: u32,
-    /// A jcmd problem is reported (no jcmd, or a command failed): no other note asks for a map.
-    pub(super) jcmd_failure_noted: bool,
-    /// The first failed command's caveat, given at the end unless a perf map was written after all.
-    pub(super) jcmd_failure: Option<String>,
+    /// Managed runtime of the target, once detected, with its state for this process.
+    pub(super) runtime: Option<Box<dyn crate::runtimes::RuntimeInstance>>,
+    /// What the recording asks of the runtimes (`--python-frames`, `--jvm-perf-map`, ...).
+    pub(super) runtime_opts: crate::runtimes::RuntimeOptions,
     /// `--heap-census` (issue 33): the runtime's own heap tools at the start and the end.
     pub(super) census: crate::holds::HeapCensus,
-    /// The runtime's own heap figures, sampled at every checkpoint.
-    pub(super) gauge: Option<Box<dyn crate::runtimes::HeapGauge>>,
     pub(super) probes: Vec<ProbeInfo>,
     /// Objects already scanned for allocators, by (device major, minor, inode).
     pub(super) probed: BTreeSet<(i32, i32, u64)>,
@@ -146,9 +126,14 @@ impl Traced {
         // there: on Node the inspector opened, sampling started and, with --heap-snapshots, the
         // first heap snapshot taken before the malloc probes fire on every call V8 makes while
         // building it (10-20 times slower under them: docs/benchmarks.md, "What holds it").
-        let runtime = if launched { None } else { crate::runtimes::detect(pid, &objects, opts.pymalloc) };
+        let runtime_opts = crate::runtimes::RuntimeOptions {
+            pymalloc: opts.pymalloc,
+            python_frames: opts.python_frames,
+            jvm_perf_map: opts.jvm_perf_map,
+        };
+        let runtime = if launched { None } else { crate::runtimes::detect(pid, &objects, runtime_opts) };
         let mut census = crate::holds::HeapCensus::new(opts.heap_census).with_dump(opts.heap_dump);
-        census.attach(pid, runtime.as_ref().map(|r| r.name));
+        census.attach(pid, runtime.as_ref().map(|r| r.info().name));
         let (probes, notes) = match attach_probes(tracer, pid, &objects, scan, launched, opts) {
             Ok(x) => x,
             Err(e) => {
@@ -174,18 +159,8 @@ impl Traced {
             space: AddressSpace::default(),
             work_attached: probes.iter().any(|p| p.kind == ProbeKind::Work),
             runtime: None,
-            python: None,
-            python_tried: false,
-            python_frames_on: opts.python_frames,
-            python_budget_noted: false,
-            jvm_perf_map_on: opts.jvm_perf_map,
+            runtime_opts,
             census,
-            jcmd: None,
-            jit_scanned: 0,
-            perf_maps_written: 0,
-            jcmd_failure_noted: false,
-            jcmd_failure: None,
-            gauge: None,
             probes,
             probed,
             exe_resolved: !launched,
@@ -209,8 +184,8 @@ impl Traced {
         };
         t.watch_cgroup();
         if !launched {
-            t.set_runtime(runtime, &objects);
-            t.python_frames(tracer, &objects);
+            t.set_runtime(runtime);
+            t.sync_runtime(tracer, &objects);
         }
         t.place_teardown_probes(tracer, &objects);
         Ok(t)
@@ -301,13 +276,7 @@ impl Traced {
         }
         self.exe_id = exe_identity(self.pid);
         // A new program: its runtime is detected anew.
-        self.runtime = None;
-        self.gauge = None;
-        self.jcmd = None;
-        if self.python.take().is_some() {
-            tracer.remove_python_target(self.pid);
-        }
-        self.python_tried = false;
+        self.detach_runtime(tracer);
         self.symbolizer.refresh();
         // The new image may be held at its exec, its libraries not loaded yet: those the loader
         // will load are probed now too.
@@ -360,8 +329,7 @@ impl Traced {
                 self.exe_resolved = true;
             }
         }
-        self.detect_runtime(&objects, pymalloc);
-        self.python_frames(tracer, &objects);
+        self.detect_runtime(tracer, &objects, pymalloc);
         if let (Some(spec), false) = (work_probe, self.work_attached)
             && let Some((obj, off)) = discover::find_work_function(spec, &objects)
         {
@@ -568,7 +536,7 @@ impl Traced {
             sites: samples,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
             batch,
-            managed: self.gauge.as_mut().and_then(|g| g.sample()),
+            managed: self.runtime.as_mut().and_then(|r| r.heap()),
             units_of_work,
             allocator,
             teardown: false,
@@ -623,33 +591,9 @@ impl Traced {
             }
         }
         let truncated = if lost { None } else { truncation(end, &frames) };
-        if self.python.is_some()
-            && !self.python_budget_noted
-            && let Some(budget) = tracer.python_budget_spent()
-        {
-            self.python_budget_noted = true;
-            self.warnings.push(format!(
-                "the {budget} stacks with Python frames that --max-stacks allows were all stored: stacks first seen \
-                 after that have native frames only (raise --max-stacks, or --python-frames off)"
-            ));
-        }
-        // CPython frames read with this stack, in place of the interpreter's eval loop.
-        let mut with_python = false;
-        if key.stack != 0
-            && let Some(py) = self.python.as_mut()
-            && let Some(raw) = tracer.py_stack(key.stack)
-        {
-            let py_frames = py.frames(&raw);
-            // Made during an import (module code and state, kept by design): its Python frames
-            // are left out, and the stack is its native twin (one site for every import, as
-            // without Python frames, rather than one per importing line).
-            if !crate::pyframes::in_import(&py_frames) {
-                with_python = !py_frames.is_empty();
-                let py_frames = py_frames.into_iter().map(|f| self.symbolizer.intern(f)).collect();
-                frames = crate::pyframes::merge(frames, py_frames);
-            }
-        }
-        let twin = (!lost && !with_python).then(|| (key.kind, frames.iter().map(|f| f.addr).collect::<Vec<u64>>()));
+        // The runtime's frames (CPython's) in place of its interpreter's.
+        let with_runtime = self.runtime_frames(tracer, key.stack, &mut frames);
+        let twin = (!lost && !with_runtime).then(|| (key.kind, frames.iter().map(|f| f.addr).collect::<Vec<u64>>()));
         if let Some(&id) = twin.as_ref().and_then(|t| self.native_stacks.get(t)) {
             self.stack_index.insert(key, id);
             return id;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use object::{Object as _, ObjectSection as _};
 
-use super::RuntimeInfo;
+use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions};
 use crate::objects::MappedObject;
 use crate::recording::Runtime;
 
@@ -70,13 +70,18 @@ pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
 pub struct Go;
 
 impl super::RuntimeDetector for Go {
-    fn runtime(&self) -> Runtime {
-        Runtime::Go
+    fn detect(&self, pid: u32, objects: &[MappedObject], _opts: RuntimeOptions) -> Option<Box<dyn RuntimeInstance>> {
+        Some(Box::new(GoInstance(detect(pid, objects)?)))
     }
+}
 
-    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
-        let _ = pymalloc;
-        detect(pid, objects)
+/// Go in one process: nothing of its own beyond what it is (its heap is measured from its
+/// mappings' sites).
+struct GoInstance(RuntimeInfo);
+
+impl RuntimeInstance for GoInstance {
+    fn info(&self) -> &RuntimeInfo {
+        &self.0
     }
 }
 

@@ -1,5 +1,6 @@
 //! JVM detection (a mapped libjvm.so; the version from <java.home>/release) and its heap gauge:
-//! the Java heap as the JVM itself reports it in its hsperfdata file. The frame rules are in
+//! the Java heap as the JVM itself reports it in its hsperfdata file; per process, with
+//! `--jvm-perf-map`, its jcmd and the perf map that names its JIT frames. The frame rules are in
 //! `leaktrace_analysis::runtimes::jvm`.
 //!
 //! PerfData layout (OpenJDK `runtime/perfMemory.hpp`): a prologue {magic 0xcafec0c0 as bytes
@@ -12,8 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{HeapGauge, RuntimeInfo, file_name};
+use super::{HeapGauge, Process, RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name, jcmd, unnamed_jit};
 use crate::objects::MappedObject;
+use crate::probes::Tracer;
 use crate::recording::ManagedHeap;
 use crate::recording::Runtime;
 
@@ -291,22 +293,190 @@ impl HeapGauge for HsPerfGauge {
     }
 }
 
-/// The HotSpot JVM: libjvm mapped; its heap gauge is hsperfdata ([`super::RuntimeDetector`]).
+/// The HotSpot JVM: libjvm mapped ([`super::RuntimeDetector`]).
 pub struct Jvm;
 
 impl super::RuntimeDetector for Jvm {
-    fn runtime(&self) -> Runtime {
-        Runtime::Jvm
+    fn detect(&self, pid: u32, objects: &[MappedObject], opts: RuntimeOptions) -> Option<Box<dyn RuntimeInstance>> {
+        let info = detect(pid, objects)?;
+        Some(Box::new(JvmInstance {
+            pid,
+            info,
+            gauge: HsPerfGauge::new(pid),
+            perf_map_on: opts.jvm_perf_map,
+            set_up: false,
+            jcmd: None,
+            jit_scanned: 0,
+            perf_maps_written: 0,
+            jcmd_failure_noted: false,
+            jcmd_failure: None,
+        }))
+    }
+}
+
+/// A JVM in one process: its heap gauge (hsperfdata) and, with `--jvm-perf-map`, its jcmd,
+/// which writes the perf map that names its JIT frames.
+struct JvmInstance {
+    pid: u32,
+    info: RuntimeInfo,
+    /// The Java heap, sampled at every checkpoint.
+    gauge: HsPerfGauge,
+    /// `--jvm-perf-map`: leaktrace may run jcmd on it.
+    perf_map_on: bool,
+    /// [`JvmInstance::set_up`] ran (at the first sync of its mappings).
+    set_up: bool,
+    /// Its diagnostic commands (`--jvm-perf-map` and a jcmd to run).
+    jcmd: Option<jcmd::Jcmd>,
+    /// Stacks already looked at for unnamed JIT frames (by index in the recording's stacks).
+    jit_scanned: usize,
+    /// `jcmd PID Compiler.perfmap` runs that succeeded.
+    perf_maps_written: u32,
+    /// A jcmd problem is reported (no jcmd, or a command failed): no other note asks for a map.
+    jcmd_failure_noted: bool,
+    /// The first failed command's caveat, given at the end unless a perf map was written after all.
+    jcmd_failure: Option<String>,
+}
+
+impl RuntimeInstance for JvmInstance {
+    fn info(&self) -> &RuntimeInfo {
+        &self.info
     }
 
-    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
-        let _ = pymalloc;
-        detect(pid, objects)
+    fn sync_mappings(&mut self, _tracer: &mut Tracer, objects: &[MappedObject], warnings: &mut Vec<String>) {
+        if !std::mem::replace(&mut self.set_up, true) {
+            self.set_up(objects, warnings);
+        }
     }
 
     /// The Java heap from the JVM's hsperfdata ([`HsPerfGauge`]).
-    fn gauge(&self, pid: u32) -> Option<Box<dyn HeapGauge>> {
-        Some(Box::new(HsPerfGauge::new(pid)))
+    fn heap(&mut self) -> Option<ManagedHeap> {
+        self.gauge.sample()
+    }
+
+    /// `--jvm-perf-map`, at every poll: ask for a perf map when stacks with unnamed JIT frames
+    /// appeared since the last look, collect the jcmd command that ended (a new perf map names
+    /// the stacks' JIT frames), start the next one due. Never blocks.
+    fn tick(&mut self, p: Process<'_>) {
+        let Some(j) = self.jcmd.as_mut() else { return };
+        if p.stacks.len() > self.jit_scanned {
+            if p.stacks[self.jit_scanned..].iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f))) {
+                j.want_perf_map();
+            }
+            self.jit_scanned = p.stacks.len();
+        }
+        if let Some(done) = j.poll() {
+            self.jcmd_done(done, p);
+        }
+    }
+
+    /// With `--jvm-perf-map` and JIT frames still unnamed, one last `jcmd PID
+    /// Compiler.perfmap`, waited for (at most [`jcmd::TIMEOUT`] per command). Then unnamed JIT
+    /// frames are named from the perf map as it is now, and a note says how many.
+    fn finish(&mut self, mut p: Process<'_>, running: bool) {
+        let unnamed = p.stacks.iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f)));
+        // A jcmd that never succeeded (no attach) is not waited for again.
+        if unnamed
+            && (self.jcmd_failure.is_none() || self.perf_maps_written > 0)
+            && running
+            && let Some(j) = self.jcmd.as_mut()
+        {
+            crate::note!(
+                "leaktrace: PID {}: asking the JVM for its perf map ({})",
+                self.pid,
+                jcmd::Job::PerfMap.describe(&j.program, self.pid)
+            );
+            for done in j.finish() {
+                self.jcmd_done(done, p.reborrow());
+            }
+        }
+        p.symbolizer.name_jit_frames(p.stacks);
+        if let Some(failure) = self.jcmd_failure.take()
+            && self.perf_maps_written == 0
+        {
+            p.warnings.push(failure);
+        }
+        if self.perf_maps_written > 0 {
+            let unnamed = p.stacks.iter().flat_map(|s| s.frames.iter().skip(1)).filter(|f| unnamed_jit(f)).count();
+            p.warnings.push(format!(
+                "Java frames named from the JVM's perf map, written {} time(s) during the recording with `jcmd PID \
+                 Compiler.perfmap` (--jvm-perf-map): a frame takes the name of the code at its address when the map \
+                 was written{}",
+                self.perf_maps_written,
+                if unnamed > 0 {
+                    format!("; {unnamed} frame(s) stayed unnamed (code freed before the map was written)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+
+    // Whether -XX:+PreserveFramePointer is on is said in a note of its own when the JVM is found
+    // (frame_pointer_note): not repeated here, where it was advice even to a JVM started with
+    // the flag. A jcmd problem already reported asks for no map either.
+    fn unnamed_jit_advice(&self) -> Option<String> {
+        (!self.jcmd_failure_noted).then(|| {
+            "JIT frames (Java) are unnamed: record with --jvm-perf-map (leaktrace then runs `jcmd PID \
+             Compiler.perfmap`, and the JVM writes /tmp/perf-PID.map, which leaktrace reads), or run that \
+             yourself during the recording"
+                .to_string()
+        })
+    }
+}
+
+impl JvmInstance {
+    /// The JVM was detected. With `--jvm-perf-map`: its jcmd, whose first command reads the
+    /// flags (is -XX:+PreserveFramePointer on?); without, or with no jcmd to run, that is read
+    /// from its command line and environment. A note says when it is off.
+    fn set_up(&mut self, objects: &[MappedObject], warnings: &mut Vec<String>) {
+        if self.perf_map_on {
+            let libjvm = objects.iter().find(|o| file_name(&o.path) == "libjvm.so");
+            match libjvm.and_then(|o| jcmd::program_for(self.pid, &o.path)) {
+                Some(program) => {
+                    self.jcmd = Some(jcmd::Jcmd::new(self.pid, program));
+                    return;
+                }
+                None => {
+                    self.jcmd_failure_noted = true;
+                    warnings.push(
+                        "--jvm-perf-map: no jcmd to run (neither the target's JDK has bin/jcmd here nor is one on PATH): \
+                         Java frames stay unnamed"
+                            .into(),
+                    );
+                }
+            }
+        }
+        warnings.extend(frame_pointer_note_from_args(self.pid));
+    }
+
+    /// A jcmd command ended.
+    fn jcmd_done(&mut self, done: jcmd::Done, p: Process<'_>) {
+        match (done.job, done.result) {
+            (jcmd::Job::Flags, Ok(out)) => match jcmd::preserve_frame_pointer(&out) {
+                Some(on) => p.warnings.extend(frame_pointer_note(on, "jcmd VM.flags: PreserveFramePointer = false")),
+                None => p.warnings.extend(frame_pointer_note_from_args(self.pid)),
+            },
+            (jcmd::Job::PerfMap, Ok(_)) => {
+                self.perf_maps_written += 1;
+                p.symbolizer.name_jit_frames(p.stacks);
+            }
+            // Run by holds/jvm.rs with its own Jcmd, never by this one.
+            (jcmd::Job::ClassHistogram | jcmd::Job::HeapDump, Ok(_)) => {}
+            (job, Err(why)) => {
+                if self.jcmd_failure.is_none() {
+                    self.jcmd_failure_noted = true;
+                    let program = self.jcmd.as_ref().map(|j| j.program.clone()).unwrap_or_default();
+                    self.jcmd_failure = Some(format!(
+                        "--jvm-perf-map: `{}` failed ({why}): Java frames stay unnamed (a JVM in another container may \
+                         need jcmd run inside it: `jcmd 1 Compiler.perfmap` there, during the recording)",
+                        job.describe(&program, self.pid)
+                    ));
+                }
+                if job == jcmd::Job::Flags {
+                    p.warnings.extend(frame_pointer_note_from_args(self.pid));
+                }
+            }
+        }
     }
 }
 

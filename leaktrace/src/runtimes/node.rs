@@ -3,7 +3,7 @@
 
 use leaktrace_analysis::runtimes::node::is_node_object;
 
-use super::{RuntimeInfo, file_name};
+use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};
 use crate::objects::MappedObject;
 use crate::recording::Runtime;
 
@@ -28,12 +28,24 @@ pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
 pub struct Node;
 
 impl super::RuntimeDetector for Node {
-    fn runtime(&self) -> Runtime {
-        Runtime::Node
+    fn detect(&self, pid: u32, objects: &[MappedObject], _opts: RuntimeOptions) -> Option<Box<dyn RuntimeInstance>> {
+        Some(Box::new(NodeInstance(detect(pid, objects)?)))
+    }
+}
+
+/// Node in one process: its JIT frames are named from the perf map node writes itself.
+struct NodeInstance(RuntimeInfo);
+
+impl RuntimeInstance for NodeInstance {
+    fn info(&self) -> &RuntimeInfo {
+        &self.0
     }
 
-    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
-        let _ = pymalloc;
-        detect(pid, objects)
+    fn unnamed_jit_advice(&self) -> Option<String> {
+        Some(
+            "JIT frames (JavaScript) are unnamed: start node with --perf-basic-prof (or \
+             --perf-basic-prof-only-functions) so it writes /tmp/perf-PID.map, which leaktrace reads"
+                .to_string(),
+        )
     }
 }

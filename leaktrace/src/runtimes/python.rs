@@ -1,10 +1,16 @@
 //! CPython detection: a mapped libpython, or a python executable with the interpreter inside;
-//! the PYTHONMALLOC setting from the target's environment. The frame rules are in
+//! the PYTHONMALLOC setting from the target's environment; per process, its frames read by the
+//! kernel at allocations (`pyframes`). The frame rules are in
 //! `leaktrace_analysis::runtimes::python`.
 
-use super::{RuntimeInfo, file_name};
+use std::sync::Arc;
+
+use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};
 use crate::objects::MappedObject;
-use crate::recording::Runtime;
+use crate::probes::Tracer;
+use crate::pyframes::{self, Interpreter};
+use crate::recording::{Frame, Runtime};
+use crate::symbolize::StackSymbolizer;
 
 /// Detect CPython: a mapped libpython, or an executable named python* that defines the
 /// interpreter's allocator (Debian's static-libpython build). `pymalloc`: CPython's allocator
@@ -73,11 +79,128 @@ pub(crate) fn environ_var(pid: u32, name: &str) -> Option<String> {
 pub struct Python;
 
 impl super::RuntimeDetector for Python {
-    fn runtime(&self) -> Runtime {
-        Runtime::Python
+    fn detect(&self, pid: u32, objects: &[MappedObject], opts: RuntimeOptions) -> Option<Box<dyn RuntimeInstance>> {
+        let info = detect(pid, objects, opts.pymalloc)?;
+        Some(Box::new(PythonInstance {
+            pid,
+            info,
+            frames_on: opts.python_frames,
+            tried: false,
+            interp: None,
+            budget_noted: false,
+        }))
+    }
+}
+
+/// CPython in one process: its frames, read by the kernel at allocations (issue #11) once the
+/// interpreter is located.
+struct PythonInstance {
+    pid: u32,
+    info: RuntimeInfo,
+    /// Python frames are to be read (`--python-frames`).
+    frames_on: bool,
+    /// The interpreter's frames were looked for (found or not: once per program image).
+    tried: bool,
+    /// The interpreter whose frames the kernel reads, once located.
+    interp: Option<Interpreter>,
+    /// The note that the budget of stacks with Python frames is spent was given.
+    budget_noted: bool,
+}
+
+impl RuntimeInstance for PythonInstance {
+    fn info(&self) -> &RuntimeInfo {
+        &self.info
     }
 
-    fn detect(&self, pid: u32, objects: &[MappedObject], pymalloc: bool) -> Option<RuntimeInfo> {
-        detect(pid, objects, pymalloc)
+    /// Have the kernel read its Python frames at allocations (once per program image); a note
+    /// says why not when they cannot be read.
+    fn sync_mappings(&mut self, tracer: &mut Tracer, objects: &[MappedObject], warnings: &mut Vec<String>) {
+        if !self.frames_on
+            || self.tried
+            // Held at an exec: libpython may be among the libraries not mapped yet; the next
+            // rescan, once it runs, finds the interpreter.
+            || crate::procinfo::stopped(self.pid)
+        {
+            return;
+        }
+        self.tried = true;
+        let failed = match pyframes::locate(self.pid, objects) {
+            Ok((interp, target)) => match tracer.add_python_target(self.pid, target) {
+                Ok(()) => {
+                    warnings.push(frames_note(&interp, tracer));
+                    self.interp = Some(interp);
+                    return;
+                }
+                Err(e) => format!("Python frames are not read: {e:#}"),
+            },
+            Err(why) => why,
+        };
+        // Wanted (`--python-frames on`, or auto) and cannot be read: one line on stderr now (the
+        // user learns it while recording, not only from the report), and the same sentence in
+        // the report's caveats.
+        crate::note!("leaktrace: PID {}: {failed}", self.pid);
+        warnings.push(failed);
     }
+
+    /// CPython frames read with this stack, in place of the interpreter's eval loop.
+    fn symbolize(
+        &mut self,
+        tracer: &Tracer,
+        stack: u64,
+        frames: &mut Vec<Arc<Frame>>,
+        symbolizer: &mut StackSymbolizer,
+        warnings: &mut Vec<String>,
+    ) -> bool {
+        let Some(py) = self.interp.as_mut() else { return false };
+        if !self.budget_noted
+            && let Some(budget) = tracer.python_budget_spent()
+        {
+            self.budget_noted = true;
+            warnings.push(format!(
+                "the {budget} stacks with Python frames that --max-stacks allows were all stored: stacks first seen \
+                 after that have native frames only (raise --max-stacks, or --python-frames off)"
+            ));
+        }
+        let Some(raw) = (stack != 0).then(|| tracer.py_stack(stack)).flatten() else { return false };
+        let py_frames = py.frames(&raw);
+        // Made during an import (module code and state, kept by design): its Python frames are
+        // left out, and the stack is its native twin (one site for every import, as without
+        // Python frames, rather than one per importing line).
+        if pyframes::in_import(&py_frames) {
+            return false;
+        }
+        let with_python = !py_frames.is_empty();
+        let py_frames = py_frames.into_iter().map(|f| symbolizer.intern(f)).collect();
+        *frames = pyframes::merge(std::mem::take(frames), py_frames);
+        with_python
+    }
+
+    fn detach(&mut self, tracer: &mut Tracer) {
+        if self.interp.take().is_some() {
+            tracer.remove_python_target(self.pid);
+        }
+    }
+}
+
+/// The note that Python frames are read, from which interpreter and which thread's.
+fn frames_note(interp: &Interpreter, tracer: &Tracer) -> String {
+    let (major, minor) = interp.layout.version;
+    let source = match interp.source {
+        pyframes::Source::DebugOffsets => " (offsets from its _Py_DebugOffsets)",
+        pyframes::Source::Table => "",
+    };
+    // Which thread's frames an allocation gets (leaktrace-ebpf/src/python.rs).
+    let whose = if tracer.python_threads_by_fsbase() {
+        "the allocating thread's own, with or without the GIL"
+    } else if (major, minor) >= (3, 11) {
+        "the allocating thread's own, found by its native_thread_id (the kernel's BTF gives no \
+         task fsbase): none in a pid namespace other than the host's"
+    } else {
+        "the GIL holder's, whichever thread allocates (the kernel's BTF gives no task fsbase to tell \
+         threads apart)"
+    };
+    format!(
+        "Python frames (function, file, line) read from CPython {major}.{minor}'s frame chain{source} at \
+         each allocation ({whose}), in place of the eval loop's frames"
+    )
 }

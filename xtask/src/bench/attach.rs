@@ -15,8 +15,8 @@ use std::io::Write as _;
 use super::*;
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- attach bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- attach bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- attach bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- attach bench: end -->";
 
 /// Allocator libraries dlopen'ed into the 100-probe target, when installed (Debian's names).
 const EXTRA_LIBS: &[&str] = &["libjemalloc.so.2", "libtcmalloc_minimal.so.4", "libmimalloc.so.2"];

@@ -23,8 +23,8 @@
 use super::*;
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- runtime heap tools bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- runtime heap tools bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- runtime heap tools bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- runtime heap tools bench: end -->";
 
 /// Sizes of the three targets' heaps.
 pub(super) struct Sizes {

@@ -39,7 +39,7 @@ mod render;
 use helpers::*;
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Runs of each variant (interleaved); figures are medians.
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
@@ -123,7 +123,7 @@ const ANALYSIS_MARKER: &str = "<!-- Below: written by hand, kept by `cargo xtask
 /// Block size of the microbenchmark's malloc calls.
 const PAIR_SIZE: u64 = 64;
 
-pub fn bench(args: BenchArgs) -> Result<()> {
+pub(crate) fn bench(args: BenchArgs) -> Result<()> {
     if !crate::is_root() {
         bail!("`cargo xtask bench` must run as root (it loads eBPF programs and attaches uprobes)");
     }

@@ -14,8 +14,8 @@
 use super::*;
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- python heap census bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- python heap census bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- python heap census bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- python heap census bench: end -->";
 
 /// The interpreter measured (installed by `cargo xtask setup`).
 const PYTHON: &str = "/root/.pyenv/versions/3.11.7/bin/python3";

@@ -18,8 +18,8 @@
 use super::*;
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- python hooks bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- python hooks bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- python hooks bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- python hooks bench: end -->";
 
 /// The loop runs `--python-iterations` / this many iterations ...
 const ITERATIONS_DIVISOR: u64 = 4;

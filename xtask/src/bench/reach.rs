@@ -10,8 +10,8 @@
 use super::*;
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- reachability bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- reachability bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- reachability bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- reachability bench: end -->";
 
 /// One scan's figures, from report.json.
 struct Run {

@@ -3,13 +3,28 @@
 use super::*;
 
 impl Bench {
+    /// docs/benchmarks.md from `r`: the run's header, the microbenchmark, the targets, the
+    /// kernel-side split, the real workloads and the agent's cost, with paths made relative to
+    /// the workspace.
     pub(super) fn render(&self, r: &Results) -> String {
         // Growth mode's counted cost on redis: in the targets table and under the redis tables.
         let g = self.growth_model(r);
+        let m = Micro::of(r);
         let mut s = String::new();
+        self.render_header(&mut s, r);
+        self.render_micro(&mut s, r, &m);
+        self.render_targets(&mut s, r, &m, &g);
+        render_kernel_stats(&mut s, r, &m);
+        self.render_workloads(&mut s, r, &g);
+        render_agent(&mut s, r);
+        self.relative_paths(s)
+    }
+
+    /// The run's header: date, command, machine, load, time taken.
+    fn render_header(&self, s: &mut String, r: &Results) {
         let machine = machine();
         let loads = self.loads.borrow();
-        let pct = |x: f64| format!("{:.1} %", x * 100.0);
+
         s.push_str("# Benchmarks\n\n");
         s.push_str(
             "What tracing costs. Written by `cargo xtask bench` (as root); every figure below comes \
@@ -28,15 +43,12 @@ impl Bench {
             loads.iter().copied().fold(0.0, f64::max)
         ));
         s.push_str(&format!("- Took {:.0} s\n\n", r.elapsed.as_secs_f64()));
+    }
 
-        // Microbenchmark.
-        let base = r.micro[0].median();
-        let added = |name: &str| {
-            r.micro.iter().find(|x| x.name.starts_with(name)).map(|x| x.median() - base).unwrap_or(f64::NAN)
-        };
-        let floor = added("floor");
-        let exact = added("leaktrace exact");
-        let naive = added("naive bpftrace");
+    /// "Cost per malloc+free pair": the microbenchmark's table, memleak's comparison, the
+    /// commands, the naive script and the floor.
+    fn render_micro(&self, s: &mut String, r: &Results, m: &Micro) {
+        let Micro { base, floor, lt_sys, memleak, .. } = *m;
         s.push_str("## Cost per malloc+free pair\n\n");
         s.push_str(&format!(
             "`xtask/bench/pairs.c`: {} × `malloc({PAIR_SIZE})` + `free` through volatile function pointers, \
@@ -63,7 +75,6 @@ impl Bench {
                 x.values.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
             ));
         }
-        let (lt_sys, memleak) = (added("leaktrace exact, system libc"), added("libbpf-tools memleak -c"));
         if lt_sys.is_finite() && memleak.is_finite() {
             s.push_str(&format!(
                 "\nAgainst libbpf-tools memleak (`../shared/tools/memleak-libbpf`, CO-RE, bcc 6d0a964), the same \
@@ -84,6 +95,11 @@ impl Bench {
             attached with perf_event_open at the same file offsets as leaktrace's probes (bpftrace 0.17 \
             cannot place a uprobe at `free+9`: it is built without the disassembler that checks offsets).\n\n",
         );
+    }
+
+    /// "Targets": each goal of the issues with its measured figure and whether it is met.
+    fn render_targets(&self, s: &mut String, r: &Results, m: &Micro, g: &GrowthModel) {
+        let Micro { base, floor, exact, naive, lt_sys, memleak } = *m;
 
         // Targets.
         s.push_str("## Targets\n\n| target | measured | met |\n| --- | --- | --- |\n");
@@ -134,33 +150,11 @@ impl Bench {
             })
             .collect();
         s.push_str(&format!("| sampled mode (stated, no target) | {} | — |\n\n", sampled.join("; ")));
+    }
 
-        if !r.stats.is_empty() {
-            s.push_str("## Where exact mode's time goes in the kernel\n\n");
-            s.push_str(&format!(
-                "One more exact-mode run of the microbenchmark with `kernel.bpf_stats_enabled=1`; \
-                 `bpftool prog show -j`, run_time_ns / run_cnt of leaktrace's programs (the time inside \
-                 the eBPF programs only; the uprobe's own trap and return trampoline are the floor). \
-                 Per pair the programs take {:.0} ns, against {exact:.0} ns added by exact mode and \
-                 {floor:.0} ns by empty probes.\n\n| program | runs | ns per run | total ms |\n| --- | ---: | ---: | ---: |\n",
-                r.stats.iter().filter(|(n, ..)| ["malloc_enter", "alloc_return", "free_enter"].contains(&n.as_str())).map(|(_, c, ns)| *ns as f64 / *c as f64).sum::<f64>()
-            ));
-            for (name, cnt, ns) in &r.stats {
-                s.push_str(&format!(
-                    "| {name} | {cnt} | {:.0} | {:.1} |\n",
-                    *ns as f64 / *cnt as f64,
-                    *ns as f64 / 1e6
-                ));
-            }
-            s.push('\n');
-            s.push_str(WALK_MEMO_NOTE);
-            s.push_str("\n\n");
-            s.push_str(BOOKKEEPING_NOTE);
-            s.push_str("\n\n");
-            s.push_str(BLOCK_TABLE_NOTE);
-            s.push_str("\n\n");
-        }
-
+    /// The redis workloads' notes: where leaktrace put redis's allocator probes and the agent's
+    /// CPU; Python's commands. One section per workload (redis, redis per CPU second, Python).
+    fn render_workloads(&self, s: &mut String, r: &Results, g: &GrowthModel) {
         // Real workloads.
         for (title, unit, series, note) in [
             (
@@ -239,34 +233,10 @@ impl Bench {
                 s.push_str("```\n\n");
             }
         }
+    }
 
-        // Agent cost.
-        let a = &r.agent;
-        let total_maps: u64 = a.maps.iter().map(|m| m.3).sum();
-        s.push_str(&format!(
-            "## The agent at {} live allocations\n\n`{}`: `xtask/bench/hold.c` mallocs {} blocks of 64 bytes \
-             and keeps them (filled in {:.1} s under exact tracing). Read 1.5 s after the last malloc: \
-             /proc/PID/stat (utime + stime) and /proc/PID/status of leaktrace, and `bpftool map show -j` \
-             (bytes_memlock of the maps whose ids leaktrace's file descriptors hold).\n\n",
-            a.live, a.command, a.live, a.fill_s
-        ));
-        s.push_str(&format!(
-            "| figure | value |\n| --- | ---: |\n| agent CPU time from start (attach, {} allocations, checkpoints) | {:.2} s |\n\
-             | agent CPU while holding them (1 s checkpoints) | {:.1} % of a core |\n| agent RSS (VmRSS) | {:.1} MiB |\n\
-             | agent peak RSS (VmHWM) | {:.1} MiB |\n| BPF maps, total bytes_memlock | {:.1} MiB |\n\n",
-            a.live,
-            a.cpu_at_held,
-            a.cpu_per_s_steady * 100.0,
-            a.rss_kib as f64 / 1024.0,
-            a.hwm_kib as f64 / 1024.0,
-            total_maps as f64 / 1048576.0
-        ));
-        s.push_str("| map | type | max_entries | bytes_memlock |\n| --- | --- | ---: | ---: |\n");
-        for (name, ty, max, bytes) in &a.maps {
-            s.push_str(&format!("| {name} | {ty} | {max} | {bytes} |\n"));
-        }
-        s.push('\n');
-        // Paths relative to the workspace, so that the commands read the same on any machine.
+    /// Paths relative to the workspace, so that the commands read the same on any machine.
+    fn relative_paths(&self, s: String) -> String {
         let bin_dir = self.leaktrace.parent().map(|d| format!("{}/", d.display()));
         let s = match bin_dir {
             Some(d) => s.replace(&d, "target/release/"),
@@ -274,6 +244,100 @@ impl Bench {
         };
         s.replace(&format!("{}/", root().display()), "")
     }
+}
+
+/// The microbenchmark's medians that the sections quote: ns per pair of the untraced run, and
+/// ns per pair each variant adds to it (NaN for a variant not run).
+struct Micro {
+    base: f64,
+    floor: f64,
+    exact: f64,
+    naive: f64,
+    /// leaktrace exact on the system's libc.
+    lt_sys: f64,
+    /// libbpf-tools memleak on the system's libc.
+    memleak: f64,
+}
+
+impl Micro {
+    /// The medians of `r.micro` (its first series is the untraced run).
+    fn of(r: &Results) -> Micro {
+        let base = r.micro[0].median();
+        let added = |name: &str| {
+            r.micro.iter().find(|x| x.name.starts_with(name)).map(|x| x.median() - base).unwrap_or(f64::NAN)
+        };
+        Micro {
+            base,
+            floor: added("floor"),
+            exact: added("leaktrace exact"),
+            naive: added("naive bpftrace"),
+            lt_sys: added("leaktrace exact, system libc"),
+            memleak: added("libbpf-tools memleak -c"),
+        }
+    }
+}
+
+/// A share as a percentage with one decimal ("98.7 %").
+fn pct(x: f64) -> String {
+    format!("{:.1} %", x * 100.0)
+}
+
+/// "Where exact mode's time goes in the kernel": bpf_stats of the programs, and the notes of
+/// the separate measurements.
+fn render_kernel_stats(s: &mut String, r: &Results, m: &Micro) {
+    let Micro { floor, exact, .. } = *m;
+
+    if !r.stats.is_empty() {
+        s.push_str("## Where exact mode's time goes in the kernel\n\n");
+        s.push_str(&format!(
+            "One more exact-mode run of the microbenchmark with `kernel.bpf_stats_enabled=1`; \
+             `bpftool prog show -j`, run_time_ns / run_cnt of leaktrace's programs (the time inside \
+             the eBPF programs only; the uprobe's own trap and return trampoline are the floor). \
+             Per pair the programs take {:.0} ns, against {exact:.0} ns added by exact mode and \
+             {floor:.0} ns by empty probes.\n\n| program | runs | ns per run | total ms |\n| --- | ---: | ---: | ---: |\n",
+            r.stats.iter().filter(|(n, ..)| ["malloc_enter", "alloc_return", "free_enter"].contains(&n.as_str())).map(|(_, c, ns)| *ns as f64 / *c as f64).sum::<f64>()
+        ));
+        for (name, cnt, ns) in &r.stats {
+            s.push_str(&format!("| {name} | {cnt} | {:.0} | {:.1} |\n", *ns as f64 / *cnt as f64, *ns as f64 / 1e6));
+        }
+        s.push('\n');
+        s.push_str(WALK_MEMO_NOTE);
+        s.push_str("\n\n");
+        s.push_str(BOOKKEEPING_NOTE);
+        s.push_str("\n\n");
+        s.push_str(BLOCK_TABLE_NOTE);
+        s.push_str("\n\n");
+    }
+}
+
+/// "The agent at N live allocations": its CPU, RSS and BPF maps.
+fn render_agent(s: &mut String, r: &Results) {
+    // Agent cost.
+    let a = &r.agent;
+    let total_maps: u64 = a.maps.iter().map(|m| m.3).sum();
+    s.push_str(&format!(
+        "## The agent at {} live allocations\n\n`{}`: `xtask/bench/hold.c` mallocs {} blocks of 64 bytes \
+         and keeps them (filled in {:.1} s under exact tracing). Read 1.5 s after the last malloc: \
+         /proc/PID/stat (utime + stime) and /proc/PID/status of leaktrace, and `bpftool map show -j` \
+         (bytes_memlock of the maps whose ids leaktrace's file descriptors hold).\n\n",
+        a.live, a.command, a.live, a.fill_s
+    ));
+    s.push_str(&format!(
+        "| figure | value |\n| --- | ---: |\n| agent CPU time from start (attach, {} allocations, checkpoints) | {:.2} s |\n\
+         | agent CPU while holding them (1 s checkpoints) | {:.1} % of a core |\n| agent RSS (VmRSS) | {:.1} MiB |\n\
+         | agent peak RSS (VmHWM) | {:.1} MiB |\n| BPF maps, total bytes_memlock | {:.1} MiB |\n\n",
+        a.live,
+        a.cpu_at_held,
+        a.cpu_per_s_steady * 100.0,
+        a.rss_kib as f64 / 1024.0,
+        a.hwm_kib as f64 / 1024.0,
+        total_maps as f64 / 1048576.0
+    ));
+    s.push_str("| map | type | max_entries | bytes_memlock |\n| --- | --- | ---: | ---: |\n");
+    for (name, ty, max, bytes) in &a.maps {
+        s.push_str(&format!("| {name} | {ty} | {max} | {bytes} |\n"));
+    }
+    s.push('\n');
 }
 
 /// How `malloc_enter`'s time splits and what the walk memo saved: a separate measurement (stubbed

@@ -33,6 +33,11 @@ fn culprit_of_cgo_malloc_is_the_go_caller() {
     assert_eq!(culprit(&st(&c_code)).1, "make_buf");
 }
 
+/// A malloc stack with no frames (id 9), for tests to fill in with `..malloc_stack()`.
+fn malloc_stack() -> Stack {
+    Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: false, truncated: None }
+}
+
 #[test]
 fn culprit_skips_allocator_frames() {
     let (mut st, _) = leak_site();
@@ -70,6 +75,14 @@ fn culprit_skips_allocator_frames() {
     assert_eq!(culprit(&st), (Some(4), "build_page".to_string()));
     let only_libc = Stack { frames: st.frames[..3].to_vec(), ..st.clone() };
     assert_eq!(culprit(&only_libc).1, "__vasprintf_internal");
+}
+
+/// CPython: the eval loop when nothing better is known; a C extension calling the C API
+/// (a missing `Py_DECREF`); the Python line; never the extension for an arena pymalloc maps.
+#[test]
+fn culprit_of_python_stacks() {
+    let st = malloc_stack();
+    let lib = |func: &str, object: &str| frame(func, object, None);
     let python = Stack {
         frames: vec![
             lib("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6").into(),
@@ -123,6 +136,13 @@ fn culprit_skips_allocator_frames() {
         };
         assert_eq!(culprit(&arena).1, "_PyObject_ArenaMmap", "{libpython}");
     }
+}
+
+/// Standard-library and system-library frames give way to the program's function.
+#[test]
+fn culprit_of_library_code_is_its_caller() {
+    let st = malloc_stack();
+    let lib = |func: &str, object: &str| frame(func, object, None);
     // A Rust trait method of the standard library is std code; a program whose name merely
     // starts like a runtime's is not a runtime.
     let rust = Stack {
@@ -143,6 +163,13 @@ fn culprit_skips_allocator_frames() {
         ..st.clone()
     };
     assert_eq!(culprit(&nodeworker).1, "cache_config_docs");
+}
+
+/// Node: the user's JavaScript function named from the perf map; not beyond V8's collector.
+#[test]
+fn culprit_of_node_stacks() {
+    let st = malloc_stack();
+    let lib = |func: &str, object: &str| frame(func, object, None);
     // Node with a perf map: the Buffer's backing store is allocated by node's allocator for the
     // user's JavaScript function, which is the culprit (Node's own library frames are skipped).
     let jit = |name: &str| Frame { addr: 0x3e00, function: Some(name.to_string()), ..Default::default() };
@@ -186,6 +213,11 @@ fn culprit_skips_allocator_frames() {
         culprit(&grown).1,
         "v8::base::OS::Allocate(void*, unsigned long, unsigned long, v8::base::OS::MemoryPermission)"
     );
+}
+
+/// A lost stack, and libc's mapping wrappers (skipped in a mapping site, not in a malloc site).
+#[test]
+fn culprit_of_lost_stacks_and_mapping_wrappers() {
     let st = Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
     assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
     // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the

@@ -1,6 +1,7 @@
 //! Lost allocations, unseen frees and full maps: what the verdict says about its own losses.
 
 use super::*;
+use leaktrace_common::counter::Counter;
 
 #[test]
 fn allocations_lost_make_a_flat_verdict_inconclusive() {
@@ -86,8 +87,8 @@ fn drops_and_events() {
     });
     let a = analyze(&r, &AnalyzeOptions::default());
     assert_eq!(a.drops_total, 7);
-    assert_eq!(a.drops["allocs_map_full"], 5);
-    assert_eq!(a.drops["missed_return"], 0);
+    assert_eq!(a.drops[&Counter::AllocsFull], 5);
+    assert_eq!(a.drops[&Counter::MissedReturn], 0);
     assert_eq!(a.drops.len(), 8);
     assert_eq!(a.events["untracked_free"], 3);
     assert_eq!(a.events["allocs"], 900);

@@ -5,26 +5,22 @@ use super::*;
 #[test]
 fn runtime_split_names_the_growing_kind() {
     const LIBPY: &str = "/usr/lib/libpython3.11.so.1.0";
-    let ext = Stack {
-        id: 1,
-        kind: StackKind::Malloc,
-        frames: vec![
+    let ext = site_stack(
+        1,
+        StackKind::Malloc,
+        vec![
             frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
             frame("parse_record", "/tmp/tsparse_ext.so", None).into(),
         ],
-        lost: false,
-        truncated: None,
-    };
-    let objs = Stack {
-        id: 2,
-        kind: StackKind::Malloc,
-        frames: vec![
+    );
+    let objs = site_stack(
+        2,
+        StackKind::Malloc,
+        vec![
             frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
             frame("_PyObject_Malloc", LIBPY, None).into(),
         ],
-        lost: false,
-        truncated: None,
-    };
+    );
     let leak: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
     let steady: SiteFn =
         Box::new(|t: f64| (50_000 + 100_000 * t as u64, 50 + 100 * t as u64, 100_000 * t as u64, 100 * t as u64));
@@ -99,7 +95,7 @@ fn collected_heap_is_measured_at_its_troughs() {
     }
     // No collection seen (a heap that only rises): every point is fitted.
     let window: Vec<(f64, f64)> = (0..30).map(|k| (k as f64, 1000.0 * k as f64)).collect();
-    assert_eq!(super::replay::post_gc_troughs(&window), None);
+    assert_eq!(super::kinds::post_gc_troughs(&window), None);
 }
 
 /// Issue 17, item 4: a managed heap whose slope is ≤ 0 is never growth, even when one of its
@@ -141,27 +137,20 @@ fn shrinking_managed_heap_is_never_a_leak() {
 #[test]
 fn managed_leak_growing_to_the_end_is_not_levelled_off_by_other_frees() {
     const LIBPY: &str = "/usr/lib/libpython3.11.so.1.0";
-    let leak = Stack {
-        id: 1,
-        kind: StackKind::Malloc,
-        frames: vec![
+    let leak = site_stack(
+        1,
+        StackKind::Malloc,
+        vec![
             frame("PyMem_Malloc", LIBPY, None).into(),
             frame("split_fields", "/tmp/pymem_ext.cpython-311-x86_64-linux-gnu.so", Some(("pymem_ext.c", 20))).into(),
             frame("_PyEval_EvalFrameDefault", LIBPY, None).into(),
         ],
-        lost: false,
-        truncated: None,
-    };
-    let objs = Stack {
-        id: 2,
-        kind: StackKind::Malloc,
-        frames: vec![
-            frame("_PyObject_Malloc", LIBPY, None).into(),
-            frame("_PyEval_EvalFrameDefault", LIBPY, None).into(),
-        ],
-        lost: false,
-        truncated: None,
-    };
+    );
+    let objs = site_stack(
+        2,
+        StackKind::Malloc,
+        vec![frame("_PyObject_Malloc", LIBPY, None).into(), frame("_PyEval_EvalFrameDefault", LIBPY, None).into()],
+    );
     // The leak grows 10 kB/s until `stops` (s).
     let rec = |stops: u64| {
         let grows: SiteFn = Box::new(move |t: f64| {
@@ -205,24 +194,22 @@ fn tiny_managed_rise_against_rss_is_not_a_leak() {
     let times: Vec<f64> = (0..=48).map(|k| k as f64 * 0.25).collect();
     for (pages_per_s, leak) in [(1.2, false), (50.0, true)] {
         let pages = move |t: f64| ((pages_per_s * (t - 2.0)).max(0.0)).floor() as u64;
-        let old_space = Stack {
-            id: 1,
-            kind: StackKind::Mmap,
-            frames: vec![
+        let old_space = site_stack(
+            1,
+            StackKind::Mmap,
+            vec![
                 frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
                 frame("v8::base::OS::Allocate", "/usr/bin/node", None).into(),
                 frame("v8::internal::MemoryAllocator::AllocateAlignedMemory", "/usr/bin/node", None).into(),
             ],
-            lost: false,
-            truncated: None,
-        };
+        );
         let site: SiteFn = Box::new(move |t: f64| (4096 * (pages(t) + 1), pages(t) + 1, 0, 0));
         // V8's bookkeeping of each page it maps (32 B of free-list categories a page, never
         // freed while the page lives): runtime memory that follows the heap.
-        let bookkeeping = Stack {
-            id: 2,
-            kind: StackKind::Malloc,
-            frames: vec![
+        let bookkeeping = site_stack(
+            2,
+            StackKind::Malloc,
+            vec![
                 frame("operator new(unsigned long)", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", None).into(),
                 frame("v8::internal::Page::AllocateFreeListCategories()", "/usr/bin/node", None).into(),
                 frame(
@@ -238,9 +225,7 @@ fn tiny_managed_rise_against_rss_is_not_a_leak() {
                 )
                 .into(),
             ],
-            lost: false,
-            truncated: None,
-        };
+        );
         let per_page: SiteFn = Box::new(move |t: f64| (32 * (pages(t) + 1), pages(t) + 1, 0, 0));
         let mut r =
             recording(&times, vec![(old_space, site), (bookkeeping, per_page)], &|_| mem(45 << 20), &no_counters);
@@ -367,17 +352,15 @@ fn python_arena_growth_without_pymalloc_advises_it() {
     let advice = "pymalloc's arenas (_PyObject_ArenaMmap) grow and pymalloc was not hooked: record with \
                   --pymalloc (or run the target with PYTHONMALLOC=malloc) to name the function and line that allocate";
     for hooked in [false, true] {
-        let arena = Stack {
-            id: 1,
-            kind: StackKind::Mmap,
-            frames: vec![
+        let arena = site_stack(
+            1,
+            StackKind::Mmap,
+            vec![
                 frame("__GI___mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
                 frame("_PyObject_ArenaMmap", "/usr/lib/libpython3.11.so.1.0", None).into(),
                 frame("_PyObject_Malloc", "/usr/lib/libpython3.11.so.1.0", None).into(),
             ],
-            lost: false,
-            truncated: None,
-        };
+        );
         let grows: SiteFn = Box::new(|t: f64| {
             let n = (2.0 * t).floor() as u64 + 1;
             (n << 20, n, 0, 0)
@@ -444,10 +427,10 @@ fn static_python_arena_is_the_python_heap_and_growth_is_never_no_leak() {
         f.function = None;
         f
     };
-    let arena = Stack {
-        id: 1,
-        kind: StackKind::Mmap,
-        frames: vec![
+    let arena = site_stack(
+        1,
+        StackKind::Mmap,
+        vec![
             frame("__GI___mmap64", LIBC, None).into(),
             unnamed(frame("a", DEB, None)).into(),
             unnamed(frame("b", DEB, None)).into(),
@@ -455,9 +438,7 @@ fn static_python_arena_is_the_python_heap_and_growth_is_never_no_leak() {
             frame("split_fields", EXT, Some(("fieldsplit.c", 26))).into(),
             frame("PyEval_EvalCode", DEB, None).into(),
         ],
-        lost: false,
-        truncated: None,
-    };
+    );
     let a = analyze(&arena_filled_late(arena), &AnalyzeOptions::default());
     let ctx = format!("{:?}\n{:?}\n{}", a.kinds, a.verdict, sentence(&a));
     assert_eq!(a.sites[0].memory_kind, MemoryKind::Managed, "{ctx}");
@@ -466,17 +447,15 @@ fn static_python_arena_is_the_python_heap_and_growth_is_never_no_leak() {
     assert_eq!(a.verdict.class, ProcessClass::Leak, "{ctx}");
     assert!(sentence(&a).starts_with("managed leak: the Python heap grows +42.0 KiB/s"), "{ctx}");
 
-    let own = Stack {
-        id: 1,
-        kind: StackKind::Mmap,
-        frames: vec![
+    let own = site_stack(
+        1,
+        StackKind::Mmap,
+        vec![
             frame("__GI___mmap64", LIBC, None).into(),
             frame("map_table", EXT, Some(("fieldsplit.c", 40))).into(),
             frame("PyEval_EvalCode", DEB, None).into(),
         ],
-        lost: false,
-        truncated: None,
-    };
+    );
     let a = analyze(&arena_filled_late(own), &AnalyzeOptions::default());
     let ctx = format!("{:?}\n{:?}\n{}", a.kinds, a.verdict, sentence(&a));
     assert_eq!(a.sites[0].memory_kind, MemoryKind::OffHeap, "{ctx}");

@@ -36,17 +36,9 @@ fn loader_site() -> (Stack, SiteFn) {
 
 /// A stack of `function` called from main, in the fixture's executable.
 fn user_stack(id: u32, function: &str) -> Stack {
-    Stack {
-        id,
-        kind: StackKind::Malloc,
-        frames: vec![
-            frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
-            frame(function, "/opt/server/bin/server", Some(("/build/src/server.c", 10))).into(),
-            frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))).into(),
-        ],
-        lost: false,
-        truncated: None,
-    }
+    let mut stack = server_stack(id, function);
+    stack.frames.push(frame("main", "/opt/server/bin/server", Some(("/build/src/main.c", 3))).into());
+    stack
 }
 
 /// A site in `exe` called by `function`, frames innermost first: `inner` (in libc) then the
