@@ -19,12 +19,12 @@ pub(crate) fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> 
 }
 
 /// A stack of `kind` with `frames` (innermost first), neither lost nor truncated.
-pub fn site_stack(id: u32, kind: StackKind, frames: Vec<std::sync::Arc<Frame>>) -> Stack {
+pub(crate) fn site_stack(id: u32, kind: StackKind, frames: Vec<std::sync::Arc<Frame>>) -> Stack {
     Stack { id, kind, frames, lost: false, truncated: None }
 }
 
 /// A malloc stack of `function` (in the fixture's executable, server.c:10) calling malloc.
-pub fn server_stack(id: u32, function: &str) -> Stack {
+pub(crate) fn server_stack(id: u32, function: &str) -> Stack {
     site_stack(
         id,
         StackKind::Malloc,

@@ -37,7 +37,7 @@ use live::Live;
 pub use recorder::{Dropped, Recorder, RecorderCosts, thread_cpu_s};
 use session::Session;
 use targets::launch_objects;
-pub use targets::{cgroup_dir, resolve_pids};
+pub use targets::{cgroup_dir, cgroup_tree_pids, resolve_pids};
 use traced::Traced;
 pub use traced::{MAX_CHECKPOINTS, fix_caller, thin};
 

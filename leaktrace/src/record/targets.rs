@@ -17,6 +17,25 @@ pub fn cgroup_dir(path: &Path) -> PathBuf {
     if path.is_absolute() { path.to_path_buf() } else { Path::new("/sys/fs/cgroup").join(path) }
 }
 
+/// The processes of the cgroup v2 directory `dir` and of every cgroup below it, sorted (empty
+/// when there is none or `dir` cannot be read). `watch --cgroup` of a node's `kubepods` root:
+/// the root holds no process itself, its pods' container cgroups do. Cgroups that vanish while
+/// they are walked are skipped.
+pub fn cgroup_tree_pids(dir: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        dirs.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The PIDs a target specification selects (not for launch mode). Errors when none.
 pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
     let mut pids = match spec {
@@ -250,6 +269,29 @@ mod tests {
         let other = std::fs::metadata(exe).expect("/bin/true");
         let wrong = Confined { loader: (other.dev(), other.ino()), uid, gid, env: Vec::new() };
         assert_eq!(loader_list(exe, Some(&wrong)), Some(Vec::new()));
+    }
+
+    /// A kubelet-style tree (no process in the roots, containers below) gives every container's
+    /// processes, each once, sorted; a directory that is no cgroup gives none.
+    #[test]
+    fn cgroup_tree_pids_walks_every_cgroup_below() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let kubepods = root.path().join("kubepods");
+        for (dir, procs) in [
+            ("", ""),
+            ("burstable", ""),
+            ("burstable/podA", ""),
+            ("burstable/podA/c1", "30\n10\n"),
+            ("burstable/podA/c2", "20\n"),
+            ("besteffort/podB/c3", "40\n10\n"),
+        ] {
+            let d = kubepods.join(dir);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("cgroup.procs"), procs).expect("cgroup.procs");
+        }
+        assert_eq!(cgroup_tree_pids(&kubepods), vec![10, 20, 30, 40]);
+        assert_eq!(cgroup_tree_pids(&kubepods.join("burstable/podA/c2")), vec![20]);
+        assert!(cgroup_tree_pids(&root.path().join("nothing")).is_empty());
     }
 
     /// PT_INTERP of `exe`: None when unreadable, Some(None) for a static executable.

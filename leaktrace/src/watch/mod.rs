@@ -44,7 +44,7 @@ pub enum Selector {
     Host,
     /// These PIDs, while they live.
     Pids(Vec<u32>),
-    /// The processes of a cgroup (v2).
+    /// The processes of a cgroup (v2) and of the cgroups below it.
     Cgroup(PathBuf),
     /// The processes of a Kubernetes pod (`crate::pod`).
     Pod(crate::pod::PodSelector),
@@ -94,7 +94,7 @@ impl Selector {
                 .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect())
                 .unwrap_or_default(),
             Selector::Pids(p) => p.clone(),
-            Selector::Cgroup(c) => record::resolve_pids(&TargetSpec::Cgroup(c.clone())).unwrap_or_default(),
+            Selector::Cgroup(c) => record::cgroup_tree_pids(&record::cgroup_dir(c)),
             Selector::Pod(sel) => crate::pod::resolve(sel).unwrap_or_default(),
         };
         let set: BTreeSet<u32> =

@@ -26,7 +26,7 @@ const CGROUP_PROCESSES: usize = 50;
 /// one-process case's 1000, 50 processes (each waking 1000 times a second) keep both CPUs busy
 /// by themselves, and the agent's attach and detach wait for CPU (measured: 4.3 s of overhead
 /// against 2.4 s at 100).
-const CGROUP_RATE: u32 = 100;
+pub(super) const CGROUP_RATE: u32 = 100;
 /// `--duration` of every recording, seconds.
 const DURATION_S: f64 = 3.0;
 
@@ -168,8 +168,8 @@ fn record(work: &Path, args: &[String], single: bool, tag: &str) -> Result<Run> 
 }
 
 /// A cgroup v2 directory for the bench, its processes killed and itself removed on drop.
-struct Cgroup {
-    path: PathBuf,
+pub(super) struct Cgroup {
+    pub(super) path: PathBuf,
     children: Vec<KillOnDrop>,
 }
 
@@ -187,7 +187,7 @@ impl Drop for Cgroup {
 }
 
 /// Start `n` attach targets (no extra library, [`CGROUP_RATE`] rounds a second) in a new cgroup.
-fn cgroup_of_targets(target: &Path, n: usize) -> Result<Cgroup> {
+pub(super) fn cgroup_of_targets(target: &Path, n: usize) -> Result<Cgroup> {
     // The cgroup v2 mount: /sys/fs/cgroup (unified) or /sys/fs/cgroup/unified (hybrid).
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut mounts: Vec<PathBuf> = info
@@ -263,16 +263,22 @@ fn rows(s: &mut String, runs: &[(&[Run], &str)]) {
     row(s, "agent peak RSS, MiB", &|r| format!("{:.0}", medians(r, |x| x.maxrss_kib as f64) / 1024.0));
 }
 
-/// Measure `reps` recordings of each case and way; the markdown section (between the markers).
-pub(super) fn measure(reps: usize) -> Result<String> {
-    let work = root().join("target/bench/attach");
-    std::fs::create_dir_all(&work)?;
+/// Build xtask/bench/attach_target.cpp into `work/attach_target` (g++ -O1 -g); its path.
+pub(super) fn build_target(work: &Path) -> Result<PathBuf> {
     let target = work.join("attach_target");
     run(Command::new("g++")
         .args(["-O1", "-g", "-o"])
         .arg(&target)
         .arg(root().join("xtask/bench/attach_target.cpp"))
         .arg("-ldl"))?;
+    Ok(target)
+}
+
+/// Measure `reps` recordings of each case and way; the markdown section (between the markers).
+pub(super) fn measure(reps: usize) -> Result<String> {
+    let work = root().join("target/bench/attach");
+    std::fs::create_dir_all(&work)?;
+    let target = build_target(&work)?;
     let libs: Vec<&str> = EXTRA_LIBS
         .iter()
         .copied()
