@@ -34,6 +34,10 @@
 //! `watch_a_node_of_50_processes` runs the same node and asserts all of that except that the
 //! fragmenting process may be escalated, in which case its exact window must call it
 //! fragmentation, never a leak: what works today, kept from regressing.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -155,10 +155,10 @@ impl Recorder {
 
     /// What the tracer keeps of a process no longer recorded goes (its Python frames are no
     /// longer read, its syscalls no longer noted).
-    fn forget(&mut self, t: Traced) {
+    fn forget(&mut self, mut t: Traced) {
         let tracer = &mut self.session.host.tracer;
-        if t.python.is_some() {
-            tracer.remove_python_target(t.pid);
+        if let Some(rt) = t.runtime.as_mut() {
+            rt.detach(tracer);
         }
         tracer.remove_target(t.pid);
     }

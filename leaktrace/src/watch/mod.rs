@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::output::OutDir;
 use crate::probes::Mode;
-use crate::record::{self, RecordOptions, TargetSpec};
+use crate::record::{self, RecordOptions};
 use crate::recording::{EndReason, Recording};
 
 pub mod budget;

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::*;
 
 /// Marks of the section this writes in docs/benchmarks.md.
-pub const BEGIN: &str = "<!-- watch bench: written by `cargo xtask bench`, begin -->";
-pub const END: &str = "<!-- watch bench: end -->";
+pub(crate) const BEGIN: &str = "<!-- watch bench: written by `cargo xtask bench`, begin -->";
+pub(crate) const END: &str = "<!-- watch bench: end -->";
 
 /// Processes watched for the agent's own cost (the "50 processes").
 const PROCESSES: usize = 50;
