@@ -188,6 +188,33 @@ pub fn function_offsets(path: &Path, wanted: &[&str]) -> anyhow::Result<BTreeMap
     Ok(out)
 }
 
+/// [`function_offsets`] of `obj` for [`scan_allocators`]' names (`wanted`, the same list each
+/// time), read once per file: `leaktrace watch` attaches to every process of a node, and 50
+/// processes map the same libc (reading its symbol tables was 40 % of the agent's CPU). Files are
+/// known by (device, inode, size, mtime); None: not an ELF object (also remembered). At most
+/// [`OFFSETS_CACHED`] files are kept (then the cache starts again).
+fn allocator_offsets(obj: &MappedObject, wanted: &[&str]) -> Option<std::sync::Arc<BTreeMap<String, u64>>> {
+    use std::os::unix::fs::MetadataExt as _;
+    type Cache = std::collections::HashMap<(i32, i32, u64, u64, i64), Option<std::sync::Arc<BTreeMap<String, u64>>>>;
+    static CACHE: std::sync::Mutex<Option<Cache>> = std::sync::Mutex::new(None);
+    let meta = std::fs::metadata(&obj.open_path).ok()?;
+    let key = (obj.dev.0, obj.dev.1, obj.inode, meta.size(), meta.mtime() * 1_000_000_000 + meta.mtime_nsec());
+    if let Some(hit) = CACHE.lock().ok()?.get_or_insert_default().get(&key) {
+        return hit.clone();
+    }
+    let offsets = function_offsets(&obj.open_path, wanted).ok().map(std::sync::Arc::new);
+    let mut cache = CACHE.lock().ok()?;
+    let cache = cache.get_or_insert_default();
+    if cache.len() >= OFFSETS_CACHED {
+        cache.clear();
+    }
+    cache.insert(key, offsets.clone());
+    offsets
+}
+
+/// Files whose allocator symbols [`allocator_offsets`] keeps.
+const OFFSETS_CACHED: usize = 4096;
+
 /// The first 32 bytes of code at file `offset` of `path`.
 fn read_code(path: &Path, offset: u64) -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt as _;
@@ -225,7 +252,7 @@ pub fn scan_allocators(pid: u32, objects: &[MappedObject], pymalloc: bool) -> Re
     let mut rust_candidates = Vec::new();
     for obj in objects {
         scan.searched.push(obj.path.clone());
-        let Ok(offsets) = function_offsets(&obj.open_path, &wanted) else { continue };
+        let Some(offsets) = allocator_offsets(obj, &wanted) else { continue };
         let mut used: BTreeMap<u64, String> = BTreeMap::new();
         let mut add = |scan: &mut AllocatorScan, hook: &Hook, function: String| {
             let Some(&offset) = offsets.get(&function) else { return };

@@ -521,6 +521,13 @@ impl Tracer {
         self.targets.insert(tgid, 1, 0).context("adding the target to the TARGETS map")
     }
 
+    /// Stop tracking the syscalls of process `tgid` (`leaktrace watch` dropped it: it ended or
+    /// left the selection); a process not tracked is no error.
+    pub fn remove_target(&mut self, tgid: u32) {
+        let _ = self.targets.remove(&tgid);
+        let _ = self.work.remove(&tgid);
+    }
+
     /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
     /// where they are, see [`crate::pyframes`]).
     pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {

@@ -54,6 +54,9 @@ struct Object {
 struct Shared {
     symbolizer: Symbolizer,
     files: HashMap<(String, u64), Arc<File>>,
+    /// Each object's build id and whether it exports `PyInit_*`, read once whatever the number
+    /// of processes that map it (`leaktrace watch`: 50 processes map the same python3).
+    facts: HashMap<(String, u64), (Option<String>, bool)>,
 }
 
 thread_local! {
@@ -69,6 +72,7 @@ thread_local! {
             .enable_demangling(false)
             .build(),
         files: HashMap::new(),
+        facts: HashMap::new(),
     });
 }
 
@@ -257,9 +261,7 @@ impl StackSymbolizer {
             if !seen.insert((m.start, m.end)) {
                 continue;
             }
-            let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
-            let build_id = obj.build_id.get_or_insert_with(|| read_build_id(&fd_path)).clone();
-            let python_extension = *obj.python_init.get_or_insert_with(|| exports_python_init(&fd_path));
+            let (build_id, python_extension) = object_facts(&m.key, obj);
             out.push(crate::recording::ObjectMapping {
                 start: m.start,
                 end: m.end,
@@ -462,6 +464,24 @@ fn code_location(ci: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
 
 /// The GNU build id of the ELF file at `path`, as lowercase hex (None: unreadable, not ELF, or
 /// no build-id note).
+/// `obj`'s build id and whether it exports `PyInit_*` (see [`exports_python_init`]): from the
+/// object, else from what every process's symbolizer on this thread shares (`Shared::facts`),
+/// else read from its file.
+fn object_facts(key: &(String, u64), obj: &mut Object) -> (Option<String>, bool) {
+    if let (Some(b), Some(p)) = (&obj.build_id, obj.python_init) {
+        return (b.clone(), p);
+    }
+    let facts = SHARED.with_borrow(|sh| sh.facts.get(key).cloned()).unwrap_or_else(|| {
+        let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
+        let facts = (read_build_id(&fd_path), exports_python_init(&fd_path));
+        SHARED.with_borrow_mut(|sh| sh.facts.insert(key.clone(), facts.clone()));
+        facts
+    });
+    obj.build_id = Some(facts.0.clone());
+    obj.python_init = Some(facts.1);
+    facts
+}
+
 fn read_build_id(path: &str) -> Option<String> {
     use object::Object as _;
     // Read on demand (headers and notes), not the whole file.

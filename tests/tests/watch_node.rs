@@ -28,8 +28,9 @@
 //! fill_batch at a steady 2 MiB/s and growth mode sees no free, so every window says "leak" and
 //! the agent escalates it (its exact window then calls it fragmentation, live bytes flat).
 //! Measured (5 runs, 2026-12-03): 10 s windows over the 50 processes ended every 11-16 s (the
-//! agent re-attaches every process each window); the leakers were escalated 25-29 s and 40-48 s
-//! after the agent started, the fragmenting process with the native leaker.
+//! agent re-attached every process each window); the leakers were escalated 25-29 s and 40-48 s
+//! after the agent started, the fragmenting process with the native leaker. With one tracer
+//! across windows (1 run): windows every 10-11 s, both leakers escalated 22 s after the start.
 //!
 //! `watch_a_node_of_50_processes` runs the same node and asserts all of that except that the
 //! fragmenting process may be escalated, in which case its exact window must call it

@@ -28,11 +28,13 @@ mod py_heap_state;
 // Reachability hook (#14).
 mod pyheap;
 mod reachability;
+mod recorder;
 mod session;
 mod targets;
 mod traced;
 
 use live::Live;
+pub use recorder::{Dropped, Recorder, RecorderCosts, thread_cpu_s};
 use session::Session;
 use targets::launch_objects;
 pub use targets::{cgroup_dir, cgroup_tree_pids, resolve_pids};
@@ -364,8 +366,15 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         reachability: opts.reachability,
         heap_census: opts.heap_census,
     };
-    let mut session =
-        Session { host, targets, start, work_probe: opts.work_probe.clone(), follow_forks: opts.follow_forks };
+    let mut session = Session {
+        host,
+        targets,
+        start,
+        work_probe: opts.work_probe.clone(),
+        follow_forks: opts.follow_forks,
+        quiet_forks: false,
+        rescan_every: 1,
+    };
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let end_reason = rt.block_on(session.run(opts));

@@ -114,6 +114,13 @@ pub(super) struct Session<H: Tracing> {
     pub(super) start: Instant,
     pub(super) work_probe: Option<WorkProbeSpec>,
     pub(super) follow_forks: bool,
+    /// Children not followed are counted in their parent's recording but not said on stderr
+    /// (`leaktrace watch`: its selector finds them and they are watched in their own right).
+    pub(super) quiet_forks: bool,
+    /// The traced processes' objects are rescanned (dlopen'd libraries probed, runtime
+    /// detected) at every this many periodic checkpoints: 1 for `record`, more for `watch`
+    /// (reading every process's maps each second was a fifth of the agent's CPU).
+    pub(super) rescan_every: u64,
 }
 
 /// Where the current batch of `leaktrace check` ends.
@@ -216,7 +223,7 @@ fn release_watches<H: Tracing>(host: &mut H, t: &mut H::Proc) {
 
 impl<H: Tracing> Session<H> {
     /// Seconds since time 0.
-    fn t_s(&self) -> f64 {
+    pub(super) fn t_s(&self) -> f64 {
         self.host.now().saturating_duration_since(self.start).as_secs_f64()
     }
 
@@ -317,7 +324,8 @@ impl<H: Tracing> Session<H> {
         }
         if now >= p.next {
             let t_s = self.t_s();
-            for t in self.targets.iter_mut().filter(|t| t.state().end_reason.is_none()) {
+            let rescan = (p.periodic + 1).is_multiple_of(self.rescan_every.max(1));
+            for t in self.targets.iter_mut().filter(|t| rescan && t.state().end_reason.is_none()) {
                 self.host.rescan(t, t_s);
             }
             // A work probe that cannot be placed once the command has loaded its libraries is a
@@ -424,7 +432,7 @@ impl<H: Tracing> Session<H> {
                 // A wrapper script or a forking server: say plainly that the children are not traced.
                 if let Some(p) = self.targets.iter_mut().find(|t| t.pid() == parent) {
                     p.state_mut().untraced_children += 1;
-                    if p.state().untraced_children == 1 {
+                    if p.state().untraced_children == 1 && !self.quiet_forks {
                         self.host.say(&format!(
                             "warning: PID {parent} forked PID {child}, which is not traced (add --follow-forks to trace children)"
                         ));
@@ -690,7 +698,7 @@ mod tests {
         let host = Fake::new();
         let start = host.now;
         let targets = pids.iter().map(|&p| FakeProc::new(p)).collect();
-        Session { host, targets, start, work_probe: None, follow_forks }
+        Session { host, targets, start, work_probe: None, follow_forks, quiet_forks: false, rescan_every: 1 }
     }
 
     fn event(kind: u32, tgid: u32, addr: u64) -> MapEvent {

@@ -13,11 +13,11 @@ pub struct WatchArgs {
     #[arg(long)]
     pub pid: Vec<u32>,
     /// Watch every process of this cgroup and of the cgroups below it (v2 path, absolute or
-    /// relative to /sys/fs/cgroup; e.g. a node's kubepods root), rescanned every window.
+    /// relative to /sys/fs/cgroup; e.g. a node's kubepods root), rescanned every 5 s.
     #[arg(long, conflicts_with = "pid")]
     pub cgroup: Option<PathBuf>,
     /// Watch the processes of this Kubernetes pod on this node (name or UID), as `record --pod`
-    /// finds them, rescanned every window.
+    /// finds them, rescanned every 5 s.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["pid", "cgroup"])]
     pub pod: Option<String>,
     /// Namespace of --pod.
@@ -34,8 +34,8 @@ pub struct WatchArgs {
     /// ./leaktrace-watch-TIMESTAMP).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Length of each growth-mode window, over which every process gets its verdict; the
-    /// selectors are rescanned between windows.
+    /// Length of each growth-mode window, over which every process gets its verdict (a
+    /// process that starts during one has a shorter first window).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     pub window: Duration,
     /// Time between checkpoints in a window.
@@ -57,6 +57,11 @@ pub struct WatchArgs {
     /// Never escalate.
     #[arg(long)]
     pub no_escalate: bool,
+    /// The agent's own CPU limit, percent of one core, averaged over the last minute (every
+    /// thread): above it, no escalation starts until it is back under (growth-mode tracing goes
+    /// on).
+    #[arg(long, value_name = "PERCENT", default_value_t = 10.0, value_parser = parse_percent)]
+    pub max_cpu: f64,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464), path /metrics.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -70,6 +75,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be greater than zero".into()),
         Err(e) => Err(format!("{e} (examples: 30s, 2m, 250ms)")),
+    }
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.1..=200.0).contains(&p) => Ok(p),
+        Ok(_) => Err("must be between 0.1 and 200 (percent of one core)".into()),
+        Err(e) => Err(format!("{e} (examples: 2, 10, 50)")),
     }
 }
 
@@ -103,6 +116,7 @@ impl WatchArgs {
             },
             metrics_listen: self.metrics_listen,
             top: self.top,
+            max_cpu_pct: self.max_cpu,
         })
     }
 }

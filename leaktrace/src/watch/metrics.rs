@@ -13,7 +13,7 @@
 //!
 //! And for the agent: `leaktrace_agent_cpu_seconds_total`, `leaktrace_agent_resident_bytes`,
 //! `leaktrace_watched_processes`, `leaktrace_escalations_running`, `leaktrace_windows_total`,
-//! `leaktrace_oom_kills_total`.
+//! `leaktrace_oom_kills_total`, `leaktrace_escalations_refused_total` (`--max-cpu`).
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
@@ -183,6 +183,12 @@ pub fn render(state: &WatchState, agent: &AgentFigures) -> String {
     family("leaktrace_escalations_running", "gauge", "Exact windows running now.", one(state.escalating.to_string()));
     family("leaktrace_windows_total", "counter", "Growth-mode windows completed.", one(state.windows.to_string()));
     family("leaktrace_oom_kills_total", "counter", "OOM kills of watched processes.", one(state.oom_kills.to_string()));
+    family(
+        "leaktrace_escalations_refused_total",
+        "counter",
+        "Escalations refused because the agent's CPU was above --max-cpu.",
+        one(state.escalations_refused.to_string()),
+    );
     out
 }
 

@@ -1,8 +1,9 @@
 //! `leaktrace watch` (issue 34): one long-running agent for a node. Every process the selector
 //! picks (`--pid`, `--cgroup`, `--pod`; none: the whole host) is recorded in growth mode (page
-//! faults by stack, RSS by kind; no allocator probes) in back-to-back windows of `--window`;
-//! the selector is rescanned before each window, so processes that start are watched from the
-//! next window and those that end are dropped. Each window's recording of each process is
+//! faults by stack, RSS by kind; no allocator probes) by one tracer ([`record::Recorder`]: the
+//! eBPF programs loaded once); the selector is rescanned every 5 s, so processes that start are
+//! attached then and those that end are dropped, and each process's recording is cut every
+//! `--window` (at once when it ends). Each window's recording of each process is
 //! analysed by the same analysis as `record` ([`crate::analyze::analyze`]), giving the online
 //! verdict. A process whose verdict is a leak in `--escalate-after` windows in a row gets an
 //! exact window (`record/escalate.rs`'s, `--escalate-for` long; at most `--max-escalations` at
@@ -15,7 +16,7 @@
 //! rules; `window.rs` one window's verdicts and the escalations; `oom.rs` the OOM-time report;
 //! `metrics.rs` the Prometheus endpoint.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use crate::output::OutDir;
 use crate::probes::Mode;
-use crate::record::{self, RecordOptions, TargetSpec};
-use crate::recording::EndReason;
+use crate::record::{self, RecordOptions};
+use crate::recording::{EndReason, Recording};
 
+pub mod budget;
 pub mod cli;
 pub mod metrics;
 mod oom;
@@ -118,15 +120,21 @@ pub struct WatchOptions {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Sites listed in each report.md.
     pub top: usize,
+    /// `--max-cpu`: the agent's own CPU limit, percent of one core over the last minute
+    /// (`budget.rs`): above it, no escalation starts.
+    pub max_cpu_pct: f64,
 }
 
 /// Shortest window worth taking at the end of `--duration`: a verdict needs checkpoints.
 const MIN_WINDOW: Duration = Duration::from_secs(2);
 
 /// Run the agent until `--duration` or a signal. Errors: not root, the output directory or the
-/// metrics address unusable (before anything is watched). A window that cannot be recorded
-/// (every selected process gone while attaching) is said and the next one taken.
+/// metrics address unusable, the eBPF programs refused (before anything is watched). The eBPF
+/// programs are loaded once ([`record::Recorder`]); processes are attached as the selector
+/// finds them (rescanned every [`RESCAN`]) and dropped when they end or leave it; each window is
+/// cut from the same tracing, without a gap.
 pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
+    let start_cpu = (Instant::now(), budget::process_cpu_s());
     crate::probes::check_privileges()?;
     opts.selector.check()?;
     let out = match &opts.out {
@@ -143,6 +151,8 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(stop.clone());
     sample_memory(state.clone(), stop.clone());
+    let rec_opts = window_options(&opts, opts.window);
+    let recorder = record::Recorder::start(&rec_opts, POLL)?;
     crate::note!(
         "leaktrace: watch: growth-mode windows of {:.0} s; output in {}",
         opts.window.as_secs_f64(),
@@ -150,51 +160,42 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     );
     let start = Instant::now();
     let mut escalations = Vec::new();
-    // The last thing said about an empty selection or a failed window: said once, not every
-    // time it happens again.
-    let mut said = String::new();
+    let mut w = Windows {
+        recorder,
+        follow: Follow::default(),
+        budget: budget::CpuBudget::new(opts.max_cpu_pct),
+        analysis_s: 0.0,
+    };
+    // From the agent's start: loading and the first attach count in its first minute.
+    w.budget.check(start_cpu.0, start_cpu.1);
     while !stop.load(Ordering::Relaxed) {
         let left = opts.duration.map(|d| d.saturating_sub(start.elapsed()));
         let len = left.map_or(opts.window, |l| l.min(opts.window));
         if len < MIN_WINDOW {
             break;
         }
-        let pids = rescan(&opts.selector, &state, &out);
-        if pids.is_empty() {
-            if matches!(opts.selector, Selector::Pids(_)) {
+        w.follow.update(&mut w.recorder, &opts.selector, &state, &out);
+        if w.recorder.pids().is_empty() {
+            if matches!(opts.selector, Selector::Pids(_)) && opts.selector.scan().is_empty() {
                 crate::note!("leaktrace: watch: every process of {} has exited", opts.selector.describe());
                 break;
             }
-            say_once(&mut said, format!("nothing to watch: {} has no process now; waiting", opts.selector.describe()));
-            std::thread::sleep(Duration::from_secs(1));
+            w.follow.say_once(format!("nothing to watch: {} has no process now; waiting", opts.selector.describe()));
+            std::thread::sleep(opts.interval.max(Duration::from_secs(1)));
             continue;
         }
-        let rec_opts = window_options(&opts, len);
-        let tmp = tempfile::Builder::new().prefix("leaktrace-watch-").tempdir()?;
-        let rec_opts = RecordOptions { out: Some(tmp.path().join("window")), ..rec_opts };
-        match record::record_all(TargetSpec::Found(pids), &rec_opts) {
-            Ok(mut recorded) => {
-                if recorded.end_reason == EndReason::Signal {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                let recordings = std::mem::take(&mut recorded.processes).into_iter().map(|p| p.recording).collect();
-                recorded.wait_detached();
-                let due = window::judge(recordings, &state, &out, &opts);
-                escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
-                escalations.extend(window::escalate(due, &state, &out, &opts, &rec_opts));
-            }
-            Err(e) => {
-                say_once(&mut said, format!("this window could not be recorded: {e:#}"));
-                // Not at once again: the same processes would most likely fail the same way.
-                std::thread::sleep(opts.interval.max(Duration::from_secs(1)));
-            }
-        }
+        let due = w.one(len, &opts, &state, &out, &stop);
+        escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
+        escalations.extend(window::escalate(due, &state, &out, &opts, &window_options(&opts, len)));
         if let Ok(mut s) = state.lock() {
             s.windows += 1;
             s.forget_gone(Instant::now());
         }
     }
+    let Windows { recorder, analysis_s, .. } = w;
     stop.store(true, Ordering::Relaxed);
+    let costs = recorder.costs().clone();
+    let _ = recorder.finish().join();
     for h in escalations {
         let _ = h.join();
     }
@@ -205,7 +206,148 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         s.reports.len(),
         out.path().display()
     );
+    crate::note!(
+        "leaktrace: watch: its own time: eBPF load {:.2} s; {} process(es) attached in {:.2} s; polls and checkpoints {:.2} s; window cuts {:.2} s; analysis {:.2} s (CPU time of the watching thread)",
+        costs.load_s,
+        costs.attached,
+        costs.attach_s,
+        costs.polls_s,
+        costs.cuts_s,
+        analysis_s
+    );
     Ok(())
+}
+
+/// The window loop's moving parts.
+struct Windows {
+    recorder: record::Recorder,
+    follow: Follow,
+    /// `--max-cpu`.
+    budget: budget::CpuBudget,
+    /// CPU time of the windows' analysis so far, seconds.
+    analysis_s: f64,
+}
+
+impl Windows {
+    /// One window of `len` (or until `stop`): polled every [`POLL`] (the agent's CPU checked
+    /// against `--max-cpu`; a process that ended judged at once, its OOM-time report written
+    /// then), the selector rescanned every [`RESCAN`] (new processes join), then every
+    /// process's recording cut and judged. Returns the processes due for escalation.
+    fn one(
+        &mut self,
+        len: Duration,
+        opts: &WatchOptions,
+        state: &Arc<Mutex<WatchState>>,
+        out: &OutDir,
+        stop: &AtomicBool,
+    ) -> HashMap<u32, Recording> {
+        let end = Instant::now() + len;
+        let mut rescanned = Instant::now();
+        while self.recorder.run_for(POLL.min(end.saturating_duration_since(Instant::now())), stop)
+            && Instant::now() < end
+        {
+            let over = self.budget.check(Instant::now(), budget::process_cpu_s());
+            if let Ok(mut s) = state.lock() {
+                s.cpu_over = over.map(|pct| (pct, self.budget.limit_pct()));
+            }
+            let (recordings, dropped) = self.recorder.take_ended();
+            if !recordings.is_empty() {
+                self.follow.ended(dropped);
+                self.analysis_s += judge_timed(recordings, state, out, opts, &mut HashMap::new());
+            }
+            if rescanned.elapsed() >= RESCAN {
+                self.follow.update(&mut self.recorder, &opts.selector, state, out);
+                rescanned = Instant::now();
+            }
+        }
+        let signal = stop.load(Ordering::Relaxed);
+        let (recordings, dropped) = self.recorder.cut(if signal { EndReason::Signal } else { EndReason::Duration });
+        self.follow.ended(dropped);
+        let mut due = HashMap::new();
+        self.analysis_s += judge_timed(recordings, state, out, opts, &mut due);
+        due
+    }
+}
+
+/// [`window::judge`] of `recordings`, the processes due for escalation put in `due`; returns
+/// the CPU time it took, seconds.
+fn judge_timed(
+    recordings: Vec<Recording>,
+    state: &Arc<Mutex<WatchState>>,
+    out: &OutDir,
+    opts: &WatchOptions,
+    due: &mut HashMap<u32, Recording>,
+) -> f64 {
+    let began = record::thread_cpu_s();
+    due.extend(window::judge(recordings, state, out, opts));
+    record::thread_cpu_s() - began
+}
+
+/// How often the recorder looks at the watched processes (exits, mapping events, OOM victims).
+/// Once a second: a process's exit is then seen within a second (its OOM kill at once, by the
+/// tracepoint's event), and the polls cost a quarter of what 4 a second would.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How often the selector is rescanned within a window (new processes join the window then).
+const RESCAN: Duration = Duration::from_secs(5);
+
+/// Which processes the recorder follows, and what was said about them (each thing once).
+#[derive(Default)]
+struct Follow {
+    /// PIDs that could not be attached (said once; not tried again while selected).
+    refused: BTreeSet<u32>,
+    /// The last line said about an empty selection.
+    said: String,
+}
+
+impl Follow {
+    /// Rescan the selector: attach the new processes (one line each: "watching PID …"), stop
+    /// recording those alive that left the selection (those that ended are dropped at the cut,
+    /// with their window's recording).
+    fn update(
+        &mut self,
+        recorder: &mut record::Recorder,
+        selector: &Selector,
+        state: &Mutex<WatchState>,
+        out: &OutDir,
+    ) {
+        let recorded: BTreeSet<u32> = recorder.pids().into_iter().collect();
+        let pids = rescan(selector, state, out, &recorded);
+        let selected: BTreeSet<u32> = pids.iter().copied().collect();
+        self.refused.retain(|p| selected.contains(p));
+        let fresh: Vec<u32> =
+            pids.iter().copied().filter(|p| !recorded.contains(p) && !self.refused.contains(p)).collect();
+        for pid in fresh {
+            match recorder.add(pid) {
+                Ok(command) => crate::note!("leaktrace: watch: watching PID {pid} ({command})"),
+                Err(e) => {
+                    if crate::procinfo::alive(pid) {
+                        crate::note!("leaktrace: watch: PID {pid} cannot be watched: {e:#}");
+                    }
+                    self.refused.insert(pid);
+                }
+            }
+        }
+        for pid in recorded.into_iter().filter(|p| !selected.contains(p) && crate::procinfo::alive(*p)) {
+            recorder.remove(pid);
+            crate::note!("leaktrace: watch: PID {pid} left {}; no longer watched", selector.describe());
+        }
+        if !pids.is_empty() {
+            self.said.clear();
+        }
+    }
+
+    /// Watched processes ended: one line each.
+    fn ended(&mut self, dropped: Vec<record::Dropped>) {
+        for d in dropped {
+            crate::note!("leaktrace: watch: PID {} ended ({})", d.pid, d.ended.as_deref().unwrap_or("it exited"));
+        }
+    }
+
+    /// Say `line` (prefixed `leaktrace: watch:`) unless it is what was said last.
+    fn say_once(&mut self, line: String) {
+        say_once(&mut self.said, line);
+    }
 }
 
 /// Say `line` (prefixed `leaktrace: watch:`) unless it is what was said last.
@@ -230,10 +372,11 @@ fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
 }
 
 /// The selector's processes now; new ones enter the state with their labels, those no longer
-/// selected are marked gone. One that vanished between two windows while its memory cgroup's
-/// OOM-kill count rose gets its OOM-time report (without a window's stacks: what grew since it
-/// was watched, its limit, its memory series).
-fn rescan(selector: &Selector, state: &Mutex<WatchState>, out: &OutDir) -> Vec<u32> {
+/// selected are marked gone. One that vanished while not `recorded` (the recorder had not
+/// attached it) while its memory cgroup's OOM-kill count rose gets its OOM-time report (without
+/// a window's stacks: what grew since it was watched, its limit, its memory series); a recorded
+/// one gets it with its window's stacks when the recorder sees it end.
+fn rescan(selector: &Selector, state: &Mutex<WatchState>, out: &OutDir, recorded: &BTreeSet<u32>) -> Vec<u32> {
     let pids = selector.scan();
     let pods: std::collections::HashMap<u32, crate::pod::PodProcess> =
         crate::pod::pod_processes().into_iter().map(|p| (p.pid, p)).collect();
@@ -249,7 +392,8 @@ fn rescan(selector: &Selector, state: &Mutex<WatchState>, out: &OutDir) -> Vec<u
                 .oom_events
                 .as_ref()
                 .is_some_and(|(f, base)| crate::record::ending::oom_kills(f).is_some_and(|n| n > *base));
-            if rose && !crate::procinfo::alive(*pid) && !p.oom_killed {
+            // One being recorded gets its report at the window's cut, with that window's stacks.
+            if rose && !crate::procinfo::alive(*pid) && !p.oom_killed && !recorded.contains(pid) {
                 p.oom_killed = true;
                 oom_between.push((*pid, p.clone()));
             }

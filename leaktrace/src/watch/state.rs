@@ -195,6 +195,11 @@ pub struct WatchState {
     pub oom_kills: u64,
     /// Report directories written (escalations and OOM-time reports), for the log.
     pub reports: Vec<std::path::PathBuf>,
+    /// The agent's CPU use over the last minute and `--max-cpu` (percent of one core) while
+    /// the use is above the limit (`budget.rs`): no escalation starts then.
+    pub cpu_over: Option<(f64, f64)>,
+    /// Escalations refused for `--max-cpu` (a process due in several windows counts each time).
+    pub escalations_refused: u64,
 }
 
 impl WatchState {

@@ -38,7 +38,8 @@ pub(super) fn judge(
         let Some(p) = s.procs.get_mut(&pid) else { continue };
         p.set_verdict(verdict);
         p.add_growth(grown);
-        if rec.target.ended.is_some() {
+        let ended = rec.target.ended.is_some();
+        if ended {
             p.gone = true;
         }
         if oom && !p.oom_killed {
@@ -49,10 +50,26 @@ pub(super) fn judge(
             report_oom(pid, Some((&rec, &a)), &p, out, state);
             continue;
         }
-        kept.insert(pid, rec);
+        // A process that ended is not escalated (there is nothing left to trace).
+        if !ended {
+            kept.insert(pid, rec);
+        }
     }
     let Ok(mut s) = state.lock() else { return HashMap::new() };
-    let due = s.due_escalations(&opts.policy, Instant::now());
+    let mut due = s.due_escalations(&opts.policy, Instant::now());
+    if let Some((pct, limit)) = s.cpu_over
+        && !due.is_empty()
+    {
+        // Refused, not forgotten: the streak stays and the process is escalated once the
+        // agent is back under its limit.
+        let pids: Vec<String> = due.iter().map(u32::to_string).collect();
+        crate::note!(
+            "leaktrace: watch: escalation of PID {} refused for now: the agent used {pct:.1} % of a core over the last minute, above --max-cpu {limit}",
+            pids.join(", ")
+        );
+        s.escalations_refused += due.len() as u64;
+        due.clear();
+    }
     let now = Instant::now();
     let mut out = HashMap::new();
     for pid in due {

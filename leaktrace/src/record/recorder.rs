@@ -1,0 +1,286 @@
+//! A recorder that outlives its windows (issue 34, `leaktrace watch`): the eBPF programs are
+//! loaded once, processes are attached as a selector finds them and dropped when they end or
+//! leave the selection, and each process's recording is cut per window — the same
+//! [`Recording`] shape `record` makes, so the analysis of a window is `record`'s. What is costly
+//! to make per process (its probes, unwind tables, symbolizer, runtime detection, Python frame
+//! offsets) is kept from one window to the next and forgotten with the process.
+//!
+//! [`Recorder::start`] loads, [`Recorder::add`] attaches, [`Recorder::run_for`] polls (the same
+//! session loop as `record`: exits, mapping events, a checkpoint every interval),
+//! [`Recorder::cut`] hands back the window's recordings and starts the next window where this
+//! one ended (no gap), [`Recorder::finish`] detaches everything.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::live::Live;
+use super::session::{Progress, Session, Tracee as _};
+use super::traced::Traced;
+use super::{RecordOptions, procinfo};
+use crate::discover;
+use crate::probes::{Mode, Tracer};
+use crate::recording::{EndReason, Recording};
+
+/// Periodic checkpoints between two rescans of a process's objects (libraries it loaded since,
+/// its runtime): every 10 s at `watch`'s default interval.
+const RESCAN_EVERY: u64 = 10;
+
+/// What the recorder spent, seconds of CPU time of the thread that runs it (user and system;
+/// the wall time is longer on a loaded host), since it started: for the agent's own cost
+/// figures (docs/benchmarks.md).
+#[derive(Clone, Debug, Default)]
+pub struct RecorderCosts {
+    /// Loading the eBPF programs (once).
+    pub load_s: f64,
+    /// Attaching processes: objects listed, unwind tables built, runtime detected, probes placed.
+    pub attach_s: f64,
+    /// Processes attached.
+    pub attached: u64,
+    /// Polls of the session loop (checkpoints, exits, mapping events, rescans).
+    pub polls_s: f64,
+    /// Cutting windows (a last checkpoint of every process and the recordings).
+    pub cuts_s: f64,
+}
+
+/// One process that stopped being recorded at a cut or by [`Recorder::remove`].
+#[derive(Clone, Debug)]
+pub struct Dropped {
+    pub pid: u32,
+    /// How it ended, when it did (exit, signal, OOM killer); None: it left the selection.
+    pub ended: Option<String>,
+}
+
+/// The long-lived recorder (see the module's docs).
+pub struct Recorder {
+    session: Session<Live>,
+    progress: Progress,
+    opts: RecordOptions,
+    /// Unix time of the session's time 0 (`t_s` = 0), ms.
+    start_unix_ms: u64,
+    /// Time between two polls.
+    poll: Duration,
+    costs: RecorderCosts,
+}
+
+impl Recorder {
+    /// Load the eBPF programs for `opts.mode` (`opts.duration` is ignored: windows are cut by
+    /// the caller). Nothing is attached yet. Errors: not root, the programs refused.
+    pub fn start(opts: &RecordOptions, poll: Duration) -> anyhow::Result<Recorder> {
+        crate::probes::check_privileges()?;
+        let began = thread_cpu_s();
+        let opts = RecordOptions { duration: None, follow_forks: false, push: None, ..opts.clone() };
+        let tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
+        let load_s = thread_cpu_s() - began;
+        let host = Live {
+            tracer,
+            launched_tree: false,
+            hold_failed: false,
+            status: crate::status::Status::new(crate::status::StatusMode::for_stderr(false), None),
+            push: None,
+            mode: opts.mode,
+            work_probe: None,
+            pymalloc: opts.pymalloc,
+            python_frames: opts.python_frames,
+            jvm_perf_map: opts.jvm_perf_map,
+            reachability: None,
+            heap_census: false,
+        };
+        let mut session = Session {
+            host,
+            targets: Vec::new(),
+            start: Instant::now(),
+            work_probe: None,
+            follow_forks: false,
+            quiet_forks: true,
+            rescan_every: RESCAN_EVERY,
+        };
+        let progress = session.begin(&opts);
+        Ok(Recorder {
+            session,
+            progress,
+            opts,
+            start_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            poll,
+            costs: RecorderCosts { load_s, ..Default::default() },
+        })
+    }
+
+    /// The PIDs being recorded now.
+    pub fn pids(&self) -> Vec<u32> {
+        self.session.targets.iter().map(|t| t.pid).collect()
+    }
+
+    /// What the recorder spent so far.
+    pub fn costs(&self) -> &RecorderCosts {
+        &self.costs
+    }
+
+    /// Attach to `pid` (a running process) and take its first checkpoint: its recording starts
+    /// now, in the current window. Returns its command line (for the caller's one line saying
+    /// it is watched). Errors: it cannot be traced (gone, a kernel thread, leaktrace itself), or
+    /// its probes were refused.
+    pub fn add(&mut self, pid: u32) -> anyhow::Result<String> {
+        anyhow::ensure!(pid != std::process::id(), "PID {pid} is leaktrace itself");
+        anyhow::ensure!(!self.session.targets.iter().any(|t| t.pid == pid), "PID {pid} is already recorded");
+        let began = thread_cpu_s();
+        discover::check_pid(pid)?;
+        if self.opts.mode != Mode::Growth {
+            crate::seccomp::check_target(pid, self.opts.allow_seccomp_risk)?;
+        }
+        let objects = discover::mapped_objects(pid)?;
+        let command = procinfo::cmdline(pid);
+        let line = super::command_line(&command);
+        let tracer = &mut self.session.host.tracer;
+        let mut t = Traced::attach(tracer, pid, objects, command, procinfo::exe(pid), false, &self.opts)?;
+        let t_s = self.session.t_s();
+        use super::session::Tracing as _;
+        self.session.host.checkpoint(&mut t, t_s, None);
+        self.session.targets.push(t);
+        self.costs.attach_s += thread_cpu_s() - began;
+        self.costs.attached += 1;
+        Ok(line)
+    }
+
+    /// Stop recording `pid` now (it left the selection): its probes stay until
+    /// [`Recorder::finish`], but no checkpoint of it is taken and what was kept of it goes.
+    /// Nothing if it is not recorded.
+    pub fn remove(&mut self, pid: u32) {
+        if let Some(i) = self.session.targets.iter().position(|t| t.pid == pid) {
+            let t = self.session.targets.swap_remove(i);
+            self.forget(t);
+        }
+    }
+
+    /// What the tracer keeps of a process no longer recorded goes (its Python frames are no
+    /// longer read, its syscalls no longer noted).
+    fn forget(&mut self, mut t: Traced) {
+        let tracer = &mut self.session.host.tracer;
+        if let Some(rt) = t.runtime.as_mut() {
+            rt.detach(tracer);
+        }
+        tracer.remove_target(t.pid);
+    }
+
+    /// Poll the session loop for `len` (or until `stop` is set): a checkpoint of every process
+    /// each interval, exits noticed within a poll. Returns early, false, when `stop` was set.
+    pub fn run_for(&mut self, len: Duration, stop: &AtomicBool) -> bool {
+        let end = Instant::now() + len;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return true;
+            }
+            std::thread::sleep(self.poll.min(end - now));
+            let began = thread_cpu_s();
+            // Every process ended is no end here: the caller adds new ones.
+            let _ = self.session.step(&self.opts, &mut self.progress);
+            self.costs.polls_s += thread_cpu_s() - began;
+        }
+    }
+
+    /// End the window: a last checkpoint of every live process, then one recording per process
+    /// of what was taken since the last cut (or since it was attached), `t_s` counted from the
+    /// window's start, ending `end_reason` for those still running. The next window starts with
+    /// that last checkpoint (whole, not sparse), so no time falls between two windows. Processes
+    /// that ended are dropped (returned with how they ended).
+    pub fn cut(&mut self, end_reason: EndReason) -> (Vec<Recording>, Vec<Dropped>) {
+        let began = thread_cpu_s();
+        self.session.checkpoint_all(None);
+        let out = self.take(true, end_reason);
+        self.costs.cuts_s += thread_cpu_s() - began;
+        out
+    }
+
+    /// The recordings of the processes that ended since the last cut (their window ends there:
+    /// an OOM-time report is written at once, not at the window's end), those processes
+    /// dropped. Empty when none ended.
+    pub fn take_ended(&mut self) -> (Vec<Recording>, Vec<Dropped>) {
+        if !self.session.targets.iter().any(|t| t.state().end_reason.is_some()) {
+            return (Vec::new(), Vec::new());
+        }
+        self.take(false, EndReason::TargetExited)
+    }
+
+    /// The window's recordings of every process (`all`) or of those that ended only; those
+    /// that ended are dropped.
+    fn take(&mut self, all: bool, end_reason: EndReason) -> (Vec<Recording>, Vec<Dropped>) {
+        let (mut recordings, mut dropped) = (Vec::new(), Vec::new());
+        for mut t in std::mem::take(&mut self.session.targets) {
+            let ended = t.state().end_reason.is_some();
+            if all || ended {
+                recordings.push(window_recording(&mut t, &self.opts, end_reason, self.start_unix_ms));
+            }
+            if ended {
+                dropped.push(Dropped { pid: t.pid, ended: t.ended.clone() });
+                self.forget(t);
+            } else {
+                self.session.targets.push(t);
+            }
+        }
+        (recordings, dropped)
+    }
+
+    /// Detach every probe and unload the programs (in the background; the handle waits for it).
+    pub fn finish(mut self) -> std::thread::JoinHandle<()> {
+        self.session.release_teardowns();
+        let Recorder { session, .. } = self;
+        let Session { host: Live { tracer, .. }, .. } = session;
+        std::thread::spawn(move || tracer.shutdown())
+    }
+}
+
+/// The recording of `t`'s current window (its checkpoints since the last cut, rebased to start
+/// at `t_s` = 0 and its blocks' birth times with them), the next window started with the last
+/// checkpoint made whole. Stacks, probes and mappings are the process's so far (stack ids stay
+/// the same from window to window); warnings are those noted in this window.
+fn window_recording(t: &mut Traced, opts: &RecordOptions, end_reason: EndReason, start_unix_ms: u64) -> Recording {
+    let mut checkpoints = std::mem::take(&mut t.checkpoints);
+    if t.session.end_reason.is_none()
+        && let Some(last) = checkpoints.last()
+    {
+        let mut first = last.clone();
+        first.sites = t.last_samples.values().cloned().collect();
+        first.sites.sort_by_key(|s| s.stack);
+        first.batch = None;
+        first.teardown = false;
+        t.checkpoints.push(first);
+    }
+    let t0 = checkpoints.first().map_or(0.0, |c| c.t_s);
+    let shift_ms = (t0 * 1000.0).round() as i64;
+    for c in checkpoints.iter_mut() {
+        c.t_s -= t0;
+        for s in c.sites.iter_mut() {
+            if let Some(b) = s.alloc_born_ms.as_mut() {
+                *b = b.saturating_sub(s.alloc_count as i64 * shift_ms);
+            }
+            if let Some(b) = s.free_born_ms.as_mut() {
+                *b = b.saturating_sub(s.free_count as i64 * shift_ms);
+            }
+        }
+    }
+    let mut rec = Recording {
+        probes: t.probes.clone(),
+        stacks: t.stacks.clone(),
+        checkpoints,
+        end_reason: t.session.end_reason.unwrap_or(end_reason),
+        warnings: std::mem::take(&mut t.warnings),
+        ..t.recording_head(opts, start_unix_ms + shift_ms.max(0) as u64)
+    };
+    crate::merge::merge_identical_stacks(&mut rec);
+    rec
+}
+
+/// CPU time of the calling thread so far, seconds (CLOCK_THREAD_CPUTIME_ID; 0 if unreadable).
+pub fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
