@@ -345,7 +345,7 @@ fn watch_node() {
 
     // Exactly the two leakers escalated, within the deadline; never the cache nor the
     // fragmenting process.
-    let mut escalated: BTreeSet<u32> = seen.escalated_at.keys().copied().collect();
+    let escalated: BTreeSet<u32> = seen.escalated_at.keys().copied().collect();
     assert!(!escalated.contains(&frag), "the fragmenting process {frag} was escalated\n{m}\n{}", ctx());
     assert_eq!(escalated, BTreeSet::from([leaker, py_leaker]), "escalated processes\n{m}\n{}", ctx());
 
