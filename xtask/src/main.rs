@@ -180,6 +180,7 @@ fn setup() -> Result<()> {
     ensure_production_test_tools(&mut apt)?;
     ensure_runtimes(&mut apt)?;
     check_python();
+    ensure_python_packages()?;
     eprintln!("xtask: setup: done");
     Ok(())
 }
@@ -387,6 +388,37 @@ fn check_python() {
             eprintln!("xtask: warning: python3 not found: the Python end-to-end test will fail")
         }
     }
+}
+
+/// Where the end-to-end tests find protobuf 4.24.2 (tests/tests/retention.rs): the real wheel
+/// from PyPI, installed with `pip install --target` (abi3: any CPython 3.7+ loads it from
+/// PYTHONPATH).
+const PROTOBUF_DIR: &str = "/opt/leaktrace-tests/protobuf-4.24.2";
+
+/// The PyPI packages the end-to-end tests load, installed by python3's pip when missing.
+fn ensure_python_packages() -> Result<()> {
+    if Path::new(PROTOBUF_DIR).join("google/protobuf/__init__.py").exists() {
+        eprintln!("xtask: ok: protobuf 4.24.2 in {PROTOBUF_DIR}");
+        return Ok(());
+    }
+    eprintln!("xtask: setup: installing protobuf 4.24.2 from PyPI into {PROTOBUF_DIR}");
+    let tmp = format!("{PROTOBUF_DIR}.partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            "--target",
+        ])
+        .arg(&tmp)
+        .arg("protobuf==4.24.2"))
+    .context("cannot install protobuf 4.24.2 from PyPI (`python3 -m pip install --target ...`)")?;
+    std::fs::rename(&tmp, PROTOBUF_DIR).with_context(|| format!("cannot move {tmp} to {PROTOBUF_DIR}"))?;
+    Ok(())
 }
 
 /// Debian packages through apt-get, non-interactively; `apt-get update` once per run.
