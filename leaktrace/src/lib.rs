@@ -13,6 +13,7 @@
 //! the user goes through one reporter, [`notes`] (the command line installs it): no module
 //! prints to stderr itself.
 pub mod allocators;
+pub mod args;
 pub mod bpf_batch;
 pub mod btf;
 pub mod check;

@@ -379,24 +379,7 @@ fn parse_sample_bytes(s: &str) -> Result<u64, String> {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    // (The options taking a duration accept values that begin with '-', so that `-5s` gets this
-    // message rather than being taken for an option.)
-    if s.trim_start().starts_with('-') {
-        return Err("must be greater than zero (examples: 30s, 2m, 250ms)".into());
-    }
-    if let Ok(secs) = s.parse::<f64>()
-        && secs.is_finite()
-        && secs > 0.0
-    {
-        return Ok(Duration::from_secs_f64(secs));
-    }
-    match humantime::parse_duration(s) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err("must be greater than zero".into()),
-        Err(e) => Err(format!("{e} (examples: 30s, 2m, 250ms)")),
-    }
-}
+use leaktrace::args::parse_duration;
 
 fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     if s.trim() == "0" {

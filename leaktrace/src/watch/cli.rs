@@ -27,7 +27,7 @@ pub struct WatchArgs {
     #[arg(long, value_name = "NAME", requires = "pod")]
     pub container: Option<String>,
     /// Stop after this long (e.g. 10m, 24h). Default: until SIGINT or SIGTERM.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_duration)]
     pub duration: Option<Duration>,
     /// Output directory: one directory per escalated or OOM-killed process, NAMESPACE_POD or
     /// pid-PID, with one report directory per event and time under it (default
@@ -36,23 +36,23 @@ pub struct WatchArgs {
     pub out: Option<PathBuf>,
     /// Length of each growth-mode window, over which every process gets its verdict (a
     /// process that starts during one has a shorter first window).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_duration, default_value = "30s")]
     pub window: Duration,
     /// Time between checkpoints in a window.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_duration, default_value = "1s")]
     pub interval: Duration,
     /// Escalate a process after this many windows in a row with a leak verdict.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub escalate_after: u32,
     /// Length of an escalation's exact window (every allocator call of the process traced, then
     /// the probes removed).
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_duration, default_value = "10s", value_name = "DURATION")]
     pub escalate_for: Duration,
     /// Exact windows running at once, at most.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub max_escalations: u64,
     /// No process is escalated again within this long of its last escalation's start.
-    #[arg(long, value_parser = parse_duration, default_value = "30m")]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_duration, default_value = "30m")]
     pub cooldown: Duration,
     /// Never escalate.
     #[arg(long)]
@@ -68,14 +68,6 @@ pub struct WatchArgs {
     /// Sites listed in each report.md.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err("must be greater than zero".into()),
-        Err(e) => Err(format!("{e} (examples: 30s, 2m, 250ms)")),
-    }
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
