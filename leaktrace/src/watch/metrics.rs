@@ -18,6 +18,7 @@
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,12 +27,27 @@ use super::state::{Proc, WatchState};
 /// Serve the metrics of `state` on `listener` from a background thread, one connection at a
 /// time (each bounded by a 2 s read and write timeout), until the process ends.
 pub fn serve(listener: TcpListener, state: Arc<Mutex<WatchState>>) {
+    let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let _ = answer(stream, &state);
+            // Each connection on its own thread: an idle client (a connection opened and never
+            // written to) holds only its own thread until its 2 s timeout, not the next scrape.
+            // At most MAX_CONNECTIONS at once; past that a connection is closed at once.
+            if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                busy.fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
+            let (state, busy) = (state.clone(), busy.clone());
+            std::thread::spawn(move || {
+                let _ = answer(stream, &state);
+                busy.fetch_sub(1, Ordering::SeqCst);
+            });
         }
     });
 }
+
+/// Connections served at once by the metrics endpoint.
+const MAX_CONNECTIONS: usize = 16;
 
 /// One request: `GET /metrics` gets the exposition, anything else 404.
 fn answer(mut stream: TcpStream, state: &Mutex<WatchState>) -> std::io::Result<()> {

@@ -137,14 +137,22 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     let start_cpu = (Instant::now(), budget::process_cpu_s());
     crate::probes::check_privileges()?;
     opts.selector.check()?;
+    // The address first: a port in use is said before the output directory is made.
+    let listener = match opts.metrics_listen {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: cannot listen there: {e}"))?,
+        ),
+        None => None,
+    };
     let out = match &opts.out {
         Some(p) => OutDir::for_out(p)?,
         None => OutDir::create_named(&crate::output::timestamped_dir("watch"))?,
     };
     let state = Arc::new(Mutex::new(WatchState::default()));
-    if let Some(addr) = opts.metrics_listen {
-        let l = std::net::TcpListener::bind(addr)
-            .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: cannot listen there: {e}"))?;
+    if let Some(l) = listener {
+        // The bound address (`:0` asks the kernel for a port: this is the one it gave).
+        let addr = l.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string());
         metrics::serve(l, state.clone());
         crate::note!("leaktrace: watch: Prometheus metrics on http://{addr}/metrics");
     }
