@@ -36,6 +36,9 @@ pub(super) fn judge(
         let oom = rec.target.ended.as_deref().is_some_and(super::oom::killed_by_oom);
         let Ok(mut s) = state.lock() else { return kept };
         let Some(p) = s.procs.get_mut(&pid) else { continue };
+        if p.verdict.as_ref().map(|v| v.class.as_str()) != Some(verdict.class.as_str()) {
+            say_verdict(pid, &p.labels.comm, &verdict);
+        }
         p.set_verdict(verdict);
         p.add_growth(grown);
         let ended = rec.target.ended.is_some();
@@ -79,6 +82,20 @@ pub(super) fn judge(
         }
     }
     out
+}
+
+/// Longest part of a verdict's sentence said on stderr when it changes (the whole one is in the
+/// metrics' labels and the reports).
+const SAID_CHARS: usize = 160;
+
+/// Say a process's new window verdict on stderr: one line when its class changes (the first one
+/// included), so a user without `--metrics-listen` sees what each process does.
+fn say_verdict(pid: u32, comm: &str, v: &WindowVerdict) {
+    let mut sentence: String = v.sentence.chars().take(SAID_CHARS).collect();
+    if v.sentence.chars().count() > SAID_CHARS {
+        sentence.push('…');
+    }
+    crate::note!("leaktrace: watch: PID {pid} ({comm}): {} — {sentence}", v.class);
 }
 
 /// Write the OOM-time report of `pid` (`window`: the recording of the window it died in and
