@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::{RecordOptions, Schedule, TargetSpec, Traced};
-use crate::analyze::{AnalyzeOptions, SiteClass, analyze};
+use crate::analyze::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
 use crate::procinfo;
 use crate::recording::Mode;
 use crate::recording::{EndReason, Recording};
@@ -81,10 +81,14 @@ pub(super) fn escalate_all(
 
 /// The function of the fastest-growing leaking fault site that first touched its pages inside
 /// the allocator, from an analysis of the growth-mode window as it is now; None when there is
-/// no such site.
+/// no such site, or when the process verdict is already fragmentation (glibc's own headers say
+/// the arenas keep freed memory: an exact window would only cost).
 fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms: u64) -> Option<String> {
     let rec = t.snapshot(opts, started_unix_ms);
     let a = analyze(&rec, &AnalyzeOptions { top: opts.top });
+    if a.verdict.class == ProcessClass::Fragmentation {
+        return None;
+    }
     a.sites
         .iter()
         .filter(|s| s.class == SiteClass::Leak && s.first_touch_in.is_some())
