@@ -158,7 +158,7 @@ fn redis_under_watch(redis: &Redis, work: &Path, reps: usize, n: u64) -> Result<
         c.args(["watch", "--pid", &redis.pid().to_string(), "--no-escalate", "--out"])
             .arg(work.join(format!("redis-watch-{rep}")));
         let mut s = Spawned::new(c)?;
-        s.wait_stderr_line("leaktrace: attached", Duration::from_secs(60))?;
+        s.wait_stderr_line("leaktrace: watch: watching PID", Duration::from_secs(60))?;
         let (cpu0, t) = (cpu_seconds(s.pid())?, Instant::now());
         watched.push(redis_run(redis, n)?);
         agent.push((cpu_seconds(s.pid())? - cpu0) / t.elapsed().as_secs_f64());
