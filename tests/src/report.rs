@@ -32,6 +32,12 @@ impl Report {
         self.get(&["sites"]).as_array().expect("sites is an array")
     }
 
+    /// The culprit functions of the sites classed "leak", in the report's order ("?" for a site
+    /// without a function name): what a test lists when it asserts that nothing leaks.
+    pub fn leak_functions(&self) -> Vec<&str> {
+        self.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect()
+    }
+
     /// Every site whose culprit is `function`, largest live_bytes first. A demangled C++ name
     /// matches without its parameter list (`leak_new` matches `leak_new(int)`).
     pub fn sites_of(&self, function: &str) -> Vec<&Value> {
@@ -302,4 +308,17 @@ pub fn summary_rate(summary: &str, after: &str) -> Option<f64> {
     let rest = &summary[summary.find(after)? + after.len()..];
     let rest = &rest[rest.find('(')? + 1..];
     rest[..rest.find(" B/s")?].trim().parse().ok()
+}
+
+/// The verdict of a load-spike plateau (issue 30, item 4): not a leak, and its summary names
+/// the steps ("at load spikes at t=") and "a plateau raised by load, not a leak". Returns the
+/// verdict and its summary.
+pub fn assert_plateau_verdict<'r>(r: &'r Report, ctx: &str) -> (&'r Value, &'r str) {
+    let verdict = r.get(&["verdict"]);
+    let class = str_of(verdict, "class");
+    assert!(class != "leak" && class != "off-heap", "{ctx}");
+    let summary = str_of(verdict, "summary");
+    assert!(summary.contains("at load spikes at t="), "{ctx}");
+    assert!(summary.contains("a plateau raised by load, not a leak"), "{ctx}");
+    (verdict, summary)
 }

@@ -61,8 +61,7 @@ fn record_growth(name: &str, extra: &[&str], args: &[&str]) -> (OutDir, Report, 
 }
 
 fn no_site_is_a_leak(r: &Report, ctx: &str) {
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "sites called a leak: {leaks:?}\n{ctx}");
 }
 

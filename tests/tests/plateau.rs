@@ -46,12 +46,7 @@ fn load_spike_plateau_is_named_with_its_steps() {
     o.assert_success();
     let r = Report::load(&out.path);
     let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
-    let verdict = r.get(&["verdict"]);
-    let class = str_of(verdict, "class");
-    assert!(class != "leak" && class != "off-heap", "{ctx}");
-    let summary = str_of(verdict, "summary");
-    assert!(summary.contains("at load spikes at t="), "{ctx}");
-    assert!(summary.contains("a plateau raised by load, not a leak"), "{ctx}");
+    let (verdict, summary) = assert_plateau_verdict(&r, &ctx);
     assert!(summary.contains("most by spike"), "{ctx}");
     assert!(summary.contains("malloc_trim(0)"), "{ctx}");
     let steps = verdict["plateau"]["steps"].as_array().unwrap_or_else(|| panic!("no verdict.plateau.steps\n{ctx}"));
@@ -69,8 +64,7 @@ fn load_spike_plateau_is_named_with_its_steps() {
         let gap = f64_of(&w[1], "t_s") - f64_of(&w[0], "t_s");
         assert!((3.0..=5.0).contains(&gap), "steps {gap:.2} s apart\n{ctx}");
     }
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("{summary}");
 }

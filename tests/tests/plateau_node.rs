@@ -32,12 +32,7 @@ fn node_load_spike_plateau_is_named_with_its_steps_and_v8_part() {
     let (r, ctx, _out) = record_with("node-spikes", cmd, &["--duration", "30s"]);
     assert_runtime(&r, "node", &ctx);
     let ctx = format!("{ctx}\noccupied: {:#}", r.json["summary"]["occupied"]);
-    let verdict = r.get(&["verdict"]);
-    let class = str_of(verdict, "class");
-    assert!(class != "leak" && class != "off-heap", "{ctx}");
-    let summary = str_of(verdict, "summary");
-    assert!(summary.contains("at load spikes at t="), "{ctx}");
-    assert!(summary.contains("a plateau raised by load, not a leak"), "{ctx}");
+    let (verdict, summary) = assert_plateau_verdict(&r, &ctx);
     let steps = verdict["plateau"]["steps"].as_array().unwrap_or_else(|| panic!("no verdict.plateau.steps\n{ctx}"));
     // Under a loaded machine node's own start-up (V8 setting up its heap) can come seconds after
     // the recording began, and then reads as a first step; every other step is a spike's.
@@ -64,8 +59,7 @@ fn node_load_spike_plateau_is_named_with_its_steps_and_v8_part() {
     assert!(source.contains("V8"), "managed part's source {source:?} does not name V8\n{ctx}");
     let ratio = occupied["ratio"].as_f64().unwrap_or(0.0);
     assert!(ratio > 0.05, "occupied heap to RSS {ratio}\n{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("{summary}\noccupied: {occupied}");
 }

@@ -34,8 +34,7 @@ fn assert_retention(r: &Report, names: &[&str], any_of: &[&[&str]], ctx: &str) -
     for alternatives in any_of {
         assert!(alternatives.iter().any(|n| summary.contains(n)), "the summary names none of {alternatives:?}\n{ctx}");
     }
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     summary
 }
@@ -248,8 +247,7 @@ fn protobuf_upb_batches_are_not_a_leak() {
     let class = str_of(verdict, "class");
     eprintln!("measured: protobuf 4.24.2 upb: {}", str_of(verdict, "summary"));
     assert!(!["leak", "offheap", "off-heap"].contains(&class), "class {class}\n{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     let upb = r.sites().iter().any(|s| s["function"].as_str().is_some_and(|f| f.contains("upb_Arena")));
     assert!(upb, "no site of upb's arenas: the wheel's extension was not traced\n{ctx}");

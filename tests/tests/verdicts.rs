@@ -73,8 +73,7 @@ fn tiny_leak_under_heavy_churn_is_a_leak() {
             assert_ne!(str_of(s, "class"), "leak", "decoy {decoy} called a leak\n{ctx}");
         }
     }
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert_eq!(leaks, ["client_info"], "{ctx}");
     eprintln!("tiny leak: verdict {} ({}); client_info {rate:.1} B/s", verdict["class"], verdict["confidence"]);
 }
@@ -351,8 +350,7 @@ fn untraced_shared_memory_growth_is_named() {
     assert!(shm1 > shm0 + 4 * 819_200, "RssShmem {shm0} → {shm1}\n{ctx}");
     let (anon0, anon1) = series_ends(&r, "rss_anon_bytes");
     assert!(anon1 < anon0 + (512 << 10), "RssAnon {anon0} → {anon1}\n{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("sysv: {summary}");
 }
@@ -385,8 +383,7 @@ fn file_backed_rss_growth_is_named() {
         let (a, b) = series_ends(&r, key);
         assert!(b < a + (512 << 10), "{key} {a} → {b}\n{ctx}");
     }
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("filemap: {summary}");
 }
@@ -412,8 +409,7 @@ fn leak_in_bursts_is_a_leak() {
     let verdict = r.get(&["verdict"]);
     assert_eq!(str_of(verdict, "class"), "leak", "{ctx}");
     assert!(str_of(verdict, "summary").contains("leak_batch"), "{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert_eq!(leaks, ["leak_batch"], "{ctx}");
     eprintln!("bursts: {steps} steps; leak_batch {rate:.0} B/s, {live} B; {}", str_of(verdict, "summary"));
 }
@@ -486,8 +482,7 @@ fn leak_freed_by_a_static_destructor_is_a_leak() {
     for s in r.sites_of("scratch_buffer") {
         assert_ne!(str_of(s, "class"), "leak", "decoy scratch_buffer called a leak\n{ctx}");
     }
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.iter().all(|f| f.contains("remember_request")), "{leaks:?}\n{ctx}");
 }
 
@@ -513,8 +508,7 @@ fn bounded_cache_with_constant_eviction_is_a_cache() {
     for s in r.sites_of("make_pool") {
         assert_ne!(str_of(s, "class"), "leak", "the pool is allocated once\n{ctx}");
     }
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!(
         "lru: verdict {} ({}); lru_put {} B in {} blocks, turnover {}",
@@ -675,8 +669,7 @@ fn python_lru_cache_with_eviction_is_a_cache() {
     let summary = str_of(verdict, "summary");
     assert!(summary.contains("largest: render (lru_cache.py:"), "{ctx}");
     assert!(!summary.contains("_PyObject_ArenaMmap"), "{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("py lru_cache: {summary}");
 }

@@ -141,8 +141,7 @@ fn assert_fragmentation_counted(
     let summary = str_of(verdict, "summary").to_string();
     assert!(summary.contains(parts), "the summary does not name {parts:?}\n{ctx}");
     assert!(!summary.contains("comes from elsewhere"), "{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     (end, after, summary)
 }
@@ -280,8 +279,7 @@ fn retained_before_attach_is_counted(name: &str, library: &str) {
     assert!(line.contains("allocator's other resident memory"), "{ctx}");
     let verdict = r.get(&["verdict"]);
     assert_ne!(str_of(verdict, "class"), "leak", "{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("{name}: allocator resident {end} B at the end, anonymous Rss {after} B; {}", str_of(verdict, "summary"));
 }

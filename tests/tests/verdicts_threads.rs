@@ -117,8 +117,7 @@ fn thread_pool_recreated_is_not_a_leak() {
     assert!(!summary.contains("recreate_pool holds 32.0 MiB"), "the stacks' virtual size leads the verdict\n{ctx}");
     let md = std::fs::read_to_string(r.dir.join("report.md")).expect("report.md");
     assert!(!md.contains("recreate_pool: holds 32.0 MiB"), "report.md ranks the stacks by virtual size\n{ctx}");
-    let leaks: Vec<&str> =
-        r.sites().iter().filter(|s| s["class"] == "leak").map(|s| s["function"].as_str().unwrap_or("?")).collect();
+    let leaks: Vec<&str> = r.leak_functions();
     assert!(leaks.is_empty(), "{leaks:?}\n{ctx}");
     eprintln!("pool: {threads} threads; stacks {resident} B resident; {summary}");
 }
