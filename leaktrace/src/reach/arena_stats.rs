@@ -26,20 +26,27 @@ const TOP: u64 = 96;
 /// has no free figure (a heap with that many free chunks is not walked at every checkpoint).
 const MAX_FREE_CHUNKS: u32 = 20_000;
 
-/// Bytes free in the arena at `arena`: its top chunk and the chunks in its bins (the unsorted
-/// bin, the small and large bins: bins 1..=127), followed through their `fd` links. Fastbins
-/// (chunks of at most 160 bytes, their links mangled since glibc 2.32) and the threads' tcaches
-/// are not followed: their chunks count as in use, as `mallinfo` counts tcache's. None when a
-/// link is not a chunk's (the target relinked a bin while it was read) or the walk passes
-/// `budget` chunks in all.
-fn arena_free_bytes(word: &dyn Fn(u64) -> Option<u64>, arena: u64, budget: &mut u32) -> Option<u64> {
+/// The word at byte `offset` of an arena's `struct malloc_state` (`state`, read whole).
+fn field(state: &[u8], offset: u64) -> u64 {
+    let at = offset as usize;
+    state.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+/// Bytes free in the arena at `arena` (`state`: its `struct malloc_state`, read in one call):
+/// its top chunk and the chunks in its bins (the unsorted bin, the small and large bins: bins
+/// 1..=127), followed through their `fd` links with `word` (one read per chunk header and
+/// link). Fastbins (chunks of at most 160 bytes, their links mangled since glibc 2.32) and the
+/// threads' tcaches are not followed: their chunks count as in use, as `mallinfo` counts
+/// tcache's. None when a link is not a chunk's (the target relinked a bin while it was read) or
+/// the walk passes `budget` chunks in all.
+fn arena_free_bytes(word: &dyn Fn(u64) -> Option<u64>, arena: u64, state: &[u8], budget: &mut u32) -> Option<u64> {
     let size_of = |chunk: u64| word(chunk + 8).map(|s| s & !7);
-    let top = word(arena + TOP)?;
+    let top = field(state, TOP);
     let mut free = if top != 0 { size_of(top)? } else { 0 };
     for i in 1..=127u64 {
         // bin_at(arena, i): the bin's head seen as a chunk, whose fd and bk are its two words.
         let head = arena + BINS + (i - 1) * 16 - 16;
-        let mut cur = word(head + 16)?;
+        let mut cur = field(state, BINS + (i - 1) * 16);
         while cur != head {
             if cur % 16 != 0 || *budget == 0 {
                 return None;
@@ -127,15 +134,19 @@ impl GlibcArenaStats {
         };
         let mut f = ArenaFigures { system_mem_bytes: 0, arenas: 0, free_bytes: Some(0) };
         let mut budget = MAX_FREE_CHUNKS;
+        let mut state = vec![0u8; ARENA_SIZE as usize];
         let mut cur = main;
         while f.arenas < MAX_ARENAS {
-            let Some(sys) = word(cur + SYSTEM_MEM) else { return Ok(None) };
-            f.system_mem_bytes = f.system_mem_bytes.saturating_add(sys);
+            // The whole malloc_state in one read: system_mem, top, the bin heads and next.
+            if mem.read_exact_at(&mut state, cur).is_err() {
+                return Ok(None);
+            }
+            f.system_mem_bytes = f.system_mem_bytes.saturating_add(field(&state, SYSTEM_MEM));
             f.arenas += 1;
-            let free = f.free_bytes.and_then(|_| arena_free_bytes(&word, cur, &mut budget));
+            let free = f.free_bytes.and_then(|_| arena_free_bytes(&word, cur, &state, &mut budget));
             f.free_bytes = f.free_bytes.zip(free).map(|(a, b)| a.saturating_add(b));
-            match word(cur + NEXT) {
-                Some(n) if n != main && n != 0 => cur = n,
+            match field(&state, NEXT) {
+                n if n != main && n != 0 => cur = n,
                 _ => break,
             }
         }
@@ -176,19 +187,24 @@ mod tests {
         (m, A)
     }
 
+    /// The arena's `struct malloc_state` as one read gives it: the words of `m` at `a`.
+    fn state(m: &HashMap<u64, u64>, a: u64) -> Vec<u8> {
+        (0..ARENA_SIZE).step_by(8).flat_map(|o| m.get(&(a + o)).copied().unwrap_or(0).to_le_bytes()).collect()
+    }
+
     #[test]
     fn free_bytes_are_the_top_chunk_and_the_binned_chunks() {
         let (m, a) = arena();
         let word = |at: u64| m.get(&at).copied();
         let mut budget = 10;
-        assert_eq!(arena_free_bytes(&word, a, &mut budget), Some(0x2_0000 + 0x1_0000 + 0x8000 + 0x4000));
+        assert_eq!(arena_free_bytes(&word, a, &state(&m, a), &mut budget), Some(0x2_0000 + 0x1_0000 + 0x8000 + 0x4000));
         assert_eq!(budget, 7);
         // Out of budget, or a link that is no chunk (relinked while read): no figure.
         let mut small = 2;
-        assert_eq!(arena_free_bytes(&word, a, &mut small), None);
+        assert_eq!(arena_free_bytes(&word, a, &state(&m, a), &mut small), None);
         let mut broken = m.clone();
         broken.insert(0x30_0000 + 16, 0x40_0008);
         let word = |at: u64| broken.get(&at).copied();
-        assert_eq!(arena_free_bytes(&word, a, &mut 10), None);
+        assert_eq!(arena_free_bytes(&word, a, &state(&broken, a), &mut 10), None);
     }
 }
