@@ -48,7 +48,7 @@ fn arena_free_bytes(word: &dyn Fn(u64) -> Option<u64>, arena: u64, state: &[u8],
         let head = arena + BINS + (i - 1) * 16 - 16;
         let mut cur = field(state, BINS + (i - 1) * 16);
         while cur != head {
-            if cur % 16 != 0 || *budget == 0 {
+            if !cur.is_multiple_of(16) || *budget == 0 {
                 return None;
             }
             *budget -= 1;
