@@ -53,7 +53,10 @@ fn java(mode: &str, rate: &str, size: &str) -> Command {
 #[test]
 fn jvm_array_list_grows_the_java_heap() {
     require_root();
-    let (r, ctx, _out) = record("jvm-managed", java("managed", "5000", "1000"));
+    // 16 s: the heap is judged on what each collection left, and an 8.5 MiB eden filling at
+    // 5 MB/s is collected every ~1.7 s (slower on a loaded machine: CI once saw 4 collections in
+    // 8 s, too few to tell +3.8 MiB/s from zero at 95 %, and the report said to record 13 s).
+    let (r, ctx, _out) = record_for("jvm-managed", java("managed", "5000", "1000"), "16s");
     assert_runtime(&r, "jvm", &ctx);
     let m = kind(&r, "managed", &ctx);
     assert_eq!(m["source"], "hsperfdata", "the Java heap is measured from hsperfdata\n{ctx}");
