@@ -315,10 +315,10 @@ struct RecordArgs {
     /// plain `leaktrace: status:` line every 10 s otherwise).
     #[arg(long)]
     quiet: bool,
-    // Hook (issue #12): --pod, --namespace.
+    // --pod, --namespace (issue 12).
     #[command(flatten)]
     pod: leaktrace::pod::PodArgs,
-    // Hook (issue #12): --push, --push-format, --push-label, --push-name, --push-interval.
+    // --push, --push-format, --push-label, --push-name, --push-interval (issue 12; record/sink.rs).
     #[command(flatten)]
     push: leaktrace::push::PushArgs,
     /// Command to launch and trace (after --).
@@ -407,7 +407,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
             let a = *a;
-            // Hook (issue #12, pod): --pod NAME [--namespace NS] [--container NAME] → its PIDs.
+            // --pod NAME [--namespace NS] [--container NAME] → its PIDs (issue 12).
             let (pod_pids, container) = match &a.pod.pod {
                 Some(pod) => {
                     let sel = leaktrace::pod::PodSelector {

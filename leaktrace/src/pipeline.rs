@@ -135,8 +135,9 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     } else {
         Vec::new()
     };
-    // Hook (issue #12, push): the final push, from the recordings just saved.
-    recorded.finish_push(outcomes.iter().map(|o| o.recording.clone()).collect());
+    // The sinks' end (`--push`'s final push), from the recordings just saved.
+    let saved: Vec<Recording> = outcomes.iter().map(|o| o.recording.clone()).collect();
+    recorded.finish_sinks(&saved);
     recorded.wait_detached();
     if recorded.end_reason == EndReason::WorkProbeMissing {
         let spec = opts.work_probe.as_ref().map(|w| w.to_string()).unwrap_or_default();

@@ -211,6 +211,10 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// Labels of one process added to the `--push-label`s of its profiles, by PID (`watch`: its
+/// pod, namespace and container); called by the push worker, once per process and push.
+pub type LabelsOf = Arc<dyn Fn(u32) -> Vec<(String, String)> + Send + Sync>;
+
 /// One hand-over to the worker: the recordings (one per process) as they are now.
 struct Job {
     recordings: Vec<Recording>,
@@ -237,6 +241,12 @@ impl Pusher {
     /// Start the worker thread. `started_unix_ms` is the start of the recording (the `from` of
     /// the first push).
     pub fn start(cfg: PushConfig, started_unix_ms: u64) -> Pusher {
+        Pusher::start_labelled(cfg, started_unix_ms, None)
+    }
+
+    /// [`Pusher::start`], each process's profiles also labelled with what `labels` gives for
+    /// its PID (after the `--push-label`s, before `pid`).
+    pub fn start_labelled(cfg: PushConfig, started_unix_ms: u64, labels: Option<LabelsOf>) -> Pusher {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
         let (done_tx, done) = std::sync::mpsc::channel();
         let worker_cfg = cfg.clone();
@@ -245,7 +255,7 @@ impl Pusher {
         std::thread::Builder::new()
             .name("leaktrace-push".into())
             .spawn(move || {
-                let mut w = Worker { cfg: worker_cfg, from_s: started_unix_ms / 1000, prev: HashMap::new() };
+                let mut w = Worker { cfg: worker_cfg, from_s: started_unix_ms / 1000, prev: HashMap::new(), labels };
                 while let Ok(job) = rx.recv() {
                     worker_busy.store(true, Ordering::SeqCst);
                     w.push(job);
@@ -336,26 +346,33 @@ struct Worker {
     /// Per process: the last profile the store accepted, and the `until` it was sent with (the
     /// next push's `from`, so a failed push widens the next window instead of leaving a gap).
     prev: HashMap<u32, (Vec<u8>, u64)>,
+    /// Labels per process besides the `--push-label`s.
+    labels: Option<LabelsOf>,
 }
 
 impl Worker {
     fn push(&mut self, job: Job) {
         for rec in &job.recordings {
+            let extra = self.labels.as_ref().map(|f| f(rec.target.pid)).unwrap_or_default();
+            let labelled;
+            let cfg = if extra.is_empty() {
+                &self.cfg
+            } else {
+                labelled = PushConfig { labels: [self.cfg.labels.clone(), extra].concat(), ..self.cfg.clone() };
+                &labelled
+            };
             let a = analyze(rec, &AnalyzeOptions::default());
             let mut growth = pprof::growth_profile(rec, &a);
-            if self.cfg.format == PushFormat::Parca {
+            if cfg.format == PushFormat::Parca {
                 let mut heap = pprof::heap_profile(rec, &a);
                 // Snapshots at `until`: Parca stores a profile at its timestamp.
                 let t = i64::try_from(job.until_s).unwrap_or(0).saturating_mul(1_000_000_000);
                 heap.time_nanos = t;
                 growth.time_nanos = t;
-                if send_with_retries(&self.cfg, &parca_request(&self.cfg, rec, PARCA_HEAP, &pprof::encode_gz(&heap)))
+                if send_with_retries(cfg, &parca_request(cfg, rec, PARCA_HEAP, &pprof::encode_gz(&heap)))
                     && !growth.sample.is_empty()
                 {
-                    send_with_retries(
-                        &self.cfg,
-                        &parca_request(&self.cfg, rec, PARCA_GROWTH, &pprof::encode_gz(&growth)),
-                    );
+                    send_with_retries(cfg, &parca_request(cfg, rec, PARCA_GROWTH, &pprof::encode_gz(&growth)));
                 }
                 continue;
             }
@@ -363,8 +380,8 @@ impl Worker {
             let (prev, from_s) =
                 self.prev.get(&rec.target.pid).cloned().unwrap_or_else(|| (empty_profile(&profile), self.from_s));
             let until_s = job.until_s.max(from_s + 1);
-            let request = ingest_request(&self.cfg, rec, from_s, until_s, &profile, &prev, SAMPLE_TYPE_CONFIG);
-            if !send_with_retries(&self.cfg, &request) {
+            let request = ingest_request(cfg, rec, from_s, until_s, &profile, &prev, SAMPLE_TYPE_CONFIG);
+            if !send_with_retries(cfg, &request) {
                 continue;
             }
             self.prev.insert(rec.target.pid, (profile, until_s));
@@ -372,9 +389,8 @@ impl Worker {
             if !growth.sample.is_empty() {
                 let growth = pprof::encode_gz(&growth);
                 let empty = empty_profile(&growth);
-                let request =
-                    ingest_request(&self.cfg, rec, from_s, until_s, &growth, &empty, GROWTH_SAMPLE_TYPE_CONFIG);
-                send_with_retries(&self.cfg, &request);
+                let request = ingest_request(cfg, rec, from_s, until_s, &growth, &empty, GROWTH_SAMPLE_TYPE_CONFIG);
+                send_with_retries(cfg, &request);
             }
         }
     }

@@ -250,9 +250,9 @@ impl StackSymbolizer {
         self.last_maps = text;
     }
 
-    /// Hook (issue #12, pprof mappings): every executable mapping seen so far (unmapped ones
-    /// included), by start address, each with its object's GNU build ID (read from the open
-    /// file once per object, the same cached value the frames carry).
+    /// For the mappings of the pprof profiles (issue 12): every executable mapping seen so far
+    /// (unmapped ones included), by start address, each with its object's GNU build ID (read
+    /// from the open file once per object, the same cached value the frames carry).
     pub fn mappings(&mut self) -> Vec<crate::recording::ObjectMapping> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();

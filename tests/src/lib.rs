@@ -14,7 +14,7 @@
 //! One file per job: `machine.rs` (the binary under test, root), `tempdir.rs` (temporary
 //! directories), `fixture.rs` (compiling the fixtures), `running.rs` (running leaktrace),
 //! `target.rs` (a target started by the test), `report.rs` (report.json and its checks),
-//! `modes.rs` (the modes fixture), `cgroup.rs` (a memory cgroup with a limit), `kubetree.rs` (kubelet-style pod cgroups), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `production.rs` (production attach: other compilers and
+//! `modes.rs` (the modes fixture), `cgroup.rs` (a memory cgroup with a limit), `kubetree.rs` (kubelet-style pod cgroups), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `pushserver.rs` (a profile store on the loopback for the `--push` tests), `production.rs` (production attach: other compilers and
 //! libraries, C++ names, processes, cgroups, eBPF programs).
 #![allow(
     clippy::print_stderr,
@@ -56,6 +56,7 @@ mod machine;
 mod modes;
 mod pprof;
 mod production;
+pub mod pushserver;
 mod report;
 mod running;
 /// The managed-runtime tests' shared helpers (`use leaktrace_tests::runtimes::*`).

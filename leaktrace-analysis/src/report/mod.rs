@@ -102,7 +102,7 @@ pub fn render(rec: &Recording, a: &Analysis) -> anyhow::Result<Vec<(&'static str
     )?;
     put("growth.svg", &growth_svg)?;
     put("memory.svg", plot::memory_svg(a, &subtitle).as_bytes())?;
-    // Hook (issue #12, pprof): profile.pb.gz and growth.pb.gz, built in report/pprof.rs.
+    // profile.pb.gz and growth.pb.gz (issue 12), built in report/pprof.rs.
     let (profile, growth) = pprof::profiles(rec, a);
     put(pprof::PROFILE_FILE, &profile)?;
     put(pprof::GROWTH_FILE, &growth)?;

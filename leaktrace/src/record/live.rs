@@ -1,17 +1,17 @@
 //! The session loop's real tracer ([`Live`]): the eBPF [`Tracer`], /proc and the [`Traced`]
-//! processes behind the loop's [`Tracing`] trait, with the status line and the periodic hooks
-//! (reachability scans, pushes) the loop triggers.
+//! processes behind the loop's [`Tracing`] trait; what consumes the checkpoints (the status line,
+//! periodic reachability scans, heap censuses, pushes) are its [`Sinks`] (`sink.rs`).
 
 use std::time::{Duration, Instant};
 
 use leaktrace_common::MapEvent;
 
-use crate::discover::WorkProbeSpec;
-use crate::probes::{Mode, Tracer};
+use crate::probes::Tracer;
 use crate::procinfo;
 use crate::recording::Checkpoint;
 
 use super::session::{SessionState, Tracee, Tracing};
+use super::sink::{SinkCx, Sinks};
 use super::traced::{self, Traced};
 use super::{RecordOptions, reachability};
 
@@ -23,21 +23,21 @@ pub(super) struct Live {
     pub(super) launched_tree: bool,
     /// A hold_execs failed (told once).
     pub(super) hold_failed: bool,
-    /// The live status line (issue #12, status.rs).
-    pub(super) status: crate::status::Status,
-    /// `--push`: the push worker (issue #12).
-    pub(super) push: Option<crate::push::Pusher>,
-    pub(super) mode: Mode,
-    pub(super) work_probe: Option<WorkProbeSpec>,
-    pub(super) pymalloc: bool,
-    /// `RecordOptions::python_frames`, for forked children.
-    pub(super) python_frames: bool,
-    /// `RecordOptions::jvm_perf_map`, for forked children.
-    pub(super) jvm_perf_map: bool,
-    /// `RecordOptions::reachability`: a launched command is also scanned at its exit.
-    pub(super) reachability: Option<crate::reach::ScanOptions>,
-    /// `RecordOptions::heap_census`, for forked children.
-    pub(super) heap_census: bool,
+    /// What consumes the checkpoints (`sink.rs`): told at each checkpoint, at each periodic
+    /// one, and interrupted before anything is said.
+    pub(super) sinks: Sinks,
+    /// The session's options (built once, by the command): its mode, work probe and
+    /// allocator options for every process, forked children included; `reachability`: a
+    /// launched command is also scanned at its exit.
+    pub(super) opts: RecordOptions,
+}
+
+impl Live {
+    /// The tracer of a session (`record`'s, or the long-lived [`super::Recorder`]'s) over
+    /// `tracer`, under `opts`, told to `sinks`; `launched_tree`: leaktrace launched the command.
+    pub(super) fn new(tracer: Tracer, launched_tree: bool, sinks: Sinks, opts: RecordOptions) -> Live {
+        Live { tracer, launched_tree, hold_failed: false, sinks, opts }
+    }
 }
 
 impl Tracee for Traced {
@@ -106,13 +106,16 @@ impl Tracing for Live {
     fn follow(&mut self, child: u32) -> anyhow::Result<Option<Traced>> {
         // A child held at its exec has not loaded its libraries yet (see `exec_objects`).
         let Ok(objects) = super::targets::exec_objects(child) else { return Ok(None) };
+        // The session's per-process options; what is asked once for the session (a heap dump,
+        // reachability, censuses) is not repeated for each child.
+        let o = &self.opts;
         let opts = RecordOptions {
-            work_probe: self.work_probe.clone(),
-            mode: self.mode,
-            pymalloc: self.pymalloc,
-            python_frames: self.python_frames,
-            jvm_perf_map: self.jvm_perf_map,
-            heap_census: self.heap_census,
+            work_probe: o.work_probe.clone(),
+            mode: o.mode,
+            pymalloc: o.pymalloc,
+            python_frames: o.python_frames,
+            jvm_perf_map: o.jvm_perf_map,
+            heap_census: o.heap_census,
             ..RecordOptions::default()
         };
         let exe = procinfo::exe(child);
@@ -126,7 +129,7 @@ impl Tracing for Live {
     }
 
     fn checkpoint(&mut self, t: &mut Traced, t_s: f64, batch: Option<u32>) -> Option<(u64, u64)> {
-        t.checkpoint(&self.tracer, t_s, batch, self.work_probe.is_some())
+        t.checkpoint(&self.tracer, t_s, batch, self.opts.work_probe.is_some())
     }
 
     fn gone(&mut self, t: &mut Traced) -> bool {
@@ -143,7 +146,7 @@ impl Tracing for Live {
                 t.exe_id = id;
             } else if id.is_some() && id != t.exe_id {
                 t.launch_exec_pending = false;
-                t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+                t.on_exec(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
             }
         }
         t.symbolizer.refresh();
@@ -162,12 +165,12 @@ impl Tracing for Live {
     }
 
     fn exec(&mut self, t: &mut Traced, t_s: f64) {
-        self.status.clear();
-        t.on_exec(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+        self.sinks.interrupt();
+        t.on_exec(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
     }
 
     fn rescan(&mut self, t: &mut Traced, t_s: f64) {
-        t.rescan(&mut self.tracer, self.mode, self.pymalloc, self.work_probe.as_ref(), t_s);
+        t.rescan(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
     }
 
     fn watch_teardown(&mut self, pid: u32, on: bool) {
@@ -193,10 +196,10 @@ impl Tracing for Live {
         // Where LeakSanitizer runs its check: the process is held at `exit`'s entry, nothing of
         // its teardown has run yet; the scan starts at each thread's stack pointer.
         // A followed child of a launched command is held at its `exit` too (in_launched_tree).
-        let Some(o) = self.reachability.filter(|_| t.launched || t.in_launched_tree) else { return };
-        self.status.clear();
+        let Some(o) = self.opts.reachability.filter(|_| t.launched || t.in_launched_tree) else { return };
+        self.sinks.interrupt();
         let opts = crate::reach::ScanOptions { at_exit: true, ..o };
-        t.reach_at_exit = reachability::scan_one(&self.tracer, t, self.mode, opts, t_s);
+        t.reach_at_exit = reachability::scan_one(&self.tracer, t, self.opts.mode, opts, t_s);
     }
 
     fn hold_execs(&mut self, pid: u32, pass: u32, children: bool) {
@@ -225,54 +228,16 @@ impl Tracing for Live {
     }
 
     fn say(&mut self, line: &str) {
-        self.status.clear();
+        self.sinks.interrupt();
         crate::note!("leaktrace: {line}");
     }
 
     fn checkpoints_taken(&mut self, targets: &[Traced], taken: &[(usize, u64, u64)], t_s: f64) {
-        // Hook (issue #12, status line): what each process shows, drawn by status.rs.
-        let procs: Vec<crate::status::ProcessStatus<'_>> = taken
-            .iter()
-            .map(|&(i, live_bytes, rss_bytes)| {
-                let t = &targets[i];
-                crate::status::ProcessStatus {
-                    pid: t.pid,
-                    live_bytes,
-                    rss_bytes,
-                    stacks: &t.stacks,
-                    last_samples: &t.last_samples,
-                    first: t.checkpoints.first(),
-                    latest: t.checkpoints.last(),
-                }
-            })
-            .collect();
-        self.status.update(t_s, &procs);
+        self.sinks.taken(targets, taken, t_s);
     }
 
     fn periodic(&mut self, targets: &mut [Traced], n: u64, opts: &RecordOptions, start: Instant) {
-        // Reachability hook (#14): a scan at every Nth periodic checkpoint.
-        if let Some(o) = opts.reachability
-            && o.every.is_some_and(|every| n.is_multiple_of(u64::from(every)))
-        {
-            self.status.clear();
-            let mut scans = reachability::scan_all(&self.tracer, targets, self.mode, o, start);
-            for t in targets.iter_mut() {
-                if let Some(r) = scans.remove(&t.pid) {
-                    t.reach_scans.push(r);
-                }
-            }
-        }
-        // Python heap hook (#31): a census at the first and every Nth periodic checkpoint.
-        if let Some(o) = opts.python_heap
-            && super::pyheap::due(&o, n)
-        {
-            self.status.clear();
-            super::pyheap::census_all(&self.tracer, targets, o, start);
-        }
-        // Hook (issue #12, push): a periodic push, handed to the push thread.
-        if let Some(p) = self.push.as_mut().filter(|p| p.due()) {
-            let started = p.started_unix_ms();
-            p.tick(|| targets.iter_mut().map(|t| t.snapshot(opts, started)).collect());
-        }
+        let cx = SinkCx { tracer: &self.tracer, mode: self.opts.mode, opts, start };
+        self.sinks.periodic(&cx, targets, n);
     }
 }

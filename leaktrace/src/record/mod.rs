@@ -7,7 +7,8 @@
 //! recordings); `targets.rs` which processes and objects; `traced.rs` one traced process's state
 //! and checkpoints; `ending.rs` how a traced process ended; `session.rs` the polling loop that decides when checkpoints are taken and
 //! when the recording ends, over a trait; `live.rs` that trait's real side (the eBPF tracer,
-//! /proc, the status line and the periodic hooks).
+//! /proc); `sink.rs` what consumes the checkpoints (status line, periodic scans and censuses,
+//! push).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -30,12 +31,14 @@ mod pyheap;
 mod reachability;
 mod recorder;
 mod session;
+mod sink;
 mod targets;
 mod traced;
 
 use live::Live;
 pub use recorder::{Dropped, Recorder, RecorderCosts, thread_cpu_s};
 use session::Session;
+use sink::Sinks;
 use targets::launch_objects;
 pub use targets::{cgroup_dir, cgroup_tree_pids, resolve_pids};
 use traced::Traced;
@@ -220,9 +223,9 @@ pub struct Recorded {
     /// seconds to minutes with single uprobes, which the kernel removes one at a time);
     /// [`Recorded::wait_detached`] waits for it.
     detach: Option<std::thread::JoinHandle<()>>,
-    /// `--push`: the push worker, for the final push once the recordings are saved
-    /// ([`Recorded::finish_push`]).
-    push: Option<crate::push::Pusher>,
+    /// The session's sinks (`sink.rs`), told of the end once the recordings are saved
+    /// ([`Recorded::finish_sinks`]: `--push`'s final push).
+    sinks: Sinks,
 }
 
 impl Recorded {
@@ -233,12 +236,10 @@ impl Recorded {
         }
     }
 
-    /// Hook (issue #12, push): the final push, from the recordings just saved (nothing without
-    /// `--push`).
-    pub fn finish_push(&mut self, recordings: Vec<Recording>) {
-        if let Some(p) = self.push.take() {
-            p.finish(recordings);
-        }
+    /// The end of the session for its sinks, given the recordings just saved (with `--push`,
+    /// the final push, waited for at most [`crate::push::FINAL_WAIT`]).
+    pub fn finish_sinks(&mut self, recordings: &[Recording]) {
+        self.sinks.finish(recordings);
     }
 }
 
@@ -247,47 +248,109 @@ impl Recorded {
 /// writing into it is [`crate::pipeline`]'s job. Errors found before anything was attached (a
 /// bad target, an unwritable output directory) and any other failure are returned; the CLI maps
 /// them to exit code 2.
+///
+/// The steps: select the processes ([`select_pids`]: privileges, PIDs, seccomp), load the
+/// eBPF programs, launch the command held at its exec ([`launch_held`]), make the output
+/// directory ([`open_out`]), attach ([`attach_all`]), let the command go ([`release_command`]),
+/// run the session with its sinks (`sink.rs`), then end it ([`end_session`]: escalation, the
+/// end-of-session scans, detach, the command stopped, one recording per process).
 pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Recorded> {
     // Everything that can be checked before touching a target is checked first.
     let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_) | TargetSpec::Found(_));
     let (mut pids, mut skipped) = select_pids(&spec, opts, by_group)?;
     let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
-
-    let mut held: Option<HeldChild> = None;
-    // Dropped on every way out of this function: killed and reaped.
-    let mut _guardian: Option<launch::Guardian> = None;
-    if let TargetSpec::Launch(argv) = &spec {
-        let child = launch::spawn_held(argv)?;
-        pids = vec![child.pid];
-        match launch::Guardian::start(child.pid) {
-            Ok(g) => _guardian = Some(g),
-            Err(e) => {
-                child.abandon();
-                return Err(e.context("starting the process that resumes the command if leaktrace dies"));
-            }
-        }
-        held = Some(child);
-    }
+    // Dropped on every way out of this function, the guardian first (killed and reaped).
+    let (mut held, mut _guardian) = launch_held(&spec, &mut pids)?;
     let several = pids.len() > 1 || opts.follow_forks;
-    let out = match &opts.out {
-        Some(p) => output::OutDir::for_out(p),
-        None => output::OutDir::create_named(&default_out_dir(opts.dir_prefix, pids[0], several)),
-    };
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => {
-            if let Some(c) = held.take() {
-                c.abandon();
-            }
-            return Err(e);
-        }
-    };
+    let out = open_out(opts, pids[0], several, &mut held)?;
     let dir = out.path().to_path_buf();
 
     let start = Instant::now();
+    let mut targets = attach_all(&mut tracer, &spec, &pids, &mut held, opts, by_group, &mut skipped)?;
+    if opts.follow_forks {
+        forks::hold_children(&mut tracer, &targets, &mut _guardian);
+    }
+    if let Some(c) = held.as_mut() {
+        release_command(&mut tracer, &mut targets, c, opts)?;
+    }
+    note_attached(&targets, &skipped);
+
+    let started_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    // The status line, periodic scans and censuses, and the push worker (started now).
+    let host = Live::new(tracer, held.is_some(), Sinks::for_record(opts, started_unix_ms), opts.clone());
+    let mut session = Session {
+        host,
+        targets,
+        start,
+        work_probe: opts.work_probe.clone(),
+        follow_forks: opts.follow_forks,
+        quiet_forks: false,
+        rescan_every: 1,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let end_reason = rt.block_on(session.run(opts));
+    let ended = end_session(session, opts, end_reason, (start, started_unix_ms), &dir);
+    let several = ended.processes_seen > 1 || several;
+    let processes = assemble(ended.targets, ended.reach, end_reason, several, &dir, opts, started_unix_ms);
+    let processes = with_escalations(processes, ended.escalations);
+    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach: ended.detach, sinks: ended.sinks })
+}
+
+/// Launch mode: start the command held before its exec (its PID the only one of `pids`) with
+/// the guardian that resumes it if leaktrace dies. None, None for any other target.
+fn launch_held(
+    spec: &TargetSpec,
+    pids: &mut Vec<u32>,
+) -> anyhow::Result<(Option<HeldChild>, Option<launch::Guardian>)> {
+    let TargetSpec::Launch(argv) = spec else { return Ok((None, None)) };
+    let child = launch::spawn_held(argv)?;
+    *pids = vec![child.pid];
+    match launch::Guardian::start(child.pid) {
+        Ok(g) => Ok((Some(child), Some(g))),
+        Err(e) => {
+            child.abandon();
+            Err(e.context("starting the process that resumes the command if leaktrace dies"))
+        }
+    }
+}
+
+/// The output directory: `--out` (made, or checked when it exists), else a new
+/// `leaktrace-[PREFIX-]PID-TIMESTAMP`. On error the held command is let go.
+fn open_out(
+    opts: &RecordOptions,
+    first_pid: u32,
+    several: bool,
+    held: &mut Option<HeldChild>,
+) -> anyhow::Result<output::OutDir> {
+    let out = match &opts.out {
+        Some(p) => output::OutDir::for_out(p),
+        None => output::OutDir::create_named(&default_out_dir(opts.dir_prefix, first_pid, several)),
+    };
+    if out.is_err()
+        && let Some(c) = held.take()
+    {
+        c.abandon();
+    }
+    out
+}
+
+/// Attach to every process of `pids` (a launched command: from its executable's objects, before
+/// its exec). One that cannot be attached is skipped with a line in `skipped` when selected by
+/// a group (`by_group`), else the error (the held command let go). Errors also when none could
+/// be attached.
+fn attach_all(
+    tracer: &mut Tracer,
+    spec: &TargetSpec,
+    pids: &[u32],
+    held: &mut Option<HeldChild>,
+    opts: &RecordOptions,
+    by_group: bool,
+    skipped: &mut Vec<String>,
+) -> anyhow::Result<Vec<Traced>> {
     let mut targets = Vec::new();
-    for &pid in &pids {
-        let (objects, command, exe) = match &held {
+    for &pid in pids {
+        let (objects, command, exe) = match held.as_ref() {
             None => match discover::mapped_objects(pid) {
                 Ok(o) => (o, procinfo::cmdline(pid), procinfo::exe(pid)),
                 Err(e) if by_group => {
@@ -306,7 +369,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                 }
             },
         };
-        match Traced::attach(&mut tracer, pid, objects, command, exe, held.is_some(), opts) {
+        match Traced::attach(tracer, pid, objects, command, exe, held.is_some(), opts) {
             Ok(t) => targets.push(t),
             Err(e) if by_group => skipped.push(format!("PID {pid} skipped: {e:#}")),
             Err(e) => {
@@ -314,7 +377,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
                     HeldChild::abandon(a)
                 }
                 // A process that vanished while probes were placed says so plainly.
-                if !held_is_launch(&spec) && !procinfo::alive(pid) {
+                if !held_is_launch(spec) && !procinfo::alive(pid) {
                     anyhow::bail!("PID {pid} exited while leaktrace was attaching");
                 }
                 return Err(e);
@@ -322,90 +385,90 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         }
     }
     anyhow::ensure!(!targets.is_empty(), "no process could be attached: {}", skipped.join("; "));
-    if opts.follow_forks {
-        forks::hold_children(&mut tracer, &targets, &mut _guardian);
-    }
-    if let Some(c) = held.as_mut() {
-        // Execs after the command's own (a wrapper's: env, taskset, a script's exec), and with
-        // --follow-forks its children's, stop until their new image is probed.
-        if let Err(e) = tracer.hold_execs(c.pid, 1, opts.follow_forks) {
-            crate::note!(
-                "leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered"
-            );
-        }
-        c.release()?;
-        // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
-        // when it has already exited (a zombie has no exe link), the resolved path it exec'd.
-        for t in targets.iter_mut().filter(|t| t.pid == c.pid) {
-            let mut exe = procinfo::exe(t.pid);
-            if exe.is_empty() {
-                exe = std::fs::canonicalize(&c.exe).map(|p| p.display().to_string()).unwrap_or_default();
-            }
-            if !exe.is_empty() {
-                t.exe = exe;
-                t.exe_resolved = true;
-            }
-        }
-    }
-    note_attached(&targets, &skipped);
+    Ok(targets)
+}
 
-    let started_unix_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let host = Live {
-        tracer,
-        launched_tree: held.is_some(),
-        hold_failed: false,
-        status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
-        // Hook (issue #12, push): the push worker starts with the recording.
-        push: opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms)),
-        mode: opts.mode,
-        work_probe: opts.work_probe.clone(),
-        pymalloc: opts.pymalloc,
-        python_frames: opts.python_frames,
-        jvm_perf_map: opts.jvm_perf_map,
-        reachability: opts.reachability,
-        heap_census: opts.heap_census,
-    };
-    let mut session = Session {
-        host,
-        targets,
-        start,
-        work_probe: opts.work_probe.clone(),
-        follow_forks: opts.follow_forks,
-        quiet_forks: false,
-        rescan_every: 1,
-    };
+/// Let the held command exec, its probes in place: later execs (a wrapper's: env, taskset, a
+/// script's exec; with --follow-forks its children's) stop until their new image is probed;
+/// then its executable as the process sees it.
+fn release_command(
+    tracer: &mut Tracer,
+    targets: &mut [Traced],
+    c: &mut HeldChild,
+    opts: &RecordOptions,
+) -> anyhow::Result<()> {
+    if let Err(e) = tracer.hold_execs(c.pid, 1, opts.follow_forks) {
+        crate::note!("leaktrace: warning: {e:#}: a program the command execs runs unprobed until it is re-discovered");
+    }
+    c.release()?;
+    // The exec has happened: the executable as the process sees it (/proc/PID/exe), or,
+    // when it has already exited (a zombie has no exe link), the resolved path it exec'd.
+    for t in targets.iter_mut().filter(|t| t.pid == c.pid) {
+        let mut exe = procinfo::exe(t.pid);
+        if exe.is_empty() {
+            exe = std::fs::canonicalize(&c.exe).map(|p| p.display().to_string()).unwrap_or_default();
+        }
+        if !exe.is_empty() {
+            t.exe = exe;
+            t.exe_resolved = true;
+        }
+    }
+    Ok(())
+}
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let end_reason = rt.block_on(session.run(opts));
+/// What the end of a session leaves for the recordings.
+struct Ended {
+    targets: Vec<Traced>,
+    /// Processes of the session (forked children included).
+    processes_seen: usize,
+    /// The end-of-session reachability scans, by PID.
+    reach: std::collections::HashMap<u32, crate::reachability::Reachability>,
+    /// Growth mode's exact windows, by PID.
+    escalations: std::collections::BTreeMap<u32, Recording>,
+    detach: Option<std::thread::JoinHandle<()>>,
+    sinks: Sinks,
+}
+
+/// End the session (`start`: its start, and in Unix ms): teardowns released, the sinks
+/// interrupted, growth mode's escalation, the end-of-session scans, the probes detached in the
+/// background, and a launched command stopped (it does not outlive the recording).
+fn end_session(
+    mut session: Session<Live>,
+    opts: &RecordOptions,
+    end_reason: EndReason,
+    (start, started_unix_ms): (Instant, u64),
+    dir: &std::path::Path,
+) -> Ended {
     session.release_teardowns();
-    session.host.status.clear();
+    session.host.sinks.interrupt();
     // Time 0 of the checkpoints (the first one), for the censuses' times.
     let t_zero = session.start;
-    let Session { host: Live { tracer, push, .. }, mut targets, .. } = session;
+    let Session { host: Live { tracer, sinks, .. }, mut targets, .. } = session;
     // Growth mode's escalation (issue 34): an exact window on the processes whose memory grew
     // through the allocator, before the launched command is stopped.
-    let mut escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, &dir);
-    let mut reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), &dir);
+    let escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, dir);
+    let reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), dir);
     // Detach in the background while the outputs are written.
     let detach = std::thread::spawn(move || tracer.shutdown());
     let detach = node_census_after_detach(&mut targets, detach, start);
-    let mut session_targets = targets;
-
-    // In launch mode the command does not outlive the recording.
-    for t in session_targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
+    for t in targets.iter_mut().filter(|t| t.launched && t.exit_status.is_none()) {
         t.exit_status = launch::terminate(t.pid, Duration::from_secs(2));
         if let Some(s) = t.exit_status {
             crate::note!("leaktrace: stopped {} ({s})", t.command.join(" "));
         }
     }
+    Ended { processes_seen: targets.len(), targets, reach, escalations, detach, sinks }
+}
 
-    let several = session_targets.len() > 1 || several;
-    let mut processes = assemble(session_targets, &mut reach, end_reason, several, &dir, opts, started_unix_ms);
+/// Each recording with its process's exact window, if it had one.
+fn with_escalations(
+    mut processes: Vec<RecordedProcess>,
+    mut escalations: std::collections::BTreeMap<u32, Recording>,
+) -> Vec<RecordedProcess> {
     for p in processes.iter_mut() {
         p.recording.escalation = escalations.remove(&p.recording.target.pid).map(Box::new);
     }
-    Ok(Recorded { dir, out, processes, several, skipped, end_reason, detach, push })
+    processes
 }
 
 /// `--heap-census` on Node: its last heap snapshot and sampling profile once the probes are
@@ -540,7 +603,7 @@ fn select_pids(spec: &TargetSpec, opts: &RecordOptions, by_group: bool) -> anyho
 /// `pid-N` subdirectory when `several`).
 fn assemble(
     session_targets: Vec<Traced>,
-    reach: &mut std::collections::HashMap<u32, crate::reachability::Reachability>,
+    mut reach: std::collections::HashMap<u32, crate::reachability::Reachability>,
     end_reason: EndReason,
     several: bool,
     dir: &std::path::Path,
@@ -622,8 +685,8 @@ impl Traced {
         }
     }
 
-    /// Hook (issue #12, push): the recording of this process as it is now, for a periodic push
-    /// (stacks and checkpoints cloned; `end_reason` "running").
+    /// The recording of this process as it is now, for a periodic push (`sink.rs`'s
+    /// `PushSink`: stacks and checkpoints cloned; `end_reason` "running").
     fn snapshot(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
         let mut rec = Recording {
             stacks: self.stacks.clone(),

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::live::Live;
 use super::session::{Progress, Session, Tracee as _};
+use super::sink::{PushSink, Sinks};
 use super::traced::Traced;
 use super::{RecordOptions, procinfo};
 use crate::discover;
@@ -71,20 +72,9 @@ impl Recorder {
         let opts = RecordOptions { duration: None, follow_forks: false, push: None, ..opts.clone() };
         let tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
         let load_s = thread_cpu_s() - began;
-        let host = Live {
-            tracer,
-            launched_tree: false,
-            hold_failed: false,
-            status: crate::status::Status::new(crate::status::StatusMode::for_stderr(false), None),
-            push: None,
-            mode: opts.mode,
-            work_probe: None,
-            pymalloc: opts.pymalloc,
-            python_frames: opts.python_frames,
-            jvm_perf_map: opts.jvm_perf_map,
-            reachability: None,
-            heap_census: false,
-        };
+        // No status line, work probe, end-of-exit scan or forked children here.
+        let live_opts = RecordOptions { work_probe: None, reachability: None, heap_census: false, ..opts.clone() };
+        let host = Live::new(tracer, false, Sinks::default(), live_opts);
         let mut session = Session {
             host,
             targets: Vec::new(),
@@ -105,6 +95,13 @@ impl Recorder {
             poll,
             costs: RecorderCosts { load_s, ..Default::default() },
         })
+    }
+
+    /// `--push` (`push.rs`): from now on, at the periodic checkpoint after each
+    /// `cfg.interval`, every process's recording of its current window is pushed, with the
+    /// labels `labels` gives for its PID; [`Recorder::finish`] waits for the last push.
+    pub fn push_to(&mut self, cfg: crate::push::PushConfig, labels: crate::push::LabelsOf) {
+        self.session.host.sinks.push(Box::new(PushSink::start(cfg, self.start_unix_ms, Some(labels))));
     }
 
     /// The PIDs being recorded now.
@@ -225,11 +222,14 @@ impl Recorder {
         (recordings, dropped)
     }
 
-    /// Detach every probe and unload the programs (in the background; the handle waits for it).
+    /// Detach every probe and unload the programs (in the background; the handle waits for it),
+    /// once the sinks are finished.
     pub fn finish(mut self) -> std::thread::JoinHandle<()> {
         self.session.release_teardowns();
         let Recorder { session, .. } = self;
-        let Session { host: Live { tracer, .. }, .. } = session;
+        let Session { host: Live { tracer, mut sinks, .. }, .. } = session;
+        // `--push`: the push under way finished (at most `push::FINAL_WAIT`).
+        sinks.finish(&[]);
         std::thread::spawn(move || tracer.shutdown())
     }
 }

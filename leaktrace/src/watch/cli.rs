@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::state::EscalationPolicy;
 use super::{Selector, WatchOptions};
+use crate::push::PushConfig;
 
 /// `leaktrace watch` arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -68,6 +69,11 @@ pub struct WatchArgs {
     /// Sites listed in each report.md.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// `--push URL` and its options, as `record` has them: each watched process's heap and
+    /// growth profiles (of its current window) sent every --push-interval (default: --window),
+    /// labelled with its pod, namespace and container when it runs in a kubelet pod.
+    #[command(flatten)]
+    pub push: crate::push::PushArgs,
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
@@ -109,6 +115,8 @@ impl WatchArgs {
             metrics_listen: self.metrics_listen,
             top: self.top,
             max_cpu_pct: self.max_cpu,
+            // A watch has no end to push at: periodic pushes, every window unless told.
+            push: self.push.config().map(|c| PushConfig { interval: c.interval.or(Some(self.window)), ..c }),
         })
     }
 }

@@ -123,6 +123,9 @@ pub struct WatchOptions {
     /// `--max-cpu`: the agent's own CPU limit, percent of one core over the last minute
     /// (`budget.rs`): above it, no escalation starts.
     pub max_cpu_pct: f64,
+    /// `--push`: every process's profiles of its current window sent every `interval` (which
+    /// `cli.rs` sets), labelled with its pod, namespace and container ([`push_labels`]).
+    pub push: Option<crate::push::PushConfig>,
 }
 
 /// Shortest window worth taking at the end of `--duration`: a verdict needs checkpoints.
@@ -160,7 +163,10 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     stop_on_signals(stop.clone());
     sample_memory(state.clone(), stop.clone());
     let rec_opts = window_options(&opts, opts.window);
-    let recorder = record::Recorder::start(&rec_opts, POLL)?;
+    let mut recorder = record::Recorder::start(&rec_opts, POLL)?;
+    if let Some(cfg) = opts.push.clone() {
+        recorder.push_to(cfg, push_labels(state.clone()));
+    }
     crate::note!(
         "leaktrace: watch: growth-mode windows of {:.0} s; output in {}",
         opts.window.as_secs_f64(),
@@ -433,6 +439,21 @@ fn new_proc(pid: u32, pod: Option<&crate::pod::PodProcess>, now: Instant) -> Pro
     p.oom_events =
         crate::record::ending::memory_events_of(pid).and_then(|f| crate::record::ending::oom_kills(&f).map(|n| (f, n)));
     p
+}
+
+/// The labels a watched process's pushed profiles carry besides `--push-label` and `pid`: its
+/// kubelet pod, namespace and container names (those known; none outside a pod), from the
+/// watch's state.
+fn push_labels(state: Arc<Mutex<WatchState>>) -> crate::push::LabelsOf {
+    Arc::new(move |pid| {
+        let Ok(s) = state.lock() else { return Vec::new() };
+        let Some(p) = s.procs.get(&pid) else { return Vec::new() };
+        let l = &p.labels;
+        [("pod", &l.pod), ("namespace", &l.namespace), ("container", &l.container)]
+            .into_iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+            .collect()
+    })
 }
 
 /// A thread that samples every watched process's memory once a second (the series of the
