@@ -82,3 +82,39 @@ pub unsafe fn lookup_all<K: Default + Clone, V: Default + Clone, T: Default + Co
         first = false;
     }
 }
+
+/// Read entries `0..n` of the array map `fd` (values of type `V`) with one [`LOOKUP`] call.
+/// Ok(None): the kernel refused it (no batched lookups here); the caller reads entry by entry.
+/// Errors: the kernel's errno on a later failure.
+///
+/// # Safety
+/// `V` must be the array's value type (`repr(C)`, of its value size).
+pub unsafe fn lookup_array_prefix<V: Default + Clone>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    n: usize,
+) -> std::io::Result<Option<Vec<V>>> {
+    use std::os::fd::AsRawFd as _;
+    let mut keys = vec![0u32; n];
+    let mut values = vec![V::default(); n];
+    let mut token_out = 0u32;
+    let mut attr = Attr {
+        in_batch: 0,
+        out_batch: &raw mut token_out as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: values.as_mut_ptr() as u64,
+        count: n as u32,
+        map_fd: fd.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    // SAFETY: attr points at `n` u32 keys and `n` values of the array's value type (the
+    // caller's guarantee) and at a u32 token (an array's), all alive across the call.
+    match unsafe { run(LOOKUP, &mut attr) } {
+        // ENOENT: the array ended before `n` (it has fewer entries): `count` were read.
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(524)) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    values.truncate((attr.count as usize).min(n));
+    Ok(Some(values))
+}

@@ -113,6 +113,9 @@ pub enum LoadError {
     Load(anyhow::Error),
 }
 
+/// Each process's sites (`SITES`' keys with that tgid) and their index in `SITE_STATS`.
+type SitesByProcess = StdHashMap<u32, Vec<(SiteKey, u32)>>;
+
 /// The loaded eBPF object and the maps the agent reads.
 pub struct Tracer {
     ebpf: Ebpf,
@@ -120,6 +123,14 @@ pub struct Tracer {
     sites: HashMap<MapData, SiteKey, u32>,
     /// Per-site totals by site index.
     site_stats: aya::maps::Array<MapData, SiteStats>,
+    /// `sites` read once for a round of checkpoints ([`Tracer::begin_round`]): each process's
+    /// sites and their index. None outside a round (then [`Tracer::read_sites`] reads the map).
+    sites_round: std::sync::Mutex<Option<SitesByProcess>>,
+    /// `site_stats` from index 0 to the largest in `sites_round`, read in one call for the
+    /// round (None: read entry by entry).
+    stats_round: std::sync::Mutex<Option<Vec<SiteStats>>>,
+    /// [`Tracer::counters`] read once for the round, likewise.
+    counters_round: std::sync::Mutex<Option<StdHashMap<&'static str, u64>>>,
     stacks: HashMap<MapData, u64, StackFrames>,
     /// Interpreter frames of the stacks that have any (same keys as `stacks`).
     py_stacks: HashMap<MapData, u64, leaktrace_common::PyStack>,
@@ -156,8 +167,10 @@ pub struct Tracer {
     time_base_ns: u64,
     /// Probes attached so far, as (PID, object path as the target maps it, offset, program).
     attached: std::collections::HashSet<(u32, String, u64, &'static str)>,
-    /// Every uprobe link, to detach them all at once at the end (see [`Tracer::shutdown`]).
-    links: Vec<Link>,
+    /// Every uprobe link with the process it serves, to detach a process's when it is no
+    /// longer traced ([`Tracer::remove_target`]) and the rest at once at the end (see
+    /// [`Tracer::shutdown`]).
+    links: Vec<(u32, Link)>,
     /// The tracepoint links, detached with the uprobes (each waits for RCU grace periods too).
     tp_links: Vec<(&'static str, TracePointLinkId)>,
     /// Why uprobe_multi links are not used (then every probe is a perf-event uprobe), if so.
@@ -391,6 +404,9 @@ impl Tracer {
             ebpf,
             sites,
             site_stats,
+            sites_round: std::sync::Mutex::new(None),
+            stats_round: std::sync::Mutex::new(None),
+            counters_round: std::sync::Mutex::new(None),
             stacks,
             py_stacks,
             py_targets,
@@ -448,7 +464,7 @@ impl Tracer {
         let started = std::time::Instant::now();
         // Each is held only to be dropped (which detaches it).
         let mut links: Vec<Box<dyn Send>> = Vec::with_capacity(self.links.len());
-        for link in std::mem::take(&mut self.links) {
+        for (_, link) in std::mem::take(&mut self.links) {
             match link {
                 Link::Multi(fd) => links.push(Box::new(fd)),
                 Link::Single(program, id) => {
@@ -526,6 +542,39 @@ impl Tracer {
     pub fn remove_target(&mut self, tgid: u32) {
         let _ = self.targets.remove(&tgid);
         let _ = self.work.remove(&tgid);
+        self.release_process(tgid);
+    }
+
+    /// What the tracer holds for process `tgid` goes (`leaktrace watch`, whose processes come
+    /// and go for days): its uprobe links (detached in a thread of their own: each removal waits
+    /// for RCU grace periods), its probes' bookkeeping (a process that comes back is probed
+    /// anew) and its entries in the `SITES` map. Returns how many links and sites went. (Site
+    /// indices are not reused: `SITE_STATS` keeps its slots.)
+    pub fn release_process(&mut self, tgid: u32) -> (usize, usize) {
+        let (mine, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.links).into_iter().partition(|(p, _)| *p == tgid);
+        self.links = kept;
+        let links = mine.len();
+        let mut detach: Vec<Box<dyn Send>> = Vec::new();
+        for (_, link) in mine {
+            match link {
+                Link::Multi(fd) => detach.push(Box::new(fd)),
+                Link::Single(program, id) => {
+                    if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
+                        && let Ok(link) = prog.take_link(id)
+                    {
+                        detach.push(Box::new(link));
+                    }
+                }
+            }
+        }
+        if !detach.is_empty() {
+            // Dropping a link detaches it.
+            std::thread::spawn(move || drop(detach));
+        }
+        self.attached.retain(|(pid, ..)| *pid != tgid);
+        let keys: Vec<SiteKey> = self.sites.keys().filter_map(Result::ok).filter(|k| k.tgid == tgid).collect();
+        let sites = keys.iter().filter(|k| self.sites.remove(k).is_ok()).count();
+        (links, sites)
     }
 
     /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
@@ -586,6 +635,20 @@ impl Tracer {
     /// Per-site totals of process `tgid`, as the kernel holds them now.
     pub fn read_sites(&self, tgid: u32) -> anyhow::Result<Vec<(SiteKey, SiteStats)>> {
         let mut out = Vec::new();
+        if let Ok(round) = self.sites_round.lock()
+            && let Some(by_tgid) = round.as_ref()
+        {
+            let stats = self.stats_round.lock().ok();
+            let stats = stats.as_ref().and_then(|s| s.as_ref());
+            for &(k, index) in by_tgid.get(&tgid).into_iter().flatten() {
+                let v = match stats.and_then(|s| s.get(index as usize)) {
+                    Some(v) => *v,
+                    None => self.site_stats.get(&index, 0).context("reading the SITE_STATS map")?,
+                };
+                out.push((k, v));
+            }
+            return Ok(out);
+        }
         for item in self.sites.iter() {
             match item {
                 Ok((k, index)) if k.tgid == tgid => {
@@ -598,6 +661,74 @@ impl Tracer {
             }
         }
         Ok(out)
+    }
+
+    /// Start a round of checkpoints of many processes (`watch`): the `SITES` map is read once
+    /// here, with batched lookups (entry by entry on a kernel without them), and
+    /// [`Tracer::read_sites`] takes each process's sites from that copy until
+    /// [`Tracer::end_round`] — instead of walking the whole map (two system calls an entry, every
+    /// process's entries) once per process. A site the kernel adds during the round is read at
+    /// the next one. Nothing changes if the map cannot be read (each process then reads it).
+    pub fn begin_round(&self) {
+        let mut by_tgid: SitesByProcess = StdHashMap::new();
+        use aya::maps::IterableMap as _;
+        use std::os::fd::AsFd as _;
+        let fd = self.sites.map().fd().as_fd();
+        // SAFETY: SITES is a hash map of SiteKey → u32 (its 4-byte bucket token fits a u32).
+        let batched = unsafe {
+            crate::bpf_batch::lookup_all::<SiteKey, u32, u32>(fd, 4096, |keys, values| {
+                for (k, v) in keys.iter().zip(values) {
+                    by_tgid.entry(k.tgid).or_default().push((*k, *v));
+                }
+            })
+        };
+        let read = match batched {
+            Ok(true) => true,
+            Ok(false) => {
+                by_tgid.clear();
+                let mut ok = true;
+                for item in self.sites.iter() {
+                    match item {
+                        Ok((k, index)) => by_tgid.entry(k.tgid).or_default().push((k, index)),
+                        Err(aya::maps::MapError::KeyNotFound) => {}
+                        Err(_) => ok = false,
+                    }
+                }
+                ok
+            }
+            Err(_) => false,
+        };
+        // SITE_STATS up to the largest index in use, in one call: its slots are never reused,
+        // so this is every site's totals (each checkpoint used to read its own one by one).
+        let stats = by_tgid.values().flatten().map(|&(_, i)| i as usize + 1).max().filter(|_| read).and_then(|n| {
+            use aya::maps::IterableMap as _;
+            let fd = self.site_stats.map().fd().as_fd();
+            // SAFETY: SITE_STATS is an array of SiteStats (repr(C), the kernel side's type).
+            unsafe { crate::bpf_batch::lookup_array_prefix::<SiteStats>(fd, n) }.ok().flatten()
+        });
+        if let Ok(mut round) = self.stats_round.lock() {
+            *round = stats;
+        }
+        if let Ok(mut round) = self.sites_round.lock() {
+            *round = read.then_some(by_tgid);
+        }
+        let counters = self.counters().ok();
+        if let Ok(mut round) = self.counters_round.lock() {
+            *round = counters;
+        }
+    }
+
+    /// End the round [`Tracer::begin_round`] started: [`Tracer::read_sites`] reads the map again.
+    pub fn end_round(&self) {
+        if let Ok(mut round) = self.sites_round.lock() {
+            *round = None;
+        }
+        if let Ok(mut round) = self.stats_round.lock() {
+            *round = None;
+        }
+        if let Ok(mut round) = self.counters_round.lock() {
+            *round = None;
+        }
     }
 
     /// The sites of process `tgid` by their index (the kernel's SITES map read backwards; a live
@@ -710,6 +841,11 @@ impl Tracer {
 
     /// Kernel counters (see `leaktrace_common::counter`), summed over CPUs, by name.
     pub fn counters(&self) -> anyhow::Result<StdHashMap<&'static str, u64>> {
+        if let Ok(round) = self.counters_round.lock()
+            && let Some(c) = round.as_ref()
+        {
+            return Ok(c.clone());
+        }
         let mut out = StdHashMap::new();
         for c in Counter::ALL {
             let v = self.counters.get(&(c as u32), 0).context("reading the COUNTERS map")?;

@@ -67,7 +67,7 @@ impl Tracer {
                             group[0].object.path.display()
                         )
                     })?;
-                self.links.push(Link::Multi(link));
+                self.links.push((pid, Link::Multi(link)));
                 for p in group {
                     let object = p.object.path.display().to_string();
                     self.attached.insert((pid, object.clone(), p.offset, program));
@@ -89,7 +89,7 @@ impl Tracer {
             let link = prog
                 .attach(p.probe_offset, &p.object.open_path, scope)
                 .with_context(|| format!("cannot place a uprobe on {} in {} (PID {pid})", p.function, object))?;
-            self.links.push(Link::Single(program, link));
+            self.links.push((pid, Link::Single(program, link)));
             self.attached.insert((pid, object.clone(), p.offset, program));
             placed.push(probe_info(p, object, kind));
         }
@@ -123,14 +123,14 @@ impl Tracer {
     ) -> anyhow::Result<()> {
         if self.single_why.is_none() {
             let link = self.attach_multi(program, open_path, &[offset], pid, false)?;
-            self.links.push(Link::Multi(link));
+            self.links.push((pid, Link::Multi(link)));
             return Ok(());
         }
         let scope = UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).context("PID 0 cannot be traced")?);
         let prog: &mut UProbe =
             self.ebpf.program_mut(program).with_context(|| format!("eBPF program {program} missing"))?.try_into()?;
         let link = prog.attach(offset, open_path, scope)?;
-        self.links.push(Link::Single(program, link));
+        self.links.push((pid, Link::Single(program, link)));
         Ok(())
     }
 

@@ -132,6 +132,14 @@ impl Tracing for Live {
         t.checkpoint(&self.tracer, t_s, batch, self.opts.work_probe.is_some())
     }
 
+    fn round(&mut self, begin: bool) {
+        if begin {
+            self.tracer.begin_round();
+        } else {
+            self.tracer.end_round();
+        }
+    }
+
     fn gone(&mut self, t: &mut Traced) -> bool {
         t.gone()
     }

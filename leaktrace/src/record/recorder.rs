@@ -140,9 +140,8 @@ impl Recorder {
         Ok(line)
     }
 
-    /// Stop recording `pid` now (it left the selection): its probes stay until
-    /// [`Recorder::finish`], but no checkpoint of it is taken and what was kept of it goes.
-    /// Nothing if it is not recorded.
+    /// Stop recording `pid` now (it left the selection): no checkpoint of it is taken and what
+    /// was kept of it goes, its probes included. Nothing if it is not recorded.
     pub fn remove(&mut self, pid: u32) {
         if let Some(i) = self.session.targets.iter().position(|t| t.pid == pid) {
             let t = self.session.targets.swap_remove(i);
@@ -151,7 +150,9 @@ impl Recorder {
     }
 
     /// What the tracer keeps of a process no longer recorded goes (its Python frames are no
-    /// longer read, its syscalls no longer noted).
+    /// longer read, its syscalls no longer noted, its uprobe links and `SITES` entries are
+    /// released: `Tracer::release_process`), so that processes coming and going for days do not
+    /// pile up links, descriptors and map entries.
     fn forget(&mut self, mut t: Traced) {
         let tracer = &mut self.session.host.tracer;
         if let Some(rt) = t.runtime.as_mut() {

@@ -102,6 +102,10 @@ pub(super) trait Tracing {
     fn say(&mut self, line: &str);
     /// Checkpoints were taken at `t_s`: (index in `targets`, live bytes, RSS bytes) each.
     fn checkpoints_taken(&mut self, targets: &[Self::Proc], taken: &[(usize, u64, u64)], t_s: f64);
+    /// A round of checkpoints of several processes begins (`true`) or ends (`false`): what every
+    /// checkpoint reads alike (the kernel's site table, its counters) may be read once for the
+    /// round (`Tracer::begin_round`).
+    fn round(&mut self, _begin: bool) {}
     /// The `n`th periodic checkpoint was taken (reachability scans, pushes); `start` is time 0.
     fn periodic(&mut self, targets: &mut [Self::Proc], n: u64, opts: &RecordOptions, start: Instant);
 }
@@ -516,10 +520,18 @@ impl<H: Tracing> Session<H> {
         self.drain_events();
         let t_s = self.t_s();
         let mut taken: Vec<(usize, u64, u64)> = Vec::new();
+        // One process (`record`'s usual case) reads the maps itself, as before.
+        let round = self.targets.iter().filter(|t| t.state().end_reason.is_none()).count() > 1;
+        if round {
+            self.host.round(true);
+        }
         for (i, t) in self.targets.iter_mut().enumerate().filter(|(_, t)| t.state().end_reason.is_none()) {
             if let Some((l, r)) = self.host.checkpoint(t, t_s, batch) {
                 taken.push((i, l, r));
             }
+        }
+        if round {
+            self.host.round(false);
         }
         self.host.checkpoints_taken(&self.targets, &taken, t_s);
     }
