@@ -251,6 +251,10 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     // Everything that can be checked before touching a target is checked first.
     let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_) | TargetSpec::Found(_));
     let (mut pids, mut skipped) = select_pids(&spec, opts, by_group)?;
+    // An explicit --out is made (or refused: a regular file there, an unwritable place) before
+    // the eBPF programs are loaded and before a command is started: the target is not touched
+    // for a run that could not write its report.
+    let explicit_out = opts.out.as_deref().map(output::OutDir::for_out).transpose()?;
     let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
 
     let mut held: Option<HeldChild> = None;
@@ -269,8 +273,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         held = Some(child);
     }
     let several = pids.len() > 1 || opts.follow_forks;
-    let out = match &opts.out {
-        Some(p) => output::OutDir::for_out(p),
+    let out = match explicit_out {
+        Some(o) => Ok(o),
         None => output::OutDir::create_named(&default_out_dir(opts.dir_prefix, pids[0], several)),
     };
     let out = match out {
@@ -355,7 +359,8 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
         tracer,
         launched_tree: held.is_some(),
         hold_failed: false,
-        status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration),
+        status: crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration)
+            .growth_mode(opts.mode == Mode::Growth),
         // Hook (issue #12, push): the push worker starts with the recording.
         push: opts.push.clone().map(|c| crate::push::Pusher::start(c, started_unix_ms)),
         mode: opts.mode,
