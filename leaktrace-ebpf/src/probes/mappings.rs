@@ -59,7 +59,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let regs = task_regs();
-    let sp = regs.sp;
+    let sp = regs.map_or(0, |r| r.sp);
     let libc_call = match MMAP_CALLS.get_ptr(pid_tgid) {
         // The libc wrapper's frame is just below its entry stack pointer.
         Some(c) => {
@@ -74,7 +74,11 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
         Some(c) => (c.owner, c.site),
         // A raw syscall (syscall(SYS_mmap, ...), a runtime's own wrapper).
         None if in_allocator() => (owner::ALLOCATOR, SiteKey::default()),
-        None => (owner::OFFHEAP, site_here::<false, false>(regs, pid_tgid, site_kind::MMAP, core::ptr::null())),
+        None => match regs {
+            Some(r) => (owner::OFFHEAP, site_here::<false, false>(r, pid_tgid, site_kind::MMAP, core::ptr::null())),
+            // No registers to walk from: the process's mmap site without a stack.
+            None => (owner::OFFHEAP, SiteKey { tgid, kind: site_kind::MMAP, stack: 0, caller: 0 }),
+        },
     };
     save_args(
         pid_tgid,
@@ -208,8 +212,11 @@ pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     // A fault is inside a function body, not at its entry: the word at the stack pointer is
     // no return address, so no `caller` (it would split one stack into many sites and put a
     // bogus frame 1 in each).
-    let site =
-        SiteKey { caller: 0, ..site_here::<true, false>(task_regs(), pid_tgid, site_kind::FAULT, core::ptr::null()) };
+    let site = match task_regs() {
+        Some(r) => SiteKey { caller: 0, ..site_here::<true, false>(r, pid_tgid, site_kind::FAULT, core::ptr::null()) },
+        // No registers to walk from: the process's fault site without a stack.
+        None => SiteKey { tgid, kind: site_kind::FAULT, stack: 0, caller: 0 },
+    };
     match site_index(&site) {
         Some(index) if account_alloc(index, 4096, now_ms()) => {}
         _ => count(counter::SITES_FULL),

@@ -32,19 +32,30 @@ pub(super) fn probe_regs(ctx: &ProbeContext) -> UserRegs {
     user_regs(unsafe { &*ctx.regs })
 }
 
-/// The current task's user registers (at a tracepoint: where it entered the kernel).
+/// The current task's user registers (at a tracepoint: where it entered the kernel); None when
+/// they cannot be read.
+///
+/// None, not zeros: a walk from constant registers is one the verifier follows value by value
+/// (every frame a new state), and that path alone took sys_enter_mmap past the verifier's
+/// 1 M-instruction limit (45 s of verification, then "program is too large").
 #[inline(always)]
-pub(super) fn task_regs() -> UserRegs {
+pub(super) fn task_regs() -> Option<UserRegs> {
     // SAFETY: helpers on the current task (a BTF pointer from the kernel); its pt_regs pointer is
     // checked for null and read with a checked copy (bpf_probe_read_kernel).
     unsafe {
         let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const aya_ebpf::bindings::pt_regs;
         if regs.is_null() {
-            return UserRegs { ip: 0, sp: 0, fp: 0 };
+            return None;
         }
-        match bpf_probe_read_kernel(regs) {
-            Ok(r) => user_regs(&r),
-            Err(_) => UserRegs { ip: 0, sp: 0, fp: 0 },
+        // The three registers, not the whole 168-byte pt_regs: a copy on the stack would take
+        // a third of the program's 512 bytes, and the walk's frames need the rest.
+        #[cfg(not(bpf_target_arch = "aarch64"))]
+        let (ip, sp, fp) = (&raw const (*regs).rip, &raw const (*regs).rsp, &raw const (*regs).rbp);
+        #[cfg(bpf_target_arch = "aarch64")]
+        let (ip, sp, fp) = (&raw const (*regs).pc, &raw const (*regs).sp, &raw const (*regs).regs[29]);
+        match (bpf_probe_read_kernel(ip), bpf_probe_read_kernel(sp), bpf_probe_read_kernel(fp)) {
+            (Ok(ip), Ok(sp), Ok(fp)) => Some(UserRegs { ip, sp, fp }),
+            _ => None,
         }
     }
 }
