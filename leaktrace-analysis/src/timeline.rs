@@ -90,7 +90,17 @@ impl Timeline {
                 }
             }
         }
-        let kinds: Vec<MemoryKind> = crate::runtimes::classify_sites(rec.target.runtime, &stacks);
+        let mut kinds: Vec<MemoryKind> = crate::runtimes::classify_sites(rec.target.runtime, &stacks);
+        // A mapping the allocator made (jemalloc's extents, issue 34) is not the program's
+        // off-heap memory. Growth mode: it is the heap growing through the allocator, native
+        // memory. Exact and sampled modes: the allocator's own, as glibc's arenas are — its
+        // blocks are counted at the malloc sites.
+        let growth = rec.mode == crate::recording::Mode::Growth;
+        for (k, st) in kinds.iter_mut().zip(&stacks) {
+            if *k == MemoryKind::OffHeap && crate::analyze::mapped_by_allocator(st).is_some() {
+                *k = if growth { MemoryKind::Native } else { MemoryKind::Runtime };
+            }
+        }
 
         let m = stacks.len();
         let mut live_bytes: Vec<Vec<u64>> = (0..m).map(|_| Vec::with_capacity(n)).collect();

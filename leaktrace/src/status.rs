@@ -78,11 +78,20 @@ pub struct Status {
     last_plain: Option<f64>,
     /// A redrawn line is on the screen.
     drawn: Cell<bool>,
+    /// Growth mode: the bytes are pages first touched by stack ("touched"), not live blocks, and
+    /// no occupied-heap share is shown (it needs live blocks).
+    growth: bool,
 }
 
 impl Status {
     pub fn new(mode: StatusMode, duration: Option<Duration>) -> Status {
-        Status { mode, duration, history: VecDeque::new(), last_plain: None, drawn: Cell::new(false) }
+        Status { mode, duration, history: VecDeque::new(), last_plain: None, drawn: Cell::new(false), growth: false }
+    }
+
+    /// The same status for a growth-mode recording: "touched" (resident pages first touched by
+    /// stack) instead of "live", and no occupied-heap share.
+    pub fn growth_mode(self, growth: bool) -> Status {
+        Status { growth, ..self }
     }
 
     /// Show the status at a checkpoint taken `t_s` seconds into the recording.
@@ -148,13 +157,14 @@ impl Status {
             _ => format!("{} processes", procs.len()),
         };
         let mut s = format!(
-            "[{elapsed}] {who}: RSS {}{}, live {}{}",
+            "[{elapsed}] {who}: RSS {}{}, {} {}{}",
             human(rss),
             rate(rss, rss0),
+            if self.growth { "touched" } else { "live" },
             human(live),
             rate(live, live0)
         );
-        if let Some((occupied, anon)) = occupied(procs).filter(|&(_, anon)| anon > 0) {
+        if let Some((occupied, anon)) = occupied(procs).filter(|&(_, anon)| anon > 0 && !self.growth) {
             s.push_str(&format!(", occupied {:.0} % of RSS anon", occupied as f64 * 100.0 / anon as f64));
         }
         if let Some((name, per_s)) = fastest_site(procs, t_s) {
@@ -311,6 +321,29 @@ mod tests {
         with_memory.memory = Some(crate::recording::ProcMemory { rss_anon_bytes: 12_192, ..Default::default() });
         let t = st.text(5.0, &[ProcessStatus { latest: Some(&with_memory), ..p(6096, (1 << 20) + 8192) }]);
         assert!(t.contains("live 6.0 KiB (+1019 B/s), occupied 50 % of RSS anon; fastest"), "{t}");
+    }
+
+    /// Issue 34: growth mode measures resident pages first touched by stack, not live blocks:
+    /// the line says "touched" and shows no occupied-heap share.
+    #[test]
+    fn growth_mode_says_touched_not_live() {
+        let stacks = vec![stack(0, "handle_request")];
+        let mut latest = Checkpoint { t_s: 2.0, ..Default::default() };
+        latest.memory = Some(crate::recording::ProcMemory { rss_anon_bytes: 1 << 20, ..Default::default() });
+        let last = HashMap::from([(0, sample(0, 8192))]);
+        let mut st = Status::new(StatusMode::Plain, None).growth_mode(true);
+        let p = ProcessStatus {
+            pid: 7,
+            live_bytes: 8192,
+            rss_bytes: 2 << 20,
+            stacks: &stacks,
+            last_samples: &last,
+            first: None,
+            latest: Some(&latest),
+        };
+        let t = st.text(2.0, &[p]);
+        assert!(t.starts_with("[   2.0s] PID 7: RSS 2.0 MiB, touched 8.0 KiB"), "{t}");
+        assert!(!t.contains("live") && !t.contains("occupied"), "{t}");
     }
 
     #[test]

@@ -29,11 +29,19 @@ fn decoy() -> &'static Path {
 
 /// Record the decoy (2,000 requests a second) in growth mode for 12 s with `extra` options.
 fn record_decoy(name: &str, extra: &[&str]) -> (OutDir, Report, Output, String) {
+    record_decoy_with(name, extra, None)
+}
+
+/// [`record_decoy`] with `preload` (a malloc library) LD_PRELOADed into the decoy.
+fn record_decoy_with(name: &str, extra: &[&str], preload: Option<&str>) -> (OutDir, Report, Output, String) {
     let out = OutDir::new(name);
     let mut args = vec!["--mode", "growth", "--duration", "12s", "--quiet"];
     args.extend_from_slice(extra);
     let mut target = Command::new(decoy());
     target.arg("2000");
+    if let Some(lib) = preload {
+        target.env("LD_PRELOAD", lib);
+    }
     let o = record_launch(&out, &args, target);
     o.assert_success();
     let r = Report::load(&out.path);
@@ -116,4 +124,78 @@ fn growth_mode_without_escalation_says_pages_first_touched() {
         top["first_touch_in"].as_str().is_some_and(|f| !f.is_empty()),
         "the top fault site is not said to be first touched inside the allocator: {top}\n{ctx}"
     );
+}
+
+/// Debian's libjemalloc2 (installed by `cargo xtask setup`), as /proc/PID/maps names it.
+fn jemalloc() -> String {
+    let o = Command::new("gcc").arg("-print-file-name=libjemalloc.so.2").output().expect("run gcc");
+    let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert!(path.is_absolute(), "libjemalloc.so.2 not found: install libjemalloc2 (cargo xtask setup)");
+    std::fs::canonicalize(&path).expect("canonical path").display().to_string()
+}
+
+/// Issue 34, item 1: the decoy under jemalloc (LD_PRELOAD). jemalloc maps its extents itself
+/// (mmap inside libjemalloc, under the program's malloc): growth mode must call those mappings
+/// the allocator's heap growth — "pages mapped by the allocator (jemalloc) under …", escalated
+/// to an exact window — never an off-heap leak of the program (before: "off-heap: … mapping"),
+/// and the exact window names remember_request. Report.md shows no growth-mode site as "leak".
+#[test]
+fn growth_mode_under_jemalloc_treats_its_mappings_as_heap_growth_and_escalates() {
+    require_root();
+    let lib = jemalloc();
+    let (out, r, o, ctx) = record_decoy_with("growth-jemalloc", &["--escalate-for", "8s"], Some(&lib));
+    let verdict = r.get(&["verdict"]);
+    let summary = str_of(verdict, "summary");
+    assert_ne!(str_of(verdict, "class"), "off-heap", "{ctx}");
+    assert!(!summary.contains("off-heap"), "jemalloc's mappings called off-heap\n{ctx}");
+    for s in r.sites() {
+        let through_jemalloc =
+            s["frames"].as_array().is_some_and(|f| f.iter().any(|f| f.to_string().contains("libjemalloc")));
+        if s["kind"] == "mmap" && through_jemalloc && s["class"] == "leak" {
+            assert_eq!(
+                s["first_touch_in"], "jemalloc",
+                "a growing jemalloc mapping is not the allocator's: {s}\n{ctx}"
+            );
+            assert_ne!(s["memory_kind"], "off-heap", "{s}\n{ctx}");
+        }
+    }
+    assert!(o.stderr.contains("exact window on PID"), "no exact window was taken\n{ctx}");
+    assert!(summary.contains("remember_request holds"), "the exact window does not name remember_request\n{ctx}");
+    let md = std::fs::read_to_string(out.file("report.md")).expect("report.md");
+    let growth_part = md.split("## Exact window").next().unwrap_or(&md);
+    // The site tables and headings (the verdict line leads with the exact window's "leak (").
+    let sites = growth_part.lines().filter(|l| l.starts_with("### ") || l.starts_with("| "));
+    assert!(
+        !sites.into_iter().any(|l| l.contains("| leak |") || l.contains(" — leak (")),
+        "growth-mode sites shown as leaks\n{md}"
+    );
+}
+
+/// Issue 34, item 3: SIGINT one second into the exact window cuts it: the window says so —
+/// inconclusive, "cut after …: it ended by signal" — and the verdict claims no leak (before: the
+/// few checkpoints' slope was a leak verdict). The growth-mode part says what it measured.
+#[test]
+fn an_exact_window_cut_by_sigint_is_inconclusive_not_a_leak() {
+    require_root();
+    let out = OutDir::new("growth-escalation-cut");
+    let mut cmd = leaktrace(["record", "--mode", "growth", "--duration", "10s", "--escalate-for", "60s", "--out"]);
+    cmd.arg(&out.path).arg("--").arg(decoy()).arg("2000");
+    let mut running = Running::spawn(cmd, None);
+    running.wait_for_stderr_line("leaktrace: growth mode: PID", TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    // The exact window's own "attached" line: its probes are in place.
+    running.wait_for_stderr_line("leaktrace: attached to PID", TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    running.signal(libc::SIGINT);
+    let o = running.wait(TIMEOUT);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
+    let verdict = r.get(&["verdict"]);
+    let summary = str_of(verdict, "summary");
+    assert_ne!(str_of(verdict, "class"), "leak", "{ctx}");
+    assert_eq!(verdict["inconclusive"], true, "{ctx}");
+    assert!(summary.contains("inconclusive: the exact window was cut after"), "{ctx}");
+    assert!(summary.contains("it ended by signal"), "{ctx}");
+    assert!(!summary.contains("remember_request holds"), "{ctx}");
+    assert_eq!(str_of(r.get(&["escalation", "verdict"]), "class"), "flat", "{ctx}");
 }

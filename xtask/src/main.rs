@@ -353,6 +353,8 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (which("tmux").is_some(), "tmux"),
         // tests/tests/watch_metrics.rs scrapes `watch --metrics-listen` with a real Prometheus.
         (which("prometheus").is_some(), "prometheus"),
+        // tests/tests/errors.rs sees that a bad --out is refused before any bpf(2) call.
+        (which("strace").is_some(), "strace"),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);
@@ -362,14 +364,14 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         apt.install(
             &missing,
             "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool, util-linux, zlib, \
-             OpenSSL, SQLite, tmux or Prometheus (needed by the production, unwinding, status-line and \
-             watch end-to-end tests)",
+             OpenSSL, SQLite, tmux, Prometheus or strace (needed by the production, unwinding, status-line, \
+             watch and errors end-to-end tests)",
             &[],
         )?;
     }
     eprintln!(
         "xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare, setpriv, \
-         libz, libssl, libsqlite3, tmux, prometheus"
+         libz, libssl, libsqlite3, tmux, prometheus, strace"
     );
     Ok(())
 }

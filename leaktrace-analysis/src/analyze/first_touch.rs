@@ -8,9 +8,55 @@
 //! buffer's (re)allocation. Such a site is "pages first touched under F", never a leak culprit
 //! with a missing-release hint; an exact window (escalation) names the allocating function.
 
-use crate::recording::{Stack, StackKind};
+use crate::recording::{EndReason, Recording, Stack, StackKind};
 
 use super::frames::is_allocator;
+use super::{Analysis, ProcessClass, Reason, Verdict};
+
+/// Shortest exact window (growth mode's escalation) whose verdict is taken, seconds.
+pub const MIN_EXACT_WINDOW_S: f64 = 2.0;
+/// Fewest checkpoints of an exact window whose verdict is taken.
+pub const MIN_EXACT_CHECKPOINTS: usize = 5;
+
+/// Judge growth mode's exact window (issue 34) as a window: one that ended by anything but its
+/// duration (SIGINT, the target exiting) or is shorter than [`MIN_EXACT_WINDOW_S`] or
+/// [`MIN_EXACT_CHECKPOINTS`] gets an inconclusive verdict saying so ([`Reason::ExactWindowCut`])
+/// instead of what its few checkpoints fit. `e`: the analysis of `rec`, the window's recording.
+pub(super) fn judge_exact_window(e: &mut Analysis, rec: &Recording) {
+    let cut = rec.end_reason != EndReason::Duration;
+    if !cut && e.duration_s >= MIN_EXACT_WINDOW_S && e.checkpoints >= MIN_EXACT_CHECKPOINTS {
+        return;
+    }
+    e.verdict = Verdict {
+        class: ProcessClass::Flat,
+        confidence: 0.1,
+        inconclusive: true,
+        reason: Reason::ExactWindowCut {
+            end_reason: rec.end_reason.to_string(),
+            duration_s: e.duration_s,
+            checkpoints: e.checkpoints,
+        },
+        by_kind: None,
+        losses: None,
+    };
+}
+
+/// A growth-mode verdict that names growth through the allocator (its top site first touched
+/// or mapped its pages inside the allocator) whose exact window could not answer
+/// ([`judge_exact_window`]) is inconclusive, not a leak: growth mode cannot tell leaked blocks
+/// from freed memory the allocator keeps. The sentence keeps both parts.
+pub(super) fn judge_growth_through_allocator(a: &mut Analysis) {
+    let Some(e) = a.escalation.as_deref() else { return };
+    let through = match a.verdict.reason {
+        Reason::Leaks { top, .. } => a.sites.get(top).is_some_and(|s| s.first_touch_in.is_some()),
+        _ => false,
+    };
+    if through && matches!(e.verdict.reason, Reason::ExactWindowCut { .. }) {
+        a.verdict.class = ProcessClass::Flat;
+        a.verdict.inconclusive = true;
+        a.verdict.confidence = a.verdict.confidence.min(0.2);
+    }
+}
 
 /// The allocator function inside which a growth-mode fault site first touched its pages (the
 /// outermost allocator frame inward of the culprit, e.g. `_int_realloc`), for a fault site
@@ -22,6 +68,38 @@ pub(super) fn first_touch_in(st: &Stack, culprit_frame: Option<usize>) -> Option
     }
     let inner = &st.frames[..culprit_frame.unwrap_or(st.frames.len()).min(st.frames.len())];
     inner.iter().find(|f| is_allocator(f)).and_then(|f| f.function.clone())
+}
+
+/// Native allocators whose library maps its own memory (their objects are often stripped, so
+/// their internal frames have no name: the object says whose they are).
+const ALLOCATOR_LIBRARIES: &[&str] = &["libjemalloc", "libtcmalloc", "libmimalloc"];
+
+/// Function-name prefixes of native allocators linked into the program (Rust's
+/// tikv-jemallocator `_rjem_je_*`, jemalloc's `je_*`, tcmalloc, mimalloc).
+const ALLOCATOR_PREFIXES: &[&str] = &["je_", "_rjem_", "tc_", "tcmalloc::", "mi_", "_mi_"];
+
+/// The native allocator a growth-mode mapping was made by (issue 34): for an "mmap" stack that
+/// passes through jemalloc, tcmalloc or mimalloc (by object or function name) or glibc's malloc
+/// (an allocator function in libc), the allocator's name (`jemalloc`, `glibc malloc`); None for
+/// any other stack, and for one through a managed runtime's own code (a runtime maps its heap
+/// through its own rules, runtimes/). Such a mapping is heap growth through the allocator, whose
+/// pages hold whatever blocks it carves from them: not off-heap memory of the function that
+/// asked for a block. Growth mode only — in exact mode the blocks are traced at the malloc sites.
+pub(crate) fn mapped_by_allocator(st: &Stack) -> Option<String> {
+    if st.kind != StackKind::Mmap || st.frames.iter().any(|f| crate::frame_origin::is_runtime_frame(f)) {
+        return None;
+    }
+    st.frames.iter().find_map(|f| {
+        let object = f.object.as_deref().map(crate::frame_origin::basename).unwrap_or("");
+        if let Some(lib) = ALLOCATOR_LIBRARIES.iter().find(|l| object.starts_with(**l)) {
+            return Some(lib.trim_start_matches("lib").to_string());
+        }
+        let function = f.function.as_deref().unwrap_or("");
+        if ALLOCATOR_PREFIXES.iter().any(|p| function.starts_with(p)) {
+            return Some(function.to_string());
+        }
+        (is_allocator(f) && crate::system_libs::is_glibc(object)).then(|| "glibc malloc".to_string())
+    })
 }
 
 #[cfg(test)]
@@ -57,5 +135,33 @@ mod tests {
         assert_eq!(first_touch_in(&Stack { kind: StackKind::Malloc, ..st.clone() }, Some(3)), None);
         let own = stack(StackKind::Fault, &[("memset", LIBC), ("fill_buffer", "/srv/app")]);
         assert_eq!(first_touch_in(&own, Some(1)), None);
+    }
+
+    /// Issue 34: jemalloc (Debian's libjemalloc2, stripped: its frames have no name) mapping an
+    /// extent under the program's malloc is the allocator's heap growth, not an off-heap mapping
+    /// of the program; the program's own mmap, and one through a runtime, are not.
+    #[test]
+    fn a_mapping_made_inside_an_allocator_library_is_the_allocators() {
+        const JE: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+        let unnamed = |o: &str| Arc::new(Frame { object: Some(o.to_string()), ..Default::default() });
+        let mut je = stack(StackKind::Mmap, &[("mmap64", LIBC)]);
+        je.frames.extend([unnamed(JE), unnamed(JE), frame("malloc", JE)]);
+        je.frames.extend(stack(StackKind::Mmap, &[("remember_request", "/srv/app"), ("main", "/srv/app")]).frames);
+        assert_eq!(mapped_by_allocator(&je).as_deref(), Some("jemalloc"));
+        let glibc = stack(
+            StackKind::Mmap,
+            &[("mmap64", LIBC), ("sysmalloc", LIBC), ("_int_malloc", LIBC), ("malloc", LIBC), ("load", "/srv/app")],
+        );
+        assert_eq!(mapped_by_allocator(&glibc).as_deref(), Some("glibc malloc"));
+        let tikv = stack(StackKind::Mmap, &[("mmap", LIBC), ("_rjem_je_pages_map", "/srv/app"), ("main", "/srv/app")]);
+        assert_eq!(mapped_by_allocator(&tikv).as_deref(), Some("_rjem_je_pages_map"));
+        let own = stack(StackKind::Mmap, &[("mmap64", LIBC), ("map_buffers", "/srv/app"), ("main", "/srv/app")]);
+        assert_eq!(mapped_by_allocator(&own), None);
+        let py = stack(
+            StackKind::Mmap,
+            &[("mmap64", LIBC), ("_PyObject_ArenaMmap", "/usr/bin/python3.11"), ("malloc", LIBC)],
+        );
+        assert_eq!(mapped_by_allocator(&py), None, "a runtime's heap is the runtime rules' business");
+        assert_eq!(mapped_by_allocator(&Stack { kind: StackKind::Fault, ..je }), None);
     }
 }

@@ -637,6 +637,16 @@ pub enum Reason {
         /// in mappings no traced call made (private file mappings, mappings made before attach).
         site: Option<(usize, u64, u64)>,
     },
+    /// Growth mode's exact window (escalation, issue 34) was cut before its end (a signal, the
+    /// target exiting) or is too short to judge ([`first_touch::MIN_EXACT_WINDOW_S`],
+    /// [`first_touch::MIN_EXACT_CHECKPOINTS`]): what its few checkpoints fit is no verdict.
+    ExactWindowCut {
+        /// Why the window's recording ended ("signal", "target-exited", "duration").
+        end_reason: String,
+        /// Its length, seconds, and checkpoints.
+        duration_s: f64,
+        checkpoints: usize,
+    },
     /// Too few checkpoints to measure growth.
     TooFewCheckpoints {
         /// Checkpoints in the steady window.
@@ -912,7 +922,8 @@ fn class_rank(c: SiteClass) -> u8 {
 
 mod collected;
 mod finalization;
-mod first_touch;
+pub mod first_touch;
+pub(crate) use first_touch::mapped_by_allocator;
 mod frames;
 mod kinds;
 pub mod managed;

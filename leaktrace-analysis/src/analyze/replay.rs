@@ -171,7 +171,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     // Counters (cumulative: the last checkpoint).
     let Counters { drops, events, drops_total, f_drops } = counters(rec, order, &mut warnings);
     let sample_bytes = sample_bytes(rec, &mut warnings);
-    let ctx = SiteContext { times, units: &units, duration: span_duration, win, f_drops, sample_bytes };
+    let growth = rec.mode == crate::recording::Mode::Growth;
+    let ctx = SiteContext { times, units: &units, duration: span_duration, win, f_drops, sample_bytes, growth };
     let mut sites = analyze_sites(rec, tl, &series, &ctx, &mut warnings);
     let (mut memory, live) = process_memory(rec, tl, &mut warnings);
     let LiveByKind { native, mmap, fault, other_malloc } = &live;
@@ -289,11 +290,16 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             rec.checkpoints.iter().filter(|c| c.t_s <= t + 0.5).filter_map(|c| c.units_of_work).next_back()
         }),
         work_probe: rec.work_probe.clone(),
-        escalation: rec.escalation.as_ref().map(|e| Box::new(analyze(e, opts))),
+        escalation: rec.escalation.as_ref().map(|e| {
+            let mut ea = analyze(e, opts);
+            super::first_touch::judge_exact_window(&mut ea, e);
+            Box::new(ea)
+        }),
         units_of_work,
         traced_trend,
         traced_unit_trend,
     };
+    super::first_touch::judge_growth_through_allocator(&mut analysis);
     analysis.scale = super::scale::scale(&analysis, rec.target.memory_limit_bytes);
     analysis.occupied = super::occupied::occupied(rec, &analysis);
     analysis.summary.occupied_heap_to_rss_ratio = analysis.occupied.as_ref().and_then(|o| o.ratio);

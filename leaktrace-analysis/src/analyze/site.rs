@@ -18,6 +18,8 @@ pub(super) struct SiteContext<'a> {
     pub(super) f_drops: f64,
     /// Sampled mode: mean distance between samples, bytes (0 otherwise).
     pub(super) sample_bytes: u64,
+    /// Growth mode: pages first touched by stack, no allocator probes.
+    pub(super) growth: bool,
 }
 
 pub(super) fn analyze_site(
@@ -44,7 +46,9 @@ pub(super) fn analyze_site(
     let releasing = ser.last.free_count > 0 && class != SiteClass::Leak;
     // Growth mode: a fault names who first wrote a page, not who allocated or holds it, so no
     // fault site gets a missing release; one inside malloc (or an allocating API) names no holder.
-    let first_touch_in = super::first_touch::first_touch_in(st, culprit_frame);
+    // A mapping the allocator made (jemalloc's extents) is the heap growing through it: the same.
+    let first_touch_in = super::first_touch::first_touch_in(st, culprit_frame)
+        .or_else(|| ctx.growth.then(|| super::first_touch::mapped_by_allocator(st)).flatten());
     let likely_missing_release = if releasing || ser.last.live_count() == 0 || st.kind == StackKind::Fault {
         None
     } else {

@@ -68,9 +68,12 @@ pub(super) fn levelled_off(series: &[(f64, u64)], from: Option<f64>, to: f64, st
 }
 
 /// Off-heap program memory: an anonymous mapping that is neither the allocator's, the loader's
-/// nor a runtime's ([`crate::runtimes::classify_site`]).
+/// nor a runtime's ([`crate::runtimes::classify_site`]), nor, in growth mode, one the allocator
+/// made under the program's malloc (`first_touch_in`: jemalloc's extents are heap growth).
 pub(super) fn is_offheap_mapping(s: &SiteAnalysis) -> bool {
-    s.kind == StackKind::Mmap && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
+    s.kind == StackKind::Mmap
+        && matches!(s.memory_kind, MemoryKind::OffHeap | MemoryKind::Native)
+        && s.first_touch_in.is_none()
 }
 
 impl Analysis {

@@ -16,6 +16,15 @@ const SITES_SHOWN: usize = 5;
 /// what the attribution means. None for other sites.
 pub fn first_touch_line(s: &SiteAnalysis) -> Option<String> {
     let alloc = s.first_touch_in.as_ref()?;
+    if s.kind == crate::recording::StackKind::Mmap {
+        return Some(format!(
+            "- mapped by the allocator ({alloc}): the allocator maps memory for the blocks it hands out, \
+             here while {} asked it for one; these are the allocator's pages (heap growth), not memory \
+             {} maps itself; growth mode cannot tell leaked blocks from freed memory the allocator keeps \
+             (an exact window names the allocating function)",
+            s.function, s.function
+        ));
+    }
     Some(format!(
         "- first touched inside the allocator ({alloc}): growth mode charges a page to the code that \
          first touches it, here whoever asked malloc for memory when its heap reached a new page; \

@@ -5,16 +5,17 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::analyze::{Analysis, SiteAnalysis, SiteClass};
-use crate::recording::{EndReason, Recording, Runtime, StackKind};
+use crate::recording::{EndReason, Recording, StackKind};
 use crate::runtimes::MemoryKind;
 
 use crate::human::{bytes, bytes_signed, exact, exact_signed, rate, seconds};
 
 pub use super::stack::{MAX_FRAMES, frame_line, stack_lines};
 
-fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, runtime: Option<Runtime>, unit: Option<&str>) {
+fn site_block(md: &mut String, rank: usize, s: &SiteAnalysis, a: &Analysis, unit: Option<&str>) {
+    let runtime = a.runtime;
     let e = &s.evidence;
-    let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, s.class, s.confidence);
+    let _ = writeln!(md, "### {rank}. {} — {} (confidence {:.2})\n", s.function, shown_class(s, a), s.confidence);
     let ci = s.growth_ci95_bytes_per_s.map_or(String::from("n/a"), |c| format!("{c:.0} B/s"));
     // Per unit of work first, when the recording counted units.
     let per_unit = match (s.growth_bytes_per_unit, unit) {
@@ -312,6 +313,22 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     );
 }
 
+/// A site's class as report.md shows it. Growth mode (issue 34) measures pages first touched by
+/// stack, never a free: a fault site, or a mapping the allocator made, that the rules class as
+/// a leak is shown as "grows (pages first touched)", and as "kept by the allocator" when the
+/// verdict is fragmentation (glibc's arenas keep freed memory: not a leak). Other sites: their
+/// class.
+pub fn shown_class(s: &SiteAnalysis, a: &Analysis) -> String {
+    let growth_site = s.kind == StackKind::Fault || s.first_touch_in.is_some();
+    match (s.class, growth_site) {
+        (SiteClass::Leak, true) if a.verdict.class == crate::analyze::ProcessClass::Fragmentation => {
+            "kept by the allocator (fragmentation)".to_string()
+        }
+        (SiteClass::Leak, true) => "grows (pages first touched)".to_string(),
+        (c, _) => c.to_string(),
+    }
+}
+
 /// The whole report.md: the verdict, the measurement, what was held at exit, the top sites by
 /// growth and by live bytes, the hooks' sections, what is not a leak, caveats and losses, probes.
 pub fn report_md(rec: &Recording, a: &Analysis) -> String {
@@ -323,7 +340,8 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let summary = super::verdict::sentence(a);
     let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
     let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
-    if let Some(line) = super::occupied::line(a) {
+    // Growth mode sees no live blocks: an occupied heap of 0 % would say nothing true.
+    if let Some(line) = super::occupied::line(a).filter(|_| rec.mode != crate::recording::Mode::Growth) {
         let _ = writeln!(md, "{line}\n");
     }
     super::holds::holder_line(&mut md, rec);
@@ -493,7 +511,7 @@ fn top_sites(md: &mut String, a: &Analysis) {
         md.push_str("No site's live bytes grow.\n\n");
     }
     for (i, site) in growth.iter().enumerate() {
-        site_block(md, i + 1, site, a.runtime, unit.as_deref());
+        site_block(md, i + 1, site, a, unit.as_deref());
         shown.insert(site.id);
     }
     let live = a.top_by_live();
@@ -524,7 +542,7 @@ fn top_sites(md: &mut String, a: &Analysis) {
                 i + 1,
                 site.live_allocations,
                 rate(site.growth_bytes_per_s),
-                site.class,
+                shown_class(site, a),
                 site.function.replace('|', "\\|")
             );
         }
@@ -533,7 +551,7 @@ fn top_sites(md: &mut String, a: &Analysis) {
             if shown.contains(&site.id) {
                 continue;
             }
-            site_block(md, i + 1, site, a.runtime, unit.as_deref());
+            site_block(md, i + 1, site, a, unit.as_deref());
         }
     }
 }

@@ -231,7 +231,10 @@ fn reason(a: &Analysis) -> String {
             let unit = a.unit_name();
             let (name, other) =
                 if *offheap { ("off-heap", "a leak in the malloc heap") } else { ("leak", "an off-heap leak") };
-            let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window));
+            // Growth mode through the allocator (issue 34) measures growth, not a leak.
+            let name = if a.sites[*top].first_touch_in.is_some() { "growth through the allocator" } else { name };
+            let escalated = a.escalation.is_some();
+            let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window, escalated));
             if *count > 1 {
                 summary.push_str(&format!(
                     "; {} leaking {}sites in all, {} in total",
@@ -241,7 +244,10 @@ fn reason(a: &Analysis) -> String {
                 ));
             }
             if let Some((o, n, total)) = also {
-                summary.push_str(&format!("; also {other}: {}", leak_phrase(&a.sites[*o], unit.as_deref(), &window)));
+                summary.push_str(&format!(
+                    "; also {other}: {}",
+                    leak_phrase(&a.sites[*o], unit.as_deref(), &window, escalated)
+                ));
                 if *n > 1 {
                     summary.push_str(&format!(" ({} sites, {} in total)", n, hr(*total)));
                 }
@@ -298,6 +304,17 @@ fn reason(a: &Analysis) -> String {
                 "inconclusive: too short to classify (its allocations and frees spanned {checkpoints} \
                  checkpoint(s), {duration_s:.1} s); {}",
                 at_exit_phrase(a)
+            )
+        }
+        Reason::ExactWindowCut { end_reason, duration_s, checkpoints } => {
+            let how = if end_reason == "duration" {
+                format!("too short ({duration_s:.1} s, {checkpoints} checkpoint(s))")
+            } else {
+                format!("cut after {duration_s:.1} s ({checkpoints} checkpoint(s)): it ended by {end_reason}")
+            };
+            format!(
+                "inconclusive: the exact window was {how}, too little to tell a leak from freed memory the \
+                 allocator keeps; record again with a longer --escalate-for, or record --mode exact"
             )
         }
         Reason::TooFewCheckpoints { n } => {
@@ -690,31 +707,51 @@ fn escalation_clause(a: &Analysis) -> Option<String> {
     Some(match &e.verdict.reason {
         Reason::Leaks { top, window_s, .. } if e.verdict.class == crate::analyze::ProcessClass::Leak => {
             let window = format!("{:.0}–{:.0} s of the window", window_s.0, window_s.1);
-            format!("leak ({head}): {}", leak_phrase(&e.sites[*top], e.unit_name().as_deref(), &window))
+            format!("leak ({head}): {}", leak_phrase(&e.sites[*top], e.unit_name().as_deref(), &window, true))
         }
         _ => format!("{head}: {}", sentence(e)),
     })
 }
 
-/// A growth-mode fault site that touched its pages inside the allocator (issue 34): what it
-/// measures, "pages first touched under F", and where to get the holder.
-fn first_touch_phrase(s: &SiteAnalysis, alloc: &str, per_s: &str, window: &str) -> String {
-    format!(
-        "pages first touched under {} grow {per_s} over the steady window ({window}), touched inside \
-         the allocator ({alloc}): growth mode charges a page to whoever asked malloc for memory when \
-         its heap reached a new page, not to the blocks that hold it; {} ({} B) resident at the end; \
-         an exact window names the allocating function (growth mode escalates unless --no-escalate, \
-         or record --mode exact)",
-        s.function,
-        hb(s.live_bytes),
-        s.live_bytes
-    )
+/// A growth-mode fault site that touched its pages inside the allocator, or a mapping the
+/// allocator made (jemalloc's extents) (issue 34): what it measures, "pages first touched under
+/// F" / "pages mapped by the allocator under F", that growth mode cannot tell a leak from freed
+/// memory the allocator keeps, and — without an exact window (`escalated` false) — where to get
+/// the holder.
+fn first_touch_phrase(s: &SiteAnalysis, alloc: &str, per_s: &str, window: &str, escalated: bool) -> String {
+    let how = if s.kind == StackKind::Mmap {
+        let (held, resident) = s.held_bytes();
+        format!(
+            "pages mapped by the allocator ({alloc}) under {} grow {per_s} over the steady window ({window}): \
+             the allocator maps memory for the blocks it hands out, so this is heap growth through it, \
+             not memory the program maps itself; {} ({held} B) {} at the end",
+            s.function,
+            hb(held),
+            if resident { "resident" } else { "mapped" }
+        )
+    } else {
+        format!(
+            "pages first touched under {} grow {per_s} over the steady window ({window}), touched inside \
+             the allocator ({alloc}): growth mode charges a page to whoever asked malloc for memory when \
+             its heap reached a new page, not to the blocks that hold it; {} ({} B) resident at the end",
+            s.function,
+            hb(s.live_bytes),
+            s.live_bytes
+        )
+    };
+    let advice = if escalated {
+        ""
+    } else {
+        "; an exact window names the allocating function (growth mode escalates unless --no-escalate, \
+         or record --mode exact)"
+    };
+    format!("{how}; growth mode cannot tell leaked blocks from freed memory the allocator keeps{advice}")
 }
 
 /// How a leaking site grows, for the verdict: per unit of work first when measured, then per
 /// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
 /// mapping).
-fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
+fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str, escalated: bool) -> String {
     let per_s = format!(
         "{} ({:.0} B/s ± {:.0} at 95 %)",
         hr(s.growth_bytes_per_s),
@@ -722,7 +759,7 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str) -> String {
         s.growth_ci95_bytes_per_s.unwrap_or(0.0)
     );
     if let Some(alloc) = &s.first_touch_in {
-        return first_touch_phrase(s, alloc, &per_s, window);
+        return first_touch_phrase(s, alloc, &per_s, window, escalated);
     }
     let map = s.kind == StackKind::Mmap;
     match s.threads {

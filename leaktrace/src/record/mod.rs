@@ -258,11 +258,15 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     // Everything that can be checked before touching a target is checked first.
     let by_group = matches!(spec, TargetSpec::Cgroup(_) | TargetSpec::Container(_) | TargetSpec::Found(_));
     let (mut pids, mut skipped) = select_pids(&spec, opts, by_group)?;
+    // An explicit --out is made (or refused: a regular file there, an unwritable place) before
+    // the eBPF programs are loaded and before a command is started: the target is not touched
+    // for a run that could not write its report.
+    let explicit_out = opts.out.as_deref().map(output::OutDir::for_out).transpose()?;
     let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
     // Dropped on every way out of this function, the guardian first (killed and reaped).
     let (mut held, mut _guardian) = launch_held(&spec, &mut pids)?;
     let several = pids.len() > 1 || opts.follow_forks;
-    let out = open_out(opts, pids[0], several, &mut held)?;
+    let out = open_out(opts, explicit_out, pids[0], several, &mut held)?;
     let dir = out.path().to_path_buf();
 
     let start = Instant::now();
@@ -319,12 +323,13 @@ fn launch_held(
 /// `leaktrace-[PREFIX-]PID-TIMESTAMP`. On error the held command is let go.
 fn open_out(
     opts: &RecordOptions,
+    explicit: Option<output::OutDir>,
     first_pid: u32,
     several: bool,
     held: &mut Option<HeldChild>,
 ) -> anyhow::Result<output::OutDir> {
-    let out = match &opts.out {
-        Some(p) => output::OutDir::for_out(p),
+    let out = match explicit {
+        Some(o) => Ok(o),
         None => output::OutDir::create_named(&default_out_dir(opts.dir_prefix, first_pid, several)),
     };
     if out.is_err()

@@ -182,10 +182,14 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     };
     // From the agent's start: loading and the first attach count in its first minute.
     w.budget.check(start_cpu.0, start_cpu.1);
+    let mut windows_taken = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let left = opts.duration.map(|d| d.saturating_sub(start.elapsed()));
         let len = left.map_or(opts.window, |l| l.min(opts.window));
-        if len < MIN_WINDOW {
+        // The rest of --duration too short for a verdict ends the watch, except for the first
+        // window: a --duration of 2 s (measured from here, a few ms short of 2 s) still gets
+        // its one window and its verdicts, not none.
+        if len.is_zero() || len < MIN_WINDOW && windows_taken > 0 {
             break;
         }
         w.follow.update(&mut w.recorder, &opts.selector, &state, &out);
@@ -199,6 +203,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
             continue;
         }
         let due = w.one(len, &opts, &state, &out, &stop);
+        windows_taken += 1;
         escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
         escalations.extend(window::escalate(due, &state, &out, &opts, &window_options(&opts, len)));
         if let Ok(mut s) = state.lock() {

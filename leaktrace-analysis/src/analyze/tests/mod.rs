@@ -8,6 +8,7 @@ use crate::runtimes::MemoryKind;
 
 mod classes;
 mod culprit;
+mod escalation;
 mod lifetime;
 mod losses;
 mod managed;
