@@ -1,5 +1,6 @@
 //! The agent's own CPU limit (`watch --max-cpu`): its CPU time (every thread: the windows, the
-//! exact windows, the metrics endpoint) over the last minute, as a percentage of one core.
+//! exact windows, the metrics endpoint) over the last minute, as a percentage of one core,
+//! counted from after the eBPF programs are loaded (a one-off start-up cost: the verifier).
 //! While it is above the limit, no escalation starts (a process due for one keeps its streak
 //! and is escalated once the agent is back under the limit); growth-mode tracing goes on.
 
