@@ -270,17 +270,42 @@ impl Drop for Guardian {
 
 /// Non-blocking reap: Some(status) once the child has exited.
 pub fn try_wait(pid: u32) -> Option<ExitStatus> {
+    if let Some(s) = take_reaped(pid) {
+        return Some(s);
+    }
     let mut status = 0;
     // SAFETY: waitpid(2) writes the status into the local `status`.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    if r == pid as i32 { Some(decode(status)) } else { None }
+    if r == pid as i32 { Some(decode(status)) } else { take_reaped(pid) }
 }
 
 fn wait_blocking(pid: u32) -> Option<ExitStatus> {
+    if let Some(s) = take_reaped(pid) {
+        return Some(s);
+    }
     let mut status = 0;
     // SAFETY: waitpid(2) writes the status into the local `status`.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
-    (r == pid as i32).then(|| decode(status))
+    if r == pid as i32 { Some(decode(status)) } else { take_reaped(pid) }
+}
+
+/// Exit statuses (raw waitpid status, by PID) that a ptrace stop for a scan reaped: a launched
+/// command whose main thread exits while it is seized is reaped by the scan's waitpid(__WALL),
+/// and [`try_wait`] would otherwise never see it end.
+static REAPED: std::sync::Mutex<Vec<(u32, i32)>> = std::sync::Mutex::new(Vec::new());
+
+/// Note the raw exit `status` of thread `tid`, reaped by a wait for a scan's stop (only a
+/// thread-group leader's matters: it is a launched command's end).
+pub fn reaped_elsewhere(tid: u32, status: i32) {
+    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+        REAPED.lock().unwrap_or_else(|e| e.into_inner()).push((tid, status));
+    }
+}
+
+fn take_reaped(pid: u32) -> Option<ExitStatus> {
+    let mut v = REAPED.lock().unwrap_or_else(|e| e.into_inner());
+    let i = v.iter().position(|&(p, _)| p == pid)?;
+    Some(decode(v.swap_remove(i).1))
 }
 
 fn decode(status: i32) -> ExitStatus {
@@ -310,4 +335,22 @@ pub fn terminate(pid: u32, grace: std::time::Duration) -> Option<ExitStatus> {
     // SAFETY: as the SIGTERM above (not reaped: try_wait found it running).
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     wait_blocking(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command reaped by a scan's wait ends the session's wait with the status it had.
+    #[test]
+    fn a_status_reaped_by_a_scan_is_the_commands_end() {
+        // A PID that is no child of the test: waitpid fails, only the registry answers.
+        let pid = u32::MAX / 2;
+        assert_eq!(try_wait(pid), None);
+        reaped_elsewhere(pid, 3 << 8); // exited with code 3
+        reaped_elsewhere(pid + 1, 0x057f); // stopped by SIGSTOP: not an end, not kept
+        assert_eq!(try_wait(pid), Some(ExitStatus::Code(3)));
+        assert_eq!(try_wait(pid), None, "taken once");
+        assert_eq!(try_wait(pid + 1), None);
+    }
 }

@@ -105,7 +105,12 @@ pub fn stop_all(pid: u32) -> anyhow::Result<Stopped> {
         // SAFETY: waits for a tracee of this process; status is a local.
         let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
         if r != tid || !libc::WIFSTOPPED(status) {
-            continue; // exited
+            // Exited. When it was a launched command's main thread, this wait reaped the
+            // command: its status is handed to the session's wait (launch::try_wait).
+            if r == tid {
+                crate::launch::reaped_elsewhere(tid as u32, status);
+            }
+            continue;
         }
         // status >> 16 is PTRACE_EVENT_STOP for the interrupt (or a group stop); 0 is a
         // signal-delivery stop: that signal is handed back at detach.
