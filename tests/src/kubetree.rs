@@ -1,4 +1,5 @@
-//! Cgroups made the way a kubelet makes them, for the `--pod` tests (pod.rs, watch_pod.rs).
+//! Cgroups made the way a kubelet makes them, and the container runtime's config.json that names
+//! a container's pod, for the `--pod` tests (pod.rs, watch_pod.rs, watch_push.rs, watch_node.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,6 +27,14 @@ impl KubeTree {
             }
         }
         p
+    }
+
+    /// Make the cgroup of container `cid` of pod `uid` as the kubelet's systemd driver names it
+    /// (a burstable pod, containerd's scope).
+    pub fn systemd_container(&mut self, uid: &str, cid: &str) -> PathBuf {
+        let pod_dir =
+            format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
+        self.cgroup(&format!("{pod_dir}/cri-containerd-{cid}.scope"))
     }
 
     /// Start `cmd` and move it into the cgroup `dir`; its PID.
@@ -57,4 +66,19 @@ impl Drop for KubeTree {
             let _ = wait_for(Duration::from_secs(5), || std::fs::remove_dir(d).ok());
         }
     }
+}
+
+/// Write `cri/CID/config.json` as containerd writes it for a container: the annotations that
+/// name its pod `pod`, namespace `ns` and container `container` (what `--pod` resolves through
+/// `LEAKTRACE_CRI_CONFIG`).
+pub fn write_cri_config(cri: &Path, cid: &str, pod: &str, ns: &str, container: &str) {
+    let dir = cri.join(cid);
+    std::fs::create_dir_all(&dir).expect("create the runtime config directory");
+    std::fs::write(
+        dir.join("config.json"),
+        format!(
+            r#"{{"annotations":{{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-name":"{pod}","io.kubernetes.cri.sandbox-namespace":"{ns}","io.kubernetes.cri.container-name":"{container}"}}}}"#
+        ),
+    )
+    .expect("write config.json");
 }

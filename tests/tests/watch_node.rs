@@ -93,15 +93,7 @@ impl Node {
         for (container, cmd) in containers {
             self.seed += 1;
             let cid = format!("{:016x}", self.seed.wrapping_mul(0xff51afd7ed558ccd)).repeat(4);
-            let dir = self.cri.join(&cid);
-            std::fs::create_dir_all(&dir).expect("create the runtime config directory");
-            std::fs::write(
-                dir.join("config.json"),
-                format!(
-                    r#"{{"annotations":{{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-name":"{name}","io.kubernetes.cri.sandbox-namespace":"{ns}","io.kubernetes.cri.container-name":"{container}"}}}}"#
-                ),
-            )
-            .expect("write config.json");
+            write_cri_config(&self.cri, &cid, name, ns, container);
             let rel = self.kubepods.strip_prefix(cgroup2_mount().expect("cgroup v2")).expect("under the mount");
             let cg = self.tree.cgroup(&format!("{}/burstable/pod{uid}/{cid}", rel.display()));
             let pid = self.tree.start_in(&cg, cmd);

@@ -24,18 +24,9 @@ fn watch_follows_a_pods_processes_as_they_come_and_go() {
     let pod = format!("web-w{me}");
     let (uid, cid) = (format!("{:08x}-1111-2222-3333-{:012x}", me, me), format!("{:016x}", me * 31).repeat(4));
     let cri = temp_root().join(format!("cri-watch-{me}"));
-    std::fs::create_dir_all(cri.join(&cid)).expect("create the runtime config directory");
-    std::fs::write(
-        cri.join(&cid).join("config.json"),
-        format!(
-            r#"{{"annotations":{{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-name":"{pod}","io.kubernetes.cri.sandbox-namespace":"shop","io.kubernetes.cri.container-name":"app"}}}}"#
-        ),
-    )
-    .expect("write config.json");
+    write_cri_config(&cri, &cid, &pod, "shop", "app");
     let mut tree = KubeTree::default();
-    let pod_dir =
-        format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
-    let app = tree.cgroup(&format!("{pod_dir}/cri-containerd-{cid}.scope"));
+    let app = tree.systemd_container(&uid, &cid);
     let mut sleep = Command::new("sleep");
     sleep.arg("600");
     let idle = tree.start_in(&app, sleep);

@@ -19,18 +19,9 @@ fn watch_pushes_growth_profiles_with_pod_labels() {
     let pod = format!("web-p{me}");
     let (uid, cid) = (format!("{:08x}-4444-5555-6666-{:012x}", me, me), format!("{:016x}", me * 37).repeat(4));
     let cri = temp_root().join(format!("cri-watch-push-{me}"));
-    std::fs::create_dir_all(cri.join(&cid)).expect("create the runtime config directory");
-    std::fs::write(
-        cri.join(&cid).join("config.json"),
-        format!(
-            r#"{{"annotations":{{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-name":"{pod}","io.kubernetes.cri.sandbox-namespace":"shop","io.kubernetes.cri.container-name":"app"}}}}"#
-        ),
-    )
-    .expect("write config.json");
+    write_cri_config(&cri, &cid, &pod, "shop", "app");
     let mut tree = KubeTree::default();
-    let pod_dir =
-        format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
-    let app = tree.cgroup(&format!("{pod_dir}/cri-containerd-{cid}.scope"));
+    let app = tree.systemd_container(&uid, &cid);
     let mut leak = Command::new(growth_o2());
     leak.args(["leak-cache", "100000000", "500"]);
     let leaker = tree.start_in(&app, leak);
