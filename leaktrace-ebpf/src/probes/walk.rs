@@ -129,6 +129,13 @@ pub(super) fn walk_stack<const FAULT: bool, const MEMO: bool>(
     }
     let regs = crate::unwind::Regs { ip: r.ip, sp: r.sp, fp: r.fp };
     let native = crate::unwind::walk::<FAULT>(regs, tgid, buf, MEMO);
+    // A walk that preempted this one on the CPU used the same walk state and buffer
+    // (`unwind::WALK_STATE`): the hash may then be of its frames, not of this stack.
+    // SAFETY: a volatile read of a field of the buffer (aligned, initialized).
+    if unsafe { core::ptr::read_volatile(&raw const buf.generation) } != generation {
+        count(counter::STACK_ERROR);
+        return (0, generation);
+    }
     let mut hash = with_py(native);
     let mut py = py_hash != 0;
     if py && crate::python::over_budget() && STACKS.get_ptr(hash).is_none() {
