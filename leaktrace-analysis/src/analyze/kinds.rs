@@ -22,6 +22,8 @@ pub(super) struct KindContext<'a> {
     pub(super) span_duration: f64,
     /// Every site, classified.
     pub(super) sites: &'a [SiteAnalysis],
+    /// The load spikes of a plateau over the span ([`super::plateau::spikes`]); None without one.
+    pub(super) spikes: Option<&'a super::plateau::Spikes>,
 }
 
 /// The growth of each kind: the managed heap first (a runtime's target only: its gauge, else
@@ -57,6 +59,12 @@ pub(super) fn kind_list(
         let series = super::managed::collection_series(rec);
         if let Some(c) = super::managed::on_collections(&series, span_from, ctx.steady_from, ctx.span_to) {
             super::managed::judge(&mut managed, c, rec.target.runtime, warnings);
+        } else if managed.grows
+            && let Some(rises) =
+                ctx.spikes.and_then(|s| rose_at_spikes(ctx, s, &fitted, managed.noise_floor_bytes_per_s))
+        {
+            managed.grows = false;
+            managed.at_load_spikes = Some(rises);
         }
         kind_list.push(managed);
     }
@@ -110,7 +118,40 @@ pub(super) fn kind_growth(ctx: &KindContext<'_>, kind: MemoryKind, source: &str,
         troughs,
         noise_floor_bytes_per_s: floor,
         collections: None,
+        at_load_spikes: None,
     }
+}
+
+/// A managed heap seen without its collections (summed from its sites: V8's pages) that rose
+/// over the steady window only at the load spikes of a plateau (`spikes`): each rise of `pts`
+/// ((time s, bytes)) in the window in a burst's checkpoint interval or the one after it (the
+/// collection at the job's end), the stretches between spikes flat (their net rises, summed, at
+/// most `floor` × the window's duration), and the whole rise at most
+/// [`super::plateau::PLATEAU_DRIFT_SHARE`] of the plateau's steps (the bound the plateau gives
+/// live bytes between spikes). The heap sized up for the spikes' objects: part of the plateau,
+/// not growth. Some(the rises at spikes), None otherwise.
+fn rose_at_spikes(
+    ctx: &KindContext<'_>,
+    spikes: &super::plateau::Spikes,
+    pts: &[(f64, u64)],
+    floor: f64,
+) -> Option<usize> {
+    let eps = 1e-6;
+    let window: Vec<(f64, u64)> =
+        pts.iter().copied().filter(|p| p.0 >= ctx.steady_from - eps && p.0 <= ctx.span_to + eps).collect();
+    let (first, last) = (window.first()?, window.last()?);
+    let at_spike = |i: usize| {
+        let (a, b) = (window[i].0, window[i + 1].0);
+        spikes.bursts.iter().any(|&(s, e)| s < b - eps && a < e + (e - s) - eps)
+    };
+    let moves: Vec<i128> = window.windows(2).map(|w| i128::from(w[1].1) - i128::from(w[0].1)).collect();
+    let rises = (0..moves.len()).filter(|&i| moves[i] > 0 && at_spike(i)).count();
+    let between = super::plateau::rise_between(&moves, at_spike) as f64;
+    let rise = last.1.saturating_sub(first.1) as f64;
+    (rises > 0
+        && between <= floor * (last.0 - first.0)
+        && rise <= super::plateau::PLATEAU_DRIFT_SHARE * spikes.steps_bytes as f64)
+        .then_some(rises)
 }
 
 /// True when a leaking site of a managed heap's blocks (each allocation and free traced:

@@ -454,6 +454,12 @@ pub struct KindGrowth {
     /// JVM's hsperfdata): the heap judged on them ([`managed::on_collections`]); `trend` and
     /// `grows` are then theirs, and `grows` is false when the trend is unknown.
     pub collections: Option<managed::OnCollections>,
+    /// Managed heap seen without its collections (summed from its sites) only: it rose over
+    /// the steady window only at the load spikes of a plateau, flat between them, by at most
+    /// [`plateau::PLATEAU_DRIFT_SHARE`] of the plateau's steps (the runtime sizing its heap up
+    /// for the spikes' objects): the number of rises at spikes; `grows` is then false. None
+    /// otherwise.
+    pub at_load_spikes: Option<usize>,
 }
 
 /// Start and end figures of the process, bytes.

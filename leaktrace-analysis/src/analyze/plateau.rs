@@ -89,7 +89,7 @@ fn startup_end(steps: &[Range<usize>], startup: bool) -> usize {
 /// RSS's rise between the steps: over each stretch of intervals outside them (`in_step` false),
 /// its net move (an RSS that swings up and down as a runtime collects rises by nothing), the
 /// positive ones summed, bytes.
-fn rise_between(moves: &[i128], in_step: impl Fn(usize) -> bool) -> i128 {
+pub(super) fn rise_between(moves: &[i128], in_step: impl Fn(usize) -> bool) -> i128 {
     let (mut total, mut stretch) = (0i128, 0i128);
     for (i, &m) in moves.iter().enumerate() {
         if in_step(i) {
@@ -194,31 +194,7 @@ pub(super) fn steps(pts: &[Point], startup: bool) -> Option<Vec<Range<usize>>> {
 /// span, with what allocated most in each step; None when RSS did not rise in such steps, in
 /// growth mode (no allocation is seen there), or without memory figures.
 pub fn plateau(rec: &Recording, tl: &Timeline, a: &Analysis) -> Option<Plateau> {
-    if tl.stacks.iter().any(|s| s.kind == StackKind::Fault) {
-        return None;
-    }
-    let t0 = tl.times.first().copied()?;
-    let in_span = |t: f64| t - t0 >= a.span_from_s - 1e-6 && t - t0 <= a.span_to_s + 1e-6;
-    // Every stack's allocated bytes so far (samples are cumulative; a stack absent from a
-    // checkpoint keeps its last totals), kept at each checkpoint of the span.
-    let mut cur: HashMap<u32, u64> = HashMap::new();
-    let mut snaps: Vec<HashMap<u32, u64>> = Vec::new();
-    let mut pts: Vec<Point> = Vec::new();
-    for (k, &ci) in tl.order.iter().enumerate() {
-        let c = &rec.checkpoints[ci];
-        for s in &c.sites {
-            cur.insert(s.stack, s.alloc_bytes);
-        }
-        let (Some(m), true) = (c.memory.as_ref(), in_span(tl.times[k])) else { continue };
-        let live: u64 = (0..tl.stacks.len())
-            .map(|si| match tl.stacks[si].kind {
-                StackKind::Mmap => tl.resident[si][k].unwrap_or(tl.live_bytes[si][k]),
-                _ => tl.live_bytes[si][k],
-            })
-            .sum();
-        pts.push(Point { t: tl.times[k] - t0, rss: m.rss_anon_bytes, live, allocated: cur.values().sum() });
-        snaps.push(cur.clone());
-    }
+    let (pts, snaps) = span_points(rec, tl, a.span_from_s, a.span_to_s)?;
     let ranges = steps(&pts, a.span_from_s <= 0.0)?;
     let name = |id: u32| a.sites.iter().find(|s| s.id == id).map(|s| s.function.clone());
     let steps = ranges
@@ -256,6 +232,76 @@ pub fn plateau(rec: &Recording, tl: &Timeline, a: &Analysis) -> Option<Plateau> 
         live_peak_bytes: pts.iter().map(|p| p.live).max().unwrap_or(0),
         steps,
     })
+}
+
+/// The load spikes of a plateau ([`spikes`]): when the managed heap rose at them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Spikes {
+    /// Every burst of allocation in the span, as (start, end) of its checkpoint interval, in the
+    /// timeline's seconds (the checkpoints' clock); in time order.
+    pub(super) bursts: Vec<(f64, f64)>,
+    /// RSS's rise over the plateau's steps, summed, bytes.
+    pub(super) steps_bytes: u64,
+}
+
+/// The load spikes of the span from `span_from_s` to `span_to_s` (seconds since the first
+/// checkpoint) when RSS rose there in a load-spike plateau ([`steps`]): every interval that
+/// allocated like the plateau's steps did (at least half the allocation per interval of its
+/// smallest step, and [`PLATEAU_BURST_FACTOR`] × the median interval's), so the later spikes
+/// that raised RSS no more are bursts too. None without a plateau, in growth mode, or without
+/// memory figures.
+pub(super) fn spikes(rec: &Recording, tl: &Timeline, span_from_s: f64, span_to_s: f64) -> Option<Spikes> {
+    let (pts, _) = span_points(rec, tl, span_from_s, span_to_s)?;
+    let ranges = steps(&pts, span_from_s <= 0.0)?;
+    let alloc: Vec<u64> = pts.windows(2).map(|w| w[1].allocated.saturating_sub(w[0].allocated)).collect();
+    let per_interval = |r: &Range<usize>| alloc[r.clone()].iter().sum::<u64>() / r.len().max(1) as u64;
+    let smallest = ranges.iter().map(per_interval).min()?;
+    let threshold = (smallest / 2).max((PLATEAU_BURST_FACTOR * median(alloc.clone()) as f64) as u64).max(1);
+    let t0 = tl.times.first().copied()?;
+    let bursts =
+        (0..alloc.len()).filter(|&i| alloc[i] >= threshold).map(|i| (pts[i].t + t0, pts[i + 1].t + t0)).collect();
+    let steps_bytes = ranges.iter().map(|r| pts[r.end].rss.saturating_sub(pts[r.start].rss)).sum();
+    Some(Spikes { bursts, steps_bytes })
+}
+
+/// Every stack's allocated bytes so far, by stack id, at one checkpoint.
+type Allocated = HashMap<u32, u64>;
+
+/// The checkpoints of the span from `span_from_s` to `span_to_s` (seconds since the first
+/// checkpoint) that have memory figures, as [`Point`]s, with every stack's allocated bytes so
+/// far at each; None in growth mode (no allocation is seen there).
+fn span_points(
+    rec: &Recording,
+    tl: &Timeline,
+    span_from_s: f64,
+    span_to_s: f64,
+) -> Option<(Vec<Point>, Vec<Allocated>)> {
+    if tl.stacks.iter().any(|s| s.kind == StackKind::Fault) {
+        return None;
+    }
+    let t0 = tl.times.first().copied()?;
+    let in_span = |t: f64| t - t0 >= span_from_s - 1e-6 && t - t0 <= span_to_s + 1e-6;
+    // Every stack's allocated bytes so far (samples are cumulative; a stack absent from a
+    // checkpoint keeps its last totals), kept at each checkpoint of the span.
+    let mut cur: HashMap<u32, u64> = HashMap::new();
+    let mut snaps: Vec<HashMap<u32, u64>> = Vec::new();
+    let mut pts: Vec<Point> = Vec::new();
+    for (k, &ci) in tl.order.iter().enumerate() {
+        let c = &rec.checkpoints[ci];
+        for s in &c.sites {
+            cur.insert(s.stack, s.alloc_bytes);
+        }
+        let (Some(m), true) = (c.memory.as_ref(), in_span(tl.times[k])) else { continue };
+        let live: u64 = (0..tl.stacks.len())
+            .map(|si| match tl.stacks[si].kind {
+                StackKind::Mmap => tl.resident[si][k].unwrap_or(tl.live_bytes[si][k]),
+                _ => tl.live_bytes[si][k],
+            })
+            .sum();
+        pts.push(Point { t: tl.times[k] - t0, rss: m.rss_anon_bytes, live, allocated: cur.values().sum() });
+        snaps.push(cur.clone());
+    }
+    Some((pts, snaps))
 }
 
 /// The knob that returns a peak's pages, by allocator (`family`: the probed allocator library,

@@ -189,6 +189,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     let gauge_used = managed_series(rec, times, &by_kind, &mut memory);
     let steady_from = times.get(win.steady.start).copied().unwrap_or(0.0);
     let late_from = win.late.as_ref().and_then(|r| times.get(r.start)).copied();
+    let spikes = super::plateau::spikes(rec, tl, span_from - t0, span_to - t0);
     let kind_ctx = super::kinds::KindContext {
         steady_from,
         span_to,
@@ -196,6 +197,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         rss_anon_peak: memory.rss_anon_bytes.iter().map(|p| p.1).max().unwrap_or(0),
         span_duration,
         sites: &sites,
+        spikes: spikes.as_ref(),
     };
     let kind_list = super::kinds::kind_list(&kind_ctx, rec, &memory, &by_kind, gauge_used, span_from, &mut warnings);
     let trends = ProcessTrends::fit(&memory, span_from, span_to);

@@ -302,6 +302,7 @@ fn summary_json(a: &Analysis) -> Value {
                 "post_gc_troughs": k.troughs,
                 "grows": k.grows,
                 "levelled_off": k.levelled_off,
+                "at_load_spikes": k.at_load_spikes,
                 "collections": k.collections,
             })
         })

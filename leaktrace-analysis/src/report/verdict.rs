@@ -512,7 +512,8 @@ fn kind_label(rt: Runtime, k: MemoryKind) -> String {
 }
 
 /// "native grows +1.0 KiB/s", "V8 heap rose and levelled off (+2.1 MiB/s over the steady
-/// window, flat in the last quarter)", "V8 heap flat (+4.8 KiB/s, below its noise floor of
+/// window, flat in the last quarter)", "V8 heap rose only at the load spikes (3 rise(s),
+/// +19.1 KiB/s over the steady window, flat between them: part of the plateau)", "V8 heap flat (+4.8 KiB/s, below its noise floor of
 /// +37.5 KiB/s)", "Python heap flat (+457.7 KiB/s ± 1.1 MiB/s at 95 %: not told apart from
 /// zero)" or "Python heap flat (+0 B/s)". A positive rate called flat always says why (below
 /// the noise floor, or its 95 % interval reaches zero); one that cannot say why is not printed.
@@ -525,6 +526,12 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
     } else if let Some(c) = g.collections.as_ref().filter(|c| c.trend.is_none()) {
         // Judged on its collections and none (or one) ran: unknown, never flat (issue 30).
         crate::analyze::managed::unknown_phrase(&kind_label(rt, g.kind), c)
+    } else if let Some(rises) = g.at_load_spikes {
+        format!(
+            "{} rose only at the load spikes ({rises} rise(s), {} over the steady window, flat between them: part of the plateau)",
+            kind_label(rt, g.kind),
+            hr(g.trend.slope_bytes_per_s)
+        )
     } else if g.levelled_off {
         format!(
             "{} rose and levelled off ({} over the steady window, flat in the last quarter)",
@@ -939,6 +946,7 @@ mod tests {
             grows: false,
             levelled_off: false,
             collections: None,
+            at_load_spikes: None,
         }
     }
 

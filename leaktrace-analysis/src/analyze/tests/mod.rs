@@ -13,6 +13,7 @@ mod lifetime;
 mod losses;
 mod managed;
 mod memory;
+mod spikes;
 
 fn site(a: &Analysis, id: u32) -> &SiteAnalysis {
     a.sites.iter().find(|s| s.id == id).expect("site")
