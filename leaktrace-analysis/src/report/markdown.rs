@@ -273,7 +273,14 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
         return;
     };
     let native = s.native_live_end_bytes;
-    let offheap = s.offheap_live_end_bytes;
+    // Shared mappings (memfd, shm_open) are resident as RssShmem, not in RSS anon: said apart.
+    let shared: u64 = a
+        .sites
+        .iter()
+        .filter(|x| x.shared_mapping && x.memory_kind == MemoryKind::OffHeap)
+        .map(|x| x.resident_bytes.unwrap_or(0))
+        .sum();
+    let offheap = s.offheap_live_end_bytes.saturating_sub(shared);
     let mut parts =
         vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
     let mut accounted = native.saturating_add(offheap);
@@ -317,11 +324,16 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
         ));
         accounted = accounted.saturating_add(fp.saturating_sub(native));
     }
+    let besides = if shared > 0 {
+        format!(" (besides, shared mappings {} resident: RssShmem, not RSS anon)", bytes(shared))
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         md,
         "- Memory outside what was traced: RSS anon is {} at the end; {}: {} in all; the other {} \
          (thread stacks, memory allocated before attach or by untraced allocators, runtime memory) \
-         is not attributed to any stack.",
+         is not attributed to any stack{besides}.",
         bytes(anon),
         parts.join(", "),
         bytes(accounted.min(anon)),

@@ -365,6 +365,18 @@ mod tests {
             assert!(verdict_line.contains(mappings), "{verdict_line}");
             assert!(!verdict_line.contains(if shared { "anonymous" } else { "shared" }), "{verdict_line}");
             assert!(md.contains(offheap), "{md}");
+            // RSS anon's accounting leaves shared memory out (it is RssShmem).
+            let outside = md.lines().find(|l| l.starts_with("- Memory outside what was traced")).unwrap();
+            if shared {
+                assert!(outside.contains("off-heap mappings 0 B resident"), "{outside}");
+                assert!(
+                    outside.contains("(besides, shared mappings 960.0 KiB resident: RssShmem, not RSS anon)"),
+                    "{outside}"
+                );
+            } else {
+                assert!(outside.contains("off-heap mappings 960.0 KiB resident"), "{outside}");
+                assert!(!outside.contains("RssShmem"), "{outside}");
+            }
             std::fs::remove_dir_all(&dir).unwrap();
         }
     }
