@@ -319,6 +319,7 @@ mod tests {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         }
     }
 
@@ -508,7 +509,8 @@ mod tests {
         let mut rec = recompiled();
         rec.stacks[1].truncated = Some("depth limit (127 frames)".into());
         rec.stacks[2].kind = StackKind::Mmap;
-        let lost = Stack { id: 11, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
+        let lost =
+            Stack { id: 11, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None, shared: false };
         rec.stacks.push(lost.clone());
         rec.stacks.push(Stack { id: 12, ..lost });
         assert_eq!(merge_identical_stacks(&mut rec), 0);

@@ -305,6 +305,12 @@ pub struct Stack {
     /// frame after …". None: the stack is complete (or lost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<String>,
+    /// An "mmap" stack whose mapping was MAP_SHARED (a memfd, shm_open, a shared file mapping):
+    /// its resident pages are shared memory (RssShmem, or RssFile for a file on disk), not
+    /// anonymous memory (RssAnon). False for every other stack, and in recordings made before
+    /// the flag was kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// One frame of a call stack.

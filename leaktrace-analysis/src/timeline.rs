@@ -85,6 +85,7 @@ impl Timeline {
                         frames: vec![],
                         lost: false,
                         truncated: None,
+                        shared: false,
                     });
                     unknown_stacks += 1;
                 }
@@ -240,10 +241,12 @@ pub fn memory_by_kind(tl: &Timeline) -> KindSeries {
             }
             let live = tl.live_bytes[si][k];
             let bytes = if is_map { tl.resident[si][k].unwrap_or(live) } else { live };
+            // A native mapping is one the allocator made (growth mode: jemalloc's extents,
+            // [`Timeline::kinds`]): heap, counted with native memory, not off-heap.
             let i = match tl.kinds[si] {
                 MemoryKind::Managed => 0,
-                MemoryKind::Native if !is_map => 1,
-                MemoryKind::Native | MemoryKind::OffHeap => 2,
+                MemoryKind::Native => 1,
+                MemoryKind::OffHeap => 2,
                 MemoryKind::Runtime => 3,
             };
             sums[i] = sums[i].saturating_add(bytes);
@@ -305,6 +308,7 @@ mod tests {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         };
         rec.stacks = vec![arena.clone(), Stack { frames: vec![], ..arena }];
         let cp = |t: f64, sites: Vec<SiteSample>| Checkpoint { t_s: t, sites, ..Default::default() };

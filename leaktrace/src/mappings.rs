@@ -8,7 +8,7 @@
 //! made before attach are unknown and never counted. Resident bytes come from
 //! /proc/PID/pagemap (present bit of each page).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt as _;
 
@@ -32,6 +32,8 @@ pub struct AddressSpace {
     regions: BTreeMap<u64, Region>,
     /// Cumulative totals per off-heap site: alloc_* = mapped, free_* = unmapped (bytes, count).
     sites: HashMap<SiteKey, SiteStats>,
+    /// Off-heap sites (tgid cleared) that made a MAP_SHARED mapping: shared memory, not anonymous.
+    shared: HashSet<SiteKey>,
     /// Current program break (from brk events).
     pub brk: Option<u64>,
 }
@@ -51,6 +53,9 @@ impl AddressSpace {
                     let s = self.sites.entry(site).or_default();
                     s.alloc_bytes += len;
                     s.alloc_count += 1;
+                    if is_shared_mapping(ev.flags) {
+                        self.shared.insert(site);
+                    }
                 }
             }
             MapEventKind::Munmap if ev.len > 0 => {
@@ -60,6 +65,12 @@ impl AddressSpace {
             MapEventKind::Brk => self.brk = Some(ev.addr),
             _ => {}
         }
+    }
+
+    /// Whether off-heap site `key` (any tgid) made a MAP_SHARED mapping (a memfd, shm_open, a
+    /// shared file mapping): its pages are shared memory (RssShmem or RssFile), not anonymous.
+    pub fn is_shared(&self, key: &SiteKey) -> bool {
+        self.shared.contains(&SiteKey { tgid: 0, ..*key })
     }
 
     fn mremap(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
@@ -304,6 +315,11 @@ pub fn resident_bytes(pagemap: &File, start: u64, end: u64) -> Option<u64> {
     Some(resident * PAGE)
 }
 
+/// mmap `flags` of a shared mapping: MAP_SHARED (1) or MAP_SHARED_VALIDATE (3), not MAP_PRIVATE (2).
+fn is_shared_mapping(flags: u32) -> bool {
+    matches!(flags & 0x3, 0x1 | 0x3)
+}
+
 fn round_up(len: u64) -> u64 {
     len.div_ceil(PAGE) * PAGE
 }
@@ -465,6 +481,18 @@ mod tests {
         assert_eq!(a.regions.keys().copied().collect::<Vec<_>>(), vec![0x40000]);
         a.apply(&munmap(0x40000, 3 * PAGE));
         assert_eq!(live(&a, 1), 0);
+    }
+
+    #[test]
+    fn shared_mappings_are_told_from_private_ones() {
+        let mut a = AddressSpace::default();
+        let flagged = |addr, s, flags| MapEvent { flags, ..mmap(addr, PAGE, owner::OFFHEAP, s) };
+        a.apply(&flagged(0x10000, 1, 0x22)); // MAP_PRIVATE | MAP_ANONYMOUS
+        a.apply(&flagged(0x20000, 2, 0x01)); // MAP_SHARED (a memfd)
+        a.apply(&flagged(0x30000, 3, 0x21)); // MAP_SHARED | MAP_ANONYMOUS
+        a.apply(&flagged(0x40000, 4, 0x03)); // MAP_SHARED_VALIDATE
+        let shared: Vec<bool> = (1..=4).map(|s| a.is_shared(&SiteKey { tgid: 42, ..site(s) })).collect();
+        assert_eq!(shared, [false, true, true, true]);
     }
 
     #[test]

@@ -282,6 +282,7 @@ mod tests {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         }
     }
 

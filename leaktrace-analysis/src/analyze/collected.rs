@@ -136,6 +136,7 @@ mod tests {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         };
         let times: Vec<f64> = (0..=48).map(|k| k as f64 * 0.25).collect();
         fn made(t: f64) -> u64 {

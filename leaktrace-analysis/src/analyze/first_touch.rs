@@ -113,7 +113,14 @@ mod tests {
     }
 
     fn stack(kind: StackKind, names: &[(&str, &str)]) -> Stack {
-        Stack { id: 1, kind, frames: names.iter().map(|(f, o)| frame(f, o)).collect(), lost: false, truncated: None }
+        Stack {
+            id: 1,
+            kind,
+            frames: names.iter().map(|(f, o)| frame(f, o)).collect(),
+            lost: false,
+            truncated: None,
+            shared: false,
+        }
     }
 
     const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";

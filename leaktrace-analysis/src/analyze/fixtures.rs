@@ -20,7 +20,7 @@ pub(crate) fn frame(function: &str, object: &str, file: Option<(&str, u32)>) -> 
 
 /// A stack of `kind` with `frames` (innermost first), neither lost nor truncated.
 pub(crate) fn site_stack(id: u32, kind: StackKind, frames: Vec<std::sync::Arc<Frame>>) -> Stack {
-    Stack { id, kind, frames, lost: false, truncated: None }
+    Stack { id, kind, frames, lost: false, truncated: None, shared: false }
 }
 
 /// A malloc stack of `function` (in the fixture's executable, server.c:10) calling malloc.
@@ -127,6 +127,7 @@ pub(crate) fn leak_site() -> (Stack, SiteFn) {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     (
         stack,
@@ -149,6 +150,7 @@ pub(crate) fn cache_site() -> (Stack, SiteFn) {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     (
         stack,
@@ -171,6 +173,7 @@ pub(crate) fn temp_site() -> (Stack, SiteFn) {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     (
         stack,

@@ -329,6 +329,9 @@ pub struct SiteAnalysis {
     /// "mmap" sites: bytes of the site's live regions resident in RAM at the last checkpoint
     /// that had the figure (pagemap); `live_bytes` is what is mapped. None for other kinds.
     pub resident_bytes: Option<u64>,
+    /// "mmap" sites: the mapping is MAP_SHARED (a memfd, shm_open, shared anonymous memory):
+    /// shared memory (RssShmem), not anonymous memory ([`crate::recording::Stack::shared`]).
+    pub shared_mapping: bool,
     /// Threads' memory: the site maps thread stacks (or allocates per-thread memory, the TLS
     /// vector) under `pthread_create` ([`crate::runtimes::is_thread_stack`]). A thread stack's
     /// growth figures (`growth_bytes`, `growth_bytes_per_s`, the trends) are of its resident
@@ -368,6 +371,25 @@ impl SiteAnalysis {
             (StackKind::Mmap, None) => (self.live_bytes, false),
             _ => (self.live_bytes, true),
         }
+    }
+
+    /// What a growth-mode site whose pages came through the allocator measured ([`Self::first_touch_in`]),
+    /// for notes: "pages mapped by the allocator (jemalloc) under F" for a mapping the allocator
+    /// made (its own extents), "pages first touched under F inside the allocator (_int_realloc)"
+    /// for a fault site. None for other sites.
+    pub fn through_allocator(&self) -> Option<String> {
+        let alloc = self.first_touch_in.as_deref()?;
+        Some(if self.kind == StackKind::Mmap {
+            format!("pages mapped by the allocator ({alloc}) under {}", self.function)
+        } else {
+            format!("pages first touched under {} inside the allocator ({alloc})", self.function)
+        })
+    }
+
+    /// The kind of mapping an "mmap" site makes, for sentences: "shared mappings (MAP_SHARED:
+    /// shared memory, RssShmem)" or "anonymous mappings".
+    pub fn mapping_kind(&self) -> &'static str {
+        if self.shared_mapping { "shared mappings (MAP_SHARED: shared memory, RssShmem)" } else { "anonymous mappings" }
     }
 }
 
@@ -881,6 +903,31 @@ impl FreedAtExit {
 }
 
 impl Analysis {
+    /// What the program's off-heap mappings are, for sentences: "anonymous mappings made by the
+    /// program", "shared mappings made by the program (MAP_SHARED: shared memory, RssShmem)" when
+    /// every off-heap mapping site that holds or grows is shared, or "anonymous and shared
+    /// mappings made by the program (RssAnon and RssShmem)" when both are.
+    pub fn offheap_mappings(&self) -> &'static str {
+        let maps = self.sites.iter().filter(|s| {
+            s.kind == StackKind::Mmap
+                && s.memory_kind == crate::runtimes::MemoryKind::OffHeap
+                && (s.live_bytes > 0 || s.growth_bytes_per_s > 0.0)
+        });
+        let (mut shared, mut anon) = (false, false);
+        for s in maps {
+            if s.shared_mapping {
+                shared = true;
+            } else {
+                anon = true;
+            }
+        }
+        match (shared, anon) {
+            (true, false) => "shared mappings made by the program (MAP_SHARED: shared memory, RssShmem)",
+            (true, true) => "anonymous and shared mappings made by the program (RssAnon and RssShmem)",
+            _ => "anonymous mappings made by the program",
+        }
+    }
+
     /// Up to `top` sites with positive steady-window growth (bytes per second), fastest first.
     pub fn top_by_growth(&self) -> Vec<&SiteAnalysis> {
         let mut v: Vec<&SiteAnalysis> = self

@@ -440,6 +440,7 @@ mod tests {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         };
         let spikes = |t: f64| ((t as u64 + 5) / 10).min(6);
         let f: SiteFn = Box::new(move |t: f64| {

@@ -77,6 +77,7 @@ pub(super) fn analyze_site(
         growth_bytes_per_unit: f.per_unit.map(|t| t.slope_bytes_per_s),
         growth_ci95_bytes_per_unit: f.per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
+        shared_mapping: st.kind == StackKind::Mmap && st.shared,
         threads,
         likely_missing_release,
         first_touch_in,

@@ -595,6 +595,7 @@ pub(super) fn kind_verdict(
                 frames: top.frames.clone(),
                 lost: top.stack_lost,
                 truncated: top.stack_truncated.clone(),
+                shared: top.shared_mapping,
             };
             let label = crate::runtimes::site_label(Some(rt), k, &stack).unwrap_or_else(|| top.function.clone());
             let by_kind = KindReason::KindLeak { kind: k, top: top_index, label, count: of_kind.len() };

@@ -366,6 +366,7 @@ pub(crate) mod test_support {
             frames: frames.into_iter().map(std::sync::Arc::new).collect(),
             lost: false,
             truncated: None,
+            shared: false,
         }
     }
 

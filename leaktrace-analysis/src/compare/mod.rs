@@ -688,7 +688,7 @@ mod tests {
         let mut u = stack(1, "leak_fn", 0);
         std::sync::Arc::make_mut(&mut u.frames[2]).function = None;
         assert_eq!(signature(&u).frames[1], "[app]");
-        let lost = Stack { id: 1, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
+        let lost = Stack { id: 1, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None, shared: false };
         assert_eq!(signature(&lost).frames, ["[stack lost]"]);
     }
 

@@ -101,6 +101,7 @@ pub fn site_json(s: &SiteAnalysis) -> Value {
         "growth_ci95_bytes_per_unit": opt_num(s.growth_ci95_bytes_per_unit),
         "mapped_bytes": if s.kind == StackKind::Mmap { json!(s.live_bytes) } else { Value::Null },
         "resident_bytes": s.resident_bytes,
+        "shared_mapping": s.shared_mapping,
         "stack_lost": s.stack_lost,
         "stack_truncated": s.stack_truncated,
         "threads": s.threads,

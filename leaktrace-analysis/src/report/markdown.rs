@@ -215,13 +215,29 @@ fn per_unit_lines(md: &mut String, a: &Analysis) {
     );
 }
 
-/// Off-heap mappings (the occupied heap to RSS is at the report's head: `occupied::line`).
+/// Off-heap mappings (the occupied heap to RSS is at the report's head: `occupied::line`), and
+/// in growth mode the allocator's own mappings (jemalloc's extents: heap, not off-heap).
 fn offheap_lines(md: &mut String, a: &Analysis) {
     let s = &a.summary;
+    let own: Vec<&SiteAnalysis> =
+        a.sites.iter().filter(|s| s.kind == StackKind::Mmap && s.first_touch_in.is_some()).collect();
+    if let Some(alloc) = own.first().and_then(|s| s.first_touch_in.as_deref()) {
+        let held: u64 = own.iter().map(|s| s.held_bytes().0).sum();
+        let growth: f64 = own.iter().map(|s| s.growth_bytes_per_s).sum();
+        let _ = writeln!(
+            md,
+            "- the allocator's own mappings ({alloc}, {} site(s): heap growth through the \
+             allocator, not off-heap): {} at the end; trend {} over the steady window",
+            own.len(),
+            bytes(held),
+            rate(growth)
+        );
+    }
     if s.offheap_live_start_bytes > 0 || s.offheap_live_end_bytes > 0 {
         let _ = writeln!(
             md,
-            "- off-heap (anonymous mappings made by the program, resident): {} → {}; trend {} over the steady window",
+            "- off-heap ({}, resident): {} → {}; trend {} over the steady window",
+            a.offheap_mappings(),
             bytes(s.offheap_live_start_bytes),
             bytes(s.offheap_live_end_bytes),
             rate(s.offheap_growth_bytes_per_s)
@@ -257,7 +273,14 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
         return;
     };
     let native = s.native_live_end_bytes;
-    let offheap = s.offheap_live_end_bytes;
+    // Shared mappings (memfd, shm_open) are resident as RssShmem, not in RSS anon: said apart.
+    let shared: u64 = a
+        .sites
+        .iter()
+        .filter(|x| x.shared_mapping && x.memory_kind == MemoryKind::OffHeap)
+        .map(|x| x.resident_bytes.unwrap_or(0))
+        .sum();
+    let offheap = s.offheap_live_end_bytes.saturating_sub(shared);
     let mut parts =
         vec![format!("live native bytes {}", bytes(native)), format!("off-heap mappings {} resident", bytes(offheap))];
     let mut accounted = native.saturating_add(offheap);
@@ -301,11 +324,16 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
         ));
         accounted = accounted.saturating_add(fp.saturating_sub(native));
     }
+    let besides = if shared > 0 {
+        format!(" (besides, shared mappings {} resident: RssShmem, not RSS anon)", bytes(shared))
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         md,
         "- Memory outside what was traced: RSS anon is {} at the end; {}: {} in all; the other {} \
          (thread stacks, memory allocated before attach or by untraced allocators, runtime memory) \
-         is not attributed to any stack.",
+         is not attributed to any stack{besides}.",
         bytes(anon),
         parts.join(", "),
         bytes(accounted.min(anon)),

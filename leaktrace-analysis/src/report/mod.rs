@@ -306,49 +306,79 @@ mod tests {
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}\n{md}");
         std::fs::remove_dir_all(&dir).unwrap();
 
-        // An off-heap mapping that grows.
-        let dir = tempdir("off-heap");
-        let map = crate::recording::Stack {
-            id: 7,
-            kind: StackKind::Mmap,
-            frames: vec![
-                frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
-                frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))).into(),
-            ],
-            lost: false,
-            truncated: None,
-        };
-        let mut rec = recording(
-            &times61(),
-            // 20 KiB mapped a second, 4 KiB of it unmapped again (a part of a mapping: no
-            // whole one freed).
-            vec![(map, Box::new(|t: f64| (20480 * t as u64, t as u64, 4096 * t as u64, 0)))],
-            &|t| mem((1 << 20) + 16384 * t as u64),
-            &no_counters,
-        );
-        for c in &mut rec.checkpoints {
-            for s in &mut c.sites {
-                s.resident_bytes = Some(s.alloc_bytes - s.free_bytes);
+        // An off-heap mapping that grows: anonymous, then MAP_SHARED (a memfd: shared memory,
+        // named so, not "anonymous").
+        for shared in [false, true] {
+            let dir = tempdir(if shared { "off-heap-shared" } else { "off-heap" });
+            let map = crate::recording::Stack {
+                id: 7,
+                kind: StackKind::Mmap,
+                frames: vec![
+                    frame("mmap64", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+                    frame("map_buffers", "/opt/server/bin/server", Some(("/build/src/buf.c", 7))).into(),
+                ],
+                lost: false,
+                truncated: None,
+                shared,
+            };
+            let mut rec = recording(
+                &times61(),
+                // 20 KiB mapped a second, 4 KiB of it unmapped again (a part of a mapping: no
+                // whole one freed).
+                vec![(map, Box::new(|t: f64| (20480 * t as u64, t as u64, 4096 * t as u64, 0)))],
+                &|t| mem((1 << 20) + 16384 * t as u64),
+                &no_counters,
+            );
+            for c in &mut rec.checkpoints {
+                for s in &mut c.sites {
+                    s.resident_bytes = Some(s.alloc_bytes - s.free_bytes);
+                }
             }
+            write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
+            let j = read_json(&dir);
+            assert_eq!(j["verdict"]["class"], "off-heap");
+            let s = &j["sites"][0];
+            assert_eq!(s["function"], "map_buffers");
+            assert_eq!(s["kind"], "mmap");
+            assert_eq!(s["class"], "leak");
+            assert_eq!(s["mapped_bytes"], 60 * 16384);
+            assert_eq!(s["resident_bytes"], 60 * 16384);
+            assert_eq!(j["summary"]["offheap_live_end_bytes"], 60 * 16384);
+            let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+            let verdict_line = md.lines().find(|l| l.starts_with("**Verdict")).unwrap();
+            assert!(verdict_line.starts_with("**Verdict: off-heap** (confidence"), "{verdict_line}");
+            assert!(verdict_line.contains("— map_buffers maps +16.0 KiB/s"), "{verdict_line}");
+            assert!(md.contains("- mapped at end: 960.0 KiB (983,040 B), resident 960.0 KiB (983,040 B)"), "{md}");
+            assert!(md.contains("unmapped 240.0 KiB (245,760 B) in parts of mappings\n"), "{md}");
+            assert_eq!(s["shared_mapping"], shared);
+            let (mappings, offheap) = if shared {
+                (
+                    "shared mappings (MAP_SHARED: shared memory, RssShmem) it never unmaps",
+                    "- off-heap (shared mappings made by the program (MAP_SHARED: shared memory, RssShmem), resident): ",
+                )
+            } else {
+                (
+                    "anonymous mappings it never unmaps",
+                    "- off-heap (anonymous mappings made by the program, resident): ",
+                )
+            };
+            assert!(verdict_line.contains(mappings), "{verdict_line}");
+            assert!(!verdict_line.contains(if shared { "anonymous" } else { "shared" }), "{verdict_line}");
+            assert!(md.contains(offheap), "{md}");
+            // RSS anon's accounting leaves shared memory out (it is RssShmem).
+            let outside = md.lines().find(|l| l.starts_with("- Memory outside what was traced")).unwrap();
+            if shared {
+                assert!(outside.contains("off-heap mappings 0 B resident"), "{outside}");
+                assert!(
+                    outside.contains("(besides, shared mappings 960.0 KiB resident: RssShmem, not RSS anon)"),
+                    "{outside}"
+                );
+            } else {
+                assert!(outside.contains("off-heap mappings 960.0 KiB resident"), "{outside}");
+                assert!(!outside.contains("RssShmem"), "{outside}");
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
         }
-        write_all(&rec, &OutDir::existing(&dir).unwrap(), &AnalyzeOptions::default()).unwrap();
-        let j = read_json(&dir);
-        assert_eq!(j["verdict"]["class"], "off-heap");
-        let s = &j["sites"][0];
-        assert_eq!(s["function"], "map_buffers");
-        assert_eq!(s["kind"], "mmap");
-        assert_eq!(s["class"], "leak");
-        assert_eq!(s["mapped_bytes"], 60 * 16384);
-        assert_eq!(s["resident_bytes"], 60 * 16384);
-        assert_eq!(j["summary"]["offheap_live_end_bytes"], 60 * 16384);
-        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-        let verdict_line = md.lines().find(|l| l.starts_with("**Verdict")).unwrap();
-        assert!(verdict_line.starts_with("**Verdict: off-heap** (confidence"), "{verdict_line}");
-        assert!(verdict_line.contains("— map_buffers maps +16.0 KiB/s"), "{verdict_line}");
-        assert!(md.contains("- mapped at end: 960.0 KiB (983,040 B), resident 960.0 KiB (983,040 B)"), "{md}");
-        assert!(md.contains("unmapped 240.0 KiB (245,760 B) in parts of mappings\n"), "{md}");
-        assert!(md.contains("- off-heap (anonymous mappings made by the program, resident): "), "{md}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -405,8 +435,14 @@ mod tests {
     #[test]
     fn lost_and_unnamed_frames_fold() {
         let dir = tempdir("lost");
-        let lost =
-            crate::recording::Stack { id: 5, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
+        let lost = crate::recording::Stack {
+            id: 5,
+            kind: StackKind::Malloc,
+            frames: vec![],
+            lost: true,
+            truncated: None,
+            shared: false,
+        };
         let unnamed = crate::recording::Stack {
             id: 6,
             kind: StackKind::Mmap,
@@ -418,6 +454,7 @@ mod tests {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         };
         let rec = recording(
             &times61(),

@@ -830,6 +830,7 @@ mod tests {
             frames: vec![],
             lost: true,
             truncated: None,
+            shared: false,
         });
         for c in &mut rec.checkpoints {
             c.sites.push(crate::recording::SiteSample {

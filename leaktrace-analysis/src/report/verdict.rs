@@ -20,7 +20,7 @@ pub fn sentence(a: &Analysis) -> String {
             kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds)
         }
         (Some(KindReason::KindGrows { kind }), Some(rt)) => match a.kinds.iter().find(|g| g.kind == *kind) {
-            Some(g) => kind_grows(rt, g, &a.kinds),
+            Some(g) => kind_grows(rt, g, a),
             None => reason(a),
         },
         (Some(KindReason::ByKind), Some(rt)) => {
@@ -656,12 +656,9 @@ fn managed_culprit(a: &Analysis) -> Option<(&str, f64, usize)> {
 /// A kind's series grows while none of its sites is a leak: "off-heap grows +41.9 KiB/s (42858
 /// B/s ± 20558 at 95 %) over the steady window to 124.0 KiB, though no site of it grows beyond
 /// its own noise ...; Python heap flat (0 B/s), native flat (0 B/s)".
-fn kind_grows(rt: Runtime, g: &KindGrowth, kinds: &[KindGrowth]) -> String {
-    let what = if g.kind == MemoryKind::OffHeap {
-        "anonymous mappings made by the program"
-    } else {
-        "malloc from native code"
-    };
+fn kind_grows(rt: Runtime, g: &KindGrowth, a: &Analysis) -> String {
+    let kinds = &a.kinds;
+    let what = if g.kind == MemoryKind::OffHeap { a.offheap_mappings() } else { "malloc from native code" };
     format!(
         "{} grows {} ({:.0} B/s ± {:.0} at 95 %) over the steady window to {} ({what}), though \
          no site of it grows beyond its own noise (growth spread over many sites, or a mapping \
@@ -802,16 +799,18 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str, escalated: bo
             s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
         ),
         (Some(u), Some(unit), true) => format!(
-            "{} maps {u:.0} B per {unit} (± {:.0} at 95 %) in anonymous mappings it never unmaps, \
+            "{} maps {u:.0} B per {unit} (± {:.0} at 95 %) in {} it never unmaps, \
              {per_s} over the steady window ({window})",
             s.function,
+            s.mapping_kind(),
             s.growth_ci95_bytes_per_unit.unwrap_or(0.0)
         ),
         (_, _, false) => format!("{} holds {per_s} more live bytes over the steady window ({window})", s.function),
         (_, _, true) => format!(
-            "{} maps {per_s} more in anonymous mappings it never unmaps over the steady window \
+            "{} maps {per_s} more in {} it never unmaps over the steady window \
              ({window})",
-            s.function
+            s.function,
+            s.mapping_kind()
         ),
     };
     let held = match (map, s.resident_bytes) {

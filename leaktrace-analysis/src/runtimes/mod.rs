@@ -358,6 +358,7 @@ pub(crate) mod tests {
             frames: frames.iter().map(|(f, o)| Arc::new(fr(f, o))).collect(),
             lost: false,
             truncated: None,
+            shared: false,
         }
     }
 

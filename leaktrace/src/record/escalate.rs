@@ -53,16 +53,11 @@ pub(super) fn escalate_all(
             None
         };
         if let Some(why) = why_not {
-            note(
-                t,
-                format!(
-                    "growth mode saw pages first touched under {under} inside the allocator; no exact window: {why}"
-                ),
-            );
+            note(t, format!("growth mode saw {under}; no exact window: {why}"));
             continue;
         }
         crate::note!(
-            "leaktrace: growth mode: PID {}'s memory grows through the allocator (pages first touched under {under}); \
+            "leaktrace: growth mode: PID {}'s memory grows through the allocator ({under}); \
              exact window: tracing its allocator calls for {:.1} s to name the function whose blocks grow \
              (--no-escalate to refuse)",
             t.pid,
@@ -79,8 +74,10 @@ pub(super) fn escalate_all(
     windows
 }
 
-/// The function of the fastest-growing leaking fault site that first touched its pages inside
-/// the allocator, from an analysis of the growth-mode window as it is now; None when there is
+/// What the fastest-growing leaking site whose pages came through the allocator measured ("pages
+/// first touched under F inside the allocator (_int_realloc)" for a fault site, "pages mapped by
+/// the allocator (jemalloc) under F" for the allocator's own mapping: `through_allocator`),
+/// from an analysis of the growth-mode window as it is now; None when there is
 /// no such site, or when the process verdict is already fragmentation (glibc's own headers say
 /// the arenas keep freed memory: an exact window would only cost).
 fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms: u64) -> Option<String> {
@@ -93,7 +90,7 @@ fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms
         .iter()
         .filter(|s| s.class == SiteClass::Leak && s.first_touch_in.is_some())
         .max_by(|x, y| x.growth_bytes_per_s.total_cmp(&y.growth_bytes_per_s))
-        .map(|s| s.function.clone())
+        .and_then(|s| s.through_allocator())
 }
 
 /// Record `pid` in exact mode for `window` (checkpoints every window / [`WINDOW_CHECKPOINTS`],

@@ -620,6 +620,7 @@ impl Traced {
             frames,
             lost,
             truncated,
+            shared: key.kind == site_kind::MMAP && self.space.is_shared(&key),
         });
         self.stack_index.insert(key, id);
         id

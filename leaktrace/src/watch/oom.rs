@@ -149,7 +149,13 @@ fn markdown(pid: u32, facts: &Facts, sites: &[crate::analyze::SiteAnalysis], p: 
     m.push_str("## What it held (growth mode: resident pages by the stack that first touched them, this window)\n\n");
     m.push_str("| bytes | growth | function |\n| ---: | ---: | --- |\n");
     for s in sites.iter().filter(|s| s.held_bytes().0 > 0).take(HELD_SITES) {
-        let under = s.first_touch_in.as_ref().map(|f| format!(" (first touched under {f})")).unwrap_or_default();
+        let under = s.first_touch_in.as_ref().map_or(String::new(), |f| {
+            if s.kind == crate::recording::StackKind::Mmap {
+                format!(" (pages mapped by the allocator, {f})")
+            } else {
+                format!(" (first touched inside the allocator, {f})")
+            }
+        });
         let _ = writeln!(
             m,
             "| {} | {}/s | {}{under} |",

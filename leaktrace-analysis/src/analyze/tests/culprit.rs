@@ -16,6 +16,7 @@ fn culprit_of_cgo_malloc_is_the_go_caller() {
             .collect(),
         lost: false,
         truncated: None,
+        shared: false,
     };
     let bridge = [
         "runtime.asmcgocall",
@@ -35,7 +36,7 @@ fn culprit_of_cgo_malloc_is_the_go_caller() {
 
 /// A malloc stack with no frames (id 9), for tests to fill in with `..malloc_stack()`.
 fn malloc_stack() -> Stack {
-    Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: false, truncated: None }
+    Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: false, truncated: None, shared: false }
 }
 
 #[test]
@@ -53,6 +54,7 @@ fn culprit_skips_allocator_frames() {
         frames: vec![Frame { addr: 0x4a2f, object: Some("/usr/bin/app".into()), ..Default::default() }.into()],
         lost: false,
         truncated: None,
+        shared: false,
     };
     assert_eq!(culprit(&st).1, "app+0x4a2f");
     // A leak made inside libc (asprintf) and libstdc++ names the user's function that called
@@ -71,6 +73,7 @@ fn culprit_skips_allocator_frames() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     assert_eq!(culprit(&st), (Some(4), "build_page".to_string()));
     let only_libc = Stack { frames: st.frames[..3].to_vec(), ..st.clone() };
@@ -218,7 +221,7 @@ fn culprit_of_node_stacks() {
 /// A lost stack, and libc's mapping wrappers (skipped in a mapping site, not in a malloc site).
 #[test]
 fn culprit_of_lost_stacks_and_mapping_wrappers() {
-    let st = Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None };
+    let st = Stack { id: 9, kind: StackKind::Malloc, frames: vec![], lost: true, truncated: None, shared: false };
     assert_eq!(culprit(&st), (None, "[stack lost]".to_string()));
     // A mapping: libc's mmap wrapper or syscall(2) (a raw syscall(SYS_mmap, ...)) is not the
     // culprit, its caller is.
@@ -231,6 +234,7 @@ fn culprit_of_lost_stacks_and_mapping_wrappers() {
             frames: frames.iter().cloned().map(std::sync::Arc::new).collect(),
             lost: false,
             truncated: None,
+            shared: false,
         };
         assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
         // In a malloc site they are functions like others: libc's give way to the user's code
@@ -241,6 +245,7 @@ fn culprit_of_lost_stacks_and_mapping_wrappers() {
             frames: frames.into_iter().map(std::sync::Arc::new).collect(),
             lost: false,
             truncated: None,
+            shared: false,
         };
         assert_eq!(culprit(&st), (Some(1), "map_buffers".to_string()), "{wrapper}");
     }
@@ -264,7 +269,7 @@ fn ctypes_call_into_libc_is_not_a_c_extension() {
         py.object = None;
         frames.push(py.into());
         frames.push(frame("_PyEval_EvalFrameDefault", LIBPY, None).into());
-        Stack { id: 1, kind: StackKind::Malloc, frames, lost: false, truncated: None }
+        Stack { id: 1, kind: StackKind::Malloc, frames, lost: false, truncated: None, shared: false }
     };
     let ctypes = stack(vec![
         frame("__GI___strdup", LIBC, None),
@@ -319,6 +324,7 @@ fn leak_through_a_catalog_api_names_the_missing_release() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     let f: SiteFn = Box::new(|t: f64| {
         let n = t as u64;
@@ -338,6 +344,7 @@ fn leak_through_a_catalog_api_names_the_missing_release() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     let decoy_fn: SiteFn = Box::new(|t: f64| {
         let n = t as u64;

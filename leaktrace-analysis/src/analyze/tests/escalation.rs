@@ -57,6 +57,15 @@ fn a_jemalloc_mapping_in_growth_mode_is_heap_growth_through_the_allocator() {
     assert!(v.contains("growth mode cannot tell leaked blocks from freed memory the allocator keeps"), "{v}");
     assert!(v.contains("an exact window names the allocating function"), "{v}");
     assert!(!v.contains("off-heap"), "{v}");
+    // The escalation's note names what it is: the allocator's mapping, not a first touch.
+    assert_eq!(
+        s.through_allocator().as_deref(),
+        Some("pages mapped by the allocator (jemalloc) under remember_request")
+    );
+    // Its pages are the allocator's heap, not off-heap memory (before: summed into off-heap).
+    assert_eq!(a.summary.offheap_live_end_bytes, 0);
+    assert!(a.memory.offheap_live_bytes.iter().all(|p| p.1 == 0), "{:?}", a.memory.offheap_live_bytes);
+    assert_eq!(a.summary.growth_bytes_per_s.round(), (2u64 << 20) as f64, "{:?}", a.summary);
     // In exact mode the same mapping is the allocator's own (its blocks are at malloc sites).
     let mut exact = growth_recording();
     exact.mode = Mode::Exact;
@@ -123,4 +132,8 @@ fn growth_mode_report_md_says_what_it_measured() {
     assert!(md.contains("remember_request — grows (pages first touched)"), "{md}");
     assert!(!md.contains("| leak |") && !md.contains(" — leak ("), "{md}");
     assert!(!md.contains("Occupied heap to RSS anon"), "{md}");
+    // The Memory section counts jemalloc's extents as the allocator's heap, not off-heap.
+    assert!(!md.contains("- off-heap ("), "{md}");
+    assert!(md.contains("- the allocator's own mappings (jemalloc, 1 site(s): heap growth through the allocator, not off-heap): 122.0 MiB at the end; trend +2.0 MiB/s"), "{md}");
+    assert!(md.contains("off-heap mappings 0 B resident"), "{md}");
 }

@@ -100,6 +100,7 @@ fn one_shot_command_lists_what_it_held_at_exit() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     let init = Stack {
         id: 3,
@@ -111,6 +112,7 @@ fn one_shot_command_lists_what_it_held_at_exit() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     for freed in [false, true] {
         let leak: SiteFn = Box::new(move |t: f64| {
@@ -184,6 +186,7 @@ fn at_exit_list_merges_stacks_that_differ_only_by_return_address() {
             frames: vec![frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(), f.into(), m.into()],
             lost: false,
             truncated: None,
+            shared: false,
         }
     };
     let held = |n: u64| -> SiteFn { Box::new(move |t: f64| if t < 0.1 { (0, 0, 0, 0) } else { (n * 1000, n, 0, 0) }) };

@@ -111,6 +111,7 @@ fn shrinking_managed_heap_is_never_a_leak() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     let rising: SiteFn = Box::new(|t: f64| (1000 * (t as u64 + 1), t as u64 + 1, 0, 0));
     let falling: SiteFn = Box::new(|t: f64| (200_000, 200, 2000 * t as u64, 2 * t as u64));
@@ -275,6 +276,7 @@ fn managed_leak_names_the_javascript_function_that_grew_the_heap() {
                 .collect(),
             lost: false,
             truncated: None,
+            shared: false,
         };
         let large = ["v8::internal::NewLargeObjectSpace::AllocateRaw(int)"];
         let gc = ["v8::internal::SemiSpace::GrowTo(unsigned long)", "v8::internal::Heap::CollectGarbage"];

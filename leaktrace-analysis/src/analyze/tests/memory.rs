@@ -121,6 +121,7 @@ fn mapping_site(id: u32, function: &str, wrapper: &str, bytes_per_s: u64) -> (St
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     (
         stack,
@@ -224,6 +225,7 @@ fn mappings_rank_by_resident_bytes_not_mapped() {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     let once = |b: u64| -> SiteFn { Box::new(move |t: f64| if t < 0.5 { (0, 0, 0, 0) } else { (b, 1, 0, 0) }) };
     let mut r = recording(
@@ -347,6 +349,7 @@ fn file_backed_rss_growth_is_named() {
             ],
             lost: false,
             truncated: None,
+            shared: false,
         };
         let f: SiteFn = Box::new(|_| (64 << 20, 1, 0, 0));
         (stack, f)

@@ -32,6 +32,7 @@ fn loader_site() -> (Stack, SiteFn) {
         ],
         lost: false,
         truncated: None,
+        shared: false,
     };
     (stack, Box::new(|_| (1 << 20, 1, 0, 0)))
 }
@@ -51,5 +52,5 @@ fn stack_of(id: u32, kind: StackKind, inner: &[&str], function: &str) -> Stack {
     let mut frames: Vec<std::sync::Arc<Frame>> = inner.iter().map(|f| frame(f, LIBC, None).into()).collect();
     frames.push(frame(function, EXE, None).into());
     frames.push(frame("main", EXE, None).into());
-    Stack { id, kind, frames, lost: false, truncated: None }
+    Stack { id, kind, frames, lost: false, truncated: None, shared: false }
 }
