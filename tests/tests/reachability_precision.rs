@@ -205,9 +205,9 @@ fn scan_at_exit_o0() {
     at_exit("-O0");
 }
 
-/// The same at -O2.
+/// The same at -O2: main's large frame holds, in some runs, a stale return address into ld.so's
+/// `init_cpu_features` below the slot; the slot is still main's (frames walked by CFI).
 #[test]
-#[ignore = "known failure on kernel 6.18.44-fc-v1252 (2026-12-03), cause not found: in some of the 10 runs the block kept on main's stack is retained by a frame named init_cpu_features (ld.so), not main; seen with the session's starting code plus the verifier fix too; run with --ignored"]
 fn scan_at_exit_o2() {
     at_exit("-O2");
 }

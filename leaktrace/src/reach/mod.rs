@@ -14,6 +14,7 @@
 mod allocator;
 pub mod arena_stats;
 pub mod blocks;
+mod frames;
 pub mod roots;
 pub mod stop;
 mod symbols;
@@ -155,6 +156,7 @@ pub fn scan(
     roots::leave_out(&mut layout, allocator_mapped);
     allocator_and_descriptors(mm, &mut layout, main_arena.map(|(a, _)| a));
     let mut m = Marker::new(mm, &blocks, t0 + opts.max_pause, &layout.code);
+    m.walk_frames(&stopped.threads, &maps);
     // A block reachable from several roots is retained by the first that reaches it: globals
     // (and everything reachable from them) first, then registers and stacks, then untraced
     // memory, so the retaining chain names the most telling root (a static array rather than a
@@ -445,6 +447,8 @@ struct Marker<'a> {
     cache_bytes: usize,
     /// Code addresses already checked by [`Marker::is_return_address`].
     return_addresses: HashMap<u64, bool>,
+    /// Each stopped thread's frames, by tid ([`frames::walk`]): they name a stack slot's frame.
+    frames: HashMap<i32, frames::Frames>,
 }
 
 impl<'a> Marker<'a> {
@@ -471,6 +475,22 @@ impl<'a> Marker<'a> {
             cache: Vec::new(),
             cache_bytes: 0,
             return_addresses: HashMap::new(),
+            frames: HashMap::new(),
+        }
+    }
+
+    /// Walk each stopped thread's frames ([`frames::walk`]) with the unwind tables of the
+    /// objects in `maps` (built on first use, during the pause).
+    fn walk_frames(&mut self, threads: &[stop::Thread], maps: &str) {
+        let mut rules = frames::Rules::new(self.pid, maps);
+        let pid = self.pid;
+        let mut read = |a: u64| {
+            let mut b = [0u8; 8];
+            (read_remote(pid, &mut b, &[(a, 8)]) == 8).then(|| u64::from_ne_bytes(b))
+        };
+        for t in threads {
+            let f = frames::walk(t.regs.rip, t.regs.rsp, t.regs.rbp, &mut |pc| rules.rule(pc), &mut read);
+            self.frames.insert(t.tid, f);
         }
     }
 
@@ -573,11 +593,17 @@ impl<'a> Marker<'a> {
     /// and are scanned from their copy when [`Marker::copy_untraced`] made one.
     fn scan_region(&mut self, ri: u32, r: &Region) {
         let mut addr = r.start & !7;
-        // Stack: the nearest code address seen so far below the slot names its frame.
+        // Stack: the walked frame holding the slot names it; above the walked frames, the
+        // nearest return address seen so far below the slot.
         let mut last_code = match r.kind {
             RootKind::Stack { ip, .. } => ip,
             _ => 0,
         };
+        let walked = match r.kind {
+            RootKind::Stack { tid, .. } => self.frames.get(&tid).cloned(),
+            _ => None,
+        };
+        let mut past_walk = false;
         let skip_blocks = matches!(r.kind, RootKind::Untraced { .. });
         // First block ending above the region's start.
         let mut j = self.ends.partition_point(|&e| e <= addr);
@@ -618,6 +644,18 @@ impl<'a> Marker<'a> {
                     self.root_bytes += 8;
                 }
                 let w = u64::from_ne_bytes(buf[off..off + 8].try_into().unwrap_or_default());
+                let in_walk = match walked.as_ref().filter(|_| !past_walk).map(|f| (f.pc_at(w_addr), f.rest)) {
+                    Some((Some(pc), _)) => {
+                        last_code = pc;
+                        true
+                    }
+                    Some((None, rest)) => {
+                        last_code = rest;
+                        past_walk = true;
+                        false
+                    }
+                    None => false,
+                };
                 if let Some(i) = self.find(w) {
                     let o = match r.kind {
                         RootKind::Stack { tid, .. } => Origin::Stack { tid, ret: last_code },
@@ -625,7 +663,7 @@ impl<'a> Marker<'a> {
                         RootKind::Untraced { region } => Origin::Untraced { region, addr: w_addr },
                     };
                     self.mark(i, o, 0);
-                } else if matches!(r.kind, RootKind::Stack { .. }) && self.is_return_address(w) {
+                } else if matches!(r.kind, RootKind::Stack { .. }) && !in_walk && self.is_return_address(w) {
                     // The call instruction's last byte: a call that does not return (`exit` at
                     // the end of main) has its return address past the caller's end.
                     last_code = w - 1;
