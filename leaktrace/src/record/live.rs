@@ -160,7 +160,7 @@ impl Tracing for Live {
         t.symbolizer.refresh();
         t.runtime_tick();
         let units = t.checkpoints.last().and_then(|c| c.units_of_work);
-        t.census.tick(t.pid, t.runtime_name(), t_s, units);
+        t.census.tick(t.pid, t.runtime.as_deref(), t_s, units);
         if t.exe_resolved && polls.is_multiple_of(5) && polls <= 100 {
             // A program maps its libraries and loads its extensions (dlopen) right after exec:
             // probe them, load their unwind tables, find the runtime and its Python frames twice

@@ -484,13 +484,13 @@ fn node_census_after_detach(
     detach: std::thread::JoinHandle<()>,
     start: Instant,
 ) -> Option<std::thread::JoinHandle<()>> {
-    if !targets.iter().any(|t| t.census.has_node()) {
+    if !targets.iter().any(|t| t.census.after_detach()) {
         return Some(detach);
     }
     let _ = detach.join();
     for t in targets.iter_mut() {
         let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
-        t.census.finish_node(alive, &|| start.elapsed().as_secs_f64());
+        t.census.finish_detached(alive, &|| start.elapsed().as_secs_f64());
     }
     None
 }

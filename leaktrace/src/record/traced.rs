@@ -136,7 +136,7 @@ impl Traced {
         };
         let runtime = if launched { None } else { crate::runtimes::detect(pid, &objects, runtime_opts) };
         let mut census = crate::holds::HeapCensus::new(opts.heap_census).with_dump(opts.heap_dump);
-        census.attach(pid, runtime.as_ref().map(|r| r.info().name));
+        census.attach(pid, runtime.as_deref());
         let (probes, notes) = match attach_probes(tracer, pid, &objects, scan, launched, opts) {
             Ok(x) => x,
             Err(e) => {

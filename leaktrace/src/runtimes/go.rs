@@ -6,6 +6,8 @@ use std::path::Path;
 use object::{Object as _, ObjectSection as _};
 
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions};
+use crate::holds::census::{CensusOptions, RuntimeCensus};
+use crate::holds::go::GoCensus;
 use crate::objects::MappedObject;
 use crate::recording::{ManagedHeap, Runtime};
 
@@ -87,6 +89,11 @@ struct GoInstance {
 impl RuntimeInstance for GoInstance {
     fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+
+    /// Its goroutines, made at the first poll (reads the executable's DWARF then).
+    fn census(&self, pid: u32, _opts: CensusOptions, at_attach: bool) -> Option<Box<dyn RuntimeCensus>> {
+        (!at_attach).then(|| Box::new(GoCensus::new(pid)) as Box<dyn RuntimeCensus>)
     }
 
     /// Go's own figures, marked `figures_only` (the occupied heap's managed part).

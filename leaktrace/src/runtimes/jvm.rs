@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{HeapGauge, Process, RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name, jcmd, unnamed_jit};
+use crate::holds::census::{CensusOptions, JvmHolds, RuntimeCensus};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;
 use crate::recording::ManagedHeap;
@@ -340,6 +341,12 @@ struct JvmInstance {
 impl RuntimeInstance for JvmInstance {
     fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+
+    /// Its class histograms (and `--heap-dump`), made at the first poll: jcmd is not run before
+    /// the JVM is attachable.
+    fn census(&self, pid: u32, opts: CensusOptions, at_attach: bool) -> Option<Box<dyn RuntimeCensus>> {
+        (!at_attach).then(|| Box::new(JvmHolds::new(pid, opts)) as Box<dyn RuntimeCensus>)
     }
 
     fn sync_mappings(&mut self, _tracer: &mut Tracer, objects: &[MappedObject], warnings: &mut Vec<String>) {

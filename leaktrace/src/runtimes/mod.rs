@@ -8,12 +8,14 @@
 //! `detect` returns a [`RuntimeInstance`] for the process. The instance owns what the runtime
 //! keeps for that process: its heap gauge (the JVM's hsperfdata), the frames it adds to stacks
 //! (CPython's, read by the kernel), its diagnostic commands (the JVM's [`jcmd`] and perf map,
-//! `--jvm-perf-map`), and what it takes out of the kernel's maps when the process leaves it. The
-//! recorder (`record/traced/runtime.rs`) calls the instance and names no runtime.
+//! `--jvm-perf-map`), its "what holds it" census (`--heap-census`, `crate::holds::census`), and
+//! what it takes out of the kernel's maps when the process leaves it. The recorder
+//! (`record/traced/runtime.rs`, `holds::HeapCensus`) calls the instance and names no runtime.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::holds::census::{CensusOptions, RuntimeCensus};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;
 use crate::recording::{Frame, ManagedHeap, Runtime, Stack};
@@ -115,6 +117,13 @@ pub trait RuntimeInstance: Send {
 
     /// The process leaves the runtime (it exec'd): take its entries out of the kernel's maps.
     fn detach(&mut self, _tracer: &mut Tracer) {}
+
+    /// `--heap-census`: the runtime's "what holds it" census of process `pid`, asked once at
+    /// attach to a running process (`at_attach`, before its probes: a census that must start
+    /// then) and at every poll until one is made; None: no census (now).
+    fn census(&self, _pid: u32, _opts: CensusOptions, _at_attach: bool) -> Option<Box<dyn RuntimeCensus>> {
+        None
+    }
 }
 
 /// The parts of a traced process a runtime instance works on at a poll and at the end.

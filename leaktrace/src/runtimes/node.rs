@@ -4,6 +4,7 @@
 use leaktrace_analysis::runtimes::node::is_node_object;
 
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};
+use crate::holds::census::{CensusOptions, RuntimeCensus};
 use crate::objects::MappedObject;
 use crate::recording::Runtime;
 
@@ -39,6 +40,12 @@ struct NodeInstance(RuntimeInfo);
 impl RuntimeInstance for NodeInstance {
     fn info(&self) -> &RuntimeInfo {
         &self.0
+    }
+
+    /// Its sampling heap profile (and `--heap-snapshots`), started at attach to a running
+    /// process (before its probes), else at the first poll; ended once the probes are detached.
+    fn census(&self, pid: u32, opts: CensusOptions, _at_attach: bool) -> Option<Box<dyn RuntimeCensus>> {
+        Some(crate::holds::census::node(pid, opts))
     }
 
     fn unnamed_jit_advice(&self) -> Option<String> {
