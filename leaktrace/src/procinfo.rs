@@ -1,12 +1,52 @@
 //! Process facts from /proc: memory figures, command line, executable, namespaced PIDs.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
 use crate::recording::ProcMemory;
 
 /// Memory of `pid` from /proc/PID/status (VmRSS, RssAnon, RssFile, RssShmem, VmSize, converted
 /// from kB to bytes; through a live thread when the main thread has exited, see [`mm_task`]).
 /// None if the process is gone or is a zombie.
 pub fn memory(pid: u32) -> Option<ProcMemory> {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", mm_task(pid))).ok()?;
+    memory_through(pid, mm_task(pid))
+}
+
+/// [`memory`] of process `pid` read through task `mm` (its [`mm_task`], when the caller has
+/// just found it: one /proc/PID/stat read saved). The reading is kept for [`memory_recent`].
+pub fn memory_through(pid: u32, mm: u32) -> Option<ProcMemory> {
+    let m = read_memory(mm)?;
+    if let Ok(mut recent) = RECENT.lock() {
+        let now = Instant::now();
+        if recent.len() > 4096 {
+            recent.retain(|_, (at, _, _)| now.duration_since(*at) < RECENT_KEPT);
+        }
+        recent.insert(pid, (now, SystemTime::now(), m.clone()));
+    }
+    Some(m)
+}
+
+/// Readings of [`memory_through`] by PID, with when each was taken: the watch's sampler thread
+/// takes the recorder's reading of the same second instead of reading /proc/PID/status again.
+static RECENT: Mutex<BTreeMap<u32, (Instant, SystemTime, ProcMemory)>> = Mutex::new(BTreeMap::new());
+
+/// Readings older than this are dropped from [`RECENT`] once it holds many PIDs.
+const RECENT_KEPT: Duration = Duration::from_secs(10);
+
+/// Memory of `pid` as read by [`memory_through`] at most `max_age` ago, else read now; with
+/// the time of the reading. None if the process is gone or is a zombie.
+pub fn memory_recent(pid: u32, max_age: Duration) -> Option<(ProcMemory, SystemTime)> {
+    let cached = RECENT.lock().ok().and_then(|r| r.get(&pid).cloned());
+    match cached {
+        Some((at, when, m)) if at.elapsed() <= max_age => Some((m, when)),
+        _ => memory(pid).map(|m| (m, SystemTime::now())),
+    }
+}
+
+/// /proc/MM/status's memory lines.
+fn read_memory(mm: u32) -> Option<ProcMemory> {
+    let status = std::fs::read_to_string(format!("/proc/{mm}/status")).ok()?;
     let kb = |name: &str| -> Option<u64> {
         status
             .lines()
@@ -80,7 +120,16 @@ fn other_live_thread(pid: u32) -> Option<u32> {
 /// when that one has (pthread_exit in main: the leader stays a zombie until the last thread
 /// ends), another.
 pub fn alive(pid: u32) -> bool {
-    !exited(task_state(&format!("/proc/{pid}/stat"))) || other_live_thread(pid).is_some()
+    live_task(pid).is_some()
+}
+
+/// [`alive`] and [`mm_task`] from one read of /proc/PID/stat: the task through which process
+/// `pid`'s memory is read while the process is alive, None once it has ended.
+pub fn live_task(pid: u32) -> Option<u32> {
+    if !exited(task_state(&format!("/proc/{pid}/stat"))) {
+        return Some(pid);
+    }
+    other_live_thread(pid)
 }
 
 /// The task through whose /proc directory process `pid`'s memory is read (maps, map_files,
@@ -89,10 +138,7 @@ pub fn alive(pid: u32) -> bool {
 /// gone), one of those threads: /proc/TID shows the process's memory as the leader's did.
 /// `pid` when the process is gone.
 pub fn mm_task(pid: u32) -> u32 {
-    if !exited(task_state(&format!("/proc/{pid}/stat"))) {
-        return pid;
-    }
-    other_live_thread(pid).unwrap_or(pid)
+    live_task(pid).unwrap_or(pid)
 }
 
 /// Whether process `pid` is stopped by a signal (state `T` in /proc/PID/stat: SIGSTOP, or a

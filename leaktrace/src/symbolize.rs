@@ -98,6 +98,8 @@ pub struct StackSymbolizer {
     objects: HashMap<(String, u64), Object>,
     /// /proc/PID/maps text of the last snapshot, to skip re-parsing when nothing changed.
     last_maps: String,
+    /// When /proc/PID/maps was last read for it ([`StackSymbolizer::refresh_if_older`]).
+    read_at: std::time::Instant,
     /// Executable file mappings of the last snapshot (start, end, offset, object): the frames
     /// cache stays valid while they do not change (anonymous mappings come and go all the time).
     last_exec: Vec<(u64, u64, u64, (String, u64))>,
@@ -183,6 +185,7 @@ impl StackSymbolizer {
             maps: Vec::new(),
             objects: HashMap::new(),
             last_maps: String::new(),
+            read_at: std::time::Instant::now(),
             last_exec: Vec::new(),
             frames_cache: HashMap::new(),
             perf_map: PerfMap::default(),
@@ -198,7 +201,26 @@ impl StackSymbolizer {
     pub fn refresh(&mut self) {
         // Through a live thread when the main thread has exited (procinfo::mm_task).
         let mm = crate::procinfo::mm_task(self.pid);
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{mm}/maps")) else { return };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{mm}/maps")) else {
+            self.read_at = std::time::Instant::now();
+            return;
+        };
+        self.refresh_from(mm, &text);
+    }
+
+    /// [`StackSymbolizer::refresh`] unless maps were read for it less than `age` ago (by a
+    /// refresh, or by a checkpoint through [`StackSymbolizer::refresh_from`]).
+    pub fn refresh_if_older(&mut self, age: std::time::Duration) {
+        if self.read_at.elapsed() >= age {
+            self.refresh();
+        }
+    }
+
+    /// [`StackSymbolizer::refresh`] from /proc/MM/maps as the caller has just read it (`mm`:
+    /// the process's [`crate::procinfo::mm_task`]), instead of a read of its own. Unchanged
+    /// or empty text changes nothing.
+    pub fn refresh_from(&mut self, mm: u32, text: &str) {
+        self.read_at = std::time::Instant::now();
         if text == self.last_maps || text.is_empty() {
             return;
         }
@@ -247,7 +269,7 @@ impl StackSymbolizer {
         }
         fresh.append(&mut self.maps);
         self.maps = fresh;
-        self.last_maps = text;
+        self.last_maps = text.to_string();
     }
 
     /// For the mappings of the pprof profiles (issue 12): every executable mapping seen so far

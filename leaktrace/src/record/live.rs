@@ -15,6 +15,10 @@ use super::sink::{SinkCx, Sinks};
 use super::traced::{self, Traced};
 use super::{RecordOptions, reachability};
 
+/// How often a poll reads /proc/PID/maps for the symbolizer when no checkpoint has (intervals
+/// over 1 s): new objects are known to it within this long.
+const SYMBOLIZER_MAPS_EVERY: Duration = Duration::from_secs(2);
+
 /// The real tracer of a session.
 pub(super) struct Live {
     pub(super) tracer: Tracer,
@@ -157,7 +161,11 @@ impl Tracing for Live {
                 t.on_exec(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
             }
         }
-        t.symbolizer.refresh();
+        // New objects for the symbolizer: each checkpoint feeds it the maps it reads (at the
+        // default 1 s interval that is all); with longer intervals, maps are read for it every
+        // SYMBOLIZER_MAPS_EVERY. Stacks with an address outside every known mapping read maps
+        // anew when symbolized (StackSymbolizer::symbolize).
+        t.symbolizer.refresh_if_older(SYMBOLIZER_MAPS_EVERY);
         t.runtime_tick();
         let units = t.checkpoints.last().and_then(|c| c.units_of_work);
         t.census.tick(t.pid, t.runtime.as_deref(), t_s, units);

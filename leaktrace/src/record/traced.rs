@@ -22,6 +22,10 @@ use super::*;
 mod arena_figures;
 mod runtime;
 
+/// How long the task [`Traced::gone`] found stays the one a checkpoint reads memory through
+/// (a poll's round over every process, then its checkpoints, take well under this).
+const LIVE_SEEN_FOR: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One traced process and everything recorded about it.
 pub(super) struct Traced {
     pub(super) pid: u32,
@@ -78,6 +82,10 @@ pub(super) struct Traced {
     pub(super) exe_id: Option<(u64, u64)>,
     /// The cgroup v2 the process is in and its `oom_kill` count when first seen there.
     pub(super) oom_watch: Option<OomWatch>,
+    /// The task through which its memory is read ([`procinfo::live_task`]) as
+    /// [`Traced::gone`] last found it, and when: the checkpoint of the same poll uses it
+    /// instead of reading /proc/PID/stat again.
+    live_seen: Option<(std::time::Instant, u32)>,
     /// oom:mark_victim is attached and this process is in the kernel's TARGETS filter: the OOM
     /// killer choosing it is seen (`session.oom_victim_anon_kib`), and the cgroup's counter
     /// is only a note.
@@ -185,6 +193,7 @@ impl Traced {
             block_regions: Vec::new(),
             block_scan: None,
             born_zero_ms: None,
+            live_seen: None,
         };
         t.watch_cgroup();
         if !launched {
@@ -203,7 +212,8 @@ impl Traced {
                 Some(s) => Some(s),
                 None => return false,
             }
-        } else if procinfo::alive(self.pid) {
+        } else if let Some(task) = procinfo::live_task(self.pid) {
+            self.live_seen = Some((std::time::Instant::now(), task));
             return false;
         } else {
             None
@@ -429,14 +439,16 @@ impl Traced {
         let zero = *self.born_zero_ms.get_or_insert_with(|| tracer.now_ms() as i64 - (t_s * 1000.0).round() as i64);
         // Everything that moves is read together, before the slow part (symbolizing new stacks).
         let units_of_work = work.then(|| tracer.work_units(self.pid));
-        let memory = procinfo::memory(self.pid);
+        let (mm, memory) = self.memory_now();
         // Kernel-side sites (malloc family, page faults), then off-heap mappings with their
         // resident bytes.
         // The allocator's regions in the address space, whenever they were made: the brk heap
         // and glibc's arena heaps (the latter are left out of the allocator's tracked mappings,
         // which would count an arena made after attach twice).
-        let mm = procinfo::mm_task(self.pid);
         let maps = std::fs::read_to_string(format!("/proc/{mm}/maps")).unwrap_or_default();
+        // The symbolizer learns new objects from this read (the poll does not read maps for it):
+        // before the new stacks of this checkpoint are symbolized.
+        self.symbolizer.refresh_from(mm, &maps);
         // glibc's arena heaps only where glibc's malloc is the one in use: another allocator's
         // 64 MiB-aligned reservations (mimalloc's) have the same shape.
         let other_malloc = self.other_malloc();
@@ -551,6 +563,22 @@ impl Traced {
         });
         thin(&mut self.checkpoints, MAX_CHECKPOINTS);
         Some((live, rss))
+    }
+
+    /// The task through which the process's memory is read, and its memory
+    /// ([`procinfo::memory_through`]): through the task [`Traced::gone`] found alive in this
+    /// poll (under [`LIVE_SEEN_FOR`] ago), else found now. A reading that fails through the
+    /// task seen before (the main thread, or the thread, exited since) is taken again through
+    /// the task found now.
+    fn memory_now(&mut self) -> (u32, Option<crate::recording::ProcMemory>) {
+        let seen = self.live_seen.take().filter(|(at, _)| at.elapsed() < LIVE_SEEN_FOR).map(|(_, task)| task);
+        if let Some(mm) = seen
+            && let Some(m) = procinfo::memory_through(self.pid, mm)
+        {
+            return (mm, Some(m));
+        }
+        let mm = procinfo::mm_task(self.pid);
+        (mm, procinfo::memory_through(self.pid, mm))
     }
 
     /// Whether a malloc other than the C library's is probed in this process (jemalloc,

@@ -462,6 +462,9 @@ fn push_labels(state: Arc<Mutex<WatchState>>) -> crate::push::LabelsOf {
     })
 }
 
+/// How often [`sample_memory`] samples each process.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
 /// A thread that samples every watched process's memory once a second (the series of the
 /// OOM-time report and the metrics' RSS gauges) until `stop`.
 fn sample_memory(state: Arc<Mutex<WatchState>>, stop: Arc<AtomicBool>) {
@@ -475,8 +478,10 @@ fn sample_memory(state: Arc<Mutex<WatchState>>, stop: Arc<AtomicBool>) {
             let samples: Vec<(u32, Option<Sample>)> = pids
                 .into_iter()
                 .map(|pid| {
-                    let m = crate::procinfo::memory(pid).map(|m| Sample {
-                        unix_ms: now_ms,
+                    // The recorder's checkpoint of this second read the same status file: its
+                    // reading, at the time it was taken.
+                    let m = crate::procinfo::memory_recent(pid, SAMPLE_EVERY).map(|(m, when)| Sample {
+                        unix_ms: when.duration_since(std::time::UNIX_EPOCH).map_or(now_ms, |d| d.as_millis() as u64),
                         rss_anon: m.rss_anon_bytes,
                         rss_file: m.rss_file_bytes,
                         rss_shmem: m.rss_shmem_bytes,
@@ -487,12 +492,15 @@ fn sample_memory(state: Arc<Mutex<WatchState>>, stop: Arc<AtomicBool>) {
             if let Ok(mut s) = state.lock() {
                 for (pid, sample) in samples {
                     if let (Some(p), Some(sample)) = (s.procs.get_mut(&pid), sample) {
-                        p.push_sample(sample);
                         p.last_seen = Instant::now();
+                        // A reading already sampled (no checkpoint since) is not sampled twice.
+                        if p.series.back().is_none_or(|b| b.unix_ms < sample.unix_ms) {
+                            p.push_sample(sample);
+                        }
                     }
                 }
             }
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(SAMPLE_EVERY);
         }
     });
 }
