@@ -8,7 +8,7 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, Queue, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use leaktrace_common::{
@@ -60,9 +60,9 @@ static BLOCK_PAGES: LruHashMap<AllocKey, u32> = LruHashMap::with_max_entries(1 <
 #[map]
 static LAST_PAGE: PerCpuArray<AllocKey> = PerCpuArray::with_max_entries(1, 0);
 
-/// Call-stack sites: `SiteKey` → the site's index in `SITE_STATS` (given once, when the site is
-/// first seen; entries are never removed, so an index stays the site's). Sized by the agent
-/// (--max-sites).
+/// Call-stack sites: `SiteKey` → the site's index in `SITE_STATS` (given when the site is first
+/// seen; the agent removes a process's entries when it stops tracing it and, later, gives their
+/// indices back through `FREE_SITES`). Sized by the agent (--max-sites).
 #[map]
 static SITES: HashMap<SiteKey, u32> = HashMap::with_max_entries(1 << 16, BPF_F_NO_PREALLOC);
 
@@ -77,6 +77,26 @@ static SITE_STATS: Array<SiteStats> = Array::with_max_entries(1 << 16, 0);
 /// that way, or claimed by a site that lost the race to insert itself into `SITES`, stay unused.
 #[map]
 static NEXT_SITE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Site indices the agent gave back (`Tracer::release_process`: their process is no longer
+/// traced, its `SITES` entries are gone, its probes detached, the slot's totals zeroed):
+/// taken before a new one from `NEXT_SITE`. Their `SITE_INDICES` claims stay, so the two never
+/// give one index twice. Sized by the agent (--max-sites).
+#[map]
+static FREE_SITES: Queue<u32> = Queue::with_max_entries(1 << 16, 0);
+
+/// Bumped by the agent (index 0) whenever it removes `SITES` entries: a `SITE_CACHE` entry
+/// made under another epoch is not taken, so no cached index outlives its site (a reused PID
+/// with the same stack looks its site up anew).
+#[map]
+static SITE_EPOCH: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Per site index: the birth time (ms, as `AllocInfo::born_ms`) before which a block is not
+/// the index's present site's, set by the agent when it gives the index back. A block of the
+/// index's former owner retired later (its address reused by a process with its PID) is not
+/// credited to the new one. Sized by the agent (--max-sites).
+#[map]
+static SITE_SINCE: Array<u32> = Array::with_max_entries(1 << 16, 0);
 
 /// Site indices given (index → 1): the insert (`BPF_NOEXIST`) that claims an index is atomic,
 /// which the counter alone is not (the eBPF target here has no fetch-and-add). Sized by the
@@ -333,6 +353,13 @@ fn sample(left: &mut i64, size: u64, mean: u64) -> Option<u64> {
 /// Credit a retired block to its site.
 #[inline(always)]
 fn account_free(info: &AllocInfo) {
+    // SAFETY: an array value (get checked the index), copied at once.
+    let since = SITE_SINCE.get(info.index).map_or(0, |v| unsafe { core::ptr::read_volatile(v) });
+    if info.born_ms < since {
+        // A block of the index's former site: its totals went when the index was given back.
+        count(counter::FREES);
+        return;
+    }
     if let Some(s) = SITE_STATS.get_ptr_mut(info.index) {
         // SAFETY: field addresses of a SITE_STATS value, no reference made (other CPUs add to it).
         atomic_add(unsafe { &raw mut (*s).free_bytes }, info.size);
@@ -345,22 +372,26 @@ fn account_free(info: &AllocInfo) {
 }
 
 #[inline(always)]
-fn site_check(site: &SiteKey, index: u64) -> u64 {
+fn site_check(site: &SiteKey, index: u64, epoch: u64) -> u64 {
     let h = crate::unwind::mix(site.stack ^ ((site.tgid as u64) << 32 | site.kind as u64));
-    crate::unwind::mix(h ^ site.caller ^ (index << 40))
+    crate::unwind::mix(h ^ site.caller ^ (index << 40) ^ crate::unwind::mix(epoch))
 }
 
 /// The index of `site` in `SITE_STATS`: from this CPU's `SITE_CACHE`, else from `SITES`, else a
-/// new one (`NEXT_SITE`) inserted there. None when `SITES` or `SITE_STATS` is full.
+/// new one (`FREE_SITES`, else `NEXT_SITE`) inserted there. None when `SITES` or `SITE_STATS`
+/// is full. The epoch is read before `SITES`: an entry cached by a lookup that raced the
+/// agent's removal of the site carries the epoch before the agent's bump, and is not taken.
 #[inline(always)]
 fn site_index(site: &SiteKey) -> Option<u32> {
+    // SAFETY: the array's one value (get checked the index), copied at once.
+    let epoch = SITE_EPOCH.get(0).map_or(0, |e| unsafe { core::ptr::read_volatile(e) });
     let h = crate::unwind::mix(site.stack ^ site.caller ^ ((site.tgid as u64) << 32 | site.kind as u64));
     let slot = SITE_CACHE.get_ptr_mut(h as u32 & (SITE_CACHE_SLOTS - 1));
     if let Some(c) = slot {
         // SAFETY: this CPU's slot of a per-CPU array value (get_ptr_mut checked the index), valid
         // while the program runs; copied, then checked as a whole.
         let c = unsafe { *c };
-        if c.key == *site && c.check == site_check(site, c.index) {
+        if c.key == *site && c.check == site_check(site, c.index, epoch) {
             return Some(c.index as u32);
         }
     }
@@ -371,24 +402,35 @@ fn site_index(site: &SiteKey) -> Option<u32> {
             let fresh = new_site_index()?;
             match SITES.insert(site, fresh, BPF_NOEXIST as u64) {
                 Ok(()) => fresh,
-                // Another CPU inserted the site meanwhile: its index is the site's.
-                // SAFETY: as above.
-                Err(EEXIST) => unsafe { *SITES.get_ptr(site)? },
-                Err(_) => return None,
+                // Another CPU inserted the site meanwhile: its index is the site's, and `fresh`
+                // (unused, its totals zero) goes back for the next new site.
+                Err(EEXIST) => {
+                    let _ = FREE_SITES.push(fresh, 0);
+                    // SAFETY: as above.
+                    unsafe { *SITES.get_ptr(site)? }
+                }
+                Err(_) => {
+                    let _ = FREE_SITES.push(fresh, 0);
+                    return None;
+                }
             }
         }
     };
     if let Some(c) = slot {
         // SAFETY: the slot read above, written whole.
-        unsafe { *c = CachedSite { key: *site, index: index as u64, check: site_check(site, index as u64) } };
+        unsafe { *c = CachedSite { key: *site, index: index as u64, check: site_check(site, index as u64, epoch) } };
     }
     Some(index)
 }
 
-/// A site index no other site has (claimed in `SITE_INDICES`); None when `SITE_STATS` is full
-/// or four claims in a row lost their race.
+/// A site index no other site has: one the agent gave back (`FREE_SITES`), else a new one
+/// (claimed in `SITE_INDICES`); None when `SITE_STATS` is full or four claims in a row lost
+/// their race.
 #[inline(always)]
 fn new_site_index() -> Option<u32> {
+    if let Ok(Some(i)) = FREE_SITES.pop() {
+        return Some(i);
+    }
     let next = NEXT_SITE.get_ptr_mut(0)?;
     for _ in 0..4 {
         // SAFETY: the array's one value (get_ptr_mut checked the index), valid while the program

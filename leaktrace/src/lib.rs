@@ -41,6 +41,7 @@ pub mod reach;
 pub mod record;
 pub mod runtimes;
 pub mod seccomp;
+pub mod site_recycle;
 /// Issue #12: the live status line.
 pub mod status;
 pub mod symbolize;

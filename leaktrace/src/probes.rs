@@ -123,6 +123,8 @@ pub struct Tracer {
     sites: HashMap<MapData, SiteKey, u32>,
     /// Per-site totals by site index.
     site_stats: aya::maps::Array<MapData, SiteStats>,
+    /// Site indices of released processes, given back to the kernel side once safe.
+    recycler: crate::site_recycle::SiteRecycler,
     /// `sites` read once for a round of checkpoints ([`Tracer::begin_round`]): each process's
     /// sites and their index. None outside a round (then [`Tracer::read_sites`] reads the map).
     sites_round: std::sync::Mutex<Option<SitesByProcess>>,
@@ -294,7 +296,8 @@ impl Tracer {
         if let Some(note) = tp_note {
             crate::note!("leaktrace: warning: {note}");
         }
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        let mut ebpf = crate::site_recycle::size_site_maps(&mut loader, limits.max_sites)
             // INFLIGHT is a task-storage map, which aya 0.14 creates but has no
             // user-side type for (the agent never reads it).
             .allow_unsupported_maps()
@@ -305,9 +308,6 @@ impl Tracer {
             .override_global("BLOCKS_MASK", &(u64::from(block_buckets(limits.max_allocs)) - 1), true)
             .map_max_entries("BLOCKS", block_buckets(limits.max_allocs))
             .map_max_entries("ALLOCS", limits.max_allocs)
-            .map_max_entries("SITES", limits.max_sites)
-            .map_max_entries("SITE_STATS", limits.max_sites)
-            .map_max_entries("SITE_INDICES", limits.max_sites)
             // --max-stacks bounds all stacks; those with Python frames may take half of them
             // (PY_STACK_BUDGET in leaktrace-ebpf/src/python.rs), so native ones keep room.
             .map_max_entries("STACKS", limits.max_stacks)
@@ -353,6 +353,7 @@ impl Tracer {
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
         let site_stats =
             aya::maps::Array::try_from(take(&mut ebpf, "SITE_STATS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let recycler = crate::site_recycle::SiteRecycler::new(&mut ebpf).map_err(LoadError::Load)?;
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
@@ -404,6 +405,7 @@ impl Tracer {
             ebpf,
             sites,
             site_stats,
+            recycler,
             sites_round: std::sync::Mutex::new(None),
             stats_round: std::sync::Mutex::new(None),
             counters_round: std::sync::Mutex::new(None),
@@ -548,8 +550,10 @@ impl Tracer {
     /// What the tracer holds for process `tgid` goes (`leaktrace watch`, whose processes come
     /// and go for days): its uprobe links (detached in a thread of their own: each removal waits
     /// for RCU grace periods), its probes' bookkeeping (a process that comes back is probed
-    /// anew) and its entries in the `SITES` map. Returns how many links and sites went. (Site
-    /// indices are not reused: `SITE_STATS` keeps its slots.)
+    /// anew) and its entries in the `SITES` map. Returns how many links and sites went. The
+    /// sites' indices are given back to the kernel side for new sites once no probe of the
+    /// process can use them (see [`crate::site_recycle`]); indices of processes released
+    /// before whose wait is over go back here.
     pub fn release_process(&mut self, tgid: u32) -> (usize, usize) {
         let (mine, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.links).into_iter().partition(|(p, _)| *p == tgid);
         self.links = kept;
@@ -567,13 +571,16 @@ impl Tracer {
                 }
             }
         }
-        if !detach.is_empty() {
-            // Dropping a link detaches it.
-            std::thread::spawn(move || drop(detach));
-        }
+        // Dropping a link detaches it.
+        let detached = (!detach.is_empty()).then(|| std::thread::spawn(move || drop(detach)));
         self.attached.retain(|(pid, ..)| *pid != tgid);
-        let keys: Vec<SiteKey> = self.sites.keys().filter_map(Result::ok).filter(|k| k.tgid == tgid).collect();
-        let sites = keys.iter().filter(|k| self.sites.remove(k).is_ok()).count();
+        let entries: Vec<(SiteKey, u32)> =
+            self.sites.iter().filter_map(Result::ok).filter(|(k, _)| k.tgid == tgid).collect();
+        let freed: Vec<u32> = entries.iter().filter(|(k, _)| self.sites.remove(k).is_ok()).map(|&(_, i)| i).collect();
+        let sites = freed.len();
+        self.recycler.released(freed, detached);
+        let now_ms = self.now_ms();
+        self.recycler.give_back(&mut self.site_stats, now_ms);
         (links, sites)
     }
 
@@ -698,8 +705,9 @@ impl Tracer {
             }
             Err(_) => false,
         };
-        // SITE_STATS up to the largest index in use, in one call: its slots are never reused,
-        // so this is every site's totals (each checkpoint used to read its own one by one).
+        // SITE_STATS up to the largest index in use, in one call: every site's totals (each
+        // checkpoint used to read its own one by one). Indices of released processes are given
+        // back (crate::site_recycle), so the largest stays near the sites traced at once.
         let stats = by_tgid.values().flatten().map(|&(_, i)| i as usize + 1).max().filter(|_| read).and_then(|n| {
             use aya::maps::IterableMap as _;
             let fd = self.site_stats.map().fd().as_fd();

@@ -52,6 +52,12 @@ pub struct WatchArgs {
     /// Exact windows running at once, at most.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub max_escalations: u64,
+    /// Maximum distinct allocation sites of the processes watched at once (kernel map size, 1
+    /// to 4194304; 48 bytes each, allocated at start). A process's sites are given back a
+    /// second or so after it is no longer watched; beyond the limit, new sites are not counted
+    /// (`sites_map_full`).
+    #[arg(long, default_value_t = crate::probes::Limits::default().max_sites, value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
+    pub max_sites: u32,
     /// No process is escalated again within this long of its last escalation's start.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_duration, default_value = "30m")]
     pub cooldown: Duration,
@@ -115,6 +121,7 @@ impl WatchArgs {
             metrics_listen: self.metrics_listen,
             top: self.top,
             max_cpu_pct: self.max_cpu,
+            max_sites: self.max_sites,
             // A watch has no end to push at: periodic pushes, every window unless told.
             push: self.push.config().map(|c| PushConfig { interval: c.interval.or(Some(self.window)), ..c }),
         })

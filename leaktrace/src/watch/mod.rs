@@ -126,6 +126,9 @@ pub struct WatchOptions {
     /// `--push`: every process's profiles of its current window sent every `interval` (which
     /// `cli.rs` sets), labelled with its pod, namespace and container ([`push_labels`]).
     pub push: Option<crate::push::PushConfig>,
+    /// `--max-sites`: distinct call-stack sites of the processes traced at once (kernel map
+    /// size; a process's sites are given back when it is no longer watched).
+    pub max_sites: u32,
 }
 
 /// Shortest window worth taking at the end of `--duration`: a verdict needs checkpoints.
@@ -387,6 +390,7 @@ fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
         mode: Mode::Growth,
         status_line: false,
         python_frames: true,
+        limits: crate::probes::Limits { max_sites: opts.max_sites, ..Default::default() },
         ..RecordOptions::default()
     }
 }
