@@ -1,8 +1,8 @@
 //! Production attach: a process in a container (its own root filesystem and PID namespace) or a
 //! cgroup, every allocator (jemalloc, tcmalloc, static glibc, C++ new/delete), code that starts
 //! after attach (a dlopen'ed plugin, short-lived threads, forked children), detaching without
-//! hurting the target (kill -9 of the agent, SIGINT/SIGTERM/SIGHUP), and bad input. All real, as
-//! root.
+//! hurting the target (kill -9 of the agent, SIGINT/SIGTERM/SIGHUP). Bad input is in
+//! production_errors.rs. All real, as root.
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt as _;
@@ -35,18 +35,12 @@ fn fixture(name: &str) -> PathBuf {
         "leaky_static" => compile_with("gcc", &[&src("leaky.c")], &out, &["-static"]),
         "leaky_mimalloc" => compile_with("gcc", &[&src("leaky.c")], &out, &["-lmimalloc"]),
         "leaky_musl" => compile_with("musl-gcc", &[&src("leaky.c")], &out, &["-static"]),
-        "leaky_stripped" => {
-            compile_with("gcc", &[&src("leaky.c")], &out, &["-static"]);
-            let st = Command::new("strip").arg("--strip-all").arg(&out).status().expect("cannot run strip");
-            assert!(st.success(), "strip --strip-all {} failed", out.display());
-        }
         "leaky_cxx" => compile_with("g++", &[&src("leaky_cxx.cpp")], &out, &[]),
         "leaky_cxx_tcmalloc" => compile_with("g++", &[&src("leaky_cxx.cpp")], &out, &["-ltcmalloc"]),
         "plugin_host" => compile_with("gcc", &[&src("plugin_host.c")], &out, &["-ldl"]),
         "plugin.so" => compile_with("gcc", &[&src("plugin.c")], &out, &["-shared", "-fPIC"]),
         "threads" => compile_with("gcc", &[&src("threads.c")], &out, &["-pthread"]),
         "forker" => compile_with("gcc", &[&src("forker.c")], &out, &[]),
-        "zombie" => compile_with("gcc", &[&src("zombie.c")], &out, &[]),
         other => panic!("unknown fixture {other}"),
     }
     built.insert(name.to_string(), out.clone());
@@ -85,6 +79,24 @@ fn assert_links(exe: &Path, lib: &str) {
 /// Print a skipped part where it is seen even when the test harness captures output.
 fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// Tests of this file run in parallel; this one runs alone among them. A process whose main
+/// thread has exited loses its uprobes when another tracer detaches from the same library:
+/// the kernel then re-checks every remaining consumer's filter in each mm that maps it, and a
+/// uprobe_multi link's pid filter compares the mm of the task it was made for, the exited
+/// leader's, which has none (seen here: the leader-exits test's allocations stopped being
+/// counted mid-run while other recordings ended on the machine). docs/reliability.md says so.
+static PROBES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Shared use of the kernel's uprobes (see [`PROBES`]).
+fn probes_shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    PROBES.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sole use of the kernel's uprobes among this file's tests (see [`PROBES`]).
+fn probes_exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    PROBES.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `leaktrace record --pid PID --interval 250ms [extra...] --out OUT`, started.
@@ -227,6 +239,7 @@ fn mapped_libc(pid: u32) -> Option<(String, u64)> {
 /// it is PID 1, entered with unshare + pivot_root; leaktrace is given its host PID.
 #[test]
 fn container_leak_found_through_host_pid() {
+    let _probes = probes_shared();
     require_root();
     let root = container_root("leaky", &fixtures().leaky);
     let mut cmd = Command::new("unshare");
@@ -284,6 +297,7 @@ fn container_leak_found_through_host_pid() {
 /// `--cgroup`: the processes of a cgroup v2 directory.
 #[test]
 fn cgroup_leak_found() {
+    let _probes = probes_shared();
     require_root();
     let cg = match TempCgroup::new("leak") {
         Ok(c) => c,
@@ -314,6 +328,7 @@ fn cgroup_leak_found() {
 
 #[test]
 fn empty_cgroup_is_an_error() {
+    let _probes = probes_shared();
     require_root();
     let cg = match TempCgroup::new("empty") {
         Ok(c) => c,
@@ -399,34 +414,40 @@ fn allocator_launched(fixture_name: &str, allocator: &str) {
 
 #[test]
 fn jemalloc_leak_found_attached() {
+    let _probes = probes_shared();
     assert_links(&fixture("leaky_jemalloc"), "libjemalloc");
     allocator_attached("leaky_jemalloc", "libjemalloc");
 }
 
 #[test]
 fn jemalloc_leak_found_launched() {
+    let _probes = probes_shared();
     allocator_launched("leaky_jemalloc", "libjemalloc");
 }
 
 #[test]
 fn tcmalloc_leak_found_attached() {
+    let _probes = probes_shared();
     assert_links(&fixture("leaky_tcmalloc"), "libtcmalloc");
     allocator_attached("leaky_tcmalloc", "libtcmalloc");
 }
 
 #[test]
 fn tcmalloc_leak_found_launched() {
+    let _probes = probes_shared();
     allocator_launched("leaky_tcmalloc", "libtcmalloc");
 }
 
 #[test]
 fn mimalloc_leak_found_attached() {
+    let _probes = probes_shared();
     assert_links(&fixture("leaky_mimalloc"), "libmimalloc");
     allocator_attached("leaky_mimalloc", "libmimalloc");
 }
 
 #[test]
 fn mimalloc_leak_found_launched() {
+    let _probes = probes_shared();
     allocator_launched("leaky_mimalloc", "libmimalloc");
 }
 
@@ -434,6 +455,7 @@ fn mimalloc_leak_found_launched() {
 /// `default_malloc` & co.
 #[test]
 fn musl_static_leak_found_launched() {
+    let _probes = probes_shared();
     let exe = fixture("leaky_musl");
     assert!(ldd(&exe).is_empty(), "{} should be static", exe.display());
     allocator_launched("leaky_musl", "leaky_musl");
@@ -441,6 +463,7 @@ fn musl_static_leak_found_launched() {
 
 #[test]
 fn static_binary_leak_found_attached() {
+    let _probes = probes_shared();
     let exe = fixture("leaky_static");
     assert!(ldd(&exe).is_empty(), "{} should be static", exe.display());
     allocator_attached("leaky_static", "leaky_static");
@@ -448,6 +471,7 @@ fn static_binary_leak_found_attached() {
 
 #[test]
 fn static_binary_leak_found_launched() {
+    let _probes = probes_shared();
     allocator_launched("leaky_static", "leaky_static");
 }
 
@@ -480,6 +504,7 @@ fn assert_cxx_report(r: &Report, allocator: &str) {
 /// Through the C++ runtime's operator new, which calls malloc.
 #[test]
 fn cxx_new_delete_leak_found() {
+    let _probes = probes_shared();
     require_root();
     let mut cmd = Command::new(fixture("leaky_cxx"));
     cmd.args([&N.to_string(), RATE]);
@@ -490,6 +515,7 @@ fn cxx_new_delete_leak_found() {
 /// tcmalloc's own operator new, which does not call malloc.
 #[test]
 fn cxx_new_delete_with_tcmalloc_leak_found() {
+    let _probes = probes_shared();
     require_root();
     let exe = fixture("leaky_cxx_tcmalloc");
     assert_links(&exe, "libtcmalloc");
@@ -501,6 +527,7 @@ fn cxx_new_delete_with_tcmalloc_leak_found() {
 
 #[test]
 fn cxx_new_delete_with_tcmalloc_leak_found_launched() {
+    let _probes = probes_shared();
     require_root();
     let out = OutDir::new("cxx-tcmalloc-launch");
     let mut cmd = Command::new(fixture("leaky_cxx_tcmalloc"));
@@ -517,6 +544,7 @@ fn cxx_new_delete_with_tcmalloc_leak_found_launched() {
 /// A plugin loaded with dlopen after attach leaks in plugin_leak.
 #[test]
 fn plugin_loaded_after_attach_leak_found() {
+    let _probes = probes_shared();
     require_root();
     let so = fixture("plugin.so");
     let mut cmd = Command::new(fixture("plugin_host"));
@@ -536,6 +564,7 @@ fn plugin_loaded_after_attach_leak_found() {
 /// Threads created after attach (60, at most 4 at a time), each leaking 25 blocks, then exiting.
 #[test]
 fn short_lived_threads_leak_found() {
+    let _probes = probes_shared();
     require_root();
     let mut cmd = Command::new(fixture("threads"));
     cmd.args(["60", "25", "100"]);
@@ -551,13 +580,17 @@ fn short_lived_threads_leak_found() {
 /// figures read through a live thread.
 #[test]
 fn leak_found_after_the_main_thread_exits() {
+    let _probes = probes_exclusive();
     require_root();
     let mut cmd = Command::new(fixture("threads"));
-    cmd.args(["24", "25", "100"]).env("LEADER_EXITS", "1").env("LINGER_MS", "1500");
+    // 24 threads, 4 at a time, each leaking 75 blocks at 100/s: ~4.5 s of leaking, ~18
+    // checkpoints. (25 blocks each, 1.5 s, left 3-6 checkpoints on a loaded machine: a slope
+    // "not significant", inconclusive, as the report then rightly said.)
+    cmd.args(["24", "75", "100"]).env("LEADER_EXITS", "1").env("LINGER_MS", "1500");
     let (out, o, _t) = attach_run("leader-exits", cmd, &[]);
     let r = Report::load(&out.path);
     let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
-    assert_leak(&r, "thread_leak", 600, "threads.c", &["worker"]);
+    assert_leak(&r, "thread_leak", 1800, "threads.c", &["worker"]);
     assert!(u64_of(r.get(&["summary"]), "rss_end_bytes") > 0, "no memory figures at the end\n{ctx}");
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
 }
@@ -566,6 +599,7 @@ fn leak_found_after_the_main_thread_exits() {
 /// summary listing them.
 #[test]
 fn forked_children_followed() {
+    let _probes = probes_shared();
     require_root();
     let mut cmd = Command::new(fixture("forker"));
     cmd.args(["3", &N.to_string(), RATE]);
@@ -653,6 +687,7 @@ fn untraced_done_line(n: u64) -> String {
 /// them.
 #[test]
 fn normal_exit_leaves_no_program_behind() {
+    let _probes = probes_shared();
     require_root();
     let mut cmd = Command::new(&fixtures().leaky);
     cmd.args(["malloc", "200", "400"]).env("WAIT_FOR_SIGNAL", "1");
@@ -682,6 +717,7 @@ fn normal_exit_leaves_no_program_behind() {
 
 #[test]
 fn kill_9_of_the_agent_leaves_no_program_and_the_target_runs_on() {
+    let _probes = probes_shared();
     require_root();
     let n = 3000;
     let mut cmd = Command::new(&fixtures().leaky);
@@ -796,189 +832,18 @@ fn signal_ends_recording(sig: i32, name: &str) {
 
 #[test]
 fn sigint_ends_recording_with_report() {
+    let _probes = probes_shared();
     signal_ends_recording(libc::SIGINT, "sigint");
 }
 
 #[test]
 fn sigterm_ends_recording_with_report() {
+    let _probes = probes_shared();
     signal_ends_recording(libc::SIGTERM, "sigterm");
 }
 
 #[test]
 fn sighup_ends_recording_with_report() {
+    let _probes = probes_shared();
     signal_ends_recording(libc::SIGHUP, "sighup");
-}
-
-// ----------------------------------------------------------------------------------------------
-// 5. Bad input
-
-/// A PID that existed a moment ago (exited and reaped).
-#[test]
-fn exited_pid_is_an_error() {
-    require_root();
-    let mut child = Command::new("true").spawn().expect("run true");
-    let pid = child.id();
-    child.wait().expect("wait true");
-    let (out, o) = record_pid_2s("exited", &pid.to_string());
-    assert_error(&o, &[&pid.to_string()]);
-    assert!(!out.path.exists(), "an output directory was created");
-}
-
-#[test]
-fn kernel_thread_is_an_error() {
-    require_root();
-    let pid = if comm_of(2).as_deref() == Some("kthreadd") {
-        Some(2)
-    } else {
-        // In a PID namespace PID 2 may be anything: any child of kthreadd will do.
-        std::fs::read_dir("/proc").ok().and_then(|d| {
-            d.flatten().find_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let status = std::fs::read_to_string(e.path().join("status")).ok()?;
-                status
-                    .lines()
-                    .any(|l| l.starts_with("PPid:") && l.split_ascii_whitespace().nth(1) == Some("2"))
-                    .then_some(pid)
-            })
-        })
-    };
-    let Some(pid) = pid else {
-        return skip("kernel_thread_is_an_error", "no kernel thread is visible from here");
-    };
-    let (_out, o) = record_pid_2s("kthread", &pid.to_string());
-    assert_error(&o, &[&format!("PID {pid} "), "kernel thread"]);
-}
-
-#[test]
-fn zombie_is_an_error() {
-    require_root();
-    let parent = Target::spawn(Command::new(fixture("zombie")));
-    parent.expect_pid_line();
-    let line = parent.next_line(Duration::from_secs(10)).expect("no ZOMBIE line");
-    let zombie: u32 =
-        line.strip_prefix("ZOMBIE ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("unexpected line {line:?}"));
-    assert!(!process_alive(zombie), "PID {zombie} should be a zombie");
-    assert!(std::path::Path::new(&format!("/proc/{zombie}")).exists(), "PID {zombie} should still exist (a zombie)");
-    let (_out, o) = record_pid_2s("zombie", &zombie.to_string());
-    assert_error(&o, &[&zombie.to_string(), "zombie"]);
-}
-
-/// Processes that exit within a few ms of start, at various moments of the attach: either an
-/// error naming the PID, or a recording that ended with the target; never a panic.
-#[test]
-fn pid_exiting_during_attach() {
-    require_root();
-    let mut outcomes = Vec::new();
-    for linger_ms in [0, 10, 30, 60, 100, 150, 250, 400] {
-        let mut cmd = Command::new(&fixtures().leaky);
-        cmd.args(["malloc", "1", "1000"]).env("LINGER_MS", linger_ms.to_string());
-        let target = Target::spawn(cmd);
-        let pid = target.pid;
-        let out = OutDir::new(&format!("exiting-{linger_ms}"));
-        let mut lt = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "100ms", "--out"]);
-        lt.arg(&out.path);
-        let o = run(lt, None, TIMEOUT);
-        assert_no_panic(&o);
-        match o.code() {
-            Some(2) => {
-                assert_error(&o, &[&pid.to_string()]);
-                outcomes.push(format!("{linger_ms} ms: error"));
-            }
-            Some(0) => {
-                let r = Report::load(&out.path);
-                assert_eq!(r.get(&["end_reason"]), "target-exited", "end_reason\n{}", o.describe());
-                outcomes.push(format!("{linger_ms} ms: recorded"));
-            }
-            _ => panic!("unexpected outcome\n{}", o.describe()),
-        }
-        drop(target);
-    }
-    let _ = writeln!(std::io::stderr(), "pid_exiting_during_attach: {}", outcomes.join(", "));
-}
-
-#[test]
-fn not_root_is_an_error() {
-    require_root();
-    let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
-    let out = OutDir::new("not-root");
-    let mut lt = Command::new("setpriv");
-    lt.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(leaktrace_bin())
-        .args(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"])
-        .arg(&out.path);
-    let o = run(lt, None, TIMEOUT);
-    assert_error(&o, &["root"]);
-    assert!(!out.path.exists(), "an output directory was created");
-    assert!(process_alive(target.pid), "the target died");
-}
-
-/// gcc -static, then strip --strip-all: no symbol says where malloc is.
-#[test]
-fn stripped_static_binary_is_an_error() {
-    require_root();
-    let exe = fixture("leaky_stripped");
-    let mut cmd = Command::new(&exe);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
-    let out = OutDir::new("stripped");
-    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"]);
-    lt.arg(&out.path);
-    let o = run(lt, None, TIMEOUT);
-    let line = assert_error(&o, &[&target.pid.to_string(), "searched", &exe.display().to_string()]);
-    assert!(
-        line.contains("symbols") && line.contains("link it dynamically"),
-        "the error should say what to do: {line}"
-    );
-    assert!(process_alive(target.pid), "the target died");
-}
-
-#[test]
-fn stripped_static_binary_launched_is_an_error() {
-    require_root();
-    let exe = fixture("leaky_stripped");
-    let out = OutDir::new("stripped-launch");
-    let mut cmd = Command::new(&exe);
-    cmd.args(["malloc", "10", "100"]);
-    let o = record_launch(&out, &[], cmd);
-    assert_error(&o, &["searched", &exe.display().to_string(), "symbols"]);
-    assert!(!o.stdout.contains("done mode="), "the command ran untraced\n{}", o.describe());
-}
-
-/// --out on a read-only bind mount (in a private mount namespace, nothing changes for the host).
-#[test]
-fn read_only_out_is_an_error() {
-    require_root();
-    let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
-    let ro = temp_root().join("read-only");
-    std::fs::create_dir_all(&ro).expect("create the read-only dir");
-    let rec = ro.join("rec");
-    let mut lt = Command::new("unshare");
-    lt.args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"d=$1; shift; mount --bind "$d" "$d" && mount -o remount,ro,bind "$d" && exec "$@""#)
-        .arg("sh")
-        .arg(&ro)
-        .arg(leaktrace_bin())
-        .args(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"])
-        .arg(&rec);
-    let o = run(lt, None, TIMEOUT);
-    assert_error(&o, &[&rec.display().to_string(), "Read-only"]);
-    assert!(!rec.exists(), "{} was created", rec.display());
-    assert!(process_alive(target.pid), "the target died");
-}
-
-/// `leaktrace record --pid PID --duration 2s --out DIR`, run to completion: the output
-/// directory and the result.
-fn record_pid_2s(name: &str, pid: &str) -> (OutDir, Output) {
-    let out = OutDir::new(name);
-    let mut cmd = leaktrace(["record", "--pid", pid, "--duration", "2s", "--out"]);
-    cmd.arg(&out.path);
-    let o = run(cmd, None, TIMEOUT);
-    (out, o)
 }
