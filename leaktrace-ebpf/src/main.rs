@@ -29,3 +29,5 @@ mod probes;
 mod python;
 #[cfg(target_arch = "bpf")]
 mod unwind;
+#[cfg(target_arch = "bpf")]
+mod unwind_rule;
