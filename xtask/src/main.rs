@@ -592,7 +592,8 @@ fn lint() -> Result<()> {
     run(cargo().arg("clippy").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
         .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;
     no_import_circles()?;
-    eprintln!("xtask: lint: fmt, clippy and the import-circle check passed");
+    no_long_files()?;
+    eprintln!("xtask: lint: fmt, clippy, the import-circle and the file-length checks passed");
     Ok(())
 }
 
@@ -605,6 +606,34 @@ const CIRCLE_CHECKED: &[&str] = &[
     "xtask/src",
     "tests/src",
 ];
+
+/// Most lines a Rust source file may have (sources and tests alike): a file a newcomer can read.
+const MAX_FILE_LINES: usize = 1000;
+
+/// No `.rs` file under the crates' source roots or `tests/tests` longer than
+/// [`MAX_FILE_LINES`]; each one found is listed with its length.
+fn no_long_files() -> Result<()> {
+    let mut long = Vec::new();
+    let mut dirs: Vec<PathBuf> = CIRCLE_CHECKED.iter().chain(&["tests/tests"]).map(|d| root().join(d)).collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let lines = std::fs::read_to_string(&path)?.lines().count();
+                if lines > MAX_FILE_LINES {
+                    long.push(format!("{} ({lines} lines)", path.strip_prefix(root()).unwrap_or(&path).display()));
+                }
+            }
+        }
+    }
+    if !long.is_empty() {
+        long.sort();
+        bail!("files over {MAX_FILE_LINES} lines (split them along a seam):\n  {}", long.join("\n  "));
+    }
+    Ok(())
+}
 
 /// No import circle among the files of any crate ([`circles`]); each one found is listed.
 fn no_import_circles() -> Result<()> {
