@@ -26,7 +26,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, PerCpuArray},
 };
-use leaktrace_common::{MAX_STACK_DEPTH, StackFrames, counter, unwind, walk_end};
+use leaktrace_common::{MAX_STACK_DEPTH, StackFrames, UnwindRow, counter, unwind, walk_end};
 
 use crate::maps::{MEMO_WORDS, WalkMemo, count, thread_memo, walk_buffer};
 use crate::unwind_rule::{leaktrace_unwind_rule, unpack};
@@ -286,40 +286,10 @@ extern "C" fn step<const FAULT: bool>(index: u64, _ctx: *mut core::ffi::c_void) 
             w.fp = fp;
             (ret, cfa)
         }
-        unwind::GO_SYSTEMSTACK => {
-            // cgo: the C code ran on the system stack; asmcgocall saved where the goroutine's
-            // stack pointer was (see `unwind::GO_SYSTEMSTACK`). Another stack: no ordering check.
-            leaktrace_memo_spoil(w.owner);
-            // SAFETY: checked copies (bpf_probe_read_user).
-            let at = |a: u64| unsafe { bpf_probe_read_user(a as *const u64) };
-            let (Ok(g), Ok(depth)) =
-                (at(w.sp + row.cfa_offset as u64 * 8), at(w.sp + (row.rbp_offset as u8 as u64) * 8))
-            else {
-                w.end = walk_end::READ_FAULT;
-                return 1;
-            };
-            let old_sp = if g == 0 {
-                depth
-            } else {
-                match at(g + unwind::GO_G_STACK_HI) {
-                    Ok(hi) => hi.wrapping_sub(depth),
-                    Err(_) => {
-                        w.end = walk_end::READ_FAULT;
-                        return 1;
-                    }
-                }
-            };
-            if old_sp & 7 != 0 {
-                w.end = walk_end::BAD_FRAME;
-                return 1;
-            }
-            let Ok(ret) = at(old_sp) else {
-                w.end = walk_end::READ_FAULT;
-                return 1;
-            };
-            // %rbp is the Go caller's frame pointer (callee-saved through the C code).
-            (ret, old_sp + 8)
-        }
+        unwind::GO_SYSTEMSTACK => match go_systemstack_frame(w, &row) {
+            Some(frame) => frame,
+            None => return 1,
+        },
         _ => {
             // No rule: the frame-pointer chain, when %rbp looks like a frame of this stack.
             let fp = w.fp;
@@ -347,6 +317,42 @@ extern "C" fn step<const FAULT: bool>(index: u64, _ctx: *mut core::ffi::c_void) 
         }
     };
     push(w, index, ret, cfa)
+}
+
+/// The caller of a cgo call's C code, which ran on the system stack: asmcgocall saved where the
+/// goroutine's stack pointer was (see `unwind::GO_SYSTEMSTACK`). Another stack: no ordering
+/// check. (return address, CFA), or `None` with `w.end` set.
+#[inline(always)]
+fn go_systemstack_frame(w: &mut Walk, row: &UnwindRow) -> Option<(u64, u64)> {
+    leaktrace_memo_spoil(w.owner);
+    // SAFETY: checked copies (bpf_probe_read_user).
+    let at = |a: u64| unsafe { bpf_probe_read_user(a as *const u64) };
+    let (Ok(g), Ok(depth)) = (at(w.sp + row.cfa_offset as u64 * 8), at(w.sp + (row.rbp_offset as u8 as u64) * 8))
+    else {
+        w.end = walk_end::READ_FAULT;
+        return None;
+    };
+    let old_sp = if g == 0 {
+        depth
+    } else {
+        match at(g + unwind::GO_G_STACK_HI) {
+            Ok(hi) => hi.wrapping_sub(depth),
+            Err(_) => {
+                w.end = walk_end::READ_FAULT;
+                return None;
+            }
+        }
+    };
+    if old_sp & 7 != 0 {
+        w.end = walk_end::BAD_FRAME;
+        return None;
+    }
+    let Ok(ret) = at(old_sp) else {
+        w.end = walk_end::READ_FAULT;
+        return None;
+    };
+    // %rbp is the Go caller's frame pointer (callee-saved through the C code).
+    Some((ret, old_sp + 8))
 }
 
 /// What [`leaktrace_stack_word`] returns when the read failed. A word that holds this value
