@@ -593,6 +593,11 @@ fn leak_found_after_the_main_thread_exits() {
     assert_leak(&r, "thread_leak", 1800, "threads.c", &["worker"]);
     assert!(u64_of(r.get(&["summary"]), "rss_end_bytes") > 0, "no memory figures at the end\n{ctx}");
     assert_eq!(r.get(&["drops", "total"]).as_u64(), Some(0), "drops\n{ctx}");
+    // The report says what a leader that exited costs (uprobes that can go unseen).
+    let warned = r.json["warnings"].as_array().into_iter().flatten().filter_map(|w| w.as_str()).any(|w| {
+        w.starts_with(&format!("the main thread of PID {} exited", r.get(&["target", "pid"]))) && w.contains("uprobes")
+    });
+    assert!(warned, "no warning that the main thread exited\n{ctx}");
 }
 
 /// A forking server traced with --follow-forks: each child leaks; one report per process, and a

@@ -86,6 +86,9 @@ pub(super) struct Traced {
     /// [`Traced::gone`] last found it, and when: the checkpoint of the same poll uses it
     /// instead of reading /proc/PID/stat again.
     live_seen: Option<(std::time::Instant, u32)>,
+    /// The main thread was seen exited while other threads ran (pthread_exit in main), and the
+    /// report's warning about it was written.
+    leader_exit_noted: bool,
     /// oom:mark_victim is attached and this process is in the kernel's TARGETS filter: the OOM
     /// killer choosing it is seen (`session.oom_victim_anon_kib`), and the cgroup's counter
     /// is only a note.
@@ -194,6 +197,7 @@ impl Traced {
             block_scan: None,
             born_zero_ms: None,
             live_seen: None,
+            leader_exit_noted: false,
         };
         t.watch_cgroup();
         if !launched {
@@ -214,6 +218,10 @@ impl Traced {
             }
         } else if let Some(task) = procinfo::live_task(self.pid) {
             self.live_seen = Some((std::time::Instant::now(), task));
+            if task != self.pid && !self.leader_exit_noted {
+                self.leader_exit_noted = true;
+                self.warnings.push(leader_exited_warning(self.pid, task));
+            }
             return false;
         } else {
             None
@@ -837,6 +845,19 @@ pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
         ips.insert(1, caller);
     }
     ips
+}
+
+/// The report's warning for a process whose main thread (`pid`) exited while thread `tid` and
+/// others run: the kernel matches a uprobe link's process filter against the exited leader's
+/// address space, which it no longer has, so the breakpoints go as soon as any tracer removes a
+/// uprobe from a library the process maps (docs/reliability.md).
+fn leader_exited_warning(pid: u32, tid: u32) -> String {
+    format!(
+        "the main thread of PID {pid} exited while its other threads run (its memory is read \
+         through thread {tid}): the kernel keeps this process's uprobes only until any tracer \
+         removes one from a library it maps, and no counter sees calls missed after that; \
+         compare the allocation counts with the work done (docs/reliability.md)"
+    )
 }
 
 #[cfg(test)]
