@@ -86,9 +86,9 @@ pub(super) struct Traced {
     /// [`Traced::gone`] last found it, and when: the checkpoint of the same poll uses it
     /// instead of reading /proc/PID/stat again.
     live_seen: Option<(std::time::Instant, u32)>,
-    /// The main thread was seen exited while other threads ran (pthread_exit in main), and the
-    /// report's warning about it was written.
-    leader_exit_noted: bool,
+    /// When the main thread was first seen exited while other threads ran (pthread_exit in
+    /// main), and whether the report's warning about it was written.
+    leader_exited: Option<(std::time::Instant, bool)>,
     /// oom:mark_victim is attached and this process is in the kernel's TARGETS filter: the OOM
     /// killer choosing it is seen (`session.oom_victim_anon_kib`), and the cgroup's counter
     /// is only a note.
@@ -197,7 +197,7 @@ impl Traced {
             block_scan: None,
             born_zero_ms: None,
             live_seen: None,
-            leader_exit_noted: false,
+            leader_exited: None,
         };
         t.watch_cgroup();
         if !launched {
@@ -218,9 +218,8 @@ impl Traced {
             }
         } else if let Some(task) = procinfo::live_task(self.pid) {
             self.live_seen = Some((std::time::Instant::now(), task));
-            if task != self.pid && !self.leader_exit_noted {
-                self.leader_exit_noted = true;
-                self.warnings.push(leader_exited_warning(self.pid, task));
+            if task != self.pid {
+                self.note_leader_exited(task);
             }
             return false;
         } else {
@@ -235,6 +234,17 @@ impl Traced {
         }
         self.ended = Some(ended);
         true
+    }
+
+    /// The main thread has exited and thread `task` runs: warned once it has been so for
+    /// [`LEADER_EXIT_CONFIRM`] (a whole process ending normally passes through this state for
+    /// a moment, its leader a zombie before its other threads are).
+    fn note_leader_exited(&mut self, task: u32) {
+        let (since, warned) = *self.leader_exited.get_or_insert((std::time::Instant::now(), false));
+        if !warned && since.elapsed() >= LEADER_EXIT_CONFIRM {
+            self.leader_exited = Some((since, true));
+            self.warnings.push(leader_exited_warning(self.pid, task));
+        }
     }
 
     /// Follow the cgroup the process is in (it may move, e.g. a launched command put in its
@@ -846,6 +856,10 @@ pub fn fix_caller(mut ips: Vec<u64>, caller: u64) -> Vec<u64> {
     }
     ips
 }
+
+/// How long the main thread must be seen exited while other threads run before the report
+/// warns about it ([`leader_exited_warning`]).
+const LEADER_EXIT_CONFIRM: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The report's warning for a process whose main thread (`pid`) exited while thread `tid` and
 /// others run: the kernel matches a uprobe link's process filter against the exited leader's
