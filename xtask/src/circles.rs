@@ -17,8 +17,7 @@ use anyhow::{Context as _, Result};
 /// The circles among the files under `src` (a crate's source root, holding lib.rs or main.rs):
 /// each as the list of its files (paths relative to `src`), sorted; empty when there is none.
 pub(crate) fn find(src: &Path) -> Result<Vec<Vec<String>>> {
-    let mut files = Vec::new();
-    collect(src, src, &mut files)?;
+    let files = rust_files(src)?;
     let modules: BTreeMap<Vec<String>, String> = files.iter().map(|f| (module_of(f), f.clone())).collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
@@ -37,6 +36,13 @@ pub(crate) fn find(src: &Path) -> Result<Vec<Vec<String>>> {
         }
     }
     Ok(cycles(&graph))
+}
+
+/// The `.rs` files under `dir` (all depths), relative to `dir`, `/`-separated, sorted.
+pub(crate) fn rust_files(dir: &Path) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    collect(dir, dir, &mut files)?;
+    Ok(files)
 }
 
 /// The `.rs` files under `dir`, relative to `root`, `/`-separated.
