@@ -30,6 +30,15 @@ fn fixture(name: &str) -> PathBuf {
     out
 }
 
+/// `exe malloc 10 100` (a leaky fixture), started and waiting for a signal after its PID line.
+fn waiting_target(exe: &std::path::Path) -> Target {
+    let mut cmd = Command::new(exe);
+    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
+    let target = Target::spawn(cmd);
+    target.expect_pid_line();
+    target
+}
+
 /// A test that cannot run here says so on stderr (and passes).
 fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
@@ -121,10 +130,7 @@ fn pid_exiting_during_attach() {
 #[test]
 fn not_root_is_an_error() {
     require_root();
-    let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
+    let target = waiting_target(&fixtures().leaky);
     let out = OutDir::new("not-root");
     let mut lt = Command::new("setpriv");
     lt.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -142,10 +148,7 @@ fn not_root_is_an_error() {
 fn stripped_static_binary_is_an_error() {
     require_root();
     let exe = fixture("leaky_stripped");
-    let mut cmd = Command::new(&exe);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
+    let target = waiting_target(&exe);
     let out = OutDir::new("stripped");
     let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", "2s", "--out"]);
     lt.arg(&out.path);
@@ -174,10 +177,7 @@ fn stripped_static_binary_launched_is_an_error() {
 #[test]
 fn read_only_out_is_an_error() {
     require_root();
-    let mut cmd = Command::new(&fixtures().leaky);
-    cmd.args(["malloc", "10", "100"]).env("WAIT_FOR_SIGNAL", "1");
-    let target = Target::spawn(cmd);
-    target.expect_pid_line();
+    let target = waiting_target(&fixtures().leaky);
     let ro = temp_root().join("read-only");
     std::fs::create_dir_all(&ro).expect("create the read-only dir");
     let rec = ro.join("rec");
