@@ -373,8 +373,8 @@ fn account_free(info: &AllocInfo) {
 
 #[inline(always)]
 fn site_check(site: &SiteKey, index: u64, epoch: u64) -> u64 {
-    let h = crate::unwind::mix(site.stack ^ ((site.tgid as u64) << 32 | site.kind as u64));
-    crate::unwind::mix(h ^ site.caller ^ (index << 40) ^ crate::unwind::mix(epoch))
+    let h = crate::unwind_rule::mix(site.stack ^ ((site.tgid as u64) << 32 | site.kind as u64));
+    crate::unwind_rule::mix(h ^ site.caller ^ (index << 40) ^ crate::unwind_rule::mix(epoch))
 }
 
 /// The index of `site` in `SITE_STATS`: from this CPU's `SITE_CACHE`, else from `SITES`, else a
@@ -385,7 +385,7 @@ fn site_check(site: &SiteKey, index: u64, epoch: u64) -> u64 {
 fn site_index(site: &SiteKey) -> Option<u32> {
     // SAFETY: the array's one value (get checked the index), copied at once.
     let epoch = SITE_EPOCH.get(0).map_or(0, |e| unsafe { core::ptr::read_volatile(e) });
-    let h = crate::unwind::mix(site.stack ^ site.caller ^ ((site.tgid as u64) << 32 | site.kind as u64));
+    let h = crate::unwind_rule::mix(site.stack ^ site.caller ^ ((site.tgid as u64) << 32 | site.kind as u64));
     let slot = SITE_CACHE.get_ptr_mut(h as u32 & (SITE_CACHE_SLOTS - 1));
     if let Some(c) = slot {
         // SAFETY: this CPU's slot of a per-CPU array value (get_ptr_mut checked the index), valid
@@ -472,7 +472,7 @@ fn account_alloc(index: u32, bytes: u64, born_ms: u32) -> bool {
 /// 64-bit collision between the same address in two processes (the address is compared too).
 #[inline(always)]
 fn block_tag(tgid: u32, addr: u64) -> u64 {
-    crate::unwind::mix(addr ^ (tgid as u64).rotate_right(20)) | 1
+    crate::unwind_rule::mix(addr ^ (tgid as u64).rotate_right(20)) | 1
 }
 
 /// The `BLOCKS` bucket of `tag`.

@@ -163,7 +163,7 @@ fn walk(tgid: u32, tid: u32) -> Option<u64> {
         None
     } else {
         // Never 0 (the stack walk takes 0 for "no Python frames").
-        Some(crate::unwind::mix(w.hash ^ w.n) | 1)
+        Some(crate::unwind_rule::mix(w.hash ^ w.n) | 1)
     }
 }
 
@@ -189,7 +189,7 @@ pub extern "C" fn leaktrace_py_key(native: u64, py: u64) -> u64 {
     if py == 0 {
         return native;
     }
-    match crate::unwind::mix(native ^ py) {
+    match crate::unwind_rule::mix(native ^ py) {
         0 => 1,
         x => x,
     }
@@ -316,7 +316,7 @@ extern "C" fn step(index: u64, w: *mut Walk) -> i64 {
         None => return 1,
     }
     w.n = index + 1;
-    w.hash = crate::unwind::mix(crate::unwind::mix(w.hash ^ code) ^ instr);
+    w.hash = crate::unwind_rule::mix(crate::unwind_rule::mix(w.hash ^ code) ^ instr);
     w.frame = read_u64(w.frame + off(py_offset::FRAME_PREVIOUS)).unwrap_or(0);
     0
 }

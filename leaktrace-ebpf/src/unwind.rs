@@ -29,8 +29,8 @@ use aya_ebpf::{
 use leaktrace_common::{MAX_STACK_DEPTH, StackFrames, UnwindRow, counter, unwind, walk_end};
 
 use crate::maps::{MEMO_WORDS, WalkMemo, count, thread_memo, walk_buffer};
+use crate::unwind_rule::mix;
 use crate::unwind_rule::{leaktrace_unwind_rule, unpack};
-pub(crate) use crate::unwind_rule::{mix, offset};
 
 /// Bumped by the agent whenever it loads tables: cached rules of an older generation are stale
 /// (a pc cached as "no table" may have one now).

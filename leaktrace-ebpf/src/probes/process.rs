@@ -127,8 +127,10 @@ fn parent_holds_children(parent: u32) -> bool {
 /// kernel's BTF set by the agent); 0 when the offsets are not known or a read fails.
 #[inline(always)]
 pub(crate) fn parent_tgid() -> u32 {
-    let (parent_off, tgid_off) =
-        (crate::unwind::offset(kernel_offset::TASK_REAL_PARENT), crate::unwind::offset(kernel_offset::TASK_TGID));
+    let (parent_off, tgid_off) = (
+        crate::unwind_rule::offset(kernel_offset::TASK_REAL_PARENT),
+        crate::unwind_rule::offset(kernel_offset::TASK_TGID),
+    );
     if parent_off == 0 || tgid_off == 0 {
         return 0;
     }
