@@ -357,7 +357,7 @@ fn run_pool(jobs: Vec<Job>, capacity: usize, logs: &Path, env: &[(&str, &Path)])
     let (tx, rx) = mpsc::channel::<(usize, Result<std::process::ExitStatus, String>)>();
     let mut outcomes = Vec::new();
     let mut next_id = 0usize;
-    let mut logs_of: BTreeMap<usize, (PathBuf, bool)> = BTreeMap::new();
+    let mut logs_of: BTreeMap<usize, (PathBuf, bool, u32)> = BTreeMap::new();
     let mut last_note = Instant::now();
     while !pending.is_empty() || !running.is_empty() {
         loop {
@@ -377,7 +377,7 @@ fn run_pool(jobs: Vec<Job>, capacity: usize, logs: &Path, env: &[(&str, &Path)])
             let id = next_id;
             next_id += 1;
             running.insert(id, (job.name.clone(), weight(job.class, capacity), job.group, Instant::now()));
-            logs_of.insert(id, (log, job.unit));
+            logs_of.insert(id, (log, job.unit, child.id()));
             let tx = tx.clone();
             std::thread::spawn(move || {
                 let _ = tx.send((id, child.wait().map_err(|e| e.to_string())));
@@ -393,7 +393,7 @@ fn run_pool(jobs: Vec<Job>, capacity: usize, logs: &Path, env: &[(&str, &Path)])
             continue;
         };
         let (name, _, _, started) = running.remove(&id).expect("a job that ran");
-        let (log, unit) = logs_of.remove(&id).expect("its log");
+        let (log, unit, pid) = logs_of.remove(&id).expect("its log");
         let secs = started.elapsed().as_secs_f64();
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let counts = summary_counts(&text);
@@ -405,6 +405,9 @@ fn run_pool(jobs: Vec<Job>, capacity: usize, logs: &Path, env: &[(&str, &Path)])
             _ => (usize::from(ok), usize::from(!ok)),
         };
         let done = outcomes.len() + 1;
+        if ok && !unit {
+            remove_temp_root(pid);
+        }
         if ok {
             eprintln!("xtask: PASS {secs:7.1} s  {name}  [{done}/{total}, {} running]", running.len());
         } else {
@@ -421,6 +424,20 @@ fn run_pool(jobs: Vec<Job>, capacity: usize, logs: &Path, env: &[(&str, &Path)])
         outcomes.push(Outcome { name, secs, passed, failed, ok, log });
     }
     Ok(outcomes)
+}
+
+/// Remove the temporary directory of the passed test process `pid` (`leaktrace-tests-PID-*` in
+/// the temporary directory, tests/src/tempdir.rs): with a process per test they would pile up
+/// by the hundred. A failed test's is kept for inspection.
+fn remove_temp_root(pid: u32) {
+    let prefix = format!("leaktrace-tests-{pid}-");
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else { return };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Where a run keeps its logs and the durations of the last run.
