@@ -1,9 +1,10 @@
 //! Whose code a frame is, by its function and object names alone: an allocator's, system or
 //! standard-library code, a managed runtime's own object. The culprit rules (analyze/frames.rs)
-//! and the runtime rules (runtimes/) both read these; they depend on neither.
+//! and the runtime rules (runtimes/) both read these; they depend on neither. Also which
+//! allocator made a mapping ([`mapped_by_allocator`]), read by the timeline and the culprit rules.
 
 use crate::allocator_frames::is_allocator_frame;
-use crate::recording::Frame;
+use crate::recording::{Frame, Stack, StackKind};
 
 /// Last path component of `path` (the whole string when it has no '/').
 pub fn basename(path: &str) -> &str {
@@ -90,4 +91,87 @@ pub fn is_runtime_frame(f: &Frame) -> bool {
             || matches!(b, "node" | "nodejs" | "java")
             || ["libpython", "libjvm.so", "libjli.so", "libnode.so"].iter().any(|p| b.starts_with(p))
     })
+}
+
+/// Native allocators whose library maps its own memory (their objects are often stripped, so
+/// their internal frames have no name: the object says whose they are).
+const ALLOCATOR_LIBRARIES: &[&str] = &["libjemalloc", "libtcmalloc", "libmimalloc"];
+
+/// Function-name prefixes of native allocators linked into the program (Rust's
+/// tikv-jemallocator `_rjem_je_*`, jemalloc's `je_*`, tcmalloc, mimalloc).
+const ALLOCATOR_PREFIXES: &[&str] = &["je_", "_rjem_", "tc_", "tcmalloc::", "mi_", "_mi_"];
+
+/// The native allocator a growth-mode mapping was made by: for an "mmap" stack that
+/// passes through jemalloc, tcmalloc or mimalloc (by object or function name) or glibc's malloc
+/// (an allocator function in libc), the allocator's name (`jemalloc`, `glibc malloc`); None for
+/// any other stack, and for one through a managed runtime's own code (a runtime maps its heap
+/// through its own rules, runtimes/). Such a mapping is heap growth through the allocator, whose
+/// pages hold whatever blocks it carves from them: not off-heap memory of the function that
+/// asked for a block. Growth mode only — in exact mode the blocks are traced at the malloc sites.
+pub(crate) fn mapped_by_allocator(st: &Stack) -> Option<String> {
+    if st.kind != StackKind::Mmap || st.frames.iter().any(|f| is_runtime_frame(f)) {
+        return None;
+    }
+    st.frames.iter().find_map(|f| {
+        let object = f.object.as_deref().map(basename).unwrap_or("");
+        if let Some(lib) = ALLOCATOR_LIBRARIES.iter().find(|l| object.starts_with(**l)) {
+            return Some(lib.trim_start_matches("lib").to_string());
+        }
+        let function = f.function.as_deref().unwrap_or("");
+        if ALLOCATOR_PREFIXES.iter().any(|p| function.starts_with(p)) {
+            return Some(function.to_string());
+        }
+        (is_allocator(f) && crate::system_libs::is_glibc(object)).then(|| "glibc malloc".to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn frame(function: &str, object: &str) -> Arc<Frame> {
+        Arc::new(Frame { function: Some(function.to_string()), object: Some(object.to_string()), ..Default::default() })
+    }
+
+    fn stack(kind: StackKind, names: &[(&str, &str)]) -> Stack {
+        Stack {
+            id: 1,
+            kind,
+            frames: names.iter().map(|(f, o)| frame(f, o)).collect(),
+            lost: false,
+            truncated: None,
+            shared: false,
+        }
+    }
+
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    /// jemalloc (Debian's libjemalloc2, stripped: its frames have no name) mapping an
+    /// extent under the program's malloc is the allocator's heap growth, not an off-heap mapping
+    /// of the program; the program's own mmap, and one through a runtime, are not.
+    #[test]
+    fn a_mapping_made_inside_an_allocator_library_is_the_allocators() {
+        const JE: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+        let unnamed = |o: &str| Arc::new(Frame { object: Some(o.to_string()), ..Default::default() });
+        let mut je = stack(StackKind::Mmap, &[("mmap64", LIBC)]);
+        je.frames.extend([unnamed(JE), unnamed(JE), frame("malloc", JE)]);
+        je.frames.extend(stack(StackKind::Mmap, &[("remember_request", "/srv/app"), ("main", "/srv/app")]).frames);
+        assert_eq!(mapped_by_allocator(&je).as_deref(), Some("jemalloc"));
+        let glibc = stack(
+            StackKind::Mmap,
+            &[("mmap64", LIBC), ("sysmalloc", LIBC), ("_int_malloc", LIBC), ("malloc", LIBC), ("load", "/srv/app")],
+        );
+        assert_eq!(mapped_by_allocator(&glibc).as_deref(), Some("glibc malloc"));
+        let tikv = stack(StackKind::Mmap, &[("mmap", LIBC), ("_rjem_je_pages_map", "/srv/app"), ("main", "/srv/app")]);
+        assert_eq!(mapped_by_allocator(&tikv).as_deref(), Some("_rjem_je_pages_map"));
+        let own = stack(StackKind::Mmap, &[("mmap64", LIBC), ("map_buffers", "/srv/app"), ("main", "/srv/app")]);
+        assert_eq!(mapped_by_allocator(&own), None);
+        let py = stack(
+            StackKind::Mmap,
+            &[("mmap64", LIBC), ("_PyObject_ArenaMmap", "/usr/bin/python3.11"), ("malloc", LIBC)],
+        );
+        assert_eq!(mapped_by_allocator(&py), None, "a runtime's heap is the runtime rules' business");
+        assert_eq!(mapped_by_allocator(&Stack { kind: StackKind::Fault, ..je }), None);
+    }
 }

@@ -98,7 +98,7 @@ impl Timeline {
         // blocks are counted at the malloc sites.
         let growth = rec.mode == crate::recording::Mode::Growth;
         for (k, st) in kinds.iter_mut().zip(&stacks) {
-            if *k == MemoryKind::OffHeap && crate::analyze::mapped_by_allocator(st).is_some() {
+            if *k == MemoryKind::OffHeap && crate::frame_origin::mapped_by_allocator(st).is_some() {
                 *k = if growth { MemoryKind::Native } else { MemoryKind::Runtime };
             }
         }

@@ -1,13 +1,63 @@
-//! The fixtures (tests/fixtures/): compiled once per test binary into a fresh temporary directory.
+//! The fixtures (tests/fixtures/): the shared ones built once per run ([`built_once`]), the
+//! others once per test process into its temporary directory.
 
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::*;
 
+/// The variable `cargo xtask test` sets to the directory every test process of a run shares for
+/// its fixtures ([`built_once`]).
+pub const FIXTURES_ENV: &str = "LEAKTRACE_TEST_FIXTURES";
+
+/// Where [`built_once`] builds: `$LEAKTRACE_TEST_FIXTURES` (one directory per `cargo xtask test`
+/// run, shared by its test processes), else this process's [`temp_root`].
+pub fn fixtures_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| match std::env::var_os(FIXTURES_ENV) {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("cannot create {FIXTURES_ENV}={}: {e}", d.display()));
+            d
+        }
+        None => temp_root().to_path_buf(),
+    })
+}
+
+/// `fixtures_root()/NAME`, built by `build` once for every process that shares the root: the
+/// first to ask builds it under an exclusive lock of `NAME.lock` (flock) and marks it done with
+/// `NAME.built`; the others wait on the lock and take what it built. A build that panics
+/// leaves no mark (the lock goes with its file): the next to ask starts again from an empty
+/// directory and shows the same failure.
+pub fn built_once(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
+    let root = fixtures_root();
+    let dir = root.join(name);
+    let done = root.join(format!("{name}.built"));
+    if done.exists() {
+        return dir;
+    }
+    let lock_path = root.join(format!("{name}.lock"));
+    let lock =
+        std::fs::File::create(&lock_path).unwrap_or_else(|e| panic!("cannot create {}: {e}", lock_path.display()));
+    // SAFETY: flock on a descriptor this function owns (`lock`, open until it returns).
+    let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(r, 0, "flock {}: {}", lock_path.display(), std::io::Error::last_os_error());
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        build(&dir);
+        std::fs::write(&done, b"").unwrap_or_else(|e| panic!("cannot write {}: {e}", done.display()));
+    }
+    drop(lock);
+    dir
+}
+
 /// Compiled fixtures.
 pub struct Fixtures {
+    /// This process's own fixtures directory (`temp_root()/fixtures`), where a test file builds
+    /// its further variants.
     pub dir: PathBuf,
     /// `leaky MODE ITERATIONS RATE_PER_S` (tests/fixtures/leaky.c).
     pub leaky: PathBuf,
@@ -80,19 +130,24 @@ pub(crate) fn compile(compiler: &str, source: &Path, output: &Path) {
     );
 }
 
-/// The fixtures, compiled on first use (gcc/g++ -O1 -g -fno-omit-frame-pointer).
+/// The fixtures, compiled on first use (gcc/g++ -O1 -g -fno-omit-frame-pointer), once per run
+/// ([`built_once`]).
 pub fn fixtures() -> &'static Fixtures {
     static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
     FIXTURES.get_or_init(|| {
         let dir = temp_root().join("fixtures");
         std::fs::create_dir_all(&dir).expect("create fixtures dir");
-        let leaky = dir.join("leaky");
-        compile("gcc", &fixture_source("leaky.c"), &leaky);
-        let leaky_new = dir.join("leaky_new");
-        compile("g++", &fixture_source("leaky_new.cpp"), &leaky_new);
-        let grow_list_py = dir.join("grow_list.py");
-        std::fs::copy(fixture_source("grow_list.py"), &grow_list_py).expect("copy grow_list.py");
-        Fixtures { dir, leaky, leaky_new, grow_list_py }
+        let shared = built_once("fixtures", |d| {
+            compile("gcc", &fixture_source("leaky.c"), &d.join("leaky"));
+            compile("g++", &fixture_source("leaky_new.cpp"), &d.join("leaky_new"));
+            std::fs::copy(fixture_source("grow_list.py"), d.join("grow_list.py")).expect("copy grow_list.py");
+        });
+        Fixtures {
+            dir,
+            leaky: shared.join("leaky"),
+            leaky_new: shared.join("leaky_new"),
+            grow_list_py: shared.join("grow_list.py"),
+        }
     })
 }
 
@@ -130,42 +185,47 @@ pub fn leak_function(mode: &str) -> String {
     }
 }
 
-/// tests/fixtures/growth.c built as distributions build (-O2, no frame pointers), once per test
-/// binary, for the `watch` tests: `growth MODE ITERATIONS RATE_PER_S [ARG]`.
+/// tests/fixtures/growth.c built as distributions build (-O2, no frame pointers), once per run
+/// ([`built_once`]), for the `watch` tests: `growth MODE ITERATIONS RATE_PER_S [ARG]`.
 pub fn growth_o2() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let bin = fixture_build_dir("fixtures-growth-o2").join("growth");
-        run_build_step(
-            Command::new("gcc")
-                .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
-                .arg(&bin)
-                .arg(fixture_source("growth.c")),
-            "gcc (growth.c)",
-        );
-        bin
+        built_once("fixtures-growth-o2", |d| {
+            run_build_step(
+                Command::new("gcc")
+                    .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+                    .arg(d.join("growth"))
+                    .arg(fixture_source("growth.c")),
+                "gcc (growth.c)",
+            );
+        })
+        .join("growth")
     })
 }
 
 /// Build the C extension `tests/fixtures/pyheap/refleak_ext.c` (a missing `Py_DECREF`) for the
-/// Python `interp` into `fixtures-refleak-TAG` under the test's temporary root; that directory
-/// (for `sys.path`).
+/// Python `interp` into `fixtures-refleak-TAG`, once per run ([`built_once`]; TAG names the
+/// interpreter); that directory (for `sys.path`).
 pub fn build_refleak_extension(interp: &Path, tag: &str) -> PathBuf {
-    let dir = temp_root().join(format!("fixtures-refleak-{tag}"));
-    std::fs::create_dir_all(&dir).expect("create fixtures dir");
-    let cfg = |var: &str| {
-        let o = Command::new(interp)
-            .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+    built_once(&format!("fixtures-refleak-{tag}"), |dir| {
+        let cfg = |var: &str| {
+            let o = Command::new(interp)
+                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+                .output()
+                .expect("python3");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let o = Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
+            .arg(dir.join(format!("refleak_ext{}", cfg("EXT_SUFFIX"))))
+            .arg(fixture_source("pyheap").join("refleak_ext.c"))
             .output()
-            .expect("python3");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
-    let o = Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
-        .arg(dir.join(format!("refleak_ext{}", cfg("EXT_SUFFIX"))))
-        .arg(fixture_source("pyheap").join("refleak_ext.c"))
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "gcc refleak_ext.c for {}: {}", interp.display(), String::from_utf8_lossy(&o.stderr));
-    dir
+            .expect("gcc");
+        assert!(
+            o.status.success(),
+            "gcc refleak_ext.c for {}: {}",
+            interp.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    })
 }

@@ -4,7 +4,8 @@
 //!
 //! - [`leaktrace_bin`]: the binary under test (`LEAKTRACE_BIN`, else next to the test binary's
 //!   target directory). `cargo xtask test` builds it and sets `LEAKTRACE_BIN`.
-//! - [`fixtures`]: the fixtures, compiled once per test binary into a fresh temporary directory.
+//! - [`fixtures`]: the fixtures, compiled once per run ([`built_once`]: `cargo xtask test` hands
+//!   its test processes one directory in `LEAKTRACE_TEST_FIXTURES`).
 //! - [`Running`] / [`run`]: a leaktrace process with a timeout; on timeout it is killed (with its
 //!   process group) and the test fails showing leaktrace's stderr.
 //! - [`Target`]: a fixture started by the test (attach mode), killed when dropped.

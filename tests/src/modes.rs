@@ -7,15 +7,11 @@ use std::sync::OnceLock;
 use crate::*;
 
 /// `modes WORKLOAD N` (tests/fixtures/modes.c: sites, pairs, realloc, grow), compiled on first
-/// use (gcc -O1 -g -fno-omit-frame-pointer).
+/// use (gcc -O1 -g -fno-omit-frame-pointer), once per run ([`built_once`]).
 pub fn modes_fixture() -> &'static Path {
     static MODES: OnceLock<PathBuf> = OnceLock::new();
     MODES.get_or_init(|| {
-        let dir = temp_root().join("fixtures-modes");
-        std::fs::create_dir_all(&dir).expect("create fixtures-modes dir");
-        let bin = dir.join("modes");
-        compile("gcc", &fixture_source("modes.c"), &bin);
-        bin
+        built_once("fixtures-modes", |d| compile("gcc", &fixture_source("modes.c"), &d.join("modes"))).join("modes")
     })
 }
 

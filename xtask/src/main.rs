@@ -24,6 +24,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_unwind;
 mod circles;
+mod suite;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
@@ -43,8 +44,10 @@ enum Cmd {
     Setup,
     /// setup, then `cargo build --release -p leaktrace`.
     Build,
-    /// setup, release build, unit tests, then the end-to-end tests (real eBPF: needs root).
-    /// Extra arguments go to the end-to-end test binaries (e.g. a test name filter).
+    /// setup, release build, then the unit tests and the end-to-end tests (real eBPF: needs root)
+    /// from one pool of N jobs (xtask/src/suite.rs; docs/benchmarks.md). Arguments: FILTER...
+    /// (a test runs when its `FILE::TEST` name contains one), --exact, --skip PATTERN, --jobs N
+    /// (else LEAKTRACE_TEST_JOBS, else 6), --list (print the plan, run nothing).
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -70,7 +73,11 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Setup => setup(),
         Cmd::Build => setup().and_then(|()| build()),
-        Cmd::Test { args } => test(&args),
+        Cmd::Test { args } => match test(&args) {
+            Ok(true) => return ExitCode::SUCCESS,
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         Cmd::Lint => setup().and_then(|()| lint()),
         Cmd::Demo { args } => demo(&args),
         Cmd::Bench(args) => bench::bench(args),
@@ -481,8 +488,11 @@ fn build() -> Result<()> {
     Ok(())
 }
 
-fn test(e2e_args: &[OsString]) -> Result<()> {
-    if !is_root() {
+/// setup, the release build, then every test from one pool ([`suite`]); Ok(false) when a test
+/// failed (the closing line `N passed, N failed` is then already printed).
+fn test(raw: &[OsString]) -> Result<bool> {
+    let args = suite::Args::parse(raw)?;
+    if !is_root() && !args.list {
         bail!(
             "`cargo xtask test` must run as root: the end-to-end tests load eBPF programs and \
              attach uprobes for real (they are never skipped). Run it as root (e.g. `sudo -E \
@@ -492,91 +502,7 @@ fn test(e2e_args: &[OsString]) -> Result<()> {
     }
     setup()?;
     build()?;
-    let bin = release_binary();
-    // The long-run test (tests/tests/long_run.rs, 10 minutes, mostly waiting) runs in the
-    // background beside the rest of the suite; not when only some tests are asked for.
-    let long = if e2e_args.is_empty() { Some(LongRun::start(&bin)?) } else { None };
-    // Release, like the build above and the end-to-end tests: one set of compiled dependencies.
-    let unit_ok = run_status(cargo().args([
-        "test",
-        "--no-fail-fast",
-        "--release",
-        "--workspace",
-        "--exclude",
-        "leaktrace-tests",
-    ]))?;
-    let e2e_ok = run_status(
-        cargo()
-            .env("LEAKTRACE_BIN", &bin)
-            .args(["test", "--no-fail-fast", "--release", "-p", "leaktrace-tests", "--", "--test-threads=2"])
-            .args(e2e_args),
-    )?;
-    let long_ok = match long {
-        Some(l) => l.finish()?,
-        None => true,
-    };
-    match (unit_ok, e2e_ok, long_ok) {
-        (true, true, true) => {
-            eprintln!("xtask: test: unit and end-to-end tests passed");
-            Ok(())
-        }
-        (u, e, l) => {
-            let failed: Vec<&str> =
-                [(!u).then_some("unit tests"), (!e).then_some("end-to-end tests"), (!l).then_some("the long-run test")]
-                    .into_iter()
-                    .flatten()
-                    .collect();
-            bail!("{} failed (see above)", failed.join(" and "))
-        }
-    }
-}
-
-/// The long-run end-to-end test, running in the background: its test binary started directly
-/// (not through cargo, whose lock on the target directory would hold up the other tests), its
-/// output in `target/long-run.log`.
-struct LongRun {
-    child: std::process::Child,
-    log: PathBuf,
-}
-
-impl LongRun {
-    fn start(leaktrace: &Path) -> Result<LongRun> {
-        let out = cargo()
-            .args(["test", "--release", "-p", "leaktrace-tests", "--test", "long_run", "--no-run"])
-            .args(["--message-format", "json"])
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .context("cannot build the long-run test")?;
-        if !out.status.success() {
-            bail!("cannot build the long-run test");
-        }
-        let exe = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["target"]["name"] == "long_run")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .context("cargo named no executable for the long-run test")?;
-        let log = release_binary().with_file_name("long-run.log");
-        let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-        let mut cmd = Command::new(&exe);
-        cmd.args(["--ignored", "--nocapture", "--test-threads=1"])
-            .env("LEAKTRACE_BIN", leaktrace)
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
-        eprintln!("xtask: $ {} (in the background; output in {})", show(&cmd), log.display());
-        let child = cmd.spawn().with_context(|| format!("cannot run {}", exe.display()))?;
-        Ok(LongRun { child, log })
-    }
-
-    /// Wait for it; print its output. True when it passed.
-    fn finish(mut self) -> Result<bool> {
-        eprintln!("xtask: waiting for the long-run test ({})", self.log.display());
-        let status = self.child.wait()?;
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        eprintln!("xtask: long-run test output:\n{text}");
-        Ok(status.success())
-    }
+    suite::run(&args, &release_binary())
 }
 
 /// The userspace crates: what `lint` checks (leaktrace-ebpf builds only for the bpf target).

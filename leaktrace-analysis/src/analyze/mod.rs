@@ -914,7 +914,6 @@ fn class_rank(c: SiteClass) -> u8 {
 mod collected;
 mod finalization;
 pub mod first_touch;
-pub(crate) use first_touch::mapped_by_allocator;
 mod frames;
 mod kinds;
 pub mod managed;

@@ -48,7 +48,7 @@ pub(super) fn analyze_site(
     // fault site gets a missing release; one inside malloc (or an allocating API) names no holder.
     // A mapping the allocator made (jemalloc's extents) is the heap growing through it: the same.
     let first_touch_in = super::first_touch::first_touch_in(st, culprit_frame)
-        .or_else(|| ctx.growth.then(|| super::first_touch::mapped_by_allocator(st)).flatten());
+        .or_else(|| ctx.growth.then(|| crate::frame_origin::mapped_by_allocator(st)).flatten());
     let likely_missing_release = if releasing || ser.last.live_count() == 0 || st.kind == StackKind::Fault {
         None
     } else {
