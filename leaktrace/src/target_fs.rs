@@ -131,8 +131,54 @@ pub fn read_to_string(pid: u32, path: &Path, links: Links, cap: u64) -> io::Resu
 pub fn open_mapped(pid: u32, range: &str) -> io::Result<File> {
     let name = map_files_name(range);
     let path = format!("/proc/{pid}/map_files/{name}");
-    let fd = rustix::fs::open(&path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(io::Error::from)?;
+    let fd = rustix::fs::open(&path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
+        if e == rustix::io::Errno::PERM {
+            MAP_FILES_DENIED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        io::Error::from(e)
+    })?;
     reopen_regular(fd, &path)
+}
+
+/// Whether an open of a `/proc/PID/map_files` entry was refused for want of a capability
+/// (EPERM: the agent lacks CAP_CHECKPOINT_RESTORE and CAP_SYS_ADMIN), since this process started.
+static MAP_FILES_DENIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What is lost when `/proc/PID/map_files` cannot be opened ([`map_files_denied`]): the note a
+/// recording carries once.
+pub const MAP_FILES_NOTE: &str = "/proc/PID/map_files could not be opened (EPERM: it needs \
+    CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN): mapped objects were opened by their path inside the \
+    target's root instead, so a library deleted or replaced after it was mapped and memfd \
+    mappings are neither probed nor symbolized";
+
+/// Whether an open through `/proc/PID/map_files` has been refused with EPERM in this process.
+pub fn map_files_denied() -> bool {
+    MAP_FILES_DENIED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The file process `mm` maps at `range` (a line of its maps with `dev` "major:minor" in hex
+/// and `inode`): through `/proc/PID/map_files` ([`open_mapped`]), else, when that is not allowed
+/// or not there, the mapped path inside the target's root ([`open`], links resolved there) only
+/// while it is still that very file (same device and inode): a file replaced since is never read.
+pub fn open_mapped_or_path(mm: u32, range: &str, path: &str, dev: &str, inode: u64) -> io::Result<File> {
+    open_mapped(mm, range).or_else(|_| {
+        let f = open(mm, Path::new(path.trim_end_matches(" (deleted)")), Links::InRoot)?;
+        if same_file(&f, dev, inode) {
+            Ok(f)
+        } else {
+            Err(io::Error::other(format!("{path}: a different file is at the mapped path now")))
+        }
+    })
+}
+
+/// Whether `f` is the file of a maps line's device ("fe:01", hex) and inode.
+pub fn same_file(f: &File, dev: &str, inode: u64) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(m) = f.metadata() else { return false };
+    let want = dev
+        .split_once(':')
+        .and_then(|(a, b)| Some((u32::from_str_radix(a, 16).ok()?, u32::from_str_radix(b, 16).ok()?)));
+    want == Some((rustix::fs::major(m.dev()), rustix::fs::minor(m.dev()))) && m.ino() == inode
 }
 
 /// The name of a mapping's entry in `/proc/PID/map_files`: the kernel writes it `%lx-%lx`, hex
