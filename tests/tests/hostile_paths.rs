@@ -81,7 +81,8 @@ fn a_namespace_link_never_reads_a_host_file_or_dev_zero() {
 
 /// An unprivileged Node process (no --perf-basic-prof: it writes no map of its own) with a FIFO
 /// planted at its /tmp/perf-PID.map: a 5 s record ends in about 5 s, and a longer one ends on
-/// SIGTERM, instead of blocking for good in an open() of the FIFO.
+/// SIGTERM, instead of blocking for good in an open() of the FIFO; then with a link to /dev/zero
+/// there: a 5 s record ends in about 5 s, without reading it.
 #[test]
 fn a_fifo_perf_map_does_not_hold_a_recording() {
     require_root();
@@ -114,6 +115,17 @@ fn a_fifo_perf_map_does_not_hold_a_recording() {
     let t1 = Instant::now();
     let o2 = running.wait(Duration::from_secs(120));
     let term_took = t1.elapsed();
+
+    // The map replaced by a link to /dev/zero (owned by the target's user): refused, no endless read.
+    let _ = std::fs::remove_file(&map);
+    symlink("/dev/zero", &map).unwrap();
+    std::os::unix::fs::lchown(&map, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out3 = OutDir::new("hostile-zero-map");
+    let mut cmd = leaktrace(["record", "--pid", &pid.to_string(), "--interval", "500ms", "--duration", "5s", "--out"]);
+    cmd.arg(&out3.path);
+    let t2 = Instant::now();
+    let o3 = run(cmd, None, Duration::from_secs(120));
+    let zero_took = t2.elapsed();
     let _ = std::fs::remove_file(&map);
     drop(target);
 
@@ -122,6 +134,8 @@ fn a_fifo_perf_map_does_not_hold_a_recording() {
     assert!(!Report::load(&out.path).sites().is_empty(), "{}", o.describe());
     assert!(term_took < Duration::from_secs(30), "SIGTERM took {term_took:?} to end it\n{}", o2.describe());
     assert!(out2.path.join("recording.json").exists(), "the SIGTERM'd recording is kept\n{}", o2.describe());
+    o3.assert_success();
+    assert!(zero_took < Duration::from_secs(40), "a 5 s record took {zero_took:?}\n{}", o3.describe());
 }
 
 /// `report DIR` and `compare` given a FIFO as recording.json: one error line, exit 2, at once.
