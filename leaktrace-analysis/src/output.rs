@@ -17,6 +17,9 @@
 //!   fsynced and renamed onto `NAME` (`renameat`, which replaces a link at `NAME` rather than
 //!   following it). A reader sees no file or the complete one, never a partial write; on any
 //!   error (a full disk, a quota) the temporary is removed and no file appears under `NAME`.
+//! - Permissions are set exactly, whatever the umask: directories 0700 and files 0600 by default
+//!   (reports carry argv, strings and names read from the targets); `--out-mode 0750` gives
+//!   directories that mode and files the same bits without x ([`set_mode`]).
 //! - When recording.json cannot be written into its directory, [`save_fallback`] keeps it in a
 //!   new file (exclusively created, random name) under `$TMPDIR`, /var/tmp or /tmp.
 
@@ -38,10 +41,44 @@ pub const RECORDING_MARKERS: &[&str] = &["recording.json", "report.json", "check
 pub const OUTPUT_FILES: &[&str] =
     &["report.md", "stacks.folded", "live.svg", "growth.svg", "memory.svg", "profile.pb.gz", "growth.pb.gz"];
 
-/// Permission bits of directories leaktrace makes (before the umask).
-const DIR_MODE: u32 = 0o755;
-/// Permission bits of the files leaktrace writes (before the umask).
-const FILE_MODE: u32 = 0o644;
+/// Permission bits of the directories leaktrace makes, set exactly (whatever the umask): 0700
+/// by default, since reports carry argv, strings and names read from the targets; `--out-mode`
+/// ([`set_mode`]) changes it. Files get the same bits without x (0600 by default).
+static MODE: AtomicU32 = AtomicU32::new(DEFAULT_MODE);
+/// The default of [`MODE`].
+pub const DEFAULT_MODE: u32 = 0o700;
+
+/// Set the permission bits of output directories (`--out-mode`, octal); files get them without
+/// the x bits. Refused: bits outside 0755 (group or other write would make the directory one
+/// leaktrace itself refuses to write into again; set-id and sticky bits are no report's business)
+/// and modes without 0700 (leaktrace must write and enter what it makes).
+pub fn set_mode(mode: u32) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        mode & !0o755 == 0 && mode & 0o700 == 0o700,
+        "--out-mode {mode:04o}: give octal bits within 0755 that include 0700 (e.g. 0700, 0750, 0755)"
+    );
+    MODE.store(mode, Ordering::Relaxed);
+    Ok(())
+}
+
+/// `--out-mode`'s value: octal digits, with or without a leading 0 or 0o.
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    u32::from_str_radix(digits, 8).map_err(|_| format!("{s:?} is not an octal mode such as 0700 or 0750"))
+}
+
+fn dir_mode() -> u32 {
+    MODE.load(Ordering::Relaxed)
+}
+
+fn file_mode() -> u32 {
+    MODE.load(Ordering::Relaxed) & 0o666
+}
+
+/// Set `fd`'s permission bits exactly to `mode`.
+fn chmod(fd: &OwnedFd, mode: u32) -> std::io::Result<()> {
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(io)
+}
 /// How many suffixed names a default directory name tries when the plain one is taken.
 const DEFAULT_NAME_TRIES: u32 = 100;
 
@@ -67,7 +104,7 @@ impl OutDir {
         create_parents(path)?;
         for n in 1..=DEFAULT_NAME_TRIES {
             let p = if n == 1 { path.to_path_buf() } else { suffixed(path, n) };
-            match rustix::fs::mkdir(&p, Mode::from_raw_mode(DIR_MODE)) {
+            match rustix::fs::mkdir(&p, Mode::from_raw_mode(dir_mode())) {
                 Ok(()) => return OutDir::open_made(&p),
                 Err(rustix::io::Errno::EXIST) => continue,
                 Err(e) => {
@@ -88,7 +125,7 @@ impl OutDir {
     /// which rule refused it.
     pub fn for_out(path: &Path) -> anyhow::Result<OutDir> {
         create_parents(path)?;
-        let dir = match rustix::fs::mkdir(path, Mode::from_raw_mode(DIR_MODE)) {
+        let dir = match rustix::fs::mkdir(path, Mode::from_raw_mode(dir_mode())) {
             Ok(()) => OutDir::open_made(path)?,
             Err(rustix::io::Errno::EXIST) => OutDir::existing(path)?,
             Err(e) => {
@@ -130,7 +167,7 @@ impl OutDir {
     pub fn subdir(&self, name: &str) -> anyhow::Result<OutDir> {
         let path = self.path.join(name);
         check_name(name)?;
-        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(DIR_MODE))
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(dir_mode()))
             .map_err(io)
             .with_context(|| format!("cannot create output directory {}", path.display()))?;
         let fd = rustix::fs::openat(
@@ -141,6 +178,7 @@ impl OutDir {
         )
         .map_err(io)
         .with_context(|| format!("cannot open output directory {}", path.display()))?;
+        chmod(&fd, dir_mode()).with_context(|| format!("cannot set the mode of {}", path.display()))?;
         Ok(OutDir { fd, path })
     }
 
@@ -224,9 +262,15 @@ impl OutDir {
                 &self.fd,
                 &tmp,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(FILE_MODE),
+                Mode::from_raw_mode(file_mode()),
             ) {
-                Ok(fd) => return Ok((tmp, fd)),
+                Ok(fd) => {
+                    if let Err(e) = chmod(&fd, file_mode()) {
+                        let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
+                        return Err(e);
+                    }
+                    return Ok((tmp, fd));
+                }
                 Err(rustix::io::Errno::EXIST) => last = io(rustix::io::Errno::EXIST),
                 Err(e) => return Err(io(e)),
             }
@@ -238,7 +282,9 @@ impl OutDir {
     /// check that it is the one made (owned by the effective user, not writable by others) and
     /// that files can be created in it.
     fn open_made(path: &Path) -> anyhow::Result<OutDir> {
-        OutDir::existing(path)
+        let dir = OutDir::existing(path)?;
+        chmod(&dir.fd, dir_mode()).with_context(|| format!("cannot set the mode of {}", path.display()))?;
+        Ok(dir)
     }
 
     /// Create and remove an empty temporary file: an unwritable directory is reported before
@@ -288,7 +334,12 @@ fn create_parents(path: &Path) -> anyhow::Result<()> {
             existing.display()
         );
     }
-    std::fs::create_dir_all(parent).with_context(|| format!("cannot create output directory {}", parent.display()))
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(dir_mode())
+        .create(parent)
+        .with_context(|| format!("cannot create output directory {}", parent.display()))
 }
 
 fn suffixed(path: &Path, n: u32) -> PathBuf {

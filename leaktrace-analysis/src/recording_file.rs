@@ -38,7 +38,15 @@ impl Recording {
     pub fn load_limited(path: &std::path::Path, max_bytes: u64) -> anyhow::Result<Recording> {
         use anyhow::Context as _;
         use std::io::Read as _;
-        let f = std::fs::File::open(path).with_context(|| format!("cannot read recording {}", path.display()))?;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // O_NONBLOCK: a FIFO (or a device) planted as recording.json is opened at once and refused
+        // below, never waited on; on a regular file the flag changes nothing.
+        let nonblock = (rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY).bits() as i32;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nonblock)
+            .open(path)
+            .with_context(|| format!("cannot read recording {}", path.display()))?;
         let meta = f.metadata().with_context(|| format!("cannot read recording {}", path.display()))?;
         anyhow::ensure!(meta.is_file(), "{} is not a regular file", path.display());
         if meta.len() > max_bytes {

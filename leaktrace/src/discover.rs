@@ -2,12 +2,12 @@
 //! find the allocator entry points to probe in them.
 //!
 //! Objects are opened through `/proc/PID/map_files/<range>` (the exact file the target mapped,
-//! whatever its mount namespace), falling back to `/proc/PID/root/<path>`; the (device, inode) of
-//! what was opened is checked against `/proc/PID/maps`, so a path inside a container never leads
-//! to a host file of the same name.
+//! whatever its mount namespace; without CAP_CHECKPOINT_RESTORE/CAP_SYS_ADMIN it cannot be
+//! opened), falling back to `/proc/PID/root/<path>` resolved inside the target's root
+//! ([`crate::target_fs`]); the (device, inode) of what was opened is checked against
+//! `/proc/PID/maps`, so a path inside a container never leads to a host file of the same name.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
@@ -135,7 +135,7 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, TargetError> {
         if seen.contains_key(&key) {
             continue;
         }
-        let Some(open_path) = open_path(mm, l.range, Path::new(&l.path), l.inode) else { continue };
+        let Some(open_path) = open_path(mm, l.range, &l.path, l.dev, l.inode) else { continue };
         let executable = code.contains(&key);
         seen.insert(key, MappedObject { path: PathBuf::from(&l.path), dev, inode: l.inode, open_path, executable });
         order.push(key);
@@ -150,13 +150,22 @@ fn parse_dev(dev: &str) -> (i32, i32) {
     (major, minor)
 }
 
-/// A path to the very file mapped at `range`, checked by inode.
-fn open_path(pid: u32, range: &str, path: &Path, inode: u64) -> Option<PathBuf> {
-    let candidates = [
-        PathBuf::from(format!("/proc/{pid}/map_files/{range}")),
-        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path)),
-    ];
-    candidates.into_iter().find(|p| std::fs::metadata(p).is_ok_and(|m| m.ino() == inode))
+/// A path to the very file mapped at `range` (maps' `dev` and `inode`), for the kernel to attach
+/// uprobes by and for later opens: its `/proc/PID/map_files` entry when the agent may open it;
+/// else `/proc/PID/root/<path>`, only when the path resolves to that very file (device and
+/// inode) both inside the target's root ([`crate::target_fs`]: links stay in that root) and the
+/// plain way the kernel resolves it at attach time (an absolute link in the target's root
+/// resolves against the agent's root there): a planted link to a host file is never used.
+fn open_path(pid: u32, range: &str, path: &str, dev: &str, inode: u64) -> Option<PathBuf> {
+    let mapped = format!("/proc/{pid}/map_files/{}", crate::target_fs::map_files_name(range));
+    if crate::target_fs::open_mapped(pid, range).is_ok_and(|f| crate::target_fs::same_file(&f, dev, inode)) {
+        return Some(PathBuf::from(mapped));
+    }
+    let inside = crate::target_fs::open(pid, Path::new(path), crate::target_fs::Links::InRoot).ok()?;
+    // The path the kernel resolves the plain way. lint-allow: target_fs: checked against `inside`.
+    let plain = Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix('/').unwrap_or(path));
+    let same = std::fs::File::open(&plain).is_ok_and(|f| crate::target_fs::same_file(&f, dev, inode));
+    (crate::target_fs::same_file(&inside, dev, inode) && same).then_some(plain)
 }
 
 /// Defined function symbols of an ELF file: name → file offset of the first instruction.

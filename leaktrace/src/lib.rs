@@ -45,6 +45,7 @@ pub mod site_recycle;
 /// Issue #12: the live status line.
 pub mod status;
 pub mod symbolize;
+pub mod target_fs;
 pub mod tracepoints;
 pub mod unwind;
 pub mod uprobe_multi;

@@ -25,6 +25,11 @@ use leaktrace::recording::{Mode, Recording};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Permission bits (octal) of the output directories leaktrace makes; its files get the same
+    /// bits without x. Default 0700 (files 0600): reports carry command lines and strings read
+    /// from the targets. Within 0755, including 0700 (e.g. 0750 for a team's group).
+    #[arg(long, global = true, value_parser = leaktrace::output::parse_mode)]
+    out_mode: Option<u32>,
 }
 
 /// `report --format`.
@@ -404,6 +409,9 @@ fn main() {
 
 /// Runs a command; Ok(exit code).
 fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(mode) = cli.out_mode {
+        leaktrace::output::set_mode(mode)?;
+    }
     match cli.command {
         Command::Record(a) => {
             let a = *a;

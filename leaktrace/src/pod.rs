@@ -14,7 +14,8 @@
 //!    colon-separated, `{id}` standing for the container ID: e.g. another containerd root).
 //!    Without one, the pod name is the process's `HOSTNAME` (/proc/PID/environ: the kubelet
 //!    sets it to the pod name) and the namespace the service account's
-//!    (/proc/PID/root/var/run/secrets/kubernetes.io/serviceaccount/namespace).
+//!    (/var/run/secrets/kubernetes.io/serviceaccount/namespace inside the process's root, read
+//!    through [`crate::target_fs`]: its links resolve in that root, never to a host file).
 //! 3. `--pod` matches the pod name or its UID; `--namespace` the namespace; `--container` the
 //!    container name. Sandbox ("pause") containers are left out. No match, or a name found in
 //!    several namespaces without `--namespace`, is a one-line error naming what there is.
@@ -163,6 +164,9 @@ fn container_identity(id: &str, templates: &[String]) -> Option<Identity> {
         .find_map(|text| identity_from_config(&text))
 }
 
+/// The service account's namespace file, as a pod's container sees it.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
 /// Identity of a process from its own environment and root: HOSTNAME and the service account's
 /// namespace. Sandbox: its command is `pause`.
 fn process_identity(pid: u32) -> Identity {
@@ -172,11 +176,17 @@ fn process_identity(pid: u32) -> Identity {
         .find_map(|kv| kv.strip_prefix(b"HOSTNAME="))
         .map(|v| String::from_utf8_lossy(v).into_owned())
         .filter(|v| !v.is_empty());
-    let namespace =
-        std::fs::read_to_string(format!("/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount/namespace"))
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty());
+    // Inside the process's root (a projected volume's `namespace -> ..data/namespace` link
+    // resolves there, never to a host file), a regular file of at most 4 KiB.
+    let namespace = crate::target_fs::read_to_string(
+        pid,
+        std::path::Path::new(SERVICE_ACCOUNT_NAMESPACE),
+        crate::target_fs::Links::InRoot,
+        crate::target_fs::caps::NAMESPACE,
+    )
+    .ok()
+    .map(|s| s.trim().to_string())
+    .filter(|s| !s.is_empty());
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     Identity { pod, namespace, container: None, sandbox: comm.trim() == "pause" }
 }

@@ -150,7 +150,8 @@ pub fn stopped(pid: u32) -> bool {
 /// One line of /proc/PID/maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapsLine<'a> {
-    /// "start-end" as written (the name of the mapping in /proc/PID/map_files).
+    /// "start-end" as written, zero-padded to 8 digits (`00400000-00401000`); its entry in
+    /// /proc/PID/map_files is named without the leading zeros: [`crate::target_fs::map_files_name`].
     pub range: &'a str,
     /// Virtual addresses [start, end).
     pub start: u64,

@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd as _;
+use std::path::Path;
 use std::sync::Arc;
 
 use blazesym::symbolize::{
@@ -119,8 +120,12 @@ pub struct StackSymbolizer {
 
 /// A JIT runtime's perf map (`/tmp/perf-PID.map`: one `START SIZE NAME` line per compiled
 /// function, hex without 0x; written by Node with `--perf-basic-prof`, by the JVM with
-/// `jcmd PID Compiler.perfmap` or `-XX:+DumpPerfMapAtExit`), read through the target's root so a
-/// container's /tmp is used, under the PID the process has in its own namespace. Re-read when
+/// `jcmd PID Compiler.perfmap` or `-XX:+DumpPerfMapAtExit`), read inside the target's root
+/// ([`crate::target_fs`]) so a container's /tmp is used, under the PID the process has in its own
+/// namespace. /tmp may be shared with other users, who can plant a file of that name for a
+/// runtime that writes none: the map is read only when it is a regular file (a FIFO or a device
+/// there is refused at once, never waited on), not a link, owned by one of the target's user
+/// ids, and at most [`crate::target_fs::caps::PERF_MAP`] bytes. Re-read when
 /// the file has changed: grown (Node appends as it compiles) or rewritten (each `jcmd
 /// Compiler.perfmap` writes the JVM's whole code cache anew).
 #[derive(Default)]
@@ -133,21 +138,25 @@ pub struct PerfMap {
 }
 
 impl PerfMap {
-    /// The file of process `pid` whose PID in its own namespace is `ns_pid`.
-    fn path(pid: u32, ns_pid: u32) -> String {
-        format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map")
+    /// The map of process `pid` whose PID in its own namespace is `ns_pid`, open, when it is
+    /// one leaktrace may read (see [`PerfMap`]).
+    fn open(pid: u32, ns_pid: u32) -> Option<File> {
+        use crate::target_fs::{Links, open, owned_by_process};
+        let f = open(pid, Path::new(&format!("/tmp/perf-{ns_pid}.map")), Links::NotLast).ok()?;
+        owned_by_process(&f, pid).then_some(f)
     }
 
     /// Re-read the map if it has grown. Returns whether a map exists.
     fn refresh(&mut self, pid: u32, ns_pid: u32) -> bool {
-        let path = Self::path(pid, ns_pid);
-        let Ok(meta) = std::fs::metadata(&path) else { return !self.entries.is_empty() };
+        let Some(f) = Self::open(pid, ns_pid) else { return !self.entries.is_empty() };
+        let Ok(meta) = f.metadata() else { return !self.entries.is_empty() };
         let mtime = meta.modified().ok();
         if meta.len() == self.read_len && mtime == self.read_mtime {
             return true;
         }
-        let Ok(text) = std::fs::read_to_string(&path) else { return !self.entries.is_empty() };
-        self.entries = parse_perf_map(&text);
+        let read = crate::target_fs::read_capped(f, crate::target_fs::caps::PERF_MAP, "the perf map");
+        let Ok(bytes) = read else { return !self.entries.is_empty() };
+        self.entries = parse_perf_map(&String::from_utf8_lossy(&bytes));
         self.read_len = meta.len();
         self.read_mtime = mtime;
         true
@@ -236,15 +245,7 @@ impl StackSymbolizer {
                 // The very file mapped (map_files); the path in the target's root only when it is
                 // still that file (same inode): a file replaced on disk since is never read.
                 let file = shared.map(Ok).unwrap_or_else(|| {
-                    let file = File::open(format!("/proc/{mm}/map_files/{range}")).or_else(|_| {
-                        use std::os::unix::fs::MetadataExt as _;
-                        let f = File::open(format!("/proc/{mm}/root{}", path.trim_end_matches(" (deleted)")))?;
-                        if f.metadata()?.ino() == l.inode {
-                            Ok(f)
-                        } else {
-                            Err(std::io::Error::other("a different file is at the mapped path now"))
-                        }
-                    })?;
+                    let file = crate::target_fs::open_mapped_or_path(mm, range, path, l.dev, l.inode)?;
                     let file = Arc::new(file);
                     SHARED.with_borrow_mut(|sh| sh.files.insert(key.clone(), Arc::clone(&file)));
                     Ok::<_, std::io::Error>(file)
@@ -473,7 +474,7 @@ impl StackSymbolizer {
 
     /// Whether the runtime's perf map (`/tmp/perf-PID.map` in the target's root) exists.
     pub fn has_perf_map(&self) -> bool {
-        std::path::Path::new(&PerfMap::path(self.pid, self.ns_pid())).exists() || !self.perf_map.entries.is_empty()
+        PerfMap::open(self.pid, self.ns_pid()).is_some() || !self.perf_map.entries.is_empty()
     }
 }
 

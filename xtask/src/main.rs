@@ -25,6 +25,7 @@ mod bench;
 mod bench_unwind;
 mod circles;
 mod suite;
+mod target_reads;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
@@ -519,7 +520,15 @@ fn lint() -> Result<()> {
         .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;
     no_import_circles()?;
     no_long_files()?;
-    eprintln!("xtask: lint: fmt, clippy, the import-circle and the file-length checks passed");
+    let reads = target_reads::find(&root().join("leaktrace/src"))?;
+    if !reads.is_empty() {
+        bail!(
+            "paths inside a target's root built outside leaktrace/src/target_fs.rs (open them with target_fs, \
+             which keeps links in the target's root and refuses FIFOs and devices):\n  {}",
+            reads.join("\n  ")
+        );
+    }
+    eprintln!("xtask: lint: fmt, clippy, the import-circle, the file-length and the target-read checks passed");
     Ok(())
 }
 

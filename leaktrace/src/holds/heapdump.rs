@@ -105,7 +105,7 @@ pub fn classes_to_explain(growth: &[leaktrace_analysis::holds::Growth]) -> Vec<S
 /// Where the JVM writes the dump (a path in its own mount namespace) and where leaktrace reads
 /// it: the output directory when the JVM shares leaktrace's mount namespace and runs as root,
 /// else the JVM's /tmp.
-fn dump_place(pid: u32, dir: &Path) -> (PathBuf, PathBuf) {
+fn dump_place(pid: u32, dir: &Path) -> (PathBuf, DumpFile) {
     let ns = |p: &str| std::fs::read_link(format!("{p}/ns/mnt")).ok();
     let same_ns = ns(&format!("/proc/{pid}")).is_some_and(|n| Some(n) == ns("/proc/self"));
     let root = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -114,11 +114,54 @@ fn dump_place(pid: u32, dir: &Path) -> (PathBuf, PathBuf) {
         .unwrap_or(false);
     let name = format!("heap-{pid}.hprof");
     match std::fs::canonicalize(dir) {
-        Ok(d) if same_ns && root => (d.join(&name), d.join(&name)),
+        Ok(d) if same_ns && root => (d.join(&name), DumpFile::Host(d.join(&name))),
         _ => {
             let nspid = crate::procinfo::nspid(pid).last().copied().unwrap_or(pid);
-            let inside = PathBuf::from(format!("/tmp/leaktrace-heap-{nspid}.hprof"));
-            (inside.clone(), PathBuf::from(format!("/proc/{pid}/root{}", inside.display())))
+            let name = format!("leaktrace-heap-{nspid}.hprof");
+            (Path::new("/tmp").join(&name), DumpFile::InTarget { pid, name })
+        }
+    }
+}
+
+/// The dump file as leaktrace reaches it.
+enum DumpFile {
+    /// A path of leaktrace's own (its output directory).
+    Host(PathBuf),
+    /// The file `name` in the target's /tmp, reached inside the target's root only
+    /// ([`crate::target_fs`]): /tmp's links resolve there, the file itself must be a regular
+    /// file and no link, so a link planted under that name never makes leaktrace read, copy or
+    /// delete a file outside the target's root.
+    InTarget { pid: u32, name: String },
+}
+
+impl DumpFile {
+    fn open(&self) -> std::io::Result<std::fs::File> {
+        match self {
+            DumpFile::Host(p) => std::fs::File::open(p),
+            DumpFile::InTarget { pid, name } => {
+                crate::target_fs::open(*pid, &Path::new("/tmp").join(name), crate::target_fs::Links::NotLast)
+            }
+        }
+    }
+
+    /// Delete it (the entry in the target's /tmp directory, never what a link points to).
+    fn remove(&self) {
+        match self {
+            DumpFile::Host(p) => {
+                let _ = std::fs::remove_file(p);
+            }
+            DumpFile::InTarget { pid, name } => {
+                if let Ok(tmp) = crate::target_fs::open_path(*pid, Path::new("/tmp"), crate::target_fs::Links::InRoot) {
+                    let _ = rustix::fs::unlinkat(&tmp, name.as_str(), rustix::fs::AtFlags::empty());
+                }
+            }
+        }
+    }
+
+    fn display(&self) -> String {
+        match self {
+            DumpFile::Host(p) => p.display().to_string(),
+            DumpFile::InTarget { pid, name } => format!("/tmp/{name} of process {pid}"),
         }
     }
 }
@@ -156,15 +199,15 @@ impl super::jvm::JvmCensus {
             return None;
         }
         let (inside, file) = dump_place(self.pid, dir);
-        let _ = std::fs::remove_file(&file);
+        file.remove();
         let t0 = now_s();
         let clock = Instant::now();
         let result = self.run_dump(&inside);
         let taken = Taken { t_s: t0, took_s: clock.elapsed().as_secs_f64(), units_of_work: units };
         let out = result.and_then(|()| read_paths(&file, o, &classes, taken));
-        let kept = if o.keep && out.is_ok() { keep(&file, dir, self.pid) } else { None };
+        let kept = if o.keep && out.is_ok() { keep(&file, dir, self.pid, o) } else { None };
         if kept.is_none() {
-            let _ = std::fs::remove_file(&file);
+            file.remove();
         }
         match out {
             Ok(mut p) => {
@@ -214,9 +257,9 @@ fn refusal(end: &ClassHistogram, dir: &Path, o: DumpOptions) -> Option<String> {
 }
 
 /// Read the dump at `file` and the paths to `classes`.
-fn read_paths(file: &Path, o: DumpOptions, classes: &[String], taken: Taken) -> Result<HeapPaths, String> {
+fn read_paths(file: &DumpFile, o: DumpOptions, classes: &[String], taken: Taken) -> Result<HeapPaths, String> {
     let clock = Instant::now();
-    let f = std::fs::File::open(file).map_err(|e| format!("cannot open the dump {}: {e}", file.display()))?;
+    let f = file.open().map_err(|e| format!("cannot open the dump {}: {e}", file.display()))?;
     let file_bytes = f.metadata().map(|m| m.len()).unwrap_or(0);
     if file_bytes > 2 * o.max_bytes {
         return Err(format!("the dump is {file_bytes} B, over twice --heap-dump-max-size: not read"));
@@ -227,13 +270,19 @@ fn read_paths(file: &Path, o: DumpOptions, classes: &[String], taken: Taken) -> 
 }
 
 /// Keep the dump in `dir` (moved there when the JVM wrote it elsewhere); its path.
-fn keep(file: &Path, dir: &Path, pid: u32) -> Option<PathBuf> {
+fn keep(file: &DumpFile, dir: &Path, pid: u32, o: DumpOptions) -> Option<PathBuf> {
     let to = std::fs::canonicalize(dir).ok()?.join(format!("heap-{pid}.hprof"));
-    if to == file {
+    if matches!(file, DumpFile::Host(p) if *p == to) {
         return Some(to);
     }
-    std::fs::copy(file, &to).ok()?;
-    let _ = std::fs::remove_file(file);
+    // At most the size read_paths accepts: the file is the target's and may grow meanwhile.
+    let mut from = std::io::Read::take(file.open().ok()?, 2 * o.max_bytes);
+    let mut out = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&to).ok()?
+    };
+    std::io::copy(&mut from, &mut out).ok()?;
+    file.remove();
     Some(to)
 }
 

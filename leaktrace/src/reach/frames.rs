@@ -113,8 +113,8 @@ pub(super) fn walk(
 }
 
 /// The unwind rows of code addresses in a stopped process, from its maps: each object's table
-/// built on first use ([`crate::unwind::build`], the object opened through
-/// /proc/PID/map_files: the very file mapped).
+/// built on first use ([`crate::unwind::build_from`], the object opened by
+/// [`crate::target_fs::open_mapped_or_path`]: the very file mapped).
 pub(super) struct Rules<'m> {
     mm: u32,
     lines: Vec<MapsLine<'m>>,
@@ -139,7 +139,10 @@ impl<'m> Rules<'m> {
         let table = self
             .tables
             .entry(l.path.clone())
-            .or_insert_with(|| crate::unwind::build(format!("/proc/{mm}/map_files/{}", l.range).as_ref()).ok())
+            .or_insert_with(|| {
+                let f = crate::target_fs::open_mapped_or_path(mm, l.range, &l.path, l.dev, l.inode).ok()?;
+                crate::unwind::build_from(&object::ReadCache::new(f)).ok()
+            })
             .as_ref()?;
         let vpc = i64::try_from(pc - l.start + l.offset).ok()? + table.vaddr_minus_offset;
         let i = table.rows.partition_point(|r| i64::from(r.pc) <= vpc);

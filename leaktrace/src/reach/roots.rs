@@ -83,7 +83,7 @@ pub struct Layout {
 /// The end of each mapped ELF object's image (its loadable segments, `.bss` included), an
 /// absolute address, by path: `base + max(p_vaddr + p_memsz)` over PT_LOAD (no base for a
 /// non-PIE executable), rounded up to a page. Read from the ELF and program headers of the
-/// very file mapped (through /proc/PID/map_files, first 64 KiB), before the target is stopped.
+/// very file mapped ([`crate::target_fs::open_mapped_or_path`], first 64 KiB), before the target is stopped.
 /// Objects whose headers cannot be read are missing from the map.
 pub fn image_ends(pid: u32, maps: &str) -> std::collections::HashMap<String, u64> {
     let mut out = std::collections::HashMap::new();
@@ -91,7 +91,7 @@ pub fn image_ends(pid: u32, maps: &str) -> std::collections::HashMap<String, u64
         if l.offset != 0 || !l.path.starts_with('/') || out.contains_key(&l.path) {
             continue;
         }
-        let Ok(f) = std::fs::File::open(format!("/proc/{pid}/map_files/{}", l.range)) else { continue };
+        let Ok(f) = crate::target_fs::open_mapped_or_path(pid, l.range, &l.path, l.dev, l.inode) else { continue };
         let mut head = Vec::with_capacity(64 << 10);
         if std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 << 10), &mut head).is_err() {
             continue;

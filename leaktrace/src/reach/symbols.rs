@@ -1,6 +1,7 @@
 //! Names of global variables: the ELF symbol (object or TLS-less data, from .symtab, else
-//! .dynsym) that covers an address of an object's writable data. Files are read through
-//! /proc/PID/root so a container's own files are used; each object is read once. A stripped
+//! .dynsym) that covers an address of an object's writable data. Files are read inside the
+//! target's root ([`crate::target_fs`]) so a container's own files are used, and never the host
+//! file of the same name; each object is read once. A stripped
 //! object's local symbols (libc's `main_arena`, `_IO_stdfile_1_lock`) come from its detached
 //! debug file when one is installed (e.g. libc6-dbg): /usr/lib/debug/.build-id/xx/yyyy.debug,
 //! found by the object's build ID.
@@ -48,7 +49,7 @@ impl Symbols {
 /// The address of the function `name` in the object `path` loaded at bias `base` (its symbol
 /// tables, .symtab or .dynsym: libc's `exit` is exported); None when it is not there.
 pub(super) fn function_address(pid: u32, path: &str, base: u64, name: &str) -> Option<u64> {
-    let data = std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()?;
+    let data = read_object(pid, path)?;
     let file = object::File::parse(&*data).ok()?;
     let dynamic = file.kind() == ObjectKind::Dynamic;
     let sym = file
@@ -59,13 +60,20 @@ pub(super) fn function_address(pid: u32, path: &str, base: u64, name: &str) -> O
 }
 
 /// The bytes of the detached debug file of the object `data` (by its build ID), read through
-/// /proc/PID/root first; None when it has no build ID or no such file is installed.
+/// the target's root; None when it has no build ID or no such file is installed.
 fn debug_file(pid: u32, file: &object::File<'_>) -> Option<Vec<u8>> {
     let id = file.build_id().ok()??;
     let (first, rest) = id.split_first()?;
     let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
     let rel = format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug");
-    std::fs::read(format!("/proc/{pid}/root{rel}")).or_else(|_| std::fs::read(&rel)).ok()
+    read_object(pid, &rel)
+}
+
+/// An object file of process `pid`, read inside its root (never the host file of the same
+/// name): links resolve in the target's root, regular files only, at most 1 GiB.
+fn read_object(pid: u32, path: &str) -> Option<Vec<u8>> {
+    use crate::target_fs::{Links, caps, read};
+    read(pid, std::path::Path::new(path), Links::InRoot, caps::ELF).ok()
 }
 
 /// Data symbols (start, size, name) of an ELF object's symbol tables.
@@ -79,7 +87,7 @@ fn data_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
 }
 
 fn load(pid: u32, path: &str) -> Option<ObjectSymbols> {
-    let data = std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()?;
+    let data = read_object(pid, path)?;
     let file = object::File::parse(&*data).ok()?;
     let dynamic = file.kind() == ObjectKind::Dynamic;
     let mut syms = data_symbols(&file);

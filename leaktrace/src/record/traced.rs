@@ -712,6 +712,9 @@ fn attach_probes(
             "OOM-killer victims not seen (oom:mark_victim): {why}; an OOM kill is told from the memory cgroup's oom_kill counter"
         ));
     }
+    if crate::target_fs::map_files_denied() {
+        notes.push(crate::target_fs::MAP_FILES_NOTE.into());
+    }
     notes.push(format!("{} mode cannot see: {}", opts.mode, crate::probes::blind_spots(opts.mode)));
     Ok((probes, notes))
 }

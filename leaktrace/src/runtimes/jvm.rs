@@ -11,7 +11,7 @@
 //! Units (`perfData.hpp`): 1 none, 2 bytes, 3 ticks, 4 events, 5 string, 6 hertz.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{HeapGauge, Process, RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name, jcmd, unnamed_jit};
 use crate::holds::census::{CensusOptions, JvmHolds, RuntimeCensus};
@@ -25,9 +25,8 @@ pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {
     let jvm = objects.iter().find(|o| file_name(&o.path) == "libjvm.so")?;
     // <java.home>/lib/server/libjvm.so; <java.home>/release holds JAVA_VERSION="17.0.15".
     let version = jvm.path.parent().and_then(Path::parent).and_then(Path::parent).and_then(|home| {
-        let root = PathBuf::from(format!("/proc/{pid}/root"));
-        let release =
-            std::fs::read_to_string(root.join(home.strip_prefix("/").unwrap_or(home)).join("release")).ok()?;
+        use crate::target_fs::{Links, caps, read_to_string};
+        let release = read_to_string(pid, &home.join("release"), Links::InRoot, caps::SMALL_TEXT).ok()?;
         release.lines().find_map(|l| l.strip_prefix("JAVA_VERSION=")).map(|v| v.trim_matches('"').to_string())
     });
     let mut notes = vec![format!(
@@ -242,38 +241,29 @@ pub fn heap_from_counters(c: &BTreeMap<String, PerfValue>, source: &str) -> Opti
 
 /// Reads the target JVM's hsperfdata file at every checkpoint. The file is found through the
 /// target's own mappings (the JVM maps it), so it is the right one inside a container too, and
-/// read through /proc/PID/map_files (or /proc/PID/root) even if /tmp was cleaned.
+/// read through /proc/PID/map_files (or its path inside the target's root while it is still the
+/// file mapped: [`crate::target_fs::open_mapped_or_path`]) even if /tmp was cleaned; at most
+/// [`crate::target_fs::caps::HSPERFDATA`] bytes.
 pub struct HsPerfGauge {
     pid: u32,
-    /// (path the target maps, path to open).
-    file: Option<(String, PathBuf)>,
+    /// The mapping: path the target maps, and what opens it.
+    file: Option<(String, MappedFile)>,
 }
+
+/// A mapped file as found in /proc/PID/maps: (task whose maps it is in, range, dev, inode).
+type MappedFile = (u32, String, String, u64);
 
 impl HsPerfGauge {
     pub fn new(pid: u32) -> HsPerfGauge {
         HsPerfGauge { pid, file: None }
     }
 
-    fn locate(&self) -> Option<(String, PathBuf)> {
+    fn locate(&self) -> Option<(String, MappedFile)> {
         let mm = crate::procinfo::mm_task(self.pid);
         let maps = std::fs::read_to_string(format!("/proc/{mm}/maps")).ok()?;
-        for line in maps.lines() {
-            let mut it = line.split_ascii_whitespace();
-            let range = it.next()?;
-            let path: String = it.skip(4).collect::<Vec<_>>().join(" ");
-            if !path.contains("/hsperfdata_") {
-                continue;
-            }
-            let path = path.trim_end_matches(" (deleted)").to_string();
-            let candidates = [
-                PathBuf::from(format!("/proc/{mm}/map_files/{range}")),
-                Path::new(&format!("/proc/{mm}/root")).join(path.trim_start_matches('/')),
-            ];
-            if let Some(p) = candidates.into_iter().find(|p| p.exists()) {
-                return Some((path, p));
-            }
-        }
-        None
+        let l = maps.lines().filter_map(crate::procinfo::parse_maps_line).find(|l| l.path.contains("/hsperfdata_"))?;
+        let path = l.path.trim_end_matches(" (deleted)").to_string();
+        Some((path, (mm, l.range.to_string(), l.dev.to_string(), l.inode)))
     }
 }
 
@@ -282,8 +272,10 @@ impl HeapGauge for HsPerfGauge {
         if self.file.is_none() {
             self.file = self.locate();
         }
-        let (shown, open) = self.file.as_ref()?;
-        let data = match std::fs::read(open) {
+        let (shown, (mm, range, dev, inode)) = self.file.as_ref()?;
+        let read = crate::target_fs::open_mapped_or_path(*mm, range, shown, dev, *inode)
+            .and_then(|f| crate::target_fs::read_capped(f, crate::target_fs::caps::HSPERFDATA, shown));
+        let data = match read {
             Ok(d) => d,
             Err(_) => {
                 self.file = None;

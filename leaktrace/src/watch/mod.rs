@@ -531,6 +531,10 @@ fn stop_on_signals(stop: Arc<AtomicBool>) {
 /// A new report directory `OUT/NAME/TIMESTAMP[SUFFIX]` (TIMESTAMP in UTC; suffixed -2, -3 …
 /// when taken).
 pub(crate) fn report_dir(out: &OutDir, name: &str, suffix: &str) -> anyhow::Result<OutDir> {
+    anyhow::ensure!(
+        name == state::safe_component(name),
+        "report directory name {name:?} is not one safe path component: not written"
+    );
     let path = out.path().join(name).join(format!("{}{suffix}", utc_stamp()));
     OutDir::create_named(&path)
 }

@@ -151,7 +151,9 @@ impl Proc {
     }
 
     /// The name of its report directory under --out: `NAMESPACE_POD` for a pod's process (with
-    /// `_CONTAINER` when known), else `pid-PID`.
+    /// `_CONTAINER` when known), else `pid-PID`. The names come from the process (its HOSTNAME,
+    /// its root's files), so they are made one safe path component ([`safe_component`]): no
+    /// `/`, no `..`, no leading dot, at most 200 bytes.
     pub fn dir_name(&self, pid: u32) -> String {
         match (&self.labels.pod, &self.labels.namespace) {
             (Some(p), ns) => {
@@ -163,11 +165,26 @@ impl Proc {
                     n.push('_');
                     n.push_str(c);
                 }
-                n.replace(['/', '\0'], "_")
+                safe_component(&n)
             }
             (None, _) => format!("pid-{pid}"),
         }
     }
+}
+
+/// `name` as one directory name that cannot leave the directory it is made in: every byte but
+/// ASCII letters, digits, `-`, `_` and `.` becomes `_`, a leading `.` becomes `_` (so neither
+/// `.`, `..` nor a hidden name), empty becomes `_`, and it is cut to 200 bytes.
+pub fn safe_component(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .take(200)
+        .collect();
+    if s.starts_with('.') || s.is_empty() {
+        s.replace_range(..s.len().min(1), "_");
+    }
+    s
 }
 
 /// The escalation rules (`watch --escalate-after`, `--max-escalations`, `--cooldown`).
@@ -321,5 +338,19 @@ mod tests {
         p.labels.namespace = Some("shop".into());
         p.labels.container = Some("app".into());
         assert_eq!(p.dir_name(42), "shop_web-1_app");
+    }
+
+    /// Names a process chooses (its HOSTNAME as the pod name) never climb out of --out.
+    #[test]
+    fn report_directory_names_stay_one_component() {
+        let mut p = Proc::new(Labels::default(), Instant::now());
+        for (pod, want) in [("..", "_."), (".", "_"), ("../../etc", "_._.._etc"), ("a/b\0c", "a_b_c"), ("", "_")] {
+            p.labels.pod = Some(pod.into());
+            let n = p.dir_name(7);
+            assert_eq!(n, want, "{pod:?}");
+            assert!(!n.contains('/') && n != "." && n != ".." && !n.starts_with('.'));
+        }
+        p.labels.pod = Some("x".repeat(5000));
+        assert_eq!(p.dir_name(7).len(), 200);
     }
 }
