@@ -1,0 +1,340 @@
+//! leaktrace with a real container runtime: Debian's containerd 1.6 and runc 1.1, started by
+//! the test on a private socket (tests/src/containerd.rs), pods made through the CRI as the
+//! kubelet makes them (tests/src/cri.rs), images written from files (a static pause, the static
+//! `leaky` fixture, leaktrace's own image from the release binary).
+//!
+//! - The agent in its own container made from deploy/leaktrace-daemonset.yaml's own values
+//!   (read from the YAML: hostPID, its securityContext, its volume mounts), running
+//!   `record --pod NAME --namespace NS` against a leaking pod.
+//! - The agent on the host with exactly the manifest's capabilities as its bounding set
+//!   (`setpriv`).
+//!
+//! Each test takes its containerd down and asserts that no containerd, shim, mount, cgroup,
+//! shim socket or network device of it is left.
+#![allow(clippy::print_stderr, reason = "the test tells its measured figures on stderr (shown with --nocapture)")]
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use leaktrace_tests::*;
+use serde_json::json;
+
+const LEAKER_IMAGE: &str = "docker.io/leaktrace/leaker:test";
+const PROBE_IMAGE: &str = "docker.io/leaktrace/probe:test";
+const AGENT_IMAGE: &str = "docker.io/leaktrace/leaktrace:test";
+/// `leaky malloc ITERATIONS RATE`: 1000 B leaked in leak_malloc per iteration, 200 per second.
+const LEAK_RATE_PER_S: f64 = 200.0;
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// The DaemonSet's pod template (`spec.template.spec`) and its one container.
+fn daemonset() -> (Value, Value) {
+    let m = yaml_file(&repo_file("deploy/leaktrace-daemonset.yaml"));
+    let spec = m["spec"]["template"]["spec"].clone();
+    let containers = spec["containers"].as_array().expect("the DaemonSet has containers");
+    assert_eq!(containers.len(), 1, "the DaemonSet has one container");
+    let c = containers[0].clone();
+    (spec, c)
+}
+
+/// The capabilities the manifest adds (after dropping ALL), as written there ("BPF", ...).
+fn manifest_caps(c: &Value) -> Vec<String> {
+    let caps = &c["securityContext"]["capabilities"];
+    assert_eq!(caps["drop"], json!(["ALL"]), "the manifest drops ALL capabilities before adding its own");
+    caps["add"].as_array().expect("capabilities.add").iter().map(|v| v.as_str().unwrap().to_string()).collect()
+}
+
+/// Capability numbers (linux/capability.h) of the names the manifest may use.
+fn cap_bit(name: &str) -> u32 {
+    match name {
+        "CHOWN" => 0,
+        "DAC_OVERRIDE" => 1,
+        "DAC_READ_SEARCH" => 2,
+        "KILL" => 5,
+        "SETUID" => 7,
+        "NET_ADMIN" => 12,
+        "IPC_LOCK" => 14,
+        "SYS_PTRACE" => 19,
+        "SYS_ADMIN" => 21,
+        "SYS_RESOURCE" => 24,
+        "SYSLOG" => 34,
+        "PERFMON" => 38,
+        "BPF" => 39,
+        "CHECKPOINT_RESTORE" => 40,
+        other => panic!("capability {other} in the manifest: add it to this test's table"),
+    }
+}
+
+/// The kubelet's translation of the container's securityContext into the CRI's
+/// LinuxContainerSecurityContext. Any field this does not know fails the test, so the
+/// manifest cannot change the agent's rights without the test following.
+fn cri_security_context(c: &Value) -> Value {
+    let sc = c["securityContext"].as_object().expect("the container has a securityContext");
+    let mut out = json!({});
+    for (k, v) in sc {
+        match k.as_str() {
+            "runAsUser" => out["run_as_user"] = json!({"value": v}),
+            "privileged" => out["privileged"] = v.clone(),
+            "allowPrivilegeEscalation" => out["no_new_privs"] = json!(!v.as_bool().unwrap()),
+            "readOnlyRootFilesystem" => out["readonly_rootfs"] = v.clone(),
+            "capabilities" => {
+                out["capabilities"] = json!({"add_capabilities": v["add"], "drop_capabilities": v["drop"]})
+            }
+            "seccompProfile" => {
+                assert_eq!(v["type"], "Unconfined", "seccompProfile: the test knows Unconfined");
+                out["seccomp"] = json!({"profile_type": "Unconfined"});
+            }
+            "appArmorProfile" => {
+                assert_eq!(v["type"], "Unconfined", "appArmorProfile: the test knows Unconfined");
+                out["apparmor"] = json!({"profile_type": "Unconfined"});
+                out["apparmor_profile"] = json!("unconfined");
+            }
+            other => panic!("securityContext.{other} in the manifest: translate it here as the kubelet does"),
+        }
+    }
+    out
+}
+
+/// The container's volume mounts, hostPath volumes only: (host path, mount path, read-only).
+/// The host paths that belong to the node's runtime are given this test's: /run/containerd is
+/// the private containerd's state directory (what /run/containerd is on a node), the others
+/// a directory of the test; the kernel's (/sys/...) are the host's own.
+fn manifest_mounts(spec: &Value, c: &Value, ctrd: &Containerd) -> Vec<(PathBuf, String, bool)> {
+    let volumes = spec["volumes"].as_array().expect("volumes");
+    c["volumeMounts"]
+        .as_array()
+        .expect("volumeMounts")
+        .iter()
+        .map(|m| {
+            let name = m["name"].as_str().unwrap();
+            let vol = volumes.iter().find(|v| v["name"] == name).unwrap_or_else(|| panic!("no volume {name}"));
+            let host = vol["hostPath"]["path"].as_str().unwrap_or_else(|| panic!("volume {name} is not a hostPath"));
+            let host = match host {
+                "/run/containerd" => ctrd.state.clone(),
+                "/run/containers" | "/var/tmp/leaktrace" => {
+                    let d = ctrd.dir.join(host.trim_start_matches('/').replace('/', "_"));
+                    std::fs::create_dir_all(&d).unwrap();
+                    d
+                }
+                h if h.starts_with("/sys/") => PathBuf::from(h),
+                other => panic!("hostPath {other}: say here what it is on this machine"),
+            };
+            (host, m["mountPath"].as_str().unwrap().to_string(), m["readOnly"].as_bool().unwrap_or(false))
+        })
+        .collect()
+}
+
+fn leaker_pod(ctrd: &Containerd, name: &str, memory_limit: Option<u64>) -> Pod {
+    let spec = PodSpec {
+        name: name.into(),
+        namespace: "team-a".into(),
+        uid: pod_uid(name),
+        host_pid: false,
+        containers: vec![ContainerSpec {
+            name: "app".into(),
+            image: LEAKER_IMAGE.into(),
+            args: vec!["malloc".into(), "100000".into(), format!("{LEAK_RATE_PER_S}")],
+            memory_limit,
+            ..Default::default()
+        }],
+    };
+    let pod = ctrd.run_pod(&spec);
+    eprintln!("pod {name} made through the CRI in {:.2} s: {pod:?}", pod.seconds);
+    assert!(pod.seconds < 2.0, "a pod took {:.2} s to start (RunPodSandbox to StartContainer)", pod.seconds);
+    pod
+}
+
+fn import_workload_images(ctrd: &Containerd) {
+    ctrd.import(&Image {
+        name: LEAKER_IMAGE.into(),
+        files: vec![(static_fixture("leaky.c"), "/leaky".into())],
+        dirs: vec![],
+        entrypoint: vec!["/leaky".into()],
+    });
+    ctrd.import(&Image {
+        name: PROBE_IMAGE.into(),
+        files: vec![(static_fixture("map_files_probe.c"), "/map_files_probe".into())],
+        dirs: vec![],
+        entrypoint: vec!["/map_files_probe".into()],
+    });
+}
+
+/// CapEff, CapBnd, NoNewPrivs and Seccomp of a process, from /proc/PID/status.
+fn creds(pid: u32) -> (u64, u64, String, String) {
+    creds_of(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
+}
+
+/// CapEff, CapBnd, NoNewPrivs and Seccomp from lines of /proc/PID/status.
+fn creds_of(s: &str) -> (u64, u64, String, String) {
+    let field =
+        |k: &str| s.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_else(|| "?".into());
+    let hex = |k: &str| u64::from_str_radix(&field(k), 16).unwrap_or(u64::MAX);
+    (hex("CapEff:"), hex("CapBnd:"), field("NoNewPrivs:"), field("Seccomp:"))
+}
+
+#[test]
+fn agent_in_the_daemonsets_container_records_a_pod() {
+    require_root();
+    let (spec, c) = daemonset();
+    let caps = manifest_caps(&c);
+    let mask: u64 = caps.iter().map(|n| 1u64 << cap_bit(n)).sum();
+    assert_eq!(spec["hostPID"], true, "the DaemonSet sees the node's processes by their host PIDs");
+    assert_eq!(c["securityContext"]["runAsUser"], 0);
+    assert_eq!(c["securityContext"]["privileged"], false);
+
+    let ctrd = Containerd::start();
+    import_workload_images(&ctrd);
+    let t0 = Instant::now();
+    ctrd.import(&leaktrace_image(AGENT_IMAGE));
+    eprintln!("leaktrace's image imported in {:.1} s", t0.elapsed().as_secs_f64());
+
+    let name = format!("leaker-{}", std::process::id());
+    let leaker = leaker_pod(&ctrd, &name, None);
+    let (_, leaker_pid) = leaker.container("app");
+    let pause_pid = leaker.sandbox_pid(&ctrd);
+    assert!(leaker_pid > 0 && pause_pid > 0, "{leaker:?}");
+
+    // The agent's pod, from the manifest's values; its args those of a one-off recording.
+    let mounts = manifest_mounts(&spec, &c, &ctrd);
+    let out_host = mounts.iter().find(|m| m.1 == "/out").expect("the manifest mounts /out").0.clone();
+    let security = cri_security_context(&c);
+    let agent = ctrd.run_pod(&PodSpec {
+        name: "leaktrace-node".into(),
+        namespace: "kube-system".into(),
+        uid: pod_uid("agent"),
+        host_pid: true,
+        containers: vec![
+            ContainerSpec {
+                name: "leaktrace".into(),
+                image: AGENT_IMAGE.into(),
+                args: ["record", "--pod", &name, "--namespace", "team-a", "--interval", "250ms", "--duration", "4s"]
+                    .into_iter()
+                    .map(String::from)
+                    .chain(["--out".into(), "/out/rec".into()])
+                    .collect(),
+                mounts: mounts.clone(),
+                security: security.clone(),
+                ..Default::default()
+            },
+            ContainerSpec {
+                name: "probe".into(),
+                image: PROBE_IMAGE.into(),
+                args: vec![leaker_pid.to_string()],
+                mounts,
+                security,
+                ..Default::default()
+            },
+        ],
+    });
+    let (agent_id, agent_pid) = agent.container("leaktrace");
+    let agent_creds = creds(agent_pid);
+    let ctx = format!("leaker {leaker_pid} (pause {pause_pid}), agent {agent_pid}, manifest caps {caps:?}");
+    // With them, the targets' /proc/PID/map_files entries open (the agent reads mapped files
+    // through them).
+    let probe_code = ctrd.wait_exit(agent.container("probe").0, Duration::from_secs(30));
+    let probe_log = ctrd.container_log(&agent, "probe");
+    let probe_creds = creds_of(&probe_log);
+
+    // The agent runs with exactly the manifest's rights.
+    for (who, (eff, bnd, nnp, seccomp)) in [("agent", agent_creds), ("probe", probe_creds)] {
+        assert_eq!(eff, mask, "{who}'s effective capabilities are not the manifest's ({eff:x} != {mask:x})\n{ctx}");
+        assert_eq!(bnd, mask, "{who}'s bounding set is not the manifest's ({bnd:x} != {mask:x})\n{ctx}");
+        assert_eq!(nnp, "1", "{who}: no_new_privs (allowPrivilegeEscalation: false)\n{ctx}");
+        assert_eq!(seccomp, "0", "{who}: seccomp Unconfined\n{ctx}");
+    }
+    assert_eq!(
+        probe_code,
+        Some(0),
+        "/proc/{leaker_pid}/map_files with the manifest's capabilities: {probe_log}\n{ctx}"
+    );
+
+    let code = ctrd.wait_exit(agent_id, TIMEOUT);
+    let log = ctrd.container_log(&agent, "leaktrace");
+    assert_eq!(code, Some(0), "the agent's container exited with {code:?}\n{log}\n{ctx}\n{}", ctrd.log_tail());
+
+    // One process traced: the leaker, not the pause sandbox.
+    let rec = out_host.join("rec");
+    let r = Report::load(&rec);
+    let rctx = format!("{ctx}\n{log}\n{}", r.summary());
+    assert_eq!(u64_of(r.get(&["target"]), "pid"), leaker_pid as u64, "{rctx}");
+    assert!(!rec.join(format!("pid-{pause_pid}")).exists(), "the pause sandbox was traced\n{rctx}");
+    let leak = r.site("leak_malloc");
+    assert_eq!(str_of(leak, "class"), "leak", "{rctx}");
+    // 200 iterations/s × 1000 B: the rate within 20 %.
+    assert_within(
+        "leak_malloc growth_bytes_per_s",
+        f64_of(leak, "growth_bytes_per_s"),
+        LEAK_RATE_PER_S * LEAK_BYTES as f64,
+        0.20,
+        &rctx,
+    );
+    assert_culprit_frames(leak, "leak_malloc", "leaky.c", &["run_workload", "main"], &rctx);
+
+    let left = ctrd.shutdown();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// The manifest's capability claim, on the host: the agent with exactly the manifest's
+/// capabilities as its bounding set (as root otherwise) records a leak, and opens the target's
+/// map_files entries; without CAP_CHECKPOINT_RESTORE they do not open.
+#[test]
+fn the_daemonsets_capabilities_as_a_bounding_set() {
+    require_root();
+    let (_, c) = daemonset();
+    let caps = manifest_caps(&c);
+    let bounding = |caps: &[String]| {
+        let mut s = String::from("--bounding-set=-all");
+        for cap in caps {
+            s.push_str(&format!(",+{}", cap.to_lowercase()));
+        }
+        s
+    };
+    let leaky = static_fixture("leaky.c");
+    let mut target = Command::new(&leaky);
+    target.args(["malloc", "100000", &format!("{LEAK_RATE_PER_S}")]).stdout(std::process::Stdio::null());
+    let mut target = KillOnDrop(target.spawn().expect("start leaky"));
+    let pid = target.0.id();
+
+    let probe = |caps: &[String]| {
+        Command::new("setpriv")
+            .arg(bounding(caps))
+            .arg("--")
+            .arg(static_fixture("map_files_probe.c"))
+            .arg(pid.to_string())
+            .output()
+            .expect("setpriv")
+    };
+    let o = probe(&caps);
+    assert!(o.status.success(), "map_files with {caps:?}: {}", String::from_utf8_lossy(&o.stdout));
+    let without: Vec<String> = caps.iter().filter(|c| *c != "CHECKPOINT_RESTORE").cloned().collect();
+    let o = probe(&without);
+    assert!(!o.status.success(), "map_files opened without CHECKPOINT_RESTORE: the manifest need not grant it");
+
+    let out = OutDir::new("bounding-set");
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(bounding(&caps)).arg("--").arg(leaktrace_bin());
+    cmd.args(["record", "--interval", "250ms", "--duration", "3s", "--pid", &pid.to_string(), "--out"]).arg(&out.path);
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let leak = r.site("leak_malloc");
+    assert_eq!(str_of(leak, "class"), "leak", "{}", r.summary());
+    assert_within(
+        "leak_malloc growth_bytes_per_s",
+        f64_of(leak, "growth_bytes_per_s"),
+        LEAK_RATE_PER_S * LEAK_BYTES as f64,
+        0.20,
+        &format!("{}\n{}", o.describe(), r.summary()),
+    );
+    let _ = target.0.kill();
+}
+
+struct KillOnDrop(std::process::Child);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
