@@ -415,7 +415,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                         namespace: a.pod.namespace.clone(),
                         container: a.container.clone(),
                     };
-                    (leaktrace::pod::resolve(&sel)?, None)
+                    (leaktrace::pod::resolve_and_tell(&sel)?, None)
                 }
                 None => (Vec::new(), a.container),
             };

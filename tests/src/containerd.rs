@@ -516,6 +516,8 @@ fn blob(blobs: &Path, bytes: &[u8]) -> (String, usize) {
 /// Compile a fixture statically (gcc -static -O1 -g -fno-omit-frame-pointer) into the
 /// fixtures' directory; its path.
 pub fn static_fixture(source: &str) -> PathBuf {
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let out = fixtures().dir.join(format!("{}-static", source.trim_end_matches(".c")));
     if !out.exists() {
         let tmp = out.with_extension("partial");

@@ -6,6 +6,8 @@
 //! - The agent in its own container made from deploy/leaktrace-daemonset.yaml's own values
 //!   (read from the YAML: hostPID, its securityContext, its volume mounts), running
 //!   `record --pod NAME --namespace NS` against a leaking pod.
+//! - `record --pod` on the host, finding pods through the CRI (a BestEffort and a Burstable pod
+//!   of the same name in two namespaces, with a memory limit), and its error without it.
 //! - The agent on the host with exactly the manifest's capabilities as its bounding set
 //!   (`setpriv`).
 //!
@@ -126,11 +128,11 @@ fn manifest_mounts(spec: &Value, c: &Value, ctrd: &Containerd) -> Vec<(PathBuf, 
         .collect()
 }
 
-fn leaker_pod(ctrd: &Containerd, name: &str, memory_limit: Option<u64>) -> Pod {
+fn leaker_pod(ctrd: &Containerd, name: &str, namespace: &str, memory_limit: Option<u64>) -> Pod {
     let spec = PodSpec {
         name: name.into(),
-        namespace: "team-a".into(),
-        uid: pod_uid(name),
+        namespace: namespace.into(),
+        uid: pod_uid(&format!("{namespace}/{name}")),
         host_pid: false,
         containers: vec![ContainerSpec {
             name: "app".into(),
@@ -191,7 +193,7 @@ fn agent_in_the_daemonsets_container_records_a_pod() {
     eprintln!("leaktrace's image imported in {:.1} s", t0.elapsed().as_secs_f64());
 
     let name = format!("leaker-{}", std::process::id());
-    let leaker = leaker_pod(&ctrd, &name, None);
+    let leaker = leaker_pod(&ctrd, &name, "team-a", None);
     let (_, leaker_pid) = leaker.container("app");
     let pause_pid = leaker.sandbox_pid(&ctrd);
     assert!(leaker_pid > 0 && pause_pid > 0, "{leaker:?}");
@@ -253,6 +255,10 @@ fn agent_in_the_daemonsets_container_records_a_pod() {
     let code = ctrd.wait_exit(agent_id, TIMEOUT);
     let log = ctrd.container_log(&agent, "leaktrace");
     assert_eq!(code, Some(0), "the agent's container exited with {code:?}\n{log}\n{ctx}\n{}", ctrd.log_tail());
+    assert!(
+        log.contains(&format!("PID {leaker_pid} (pod named through the CRI at /run/containerd/containerd.sock)")),
+        "the agent says it found the pod through the CRI socket the manifest mounts\n{log}"
+    );
 
     // One process traced: the leaker, not the pause sandbox.
     let rec = out_host.join("rec");
@@ -271,6 +277,54 @@ fn agent_in_the_daemonsets_container_records_a_pod() {
         &rctx,
     );
     assert_culprit_frames(leak, "leak_malloc", "leaky.c", &["run_workload", "main"], &rctx);
+
+    let left = ctrd.shutdown();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// `record --pod NAME --namespace NS [--container C]` on the host finds CRI pods through the
+/// runtime's socket ($LEAKTRACE_CRI_SOCKET) and says so; without a socket that answers, the
+/// error names the variable and the hostNetwork HOSTNAME caveat.
+#[test]
+fn record_pod_found_through_the_cri() {
+    require_root();
+    let ctrd = Containerd::start();
+    import_workload_images(&ctrd);
+    let name = format!("web-{}", std::process::id());
+    let best_effort = leaker_pod(&ctrd, &name, "team-a", None);
+    let burstable = leaker_pod(&ctrd, &name, "team-b", Some(256 << 20));
+    let (be_pid, bu_pid) = (best_effort.container("app").1, burstable.container("app").1);
+    let cg = std::fs::read_to_string(format!("/proc/{bu_pid}/cgroup")).unwrap_or_default();
+    assert!(cg.contains(&format!("/kubepods/burstable/pod{}/", burstable.uid)), "{cg}");
+    let socket = ctrd.socket.display().to_string();
+    let record = |args: &[&str], socket: Option<&str>| {
+        let out = OutDir::new("cri-pod");
+        let mut cmd = leaktrace(["record", "--interval", "250ms", "--duration", "2s", "--out"]);
+        cmd.arg(&out.path).args(args).env_remove("LEAKTRACE_CRI_CONFIG");
+        match socket {
+            Some(s) => cmd.env("LEAKTRACE_CRI_SOCKET", s),
+            None => cmd.env("LEAKTRACE_CRI_SOCKET", "/nonexistent/cri.sock"),
+        };
+        (run(cmd, None, TIMEOUT), out)
+    };
+    for (ns, pid, extra) in [("team-b", bu_pid, &["--container", "app"][..]), ("team-a", be_pid, &[][..])] {
+        let mut args = vec!["--pod", name.as_str(), "--namespace", ns];
+        args.extend_from_slice(extra);
+        let (o, out) = record(&args, Some(&socket));
+        o.assert_success();
+        assert!(
+            o.stderr.contains(&format!("PID {pid} (pod named through the CRI at {socket})")),
+            "{ns}: found how?\n{}",
+            o.describe()
+        );
+        let r = Report::load(&out.path);
+        assert_eq!(u64_of(r.get(&["target"]), "pid"), pid as u64, "{ns}\n{}", o.describe());
+        assert_eq!(str_of(r.site("leak_malloc"), "class"), "leak", "{ns}\n{}", r.summary());
+    }
+    // Without the runtime's socket: host-network pods' HOSTNAME is the node's name.
+    let (o, _) = record(&["--pod", &name, "--namespace", "team-a"], None);
+    let err = assert_error(&o, &["LEAKTRACE_CRI_SOCKET", "LEAKTRACE_CRI_CONFIG", "hostNetwork", "HOSTNAME"]);
+    assert!(err.contains(&format!("no pod {name} in namespace team-a")), "{err}");
 
     let left = ctrd.shutdown();
     assert!(left.is_empty(), "left behind: {left:#?}");
