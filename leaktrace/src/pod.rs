@@ -469,6 +469,15 @@ mod tests {
         let e = select(&procs, &sel("web", None, None)).unwrap_err().to_string();
         assert!(e.contains("ambiguous") && e.contains("shop (UID u1)") && e.contains("test (UID u2)"), "{e}");
         let e = select(&procs, &sel("api", None, None)).unwrap_err().to_string();
+        assert!(
+            e.starts_with("no pod api on this node; pods on this node: ?/db, shop/web, test/web (no CRI socket"),
+            "{e}"
+        );
+        assert!(e.contains("LEAKTRACE_CRI_SOCKET") && e.contains("hostNetwork pod is the node's name"), "{e}");
+        // Pods named through the CRI: the socket answered, no hint.
+        let mut cri = procs.clone();
+        cri[0].found_by = "the CRI at /run/containerd/containerd.sock".into();
+        let e = select(&cri, &sel("api", None, None)).unwrap_err().to_string();
         assert_eq!(e, "no pod api on this node; pods on this node: ?/db, shop/web, test/web");
         let e = select(&procs, &sel("web", Some("shop"), Some("nginx"))).unwrap_err().to_string();
         assert_eq!(e, "pod web has no container nginx; its containers: app, sidecar");
