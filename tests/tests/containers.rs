@@ -8,6 +8,9 @@
 //!   `record --pod NAME --namespace NS` against a leaking pod.
 //! - `record --pod` on the host, finding pods through the CRI (a BestEffort and a Burstable pod
 //!   of the same name in two namespaces, with a memory limit), and its error without it.
+//! - `watch` in the agent's container, with the manifest's args (shorter windows), over a
+//!   leaking pod and a warming cache pod: the leaker escalated and labelled with its pod in the
+//!   metrics on the node's loopback, the cache never called a leak.
 //! - The agent on the host with exactly the manifest's capabilities as its bounding set
 //!   (`setpriv`).
 //!
@@ -325,6 +328,123 @@ fn record_pod_found_through_the_cri() {
     let (o, _) = record(&["--pod", &name, "--namespace", "team-a"], None);
     let err = assert_error(&o, &["LEAKTRACE_CRI_SOCKET", "LEAKTRACE_CRI_CONFIG", "hostNetwork", "HOSTNAME"]);
     assert!(err.contains(&format!("no pod {name} in namespace team-a")), "{err}");
+
+    let left = ctrd.shutdown();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// `watch` as the DaemonSet runs it (its container, its args with windows of seconds, its
+/// loopback metrics address with a free port) over the BestEffort pods of this node.
+#[test]
+fn watch_in_the_daemonsets_container() {
+    require_root();
+    let (spec, c) = daemonset();
+    let ctrd = Containerd::start();
+    let growth = static_fixture("growth.c");
+    ctrd.import(&Image {
+        name: "docker.io/leaktrace/growth:test".into(),
+        files: vec![(growth, "/growth".into())],
+        dirs: vec![],
+        entrypoint: vec!["/growth".into()],
+    });
+    ctrd.import(&leaktrace_image(AGENT_IMAGE));
+    let me = std::process::id();
+    let pod = |name: &str, mode: &str| {
+        let p = ctrd.run_pod(&PodSpec {
+            name: name.into(),
+            namespace: "team-a".into(),
+            uid: pod_uid(name),
+            host_pid: false,
+            containers: vec![ContainerSpec {
+                name: "app".into(),
+                image: "docker.io/leaktrace/growth:test".into(),
+                args: vec![mode.into(), "100000000".into(), "500".into()],
+                ..Default::default()
+            }],
+        });
+        let pid = p.container("app").1;
+        (p, pid)
+    };
+    let (_leaker, leaker_pid) = pod(&format!("leaker-w{me}"), "leak-cache");
+    let (_cache, cache_pid) = pod(&format!("cache-w{me}"), "cache");
+
+    // The manifest's args, windows shortened, the metrics on its address with a free port.
+    let port = free_port();
+    let mut args: Vec<String> =
+        c["args"].as_array().expect("args").iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    assert_eq!(args[0], "watch");
+    for (flag, value) in [
+        ("--window", "5s".to_string()),
+        ("--escalate-for", "3s".to_string()),
+        ("--metrics-listen", format!("127.0.0.1:{port}")),
+    ] {
+        let i = args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("the manifest has no {flag}"));
+        if flag == "--metrics-listen" {
+            assert!(
+                args[i + 1].starts_with("127.0.0.1:"),
+                "the metrics listen on the node's loopback: {}",
+                args[i + 1]
+            );
+            assert_eq!(spec["hostNetwork"], true, "loopback metrics need hostNetwork");
+        }
+        args[i + 1] = value;
+    }
+    // The BestEffort pods' cgroup in the cgroup2 hierarchy (/sys/fs/cgroup/unified on this hybrid
+    // host; the manifest mounts the host's /sys/fs/cgroup at the same place).
+    let best_effort = cgroup2_mount().unwrap().join("kubepods/besteffort").display().to_string();
+    args.extend(["--cgroup".into(), best_effort, "--interval".into(), "500ms".into()]);
+    args.extend(["--duration".into(), "45s".into()]);
+    let mounts = manifest_mounts(&spec, &c, &ctrd);
+    let out_host = mounts.iter().find(|m| m.1 == "/out").expect("the manifest mounts /out").0.clone();
+    let agent = ctrd.run_pod(&PodSpec {
+        name: "leaktrace-node".into(),
+        namespace: "kube-system".into(),
+        uid: pod_uid("watch-agent"),
+        host_pid: true,
+        containers: vec![ContainerSpec {
+            name: "leaktrace".into(),
+            image: AGENT_IMAGE.into(),
+            args,
+            mounts,
+            security: cri_security_context(&c),
+            ..Default::default()
+        }],
+    });
+    let labels = |pod: &str| format!("comm=\"growth\",pod=\"{pod}\",namespace=\"team-a\",container=\"app\"");
+    let leak_verdict = format!(
+        "leaktrace_process_verdict{{pid=\"{leaker_pid}\",{},verdict=\"leak\"}} 1",
+        labels(&format!("leaker-w{me}"))
+    );
+    let cache_series = format!("leaktrace_process_verdict{{pid=\"{cache_pid}\",{}", labels(&format!("cache-w{me}")));
+    let metrics = || http_get(port, "/metrics").filter(|(s, _)| s.contains("200")).map(|(_, b)| b);
+    let m = wait_for(Duration::from_secs(90), || {
+        metrics().filter(|m| m.contains(&leak_verdict) && m.contains(&cache_series))
+    });
+    let (agent_id, _) = agent.container("leaktrace");
+    assert!(
+        m.is_some(),
+        "no leak verdict for the leaker with its pod labels ({leak_verdict}) or no cache series\n{:?}\n{}",
+        metrics(),
+        ctrd.container_log(&agent, "leaktrace")
+    );
+    let m = m.unwrap();
+    let cache_line = m.lines().find(|l| l.starts_with(&cache_series)).unwrap_or_default().to_string();
+    assert!(!cache_line.contains("verdict=\"leak\""), "the warming cache was called a leak: {cache_line}");
+
+    let code = ctrd.wait_exit(agent_id, TIMEOUT);
+    let log = ctrd.container_log(&agent, "leaktrace");
+    assert_eq!(code, Some(0), "watch exited with {code:?}\n{log}");
+    let dir = out_host.join(format!("team-a_leaker-w{me}_app"));
+    let reports: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no report directory {}: {e}\n{log}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(reports.len(), 1, "one escalation: {reports:?}\n{log}");
+    let r = Report::load(&reports[0]);
+    let summary = str_of(r.get(&["verdict"]), "summary").to_string();
+    assert!(summary.contains("leak_message holds"), "{summary}\n{log}");
+    assert!(!out_host.join(format!("team-a_cache-w{me}_app")).exists(), "the cache was escalated\n{log}");
 
     let left = ctrd.shutdown();
     assert!(left.is_empty(), "left behind: {left:#?}");
