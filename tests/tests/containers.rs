@@ -11,6 +11,8 @@
 //! - `watch` in the agent's container, with the manifest's args (shorter windows), over a
 //!   leaking pod and a warming cache pod: the leaker escalated and labelled with its pod in the
 //!   metrics on the node's loopback, the cache never called a leak.
+//! - `watch` in the agent's container over a pod that the OOM killer takes at its CRI memory
+//!   limit: the OOM-time report.
 //! - The agent on the host with exactly the manifest's capabilities as its bounding set
 //!   (`setpriv`).
 //!
@@ -445,6 +447,82 @@ fn watch_in_the_daemonsets_container() {
     let summary = str_of(r.get(&["verdict"]), "summary").to_string();
     assert!(summary.contains("leak_message holds"), "{summary}\n{log}");
     assert!(!out_host.join(format!("team-a_cache-w{me}_app")).exists(), "the cache was escalated\n{log}");
+
+    let left = ctrd.shutdown();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// A Burstable pod with a 48 MiB memory limit (CRI linux resources) leaks 1 MiB a second
+/// (hostile.c `oom`) until the OOM killer takes it; `watch` in the DaemonSet's container (its
+/// args, 5 s windows, the pod's cgroup only) writes the OOM-time report naming leak_until_oom.
+#[test]
+fn watch_reports_a_pod_oom_killed_at_its_limit() {
+    require_root();
+    let (spec, c) = daemonset();
+    let ctrd = Containerd::start();
+    ctrd.import(&Image {
+        name: "docker.io/leaktrace/hostile:test".into(),
+        files: vec![(static_fixture("hostile.c"), "/hostile".into())],
+        dirs: vec![],
+        entrypoint: vec!["/hostile".into()],
+    });
+    ctrd.import(&leaktrace_image(AGENT_IMAGE));
+    let name = format!("oom-{}", std::process::id());
+    let pod = ctrd.run_pod(&PodSpec {
+        name: name.clone(),
+        namespace: "team-a".into(),
+        uid: pod_uid(&name),
+        host_pid: false,
+        containers: vec![ContainerSpec {
+            name: "app".into(),
+            image: "docker.io/leaktrace/hostile:test".into(),
+            args: vec!["oom".into(), "1000".into(), "1".into()],
+            memory_limit: Some(48 << 20),
+            ..Default::default()
+        }],
+    });
+    let (app_id, app_pid) = pod.container("app");
+    let mut args: Vec<String> =
+        c["args"].as_array().expect("args").iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    for (flag, value) in [("--window", "5s".to_string()), ("--metrics-listen", format!("127.0.0.1:{}", free_port()))] {
+        let i = args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("the manifest has no {flag}"));
+        args[i + 1] = value;
+    }
+    let pod_cgroup = cgroup2_mount().unwrap().join(format!("kubepods/burstable/pod{}", pod.uid));
+    args.extend(["--cgroup".into(), pod_cgroup.display().to_string(), "--interval".into(), "500ms".into()]);
+    args.extend(["--duration".into(), "75s".into()]);
+    let mounts = manifest_mounts(&spec, &c, &ctrd);
+    let out_host = mounts.iter().find(|m| m.1 == "/out").expect("the manifest mounts /out").0.clone();
+    let agent = ctrd.run_pod(&PodSpec {
+        name: "leaktrace-node".into(),
+        namespace: "kube-system".into(),
+        uid: pod_uid("oom-agent"),
+        host_pid: true,
+        containers: vec![ContainerSpec {
+            name: "leaktrace".into(),
+            image: AGENT_IMAGE.into(),
+            args,
+            mounts,
+            security: cri_security_context(&c),
+            ..Default::default()
+        }],
+    });
+    let code = ctrd.wait_exit(agent.container("leaktrace").0, TIMEOUT);
+    let log = ctrd.container_log(&agent, "leaktrace");
+    assert_eq!(code, Some(0), "watch exited with {code:?}\n{log}");
+    let status = ctrd.cri("status", &json!({"container": app_id}));
+    assert_eq!(status["reason"], "OOMKilled", "the runtime's view of the pod: {status}\n{log}");
+    assert!(log.contains(&format!("PID {app_pid} was killed by the OOM killer")), "{log}");
+    let dir = out_host.join(format!("team-a_{name}_app"));
+    let oom: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no report directory {}: {e}\n{log}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-oom")))
+        .collect();
+    assert_eq!(oom.len(), 1, "one OOM-time report: {oom:?}\n{log}");
+    let md = std::fs::read_to_string(oom[0].join("oom.md")).expect("oom.md");
+    assert!(md.contains("Memory cgroup limit: 48") && md.contains("leak_until_oom"), "{md}\n{log}");
 
     let left = ctrd.shutdown();
     assert!(left.is_empty(), "left behind: {left:#?}");
