@@ -2,7 +2,8 @@
 //! `ListPodSandbox` and `ListContainers` over the runtime's UNIX socket give, for each container
 //! ID, its pod's name, namespace and UID and its container name, and the IDs of the sandboxes.
 //!
-//! Sockets tried, first that answers: `$LEAKTRACE_CRI_SOCKET` (colon-separated), then
+//! Sockets tried, first that answers: `--cri-socket` ([`set_socket`]), `$LEAKTRACE_CRI_SOCKET`
+//! (colon-separated), then
 //! [`SOCKETS`] (containerd, k3s's containerd, CRI-O). Each call is bounded (2 s, 16 MiB).
 //! The answers are the runtime's, trusted as the kubelet trusts them; nothing here comes from
 //! a target.
@@ -38,11 +39,21 @@ pub struct CriView {
     pub sandboxes: HashSet<String>,
 }
 
+static SOCKET: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The runtime's socket given on the command line (`--cri-socket`), tried first.
+pub fn set_socket(path: PathBuf) {
+    let _ = SOCKET.set(path);
+}
+
 /// The socket paths to try, in order.
 pub fn socket_candidates() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::env::var("LEAKTRACE_CRI_SOCKET")
-        .map(|s| s.split(':').filter(|p| !p.is_empty()).map(PathBuf::from).collect())
-        .unwrap_or_default();
+    let mut v: Vec<PathBuf> = SOCKET.get().cloned().into_iter().collect();
+    v.extend(
+        std::env::var("LEAKTRACE_CRI_SOCKET")
+            .map(|s| s.split(':').filter(|p| !p.is_empty()).map(PathBuf::from).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
     v.extend(SOCKETS.iter().map(PathBuf::from));
     v
 }

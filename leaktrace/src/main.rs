@@ -410,6 +410,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             // --pod NAME [--namespace NS] [--container NAME] → its PIDs (issue 12).
             let (pod_pids, container) = match &a.pod.pod {
                 Some(pod) => {
+                    if let Some(s) = &a.pod.cri_socket {
+                        leaktrace::cri::set_socket(s.clone());
+                    }
                     let sel = leaktrace::pod::PodSelector {
                         pod: pod.clone(),
                         namespace: a.pod.namespace.clone(),

@@ -48,6 +48,10 @@ pub struct PodArgs {
     /// Namespace of --pod (needed when pods of that name run in several namespaces).
     #[arg(long, value_name = "NS", requires = "pod")]
     pub namespace: Option<String>,
+    /// The container runtime's CRI socket, asked first for the pods' names (else
+    /// $LEAKTRACE_CRI_SOCKET, then containerd's, k3s's and CRI-O's usual sockets).
+    #[arg(long, value_name = "PATH", requires = "pod")]
+    pub cri_socket: Option<std::path::PathBuf>,
 }
 
 /// Which pod (and container) to trace.
@@ -301,7 +305,7 @@ pub fn select(procs: &[PodProcess], sel: &PodSelector) -> anyhow::Result<Vec<u32
             String::new()
         } else {
             format!(
-                " (no CRI socket answered: set LEAKTRACE_CRI_SOCKET to the runtime's socket, tried {}; \
+                " (no CRI socket answered: give the runtime's socket with --cri-socket or LEAKTRACE_CRI_SOCKET, tried {}; \
                  or LEAKTRACE_CRI_CONFIG to its config.json paths; without either a pod is named by its \
                  processes' HOSTNAME, which for a hostNetwork pod is the node's name)",
                 crate::cri::socket_candidates().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")

@@ -307,6 +307,8 @@ fn record_pod_found_through_the_cri() {
         let mut cmd = leaktrace(["record", "--interval", "250ms", "--duration", "2s", "--out"]);
         cmd.arg(&out.path).args(args).env_remove("LEAKTRACE_CRI_CONFIG");
         match socket {
+            // One pod through the flag, the other through the variable.
+            Some(s) if args.contains(&"team-b") => cmd.args(["--cri-socket", s]),
             Some(s) => cmd.env("LEAKTRACE_CRI_SOCKET", s),
             None => cmd.env("LEAKTRACE_CRI_SOCKET", "/nonexistent/cri.sock"),
         };
@@ -328,7 +330,8 @@ fn record_pod_found_through_the_cri() {
     }
     // Without the runtime's socket: host-network pods' HOSTNAME is the node's name.
     let (o, _) = record(&["--pod", &name, "--namespace", "team-a"], None);
-    let err = assert_error(&o, &["LEAKTRACE_CRI_SOCKET", "LEAKTRACE_CRI_CONFIG", "hostNetwork", "HOSTNAME"]);
+    let err =
+        assert_error(&o, &["--cri-socket", "LEAKTRACE_CRI_SOCKET", "LEAKTRACE_CRI_CONFIG", "hostNetwork", "HOSTNAME"]);
     assert!(err.contains(&format!("no pod {name} in namespace team-a")), "{err}");
 
     let left = ctrd.shutdown();
