@@ -10,7 +10,8 @@
 //!   of the same name in two namespaces, with a memory limit), and its error without it.
 //! - `watch` in the agent's container, with the manifest's args (shorter windows), over a
 //!   leaking pod and a warming cache pod: the leaker escalated and labelled with its pod in the
-//!   metrics on the node's loopback, the cache never called a leak.
+//!   metrics on the node's loopback, the cache never called a leak, also once its pod is deleted
+//!   and made again mid-run.
 //! - `watch` in the agent's container over a pod that the OOM killer takes at its CRI memory
 //!   limit: the OOM-time report.
 //! - The agent on the host with exactly the manifest's capabilities as its bounding set
@@ -354,11 +355,11 @@ fn watch_in_the_daemonsets_container() {
     });
     ctrd.import(&leaktrace_image(AGENT_IMAGE));
     let me = std::process::id();
-    let pod = |name: &str, mode: &str| {
+    let pod = |name: &str, uid_seed: &str, mode: &str| {
         let p = ctrd.run_pod(&PodSpec {
             name: name.into(),
             namespace: "team-a".into(),
-            uid: pod_uid(name),
+            uid: pod_uid(uid_seed),
             host_pid: false,
             containers: vec![ContainerSpec {
                 name: "app".into(),
@@ -370,8 +371,9 @@ fn watch_in_the_daemonsets_container() {
         let pid = p.container("app").1;
         (p, pid)
     };
-    let (_leaker, leaker_pid) = pod(&format!("leaker-w{me}"), "leak-cache");
-    let (_cache, cache_pid) = pod(&format!("cache-w{me}"), "cache");
+    let cache_name = format!("cache-w{me}");
+    let (_leaker, leaker_pid) = pod(&format!("leaker-w{me}"), "leaker", "leak-cache");
+    let (cache, cache_pid) = pod(&cache_name, "cache-1", "cache");
 
     // The manifest's args, windows shortened, the metrics on its address with a free port.
     let port = free_port();
@@ -398,7 +400,7 @@ fn watch_in_the_daemonsets_container() {
     // host; the manifest mounts the host's /sys/fs/cgroup at the same place).
     let best_effort = cgroup2_mount().unwrap().join("kubepods/besteffort").display().to_string();
     args.extend(["--cgroup".into(), best_effort, "--interval".into(), "500ms".into()]);
-    args.extend(["--duration".into(), "45s".into()]);
+    args.extend(["--duration".into(), "75s".into()]);
     let mounts = manifest_mounts(&spec, &c, &ctrd);
     let out_host = mounts.iter().find(|m| m.1 == "/out").expect("the manifest mounts /out").0.clone();
     let agent = ctrd.run_pod(&PodSpec {
@@ -435,6 +437,24 @@ fn watch_in_the_daemonsets_container() {
     let m = m.unwrap();
     let cache_line = m.lines().find(|l| l.starts_with(&cache_series)).unwrap_or_default().to_string();
     assert!(!cache_line.contains("verdict=\"leak\""), "the warming cache was called a leak: {cache_line}");
+
+    // The cache pod deleted and made again (a new pod object of the same name: a new UID) while
+    // watch runs: the new process appears with the pod's labels, the old one's series goes.
+    ctrd.remove_pod(&cache);
+    let (_cache2, cache2_pid) = pod(&cache_name, "cache-2", "cache");
+    let cache2_series = format!("leaktrace_process_verdict{{pid=\"{cache2_pid}\",{}", labels(&cache_name));
+    let m = wait_for(Duration::from_secs(60), || {
+        metrics().filter(|m| m.contains(&cache2_series) && !m.contains(&cache_series))
+    });
+    assert!(
+        m.is_some(),
+        "the re-created pod's process {cache2_pid} is not there ({cache2_series}), or the old one {cache_pid} still is\n{:?}\n{}",
+        metrics(),
+        ctrd.container_log(&agent, "leaktrace")
+    );
+    let m = m.unwrap();
+    let cache2_line = m.lines().find(|l| l.starts_with(&cache2_series)).unwrap_or_default().to_string();
+    assert!(!cache2_line.contains("verdict=\"leak\""), "the re-created cache was called a leak: {cache2_line}");
 
     let code = ctrd.wait_exit(agent_id, TIMEOUT);
     let log = ctrd.container_log(&agent, "leaktrace");
