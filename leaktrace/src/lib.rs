@@ -17,6 +17,7 @@ pub mod args;
 pub mod bpf_batch;
 pub mod btf;
 pub mod check;
+pub mod cri;
 pub mod discover;
 /// `record --heap-census` (issue 33): the runtimes' own heap tools driven from outside.
 pub mod holds;

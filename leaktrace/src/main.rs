@@ -418,12 +418,15 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             // --pod NAME [--namespace NS] [--container NAME] → its PIDs (issue 12).
             let (pod_pids, container) = match &a.pod.pod {
                 Some(pod) => {
+                    if let Some(s) = &a.pod.cri_socket {
+                        leaktrace::cri::set_socket(s.clone());
+                    }
                     let sel = leaktrace::pod::PodSelector {
                         pod: pod.clone(),
                         namespace: a.pod.namespace.clone(),
                         container: a.container.clone(),
                     };
-                    (leaktrace::pod::resolve(&sel)?, None)
+                    (leaktrace::pod::resolve_and_tell(&sel)?, None)
                 }
                 None => (Vec::new(), a.container),
             };

@@ -7,13 +7,17 @@
 //!    Guaranteed pods directly under `kubepods.slice`) and the cgroupfs driver
 //!    (`/kubepods/burstable/pod<UID>/<ID>`, `/kubepods/pod<UID>/<ID>`). That gives the pod UID
 //!    and the container ID of each process.
-//! 2. Each container's name, pod name and namespace come from the runtime's OCI config
+//! 2. Each container's name, pod name and namespace come from the runtime itself through the
+//!    CRI (`ListPodSandbox`, `ListContainers` on its socket: `$LEAKTRACE_CRI_SOCKET`, else
+//!    containerd's, k3s's or CRI-O's usual one; see [`crate::cri`]), which also says which
+//!    containers are sandboxes. Failing that, from the runtime's OCI config
 //!    (annotations `io.kubernetes.cri.sandbox-name`/`-namespace`/`container-name` of containerd,
 //!    `io.kubernetes.pod.name`/`.namespace`/`io.kubernetes.container.name` of CRI-O and docker's
 //!    labels), read from [`CONFIG_PATHS`] (and the templates in `$LEAKTRACE_CRI_CONFIG`,
 //!    colon-separated, `{id}` standing for the container ID: e.g. another containerd root).
 //!    Without one, the pod name is the process's `HOSTNAME` (/proc/PID/environ: the kubelet
-//!    sets it to the pod name) and the namespace the service account's
+//!    sets it to the pod name, except for hostNetwork pods, whose HOSTNAME is the node's name)
+//!    and the namespace the service account's
 //!    (/var/run/secrets/kubernetes.io/serviceaccount/namespace inside the process's root, read
 //!    through [`crate::target_fs`]: its links resolve in that root, never to a host file).
 //! 3. `--pod` matches the pod name or its UID; `--namespace` the namespace; `--container` the
@@ -45,6 +49,10 @@ pub struct PodArgs {
     /// Namespace of --pod (needed when pods of that name run in several namespaces).
     #[arg(long, value_name = "NS", requires = "pod")]
     pub namespace: Option<String>,
+    /// The container runtime's CRI socket, asked first for the pods' names (else
+    /// $LEAKTRACE_CRI_SOCKET, then containerd's, k3s's and CRI-O's usual sockets).
+    #[arg(long, value_name = "PATH", requires = "pod")]
+    pub cri_socket: Option<std::path::PathBuf>,
 }
 
 /// Which pod (and container) to trace.
@@ -200,11 +208,15 @@ pub struct PodProcess {
     pub namespace: Option<String>,
     pub container: Option<String>,
     pub container_id: Option<String>,
+    /// How its pod was named: "the CRI at SOCKET", "the runtime's config.json" or "the
+    /// process's HOSTNAME".
+    pub found_by: String,
 }
 
 /// Every process of every pod on this node (sandboxes left out), from /proc.
 pub fn pod_processes() -> Vec<PodProcess> {
     let templates = config_templates();
+    let cri = crate::cri::query();
     let mut by_container: HashMap<String, Option<Identity>> = HashMap::new();
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -226,9 +238,28 @@ pub fn pod_processes() -> Vec<PodProcess> {
         let Some(cid) = kc.container_id.clone() else {
             continue;
         };
+        if let Some(v) = &cri {
+            if v.sandboxes.contains(&cid) {
+                continue;
+            }
+            if let Some(c) = v.containers.get(&cid) {
+                out.push(PodProcess {
+                    pid,
+                    pod_uid: kc.pod_uid,
+                    pod: Some(c.pod.clone()),
+                    namespace: Some(c.namespace.clone()),
+                    container: Some(c.container.clone()),
+                    container_id: Some(cid),
+                    found_by: format!("the CRI at {}", v.socket.display()),
+                });
+                continue;
+            }
+        }
         let from_config =
             by_container.entry(cid.clone()).or_insert_with(|| container_identity(&cid, &templates)).clone();
         let own = process_identity(pid);
+        let found_by =
+            if from_config.is_some() { "the runtime's config.json" } else { "the process's HOSTNAME" }.to_string();
         let id = match from_config {
             Some(c) => Identity {
                 pod: c.pod.or(own.pod),
@@ -248,6 +279,7 @@ pub fn pod_processes() -> Vec<PodProcess> {
             namespace: id.namespace,
             container: id.container,
             container_id: Some(cid),
+            found_by,
         });
     }
     out.sort_by_key(|p| p.pid);
@@ -279,7 +311,17 @@ pub fn select(procs: &[PodProcess], sel: &PodSelector) -> anyhow::Result<Vec<u32
         } else {
             format!("pods on this node: {}", pods.into_iter().collect::<Vec<_>>().join(", "))
         };
-        anyhow::bail!("no pod {}{ns} on this node; {found}", sel.pod);
+        let hint = if procs.iter().any(|p| p.found_by.starts_with("the CRI")) {
+            String::new()
+        } else {
+            format!(
+                " (no CRI socket answered: give the runtime's socket with --cri-socket or LEAKTRACE_CRI_SOCKET, tried {}; \
+                 or LEAKTRACE_CRI_CONFIG to its config.json paths; without either a pod is named by its \
+                 processes' HOSTNAME, which for a hostNetwork pod is the node's name)",
+                crate::cri::socket_candidates().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            )
+        };
+        anyhow::bail!("no pod {}{ns} on this node; {found}{hint}", sel.pod);
     }
     let uids: BTreeMap<&str, Option<&str>> =
         matching.iter().map(|p| (p.pod_uid.as_str(), p.namespace.as_deref())).collect();
@@ -319,6 +361,22 @@ pub fn select(procs: &[PodProcess], sel: &PodSelector) -> anyhow::Result<Vec<u32
 /// Resolve `sel` on this node: [`pod_processes`] then [`select`].
 pub fn resolve(sel: &PodSelector) -> anyhow::Result<Vec<u32>> {
     select(&pod_processes(), sel)
+}
+
+/// [`resolve`], and say on stderr which PIDs were found and how the pod was named (through
+/// the CRI, the runtime's config.json or the processes' HOSTNAME).
+pub fn resolve_and_tell(sel: &PodSelector) -> anyhow::Result<Vec<u32>> {
+    let procs = pod_processes();
+    let pids = select(&procs, sel)?;
+    let ways: BTreeSet<&str> = procs.iter().filter(|p| pids.contains(&p.pid)).map(|p| p.found_by.as_str()).collect();
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    crate::note!(
+        "leaktrace: pod {}: PID {} (pod named through {})",
+        sel.pod,
+        list.join(", "),
+        ways.into_iter().collect::<Vec<_>>().join(" and ")
+    );
+    Ok(pids)
 }
 
 #[cfg(test)]
@@ -401,6 +459,7 @@ mod tests {
             namespace: ns.map(Into::into),
             container: c.map(Into::into),
             container_id: Some("ab".repeat(32)),
+            found_by: "the runtime's config.json".into(),
         }
     }
 
@@ -424,6 +483,15 @@ mod tests {
         let e = select(&procs, &sel("web", None, None)).unwrap_err().to_string();
         assert!(e.contains("ambiguous") && e.contains("shop (UID u1)") && e.contains("test (UID u2)"), "{e}");
         let e = select(&procs, &sel("api", None, None)).unwrap_err().to_string();
+        assert!(
+            e.starts_with("no pod api on this node; pods on this node: ?/db, shop/web, test/web (no CRI socket"),
+            "{e}"
+        );
+        assert!(e.contains("LEAKTRACE_CRI_SOCKET") && e.contains("hostNetwork pod is the node's name"), "{e}");
+        // Pods named through the CRI: the socket answered, no hint.
+        let mut cri = procs.clone();
+        cri[0].found_by = "the CRI at /run/containerd/containerd.sock".into();
+        let e = select(&cri, &sel("api", None, None)).unwrap_err().to_string();
         assert_eq!(e, "no pod api on this node; pods on this node: ?/db, shop/web, test/web");
         let e = select(&procs, &sel("web", Some("shop"), Some("nginx"))).unwrap_err().to_string();
         assert_eq!(e, "pod web has no container nginx; its containers: app, sidecar");

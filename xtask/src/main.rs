@@ -9,7 +9,8 @@
 //! the nightly toolchain's rust-src (rustup), LLVM 22 (apt: llvm-22-dev, libpolly-22-dev) and
 //! bpf-linker (cargo install); and what the end-to-end tests need: gcc and g++ to build the
 //! fixtures, jemalloc and tcmalloc (libjemalloc-dev, libgoogle-perftools-dev) and the static C
-//! library to link some of them with, bpftool, unshare and setpriv. It skips whatever is
+//! library to link some of them with, bpftool, unshare and setpriv, containerd and runc (and the
+//! CRI stubs for Python from PyPI) for the container tests. It skips whatever is
 //! already present, so running it again is cheap.
 #![allow(clippy::print_stderr, reason = "the developer tasks tell what they run on stderr")]
 
@@ -363,6 +364,9 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (which("prometheus").is_some(), "prometheus"),
         // tests/tests/errors.rs sees that a bad --out is refused before any bpf(2) call.
         (which("strace").is_some(), "strace"),
+        // tests/tests/containers.rs runs real pods: containerd (with ctr and its runc shim), runc.
+        (which("containerd").is_some() && which("ctr").is_some(), "containerd"),
+        (which("runc").is_some(), "runc"),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);
@@ -372,14 +376,14 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         apt.install(
             &missing,
             "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool, util-linux, zlib, \
-             OpenSSL, SQLite, tmux, Prometheus or strace (needed by the production, unwinding, status-line, \
-             watch and errors end-to-end tests)",
+             OpenSSL, SQLite, tmux, Prometheus, strace, containerd or runc (needed by the production, \
+             unwinding, status-line, watch, errors and containers end-to-end tests)",
             &[],
         )?;
     }
     eprintln!(
         "xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare, setpriv, \
-         libz, libssl, libsqlite3, tmux, prometheus, strace"
+         libz, libssl, libsqlite3, tmux, prometheus, strace, containerd, runc"
     );
     Ok(())
 }
@@ -405,8 +409,14 @@ fn check_python() {
 /// PYTHONPATH).
 const PROTOBUF_DIR: &str = "/opt/leaktrace-tests/protobuf-4.24.2";
 
+/// Where tests/fixtures/cri.py (the kubelet's side of the CRI in tests/tests/containers.rs) finds
+/// the CRI v1 stubs for grpcio and PyYAML, installed with `pip install --target`.
+const CRI_API_DIR: &str = "/opt/leaktrace-tests/cri-api-2.0.1";
+const CRI_API_PACKAGES: &[&str] = &["container-runtime-interface-api==2.0.1", "PyYAML==6.0.3"];
+
 /// The PyPI packages the end-to-end tests load, installed by python3's pip when missing.
 fn ensure_python_packages() -> Result<()> {
+    ensure_cri_api()?;
     if Path::new(PROTOBUF_DIR).join("google/protobuf/__init__.py").exists() {
         eprintln!("xtask: ok: protobuf 4.24.2 in {PROTOBUF_DIR}");
         return Ok(());
@@ -428,6 +438,26 @@ fn ensure_python_packages() -> Result<()> {
         .arg("protobuf==4.24.2"))
     .context("cannot install protobuf 4.24.2 from PyPI (`python3 -m pip install --target ...`)")?;
     std::fs::rename(&tmp, PROTOBUF_DIR).with_context(|| format!("cannot move {tmp} to {PROTOBUF_DIR}"))?;
+    Ok(())
+}
+
+fn ensure_cri_api() -> Result<()> {
+    let dir = Path::new(CRI_API_DIR);
+    if dir.join("cri_api/v1/api_pb2_grpc.py").exists() && dir.join("yaml/__init__.py").exists() {
+        eprintln!("xtask: ok: the CRI stubs, grpcio and PyYAML in {CRI_API_DIR}");
+        return Ok(());
+    }
+    eprintln!("xtask: setup: installing {} from PyPI into {CRI_API_DIR}", CRI_API_PACKAGES.join(" "));
+    let tmp = format!("{CRI_API_DIR}.partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    run(Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--root-user-action=ignore"])
+        .arg("--target")
+        .arg(&tmp)
+        .args(CRI_API_PACKAGES))
+    .context("cannot install the CRI stubs from PyPI (`python3 -m pip install --target ...`)")?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&tmp, dir).with_context(|| format!("cannot move {tmp} to {CRI_API_DIR}"))?;
     Ok(())
 }
 

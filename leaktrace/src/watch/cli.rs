@@ -24,6 +24,10 @@ pub struct WatchArgs {
     /// Namespace of --pod.
     #[arg(long, value_name = "NS", requires = "pod")]
     pub namespace: Option<String>,
+    /// The container runtime's CRI socket, asked first for the pods' names (else
+    /// $LEAKTRACE_CRI_SOCKET, then containerd's, k3s's and CRI-O's usual sockets).
+    #[arg(long, value_name = "PATH")]
+    pub cri_socket: Option<std::path::PathBuf>,
     /// Container of --pod (its name).
     #[arg(long, value_name = "NAME", requires = "pod")]
     pub container: Option<String>,
@@ -98,6 +102,9 @@ impl WatchArgs {
             self.interval >= Duration::from_millis(100) && self.interval * 4 <= self.window,
             "--interval must be at least 100ms and a quarter of --window at most (a verdict needs checkpoints)"
         );
+        if let Some(s) = self.cri_socket {
+            crate::cri::set_socket(s);
+        }
         let selector = match (self.pid.is_empty(), self.cgroup, self.pod) {
             (false, _, _) => Selector::Pids(self.pid),
             (true, Some(c), _) => Selector::Cgroup(c),
