@@ -45,6 +45,7 @@ pub mod seccomp;
 pub mod site_recycle;
 /// Issue #12: the live status line.
 pub mod status;
+pub mod stopping;
 pub mod symbolize;
 pub mod target_fs;
 pub mod tracepoints;

@@ -397,6 +397,10 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     // The library's lines for the user (warnings, probes placed, pauses) go to stderr.
     let _ = leaktrace::notes::install(Box::new(leaktrace::notes::to_stderr));
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(leaktrace::holds::node::GUARD_SUBCOMMAND) {
+        std::process::exit(leaktrace::holds::node_guard::main(&args[2..]));
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),
@@ -415,6 +419,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record(a) => {
             let a = *a;
+            leaktrace::stopping::install();
             // --pod NAME [--namespace NS] [--container NAME] → its PIDs (issue 12).
             let (pod_pids, container) = match &a.pod.pod {
                 Some(pod) => {

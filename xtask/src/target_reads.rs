@@ -13,8 +13,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("target_fs.rs", "opens /proc/PID/root as the directory fd every read starts from"),
     // Compares the root link itself with the agent's (stat of /proc/PID/root, no file in it).
     ("record/targets.rs", "whether a process shares the agent's root: the link itself is stat'ed"),
-    // The JVM attach socket and JDK paths: their own attach code (run as the JVM's user) owns them.
-    ("runtimes/jcmd.rs", "the attach socket path, handled by the jcmd attach code"),
 ];
 
 /// Every line under `src` (a crate's source root) that builds a /proc/{pid}/root path outside

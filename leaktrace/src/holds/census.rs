@@ -138,6 +138,6 @@ impl RuntimeCensus for NodeCensus {
 
     fn take(mut self: Box<Self>, holds: &mut RuntimeHolds) {
         holds.node_snapshots = self.snapshots.take();
-        holds.node = Some(self.census);
+        holds.node = Some(std::mem::take(&mut self.census));
     }
 }

@@ -226,7 +226,7 @@ impl super::jvm::JvmCensus {
         let pid = self.pid;
         let j = self.jcmd.as_mut().ok_or("no jcmd to run")?;
         j.dump_path = inside.to_path_buf();
-        let cmd = format!("{} {}", Job::HeapDump.describe(&j.program, pid), inside.display());
+        let cmd = format!("{} {}", Job::HeapDump.describe(pid), inside.display());
         crate::note!("leaktrace: PID {pid}: heap dump (a full GC, the JVM stopped while it writes): {cmd}");
         let done = match j.run(Job::HeapDump) {
             Started::Running => j.wait().ok_or("jcmd did not run")?,

@@ -39,12 +39,10 @@ impl JvmCensus {
     /// `--jvm-perf-map`), else the reason is kept as the census' error.
     pub fn new(pid: u32) -> JvmCensus {
         let mut census = Census::default();
-        let jcmd = match libjvm_of(pid).and_then(|l| jcmd::program_for(pid, &l)) {
-            Some(p) => Some(Jcmd::unqueued(pid, p)),
+        let jcmd = match libjvm_of(pid) {
+            Some(_) => Some(Jcmd::unqueued(pid)),
             None => {
-                census
-                    .errors
-                    .push("no jcmd to run (neither the target's JDK has bin/jcmd here nor is one on PATH)".to_string());
+                census.errors.push("no libjvm.so mapped (not HotSpot?): no class histogram".to_string());
                 None
             }
         };
@@ -100,7 +98,7 @@ impl JvmCensus {
         crate::note!(
             "leaktrace: PID {}: class histogram (a full GC): {}",
             self.pid,
-            Job::ClassHistogram.describe(&j.program, self.pid)
+            Job::ClassHistogram.describe(self.pid)
         );
         let t0 = now_s();
         let clock = Instant::now();
@@ -134,10 +132,9 @@ impl JvmCensus {
     }
 
     fn failed(&mut self, why: Option<String>) {
-        let program = self.jcmd.as_ref().map(|j| j.program.clone()).unwrap_or_default();
         self.census.errors.push(format!(
             "`{}` failed: {}",
-            Job::ClassHistogram.describe(&program, self.pid),
+            Job::ClassHistogram.describe(self.pid),
             why.unwrap_or_else(|| "no reason given".into())
         ));
     }

@@ -19,6 +19,7 @@ pub mod heapdump;
 pub mod hprof;
 pub mod jvm;
 pub mod node;
+pub mod node_guard;
 pub mod node_snapshots;
 pub mod nodedom;
 pub mod nodesnap;

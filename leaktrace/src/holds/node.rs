@@ -6,7 +6,12 @@
 //! the start, `HeapProfiler.getSamplingProfile` at the end (the objects sampled since that are
 //! still alive, by the JS function that allocated them; JS functions are named without
 //! `--perf-basic-prof`), then `stopSampling`. An inspector leaktrace opened is closed again
-//! (`require('inspector').close()` from the command-line API); the target runs on.
+//! (`require('inspector').close()` from the command-line API); the target runs on. It is closed
+//! on every way out: at the end, from `Drop` (an error, a panic unwinding), and, when leaktrace
+//! itself is killed, by a guardian process that outlives it ([`super::node_guard`]). It stays
+//! open from the start of the sampling to its end: V8 ends a sampling when its session closes.
+//! Only a listener of the target's own (its socket among the target's descriptors) bound to
+//! 127.0.0.1 or 0.0.0.0 is spoken to, through 127.0.0.1.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -53,6 +58,10 @@ pub struct NodeCensus {
     opened: bool,
     /// Its port, once connected.
     opened_port: Option<u16>,
+    /// The guardian that closes the inspector leaktrace opened if leaktrace dies first.
+    guard: Option<InspectorGuard>,
+    /// [`NodeCensus::close`] ran.
+    closed: bool,
     next_id: u64,
     /// When the census began: a launched node gets [`WAIT`] to install its SIGUSR1 handler.
     created: Instant,
@@ -71,6 +80,8 @@ impl NodeCensus {
             ws: None,
             opened: false,
             opened_port: None,
+            guard: None,
+            closed: false,
             next_id: 1,
             created: Instant::now(),
             census: Census::default(),
@@ -125,7 +136,7 @@ impl NodeCensus {
     /// checkpoints (seconds on node's large executable).
     pub fn start_at_attach(&mut self) {
         self.tick();
-        while matches!(self.phase, Phase::Signalled(..)) {
+        while matches!(self.phase, Phase::Signalled(..)) && !crate::stopping::signalled() {
             std::thread::sleep(Duration::from_millis(20));
             self.tick();
         }
@@ -139,6 +150,14 @@ impl NodeCensus {
     fn start(&mut self, port: u16) {
         if self.opened {
             self.opened_port = Some(port);
+            match InspectorGuard::start(self.pid, port) {
+                Ok(g) => self.guard = Some(g),
+                Err(e) => {
+                    self.fail(&format!("{e}: the inspector is not used (it could be left open)"));
+                    self.close();
+                    return;
+                }
+            }
         }
         let r = connect(self.pid, port).and_then(|ws| {
             self.ws = Some(ws);
@@ -173,7 +192,7 @@ impl NodeCensus {
         let msg = json!({ "id": id, "method": method, "params": params }).to_string();
         ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
         let sent = Instant::now();
-        let deadline = sent + wait;
+        let deadline = crate::stopping::cap(sent + wait);
         let mut out = Collected { text: String::new(), first_s: None, chunks: 0 };
         while Instant::now() < deadline {
             let m = match ws.read() {
@@ -206,21 +225,7 @@ impl NodeCensus {
         let id = self.next_id;
         self.next_id += 1;
         let ws = self.ws.as_mut().ok_or("not connected")?;
-        let msg = json!({ "id": id, "method": method, "params": params }).to_string();
-        ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            let m = ws.read().map_err(|e| format!("{method}: {e}"))?;
-            let Ok(text) = m.into_text() else { continue };
-            let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
-            if v["id"] == id {
-                if let Some(e) = v.get("error") {
-                    return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));
-                }
-                return Ok(v["result"].clone());
-            }
-        }
-        Err(format!("{method}: no answer within {} s", WAIT.as_secs()))
+        call_ws(ws, id, method, params, crate::stopping::cap(Instant::now() + WAIT))
     }
 
     /// End of the recording: read the profile (when sampling and the process runs), stop
@@ -250,15 +255,14 @@ impl NodeCensus {
         self.close();
     }
 
-    /// Disconnect; an inspector leaktrace opened is closed (its port checked afterwards).
+    /// Disconnect; an inspector leaktrace opened is closed (its port checked afterwards), and
+    /// its guardian told so (else the guardian tries once leaktrace is gone).
     fn close(&mut self) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
         if self.opened && self.ws.is_some() {
-            // `require` exists only while the command-line API evaluates: taken then, used a
-            // moment later (once leaktrace disconnected: close() waits for the sessions); every
-            // failure caught, so nothing can throw into the target.
-            let close = "((r) => setTimeout(() => { try { r('inspector').close(); } catch (e) {} }, 50))(\
-                         typeof require === 'function' ? require : (p) => process.mainModule.require(p))";
-            let r = self.call("Runtime.evaluate", json!({ "expression": close, "includeCommandLineAPI": true }));
+            let r = self.call("Runtime.evaluate", json!({ "expression": CLOSE, "includeCommandLineAPI": true }));
             if let Err(e) = r {
                 self.census.errors.push(format!("the inspector leaktrace opened may still listen: {e}"));
             }
@@ -268,15 +272,149 @@ impl NodeCensus {
             let _ = ws.flush();
         }
         if let Some(port) = self.opened_port {
-            let deadline = Instant::now() + Duration::from_secs(3);
+            let deadline = crate::stopping::cap(Instant::now() + Duration::from_secs(3));
             while listening_ports(self.pid).contains(&port) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
             if listening_ports(self.pid).contains(&port) {
-                self.census.errors.push(format!("the inspector leaktrace opened still listens on port {port}"));
+                self.census.errors.push(format!(
+                    "the inspector leaktrace opened still listens on port {port} (its guardian closes it once leaktrace ends)"
+                ));
+                drop(self.guard.take());
+            } else if let Some(g) = self.guard.take() {
+                g.closed();
             }
         }
     }
+}
+
+impl Drop for NodeCensus {
+    /// An inspector leaktrace opened is closed on every way out (an error, a panic unwinding).
+    fn drop(&mut self) {
+        if self.opened {
+            self.close();
+        }
+    }
+}
+
+/// Closes the inspector from inside: `require` exists only while the command-line API
+/// evaluates: taken then, used a moment later (once leaktrace disconnected: close() waits for
+/// the sessions); every failure caught, so nothing can throw into the target.
+const CLOSE: &str = "((r) => setTimeout(() => { try { r('inspector').close(); } catch (e) {} }, 50))(\
+                     typeof require === 'function' ? require : (p) => process.mainModule.require(p))";
+
+/// One protocol call on `ws` until `deadline`: its `result`, events before it skipped.
+fn call_ws(ws: &mut Ws, id: u64, method: &str, params: Value, deadline: Instant) -> Result<Value, String> {
+    let msg = json!({ "id": id, "method": method, "params": params }).to_string();
+    ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
+    while Instant::now() < deadline {
+        let m = match ws.read() {
+            Ok(m) => m,
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(format!("{method}: {e}")),
+        };
+        let Ok(text) = m.into_text() else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+        if v["id"] == id {
+            if let Some(e) = v.get("error") {
+                return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));
+            }
+            return Ok(v["result"].clone());
+        }
+    }
+    Err(format!("{method}: no answer in time"))
+}
+
+/// Close the inspector of `pid` listening on `port` (the guardian's work once leaktrace is
+/// gone), by `deadline`: Ok(false) when it no longer listened, Ok(true) once closed.
+pub(super) fn close_inspector(pid: u32, port: u16, deadline: Instant) -> Result<bool, String> {
+    if !listening_ports(pid).contains(&port) {
+        return Ok(false);
+    }
+    let mut ws = connect(pid, port)?;
+    call_ws(&mut ws, 1, "Runtime.evaluate", json!({ "expression": CLOSE, "includeCommandLineAPI": true }), deadline)?;
+    let _ = ws.close(None);
+    let _ = ws.flush();
+    drop(ws);
+    while listening_ports(pid).contains(&port) {
+        if Instant::now() >= deadline {
+            return Err("it still listens".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(true)
+}
+
+/// The guardian's hidden subcommand ([`super::node_guard`]): `leaktrace __node-inspector-guard
+/// PID PORT START_TIME`.
+pub const GUARD_SUBCOMMAND: &str = "__node-inspector-guard";
+
+/// The agent's side of the guardian of an inspector leaktrace opened ([`super::node_guard`]): its
+/// pipe.
+pub(super) struct InspectorGuard {
+    child: std::process::Child,
+    pipe: Option<std::process::ChildStdin>,
+}
+
+impl InspectorGuard {
+    /// Start the guardian of the inspector of `pid` on `port`. Errors: no such program, fork.
+    pub(super) fn start(pid: u32, port: u16) -> Result<InspectorGuard, String> {
+        let start_time = start_time(pid).ok_or("the target is gone")?;
+        use std::os::unix::process::CommandExt as _;
+        let mut cmd = std::process::Command::new("/proc/self/exe");
+        cmd.args([GUARD_SUBCOMMAND, &pid.to_string(), &port.to_string(), &start_time.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: setsid(2) is async-signal-safe; it only detaches the child from the
+        // terminal's process group.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("cannot start the inspector's guardian: {e}"))?;
+        let pipe = child.stdin.take();
+        Ok(InspectorGuard { child, pipe })
+    }
+
+    /// The agent closed the inspector itself: the guardian ends without doing anything.
+    pub(super) fn closed(mut self) {
+        if let Some(mut p) = self.pipe.take() {
+            let _ = p.write_all(b"closed\n");
+        }
+        self.reap();
+    }
+
+    /// Wait for the guardian a moment (it ends at once after `closed`, or once it closed the
+    /// inspector); one still working is left to finish on its own.
+    fn reap(&mut self) {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for InspectorGuard {
+    fn drop(&mut self) {
+        // The pipe ends without `closed`: the guardian closes the inspector.
+        drop(self.pipe.take());
+    }
+}
+
+/// The start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot).
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Whether `pid` catches SIGUSR1 (`SigCgt` of /proc/PID/status).
@@ -289,9 +427,10 @@ fn catches_sigusr1(pid: u32) -> bool {
         .is_some_and(|mask| mask & (1 << (libc::SIGUSR1 - 1)) != 0)
 }
 
-/// The TCP ports listened on in `pid`'s network namespace, each with its socket's inode
-/// (/proc/PID/net/tcp and tcp6 show the whole namespace).
-fn namespace_listeners(pid: u32) -> Vec<(u16, String)> {
+/// The TCP ports listened on in `pid`'s network namespace, each with its socket's inode and
+/// whether it is reached through 127.0.0.1 (bound to 127.0.0.1 or 0.0.0.0) (/proc/PID/net/tcp
+/// and tcp6 show the whole namespace).
+fn namespace_listeners(pid: u32) -> Vec<(u16, String, bool)> {
     let mut out = Vec::new();
     for f in ["tcp", "tcp6"] {
         let table = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default();
@@ -301,15 +440,16 @@ fn namespace_listeners(pid: u32) -> Vec<(u16, String)> {
                 && c[3] == "0A"
                 && let Some(p) = c[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())
             {
-                out.push((p, c[9].to_string()));
+                let loopback = f == "tcp" && matches!(c[1].split(':').next(), Some("0100007F" | "00000000"));
+                out.push((p, c[9].to_string(), loopback));
             }
         }
     }
     out
 }
 
-/// The TCP ports `pid` itself listens on (the namespace's listeners whose socket is one of its
-/// file descriptors), sorted.
+/// The TCP ports `pid` itself listens on through 127.0.0.1 (the namespace's listeners bound to
+/// 127.0.0.1 or 0.0.0.0 whose socket is one of its file descriptors), sorted.
 fn listening_ports(pid: u32) -> Vec<u16> {
     let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| {
@@ -318,8 +458,11 @@ fn listening_ports(pid: u32) -> Vec<u16> {
                 .collect()
         })
         .unwrap_or_default();
-    let mut ports: Vec<u16> =
-        namespace_listeners(pid).into_iter().filter(|(_, inode)| inodes.contains(inode)).map(|(p, _)| p).collect();
+    let mut ports: Vec<u16> = namespace_listeners(pid)
+        .into_iter()
+        .filter(|(_, inode, lo)| *lo && inodes.contains(inode))
+        .map(|(p, ..)| p)
+        .collect();
     ports.sort_unstable();
     ports.dedup();
     ports
@@ -327,7 +470,7 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 
 /// Some socket of `pid`'s network namespace that is not `pid`'s listens on TCP `port`.
 fn port_taken_by_another(pid: u32, port: u16) -> bool {
-    !listening_ports(pid).contains(&port) && namespace_listeners(pid).iter().any(|(p, _)| *p == port)
+    !listening_ports(pid).contains(&port) && namespace_listeners(pid).iter().any(|(p, ..)| *p == port)
 }
 
 /// A TCP connection to 127.0.0.1:`port` in the network namespace of `pid` (from a thread that
@@ -342,7 +485,8 @@ fn connect_tcp(pid: u32, port: u16) -> Result<TcpStream, String> {
         }
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let s = TcpStream::connect_timeout(&addr, WAIT).map_err(|e| format!("connect: {e}"))?;
-        s.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+        // Short reads: the caller's deadline (cut short by a signal) is looked at between them.
+        s.set_read_timeout(Some(Duration::from_millis(500))).map_err(|e| e.to_string())?;
         Ok(s)
     })
     .join()
@@ -351,17 +495,67 @@ fn connect_tcp(pid: u32, port: u16) -> Result<TcpStream, String> {
 
 /// The inspector's WebSocket: its target's URL from `/json/list`, then the handshake.
 fn connect(pid: u32, port: u16) -> Result<Ws, String> {
+    let deadline = Instant::now() + WAIT;
     let mut s = connect_tcp(pid, port)?;
     s.write_all(b"GET /json/list HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         .map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    let _ = s.read_to_string(&mut reply);
+    let reply = read_http(&mut s, deadline)?;
     let body = reply.split_once("\r\n\r\n").map(|(_, b)| b).ok_or("no HTTP answer to /json/list")?;
     let list: Value = serde_json::from_str(body).map_err(|e| format!("/json/list: {e}"))?;
     let url = list[0]["webSocketDebuggerUrl"].as_str().ok_or("/json/list names no target")?.to_string();
-    let (ws, _) = tungstenite::client(url.as_str(), connect_tcp(pid, port)?).map_err(|e| format!("WebSocket: {e}"))?;
+    let mut shake = tungstenite::client(url.as_str(), connect_tcp(pid, port)?);
+    let ws = loop {
+        match shake {
+            Ok((ws, _)) => break ws,
+            Err(tungstenite::HandshakeError::Interrupted(mid)) if Instant::now() < crate::stopping::cap(deadline) => {
+                shake = mid.handshake();
+            }
+            Err(tungstenite::HandshakeError::Interrupted(_)) => return Err("WebSocket: no handshake in time".into()),
+            Err(tungstenite::HandshakeError::Failure(e)) => return Err(format!("WebSocket: {e}")),
+        }
+    };
+    // Short reads: a call's own deadline (cut short by a signal) is looked at between them.
+    ws.get_ref().set_read_timeout(Some(Duration::from_millis(500))).map_err(|e| e.to_string())?;
     Ok(ws)
 }
+
+/// The answer to an HTTP request on `s` (until the inspector closes it), at most
+/// [`MAX_HTTP`] bytes, by `deadline` (sooner once a signal ends the recording).
+fn read_http(s: &mut TcpStream, deadline: Instant) -> Result<String, String> {
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 16 << 10];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) if reply.len() + n > MAX_HTTP => return Err(format!("/json/list: over {MAX_HTTP} bytes")),
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                if http_complete(&reply) {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("/json/list: {e}")),
+        }
+        if Instant::now() >= crate::stopping::cap(deadline) {
+            return Err("/json/list: no whole answer in time".into());
+        }
+    }
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Whether `reply` holds a whole HTTP answer: its headers and `Content-Length` bytes after them
+/// (the inspector may keep the connection open after answering).
+fn http_complete(reply: &[u8]) -> bool {
+    let Some(end) = reply.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&reply[..end]).to_ascii_lowercase();
+    let length = head.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse::<usize>().ok());
+    length.is_some_and(|n| reply.len() - (end + 4) >= n)
+}
+
+/// Most bytes of the inspector's HTTP answer read (`/json/list` names one target).
+const MAX_HTTP: usize = 1 << 20;
 
 /// One frame of a sampling profile: function, script URL, line (1-based).
 type JsFrame = (String, String, u32);

@@ -87,14 +87,16 @@ pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyh
     let mut mem = mem::Mem::new(mm, 1 << 30);
     let cpu0 = thread_cpu();
     let urgent = Urgent::raise();
-    let stopped = crate::reach::stop::stop_all(pid)?;
+    let stop = crate::reach::stop::wait_for(opts.max_pause);
+    let stopped = crate::reach::stop::stop_all(pid, stop, t0 + opts.max_pause + crate::reach::stop::HARD_MARGIN)?;
     // A thread's `pthread_self()` is its fsbase: the thread states' `thread_id` to thread ids.
     let tids: mem::FastMap<u64, i32> = stopped.threads.iter().map(|t| (t.regs.fs_base, t.tid)).collect();
     let mut w = Walk::new(&mut mem, at.layout, t0 + opts.max_pause, opts.max_objects);
     let walked = walk_all(&mut w, at, &tids, pid);
     let mut c = walked.map(|collecting| census::aggregate(&mut w, collecting));
     drop(w);
-    drop(stopped);
+    let not_stopped = stopped.not_stopped.clone();
+    let notes = crate::reach::stop_notes(&not_stopped, stopped.resume(), opts.max_pause);
     drop(urgent);
     let pause = t0.elapsed();
     if let Ok(c) = c.as_mut() {
@@ -103,6 +105,7 @@ pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyh
         c.pause_ms = pause.as_secs_f64() * 1e3;
         c.cpu_ms = (thread_cpu() - cpu0).as_secs_f64() * 1e3;
         c.version = format!("{}.{}", at.layout.version.0, at.layout.version.1);
+        c.notes.extend(notes);
         if mem.bytes_read > 0 {
             c.notes.push(format!("{:.1} MiB of the target's memory read", mem.bytes_read as f64 / 1048576.0));
         }

@@ -134,9 +134,16 @@ pub fn scan(
         .as_ref()
         .filter(|_| opts.at_exit)
         .and_then(|(path, base)| symbols::function_address(pid, path, *base, "exit"));
+    // The sites are read before the stop; read again (while stopped) only when a live block's
+    // site is newer than that read.
+    let mut site_index = sites()?;
     let t0 = Instant::now();
-    let stopped = stop::stop_all(pid)?;
-    let blocks = blocks::read(allocs, pid, &sites()?)?;
+    let stopped = stop::stop_all(pid, stop::wait_for(opts.max_pause), t0 + opts.max_pause + stop::HARD_MARGIN)?;
+    let mut blocks = blocks::read(allocs, pid, &site_index)?;
+    if blocks.iter().any(|b| b.site == SiteKey::default()) {
+        site_index = sites()?;
+        blocks = blocks::read(allocs, pid, &site_index)?;
+    }
     let maps = std::fs::read_to_string(format!("/proc/{mm}/maps"))
         .map_err(|e| anyhow::anyhow!("cannot read /proc/{pid}/maps: {e}"))?;
     // A thread's stack is scanned from its stack pointer up; the 128-byte red zone below it
@@ -188,9 +195,10 @@ pub fn scan(
         m.drain();
     }
     let pause_before_resume = t0.elapsed();
-    drop(stopped);
+    let not_stopped = stopped.not_stopped.clone();
+    let forced = stopped.resume();
     let pause = t0.elapsed().max(pause_before_resume);
-    let mut notes = Vec::new();
+    let mut notes = stop_notes(&not_stopped, forced, opts.max_pause);
     if opts.at_exit {
         notes.push(
             "scanned at the program's exit (held at the entry of libc `exit`, or of CPython's `Py_FinalizeEx`, before the teardown freed anything), as LeakSanitizer checks: each thread's stack from its stack pointer up, the frames of the exit path not scanned".to_string(),
@@ -221,12 +229,34 @@ pub fn scan(
         bases: layout.bases,
         syms,
         pause,
-        complete: !timed_out,
+        complete: !timed_out && not_stopped.is_empty() && !forced,
         notes,
         root_bytes,
         untraced_bytes,
         block_bytes_scanned,
     })
+}
+
+/// What the report says of threads that could not be stopped, and of a resume forced at the
+/// hard deadline.
+pub(crate) fn stop_notes(not_stopped: &[i32], forced: bool, max_pause: Duration) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !not_stopped.is_empty() {
+        let tids: Vec<String> = not_stopped.iter().map(i32::to_string).collect();
+        notes.push(format!(
+            "{} thread(s) could not be stopped within {} ms (blocked in the kernel, e.g. a vfork parent or a read of a hung file): thread(s) {} ran on during the scan and their registers and stacks were not scanned, so blocks only they hold may be counted unreachable",
+            not_stopped.len(),
+            stop::wait_for(max_pause).as_millis(),
+            tids.join(", ")
+        ));
+    }
+    if forced {
+        notes.push(format!(
+            "the target was resumed at the pause cap + {} ms while the scan still read its memory: the scan is not conclusive",
+            stop::HARD_MARGIN.as_millis()
+        ));
+    }
+    notes
 }
 
 /// glibc's path and load bias in /proc/PID/maps text (the object named libc.so.6 or libc-*.so:
@@ -495,7 +525,7 @@ impl<'a> Marker<'a> {
     }
 
     fn out_of_time(&mut self) -> bool {
-        if !self.timed_out && Instant::now() >= self.deadline {
+        if !self.timed_out && Instant::now() >= crate::stopping::cap(self.deadline) {
             self.timed_out = true;
         }
         self.timed_out
@@ -569,6 +599,9 @@ impl<'a> Marker<'a> {
     fn copy_untraced(&mut self, r: &Region) {
         let mut addr = r.start & !7;
         while addr < r.end && self.cache_bytes < COPY_BUDGET {
+            if self.out_of_time() {
+                return;
+            }
             let len = ((r.end - addr) as usize).min(CHUNK).min(COPY_BUDGET - self.cache_bytes);
             let n = self.read(addr, len) & !7;
             if n == 0 {
@@ -739,6 +772,9 @@ impl<'a> Marker<'a> {
                 let (i, start, len) = batch[0];
                 let mut off = 0;
                 while off < len {
+                    if self.out_of_time() {
+                        return;
+                    }
                     let n = (len - off).min(CHUNK);
                     let mut got = self.read(start + off as u64, n) & !7;
                     if got < n {

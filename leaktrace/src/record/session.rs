@@ -255,6 +255,11 @@ impl<H: Tracing> Session<H> {
                 _ = recv(&mut sighup) => { self.checkpoint_all(None); return EndReason::Signal }
                 _ = tokio::time::sleep(poll) => {}
             }
+            // A signal that came while attaching, before the handlers above listened.
+            if crate::stopping::signalled() {
+                self.checkpoint_all(None);
+                return EndReason::Signal;
+            }
             if let Some(end) = self.step(opts, &mut progress) {
                 return end;
             }

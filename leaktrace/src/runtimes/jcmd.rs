@@ -5,21 +5,19 @@
 //! at the end of the recording.
 //!
 //! One command at a time, in the background: the session polls [`Jcmd::poll`] and is never held
-//! up by a JVM that is slow to answer (jcmd is a JVM itself: about a second of CPU per run). A
-//! command that runs longer than [`TIMEOUT`] is killed (the child leaktrace started, by its PID);
-//! after [`MAX_FAILURES_IN_A_ROW`] failures no more are started. None is sent before the JVM is
+//! up by a JVM that is slow to answer. A command is given [`TIMEOUT`] in all; after
+//! [`MAX_FAILURES_IN_A_ROW`] failures no more are started. None is sent before the JVM is
 //! [`attachable`].
 //!
-//! jcmd attaches through the target's own /tmp (`/proc/PID/root/tmp/.java_pid<NSPID>`, with the
-//! PID the JVM has in its namespace: JDK 10 and later), so a JVM in another PID or mount
-//! namespace can be reached from the host when the JDK of the `jcmd` run is 10 or later and the
-//! JVM accepts root (JDK 11+); where it cannot, the command fails and the report says so.
+//! No `jcmd` program is run: leaktrace speaks HotSpot's attach protocol itself ([`super::attach`]:
+//! the socket `/tmp/.java_pid<NSPID>` in the target's own root, joined as the JVM's user), so a
+//! JDK the target's user controls never runs with leaktrace's rights, and a JVM in another PID,
+//! mount or user namespace is reached the same way (JDK 10 and later).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// A command longer than this is killed (jcmd's own attach timeout is 10 s).
+/// A command is given this long in all (the attach, the command, its whole reply).
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// `Compiler.perfmap` runs during a recording at most this many times (the final run is extra).
 pub const MAX_PERF_MAP_RUNS: u32 = 20;
@@ -53,9 +51,10 @@ impl Job {
         }
     }
 
-    /// The command as the user would type it, for messages.
-    pub fn describe(self, jcmd: &Path, pid: u32) -> String {
-        format!("{} {pid} {}", jcmd.display(), self.args().join(" "))
+    /// The command as a user would type it with jcmd, for messages (leaktrace sends it through
+    /// the JVM's attach socket itself).
+    pub fn describe(self, pid: u32) -> String {
+        format!("jcmd {pid} {}", self.args().join(" "))
     }
 }
 
@@ -66,7 +65,7 @@ pub enum Started {
     Running,
     /// Not started: another runs, the JVM is not attachable yet, or too many failed.
     NotNow,
-    /// It could not be started (no such program).
+    /// It could not be started.
     Failed(Done),
 }
 
@@ -77,20 +76,17 @@ pub struct Done {
     pub result: Result<String, String>,
 }
 
-/// A running command with the threads draining its output.
+/// A command running on its own thread ([`super::attach::jcmd`], which ends by itself by its
+/// deadline).
 struct Running {
     job: Job,
-    child: Child,
     started: Instant,
-    out: std::thread::JoinHandle<String>,
-    err: std::thread::JoinHandle<String>,
+    thread: std::thread::JoinHandle<Result<String, String>>,
 }
 
 /// The diagnostic commands of one JVM (host PID `pid`).
 pub struct Jcmd {
     pid: u32,
-    /// The jcmd program.
-    pub program: PathBuf,
     running: Option<Running>,
     /// `VM.flags -all` still to run.
     flags_pending: bool,
@@ -109,11 +105,10 @@ pub struct Jcmd {
 }
 
 impl Jcmd {
-    /// The commands for JVM `pid` run with `program`; `VM.flags -all` is queued first.
-    pub fn new(pid: u32, program: PathBuf) -> Jcmd {
+    /// The commands for JVM `pid`; `VM.flags -all` is queued first.
+    pub fn new(pid: u32) -> Jcmd {
         Jcmd {
             pid,
-            program,
             running: None,
             flags_pending: true,
             perf_map_wanted: false,
@@ -126,8 +121,8 @@ impl Jcmd {
     }
 
     /// The commands for JVM `pid` with nothing queued: the caller starts each with [`Jcmd::run`].
-    pub fn unqueued(pid: u32, program: PathBuf) -> Jcmd {
-        Jcmd { flags_pending: false, ..Jcmd::new(pid, program) }
+    pub fn unqueued(pid: u32) -> Jcmd {
+        Jcmd { flags_pending: false, ..Jcmd::new(pid) }
     }
 
     /// Start `job` now, unless a command is in progress, the JVM is not [`attachable`] yet, or
@@ -219,61 +214,54 @@ impl Jcmd {
     }
 
     fn spawn(&mut self, job: Job) -> Option<Done> {
-        let spawned = Command::new(&self.program)
-            .arg(self.pid.to_string())
-            .args(job.args())
-            .args((job == Job::HeapDump).then_some(&self.dump_path))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
+        let mut line = job.args().join(" ");
+        if job == Job::HeapDump {
+            line = format!("{line} {}", self.dump_path.display());
+        }
+        let (pid, started) = (self.pid, Instant::now());
+        let deadline = started + TIMEOUT;
+        let spawned = std::thread::Builder::new()
+            .name("jvm-attach".into())
+            .spawn(move || super::attach::jcmd(pid, &line, deadline));
+        match spawned {
+            Ok(thread) => {
+                self.running = Some(Running { job, started, thread });
+                None
+            }
             Err(e) => {
                 if job == Job::PerfMap {
                     self.last_perf_map = Some(Instant::now());
                 }
-                return Some(Done { job, result: Err(format!("cannot run {}: {e}", self.program.display())) });
+                Some(Done { job, result: Err(format!("cannot start a thread: {e}")) })
             }
-        };
-        let out = drain(child.stdout.take());
-        let err = drain(child.stderr.take());
-        self.running = Some(Running { job, child, started: Instant::now(), out, err });
-        None
+        }
     }
 
-    /// The running command, if it ended (with `wait`: once it ends, or is killed at [`TIMEOUT`]).
+    /// The running command, if it ended (with `wait`: once it ends; its thread ends by
+    /// [`TIMEOUT`], a thread still there a second later is left and the command counted failed).
     fn reap(&mut self, wait: bool) -> Option<Done> {
         loop {
-            let r = self.running.as_mut()?;
-            let status = match r.child.try_wait() {
-                Ok(Some(s)) => Some(Ok(s)),
-                Ok(None) if r.started.elapsed() >= TIMEOUT => {
-                    // The child leaktrace started, by its handle (its PID is still ours: not reaped).
-                    let _ = r.child.kill();
-                    let _ = r.child.wait();
-                    Some(Err(format!("timed out after {} s", TIMEOUT.as_secs())))
-                }
-                Ok(None) => None,
-                Err(e) => Some(Err(format!("wait: {e}"))),
-            };
-            let Some(status) = status else {
+            let r = self.running.as_ref()?;
+            let overdue = Instant::now() >= crate::stopping::cap(r.started + TIMEOUT + Duration::from_secs(1));
+            if !r.thread.is_finished() && !overdue {
                 if !wait {
                     return None;
                 }
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
                 continue;
-            };
+            }
             let r = self.running.take()?;
-            let stdout = r.out.join().unwrap_or_default();
-            let stderr = r.err.join().unwrap_or_default();
+            let result = if r.thread.is_finished() {
+                r.thread.join().unwrap_or_else(|_| Err("the attach thread panicked".into()))
+            } else {
+                Err(format!("timed out after {} s", TIMEOUT.as_secs()))
+            };
             if r.job == Job::PerfMap {
                 self.last_perf_map = Some(Instant::now());
             }
-            let result = match status {
-                Ok(s) if s.success() && !stdout.lines().any(exception_line) => Ok(stdout),
-                Ok(s) => Err(format!("{s}: {}", first_error_line(&stdout, &stderr))),
-                Err(why) => Err(why),
+            let result = match result {
+                Ok(out) if out.lines().any(exception_line) => Err(first_error_line(&out, "")),
+                other => other,
             };
             self.failures_in_a_row = if result.is_ok() { 0 } else { self.failures_in_a_row + 1 };
             return Some(Done { job: r.job, result });
@@ -281,37 +269,15 @@ impl Jcmd {
     }
 }
 
-/// Why no command was run on a JVM that never became [`attachable`].
-pub const NOT_ATTACHABLE: &str = "the JVM does not handle SIGQUIT (still starting, or run with -Xrs) and has no attach \
-     listener: jcmd's attach request would kill it, so none was sent";
+pub use super::attach::{NOT_ATTACHABLE, catches_sigquit};
 
-/// Whether jcmd may attach to JVM `pid`: its attach listener is up (the socket
+/// Whether an attach request may be sent to JVM `pid`: its attach listener is up (the socket
 /// /tmp/.java_pid<NSPID> in its root), or it catches SIGQUIT (the `SigCgt` mask of
-/// /proc/PID/status), which is how jcmd asks it to start the listener. A JVM still starting, or
+/// /proc/PID/status), which is how a client asks it to start the listener. A JVM still starting, or
 /// run with -Xrs, does not: SIGQUIT's default action would end it (the check JDK 20's attach
 /// makes itself, JDK-8292695; JDK 17's does not).
 pub fn attachable(pid: u32) -> bool {
-    let ns_pid = crate::procinfo::nspid(pid).last().copied().unwrap_or(pid);
-    if Path::new(&format!("/proc/{pid}/root/tmp/.java_pid{ns_pid}")).exists() {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (libc::SIGQUIT - 1)) != 0)
-}
-
-/// A thread reading `pipe` to its end (so a long output never blocks the child).
-fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(mut r) = pipe {
-            let _ = r.read_to_end(&mut buf);
-        }
-        String::from_utf8_lossy(&buf).into_owned()
-    })
+    super::attach::listener_up(pid) || catches_sigquit(pid)
 }
 
 /// The line of jcmd's output that says what went wrong (an exception's message), else the last
@@ -339,28 +305,10 @@ pub fn preserve_frame_pointer(flags: &str) -> Option<bool> {
     })
 }
 
-/// The jcmd to run for JVM `pid`: the one of the target's own JDK (`<java.home>/bin/jcmd`, from
-/// its libjvm's path `<java.home>/lib/server/libjvm.so`) when that file is the same in leaktrace's
-/// and the target's mount namespace, else `jcmd` on PATH. None: neither exists.
-pub fn program_for(pid: u32, libjvm: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt as _;
-    let own = libjvm.parent().and_then(Path::parent).and_then(Path::parent).map(|home| home.join("bin/jcmd"));
-    if let Some(own) = own {
-        let theirs = Path::new(&format!("/proc/{pid}/root")).join(own.strip_prefix("/").unwrap_or(own.as_path()));
-        let same = match (std::fs::metadata(&own), std::fs::metadata(&theirs)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        };
-        if same {
-            return Some(own);
-        }
-    }
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("jcmd")).find(|j| j.is_file()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn preserve_frame_pointer_from_vm_flags() {
@@ -378,7 +326,7 @@ mod tests {
         // A child with SIGQUIT at its default action (sleep): no attach request may be sent.
         let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
         assert!(!attachable(child.id()));
-        let mut j = Jcmd::new(child.id(), PathBuf::from("/bin/true"));
+        let mut j = Jcmd::new(child.id());
         assert!(j.poll().is_none());
         assert!(j.running.is_none(), "nothing started");
         let done = j.finish();
@@ -405,47 +353,46 @@ mod tests {
         assert_eq!(first_error_line("", ""), "no output");
     }
 
-    #[test]
-    fn a_missing_program_is_an_error_not_a_hang() {
-        let mut j = Jcmd::new(1, PathBuf::from("/nonexistent/jcmd"));
-        j.ready = true;
-        let done = j.poll().expect("spawn fails at once");
-        assert_eq!(done.job, Job::Flags);
-        assert!(done.result.unwrap_err().contains("cannot run /nonexistent/jcmd"));
-        j.want_perf_map();
-        let done = j.poll().expect("the perf map run fails too");
-        assert_eq!(done.job, Job::PerfMap);
-        assert_eq!(j.perf_map_runs, 1);
-        j.want_perf_map();
-        assert!(j.poll().is_none(), "the next run waits PERF_MAP_GAP");
-        j.last_perf_map = None;
-        assert!(j.poll().is_some(), "a third try");
-        j.last_perf_map = None;
-        j.want_perf_map();
-        assert!(j.poll().is_none(), "no fourth try after {MAX_FAILURES_IN_A_ROW} failures in a row");
-        let all = j.finish();
-        assert_eq!(all.len(), 1);
-        assert_eq!(all[0].job, Job::PerfMap);
+    /// Poll `j` until a command ended (at most 20 s).
+    fn ended(j: &mut Jcmd) -> Done {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(d) = j.poll() {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "the command never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
-    fn a_command_is_run_in_the_background_and_its_output_collected() {
-        // `sh PID VM.flags -all`: sh reads the file named PID, which does not exist: a failure
-        // with a message, collected without blocking the caller.
-        let mut j = Jcmd::new(999_999_999, PathBuf::from("/bin/sh"));
+    fn a_gone_jvm_is_an_error_in_the_background_not_a_hang() {
+        let mut j = Jcmd::new(999_999_999);
         j.ready = true;
-        assert!(j.poll().is_none(), "started, not ended");
+        assert!(j.poll().is_none(), "started, not collected yet");
         assert!(j.busy());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let done = loop {
-            if let Some(d) = j.poll() {
-                break d;
-            }
-            assert!(Instant::now() < deadline, "sh never ended");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let done = ended(&mut j);
         assert_eq!(done.job, Job::Flags);
-        assert!(done.result.is_err());
+        assert!(done.result.unwrap_err().contains("/proc/999999999/status"));
         assert!(!j.busy());
+        j.want_perf_map();
+        assert!(j.poll().is_none(), "the perf map run starts");
+        assert_eq!(ended(&mut j).job, Job::PerfMap);
+        assert_eq!(j.perf_map_runs, 1);
+        j.want_perf_map();
+        assert!(j.poll().is_none(), "the next run waits PERF_MAP_GAP");
+        assert!(j.running.is_none());
+        j.last_perf_map = None;
+        assert!(j.poll().is_none(), "a third try starts");
+        assert!(ended(&mut j).result.is_err());
+        j.last_perf_map = None;
+        j.want_perf_map();
+        assert!(
+            j.poll().is_none() && j.running.is_none(),
+            "no fourth try after {MAX_FAILURES_IN_A_ROW} failures in a row"
+        );
+        let all = j.finish();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].job, Job::PerfMap);
     }
 }

@@ -382,7 +382,7 @@ impl RuntimeInstance for JvmInstance {
             crate::note!(
                 "leaktrace: PID {}: asking the JVM for its perf map ({})",
                 self.pid,
-                jcmd::Job::PerfMap.describe(&j.program, self.pid)
+                jcmd::Job::PerfMap.describe(self.pid)
             );
             for done in j.finish() {
                 self.jcmd_done(done, p.reborrow());
@@ -429,21 +429,13 @@ impl JvmInstance {
     /// from its command line and environment. A note says when it is off.
     fn set_up(&mut self, objects: &[MappedObject], warnings: &mut Vec<String>) {
         if self.perf_map_on {
-            let libjvm = objects.iter().find(|o| file_name(&o.path) == "libjvm.so");
-            match libjvm.and_then(|o| jcmd::program_for(self.pid, &o.path)) {
-                Some(program) => {
-                    self.jcmd = Some(jcmd::Jcmd::new(self.pid, program));
-                    return;
-                }
-                None => {
-                    self.jcmd_failure_noted = true;
-                    warnings.push(
-                        "--jvm-perf-map: no jcmd to run (neither the target's JDK has bin/jcmd here nor is one on PATH): \
-                         Java frames stay unnamed"
-                            .into(),
-                    );
-                }
+            // HotSpot (its libjvm.so is mapped): its attach socket is spoken to directly.
+            if objects.iter().any(|o| file_name(&o.path) == "libjvm.so") {
+                self.jcmd = Some(jcmd::Jcmd::new(self.pid));
+                return;
             }
+            self.jcmd_failure_noted = true;
+            warnings.push("--jvm-perf-map: no libjvm.so mapped (not HotSpot?): Java frames stay unnamed".into());
         }
         warnings.extend(frame_pointer_note_from_args(self.pid));
     }
@@ -464,11 +456,10 @@ impl JvmInstance {
             (job, Err(why)) => {
                 if self.jcmd_failure.is_none() {
                     self.jcmd_failure_noted = true;
-                    let program = self.jcmd.as_ref().map(|j| j.program.clone()).unwrap_or_default();
                     self.jcmd_failure = Some(format!(
                         "--jvm-perf-map: `{}` failed ({why}): Java frames stay unnamed (a JVM in another container may \
                          need jcmd run inside it: `jcmd 1 Compiler.perfmap` there, during the recording)",
-                        job.describe(&program, self.pid)
+                        job.describe(self.pid)
                     ));
                 }
                 if job == jcmd::Job::Flags {

@@ -21,6 +21,7 @@ use crate::probes::Tracer;
 use crate::recording::{Frame, ManagedHeap, Runtime, Stack};
 use crate::symbolize::StackSymbolizer;
 
+pub mod attach;
 pub mod go;
 pub mod gostats;
 pub mod jcmd;
