@@ -1,5 +1,5 @@
 //! The managed-runtime tests' shared helpers (tests/tests/runtimes*.rs): the fixtures'
-//! sources and build directory, recording a launched or attached workload, and the assertions
+//! sources, recording a launched or attached workload, and the assertions
 //! on its memory by kind.
 use std::path::PathBuf;
 use std::process::Command;
@@ -20,11 +20,6 @@ pub const FLAT_SHARE: f64 = 0.10;
 /// A source file of the runtime fixtures (tests/fixtures/runtimes/NAME).
 pub fn src(name: &str) -> PathBuf {
     fixture_source("runtimes").join(name)
-}
-
-/// Where the runtime fixtures are built: `temp_root()/runtimes` ([`fixture_build_dir`]).
-pub fn build_dir() -> PathBuf {
-    fixture_build_dir("runtimes")
 }
 
 /// Run a build step (`what` names it in the failure message); panics when it fails.

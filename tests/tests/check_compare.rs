@@ -17,17 +17,17 @@ const ITERATIONS: &str = "1000000";
 fn leaky_fixed() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-fixed");
-        std::fs::create_dir_all(&dir).expect("create fixtures-fixed");
-        let out = dir.join("leaky");
-        let o = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-DFIXED", "-o"])
-            .arg(&out)
-            .arg(fixture_source("leaky.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling leaky.c -DFIXED failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        out
+        built_once("check_compare-leaky-fixed", |dir| {
+            let out = dir.join("leaky");
+            let o = Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-DFIXED", "-o"])
+                .arg(&out)
+                .arg(fixture_source("leaky.c"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(o.status.success(), "compiling leaky.c -DFIXED failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("leaky")
     })
 }
 

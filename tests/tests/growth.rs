@@ -27,17 +27,17 @@ const STATIC_REGIONS_BYTES: u64 = 8 << 20;
 fn growth_fixture() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-growth");
-        std::fs::create_dir_all(&dir).expect("create fixtures-growth");
-        let bin = dir.join("growth");
-        let o = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("growth.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling growth.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
+        built_once("growth-growth", |dir| {
+            let bin = dir.join("growth");
+            let o = Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("growth.c"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(o.status.success(), "compiling growth.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("growth")
     })
 }
 

@@ -13,17 +13,17 @@ use leaktrace_tests::*;
 fn decoy() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-growth-decoy");
-        std::fs::create_dir_all(&dir).expect("create fixtures-growth-decoy");
-        let bin = dir.join("growth_decoy");
-        let o = Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("growth_decoy.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling growth_decoy.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
+        built_once("growth_escalation-decoy", |dir| {
+            let bin = dir.join("growth_decoy");
+            let o = Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("growth_decoy.c"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(o.status.success(), "compiling growth_decoy.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("growth_decoy")
     })
 }
 

@@ -27,11 +27,11 @@ fn gcc() -> Command {
 fn hostile() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-hostile");
-        std::fs::create_dir_all(&dir).expect("create fixtures-hostile");
-        let bin = dir.join("hostile");
-        build(gcc().arg("-o").arg(&bin).arg(fixture_source("hostile.c")), "hostile.c");
-        bin
+        built_once("hostile-hostile", |dir| {
+            let bin = dir.join("hostile");
+            build(gcc().arg("-o").arg(&bin).arg(fixture_source("hostile.c")), "hostile.c");
+        })
+        .join("hostile")
     })
 }
 

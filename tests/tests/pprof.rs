@@ -14,11 +14,11 @@ const RATE: &str = "200";
 fn leaky_fixed() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-fixed-pprof");
-        std::fs::create_dir_all(&dir).expect("create fixtures-fixed-pprof");
-        let out = dir.join("leaky");
-        compile_with("gcc", &[&fixture_source("leaky.c")], &out, &["-DFIXED"]);
-        out
+        built_once("pprof-leaky-fixed", |dir| {
+            let out = dir.join("leaky");
+            compile_with("gcc", &[&fixture_source("leaky.c")], &out, &["-DFIXED"]);
+        })
+        .join("leaky")
     })
 }
 

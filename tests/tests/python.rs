@@ -117,27 +117,27 @@ fn tsparse_ext_for(interpreter: &Path, version: &str) -> PathBuf {
 }
 
 /// The directory holding `name`*.so (tests/fixtures/runtimes/`name`.c built -O2 without frame
-/// pointers) built against `interpreter`'s headers, which must be CPython `version`.
+/// pointers) built against `interpreter`'s headers, which must be CPython `version`; once per run
+/// ([`built_once`]: `python-NAME-VERSION`, one interpreter per version here).
 fn extension_for(name: &str, interpreter: &Path, version: &str) -> PathBuf {
-    let dir = temp_root().join(format!("fixtures-pyframes-{version}"));
-    std::fs::create_dir_all(&dir).expect("create fixtures dir");
-    let cfg = |var: &str| {
-        let o = Command::new(interpreter)
-            .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+    built_once(&format!("python-{name}-{version}"), |dir| {
+        let cfg = |var: &str| {
+            let o = Command::new(interpreter)
+                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+                .output()
+                .expect("python3");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let (include, suffix, found) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"), cfg("py_version_short"));
+        assert_eq!(found, version, "{} is not CPython {version}", interpreter.display());
+        let o = Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
+            .arg(dir.join(format!("{name}{suffix}")))
+            .arg(fixture_source("runtimes").join(format!("{name}.c")))
             .output()
-            .expect("python3");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
-    let (include, suffix, found) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"), cfg("py_version_short"));
-    assert_eq!(found, version, "{} is not CPython {version}", interpreter.display());
-    let o = Command::new("gcc")
-        .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
-        .arg(dir.join(format!("{name}{suffix}")))
-        .arg(fixture_source("runtimes").join(format!("{name}.c")))
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "gcc {name}.c: {}", String::from_utf8_lossy(&o.stderr));
-    dir
+            .expect("gcc");
+        assert!(o.status.success(), "gcc {name}.c: {}", String::from_utf8_lossy(&o.stderr));
+    })
 }
 
 /// The 1-based line of `script` that contains `text`.

@@ -12,11 +12,11 @@ use leaktrace_tests::*;
 fn reach_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-reach");
-        std::fs::create_dir_all(&dir).expect("create fixtures dir");
-        let out = dir.join("reach");
-        compile_with("gcc", &[&fixture_source("reach.c")], &out, &["-pthread"]);
-        out
+        built_once("reachability-reach", |dir| {
+            let out = dir.join("reach");
+            compile_with("gcc", &[&fixture_source("reach.c")], &out, &["-pthread"]);
+        })
+        .join("reach")
     })
 }
 
@@ -214,24 +214,23 @@ fn target_runs_on_when_the_agent_is_killed_during_the_scan() {
 fn tsparse_ext() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = temp_root().join("fixtures-reach-py");
-        std::fs::create_dir_all(&dir).expect("create fixtures dir");
-        let cfg = |var: &str| {
-            let o = Command::new(python())
-                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+        built_once("reachability-tsparse_ext", |dir| {
+            let cfg = |var: &str| {
+                let o = Command::new(python())
+                    .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+                    .output()
+                    .expect("python3");
+                String::from_utf8_lossy(&o.stdout).trim().to_string()
+            };
+            let (include, suffix) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"));
+            let o = Command::new("gcc")
+                .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
+                .arg(dir.join(format!("tsparse_ext{suffix}")))
+                .arg(fixture_source("runtimes").join("tsparse_ext.c"))
                 .output()
-                .expect("python3");
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        };
-        let (include, suffix) = (cfg("INCLUDEPY"), cfg("EXT_SUFFIX"));
-        let o = Command::new("gcc")
-            .args(["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
-            .arg(dir.join(format!("tsparse_ext{suffix}")))
-            .arg(fixture_source("runtimes").join("tsparse_ext.c"))
-            .output()
-            .expect("gcc");
-        assert!(o.status.success(), "gcc tsparse_ext.c: {}", String::from_utf8_lossy(&o.stderr));
-        dir
+                .expect("gcc");
+            assert!(o.status.success(), "gcc tsparse_ext.c: {}", String::from_utf8_lossy(&o.stderr));
+        })
     })
 }
 

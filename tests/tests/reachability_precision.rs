@@ -21,7 +21,6 @@
 //!   its fork returns to it until followed, its first blocks are in its scan.
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use leaktrace_tests::*;
@@ -29,21 +28,14 @@ use leaktrace_tests::*;
 /// Fixture runs per test: the same figures every time.
 const RUNS: usize = 10;
 
-/// tests/fixtures/precision.c built at `opt` ("-O0" or "-O2"), without frame pointers.
+/// tests/fixtures/precision.c built at `opt` ("-O0" or "-O2"), without frame pointers, once per
+/// run ([`built_once`]: `reachability_precision-OPT`).
 fn precision_bin(opt: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let d = temp_root().join("fixtures-precision");
-        std::fs::create_dir_all(&d).expect("create fixtures dir");
-        d
-    });
-    let out = dir.join(format!("precision{opt}"));
-    if !out.exists() {
-        let tmp = dir.join(format!("precision{opt}.{}", std::process::id()));
-        compile_with("gcc", &[&fixture_source("precision.c")], &tmp, &[opt, "-fomit-frame-pointer", "-pthread"]);
-        std::fs::rename(&tmp, &out).expect("rename fixture");
-    }
-    out
+    built_once(&format!("reachability_precision{opt}"), |dir| {
+        let flags = [opt, "-fomit-frame-pointer", "-pthread"];
+        compile_with("gcc", &[&fixture_source("precision.c")], &dir.join(format!("precision{opt}")), &flags);
+    })
+    .join(format!("precision{opt}"))
 }
 
 /// The reachability site of `function` (exactly one).

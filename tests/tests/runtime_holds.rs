@@ -18,39 +18,40 @@ fn src(name: &str) -> PathBuf {
 }
 
 /// The directory holding HoldsJvm.class, JniLeak.class and libjnileak.so (built against the JDK
-/// whose `javac` is on PATH).
+/// whose `javac` is on PATH), once per run ([`built_once`]: `runtime_holds-java`).
 fn jvm_fixture() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = fixture_build_dir("runtime_holds").join("java");
-        std::fs::create_dir_all(&out).unwrap();
-        run_build_step(
-            Command::new("javac").arg("-d").arg(&out).arg(src("HoldsJvm.java")).arg(src("JniLeak.java")),
-            "javac",
-        );
-        build_jni_leak_library(&out);
-        out
+        built_once("runtime_holds-java", |out| {
+            run_build_step(
+                Command::new("javac").arg("-d").arg(out).arg(src("HoldsJvm.java")).arg(src("JniLeak.java")),
+                "javac",
+            );
+            build_jni_leak_library(out);
+        })
     })
 }
 
-/// The Go goroutine-leak fixture, built with the Go on PATH (1.19 here), cgo off.
+/// The Go goroutine-leak fixture, built with the Go on PATH (1.19 here), cgo off, once per run
+/// ([`built_once`]: `runtime_holds-go-goroutines`, with its own GOCACHE inside).
 fn go_goroutines() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = fixture_build_dir("runtime_holds").join("go-goroutines");
-        run_build_step(
-            Command::new("go")
-                .args(["build", "-o"])
-                .arg(&out)
-                .arg(".")
-                .current_dir(src("go-goroutines"))
-                .env("CGO_ENABLED", "0")
-                .env("GOCACHE", fixture_build_dir("runtime_holds").join("gocache"))
-                .env("GOFLAGS", "-mod=mod")
-                .env("GO111MODULE", "on"),
-            "go build",
-        );
-        out
+        built_once("runtime_holds-go-goroutines", |dir| {
+            run_build_step(
+                Command::new("go")
+                    .args(["build", "-o"])
+                    .arg(dir.join("go-goroutines"))
+                    .arg(".")
+                    .current_dir(src("go-goroutines"))
+                    .env("CGO_ENABLED", "0")
+                    .env("GOCACHE", dir.join("gocache"))
+                    .env("GOFLAGS", "-mod=mod")
+                    .env("GO111MODULE", "on"),
+                "go build",
+            );
+        })
+        .join("go-goroutines")
     })
 }
 

@@ -20,15 +20,16 @@ use leaktrace_tests::*;
 fn cleak() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = build_dir().join("libcleak.so");
-        check(
-            Command::new("gcc")
-                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"])
-                .arg(&out)
-                .arg(src("cleak.c")),
-            "gcc",
-        );
-        out
+        built_once("runtimes-cleak", |dir| {
+            check(
+                Command::new("gcc")
+                    .args(["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-o"])
+                    .arg(dir.join("libcleak.so"))
+                    .arg(src("cleak.c")),
+                "gcc",
+            );
+        })
+        .join("libcleak.so")
     })
 }
 
@@ -36,50 +37,50 @@ fn cleak() -> &'static Path {
 fn pymem_ext() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = build_dir().join("pymem_ext");
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = |var: &str| {
-            let o = Command::new(python())
-                .args([
-                    "-c",
-                    &format!(
-                        "import sysconfig; print(sysconfig.get_config_var('{var}') or sysconfig.get_paths()['include'])"
-                    ),
-                ])
-                .output()
-                .expect("python3");
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        };
-        let include = cfg("INCLUDEPY");
-        let suffix = cfg("EXT_SUFFIX");
-        check(
-            Command::new("gcc")
-                .args(["-O2", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
-                .arg(dir.join(format!("pymem_ext{suffix}")))
-                .arg(src("pymem_ext.c")),
-            "gcc (pymem_ext.c)",
-        );
-        dir
+        built_once("runtimes-pymem_ext", |dir| {
+            let cfg = |var: &str| {
+                let o = Command::new(python())
+                    .args([
+                        "-c",
+                        &format!(
+                            "import sysconfig; print(sysconfig.get_config_var('{var}') or sysconfig.get_paths()['include'])"
+                        ),
+                    ])
+                    .output()
+                    .expect("python3");
+                String::from_utf8_lossy(&o.stdout).trim().to_string()
+            };
+            let include = cfg("INCLUDEPY");
+            let suffix = cfg("EXT_SUFFIX");
+            check(
+                Command::new("gcc")
+                    .args(["-O2", "-g", "-shared", "-fPIC", "-I", &include, "-o"])
+                    .arg(dir.join(format!("pymem_ext{suffix}")))
+                    .arg(src("pymem_ext.c")),
+                "gcc (pymem_ext.c)",
+            );
+        })
     })
 }
 
-/// A Go fixture built with `go build` (cgo on or off).
-fn go_build(dir: &str, cgo: bool) -> PathBuf {
-    let out = build_dir().join(dir);
-    let cache = build_dir().join("gocache");
-    check(
-        Command::new("go")
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(".")
-            .current_dir(src(dir))
-            .env("CGO_ENABLED", if cgo { "1" } else { "0" })
-            .env("GOCACHE", &cache)
-            .env("GOFLAGS", "-mod=mod")
-            .env("GO111MODULE", "on"),
-        "go build",
-    );
-    out
+/// The Go fixture tests/fixtures/runtimes/NAME built with `go build` (cgo on or off), once per
+/// run ([`built_once`]: `runtimes-NAME`, with its own GOCACHE inside).
+fn go_build(name: &str, cgo: bool) -> PathBuf {
+    built_once(&format!("runtimes-{name}"), |dir| {
+        check(
+            Command::new("go")
+                .args(["build", "-o"])
+                .arg(dir.join(name))
+                .arg(".")
+                .current_dir(src(name))
+                .env("CGO_ENABLED", if cgo { "1" } else { "0" })
+                .env("GOCACHE", dir.join("gocache"))
+                .env("GOFLAGS", "-mod=mod")
+                .env("GO111MODULE", "on"),
+            "go build",
+        );
+    })
+    .join(name)
 }
 
 fn go_cgo() -> &'static Path {

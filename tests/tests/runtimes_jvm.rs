@@ -12,31 +12,31 @@ use std::time::Duration;
 use leaktrace_tests::runtimes::*;
 use leaktrace_tests::*;
 
-/// The directory holding Grow.class, JniLeak.class, Ledger.class and OrderBook.class.
+/// The directory holding Grow.class, JniLeak.class, Ledger.class and OrderBook.class, once per
+/// run ([`built_once`]).
 fn java_classes() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = build_dir().join("java");
-        std::fs::create_dir_all(&out).unwrap();
-        check(
-            Command::new("javac")
-                .arg("-d")
-                .arg(&out)
-                .arg(src("Grow.java"))
-                .arg(src("JniLeak.java"))
-                .arg(src("Ledger.java"))
-                .arg(src("OrderBook.java")),
-            "javac",
-        );
-        out
+        built_once("runtimes_jvm-java", |out| {
+            check(
+                Command::new("javac")
+                    .arg("-d")
+                    .arg(out)
+                    .arg(src("Grow.java"))
+                    .arg(src("JniLeak.java"))
+                    .arg(src("Ledger.java"))
+                    .arg(src("OrderBook.java")),
+                "javac",
+            );
+        })
     })
 }
 
 /// libjnileak.so (jnileak.c, JniLeak's native methods), built against the JDK whose `javac` is
-/// on PATH (its `include/` directory, found from javac's real path).
+/// on PATH (its `include/` directory, found from javac's real path), once per run.
 fn jnileak() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| build_jni_leak_library(&build_dir()))
+    P.get_or_init(|| built_once("runtimes_jvm-jnileak", |dir| drop(build_jni_leak_library(dir))).join("libjnileak.so"))
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -367,46 +367,47 @@ const JIT_METHODS: usize = 4000;
 /// `m0` … `m3999`, each a loop of 20 iterations; `JitWarm PER_STEP` calls the next PER_STEP of
 /// them 300 times every 100 ms, so new methods keep getting hot (profiled, then compiled) for
 /// JIT_METHODS / PER_STEP / 10 seconds. Nothing is retained by the program itself.
+/// Built once per run ([`built_once`]: `runtimes_jvm-jitwarm`).
 fn jit_warm_classes() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = build_dir().join("jitwarm");
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut java = String::from("public class JitWarm {\n");
-        for k in 0..JIT_METHODS {
-            java.push_str(&format!(
-                "  static int m{k}(int x) {{ int s = {k}; for (int i = 0; i < x; i++) s = s * 31 + (i ^ {}); return s; }}\n",
-                k * 7 + 1
-            ));
-        }
-        java.push_str("  static int call(int k, int x) { switch (k) {\n");
-        for k in 0..JIT_METHODS {
-            java.push_str(&format!("    case {k}: return m{k}(x);\n"));
-        }
+    P.get_or_init(|| built_once("runtimes_jvm-jitwarm", build_jit_warm))
+}
+
+/// Write JitWarm.java into `dir` and compile it there.
+fn build_jit_warm(dir: &Path) {
+    let mut java = String::from("public class JitWarm {\n");
+    for k in 0..JIT_METHODS {
         java.push_str(&format!(
-            "    default: return 0; }} }}
+            "  static int m{k}(int x) {{ int s = {k}; for (int i = 0; i < x; i++) s = s * 31 + (i ^ {}); return s; }}\n",
+            k * 7 + 1
+        ));
+    }
+    java.push_str("  static int call(int k, int x) { switch (k) {\n");
+    for k in 0..JIT_METHODS {
+        java.push_str(&format!("    case {k}: return m{k}(x);\n"));
+    }
+    java.push_str(&format!(
+        "    default: return 0; }} }}
   static volatile int sink;
   public static void main(String[] a) throws Exception {{
-    int perStep = Integer.parseInt(a[0]);
-    System.out.println(\"PID \" + ProcessHandle.current().pid());
-    System.out.flush();
-    long start = System.nanoTime();
-    for (int step = 0; ; step++) {{
-      int base = (step * perStep) % {JIT_METHODS};
-      for (int rep = 0; rep < 300; rep++)
-        for (int k = base; k < base + perStep && k < {JIT_METHODS}; k++) sink = call(k, 20);
-      long d = start + (step + 1) * 100_000_000L - System.nanoTime();
-      if (d > 0) Thread.sleep(d / 1000000);
-    }}
+int perStep = Integer.parseInt(a[0]);
+System.out.println(\"PID \" + ProcessHandle.current().pid());
+System.out.flush();
+long start = System.nanoTime();
+for (int step = 0; ; step++) {{
+  int base = (step * perStep) % {JIT_METHODS};
+  for (int rep = 0; rep < 300; rep++)
+    for (int k = base; k < base + perStep && k < {JIT_METHODS}; k++) sink = call(k, 20);
+  long d = start + (step + 1) * 100_000_000L - System.nanoTime();
+  if (d > 0) Thread.sleep(d / 1000000);
+}}
   }}
 }}
 "
-        ));
-        let file = dir.join("JitWarm.java");
-        std::fs::write(&file, java).expect("write JitWarm.java");
-        check(Command::new("javac").arg("-d").arg(&dir).arg(&file), "javac (JitWarm.java)");
-        dir
-    })
+    ));
+    let file = dir.join("JitWarm.java");
+    std::fs::write(&file, java).expect("write JitWarm.java");
+    check(Command::new("javac").arg("-d").arg(dir).arg(&file), "javac (JitWarm.java)");
 }
 
 /// Issue 17, item 4: JIT compilation is warm-up, not a leak. JitWarm keeps making new methods hot

@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 use leaktrace_tests::*;
 use serde_json::Value;
 
-/// The three fixtures, built the way distributions and cargo build: -O2 without frame pointers.
+/// The three fixtures, built the way distributions and cargo build: -O2 without frame pointers,
+/// once per run ([`built_once`]: `unwind-nofp`).
 struct NoFp {
     c: PathBuf,
     cxx: PathBuf,
@@ -24,43 +25,52 @@ struct NoFp {
 fn nofp() -> &'static NoFp {
     static BIN: OnceLock<NoFp> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-nofp");
-        std::fs::create_dir_all(&dir).expect("create fixtures-nofp");
-        let build = |cmd: &mut Command, what: &str| {
-            let o = cmd.output().unwrap_or_else(|e| panic!("cannot build {what}: {e}"));
-            assert!(
-                o.status.success(),
-                "building {what} failed (`cargo xtask setup` installs zlib1g-dev, libssl-dev, libsqlite3-dev):\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        };
-        let c = dir.join("nofp");
-        build(
-            Command::new("gcc")
-                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
-                .arg(&c)
-                .arg(fixture_source("nofp.c"))
-                .args(["-lz", "-lssl", "-lcrypto", "-lsqlite3"]),
-            "nofp.c",
-        );
-        let cxx = dir.join("nofp_cxx");
-        build(
-            Command::new("g++")
-                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
-                .arg(&cxx)
-                .arg(fixture_source("nofp_cxx.cpp")),
-            "nofp_cxx.cpp",
-        );
-        let rust = dir.join("nofp_rust");
-        build(
-            Command::new("rustc")
-                .args(["-C", "opt-level=3", "-C", "debuginfo=1", "--edition", "2021", "-o"])
-                .arg(&rust)
-                .arg(fixture_source("nofp_rust.rs")),
-            "nofp_rust.rs",
-        );
-        NoFp { c, cxx, rust }
+        let dir = built_once("unwind-nofp", build_nofp);
+        NoFp { c: dir.join("nofp"), cxx: dir.join("nofp_cxx"), rust: dir.join("nofp_rust") }
     })
+}
+
+/// Build nofp.c, nofp_cxx.cpp and nofp_rust.rs into `dir` (-O2, no frame pointers).
+fn build_nofp(dir: &Path) {
+    let build = |cmd: &mut Command, what: &str| {
+        let o = cmd.output().unwrap_or_else(|e| panic!("cannot build {what}: {e}"));
+        assert!(
+            o.status.success(),
+            "building {what} failed (`cargo xtask setup` installs zlib1g-dev, libssl-dev, libsqlite3-dev):\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let c = dir.join("nofp");
+    build(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+            .arg(&c)
+            .arg(fixture_source("nofp.c"))
+            .args(["-lz", "-lssl", "-lcrypto", "-lsqlite3"]),
+        "nofp.c",
+    );
+    let cxx = dir.join("nofp_cxx");
+    build(
+        Command::new("g++")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+            .arg(&cxx)
+            .arg(fixture_source("nofp_cxx.cpp")),
+        "nofp_cxx.cpp",
+    );
+    let rust = dir.join("nofp_rust");
+    build(
+        Command::new("rustc")
+            .args(["-C", "opt-level=3", "-C", "debuginfo=1", "--edition", "2021", "-o"])
+            .arg(&rust)
+            .arg(fixture_source("nofp_rust.rs")),
+        "nofp_rust.rs",
+    );
+}
+
+/// This test process's own directory for the variants a test derives from the fixtures at test
+/// time (stripped, without `.eh_frame`...): `temp_root()/fixtures-nofp`.
+fn scratch_dir() -> PathBuf {
+    fixture_build_dir("fixtures-nofp")
 }
 
 /// A recorded fixture run: its recording directory, report, and the bytes it says it leaked.
@@ -316,8 +326,7 @@ fn rust_release_leak_has_its_caller_and_main() {
 #[test]
 fn stripped_shared_object_culprit_is_object_and_offset_not_malloc() {
     require_root();
-    let dir = temp_root().join("fixtures-nofp");
-    std::fs::create_dir_all(&dir).expect("create fixtures-nofp");
+    let dir = scratch_dir();
     let run_tool = |cmd: &mut Command, what: &str| {
         let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
         assert!(o.status.success(), "{what} failed:\n{}", String::from_utf8_lossy(&o.stderr));
@@ -551,7 +560,7 @@ fn growth_mode_walks_a_distro_interpreter_to_the_end() {
 #[test]
 fn stack_without_unwind_info_is_truncated_honestly() {
     require_root();
-    let bin = temp_root().join("fixtures-nofp/nofp-no-eh-frame");
+    let bin = scratch_dir().join("nofp-no-eh-frame");
     let o = Command::new("objcopy")
         .args(["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"])
         .arg(&nofp().c)
@@ -596,7 +605,7 @@ fn stack_without_unwind_info_is_truncated_honestly() {
 #[test]
 fn stripped_frames_are_object_and_file_offset() {
     require_root();
-    let bin = temp_root().join("fixtures-nofp/nofp-stripped");
+    let bin = scratch_dir().join("nofp-stripped");
     let o = Command::new("strip").arg("--strip-all").arg("-o").arg(&bin).arg(&nofp().c).output().expect("strip");
     assert!(o.status.success(), "strip: {}", String::from_utf8_lossy(&o.stderr));
     let out = OutDir::new("unwind-stripped");

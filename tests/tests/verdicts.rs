@@ -20,17 +20,17 @@ use leaktrace_tests::*;
 fn verdicts_fixture() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-verdicts");
-        std::fs::create_dir_all(&dir).expect("create fixtures-verdicts");
-        let bin = dir.join("verdicts");
-        let o = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("verdicts.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling verdicts.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
+        built_once("verdicts-verdicts", |dir| {
+            let bin = dir.join("verdicts");
+            let o = Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("verdicts.c"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(o.status.success(), "compiling verdicts.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("verdicts")
     })
 }
 
@@ -418,17 +418,17 @@ fn leak_in_bursts_is_a_leak() {
 fn teardown_fixture() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-verdicts");
-        std::fs::create_dir_all(&dir).expect("create fixtures-verdicts");
-        let bin = dir.join("teardown");
-        let o = Command::new("g++")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("teardown.cpp"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run g++: {e}"));
-        assert!(o.status.success(), "compiling teardown.cpp failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
+        built_once("verdicts-teardown", |dir| {
+            let bin = dir.join("teardown");
+            let o = Command::new("g++")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("teardown.cpp"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run g++: {e}"));
+            assert!(o.status.success(), "compiling teardown.cpp failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("teardown")
     })
 }
 

@@ -18,32 +18,30 @@ use std::sync::OnceLock;
 
 use leaktrace_tests::*;
 
-fn build_dir() -> PathBuf {
-    fixture_build_dir("heaps")
-}
-
-/// The directory holding StaticList.class and JniLeak.class.
+/// The directory holding StaticList.class and JniLeak.class, once per run ([`built_once`]).
 fn java_classes() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = build_dir().join("java");
-        std::fs::create_dir_all(&out).unwrap();
-        run_build_step(
-            Command::new("javac")
-                .arg("-d")
-                .arg(&out)
-                .arg(fixture_source("heaps").join("StaticList.java"))
-                .arg(fixture_source("runtimes").join("JniLeak.java")),
-            "javac",
-        );
-        out
+        built_once("verdicts_heaps-java", |out| {
+            run_build_step(
+                Command::new("javac")
+                    .arg("-d")
+                    .arg(out)
+                    .arg(fixture_source("heaps").join("StaticList.java"))
+                    .arg(fixture_source("runtimes").join("JniLeak.java")),
+                "javac",
+            );
+        })
     })
 }
 
-/// libjnileak.so (runtimes/jnileak.c), built against the JDK whose `javac` is on PATH.
+/// libjnileak.so (runtimes/jnileak.c), built against the JDK whose `javac` is on PATH, once per
+/// run ([`built_once`]).
 fn jnileak() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| build_jni_leak_library(&build_dir()))
+    P.get_or_init(|| {
+        built_once("verdicts_heaps-jnileak", |dir| drop(build_jni_leak_library(dir))).join("libjnileak.so")
+    })
 }
 
 /// Record `cmd` for `duration`; the report, a context for failures and the output directory.

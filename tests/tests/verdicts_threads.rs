@@ -15,17 +15,17 @@ use leaktrace_tests::*;
 fn kinds_fixture() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-verdicts");
-        std::fs::create_dir_all(&dir).expect("create fixtures-verdicts");
-        let bin = dir.join("kinds");
-        let o = Command::new("gcc")
-            .args(["-O2", "-g", "-pthread", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("kinds.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling kinds.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
+        built_once("verdicts_threads-kinds", |dir| {
+            let bin = dir.join("kinds");
+            let o = Command::new("gcc")
+                .args(["-O2", "-g", "-pthread", "-Wall", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("kinds.c"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(o.status.success(), "compiling kinds.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("kinds")
     })
 }
 

@@ -47,19 +47,21 @@ const DEADLINE: Duration = Duration::from_secs(180);
 const IDLE_PODS: usize = 21;
 const IDLE_PYTHONS: usize = 2;
 
-/// tests/fixtures/arenas.c built as distributions build (-O2, no frame pointers), once.
+/// tests/fixtures/arenas.c built as distributions build (-O2, no frame pointers), once per run
+/// ([`built_once`]).
 fn arenas_o2() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let bin = fixture_build_dir("fixtures-watch-node").join("arenas");
-        run_build_step(
-            Command::new("gcc")
-                .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
-                .arg(&bin)
-                .arg(fixture_source("arenas.c")),
-            "gcc (arenas.c)",
-        );
-        bin
+        built_once("watch_node-arenas", |dir| {
+            run_build_step(
+                Command::new("gcc")
+                    .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+                    .arg(dir.join("arenas"))
+                    .arg(fixture_source("arenas.c")),
+                "gcc (arenas.c)",
+            );
+        })
+        .join("arenas")
     })
 }
 

@@ -23,17 +23,17 @@ const LIMIT: u64 = 48 << 20;
 fn hostile() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = temp_root().join("fixtures-watch-hostile");
-        std::fs::create_dir_all(&dir).expect("create fixtures-watch-hostile");
-        let bin = dir.join("hostile");
-        let o = Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(fixture_source("hostile.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-        assert!(o.status.success(), "compiling hostile.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        bin
+        built_once("watch_oom-hostile", |dir| {
+            let bin = dir.join("hostile");
+            let o = Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+                .arg(&bin)
+                .arg(fixture_source("hostile.c"))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(o.status.success(), "compiling hostile.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        })
+        .join("hostile")
     })
 }
 
