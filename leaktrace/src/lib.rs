@@ -16,6 +16,7 @@ pub mod allocators;
 pub mod args;
 pub mod bpf_batch;
 pub mod btf;
+pub mod cgroups;
 pub mod check;
 pub mod discover;
 /// `record --heap-census` (issue 33): the runtimes' own heap tools driven from outside.

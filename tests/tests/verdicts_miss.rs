@@ -1,0 +1,147 @@
+//! Cases a new user meets in the first week that leaktrace used to get wrong: `--cgroup` with a
+//! relative path on a hybrid cgroup host and on a pure cgroup v2 layout, a launched program too
+//! short to judge, a leak that grows in steps, a small constructor called from several places.
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use leaktrace_tests::*;
+
+fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// A `sleep 120` moved into `cgroups`, killed when dropped.
+struct Sleeper(Child);
+
+impl Sleeper {
+    fn into(cgroups: &[&Path]) -> Sleeper {
+        let child = Command::new("sleep").arg("120").spawn().expect("sleep");
+        for cg in cgroups {
+            std::fs::write(cg.join("cgroup.procs"), child.id().to_string())
+                .unwrap_or_else(|e| panic!("cannot move {} into {}: {e}", child.id(), cg.display()));
+        }
+        Sleeper(child)
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cgroup directory made by the test, removed when dropped (after its processes: drop them
+/// first).
+struct CgDir(PathBuf);
+
+impl CgDir {
+    fn new(dir: PathBuf) -> CgDir {
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        CgDir(dir)
+    }
+}
+
+impl Drop for CgDir {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = writeln!(std::io::stderr(), "could not remove cgroup {}", self.0.display());
+    }
+}
+
+/// The v1 memory controller's mount point, when this host has one.
+fn v1_memory_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut f = post.split_ascii_whitespace();
+        let point = pre.split_ascii_whitespace().nth(4)?;
+        (f.next()? == "cgroup" && f.nth(1)?.split(',').any(|o| o == "memory")).then(|| PathBuf::from(point))
+    })
+}
+
+/// A hybrid host (cgroup2 at /sys/fs/cgroup/unified, the memory controller on v1 at
+/// /sys/fs/cgroup/memory): `watch --cgroup NAME` finds NAME under the cgroup2 mount that
+/// /proc/self/mountinfo names (not /sys/fs/cgroup/NAME, which is nothing there), watches its
+/// process, and reads the limit and usage from the v1 memory cgroup of the same name;
+/// `record --cgroup NAME2`, NAME2 a v1 memory cgroup only, resolves under the memory mount.
+#[test]
+fn relative_cgroup_on_a_hybrid_host_is_found_with_its_v1_memory_limit() {
+    require_root();
+    let (Ok(v2), Some(mem)) = (cgroup2_mount(), v1_memory_mount()) else {
+        return skip("relative_cgroup_on_a_hybrid_host", "not a hybrid cgroup host");
+    };
+    if v2 == Path::new("/sys/fs/cgroup") {
+        return skip("relative_cgroup_on_a_hybrid_host", "cgroup2 is mounted at /sys/fs/cgroup");
+    }
+    let name = format!("leaktrace-miss-{}", std::process::id());
+    let limit_cg = MemCgroup::new(&name, 256 << 20);
+    assert!(limit_cg.dir.starts_with(&mem), "{} is no v1 memory cgroup", limit_cg.dir.display());
+    let v2_cg = CgDir::new(v2.join(&name));
+    let sleeper = Sleeper::into(&[&v2_cg.0, &limit_cg.dir]);
+    let pid = sleeper.0.id().to_string();
+
+    let out = OutDir::new("miss-hybrid-watch");
+    let mut cmd = leaktrace(["watch", "--duration", "2s", "--no-escalate", "--cgroup", &name, "--out"]);
+    cmd.arg(&out.path);
+    let o = run(cmd, None, TIMEOUT);
+    assert_no_panic(&o);
+    assert_eq!(o.code(), Some(0), "{}", o.describe());
+    let said = format!("--cgroup {name}: cgroup {} (memory limit 256.0 MiB", v2_cg.0.display());
+    assert!(o.stderr.contains(&said), "expected {said:?}\n{}", o.describe());
+    assert!(o.stderr.contains("cgroup v1 memory.limit_in_bytes, memory.usage_in_bytes in"), "{}", o.describe());
+    assert!(o.stderr.contains(&format!("watch: PID {pid} (sleep): ")), "the process was not watched\n{}", o.describe());
+
+    // A v1 memory cgroup alone, named relative: record finds it under the memory mount.
+    drop(sleeper);
+    let only_v1 = MemCgroup::new(&format!("{name}-v1"), 128 << 20);
+    let sleeper = Sleeper::into(&[&only_v1.dir]);
+    let rec = OutDir::new("miss-hybrid-record");
+    let mut cmd = leaktrace(["record", "--duration", "1s", "--cgroup", &format!("{name}-v1"), "--out"]);
+    cmd.arg(&rec.path);
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    assert!(o.stderr.contains("(memory limit 128.0 MiB, usage"), "{}", o.describe());
+    let r = Report::load(&rec.path);
+    assert_eq!(r.get(&["target", "pid"]).as_u64(), Some(sleeper.0.id() as u64), "target.pid");
+    drop(sleeper);
+}
+
+/// A pure cgroup v2 layout, made real in a private mount namespace: /sys/fs/cgroup unmounted
+/// and a cgroup2 file system mounted there instead (nothing changes for the host). Both `watch`
+/// and `record --cgroup NAME` find NAME under it.
+#[test]
+fn relative_cgroup_on_a_pure_v2_layout_is_found() {
+    require_root();
+    let Ok(v2) = cgroup2_mount() else {
+        return skip("relative_cgroup_on_a_pure_v2_layout", "no cgroup2 hierarchy");
+    };
+    let name = format!("leaktrace-miss-v2-{}", std::process::id());
+    let dir = CgDir::new(v2.join(&name));
+    let sleeper = Sleeper::into(&[&dir.0]);
+    let pid = sleeper.0.id();
+    let out = OutDir::new("miss-v2");
+    let (watch_out, rec_out) = (out.path.join("watch"), out.path.join("rec"));
+    let script = r#"umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && grep -c cgroup2 /proc/self/mountinfo >&2 &&
+        "$0" watch --duration 2s --no-escalate --cgroup "$1" --out "$2" && "$0" record --duration 1s --cgroup "$1" --out "$3""#;
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(leaktrace_bin())
+        .arg(&name)
+        .arg(&watch_out)
+        .arg(&rec_out);
+    let o = run(cmd, None, TIMEOUT);
+    drop(sleeper);
+    assert_no_panic(&o);
+    assert_eq!(o.code(), Some(0), "{}", o.describe());
+    assert!(o.stderr.contains(&format!("--cgroup {name}: cgroup /sys/fs/cgroup/{name} (")), "{}", o.describe());
+    assert!(o.stderr.contains(&format!("watch: PID {pid} (sleep): ")), "the process was not watched\n{}", o.describe());
+    let r = Report::load(&rec_out);
+    assert_eq!(r.get(&["target", "pid"]).as_u64(), Some(pid as u64), "target.pid");
+}
