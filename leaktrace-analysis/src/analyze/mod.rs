@@ -574,7 +574,8 @@ pub enum Reason {
         heap_flat: bool,
     },
     /// The command exited before its run had a shape (fewer than [`MIN_SHAPE_CHECKPOINTS`]
-    /// checkpoints in the analysed span): what it still held at exit is listed instead
+    /// checkpoints in the analysed span, or a span shorter than [`MIN_SHAPE_SECONDS`]): what it
+    /// still held at exit is listed instead
     /// ([`Analysis::at_exit`]).
     TooShort {
         /// Checkpoints in the analysed span.
@@ -810,6 +811,10 @@ pub struct AtExit {
     /// Per entry of `sites`: the ids ([`SiteAnalysis::id`]) of the other sites folded into it
     /// (same symbolized frames, other return addresses), ascending; empty when none.
     pub folded: Vec<Vec<u32>>,
+    /// Per entry of `sites`: (reachable bytes, unreachable bytes) of the entry's sites at the
+    /// reachability scan at exit (`record --reachability`); None without a scan, or when the
+    /// scan saw none of the entry's blocks.
+    pub reach: Vec<Option<(u64, u64)>>,
     /// Sum of their live bytes, bytes.
     pub live_bytes: u64,
     /// Sum of their live blocks.
