@@ -192,7 +192,8 @@ pub struct SiteEvidence {
     /// Separate rises of live blocks (runs of checkpoint intervals in which they rose, flat in
     /// between) after the first interval of the span, counted only for a site that never freed a
     /// block and whose live blocks never fell; 0 otherwise. Two or more, the last in the steady
-    /// window, make a leak in bursts.
+    /// window, make a leak in bursts. For a leak judged by its envelope (live bytes rising in
+    /// stairs that only go up), the stairs' steps.
     pub steps: usize,
     /// A cache seen as one abrupt step (one rise within at most two intervals) of never-freed
     /// blocks: not a plateau; its confidence is at most [`SINGLE_STEP_CONFIDENCE`] and the
@@ -916,7 +917,9 @@ fn class_rank(c: SiteClass) -> u8 {
     }
 }
 
+mod callers;
 mod collected;
+mod envelope;
 mod finalization;
 pub mod first_touch;
 pub(crate) use first_touch::mapped_by_allocator;

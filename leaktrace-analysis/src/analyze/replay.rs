@@ -479,6 +479,7 @@ fn analyze_sites(
     for (si, st) in tl.stacks.iter().enumerate() {
         sites.push(analyze_site(st, &series[si], ctx, tl.kinds[si]));
     }
+    super::callers::name_concentrated_callers(&mut sites);
     if let Some(rt) = rec.target.runtime {
         let extensions: std::collections::HashSet<String> =
             rec.mappings.iter().filter(|m| m.python_extension).map(|m| m.path.clone()).collect();

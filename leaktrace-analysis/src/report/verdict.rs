@@ -756,12 +756,18 @@ fn first_touch_phrase(s: &SiteAnalysis, alloc: &str, per_s: &str, window: &str, 
 /// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
 /// mapping).
 fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str, escalated: bool) -> String {
-    let per_s = format!(
-        "{} ({:.0} B/s ± {:.0} at 95 %)",
-        hr(s.growth_bytes_per_s),
-        s.growth_bytes_per_s,
-        s.growth_ci95_bytes_per_s.unwrap_or(0.0)
-    );
+    let per_s = match s.growth_ci95_bytes_per_s {
+        // A leak in steps: its rate is its envelope's, which has no interval.
+        None if s.evidence.steps > 0 => format!(
+            "{} ({:.0} B/s, the envelope of {} steps)",
+            hr(s.growth_bytes_per_s),
+            s.growth_bytes_per_s,
+            s.evidence.steps
+        ),
+        ci => {
+            format!("{} ({:.0} B/s ± {:.0} at 95 %)", hr(s.growth_bytes_per_s), s.growth_bytes_per_s, ci.unwrap_or(0.0))
+        }
+    };
     if let Some(alloc) = &s.first_touch_in {
         return first_touch_phrase(s, alloc, &per_s, window, escalated);
     }
