@@ -16,6 +16,7 @@ pub mod allocators;
 pub mod args;
 pub mod bpf_batch;
 pub mod btf;
+pub mod cgroups;
 pub mod check;
 pub mod cri;
 pub mod discover;

@@ -233,7 +233,8 @@ struct RecordArgs {
     /// per process and a summary.
     #[arg(long, conflicts_with = "command")]
     pid: Vec<u32>,
-    /// Trace every process of this cgroup (v2 path, absolute or relative to /sys/fs/cgroup).
+    /// Trace every process of this cgroup (absolute, or relative to the cgroup2 mount, else the
+    /// v1 memory controller's).
     #[arg(long, conflicts_with_all = ["command", "pid"])]
     cgroup: Option<PathBuf>,
     /// Trace every process of this container (an ID, or its first characters, as it appears

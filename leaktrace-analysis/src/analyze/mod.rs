@@ -192,7 +192,8 @@ pub struct SiteEvidence {
     /// Separate rises of live blocks (runs of checkpoint intervals in which they rose, flat in
     /// between) after the first interval of the span, counted only for a site that never freed a
     /// block and whose live blocks never fell; 0 otherwise. Two or more, the last in the steady
-    /// window, make a leak in bursts.
+    /// window, make a leak in bursts. For a leak judged by its envelope (live bytes rising in
+    /// stairs that only go up), the stairs' steps.
     pub steps: usize,
     /// A cache seen as one abrupt step (one rise within at most two intervals) of never-freed
     /// blocks: not a plateau; its confidence is at most [`SINGLE_STEP_CONFIDENCE`] and the
@@ -574,7 +575,8 @@ pub enum Reason {
         heap_flat: bool,
     },
     /// The command exited before its run had a shape (fewer than [`MIN_SHAPE_CHECKPOINTS`]
-    /// checkpoints in the analysed span): what it still held at exit is listed instead
+    /// checkpoints in the analysed span, or a span shorter than [`MIN_SHAPE_SECONDS`]): what it
+    /// still held at exit is listed instead
     /// ([`Analysis::at_exit`]).
     TooShort {
         /// Checkpoints in the analysed span.
@@ -810,6 +812,10 @@ pub struct AtExit {
     /// Per entry of `sites`: the ids ([`SiteAnalysis::id`]) of the other sites folded into it
     /// (same symbolized frames, other return addresses), ascending; empty when none.
     pub folded: Vec<Vec<u32>>,
+    /// Per entry of `sites`: (reachable bytes, unreachable bytes) of the entry's sites at the
+    /// reachability scan at exit (`record --reachability`); None without a scan, or when the
+    /// scan saw none of the entry's blocks.
+    pub reach: Vec<Option<(u64, u64)>>,
     /// Sum of their live bytes, bytes.
     pub live_bytes: u64,
     /// Sum of their live blocks.
@@ -911,7 +917,9 @@ fn class_rank(c: SiteClass) -> u8 {
     }
 }
 
+mod callers;
 mod collected;
+mod envelope;
 mod finalization;
 pub mod first_touch;
 mod frames;

@@ -43,12 +43,12 @@ pub fn analyze(rec: &Recording, opts: &AnalyzeOptions) -> Analysis {
 pub fn analyze_timeline(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analysis {
     let Some((head, td)) = before_teardown(rec, tl) else {
         let mut a = analyze_span(rec, tl, opts);
-        a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(&a.sites, tl));
+        a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(rec, &a.sites, tl));
         return a;
     };
     let htl = Timeline::new(&head);
     let mut a = analyze_span(&head, &htl, opts);
-    a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(&a.sites, tl));
+    a.at_exit = (rec.end_reason == EndReason::TargetExited).then(|| at_exit_of(rec, &a.sites, tl));
     let mut freed = Vec::new();
     for (i, s) in a.sites.iter().enumerate() {
         let Some(&si) = tl.index.get(&s.id) else { continue };
@@ -95,8 +95,8 @@ fn before_teardown(rec: &Recording, tl: &Timeline) -> Option<(Recording, usize)>
 
 /// LeakSanitizer's list at exit: the sites (positions in `sites`) still holding memory at the
 /// last checkpoint of `tl` (after exit), apart from libc's and the runtime's one-time
-/// allocations.
-fn at_exit_of(sites: &[SiteAnalysis], tl: &Timeline) -> AtExit {
+/// allocations, each with what the reachability scan at exit found of its blocks.
+fn at_exit_of(rec: &Recording, sites: &[SiteAnalysis], tl: &Timeline) -> AtExit {
     let live = |i: usize| {
         tl.index.get(&sites[i].id).map_or((0, 0), |&si| {
             (tl.live_bytes[si].last().copied().unwrap_or(0), tl.live_count[si].last().copied().unwrap_or(0))
@@ -134,7 +134,15 @@ fn at_exit_of(sites: &[SiteAnalysis], tl: &Timeline) -> AtExit {
         e.3.sort_unstable();
     }
     entries.sort_by_key(|&(i, b, _, _)| (std::cmp::Reverse(b), i));
+    let reach_of = |e: &(usize, u64, u64, Vec<u32>)| {
+        let scan = rec.reachability.as_ref()?;
+        let ids: Vec<u32> = std::iter::once(sites[e.0].id).chain(e.3.iter().copied()).collect();
+        let seen: Vec<_> = scan.sites.iter().filter(|s| ids.contains(&s.stack)).collect();
+        (!seen.is_empty())
+            .then(|| (seen.iter().map(|s| s.reachable_bytes).sum(), seen.iter().map(|s| s.unreachable_bytes).sum()))
+    };
     AtExit {
+        reach: entries.iter().map(reach_of).collect(),
         live_bytes: entries.iter().map(|k| k.1).sum(),
         live_allocations: entries.iter().map(|k| k.2).sum(),
         sites: entries.iter().map(|k| k.0).collect(),
@@ -471,6 +479,7 @@ fn analyze_sites(
     for (si, st) in tl.stacks.iter().enumerate() {
         sites.push(analyze_site(st, &series[si], ctx, tl.kinds[si]));
     }
+    super::callers::name_concentrated_callers(&mut sites);
     if let Some(rt) = rec.target.runtime {
         let extensions: std::collections::HashSet<String> =
             rec.mappings.iter().filter(|m| m.python_extension).map(|m| m.path.clone()).collect();
@@ -746,7 +755,7 @@ fn flat_kinds_hold_caches(rec: &Recording, kind_list: &[KindGrowth], sites: &mut
 fn too_short_verdict(rec: &Recording, sw: &SpanWindows, f_drops: f64, verdict: Verdict) -> Verdict {
     let exited = rec.end_reason == EndReason::TargetExited;
     let span_checkpoints = sw.span.end.saturating_sub(sw.span.start);
-    if exited && span_checkpoints < MIN_SHAPE_CHECKPOINTS {
+    if exited && (span_checkpoints < MIN_SHAPE_CHECKPOINTS || sw.duration < MIN_SHAPE_SECONDS) {
         Verdict {
             class: ProcessClass::Flat,
             confidence: clamp_conf(0.1 * f_drops),

@@ -39,6 +39,8 @@ pub(super) fn analyze_site(
     let lookalike = patterns::lookalike(&st.frames);
     let verdict = judge_warm_up(&f, ctx, memory_kind, lookalike.as_ref(), verdict);
     let (threads, Verdict { class, confidence, reason }) = judge_threads(&f, st, ser, ctx, verdict);
+    // A leak in steps keeps its envelope's rate (no interval: the steps are its evidence).
+    let by_envelope = f.envelope.filter(|_| class == SiteClass::Leak && f.envelope_leak());
 
     // The release a leaking stack likely misses: for a site that leaks, or that never freed any
     // of the blocks it holds; a site whose blocks are freed (the same API, its result released)
@@ -72,8 +74,8 @@ pub(super) fn analyze_site(
         freed_bytes: ser.last.free_bytes,
         frees: ser.last.free_count,
         growth_bytes: f.growth_bytes,
-        growth_bytes_per_s: f.steady.slope_bytes_per_s,
-        growth_ci95_bytes_per_s: f.steady.ci95_bytes_per_s,
+        growth_bytes_per_s: by_envelope.map_or(f.steady.slope_bytes_per_s, |e| e.rate),
+        growth_ci95_bytes_per_s: if by_envelope.is_some() { None } else { f.steady.ci95_bytes_per_s },
         growth_bytes_per_unit: f.per_unit.map(|t| t.slope_bytes_per_s),
         growth_ci95_bytes_per_unit: f.per_unit.and_then(|t| t.ci95_bytes_per_s),
         resident_bytes: if st.kind == StackKind::Mmap { ser.resident } else { None },
@@ -96,7 +98,7 @@ pub(super) fn analyze_site(
             steady_sd_bytes: f.sd_steady,
             turnover: f.turnover,
             plateau: f.plateau,
-            steps: f.steps.len(),
+            steps: by_envelope.map_or(f.steps.len(), |e| e.steps),
             single_step: f.single_step && class == SiteClass::Cache,
             not_significant,
             mean_age_s: f.ages.map(|a| a.mean_age_s),
@@ -155,6 +157,8 @@ struct Facts<'a> {
     span_start: usize,
     steps: Vec<std::ops::Range<usize>>,
     stepwise: bool,
+    /// Live bytes rising in stairs that only go up ([`super::envelope::envelope`]).
+    envelope: Option<super::envelope::Envelope>,
     single_step: bool,
     /// Mean live blocks over the steady window, and their mean lifetime, seconds.
     mean_blocks: f64,
@@ -305,6 +309,7 @@ impl<'a> Facts<'a> {
             span_start: win.early.as_ref().map_or(win.steady.start, |e| e.start),
             steps: Vec::new(),
             stepwise: false,
+            envelope: None,
             single_step: false,
             mean_blocks: 0.0,
             lifetime_s: None,
@@ -316,6 +321,8 @@ impl<'a> Facts<'a> {
         };
         let flattened = f.growth_shape(st);
         f.block_history(ser, ctx, blocks_monotonic, flattened);
+        f.envelope = super::envelope::envelope(times, live, f.span_start, win.steady.end, win.steady.start)
+            .filter(|e| e.rate > floor && f.growth_bytes as f64 > f.floor_bytes);
         f
     }
 
@@ -411,6 +418,8 @@ fn classify(f: &Facts<'_>, ctx: &SiteContext<'_>) -> Verdict {
         growth_leak(f, ctx)
     } else if f.stepwise && f.growth_bytes as f64 > f.floor_bytes {
         stepwise_leak(f, ctx)
+    } else if f.envelope_leak() {
+        envelope_leak(f, ctx)
     } else if f.turnover.is_some_and(|t| t >= TEMPORARY_TURNOVER) && f.free_count > 0 && !f.grows && !f.evicting_cache {
         churn_temporary(f, ctx)
     } else if (f.grows && (f.plateau || !f.count_ok)) || f.rose_and_flat {
@@ -507,6 +516,41 @@ fn stepwise_leak(f: &Facts<'_>, ctx: &SiteContext<'_>) -> Verdict {
          in the steady window: {} retained in all, a leak in bursts",
         f.steps.len(),
         crate::human::bytes(f.growth_bytes.max(0) as u64)
+    );
+    Verdict { class: SiteClass::Leak, confidence, reason }
+}
+
+impl Facts<'_> {
+    /// A leak judged by its envelope: stairs that only go up, where neither the least-squares
+    /// slope (a leak) nor steps of never-freed blocks (a leak in bursts) decided (the order of
+    /// [`classify`]).
+    fn envelope_leak(&self) -> bool {
+        self.envelope.is_some()
+            && !self.too_short
+            && !(self.grows && self.count_ok && !self.plateau)
+            && !(self.stepwise && self.growth_bytes as f64 > self.floor_bytes)
+    }
+}
+
+/// Leak: live bytes rising in stairs that only go up, each step above the last high-water mark;
+/// the rate is the envelope's (the line through the steps' high-water marks).
+fn envelope_leak(f: &Facts<'_>, ctx: &SiteContext<'_>) -> Verdict {
+    let Some(e) = f.envelope else { return flat(f, ctx) };
+    let f_steps = (0.25 * e.steps as f64).min(1.0);
+    let confidence = clamp_conf(f_steps * f.f_share * ctx.f_drops);
+    let blocks = if f.count_grew {
+        format!("live blocks grew by {}", f.steady_growth_allocations)
+    } else {
+        format!("the same {} live block(s) enlarged (realloc), never shrunk", f.count_end)
+    };
+    let reason = format!(
+        "live bytes rose in {} steps, flat in between, each above the last high-water mark and \
+         never falling, the last in the steady window; {blocks}: growth by its envelope at {:.1} \
+         B/s (a least-squares slope through the steps reads {:.1} B/s ± {:.1}), a leak in steps",
+        e.steps,
+        e.rate,
+        f.steady.slope_bytes_per_s,
+        f.steady.ci95_bytes_per_s.unwrap_or(0.0),
     );
     Verdict { class: SiteClass::Leak, confidence, reason }
 }

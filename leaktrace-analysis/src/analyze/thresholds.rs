@@ -41,6 +41,14 @@ pub const SINGLE_STEP_CONFIDENCE: f64 = 0.2;
 /// have a shape: its verdict is "inconclusive: too short to classify", followed by what it still
 /// held when it exited ([`AtExit`](super::AtExit)).
 pub const MIN_SHAPE_CHECKPOINTS: usize = 5;
+/// Steps a site's live bytes must rise in, each to a new high-water mark and never falling, to
+/// be a leak judged by its envelope (`analyze/envelope.rs`).
+pub const MIN_ENVELOPE_STEPS: usize = 3;
+/// A command that exited after an analysed span shorter than this (seconds) ran too short to
+/// judge growth, however many checkpoints a fast `--interval` took in it: its steady window (the
+/// last half) is under 0.75 s, where start-up, one batch of work and a leak all read as the same
+/// rise. Same verdict as [`MIN_SHAPE_CHECKPOINTS`].
+pub const MIN_SHAPE_SECONDS: f64 = 1.5;
 /// A site whose cumulative allocated bytes reach this many times its peak live bytes turns its
 /// memory over (short-lived blocks): class `temporary` unless it grows.
 pub const TEMPORARY_TURNOVER: f64 = 4.0;

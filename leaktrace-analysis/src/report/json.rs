@@ -238,6 +238,8 @@ fn at_exit_json(a: &Analysis) -> Value {
                     "live_bytes": live_bytes,
                     "live_allocations": live_allocations,
                     "folded_ids": x.folded.get(k).cloned().unwrap_or_default(),
+                    "reachable_bytes": x.reach.get(k).copied().flatten().map(|r| r.0),
+                    "unreachable_bytes": x.reach.get(k).copied().flatten().map(|r| r.1),
                     "stack": s.frames.iter().map(|f| crate::analyze::frame_label(f)).collect::<Vec<_>>(),
                 })
             }).collect::<Vec<_>>(),

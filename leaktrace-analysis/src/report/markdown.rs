@@ -102,7 +102,7 @@ fn at_exit_lines(md: &mut String, a: &Analysis) {
         md,
         "{}.
 ",
-        super::verdict::at_exit_phrase(a)
+        super::at_exit::at_exit_phrase(a)
     );
     for (k, (&i, &(held_bytes, held_blocks))) in x.sites.iter().zip(&x.held).enumerate() {
         let s = &a.sites[i];
@@ -110,7 +110,8 @@ fn at_exit_lines(md: &mut String, a: &Analysis) {
             0 => String::new(),
             n => format!(" ({} stacks with these frames at other return addresses)", n + 1),
         };
-        let _ = writeln!(md, "- {} in {} block(s) from {}{folded}:", bytes(held_bytes), held_blocks, s.function);
+        let reach = super::at_exit::at_exit_reach(x, k);
+        let _ = writeln!(md, "- {} in {} block(s) from {}{reach}{folded}:", bytes(held_bytes), held_blocks, s.function);
         for l in stack_lines(s) {
             let _ = writeln!(md, "    - {l}");
         }
@@ -125,7 +126,7 @@ fn at_exit_lines(md: &mut String, a: &Analysis) {
 fn freed_at_exit_lines(md: &mut String, a: &Analysis) {
     let Some(f) = &a.freed_at_exit else { return };
     let _ = writeln!(md, "## Freed at exit\n");
-    let _ = writeln!(md, "{}.\n", super::verdict::freed_at_exit_phrase(a));
+    let _ = writeln!(md, "{}.\n", super::at_exit::freed_at_exit_phrase(a));
     for &(i, b, c) in &f.sites {
         let s = &a.sites[i];
         let _ =

@@ -18,6 +18,7 @@ use crate::output::OutDir;
 use crate::recording::Recording;
 
 /// Growth mode's escalation (issue 34): first touches in the allocator, the exact window.
+pub mod at_exit;
 pub mod escalation;
 pub mod flame;
 pub mod holds;

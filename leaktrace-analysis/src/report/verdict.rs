@@ -303,7 +303,7 @@ fn reason(a: &Analysis) -> String {
             format!(
                 "inconclusive: too short to classify (its allocations and frees spanned {checkpoints} \
                  checkpoint(s), {duration_s:.1} s); {}",
-                at_exit_phrase(a)
+                super::at_exit::at_exit_phrase(a)
             )
         }
         Reason::ExactWindowCut { end_reason, duration_s, checkpoints } => {
@@ -756,12 +756,18 @@ fn first_touch_phrase(s: &SiteAnalysis, alloc: &str, per_s: &str, window: &str, 
 /// second, over the steady `window`; what it holds at the end (mapped and resident bytes for a
 /// mapping).
 fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str, escalated: bool) -> String {
-    let per_s = format!(
-        "{} ({:.0} B/s ± {:.0} at 95 %)",
-        hr(s.growth_bytes_per_s),
-        s.growth_bytes_per_s,
-        s.growth_ci95_bytes_per_s.unwrap_or(0.0)
-    );
+    let per_s = match s.growth_ci95_bytes_per_s {
+        // A leak in steps: its rate is its envelope's, which has no interval.
+        None if s.evidence.steps > 0 => format!(
+            "{} ({:.0} B/s, the envelope of {} steps)",
+            hr(s.growth_bytes_per_s),
+            s.growth_bytes_per_s,
+            s.evidence.steps
+        ),
+        ci => {
+            format!("{} ({:.0} B/s ± {:.0} at 95 %)", hr(s.growth_bytes_per_s), s.growth_bytes_per_s, ci.unwrap_or(0.0))
+        }
+    };
     if let Some(alloc) = &s.first_touch_in {
         return first_touch_phrase(s, alloc, &per_s, window, escalated);
     }
@@ -843,83 +849,6 @@ fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
 /// not the code that keeps the objects reachable).
 fn heap_tool(runtime: Runtime) -> &'static str {
     crate::runtimes::rules(runtime).heap_tool()
-}
-
-/// What the command still held when it exited, LeakSanitizer-style: "still allocated when the
-/// command exited: 29.3 KiB in 1 block from main (leaker.c:12), ...; 2 one-time allocations of
-/// libc and the runtime (1.0 KiB) not listed". Up to five sites are named.
-pub fn at_exit_phrase(a: &Analysis) -> String {
-    let Some(x) = &a.at_exit else { return "the target did not exit".to_string() };
-    let one_time = if x.one_time_sites > 0 {
-        format!(
-            "; {} one-time allocation site(s) of libc and the runtime ({}) not listed",
-            x.one_time_sites,
-            hb(x.one_time_bytes)
-        )
-    } else {
-        String::new()
-    };
-    if x.sites.is_empty() {
-        return format!("nothing was still allocated when the command exited{one_time}");
-    }
-    let named: Vec<String> = x
-        .sites
-        .iter()
-        .take(5)
-        .enumerate()
-        .map(|(k, &i)| {
-            let s = &a.sites[i];
-            let at = s
-                .culprit_frame
-                .and_then(|k| s.frames.get(k))
-                // A Python frame's label already carries its file and line.
-                .filter(|f| f.kind != crate::recording::FrameKind::Python)
-                .and_then(|f| Some(format!(" ({}:{})", crate::analyze::basename(f.file.as_deref()?), f.line?)))
-                .unwrap_or_default();
-            let (b, c) = x.held.get(k).copied().unwrap_or((s.live_bytes, s.live_allocations));
-            format!("{} in {} block(s) from {}{at}", hb(b), c, s.function)
-        })
-        .collect();
-    let more = if x.sites.len() > 5 { format!(" and {} more site(s)", x.sites.len() - 5) } else { String::new() };
-    // One site holding it all: named once ("64.0 MiB in 64 block(s), all from leak_block").
-    if x.sites.len() == 1 && x.held.first().is_none_or(|&(b, c)| b == x.live_bytes && c == x.live_allocations) {
-        let all = named[0].rsplit_once(" from ").map_or(named[0].as_str(), |(_, f)| f);
-        return format!(
-            "still allocated when the command exited: {} in {} block(s), all from {all}{one_time}",
-            hb(x.live_bytes),
-            x.live_allocations
-        );
-    }
-    format!(
-        "still allocated when the command exited: {} in {} block(s): {}{more}{one_time}",
-        hb(x.live_bytes),
-        x.live_allocations,
-        named.join(", ")
-    )
-}
-
-/// What a launched command's teardown freed: "the teardown (from 12.3 s) freed 40.0 KiB in 80
-/// block(s): 40.0 KiB in 80 block(s) from remember_request, ...". Up to three
-/// sites are named; empty when no teardown was caught.
-pub fn freed_at_exit_phrase(a: &Analysis) -> String {
-    let Some(f) = &a.freed_at_exit else { return String::new() };
-    if f.sites.is_empty() {
-        return format!("the teardown (from {:.1} s) freed nothing traced", f.teardown_s);
-    }
-    let named: Vec<String> = f
-        .sites
-        .iter()
-        .take(3)
-        .map(|&(i, b, c)| format!("{} in {} block(s) from {}", hb(b), c, a.sites[i].function))
-        .collect();
-    let more = if f.sites.len() > 3 { format!(" and {} more site(s)", f.sites.len() - 3) } else { String::new() };
-    format!(
-        "the teardown (exit handlers, static destructors, interpreter finalization, from {:.1} s) freed {} in {} block(s): {}{more}",
-        f.teardown_s,
-        hb(f.bytes),
-        f.blocks,
-        named.join(", ")
-    )
 }
 
 #[cfg(test)]

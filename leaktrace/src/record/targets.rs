@@ -12,9 +12,10 @@ use crate::launch::{self};
 
 use super::*;
 
-/// The directory of the cgroup v2 `path`: as is when absolute, else under /sys/fs/cgroup.
+/// The directory of the cgroup `path`: as is when absolute, else under the cgroup2 mount of
+/// /proc/self/mountinfo (or the v1 memory controller's mount: [`crate::cgroups::resolve`]).
 pub fn cgroup_dir(path: &Path) -> PathBuf {
-    if path.is_absolute() { path.to_path_buf() } else { Path::new("/sys/fs/cgroup").join(path) }
+    crate::cgroups::resolve(path)
 }
 
 /// The processes of the cgroup v2 directory `dir` and of every cgroup below it, sorted (empty
@@ -45,10 +46,11 @@ pub fn resolve_pids(spec: &TargetSpec) -> anyhow::Result<Vec<u32>> {
             let dir = cgroup_dir(path);
             let procs = dir.join("cgroup.procs");
             let text = std::fs::read_to_string(&procs).with_context(|| {
-                format!("cannot read {} (is {} a cgroup v2 directory?)", procs.display(), dir.display())
+                format!("cannot read {} (is {} a cgroup directory?)", procs.display(), dir.display())
             })?;
             let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
             anyhow::ensure!(!pids.is_empty(), "cgroup {} has no processes", dir.display());
+            crate::note!("leaktrace: --cgroup {}: {}", path.display(), crate::cgroups::describe(&dir));
             pids
         }
         TargetSpec::Container(id) => {

@@ -13,8 +13,9 @@ pub struct WatchArgs {
     /// Watch these processes (repeatable). With no selector, every process of the host.
     #[arg(long)]
     pub pid: Vec<u32>,
-    /// Watch every process of this cgroup and of the cgroups below it (v2 path, absolute or
-    /// relative to /sys/fs/cgroup; e.g. a node's kubepods root), rescanned every 5 s.
+    /// Watch every process of this cgroup and of the cgroups below it (absolute, or relative to
+    /// the cgroup2 mount, else the v1 memory controller's; e.g. a node's kubepods root),
+    /// rescanned every 5 s.
     #[arg(long, conflicts_with = "pid")]
     pub cgroup: Option<PathBuf>,
     /// Watch the processes of this Kubernetes pod on this node (name or UID), as `record --pod`

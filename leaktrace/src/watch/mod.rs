@@ -44,7 +44,7 @@ pub enum Selector {
     Host,
     /// These PIDs, while they live.
     Pids(Vec<u32>),
-    /// The processes of a cgroup (v2) and of the cgroups below it.
+    /// The processes of a cgroup (v2, or a v1 hierarchy's) and of the cgroups below it.
     Cgroup(PathBuf),
     /// The processes of a Kubernetes pod (`crate::pod`).
     Pod(crate::pod::PodSelector),
@@ -52,7 +52,7 @@ pub enum Selector {
 
 impl Selector {
     /// A selector that can never match is a mistake to say at once, as `record` does: a
-    /// `--pid` that is no process, a `--cgroup` that is no cgroup v2 directory. (A pod may
+    /// `--pid` that is no process, a `--cgroup` that is no cgroup directory. (A pod may
     /// start later: none is waited for.)
     pub fn check(&self) -> anyhow::Result<()> {
         match self {
@@ -65,10 +65,11 @@ impl Selector {
                 let dir = record::cgroup_dir(c);
                 anyhow::ensure!(
                     dir.join("cgroup.procs").exists(),
-                    "--cgroup {}: no such cgroup v2 directory (no cgroup.procs in {})",
+                    "--cgroup {}: no such cgroup directory (no cgroup.procs in {})",
                     c.display(),
                     dir.display()
                 );
+                crate::note!("leaktrace: watch: --cgroup {}: {}", c.display(), crate::cgroups::describe(&dir));
             }
             Selector::Host | Selector::Pod(_) => {}
         }

@@ -551,3 +551,57 @@ fn few_checkpoints_and_a_wide_slope_are_inconclusive_not_a_leak() {
     assert!(a.verdict.inconclusive, "{ctx}");
     assert!(v.starts_with("inconclusive: not significant — Cache::fill grew +"), "{ctx}");
 }
+
+/// Four log buffers grown with realloc, doubling together from 4 KiB as 8 KB/s of records are
+/// appended to each, sampled every 250 ms for 12 s: live bytes rise in stairs (steps at 0.5, 1,
+/// 2, 4, 8 s), the same 4 blocks enlarged. A least-squares line through them has an interval as
+/// wide as its slope; the stairs only go up: a leak judged by its envelope, at its rate
+/// (65,536 B/s: the line through the high-water marks), never "flat (inconclusive)". A batch
+/// buffer stepping up the same way and back down every 1.5 s is no leak.
+#[test]
+fn stairs_that_only_go_up_are_a_leak_at_their_envelope_rate() {
+    let times: Vec<f64> = (0..=48).map(|k| k as f64 * 0.25).collect();
+    let cap = |t: f64| -> u64 {
+        let mut c = 4096u64;
+        while (c as f64) < 8192.0 * t {
+            c *= 2;
+        }
+        c
+    };
+    // Cumulative counters of a buffer resized by realloc: every resize frees the old size and
+    // allocates the new one.
+    let resized = move |t: f64, period: f64| -> (u64, u64, u64, u64) {
+        let (mut alloc, mut count, mut freed, mut frees) = (0u64, 0u64, 0u64, 0u64);
+        let mut prev = 0u64;
+        for k in 0..=((t / 0.05) as u64) {
+            let now = 4 * cap((k as f64 * 0.05) % period);
+            if now != prev {
+                if prev > 0 {
+                    freed += prev;
+                    frees += 4;
+                }
+                alloc += now;
+                count += 4;
+                prev = now;
+            }
+        }
+        (alloc, count, freed, frees)
+    };
+    let stairs: SiteFn = Box::new(move |t| resized(t, f64::INFINITY));
+    let batch: SiteFn = Box::new(move |t| resized(t, 1.5));
+    let r = recording(
+        &times,
+        vec![(server_stack(1, "append_log"), stairs), (server_stack(2, "batch_buffer"), batch)],
+        &|t| mem((8 << 20) + (65_536.0 * t) as u64),
+        &no_counters,
+    );
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let s = site(&a, 1);
+    assert_eq!(s.class, SiteClass::Leak, "{}", s.evidence.reason);
+    assert_eq!(s.evidence.steps, 5, "{}", s.evidence.reason);
+    assert!((s.growth_bytes_per_s - 65_536.0).abs() < 0.1 * 65_536.0, "{}", s.growth_bytes_per_s);
+    assert!(s.evidence.reason.contains("envelope"), "{}", s.evidence.reason);
+    assert_ne!(site(&a, 2).class, SiteClass::Leak, "{}", site(&a, 2).evidence.reason);
+    assert!(!a.verdict.inconclusive, "{}", sentence(&a));
+    assert!(sentence(&a).contains("append_log"), "{}", sentence(&a));
+}

@@ -367,3 +367,49 @@ fn leak_through_a_catalog_api_names_the_missing_release() {
     let md = crate::report::markdown::report_md(&r, &a);
     assert!(md.contains("whose result must be released with inflateEnd"), "{md}");
 }
+
+/// A small constructor called from three places: make_record's 200 B records are freed by
+/// parse_request and cache_lookup (1,000 a second each) and kept by remember_peer (100 a
+/// second). The leak is named after remember_peer, the caller holding all the growth, with
+/// make_record said in its reason; a constructor called from one place keeps its own name, and
+/// so does one whose growth is split between two callers (60/40: below 80 %).
+#[test]
+fn constructor_called_from_several_places_is_named_by_its_leaking_caller() {
+    let exe = "/srv/app";
+    let st = |id: u32, caller: &str| Stack {
+        id,
+        kind: StackKind::Malloc,
+        frames: [("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"), ("make_record", exe), (caller, exe), ("main", exe)]
+            .iter()
+            .map(|(f, o)| std::sync::Arc::new(frame(f, o, None)))
+            .collect(),
+        lost: false,
+        truncated: None,
+        shared: false,
+    };
+    let churn =
+        || -> SiteFn { Box::new(|t: f64| (200_000 * t as u64, 1000 * t as u64, 200_000 * t as u64, 1000 * t as u64)) };
+    let keep = |per_s: u64| -> SiteFn { Box::new(move |t: f64| (200 * per_s * t as u64, per_s * t as u64, 0, 0)) };
+    let run = |sites: Vec<(Stack, SiteFn)>| {
+        analyze(&recording(&times61(), sites, &|_| mem(20 << 20), &no_counters), &AnalyzeOptions::default())
+    };
+
+    let a = run(vec![
+        (st(1, "parse_request"), churn()),
+        (st(2, "cache_lookup"), churn()),
+        (st(3, "remember_peer"), keep(100)),
+    ]);
+    let leak = site(&a, 3);
+    assert_eq!(leak.class, SiteClass::Leak);
+    assert_eq!(leak.function, "remember_peer");
+    assert_eq!(leak.culprit_frame, Some(2));
+    assert!(leak.evidence.reason.contains("allocated through make_record"), "{}", leak.evidence.reason);
+    assert!(sentence(&a).contains("remember_peer"), "{}", sentence(&a));
+    assert_eq!(site(&a, 1).function, "make_record", "a site that is no leak keeps its name");
+
+    let a = run(vec![(st(3, "remember_peer"), keep(100))]);
+    assert_eq!(site(&a, 3).function, "make_record", "called from one place: the constructor is the leak");
+
+    let a = run(vec![(st(3, "remember_peer"), keep(60)), (st(4, "remember_route"), keep(40))]);
+    assert_eq!(site(&a, 3).function, "make_record", "60 % of the growth is not concentrated");
+}

@@ -335,3 +335,53 @@ fn leak_freed_at_teardown_is_judged_before_the_teardown() {
     assert!(a.freed_at_exit.is_none());
     assert_ne!(a.sites.iter().find(|s| s.function == "remember_request").unwrap().class, SiteClass::Leak);
 }
+
+/// A command that exits 0.7 s after it starts, sampled every 100 ms (8 checkpoints, more than
+/// [`MIN_SHAPE_CHECKPOINTS`]), leaking 5 blocks of 1,000 B a round: too short to judge growth
+/// (the span is under [`MIN_SHAPE_SECONDS`]), never a leak at 50 KB/s; the list at exit holds
+/// its 30,000 B with what the reachability scan at exit found (all unreachable), and a table kept
+/// in a global (reachable).
+#[test]
+fn sub_second_command_is_too_short_whatever_the_interval() {
+    let times: Vec<f64> = (0..8).map(|k| k as f64 / 10.0).collect();
+    let leak: SiteFn = Box::new(|t: f64| {
+        let rounds = ((t * 10.0).round() as u64).min(6);
+        (5_000 * rounds, 5 * rounds, 0, 0)
+    });
+    let table: SiteFn = Box::new(|_| (8_000, 1, 0, 0));
+    let mut r = recording(
+        &times,
+        vec![(user_stack(1, "leak_record"), leak), (user_stack(2, "load_config"), table)],
+        &|t| mem((1 << 20) + (50_000.0 * t) as u64),
+        &no_counters,
+    );
+    r.end_reason = crate::recording::EndReason::TargetExited;
+    let site = |stack, reachable_bytes, unreachable_bytes| crate::reachability::SiteReach {
+        stack,
+        reachable_bytes,
+        reachable_blocks: u64::from(reachable_bytes > 0),
+        unreachable_bytes,
+        unreachable_blocks: unreachable_bytes / 1000,
+        ..Default::default()
+    };
+    r.reachability = Some(crate::reachability::Reachability {
+        t_s: 0.7,
+        complete: true,
+        sites: vec![site(1, 0, 30_000), site(2, 8_000, 0)],
+        ..Default::default()
+    });
+    let a = analyze(&r, &AnalyzeOptions::default());
+    let text = sentence(&a);
+    assert!(a.verdict.inconclusive, "{text}");
+    assert!(matches!(a.verdict.reason, Reason::TooShort { checkpoints: 7.., .. }), "{:?}", a.verdict.reason);
+    assert!(text.starts_with("inconclusive: too short to classify"), "{text}");
+    let x = a.at_exit.as_ref().expect("at_exit");
+    assert_eq!(x.reach, vec![Some((0, 30_000)), Some((8_000, 0))], "{text}");
+    assert!(text.contains("29.3 KiB in 30 block(s) from leak_record"), "{text}");
+    assert!(text.contains(", all unreachable (lost)") && text.contains(", all reachable"), "{text}");
+    // Without a scan, nothing is said of reachability.
+    r.reachability = None;
+    let a = analyze(&r, &AnalyzeOptions::default());
+    assert_eq!(a.at_exit.as_ref().map(|x| x.reach.clone()), Some(vec![None, None]));
+    assert!(!sentence(&a).contains("reachable"), "{}", sentence(&a));
+}
