@@ -18,6 +18,7 @@ pub mod bpf_batch;
 pub mod btf;
 pub mod check;
 pub mod discover;
+pub mod fuzzing;
 /// `record --heap-census` (issue 33): the runtimes' own heap tools driven from outside.
 pub mod holds;
 pub mod launch;
