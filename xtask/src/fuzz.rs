@@ -8,8 +8,8 @@
 //! with the installed runtimes (`target/fuzz/seeds/TARGET`: a JVM's own heap dump with its
 //! unreferenced strings left out, a V8 heap snapshot and a small valid part of it, a Go
 //! executable, the demo recording), and from the corpus earlier runs grew
-//! (`target/fuzz/corpus/TARGET`). The targets are built as leaktrace ships (release, overflow
-//! wrapping, no sanitizer: the parsers are safe Rust).
+//! (`target/fuzz/corpus/TARGET`). The targets are built in release with debug assertions and
+//! overflow checks (cargo-fuzz's default), without a sanitizer (the parsers are safe Rust).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

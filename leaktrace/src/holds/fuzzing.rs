@@ -76,7 +76,12 @@ pub fn go_binary(data: &[u8]) {
 /// Go's memory-profile buckets: the first 32 bytes are the bucket layout (size, allnext,
 /// nstk), the head and the profiling rate; the rest is the target's memory from 0x10000.
 pub fn go_buckets(data: &[u8]) {
-    let Some((head, mem)) = data.split_first_chunk::<40>() else { return };
+    let _ = go_buckets_sites(data);
+}
+
+/// [`go_buckets`]: the sites read.
+fn go_buckets_sites(data: &[u8]) -> Option<Vec<leaktrace_analysis::holds::GoHeapSite>> {
+    let (head, mem) = data.split_first_chunk::<40>()?;
     let word = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().unwrap_or_default());
     let layout = BucketLayout { size: word(0) & 0xffff, allnext: word(1) & 0xffff, nstk: word(2) & 0xffff };
     const BASE: u64 = 0x10000;
@@ -85,5 +90,28 @@ pub fn go_buckets(data: &[u8]) {
         mem.get(at..at.checked_add(len).ok_or("unmapped")?).map(<[u8]>::to_vec).ok_or_else(|| "unmapped".into())
     };
     let mut names = |pcs: &[u64]| pcs.iter().map(|pc| format!("f{}", pc % 7)).collect::<Vec<String>>();
-    let _ = read_heap(&read, word(3), layout, word(4), &mut names);
+    read_heap(&read, word(3), layout, word(4), &mut names).ok().map(|(sites, _)| sites)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A crash `cargo xtask fuzz` found (fuzz/regressions/go_buckets): two buckets whose
+    /// in-use bytes add up past 2^64 for one function; the sum saturates (it overflowed).
+    #[test]
+    fn go_bucket_sums_saturate() {
+        let data =
+            include_bytes!("../../../fuzz/regressions/go_buckets/crash-3ddc7a71d4ab423c4a94c3dd0d484180fdfc8e53");
+        let sites = super::go_buckets_sites(data).expect("the buckets read");
+        assert!(sites.iter().any(|s| s.inuse_bytes == u64::MAX || s.inuse_objects == u64::MAX), "{sites:?}");
+    }
+
+    /// A crash `cargo xtask fuzz` found (fuzz/regressions/python_walk): a type whose item size
+    /// times an object's `ob_size` passes 2^64; the object's size saturates (it overflowed).
+    #[test]
+    fn python_object_sizes_saturate() {
+        let data =
+            include_bytes!("../../../fuzz/regressions/python_walk/crash-47dd9302e0c094c66fe01defdb392c3dc31c70ed");
+        let census = crate::pyheap::walk_image(data).expect("a census");
+        assert!(census.types.iter().any(|t| t.bytes == u64::MAX), "{:?}", census.types);
+    }
 }

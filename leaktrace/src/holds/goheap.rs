@@ -92,8 +92,8 @@ pub fn read_heap(
         let site = by_function
             .entry(function.clone())
             .or_insert_with(|| GoHeapSite { function: function.clone(), ..Default::default() });
-        site.inuse_objects += objects;
-        site.inuse_bytes += bytes;
+        site.inuse_objects = site.inuse_objects.saturating_add(objects);
+        site.inuse_bytes = site.inuse_bytes.saturating_add(bytes);
         let top = largest.entry(function).or_default();
         if bytes > *top {
             *top = bytes;

@@ -192,20 +192,22 @@ fn gc_state(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<u64> {
     }
     let interp = w.mem.u64(at.interp_ptr).filter(|&a| a != 0);
     let interp = interp.ok_or_else(|| anyhow::anyhow!("cannot read the main interpreter's address"))?;
-    Ok(interp + at.layout.gc_state)
+    Ok(interp.wrapping_add(at.layout.gc_state))
 }
 
 /// Walk everything; Ok(true) when the collector was running at the stop. `tids`: the stopped
 /// threads by fsbase ([`frames::local_roots`]).
 fn walk_all(w: &mut Walk<'_>, at: &Located, tids: &mem::FastMap<u64, i32>, pid: u32) -> anyhow::Result<bool> {
     let gc = gc_state(w, at)?;
-    let collecting = w.mem.u64(gc + at.layout.gc_collecting).is_some_and(|v| v as u32 != 0);
-    let heads: Vec<u64> =
-        (0..3).map(|g| gc + at.layout.gc_generations + 24 * g).chain([gc + at.layout.gc_permanent]).collect();
+    let collecting = w.mem.u64(gc.wrapping_add(at.layout.gc_collecting)).is_some_and(|v| v as u32 != 0);
+    let heads: Vec<u64> = (0..3)
+        .map(|g| gc.wrapping_add(at.layout.gc_generations + 24 * g))
+        .chain([gc.wrapping_add(at.layout.gc_permanent)])
+        .collect();
     for &h in &heads {
         let first = w.mem.u64(h).unwrap_or(0) & !3;
         // The first container's prev pointer comes back to the head (flags in its low bits).
-        if first != h && w.mem.u64(first + 8).map(|p| p & !3) != Some(h) {
+        if first != h && w.mem.u64(first.wrapping_add(8)).map(|p| p & !3) != Some(h) {
             anyhow::bail!(
                 "the collector's lists do not read as CPython {}.{}'s (gc state at {gc:#x})",
                 at.layout.version.0,
@@ -221,7 +223,7 @@ fn walk_all(w: &mut Walk<'_>, at: &Located, tids: &mem::FastMap<u64, i32>, pid: 
             if n.is_multiple_of(256) && w.over() {
                 break;
             }
-            if w.node(p + layout::GC_HEAD, true).is_none() {
+            if w.node(p.wrapping_add(layout::GC_HEAD), true).is_none() {
                 w.bad_refs += 1;
             }
             match w.mem.u64(p) {
