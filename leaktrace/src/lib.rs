@@ -20,6 +20,7 @@ pub mod cgroups;
 pub mod check;
 pub mod cri;
 pub mod discover;
+pub mod fuzzing;
 /// `record --heap-census` (issue 33): the runtimes' own heap tools driven from outside.
 pub mod holds;
 pub mod launch;

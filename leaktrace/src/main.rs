@@ -471,7 +471,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 heap_dump: a.heap_dump.options(),
                 reachability: a.reach.options(),
                 python_heap: a.reach.heap_options(),
-                push: a.push.config(),
+                push: a.push.config()?,
                 allow_seccomp_risk: a.allow_seccomp_risk,
                 escalate: (a.mode == Mode::Growth && !a.no_escalate).then_some(a.escalate_for),
             };

@@ -24,8 +24,16 @@
 //! names allow) and `pid`. Addresses are not normalized: the mappings carry start, limit and
 //! file offset.
 //!
-//! Only `http://` URLs: put a TLS-terminating proxy (or Grafana Alloy's
-//! `pyroscope.receive_http`) in front of an `https://` store.
+//! Transport: `http://` or `https://` (ureq over rustls; the server's certificate is checked
+//! against the system's roots, from the usual files and directories of the distribution, plus
+//! `--push-ca FILE`). Authentication, as the stores expect it: `--push-token-file FILE` sends
+//! `Authorization: Bearer TOKEN` (Parca Agent's `--remote-store-bearer-token-file`, Polar
+//! Signals, an authenticating proxy in front of Pyroscope), `--push-basic-auth-file FILE`
+//! (`USER:PASSWORD` on one line) sends `Authorization: Basic ...` (Grafana Cloud Profiles: the
+//! instance ID and an access token). The file is read again at every push (a rotated Kubernetes
+//! secret is picked up) and refused when users other than its owner may write it, when its
+//! owner is neither root nor leaktrace's user, or when it is not one line. A credential is never
+//! sent in clear: with `http://`, only to a loopback address. Redirects are not followed.
 //!
 //! Pushing never stops or slows the recording: profiles are built and sent by one worker
 //! thread; the recording hands it a snapshot without waiting (a snapshot is skipped while the
@@ -35,12 +43,16 @@
 //! [`FINAL_WAIT`].
 
 use std::collections::HashMap;
-use std::io::{Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs as _};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod credentials;
+
+pub use credentials::PushAuth;
+use credentials::{agent, authorization, parse_basic_auth_file, parse_ca_file, parse_token_file};
 
 use crate::analyze::{AnalyzeOptions, analyze};
 use crate::recording::Recording;
@@ -57,8 +69,6 @@ pub const RETRY_DELAYS: [Duration; 5] = [
 ];
 /// Longest the end of a recording waits for the last push (with its retries).
 pub const FINAL_WAIT: Duration = Duration::from_secs(30);
-/// Connect and read/write timeout of one request.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The profile store's protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,13 +93,17 @@ pub struct PushConfig {
     pub labels: Vec<(String, String)>,
     /// Push every this long while recording; None: only at the end.
     pub interval: Option<Duration>,
+    /// The credential sent with every request (`--push-token-file`, `--push-basic-auth-file`).
+    pub auth: Option<PushAuth>,
+    /// `--push-ca FILE`: a PEM file of CA certificates trusted besides the system's roots.
+    pub ca: Option<PathBuf>,
 }
 
 /// The `--push*` options of `record` (flattened into its arguments).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct PushArgs {
     /// Send the heap profile (profile.pb.gz) to this profile store at the end of the recording
-    /// and every --push-interval: http://HOST[:PORT][/PATH] of a Pyroscope server
+    /// and every --push-interval: http[s]://HOST[:PORT][/PATH] of a Pyroscope server
     /// (POST PATH/ingest) or, with --push-format parca, of a Parca server (POST
     /// PATH/profiles/writeraw, e.g. http://parca:7070). Failures are reported and retried; they
     /// never stop the recording.
@@ -108,6 +122,19 @@ pub struct PushArgs {
     /// the end.
     #[arg(long, value_name = "D", value_parser = parse_interval, requires = "push")]
     pub push_interval: Option<Duration>,
+    /// Send `Authorization: Bearer TOKEN`, TOKEN the one line of FILE (read at every push;
+    /// refused if users other than its owner may write it).
+    #[arg(long, value_name = "FILE", value_parser = parse_token_file, requires = "push", conflicts_with = "push_basic_auth_file")]
+    pub push_token_file: Option<PathBuf>,
+    /// Send `Authorization: Basic ...` from FILE's one line `USER:PASSWORD` (Grafana Cloud:
+    /// the instance ID and an access token; read at every push, same checks as
+    /// --push-token-file).
+    #[arg(long, value_name = "FILE", value_parser = parse_basic_auth_file, requires = "push")]
+    pub push_basic_auth_file: Option<PathBuf>,
+    /// Also trust the CA certificates of this PEM file for an https:// store (besides the
+    /// system's roots).
+    #[arg(long, value_name = "FILE", value_parser = parse_ca_file, requires = "push")]
+    pub push_ca: Option<PathBuf>,
 }
 
 /// `--push-format` values.
@@ -119,10 +146,25 @@ pub enum PushFormatArg {
 }
 
 impl PushArgs {
-    /// The configuration, or None without `--push`.
-    pub fn config(&self) -> Option<PushConfig> {
-        let url = self.push.clone()?;
-        Some(PushConfig {
+    /// The configuration, or None without `--push`. Errors: a credential would go in clear
+    /// (http:// to an address that is not a loopback one).
+    pub fn config(&self) -> anyhow::Result<Option<PushConfig>> {
+        let Some(url) = self.push.clone() else { return Ok(None) };
+        let auth = match (&self.push_token_file, &self.push_basic_auth_file) {
+            (Some(f), _) => Some(PushAuth::Bearer(f.clone())),
+            (None, Some(f)) => Some(PushAuth::Basic(f.clone())),
+            (None, None) => None,
+        };
+        if auth.is_some() && !url.https && !url.is_loopback() {
+            anyhow::bail!(
+                "--push {}: a credential is sent over https:// only (or http:// to a loopback address)",
+                url.text
+            );
+        }
+        if self.push_ca.is_some() && !url.https {
+            anyhow::bail!("--push-ca is for an https:// store, and --push is {}", url.text);
+        }
+        Ok(Some(PushConfig {
             url,
             format: match self.push_format {
                 PushFormatArg::Pyroscope => PushFormat::Pyroscope,
@@ -131,7 +173,9 @@ impl PushArgs {
             name: self.push_name.clone(),
             labels: self.push_label.clone(),
             interval: self.push_interval,
-        })
+            auth,
+            ca: self.push_ca.clone(),
+        }))
     }
 }
 
@@ -152,11 +196,12 @@ fn parse_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// A parsed `http://host[:port][/path]` URL.
+/// A parsed `http[s]://host[:port][/path]` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PushUrl {
     /// As given, for messages.
     pub text: String,
+    pub https: bool,
     pub host: String,
     pub port: u16,
     /// Path prefix without a trailing '/' ("" for none).
@@ -165,31 +210,45 @@ pub struct PushUrl {
 
 impl std::str::FromStr for PushUrl {
     type Err = String;
-    /// Errors: not `http://`, no host, a bad port.
+    /// Errors: not `http://` or `https://`, no host, a bad port.
     fn from_str(s: &str) -> Result<PushUrl, String> {
-        let rest = if let Some(r) = s.strip_prefix("http://") {
-            r
-        } else if s.starts_with("https://") {
-            return Err(format!(
-                "{s}: only http:// URLs are supported (put a TLS-terminating proxy in front of an https store)"
-            ));
+        let (https, rest) = if let Some(r) = s.strip_prefix("http://") {
+            (false, r)
+        } else if let Some(r) = s.strip_prefix("https://") {
+            (true, r)
         } else {
-            return Err(format!("{s}: expected http://HOST[:PORT][/PATH]"));
+            return Err(format!("{s}: expected http[s]://HOST[:PORT][/PATH]"));
         };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
         };
+        if authority.contains(['@', '?', '#']) || path.contains(['?', '#']) {
+            return Err(format!("{s}: no user, query or fragment in the URL (see --push-basic-auth-file)"));
+        }
         let (host, port) = match authority.rsplit_once(':') {
             Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
                 (h, p.parse::<u16>().map_err(|_| format!("{s}: bad port {p:?}"))?)
             }
-            _ => (authority, 80),
+            _ => (authority, if https { 443 } else { 80 }),
         };
         if host.is_empty() {
             return Err(format!("{s}: no host"));
         }
-        Ok(PushUrl { text: s.to_string(), host: host.to_string(), port, path: path.to_string() })
+        Ok(PushUrl { text: s.to_string(), https, host: host.to_string(), port, path: path.to_string() })
+    }
+}
+
+impl PushUrl {
+    /// `scheme://host:port/path` followed by `rest` (`/ingest?...`).
+    fn with(&self, rest: &str) -> String {
+        format!("{}://{}:{}{}{rest}", if self.https { "https" } else { "http" }, self.host, self.port, self.path)
+    }
+
+    /// The host is a loopback address (`localhost`, 127.0.0.0/8, `[::1]`).
+    pub fn is_loopback(&self) -> bool {
+        let h = self.host.trim_start_matches('[').trim_end_matches(']');
+        h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback())
     }
 }
 
@@ -255,7 +314,9 @@ impl Pusher {
         std::thread::Builder::new()
             .name("leaktrace-push".into())
             .spawn(move || {
-                let mut w = Worker { cfg: worker_cfg, from_s: started_unix_ms / 1000, prev: HashMap::new(), labels };
+                let agent = agent(worker_cfg.url.https, worker_cfg.ca.as_deref());
+                let mut w =
+                    Worker { cfg: worker_cfg, from_s: started_unix_ms / 1000, prev: HashMap::new(), labels, agent };
                 while let Ok(job) = rx.recv() {
                     worker_busy.store(true, Ordering::SeqCst);
                     w.push(job);
@@ -348,6 +409,8 @@ struct Worker {
     prev: HashMap<u32, (Vec<u8>, u64)>,
     /// Labels per process besides the `--push-label`s.
     labels: Option<LabelsOf>,
+    /// The HTTP client, or why there is none (every push fails with that).
+    agent: Result<ureq::Agent, String>,
 }
 
 impl Worker {
@@ -369,10 +432,14 @@ impl Worker {
                 let t = i64::try_from(job.until_s).unwrap_or(0).saturating_mul(1_000_000_000);
                 heap.time_nanos = t;
                 growth.time_nanos = t;
-                if send_with_retries(cfg, &parca_request(cfg, rec, PARCA_HEAP, &pprof::encode_gz(&heap)))
+                if send_with_retries(&self.agent, cfg, &parca_request(cfg, rec, PARCA_HEAP, &pprof::encode_gz(&heap)))
                     && !growth.sample.is_empty()
                 {
-                    send_with_retries(cfg, &parca_request(cfg, rec, PARCA_GROWTH, &pprof::encode_gz(&growth)));
+                    send_with_retries(
+                        &self.agent,
+                        cfg,
+                        &parca_request(cfg, rec, PARCA_GROWTH, &pprof::encode_gz(&growth)),
+                    );
                 }
                 continue;
             }
@@ -381,7 +448,7 @@ impl Worker {
                 self.prev.get(&rec.target.pid).cloned().unwrap_or_else(|| (empty_profile(&profile), self.from_s));
             let until_s = job.until_s.max(from_s + 1);
             let request = ingest_request(cfg, rec, from_s, until_s, &profile, &prev, SAMPLE_TYPE_CONFIG);
-            if !send_with_retries(cfg, &request) {
+            if !send_with_retries(&self.agent, cfg, &request) {
                 continue;
             }
             self.prev.insert(rec.target.pid, (profile, until_s));
@@ -390,7 +457,7 @@ impl Worker {
                 let growth = pprof::encode_gz(&growth);
                 let empty = empty_profile(&growth);
                 let request = ingest_request(cfg, rec, from_s, until_s, &growth, &empty, GROWTH_SAMPLE_TYPE_CONFIG);
-                send_with_retries(cfg, &request);
+                send_with_retries(&self.agent, cfg, &request);
             }
         }
     }
@@ -454,9 +521,11 @@ pub fn app_name(cfg: &PushConfig, rec: &Recording) -> String {
     format!("{name}{{{}}}", labels.join(","))
 }
 
-/// An HTTP/1.1 request, ready to write.
+/// A POST request: where to (after the URL's path prefix), its content type and body.
 struct Request {
-    head: String,
+    /// `/ingest?...`, `/profiles/writeraw`.
+    target: String,
+    content_type: String,
     body: Vec<u8>,
 }
 
@@ -489,14 +558,11 @@ fn ingest_request(
         "name={}&from={from_s}&until={until_s}&format=pprof&spyName=leaktrace&units=bytes",
         urlencode(&app_name(cfg, rec))
     );
-    let host = host_header(&cfg.url);
-    let head = format!(
-        "POST {}/ingest?{query} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: leaktrace/{}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        cfg.url.path,
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
-    Request { head, body }
+    Request {
+        target: format!("/ingest?{query}"),
+        content_type: format!("multipart/form-data; boundary={boundary}"),
+        body,
+    }
 }
 
 /// Parca's labels of a process's series: `__name__` (`name`: [`PARCA_HEAP`] or
@@ -522,26 +588,14 @@ fn parca_request(cfg: &PushConfig, rec: &Recording, name: &str, profile: &[u8]) 
         }],
     });
     let body = serde_json::to_vec(&body).expect("JSON of strings");
-    let head = format!(
-        "POST {}/profiles/writeraw HTTP/1.1\r\nHost: {}\r\nUser-Agent: leaktrace/{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        cfg.url.path,
-        host_header(&cfg.url),
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
-    Request { head, body }
-}
-
-/// The Host header's value: `host` or `host:port` when the port is not 80.
-fn host_header(url: &PushUrl) -> String {
-    if url.port == 80 { url.host.clone() } else { format!("{}:{}", url.host, url.port) }
+    Request { target: "/profiles/writeraw".into(), content_type: "application/json".into(), body }
 }
 
 /// Send `req`, retrying after [`RETRY_DELAYS`]; every failure is said on stderr. True when it
 /// was accepted (2xx).
-fn send_with_retries(cfg: &PushConfig, req: &Request) -> bool {
+fn send_with_retries(agent: &Result<ureq::Agent, String>, cfg: &PushConfig, req: &Request) -> bool {
     for attempt in 0..=RETRY_DELAYS.len() {
-        match send_once(&cfg.url, req) {
+        match agent.as_ref().map_err(String::clone).and_then(|a| send_once(a, cfg, req)) {
             Ok(()) => return true,
             Err(e) => match RETRY_DELAYS.get(attempt) {
                 Some(d) => {
@@ -567,32 +621,23 @@ fn send_with_retries(cfg: &PushConfig, req: &Request) -> bool {
     false
 }
 
-/// One request; Err says what went wrong (connection, timeout, status and the start of the body).
-fn send_once(url: &PushUrl, req: &Request) -> Result<(), String> {
-    let addr = (url.host.as_str(), url.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
-        .next()
-        .ok_or_else(|| format!("cannot resolve {}", url.host))?;
-    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-    s.write_all(req.head.as_bytes()).and_then(|()| s.write_all(&req.body)).map_err(|e| format!("cannot send: {e}"))?;
-    let mut resp = Vec::new();
-    // Connection: close, so the response ends at EOF; only its start matters.
-    let _ = s.take(64 * 1024).read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp);
-    let status_line = text.lines().next().unwrap_or("");
-    let code: u16 = status_line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    if (200..300).contains(&code) {
+/// One request; Err says what went wrong (connection, TLS, timeout, status and the start of
+/// the body).
+fn send_once(agent: &ureq::Agent, cfg: &PushConfig, req: &Request) -> Result<(), String> {
+    let mut post = agent.post(cfg.url.with(&req.target)).content_type(req.content_type.as_str());
+    if let Some(auth) = &cfg.auth {
+        post = post.header("Authorization", authorization(auth)?);
+    }
+    let mut resp = post.send(&req.body[..]).map_err(|e| format!("{e}"))?;
+    let status = resp.status();
+    if status.is_success() {
         return Ok(());
     }
-    if code == 0 {
-        return Err(format!("no HTTP response from {addr}"));
-    }
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").trim();
-    let body: String = body.chars().take(200).collect();
-    Err(format!("{}{}", status_line.trim(), if body.is_empty() { String::new() } else { format!(": {body}") }))
+    // Only the start of the answer matters.
+    let body = resp.body_mut().with_config().limit(64 * 1024).read_to_string().unwrap_or_default();
+    let body: String = body.trim().chars().take(200).collect();
+    let line = format!("HTTP {} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+    Err(format!("{}{}", line.trim(), if body.is_empty() { String::new() } else { format!(": {body}") }))
 }
 
 #[cfg(test)]
@@ -633,8 +678,17 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("127.0.0.1", 4040, ""));
         let u: PushUrl = "http://pyroscope/prefix/".parse().unwrap();
         assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("pyroscope", 80, "/prefix"));
-        assert!("https://x".parse::<PushUrl>().unwrap_err().contains("only http://"));
-        assert!("ftp://x".parse::<PushUrl>().is_err());
+        let u: PushUrl = "https://profiles.example:8443/p".parse().unwrap();
+        assert_eq!(
+            (u.https, u.port, u.with("/ingest").as_str()),
+            (true, 8443, "https://profiles.example:8443/p/ingest")
+        );
+        assert_eq!("https://x".parse::<PushUrl>().unwrap().port, 443);
+        assert!("ftp://x".parse::<PushUrl>().unwrap_err().contains("expected http[s]://"));
+        assert!("https://u:p@x".parse::<PushUrl>().unwrap_err().contains("no user"));
+        assert!("http://[::1]:9".parse::<PushUrl>().unwrap().is_loopback());
+        assert!("http://localhost".parse::<PushUrl>().unwrap().is_loopback());
+        assert!(!"http://10.0.0.1".parse::<PushUrl>().unwrap().is_loopback());
         assert!("http://x:99999".parse::<PushUrl>().unwrap_err().contains("bad port"));
         assert!("http://".parse::<PushUrl>().unwrap_err().contains("no host"));
     }
@@ -653,6 +707,8 @@ mod tests {
             name: None,
             labels: vec![("env".into(), "test".into())],
             interval: None,
+            auth: None,
+            ca: None,
         };
         let rec = recording();
         let name = app_name(&cfg, &rec);
@@ -668,6 +724,8 @@ mod tests {
             name: Some("app".into()),
             labels: vec![],
             interval: None,
+            auth: None,
+            ca: None,
         };
         let rec = recording();
         let a = analyze(&rec, &AnalyzeOptions::default());
@@ -676,14 +734,14 @@ mod tests {
         assert!(pprof::decode(&prev).unwrap().sample.is_empty());
         let req = ingest_request(&cfg, &rec, 100, 160, &profile, &prev, SAMPLE_TYPE_CONFIG);
         assert!(
-            req.head.starts_with(&format!(
-                "POST /p/ingest?name=app%7Bpid%3D{}%7D&from=100&until=160&format=pprof",
+            cfg.url.with(&req.target).starts_with(&format!(
+                "http://127.0.0.1:9/p/ingest?name=app%7Bpid%3D{}%7D&from=100&until=160&format=pprof",
                 rec.target.pid
             )),
             "{}",
-            req.head
+            req.target
         );
-        assert!(req.head.contains(&format!("Content-Length: {}\r\n", req.body.len())));
+        assert!(req.content_type.starts_with("multipart/form-data; boundary="));
         let body = String::from_utf8_lossy(&req.body);
         for f in [
             "name=\"profile\"",
@@ -699,22 +757,55 @@ mod tests {
 
     #[test]
     fn send_reports_the_status() {
+        use std::io::{Read as _, Write as _};
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
             let mut buf = [0u8; 4096];
-            let _ = c.read(&mut buf);
-            c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy").unwrap();
+            let n = c.read(&mut buf).unwrap();
+            c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy")
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
         });
-        let url: PushUrl = format!("http://127.0.0.1:{port}").parse().unwrap();
-        let req = Request {
-            head: "POST /ingest HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
-            body: vec![],
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let cfg = PushConfig {
+            url: format!("http://127.0.0.1:{port}").parse().unwrap(),
+            format: PushFormat::Pyroscope,
+            name: None,
+            labels: vec![],
+            interval: None,
+            auth: Some(PushAuth::Bearer(token)),
+            ca: None,
         };
-        let e = send_once(&url, &req).unwrap_err();
-        assert_eq!(e, "HTTP/1.1 503 Service Unavailable: busy");
-        server.join().unwrap();
+        let req = Request { target: "/ingest".into(), content_type: "text/plain".into(), body: b"x".to_vec() };
+        let e = send_once(&agent(false, None).unwrap(), &cfg, &req).unwrap_err();
+        assert_eq!(e, "HTTP 503 Service Unavailable: busy");
+        let head = server.join().unwrap();
+        assert!(head.starts_with("POST /ingest HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("\r\nauthorization: Bearer s3cret\r\n"), "{head}");
+    }
+
+    /// A credential goes over https, or over http to a loopback address only.
+    #[test]
+    fn no_credential_in_clear() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        std::fs::write(&f, "t").unwrap();
+        let args = |url: &str| PushArgs {
+            push: Some(url.parse().unwrap()),
+            push_token_file: Some(f.clone()),
+            ..Default::default()
+        };
+        let e = args("http://pyroscope:4040").config().unwrap_err().to_string();
+        assert!(e.contains("sent over https:// only"), "{e}");
+        assert!(args("http://127.0.0.1:4040").config().unwrap().is_some());
+        let c = args("https://pyroscope:4040").config().unwrap().unwrap();
+        assert_eq!(c.auth, Some(PushAuth::Bearer(f.clone())));
+        let ca = PushArgs { push_ca: Some(f.clone()), ..args("http://127.0.0.1:1") };
+        assert!(ca.config().unwrap_err().to_string().contains("--push-ca is for an https://"));
     }
 
     #[test]
@@ -726,13 +817,15 @@ mod tests {
             name: None,
             labels: vec![("k8s.node".into(), "n1".into())],
             interval: None,
+            auth: None,
+            ca: None,
         };
         let rec = recording();
         let a = analyze(&rec, &AnalyzeOptions::default());
         let profile = pprof::encode_gz(&pprof::heap_profile(&rec, &a));
         let req = parca_request(&cfg, &rec, PARCA_HEAP, &profile);
-        assert!(req.head.starts_with("POST /profiles/writeraw HTTP/1.1\r\nHost: parca:7070\r\n"), "{}", req.head);
-        assert!(req.head.contains("Content-Type: application/json\r\n"));
+        assert_eq!(cfg.url.with(&req.target), "http://parca:7070/profiles/writeraw");
+        assert_eq!(req.content_type, "application/json");
         let j: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
         assert_eq!(j["normalized"], false);
         let labels: Vec<(String, String)> = j["series"][0]["labels"]["labels"]

@@ -1,8 +1,10 @@
-//! A profile store for the `--push` tests: a small HTTP server on the loopback (127.0.0.1)
-//! that answers the first request with 503 and stores every request, with the parsers of what
+//! A profile store for the `--push` tests: a small HTTP server on the loopback (127.0.0.1),
+//! or an HTTPS one (rustls, with a certificate the test makes: [`make_certificates`]), that
+//! answers the first request with 503 and stores every request, with the parsers of what
 //! Pyroscope's ingest API carries (multipart parts, query parameters).
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,14 +14,18 @@ pub struct Received {
     /// The request target (path and query).
     pub target: String,
     pub content_type: String,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
     pub body: Vec<u8>,
     /// The status answered.
     pub status: u16,
 }
 
+/// What [`read_request`] reads: target, content type, authorization, body.
+type Request = (String, String, Option<String>, Vec<u8>);
+
 /// Read one HTTP/1.1 request (headers, then Content-Length bytes).
-fn read_request(c: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
-    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+fn read_request(c: &mut impl Read) -> Option<Request> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -48,34 +54,111 @@ fn read_request(c: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
         body.extend_from_slice(&chunk[..n]);
     }
     let target = head.lines().next()?.split_whitespace().nth(1)?.to_string();
-    Some((target, header("content-type").unwrap_or_default(), body))
+    Some((target, header("content-type").unwrap_or_default(), header("authorization"), body))
 }
 
 /// Serve on 127.0.0.1 until the test ends: 503 to the first request, 200 to the others.
 pub fn start_server() -> (u16, Arc<Mutex<Vec<Received>>>) {
+    serve(None)
+}
+
+/// [`start_server`] over TLS, with the certificate and key of the PEM files `cert` and `key`.
+pub fn start_tls_server(cert: &Path, key: &Path) -> (u16, Arc<Mutex<Vec<Received>>>) {
+    use rustls::pki_types::pem::PemObject as _;
+    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(cert)
+        .expect("the certificate file")
+        .collect::<Result<_, _>>()
+        .expect("PEM certificates");
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key).expect("the key file");
+    // rustls is built with ring only: its default provider.
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("the server certificate");
+    serve(Some(Arc::new(config)))
+}
+
+fn serve(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<Mutex<Vec<Received>>>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
     let port = l.local_addr().unwrap().port();
     let got = Arc::new(Mutex::new(Vec::new()));
     let store = got.clone();
     std::thread::spawn(move || {
         for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let Some((target, content_type, body)) = read_request(&mut c) else {
-                continue;
-            };
-            let mut v = store.lock().unwrap();
-            let status = if v.is_empty() { 503 } else { 200 };
-            let reply: &[u8] = if status == 503 {
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntry later"
-            } else {
-                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            };
-            v.push(Received { target, content_type, body, status });
-            drop(v);
-            let _ = c.write_all(reply);
+            let Ok(c) = c else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+            match &tls {
+                None => answer(c, &store),
+                Some(cfg) => {
+                    let Ok(conn) = rustls::ServerConnection::new(cfg.clone()) else { continue };
+                    let mut s = rustls::StreamOwned::new(conn, c);
+                    answer(&mut s, &store);
+                    s.conn.send_close_notify();
+                    let _ = s.flush();
+                }
+            }
         }
     });
     (port, got)
+}
+
+/// Read one request from `c`, store it, answer it (503 to the first request, 200 after).
+fn answer(mut c: impl Read + Write, store: &Mutex<Vec<Received>>) {
+    let Some((target, content_type, authorization, body)) = read_request(&mut c) else {
+        return;
+    };
+    let mut v = store.lock().unwrap();
+    let status = if v.is_empty() { 503 } else { 200 };
+    let reply: &[u8] = if status == 503 {
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntry later"
+    } else {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    };
+    v.push(Received { target, content_type, authorization, body, status });
+    drop(v);
+    let _ = c.write_all(reply);
+    let _ = c.flush();
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it (EC P-256, one day), made with
+/// `openssl` in `dir`: (CA certificate, server certificate, server key), PEM files.
+pub fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new("openssl").current_dir(dir).args(args).output().expect("run openssl");
+        assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &["-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=leaktrace test CA"],
+    ]
+    .concat());
+    run(&[&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat());
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ]);
+    (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"))
 }
 
 /// The part `name` of a multipart/form-data body.

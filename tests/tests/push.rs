@@ -2,9 +2,10 @@
 //! small HTTP server inside the test (127.0.0.1) that answers the first request with 503 and
 //! stores the others (`leaktrace_tests::pushserver`); what it received is decoded by the real
 //! pprof client, `go tool pprof`.
+use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
 
-use leaktrace_tests::pushserver::{Received, part, query_param, start_server};
+use leaktrace_tests::pushserver::{Received, make_certificates, part, query_param, start_server, start_tls_server};
 use leaktrace_tests::*;
 
 /// Pushes during and at the end of a recording reach the server after a 503 (retried), with
@@ -137,11 +138,66 @@ fn push_to_parca_endpoint_with_retry() {
     assert_pushed_leak(&file, &r, N, &ctx);
 }
 
-/// Bad --push arguments are one clear error line and exit code 2, before anything is traced.
+/// `--push https://...` with `--push-ca` and `--push-token-file`: the store is an HTTPS server
+/// on 127.0.0.1 (rustls) whose certificate a CA made in the test (openssl) signs. Every request
+/// carries `Authorization: Bearer` and the token file's line; after the 503 and its retry, the
+/// last heap profile, decoded by go tool pprof, names leak_malloc with report.json's live bytes
+/// (within 1 %).
+#[test]
+fn push_over_https_with_a_bearer_token() {
+    require_root();
+    const N: u64 = 500;
+    let dir = temp_root().join(format!("push-tls-{}", std::process::id()));
+    let (ca, cert, key) = make_certificates(&dir);
+    let token = dir.join("token");
+    std::fs::write(&token, "t0ken-e2e\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (port, got) = start_tls_server(&cert, &key);
+    let out = OutDir::new("push-https");
+    let url = format!("https://127.0.0.1:{port}");
+    let mut target = Command::new(&fixtures().leaky);
+    target.args(["malloc", &N.to_string(), "200"]);
+    let (ca_arg, token_arg) = (ca.to_string_lossy().into_owned(), token.to_string_lossy().into_owned());
+    let o = record_launch(&out, &["--push", &url, "--push-ca", &ca_arg, "--push-token-file", &token_arg], target);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\n{}", out.path.display(), r.summary(), o.stderr);
+    let got = got.lock().unwrap().clone();
+    assert!(got.len() >= 2, "expected the 503 and its retry over TLS; got {} request(s)\n{ctx}", got.len());
+    assert_eq!(got[0].status, 503, "{ctx}");
+    for g in &got {
+        assert_eq!(g.authorization.as_deref(), Some("Bearer t0ken-e2e"), "{}\n{ctx}", g.target);
+    }
+    let is_growth = |g: &Received| {
+        String::from_utf8_lossy(part(g, "sample_type_config").unwrap_or_default()).contains("growth_space")
+    };
+    let last = got.iter().rfind(|g| !is_growth(g)).unwrap();
+    assert_eq!(last.status, 200, "{ctx}");
+    assert!(last.target.starts_with("/ingest?"), "{}", last.target);
+    let file = out.path.join("pushed-https.pb.gz");
+    std::fs::write(&file, part(last, "profile").expect("profile part")).unwrap();
+    assert_pushed_leak(&file, &r, N, &ctx);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bad --push arguments are one clear error line and exit code 2, before anything is traced:
+/// among them a token file others may write, and a token that would go in clear.
 #[test]
 fn push_bad_arguments() {
+    let dir = temp_root().join(format!("push-args-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let shared = token.to_string_lossy().into_owned();
+    let kept = dir.join("kept");
+    std::fs::write(&kept, "t\n").unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let kept = kept.to_string_lossy().into_owned();
     for (args, wanted) in [
-        (&["--push", "https://x:4040"][..], "only http://"),
+        (&["--push", "ftp://x:4040"][..], "expected http[s]://"),
+        (&["--push", "https://x", "--push-token-file", &shared][..], "users other than its owner may write it"),
+        (&["--push", "http://pyroscope:4040", "--push-token-file", &kept][..], "https:// only"),
         (&["--push", "http://127.0.0.1:1", "--push-label", "novalue"][..], "expected KEY=VALUE"),
         (&["--push-label", "a=b"][..], "--push"),
     ] {
@@ -151,4 +207,5 @@ fn push_bad_arguments() {
         assert_eq!(o.code(), Some(2), "{args:?}\n{}", o.describe());
         assert!(o.stderr.contains(wanted), "{args:?}: no {wanted:?}\n{}", o.describe());
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }

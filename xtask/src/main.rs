@@ -1,4 +1,4 @@
-//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|lint|demo|bench>`.
+//! Developer tasks for leaktrace: `cargo xtask <setup|build|test|lint|demo|bench|fuzz>`.
 //!
 //! `bench` (bench/) measures what tracing costs and writes docs/benchmarks.md; it installs its
 //! own tools (bpftrace, heaptrack, redis) and is not part of CI.
@@ -25,6 +25,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_unwind;
 mod circles;
+mod fuzz;
 mod suite;
 mod target_reads;
 
@@ -67,6 +68,11 @@ enum Cmd {
     /// a naive bpftrace script and heaptrack; redis and Python workloads; the agent at 1 M live
     /// allocations) and write docs/benchmarks.md (needs root; installs bpftrace, heaptrack, redis).
     Bench(bench::BenchArgs),
+    /// Fuzz the parsers of what a target sends (fuzz/: HPROF, V8 heap snapshots, the Node
+    /// inspector's replies, Go executables and heap-profile buckets, the Python heap walk, the
+    /// recording file) for --seconds each (default 60) with cargo-fuzz on the nightly toolchain
+    /// (installed when missing); fails when one finds a crash.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +89,7 @@ fn main() -> ExitCode {
         Cmd::Lint => setup().and_then(|()| lint()),
         Cmd::Demo { args } => demo(&args),
         Cmd::Bench(args) => bench::bench(args),
+        Cmd::Fuzz(args) => fuzz::fuzz(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

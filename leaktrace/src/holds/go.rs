@@ -19,6 +19,13 @@ use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol a
 
 /// Goroutines read at most (the rest are left out and the census says so).
 pub const MAX_GOROUTINES: usize = 1_000_000;
+/// Largest offset of a `runtime.g` field believed from the DWARF (the structure is about 400 B).
+const MAX_FIELD_OFFSET: u64 = 4096;
+/// Wait reasons read at most (Go 1.19–1.23 have about 40).
+const MAX_WAIT_REASONS: u64 = 256;
+/// Largest DWARF section decompressed (a Go executable's `.debug_info` is a few MiB): the
+/// ELF's own header, which says how large it is, is the target's to forge.
+const MAX_DWARF_SECTION: u64 = 256 << 20;
 
 /// Where the fields of `runtime.g` are, bytes from its start.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -33,6 +40,15 @@ impl GLayout {
     /// Bytes of a `g` read to see every field.
     fn span(&self) -> u64 {
         [self.stack + 16, self.atomicstatus + 4, self.waitreason + 1, self.startpc + 8].into_iter().max().unwrap_or(0)
+    }
+
+    /// Every field within [`MAX_FIELD_OFFSET`] (so [`GLayout::span`] cannot overflow).
+    fn check(self) -> Result<GLayout, String> {
+        let max = [self.stack, self.atomicstatus, self.waitreason, self.startpc].into_iter().max().unwrap_or(0);
+        if max > MAX_FIELD_OFFSET {
+            return Err(format!("runtime.g's DWARF puts a field at {max} B (over {MAX_FIELD_OFFSET} B)"));
+        }
+        Ok(self)
     }
 }
 
@@ -116,7 +132,7 @@ impl GoCensus {
         if self.wait_reasons.is_empty()
             && let Some((addr, n)) = b.wait_reasons
         {
-            let table = read(addr + b.bias, n as usize * 16)?;
+            let table = read(addr.wrapping_add(b.bias), n as usize * 16)?;
             self.wait_reasons = (0..n as usize)
                 .map(|i| {
                     let (p, l) = (u64_at(&table, i * 16), u64_at(&table, i * 16 + 8));
@@ -124,7 +140,7 @@ impl GoCensus {
                 })
                 .collect();
         }
-        let header = read(b.allgs + b.bias, 16)?;
+        let header = read(b.allgs.wrapping_add(b.bias), 16)?;
         let (ptr, len) = (u64_at(&header, 0), u64_at(&header, 8) as usize);
         let n = len.min(MAX_GOROUTINES);
         let ptrs = if n == 0 { Vec::new() } else { read(ptr, n * 8)? };
@@ -187,7 +203,8 @@ fn heap_profile(
     let (Some(head), Some(rate), Some(layout)) = (b.mbuckets, b.mem_profile_rate, b.bucket) else {
         return Err("no runtime.mbuckets, runtime.MemProfileRate or runtime.bucket in the executable".into());
     };
-    let word = |a: u64| read(a + b.bias, 8).map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or_default()));
+    let word =
+        |a: u64| read(a.wrapping_add(b.bias), 8).map(|v| u64::from_le_bytes(v[..8].try_into().unwrap_or_default()));
     let rate = word(rate)?;
     if rate == 0 {
         return Ok((0, Vec::new(), false));
@@ -237,6 +254,16 @@ fn function_at(functions: &[(u64, u64, String)], pc: u64) -> String {
 fn read_binary(pid: u32) -> Result<Binary, String> {
     let data = std::fs::read(format!("/proc/{pid}/exe")).map_err(|e| format!("/proc/{pid}/exe: {e}"))?;
     let file = object::File::parse(&*data).map_err(|e| format!("not an ELF file: {e}"))?;
+    let mut b = parse_binary(&file)?;
+    if file.kind() == object::ObjectKind::Dynamic {
+        b.bias = load_bias(pid, &file)?;
+    }
+    Ok(b)
+}
+
+/// What [`read_binary`] reads of an executable, its load bias left at 0 (a pure function of
+/// the file's bytes: fuzzed through [`crate::fuzzing`]).
+fn parse_binary(file: &object::File<'_>) -> Result<Binary, String> {
     let mut allgs = None;
     let mut wait_reasons = None;
     let (mut mbuckets, mut mem_profile_rate) = (None, None);
@@ -245,18 +272,18 @@ fn read_binary(pid: u32) -> Result<Binary, String> {
         let Ok(name) = s.name() else { continue };
         match name {
             "runtime.allgs" => allgs = Some(s.address()),
-            "runtime.waitReasonStrings" => wait_reasons = Some((s.address(), s.size() / 16)),
+            "runtime.waitReasonStrings" => wait_reasons = Some((s.address(), (s.size() / 16).min(MAX_WAIT_REASONS))),
             "runtime.mbuckets" => mbuckets = Some(s.address()),
             "runtime.MemProfileRate" => mem_profile_rate = Some(s.address()),
             _ if s.kind() == object::SymbolKind::Text && s.address() != 0 => {
-                functions.push((s.address(), s.address() + s.size(), name.to_string()))
+                functions.push((s.address(), s.address().saturating_add(s.size()), name.to_string()))
             }
             _ => {}
         }
     }
     let allgs = allgs.ok_or("no symbol runtime.allgs (a stripped binary, or not Go)")?;
     functions.sort_by_key(|f| f.0);
-    let structs = structs(&file, &["runtime.g", "runtime.bucket"])?;
+    let structs = structs(file, &["runtime.g", "runtime.bucket"])?;
     let (_, g) = structs.get("runtime.g").ok_or("no runtime.g in DWARF (built with -ldflags=-w?)")?;
     let get = |n: &str| g.get(n).copied().ok_or(format!("runtime.g has no member {n} in DWARF"));
     let layout = GLayout {
@@ -264,12 +291,17 @@ fn read_binary(pid: u32) -> Result<Binary, String> {
         atomicstatus: get("atomicstatus")?,
         waitreason: get("waitreason")?,
         startpc: get("startpc")?,
-    };
+    }
+    .check()?;
     let bucket = structs.get("runtime.bucket").and_then(|(size, m)| {
         Some(super::goheap::BucketLayout { size: *size, allnext: *m.get("allnext")?, nstk: *m.get("nstk")? })
     });
-    let bias = if file.kind() == object::ObjectKind::Dynamic { load_bias(pid, &file)? } else { 0 };
-    Ok(Binary { layout, allgs, wait_reasons, functions, bias, mbuckets, mem_profile_rate, bucket })
+    Ok(Binary { layout, allgs, wait_reasons, functions, bias: 0, mbuckets, mem_profile_rate, bucket })
+}
+
+/// [`parse_binary`] for the fuzz targets: whether it read a layout.
+pub(super) fn parse_binary_for_fuzzing(file: &object::File<'_>) -> bool {
+    parse_binary(file).is_ok()
 }
 
 /// A position-independent executable's load bias: where its first segment is mapped (the exe's
@@ -296,10 +328,16 @@ fn section<'a>(file: &object::File<'a>, name: &str) -> std::borrow::Cow<'a, [u8]
     match c.format {
         object::CompressionFormat::None => std::borrow::Cow::Borrowed(c.data),
         object::CompressionFormat::Zlib => {
-            let mut out = Vec::with_capacity(c.uncompressed_size as usize);
-            match flate2::read::ZlibDecoder::new(c.data).read_to_end(&mut out) {
-                Ok(_) => std::borrow::Cow::Owned(out),
-                Err(_) => std::borrow::Cow::Borrowed(&[]),
+            // The size the header claims is believed only up to what a section may be; the
+            // decompressed bytes must be exactly that many.
+            let claimed = c.uncompressed_size;
+            if claimed > MAX_DWARF_SECTION {
+                return std::borrow::Cow::Borrowed(&[]);
+            }
+            let mut out = Vec::with_capacity((claimed as usize).min(c.data.len().saturating_mul(4)));
+            match flate2::read::ZlibDecoder::new(c.data).take(claimed + 1).read_to_end(&mut out) {
+                Ok(n) if n as u64 == claimed => std::borrow::Cow::Owned(out),
+                _ => std::borrow::Cow::Borrowed(&[]),
             }
         }
         _ => std::borrow::Cow::Borrowed(&[]),

@@ -16,6 +16,8 @@ use leaktrace_analysis::holds::GoHeapSite;
 pub const MAX_BUCKETS: usize = 200_000;
 /// Frames of a bucket's stack at most (the runtime keeps 32).
 const MAX_STACK: u64 = 64;
+/// Largest `runtime.bucket` header believed from the DWARF (it is 48 B).
+const MAX_BUCKET_HEADER: u64 = 4096;
 /// Frames kept of a site's stack in the recording.
 const KEPT_FRAMES: usize = 12;
 
@@ -49,7 +51,16 @@ pub fn read_heap(
     rate: u64,
     names: &mut dyn FnMut(&[u64]) -> Vec<String>,
 ) -> Result<(Vec<GoHeapSite>, bool), String> {
-    let u64_at = |b: &[u8], o: u64| u64::from_le_bytes(b[o as usize..o as usize + 8].try_into().unwrap_or_default());
+    // The layout comes from the target's DWARF: a header it cannot hold is refused.
+    if layout.size > MAX_BUCKET_HEADER
+        || layout.allnext.saturating_add(8) > layout.size
+        || layout.nstk.saturating_add(8) > layout.size
+    {
+        return Err(format!("runtime.bucket's DWARF layout does not hold together: {layout:?}"));
+    }
+    let u64_at = |b: &[u8], o: u64| {
+        b.get(o as usize..o as usize + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+    };
     let mut by_function: HashMap<String, GoHeapSite> = HashMap::new();
     let mut largest: HashMap<String, u64> = HashMap::new();
     let mut b = head;
@@ -63,7 +74,7 @@ pub fn read_heap(
         n += 1;
         let nstk = u64_at(&header, layout.nstk).min(MAX_STACK);
         let next = u64_at(&header, layout.allnext);
-        let Ok(rest) = read(b + layout.size, (nstk * 8 + 32) as usize) else {
+        let Ok(rest) = read(b.wrapping_add(layout.size), (nstk * 8 + 32) as usize) else {
             b = next;
             continue;
         };
@@ -81,8 +92,8 @@ pub fn read_heap(
         let site = by_function
             .entry(function.clone())
             .or_insert_with(|| GoHeapSite { function: function.clone(), ..Default::default() });
-        site.inuse_objects += objects;
-        site.inuse_bytes += bytes;
+        site.inuse_objects = site.inuse_objects.saturating_add(objects);
+        site.inuse_bytes = site.inuse_bytes.saturating_add(bytes);
         let top = largest.entry(function).or_default();
         if bytes > *top {
             *top = bytes;

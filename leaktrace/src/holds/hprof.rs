@@ -116,7 +116,8 @@ struct Cur<'a> {
 
 impl Cur<'_> {
     fn take(&mut self, n: usize) -> anyhow::Result<&[u8]> {
-        let s = self.b.get(self.at..self.at + n).ok_or_else(|| anyhow::anyhow!("a record ends early"))?;
+        let end = self.at.checked_add(n).ok_or_else(|| anyhow::anyhow!("a record ends early"))?;
+        let s = self.b.get(self.at..end).ok_or_else(|| anyhow::anyhow!("a record ends early"))?;
         self.at += n;
         Ok(s)
     }
@@ -139,11 +140,19 @@ impl Cur<'_> {
     }
 }
 
+/// Superclasses followed from a class at most: deeper is a cycle (a class its own superclass,
+/// directly or not) or a forged dump; Java's deepest hierarchies are a few dozen classes.
+const MAX_SUPERCLASSES: usize = 256;
+/// Bytes of a record read at a time: a record's buffer grows with the bytes really read, so a
+/// header that claims 4 GiB in a small file costs no more than the file.
+const READ_STEP: usize = 1 << 20;
+
 /// Read a dump from `r`, giving up after `deadline` (an error: the caller says so).
 pub fn read(r: impl Read, deadline: Instant) -> anyhow::Result<Graph> {
     let mut r = BufReader::with_capacity(1 << 20, r);
     let mut head = Vec::new();
-    r.read_until(0, &mut head)?;
+    // The format name ends with a NUL within a few bytes; a file without one is not read whole.
+    (&mut r).take(64).read_until(0, &mut head)?;
     if !head.starts_with(b"JAVA PROFILE 1.0") {
         anyhow::bail!("not an HPROF heap dump (it starts {:?})", String::from_utf8_lossy(&head[..head.len().min(20)]));
     }
@@ -164,16 +173,29 @@ pub fn read(r: impl Read, deadline: Instant) -> anyhow::Result<Graph> {
             Err(e) => return Err(e.into()),
         }
         let len = u32::from_be_bytes(h[5..9].try_into()?) as usize;
-        body.resize(len, 0);
-        r.read_exact(&mut body)?;
+        read_record(&mut r, len, &mut body)?;
         g.record(h[0], &body)?;
         records += 1;
         if records.is_multiple_of(64) && Instant::now() > deadline {
             anyhow::bail!("reading the dump took longer than its time limit");
         }
     }
-    g.finish()?;
+    g.finish(deadline)?;
     Ok(g)
+}
+
+/// The `len` bytes of one record into `body`, read [`READ_STEP`] at a time (its memory is what
+/// the file holds, not what the header claims).
+fn read_record(r: &mut impl Read, len: usize, body: &mut Vec<u8>) -> anyhow::Result<()> {
+    body.clear();
+    while body.len() < len {
+        let at = body.len();
+        let step = (len - at).min(READ_STEP);
+        body.resize(at + step, 0);
+        r.read_exact(&mut body[at..])
+            .map_err(|e| anyhow::anyhow!("a record of {len} B ends after {at} B or more: {e}"))?;
+    }
+    Ok(())
 }
 
 impl Graph {
@@ -295,7 +317,7 @@ impl Graph {
                     let n = c.u4()? as usize;
                     let t = c.u1()?;
                     let size = type_size(t, self.id_size).ok_or_else(|| anyhow::anyhow!("array of basic type {t}"))?;
-                    c.take(n * size)?;
+                    c.take(n.checked_mul(size).ok_or_else(|| anyhow::anyhow!("an array of {n} elements"))?)?;
                     self.object(id, prim_class(t));
                 }
                 t => anyhow::bail!("unknown heap dump sub-record 0x{t:02x}"),
@@ -365,7 +387,15 @@ impl Graph {
         let mut c = self.cur(data);
         let start = self.edges.len() as u32;
         let mut class = self.objs[i as usize].class;
+        let mut depth = 0;
         while let Some(k) = self.classes.get(&class) {
+            depth += 1;
+            if depth > MAX_SUPERCLASSES {
+                anyhow::bail!(
+                    "class {} has more than {MAX_SUPERCLASSES} superclasses (a superclass cycle?)",
+                    self.class_name(self.objs[i as usize].class)
+                );
+            }
             let weak = self.class_name(class) == "java.lang.ref.Reference";
             for &(name, t) in &k.fields {
                 if t == 2 {
@@ -386,9 +416,12 @@ impl Graph {
     }
 
     /// End of the file: the instances read before their class, the locals' roots named.
-    fn finish(&mut self) -> anyhow::Result<()> {
-        for (i, data) in std::mem::take(&mut self.pending) {
+    fn finish(&mut self, deadline: Instant) -> anyhow::Result<()> {
+        for (k, (i, data)) in std::mem::take(&mut self.pending).into_iter().enumerate() {
             self.instance_edges(i, &data)?;
+            if k % 4096 == 4095 && Instant::now() > deadline {
+                anyhow::bail!("reading the dump took longer than its time limit");
+            }
         }
         for (obj, thread, depth) in std::mem::take(&mut self.java_frames) {
             let name = self.frame_name(thread, depth).map_or_else(|| "local".to_string(), |m| format!("local of {m}"));
@@ -667,5 +700,39 @@ mod tests {
         assert!(read(bad.as_slice(), Instant::now() + Duration::from_secs(5)).is_err());
         let cut = &d.0[..d.0.len() - 20];
         assert!(read(cut, Instant::now() + Duration::from_secs(5)).is_err(), "a truncated dump is an error");
+    }
+
+    /// A class that is its own superclass, and two classes each the other's: an instance of
+    /// either is an error at once, not an endless walk up the hierarchy.
+    #[test]
+    fn a_superclass_cycle_is_an_error() {
+        for (a_super, b_super) in [(100u64, 0u64), (101, 100)] {
+            let mut d = Dump::new();
+            d.string(1, "Loop");
+            d.load_class(1, 100, 1);
+            let mut h = Vec::new();
+            class_dump(&mut h, 100, a_super, &[], &[]);
+            class_dump(&mut h, 101, b_super, &[], &[]);
+            instance(&mut h, 200, 100, &[]);
+            d.record(0x1C, &h);
+            let clock = Instant::now();
+            let e = read(d.0.as_slice(), Instant::now() + Duration::from_secs(5)).err().expect("an error");
+            assert!(e.to_string().contains("superclass cycle"), "{e}");
+            assert!(clock.elapsed() < Duration::from_secs(1));
+        }
+    }
+
+    /// A record header that claims 4 GiB in a file of a few bytes: an error saying where it ends.
+    #[test]
+    fn a_record_longer_than_the_file_is_an_error() {
+        let mut d = Dump::new();
+        d.0.push(0x1C);
+        d.0.extend(0u32.to_be_bytes());
+        d.0.extend(u32::MAX.to_be_bytes());
+        d.0.extend([0x05, 0, 0]);
+        let e = read(d.0.as_slice(), Instant::now() + Duration::from_secs(5)).err().expect("an error");
+        assert!(e.to_string().contains("ends after"), "{e}");
+        let e = read(&[b'J'; 4096][..], Instant::now() + Duration::from_secs(5)).err().expect("an error");
+        assert!(e.to_string().contains("not an HPROF"), "{e}");
     }
 }

@@ -12,7 +12,9 @@ use leaktrace_analysis::holds::RuntimeHolds;
 use crate::recording::Runtime;
 use crate::runtimes::RuntimeInstance;
 
+pub mod cdp;
 pub mod census;
+pub mod fuzzing;
 pub mod go;
 pub mod goheap;
 pub mod heapdump;

@@ -18,6 +18,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use leaktrace_analysis::holds::{Census, JsFunction, JsSampling, Taken};
+
+use super::cdp::Collected;
 use serde_json::{Value, json};
 
 /// The inspector's default port (`--inspect`, SIGUSR1).
@@ -30,14 +32,6 @@ pub const SAMPLING_INTERVAL: u64 = 16 * 1024;
 const MAX_FUNCTIONS: usize = 200;
 
 type Ws = tungstenite::WebSocket<TcpStream>;
-
-/// The answer of [`NodeCensus::call_collect`]: the events' chunks joined, when the first came
-/// (seconds after the call was sent), how many.
-pub(super) struct Collected {
-    pub text: String,
-    pub first_s: Option<f64>,
-    pub chunks: u64,
-}
 
 enum Phase {
     Idle,
@@ -178,13 +172,13 @@ impl NodeCensus {
     }
 
     /// One protocol call whose answer comes as `event`s with a `chunk` each (a heap snapshot):
-    /// the chunks joined, waiting at most `wait` in all.
+    /// the chunks joined, at most `cap` bytes of them, waiting at most `wait` in all.
     pub(super) fn call_collect(
         &mut self,
         method: &str,
         params: Value,
         event: &str,
-        wait: Duration,
+        (wait, cap): (Duration, usize),
     ) -> Result<Collected, String> {
         let id = self.next_id;
         self.next_id += 1;
@@ -208,12 +202,8 @@ impl NodeCensus {
             let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
             if v["method"] == event {
                 out.first_s.get_or_insert_with(|| sent.elapsed().as_secs_f64());
-                out.chunks += 1;
-                out.text.push_str(v["params"]["chunk"].as_str().unwrap_or(""));
-            } else if v["id"] == id {
-                if let Some(e) = v.get("error") {
-                    return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));
-                }
+            }
+            if out.absorb(&v, method, event, id, cap)? {
                 return Ok(out);
             }
         }
@@ -500,9 +490,7 @@ fn connect(pid: u32, port: u16) -> Result<Ws, String> {
     s.write_all(b"GET /json/list HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         .map_err(|e| e.to_string())?;
     let reply = read_http(&mut s, deadline)?;
-    let body = reply.split_once("\r\n\r\n").map(|(_, b)| b).ok_or("no HTTP answer to /json/list")?;
-    let list: Value = serde_json::from_str(body).map_err(|e| format!("/json/list: {e}"))?;
-    let url = list[0]["webSocketDebuggerUrl"].as_str().ok_or("/json/list names no target")?.to_string();
+    let url = super::cdp::ws_url(reply.as_bytes())?;
     let mut shake = tungstenite::client(url.as_str(), connect_tcp(pid, port)?);
     let ws = loop {
         match shake {
@@ -568,20 +556,20 @@ fn program_frame(stack: &[JsFrame]) -> &JsFrame {
 
 /// A sampling profile (`{head: {callFrame, selfSize, children}}`) by the program's allocating
 /// function ([`program_frame`]).
-fn sampling(profile: &Value, taken: Taken, started_t_s: f64) -> JsSampling {
+pub(crate) fn sampling(profile: &Value, taken: Taken, started_t_s: f64) -> JsSampling {
     let mut by: std::collections::HashMap<JsFrame, (u64, u64, Vec<String>)> = Default::default();
-    let mut total = 0;
+    let mut total: u64 = 0;
     let mut todo: Vec<(&Value, Vec<JsFrame>)> = vec![(&profile["head"], Vec::new())];
     while let Some((n, mut stack)) = todo.pop() {
         let f = &n["callFrame"];
         let name = f["functionName"].as_str().filter(|s| !s.is_empty()).unwrap_or("(anonymous)").to_string();
-        let line = (f["lineNumber"].as_i64().unwrap_or(-1) + 1).max(0) as u32;
+        let line = f["lineNumber"].as_i64().unwrap_or(-1).saturating_add(1).clamp(0, u32::MAX as i64) as u32;
         stack.insert(0, (name, f["url"].as_str().unwrap_or("").to_string(), line));
         let size = n["selfSize"].as_u64().unwrap_or(0);
-        total += size;
+        total = total.saturating_add(size);
         if size > 0 {
             let e = by.entry(program_frame(&stack).clone()).or_default();
-            e.0 += size;
+            e.0 = e.0.saturating_add(size);
             if size > e.1 {
                 e.1 = size;
                 e.2 = stack.iter().take(12).map(|f| f.0.clone()).collect();

@@ -36,7 +36,7 @@ impl NodeCensus {
             "HeapProfiler.takeHeapSnapshot",
             json!({ "reportProgress": false }),
             "HeapProfiler.addHeapSnapshotChunk",
-            SNAPSHOT_WAIT,
+            (SNAPSHOT_WAIT, super::cdp::snapshot_text_cap(max_bytes)),
         )?;
         let took = clock.elapsed().as_secs_f64();
         let first_chunk_s = got.first_s.unwrap_or(took);
@@ -114,15 +114,15 @@ impl NodeCensus {
 }
 
 /// The second snapshot's objects by constructor, and which are new (their ids not in the first).
-struct NewObjects {
-    is_new: Vec<bool>,
+pub(super) struct NewObjects {
+    pub(super) is_new: Vec<bool>,
     /// Node → its constructor's index in `names`.
     class_of: Vec<u32>,
     names: Vec<String>,
 }
 
 impl NewObjects {
-    fn of(h: &Heap, first: &First) -> NewObjects {
+    pub(super) fn of(h: &Heap, first: &First) -> NewObjects {
         let mut index: HashMap<String, u32> = HashMap::new();
         let mut names = Vec::new();
         let mut class_of = Vec::with_capacity(h.count());
@@ -140,7 +140,7 @@ impl NewObjects {
     }
 
     /// The constructors with new objects: counts, self and retained sizes, most new first.
-    fn constructors(&self, h: &Heap, dom: &Dominators, first: &First) -> Vec<JsNewObjects> {
+    pub(super) fn constructors(&self, h: &Heap, dom: &Dominators, first: &First) -> Vec<JsNewObjects> {
         let groups: Vec<Option<u32>> =
             self.class_of.iter().zip(&self.is_new).map(|(&c, &fresh)| fresh.then_some(c)).collect();
         let retained = dom.retained_by_group(&groups, self.names.len());
@@ -154,7 +154,7 @@ impl NewObjects {
             e.count_second += 1;
             if self.is_new[i] {
                 e.count += 1;
-                e.self_bytes += h.self_size(i);
+                e.self_bytes = e.self_bytes.saturating_add(h.self_size(i));
             }
         }
         for (k, e) in list.iter_mut().enumerate() {
@@ -169,7 +169,12 @@ impl NewObjects {
 
 /// The shortest retainer path from the GC roots to one new instance of `top`, and the object
 /// holding that instance with its retained size.
-fn top_path(h: &Heap, dom: &Dominators, is_new: &[bool], top: &JsNewObjects) -> Option<(RetainerPath, JsHolder)> {
+pub(super) fn top_path(
+    h: &Heap,
+    dom: &Dominators,
+    is_new: &[bool],
+    top: &JsNewObjects,
+) -> Option<(RetainerPath, JsHolder)> {
     let (parent, seen) = h.walk();
     let want = |i: usize| is_new[i] && seen[i] && h.class(i) == top.constructor;
     let held = (0..h.count()).filter(|&i| want(i)).count() as u64;
@@ -187,7 +192,7 @@ fn top_path(h: &Heap, dom: &Dominators, is_new: &[bool], top: &JsNewObjects) -> 
     for to in h.targets(by) {
         if h.class(to) == top.constructor && counted.insert(to) {
             holder.instances += 1;
-            holder.instances_retained_bytes += dom.retained(to);
+            holder.instances_retained_bytes = holder.instances_retained_bytes.saturating_add(dom.retained(to));
         }
     }
     let path = RetainerPath {

@@ -275,7 +275,7 @@ impl Dominators {
                 if d != NONE {
                     let (v, d) = (order[p] as usize, order[d as usize] as usize);
                     idom[v] = d as u32;
-                    retained[d] += retained[v];
+                    retained[d] = retained[d].saturating_add(retained[v]);
                 }
             }
         }
@@ -326,7 +326,7 @@ impl Dominators {
             }
             if let Some(g) = g {
                 if active[g as usize] == 0 {
-                    total[g as usize] += self.retained[v];
+                    total[g as usize] = total[g as usize].saturating_add(self.retained[v]);
                 }
                 active[g as usize] += 1;
             }

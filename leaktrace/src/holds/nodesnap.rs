@@ -104,14 +104,20 @@ pub fn parse(text: &str) -> Result<Heap, String> {
     if nf == 0 || ef == 0 || !h.raw.nodes.len().is_multiple_of(nf) || !h.raw.edges.len().is_multiple_of(ef) {
         return Err("heap snapshot: node or edge arrays do not match their fields".into());
     }
+    // The edge counts come from the target: summed with checks, never past the edge records.
+    let records = h.raw.edges.len() / ef;
     let mut e = 0usize;
     h.first_edge.reserve(h.count() + 1);
     for i in 0..h.count() {
         h.first_edge.push(e);
-        e += h.raw.nodes[i * nf + n_edges] as usize;
+        e = usize::try_from(h.raw.nodes[i * nf + n_edges])
+            .ok()
+            .and_then(|n| e.checked_add(n))
+            .filter(|&e| e <= records)
+            .ok_or("heap snapshot: the nodes' edge counts add up to more than its edges")?;
     }
     h.first_edge.push(e);
-    if e * ef != h.raw.edges.len() {
+    if e != records {
         return Err("heap snapshot: the nodes' edge counts do not add up to its edges".into());
     }
     Ok(h)
@@ -279,5 +285,20 @@ mod tests {
         assert!(seen[4] && seen[5] && !seen[6], "a weak edge keeps nothing");
         assert_eq!(h.path(&parent, 5), ["(GC roots)", "[0] ((system))", "auditTrail (Array)", "[1]", "AuditEntry"]);
         assert!(parse(r#"{"snapshot":{"meta":{"node_fields":[],"node_types":[],"edge_fields":[],"edge_types":[]}},"nodes":[],"edges":[],"strings":[]}"#).is_err());
+    }
+
+    /// Edge counts that wrap around when summed (2^64 − 1 + 2 = 1, matching one edge record)
+    /// are refused, not used as indices.
+    #[test]
+    fn wrapping_edge_counts_are_refused() {
+        let meta = r#"{"snapshot":{"meta":{"node_fields":["type","name","id","self_size","edge_count"],
+            "node_types":[["hidden","object"]],"edge_fields":["type","name_or_index","to_node"],
+            "edge_types":[["element","weak"]]}},"#;
+        let text =
+            format!(r#"{meta}"nodes":[1,0,1,0,18446744073709551615, 1,0,2,0,2],"edges":[0,0,5],"strings":[""]}}"#);
+        let e = parse(&text).err().expect("refused");
+        assert!(e.contains("more than its edges"), "{e}");
+        let text = format!(r#"{meta}"nodes":[1,0,1,0,1, 1,0,2,0,0],"edges":[0,0,5],"strings":[""]}}"#);
+        assert_eq!(parse(&text).expect("a snapshot").count(), 2);
     }
 }

@@ -38,7 +38,7 @@ pub(crate) fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
     for (i, n) in w.nodes.iter().enumerate() {
         let t = types.entry(n.ty).or_default();
         t.0 += 1;
-        t.1 += n.size;
+        t.1 = t.1.saturating_add(n.size);
         let (kind, sig) = match (n.state, n.sig) {
             (State::Path, s) => (HolderKind::Path, s),
             (_, NOWHERE) => (HolderKind::Nowhere, NOWHERE),
@@ -46,7 +46,7 @@ pub(crate) fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
         };
         let g = groups.entry((n.ty, kind, sig)).or_insert((0, 0, i as u32));
         g.0 += 1;
-        g.1 += n.size;
+        g.1 = g.1.saturating_add(n.size);
         // The example: the newest; of objects referenced from nowhere, the newest such root.
         if kind != HolderKind::Nowhere || n.parent == walk::NONE {
             g.2 = i as u32;
@@ -146,7 +146,7 @@ fn step_type(w: &mut Walk<'_>, i: u32) -> String {
     let t = &w.types[ty];
     if t.kind == Kind::Func {
         let l = w.l;
-        let q = w.mem.u64(addr + l.func_qualname).and_then(|q| decode::read_str(w.mem, &l, q, 80));
+        let q = w.mem.u64(addr.wrapping_add(l.func_qualname)).and_then(|q| decode::read_str(w.mem, &l, q, 80));
         return format!("function {}", q.unwrap_or_default());
     }
     t.name.to_string()

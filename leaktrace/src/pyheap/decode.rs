@@ -161,7 +161,7 @@ pub fn keys_items(mem: &mut Mem, l: &HeapLayout, keys: u64, values: u64) -> Opti
             return None;
         }
         let esize = if kind == 0 { 24 } else { 16 };
-        (at(24), keys + 32 + (1u64 << log2_index), esize, 1u64 << log2, 1u64 << log2_index)
+        (at(24), keys.wrapping_add(32 + (1u64 << log2_index)), esize, 1u64 << log2, 1u64 << log2_index)
     } else {
         let size = at(8);
         let width = match size {
@@ -170,13 +170,14 @@ pub fn keys_items(mem: &mut Mem, l: &HeapLayout, keys: u64, values: u64) -> Opti
             0x1_0000..=0xffff_ffff => 4,
             _ => 8,
         };
-        (at(32), keys + 40 + size * width, 24, size, size * width)
+        (at(32), keys.wrapping_add(40).wrapping_add(size.wrapping_mul(width)), 24, size, size.saturating_mul(width))
     };
     if n > size || n > 1 << 24 {
         return None;
     }
     let table = mem.bytes(entries, (n * esize) as usize)?;
-    let vals = if values != 0 { Some(mem.bytes(values + l.values_offset, (n * 8) as usize)?) } else { None };
+    let vals =
+        if values != 0 { Some(mem.bytes(values.wrapping_add(l.values_offset), (n * 8) as usize)?) } else { None };
     let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let mut out = Vec::with_capacity(n as usize);
     for i in 0..n as usize {
@@ -191,8 +192,10 @@ pub fn keys_items(mem: &mut Mem, l: &HeapLayout, keys: u64, values: u64) -> Opti
             out.push((key, value));
         }
     }
-    let usable = (size * 2) / 3;
-    Some((out, (if l.dict311 { 32 } else { 40 }) + index_bytes + usable * esize))
+    let usable = size.saturating_mul(2) / 3;
+    let bytes =
+        (if l.dict311 { 32u64 } else { 40 }).saturating_add(index_bytes).saturating_add(usable.saturating_mul(esize));
+    Some((out, bytes))
 }
 
 /// A str object's text (compact strings only), at most `max` characters.
@@ -205,7 +208,7 @@ pub fn read_str(mem: &mut Mem, l: &HeapLayout, s: u64, max: usize) -> Option<Str
         return None;
     }
     let n = len.min(max);
-    let data = if ascii == 1 { s + l.ascii_header } else { s + l.compact_header };
+    let data = s.wrapping_add(if ascii == 1 { l.ascii_header } else { l.compact_header });
     let raw = mem.bytes(data, n * kind as usize)?;
     Some(match kind {
         1 => raw.iter().map(|&c| c as char).collect(),
@@ -219,7 +222,12 @@ fn str_size(l: &HeapLayout, h: &[u8]) -> u64 {
     let len = u64::from_le_bytes(h[16..24].try_into().unwrap());
     let state = u32::from_le_bytes(h[32..36].try_into().unwrap());
     let (kind, ascii) = (((state >> 2) & 7) as u64, (state >> 6) & 1);
-    if ascii == 1 { l.ascii_header + len + 1 } else { l.compact_header + (len + 1) * kind.max(1) }
+    // The length is the target's: sizes saturate.
+    if ascii == 1 {
+        l.ascii_header.saturating_add(len).saturating_add(1)
+    } else {
+        l.compact_header.saturating_add(len.saturating_add(1).saturating_mul(kind.max(1)))
+    }
 }
 
 /// An object's bytes (see `PyCensus` docs) from its first bytes `h` (at least 48 when the
@@ -229,16 +237,16 @@ pub fn object_size(l: &HeapLayout, t: &TypeInfo, h: &[u8]) -> u64 {
     let word = |o: usize| h.get(o..o + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
     let mut n = match t.kind {
         Kind::Str if h.len() >= 36 => str_size(l, h),
-        Kind::Long if l.long_tag => t.basicsize + t.itemsize * (word(16) >> 3).min(1 << 24),
+        Kind::Long if l.long_tag => t.basicsize.saturating_add(t.itemsize.saturating_mul((word(16) >> 3).min(1 << 24))),
         // `ob_size` (types whose field there is not a size count as their fixed part).
         _ if t.itemsize > 0 => match (word(16) as i64).unsigned_abs() {
-            n if n <= 1 << 32 => t.basicsize + t.itemsize * n,
+            n if n <= 1 << 32 => t.basicsize.saturating_add(t.itemsize.saturating_mul(n)),
             _ => t.basicsize,
         },
         _ => t.basicsize,
     };
     if t.flags & flags::HAVE_GC != 0 {
-        n += L::GC_HEAD;
+        n = n.saturating_add(L::GC_HEAD);
     }
     if t.flags & flags::MANAGED_DICT != 0 && l.managed != Managed::None {
         n += 16;

@@ -48,6 +48,9 @@ pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddrHasher>
 /// A read-through chunk cache of one process's memory.
 pub struct Mem {
     pid: u32,
+    /// Bytes standing for the target's memory at an address (the fuzz targets' input), in
+    /// place of process_vm_readv: the walk is then a pure function of them.
+    image: Option<(u64, Vec<u8>)>,
     /// Chunk base → index in `bufs`, or [`NO_CHUNK`] (unreadable).
     chunks: FastMap<u64, u32>,
     bufs: Vec<Box<[u8]>>,
@@ -79,6 +82,7 @@ impl Mem {
     pub fn new(pid: u32, budget: usize) -> Mem {
         Mem {
             pid,
+            image: None,
             chunks: FastMap::default(),
             bufs: Vec::new(),
             lo: Vec::new(),
@@ -91,6 +95,29 @@ impl Mem {
             budget,
             bytes_read: 0,
             reads: 0,
+        }
+    }
+
+    /// A memory of `bytes` at `base` (one readable mapping), nothing else readable.
+    pub fn image(base: u64, bytes: Vec<u8>, budget: usize) -> Mem {
+        let mut m = Mem::new(0, budget);
+        m.maps = vec![(base, base.saturating_add(bytes.len() as u64))];
+        m.maps_read = true;
+        m.image = Some((base, bytes));
+        m
+    }
+
+    /// Read `out.len()` bytes at `addr` from the target (or the image): how many were read.
+    fn read_target(&self, out: &mut [u8], addr: u64) -> usize {
+        match &self.image {
+            None => crate::reach::read_remote(self.pid, out, &[(addr, out.len())]),
+            Some((base, bytes)) => {
+                let at = addr.checked_sub(*base).and_then(|a| usize::try_from(a).ok()).unwrap_or(usize::MAX);
+                let have = bytes.get(at..).unwrap_or(&[]);
+                let n = have.len().min(out.len());
+                out[..n].copy_from_slice(&have[..n]);
+                n
+            }
         }
     }
 
@@ -129,7 +156,7 @@ impl Mem {
     fn remote(&mut self, out: &mut [u8], addr: u64) -> bool {
         self.reads += 1;
         let n = out.len();
-        let ok = crate::reach::read_remote(self.pid, out, &[(addr, n)]) == n;
+        let ok = self.read_target(out, addr) == n;
         if ok {
             self.bytes_read += n as u64;
         }
@@ -152,6 +179,10 @@ impl Mem {
 
     /// Copy `out.len()` bytes at `addr`; false when any of them cannot be read.
     pub fn read(&mut self, addr: u64, out: &mut [u8]) -> bool {
+        // An address from the target near the top of the address space: nothing to read there.
+        if addr.checked_add(out.len() as u64 + CHUNK).is_none() {
+            return false;
+        }
         let mut done = 0usize;
         while done < out.len() {
             let a = addr + done as u64;
@@ -183,16 +214,16 @@ impl Mem {
         let Some((start, end)) = self.mapping(base).or_else(|| {
             // The chunk's head is unmapped: a mapping may start inside it.
             let k = self.maps.partition_point(|m| m.0 <= base);
-            self.maps.get(k).copied().filter(|m| m.0 < base + CHUNK)
+            self.maps.get(k).copied().filter(|m| m.0 < base.saturating_add(CHUNK))
         }) else {
             self.chunks.insert(base, NO_CHUNK);
             return NO_CHUNK;
         };
         let base_in = start.max(base);
-        let len = (end.min(base + CHUNK) - base_in) as usize;
+        let len = (end.min(base.saturating_add(CHUNK)) - base_in) as usize;
         let mut buf = vec![0u8; len];
         self.reads += 1;
-        let got = crate::reach::read_remote(self.pid, &mut buf, &[(base_in, len)]);
+        let got = self.read_target(&mut buf, base_in);
         if got == 0 {
             self.chunks.insert(base, NO_CHUNK);
             return NO_CHUNK;
@@ -261,7 +292,7 @@ impl Mem {
         let mut out = Vec::new();
         let mut b = [0u8; 1];
         while out.len() < max {
-            if !self.read(addr + out.len() as u64, &mut b) {
+            if !self.read(addr.wrapping_add(out.len() as u64), &mut b) {
                 return None;
             }
             if b[0] == 0 {

@@ -151,6 +151,43 @@ impl Drop for Urgent {
     }
 }
 
+/// The census's walk over `data` as the target's memory, for the fuzz targets
+/// ([`crate::fuzzing::python_walk`]): its first byte picks the CPython layout, the rest is
+/// memory at 0x10000 whose first word is the address of the main interpreter (3.8: `_PyRuntime`'s
+/// `interpreters.main`). The collector's lists, the walk from the module objects, the
+/// unreached containers and the census, with a 200 ms pause cap and 20 000 objects at most;
+/// when the lists do not read, every 16th address is tried as an object (their decoding).
+pub fn walk_image(data: &[u8]) -> Option<PyCensus> {
+    walk_image_capped(data, 20_000).map(|(c, _)| c)
+}
+
+/// [`walk_image`] with at most `max_objects` objects: the census and how many objects the walk
+/// made.
+fn walk_image_capped(data: &[u8], max_objects: usize) -> Option<(PyCensus, usize)> {
+    const BASE: u64 = 0x10000;
+    let (&v, image) = data.split_first()?;
+    let layout = layout::HEAP_LAYOUTS[v as usize % layout::HEAP_LAYOUTS.len()];
+    let mut mem = mem::Mem::image(BASE, image.to_vec(), 1 << 24);
+    let at = Located { layout, interp_ptr: BASE, runtime_interp: 0, frames: None };
+    let mut w = Walk::new(&mut mem, layout, Instant::now() + Duration::from_millis(200), max_objects);
+    let collecting = match walk_all(&mut w, &at, &mem::FastMap::default(), 0) {
+        Ok(c) => c,
+        Err(_) => {
+            let mut edges = Vec::new();
+            for a in (BASE..BASE + image.len() as u64).step_by(16).take(512) {
+                if let Some(i) = w.node(a, true) {
+                    w.children(i, &mut edges);
+                }
+            }
+            from_roots(&mut w, &[]);
+            unreached(&mut w);
+            false
+        }
+    };
+    let census = census::aggregate(&mut w, collecting);
+    Some((census, w.nodes.len()))
+}
+
 /// The gc state's address: in the main interpreter (3.9+) or in `_PyRuntime` (3.8).
 fn gc_state(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<u64> {
     if at.layout.gc_in_runtime {
@@ -158,20 +195,22 @@ fn gc_state(w: &mut Walk<'_>, at: &Located) -> anyhow::Result<u64> {
     }
     let interp = w.mem.u64(at.interp_ptr).filter(|&a| a != 0);
     let interp = interp.ok_or_else(|| anyhow::anyhow!("cannot read the main interpreter's address"))?;
-    Ok(interp + at.layout.gc_state)
+    Ok(interp.wrapping_add(at.layout.gc_state))
 }
 
 /// Walk everything; Ok(true) when the collector was running at the stop. `tids`: the stopped
 /// threads by fsbase ([`frames::local_roots`]).
 fn walk_all(w: &mut Walk<'_>, at: &Located, tids: &mem::FastMap<u64, i32>, pid: u32) -> anyhow::Result<bool> {
     let gc = gc_state(w, at)?;
-    let collecting = w.mem.u64(gc + at.layout.gc_collecting).is_some_and(|v| v as u32 != 0);
-    let heads: Vec<u64> =
-        (0..3).map(|g| gc + at.layout.gc_generations + 24 * g).chain([gc + at.layout.gc_permanent]).collect();
+    let collecting = w.mem.u64(gc.wrapping_add(at.layout.gc_collecting)).is_some_and(|v| v as u32 != 0);
+    let heads: Vec<u64> = (0..3)
+        .map(|g| gc.wrapping_add(at.layout.gc_generations + 24 * g))
+        .chain([gc.wrapping_add(at.layout.gc_permanent)])
+        .collect();
     for &h in &heads {
         let first = w.mem.u64(h).unwrap_or(0) & !3;
         // The first container's prev pointer comes back to the head (flags in its low bits).
-        if first != h && w.mem.u64(first + 8).map(|p| p & !3) != Some(h) {
+        if first != h && w.mem.u64(first.wrapping_add(8)).map(|p| p & !3) != Some(h) {
             anyhow::bail!(
                 "the collector's lists do not read as CPython {}.{}'s (gc state at {gc:#x})",
                 at.layout.version.0,
@@ -187,7 +226,7 @@ fn walk_all(w: &mut Walk<'_>, at: &Located, tids: &mem::FastMap<u64, i32>, pid: 
             if n.is_multiple_of(256) && w.over() {
                 break;
             }
-            if w.node(p + layout::GC_HEAD, true).is_none() {
+            if w.node(p.wrapping_add(layout::GC_HEAD), true).is_none() {
                 w.bad_refs += 1;
             }
             match w.mem.u64(p) {
@@ -254,8 +293,12 @@ fn from_roots(w: &mut Walk<'_>, locals: &[frames::LocalRoot]) {
         queue.push_front(i);
     }
     let mut edges = Vec::new();
+    // The budgets are checked by steps taken, not by the queue's length: a chain of objects
+    // (each holding the next) keeps the queue at one entry for ever.
+    let mut steps = 0u64;
     while let Some(i) = queue.pop_front() {
-        if queue.len().is_multiple_of(256) && w.over() {
+        steps += 1;
+        if steps.is_multiple_of(256) && w.over() {
             return;
         }
         w.children(i, &mut edges);
@@ -339,5 +382,37 @@ fn unreached(w: &mut Walk<'_>) {
                 queue.push_back(j);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPython 3.11 heap laid out in bytes (fuzz/seeds/python_walk/py311-module.bin: a
+    /// `__main__` module whose `cache` list holds three `Entry` objects, and a list nothing
+    /// holds): the walk over an image finds them as it finds them in a live process.
+    #[test]
+    fn a_heap_image_is_walked() {
+        let (c, _) = walk_image_capped(include_bytes!("../../../fuzz/seeds/python_walk/py311-module.bin"), 1000)
+            .expect("a census");
+        assert!(c.complete, "{:?}", c.notes);
+        let entry = c.types.iter().find(|t| t.name == "Entry").expect("Entry objects");
+        assert_eq!(entry.count, 3);
+        assert!(entry.holders[0].pattern.contains("cache"), "{:?}", entry.holders[0].pattern);
+    }
+
+    /// Two long chains of lists (each holding the next) from the module keep one entry in the
+    /// walk's queue between steps: the object cap still stops it (it was checked only when the
+    /// queue's length was a multiple of 256, so a walk like this ran past every cap).
+    #[test]
+    fn long_chains_stop_at_the_object_cap() {
+        let (c, nodes) =
+            walk_image_capped(include_bytes!("../../../fuzz/seeds/python_walk/two-chains.bin"), 100).expect("a census");
+        assert!(!c.complete);
+        assert!(nodes < 100 + 300, "{nodes} objects walked with a cap of 100");
+        let (full, all) = walk_image_capped(include_bytes!("../../../fuzz/seeds/python_walk/two-chains.bin"), 10_000)
+            .expect("a census");
+        assert!(full.complete && all > 800, "{all} objects in the two chains of 400");
     }
 }

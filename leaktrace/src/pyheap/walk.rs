@@ -123,7 +123,9 @@ impl<'m> Walk<'m> {
 
     /// The node of the object at `addr`, read and added if new. None: not a readable object.
     pub fn node(&mut self, addr: u64, gc: bool) -> Option<u32> {
-        if addr == 0 || addr & 7 != 0 || addr < 4096 {
+        // No user-space address is at or above 2^56: offsets added to an object's address
+        // cannot wrap.
+        if addr & 7 != 0 || !(4096..1 << 56).contains(&addr) {
             return None;
         }
         if let Some(i) = self.mem.object(addr) {
@@ -215,7 +217,7 @@ impl<'m> Walk<'m> {
         match t.kind {
             Kind::Dict => {
                 if let Some((items, bytes)) = decode::dict_items(self.mem, &self.l, addr) {
-                    extra += bytes;
+                    extra = extra.saturating_add(bytes);
                     for (k, v) in items {
                         let r = self.key_repr(k);
                         out.push((v, Label::Key(r), true));
@@ -249,7 +251,7 @@ impl<'m> Walk<'m> {
         if t.kind != Kind::Func {
             self.instance_dict(addr, &t, out);
         }
-        self.nodes[i as usize].size += extra;
+        self.nodes[i as usize].size = self.nodes[i as usize].size.saturating_add(extra);
     }
 
     fn set_children(&mut self, addr: u64, out: &mut Vec<Edge>, extra: &mut u64) {
@@ -284,8 +286,8 @@ impl<'m> Walk<'m> {
             if tuple == 0 {
                 continue;
             }
-            let n = (self.mem.u64(tuple + L::OB_SIZE).unwrap_or(0) as i64).clamp(0, 256) as u64;
-            if let Some(b) = self.mem.bytes(tuple + L::TUPLE_ITEM, 8 * n as usize) {
+            let n = (self.mem.u64(tuple.wrapping_add(L::OB_SIZE)).unwrap_or(0) as i64).clamp(0, 256) as u64;
+            if let Some(b) = self.mem.bytes(tuple.wrapping_add(L::TUPLE_ITEM), 8 * n as usize) {
                 for (k, c) in b.chunks_exact(8).enumerate() {
                     out.push((u64::from_le_bytes(c.try_into().unwrap()), mk(k as u32), false));
                 }
@@ -373,7 +375,7 @@ impl<'m> Walk<'m> {
                     dict = w;
                     values = if w == 0 { self.mem.u64(addr - 32).unwrap_or(0) } else { 0 };
                 }
-                Managed::Tagged312 if w & 1 == 1 => values = w + 1,
+                Managed::Tagged312 if w & 1 == 1 => values = w.wrapping_add(1),
                 Managed::Inline313 if w == 0 && t.flags & flags::INLINE_VALUES != 0 => {
                     // PyDictValues {capacity, size, embedded, valid}: valid == 0 once a dict
                     // took the values over.

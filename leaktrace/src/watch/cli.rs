@@ -131,7 +131,7 @@ impl WatchArgs {
             max_cpu_pct: self.max_cpu,
             max_sites: self.max_sites,
             // A watch has no end to push at: periodic pushes, every window unless told.
-            push: self.push.config().map(|c| PushConfig { interval: c.interval.or(Some(self.window)), ..c }),
+            push: self.push.config()?.map(|c| PushConfig { interval: c.interval.or(Some(self.window)), ..c }),
         })
     }
 }
