@@ -1,5 +1,5 @@
 //! "What holds it" for the managed runtimes whose own heap tools leaktrace drives from outside
-//! (`record --heap-census`, issue 33): the JVM's class histogram (`jcmd PID GC.class_histogram`)
+//! (`record --heap-census`): the JVM's class histogram (`jcmd PID GC.class_histogram`)
 //! and Go's goroutines and heap profile (read from the runtime's `allgs` and `mbuckets` through
 //! /proc/PID/mem), each taken at the
 //! start and at the end of the recording, and what grew between the two, per second and per unit

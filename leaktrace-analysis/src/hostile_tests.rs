@@ -1,4 +1,4 @@
-//! Hostile and broken recordings (issue #15): a fuzz-like property test over mutations of a real
+//! Hostile and broken recordings: a fuzz-like property test over mutations of a real
 //! recording (the demo's, `testdata/demo-recording.json`), with a fixed seed and a time budget,
 //! run by `cargo xtask test` with the unit tests. Every mutant either loads, and then analysis,
 //! every report renderer, `check`'s evaluation and `compare` run without a panic, or is refused

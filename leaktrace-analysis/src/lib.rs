@@ -17,16 +17,16 @@ pub mod analyze;
 pub mod check;
 pub mod compare;
 pub mod frame_origin;
-/// `record --heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
+/// `record --heap-census`: the JVM's class histograms, Go's goroutines.
 pub mod holds;
 #[cfg(test)]
 mod hostile_tests;
 pub mod human;
 pub mod merge;
 pub mod output;
-/// `record --python-heap` (#31): Python objects by type and what holds them.
+/// `record --python-heap`: Python objects by type and what holds them.
 pub mod pyheap;
-/// `record --reachability` (#14): lost vs still-referenced blocks, retaining chains.
+/// `record --reachability`: lost vs still-referenced blocks, retaining chains.
 pub mod reachability;
 pub mod recording;
 pub mod recording_file;

@@ -1,4 +1,4 @@
-//! Python heap censuses (issue #31, `record --python-heap`): objects of a live CPython process
+//! Python heap censuses (`record --python-heap`): objects of a live CPython process
 //! counted by type, read from outside while its threads are briefly stopped, with what holds
 //! them (the retaining path from a module global). Made by the recorder
 //! (`leaktrace/src/pyheap/`, described in docs/runtimes.md "Python heap"), stored in

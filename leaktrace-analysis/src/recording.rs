@@ -50,7 +50,7 @@ pub struct Recording {
     /// probed), shown in the report's caveats.
     #[serde(default)]
     pub warnings: Vec<String>,
-    /// Reachability hook (#14): the conservative scan at the end of the recording
+    /// Reachability hook: the conservative scan at the end of the recording
     /// (`record --reachability`); None without it, or when the target was gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachability: Option<crate::reachability::Reachability>,
@@ -59,11 +59,11 @@ pub struct Recording {
     /// option.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reachability_scans: Vec<crate::reachability::Reachability>,
-    /// Python heap censuses (`record --python-heap`, issue #31), oldest first: at the first
+    /// Python heap censuses (`record --python-heap`), oldest first: at the first
     /// periodic checkpoint, every Nth (`--python-heap-every`) and at the end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub python_heap: Vec<crate::pyheap::PyCensus>,
-    /// Hook (issue #12, pprof mappings): the target's executable mappings with file offsets and
+    /// Hook (pprof mappings): the target's executable mappings with file offsets and
     /// build IDs, by start address; empty in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mappings: Vec<ObjectMapping>,
@@ -74,11 +74,11 @@ pub struct Recording {
     /// merged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub merged_stacks: BTreeMap<u32, Vec<u32>>,
-    /// `record --heap-census` (issue 33): what the runtime's own heap tools said at the start
+    /// `record --heap-census`: what the runtime's own heap tools said at the start
     /// and the end ([`crate::holds`]); None without the option or for a runtime it has no tool for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_holds: Option<crate::holds::RuntimeHolds>,
-    /// Growth mode's escalation (issue 34): the exact-mode recording of this process taken after
+    /// Growth mode's escalation: the exact-mode recording of this process taken after
     /// the growth-mode window, when growth mode saw RSS grow through the allocator (pages first
     /// touched inside malloc, which names no holder). Bounded (`record --escalate-for`, default
     /// 10 s); its probes are removed when it ends. None without one.
@@ -230,13 +230,13 @@ pub struct Target {
     /// How the launched command ended: exit code, or 128 + signal number (shell convention).
     /// None while running or when attached with --pid.
     pub exit_status: Option<i32>,
-    /// How the process ended when it ended during the recording, in words (issue #15): "killed
+    /// How the process ended when it ended during the recording, in words: "killed
     /// by the OOM killer (oom_kill of CGROUP/memory.events went 0 → 1)", "killed by signal 9
     /// (SIGKILL)", "exited with status 3", or, attached with --pid, "exited (its exit status is
     /// visible only to its parent)". None when it outlived the recording or in older recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
-    /// Every `execve` the process made during the recording, in time order (issue #15): the
+    /// Every `execve` the process made during the recording, in time order: the
     /// image changed there, and the sites before and after belong to different programs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub execs: Vec<ExecChange>,

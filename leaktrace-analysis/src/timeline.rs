@@ -92,7 +92,7 @@ impl Timeline {
             }
         }
         let mut kinds: Vec<MemoryKind> = crate::runtimes::classify_sites(rec.target.runtime, &stacks);
-        // A mapping the allocator made (jemalloc's extents, issue 34) is not the program's
+        // A mapping the allocator made (jemalloc's extents) is not the program's
         // off-heap memory. Growth mode: it is the heap growing through the allocator, native
         // memory. Exact and sampled modes: the allocator's own, as glibc's arenas are — its
         // blocks are counted at the malloc sites.

@@ -29,9 +29,9 @@ pub struct CheckOptions {
     /// None: ./leaktrace-check-PID-TIMESTAMP.
     pub out: Option<PathBuf>,
     pub limits: Limits,
-    /// Reachability hook (#14): scan at the end (`--reachability`); None: no scan.
+    /// Reachability hook: scan at the end (`--reachability`); None: no scan.
     pub reachability: Option<crate::reach::ScanOptions>,
-    /// Issue #31: `--python-heap`: Python heap censuses; None: none.
+    /// `--python-heap`: Python heap censuses; None: none.
     pub python_heap: Option<crate::pyheap::HeapOptions>,
     /// `--allow-seccomp-risk`: see [`crate::record::RecordOptions::allow_seccomp_risk`].
     pub allow_seccomp_risk: bool,

@@ -21,7 +21,7 @@ pub mod check;
 pub mod cri;
 pub mod discover;
 pub mod fuzzing;
-/// `record --heap-census` (issue 33): the runtimes' own heap tools driven from outside.
+/// `record --heap-census`: the runtimes' own heap tools driven from outside.
 pub mod holds;
 pub mod launch;
 pub mod mappings;
@@ -29,23 +29,23 @@ pub mod notes;
 pub mod objects;
 pub mod pipeline;
 pub mod placement;
-/// Issue #12: `--pod` (Kubernetes pods on this node).
+/// `--pod` (Kubernetes pods on this node).
 pub mod pod;
 pub mod probes;
 pub mod procinfo;
-/// Issue #12: `--push` to Pyroscope.
+/// `--push` to Pyroscope.
 pub mod push;
-/// Issue #11: CPython frames in the stacks.
+/// CPython frames in the stacks.
 pub mod pyframes;
-/// Issue #31: `record --python-heap`: Python objects by type and what holds them.
+/// `record --python-heap`: Python objects by type and what holds them.
 pub mod pyheap;
-/// `record --reachability` (#14): stop the target briefly and scan it for pointers to blocks.
+/// `record --reachability`: stop the target briefly and scan it for pointers to blocks.
 pub mod reach;
 pub mod record;
 pub mod runtimes;
 pub mod seccomp;
 pub mod site_recycle;
-/// Issue #12: the live status line.
+/// The live status line.
 pub mod status;
 pub mod stopping;
 pub mod symbolize;
@@ -53,7 +53,7 @@ pub mod target_fs;
 pub mod tracepoints;
 pub mod unwind;
 pub mod uprobe_multi;
-// Issue 34: `leaktrace watch`, the node agent.
+// `leaktrace watch`, the node agent.
 pub mod watch;
 
 pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report, system_libs};

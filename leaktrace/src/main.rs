@@ -140,7 +140,7 @@ struct CheckArgs {
     command: Vec<OsString>,
 }
 
-/// Reachability hook (#14): `--reachability`, shared by `record` and `check`.
+/// Reachability hook: `--reachability`, shared by `record` and `check`.
 #[derive(Args)]
 struct ReachArgs {
     /// At the end, stop the target briefly and scan its memory for pointers to the live blocks:
@@ -321,10 +321,10 @@ struct RecordArgs {
     /// plain `leaktrace: status:` line every 10 s otherwise).
     #[arg(long)]
     quiet: bool,
-    // --pod, --namespace (issue 12).
+    // --pod, --namespace.
     #[command(flatten)]
     pod: leaktrace::pod::PodArgs,
-    // --push, --push-format, --push-label, --push-name, --push-interval (issue 12; record/sink.rs).
+    // --push, --push-format, --push-label, --push-name, --push-interval (record/sink.rs).
     #[command(flatten)]
     push: leaktrace::push::PushArgs,
     /// Command to launch and trace (after --).
@@ -421,7 +421,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Record(a) => {
             let a = *a;
             leaktrace::stopping::install();
-            // --pod NAME [--namespace NS] [--container NAME] → its PIDs (issue 12).
+            // --pod NAME [--namespace NS] [--container NAME] → its PIDs.
             let (pod_pids, container) = match &a.pod.pod {
                 Some(pod) => {
                     if let Some(s) = &a.pod.cri_socket {

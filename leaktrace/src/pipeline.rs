@@ -42,7 +42,7 @@ pub struct MultiOutcome {
 /// error) the recording is kept in a temporary file instead ([`output::save_fallback`]) and the
 /// error, one line, names both the failure and where the recording is. Returns the file's path.
 pub fn save_recording(recording: &Recording, dir: &OutDir) -> anyhow::Result<PathBuf> {
-    // Streamed: the JSON of a recording with many stacks is hundreds of MB (issue 11, pymalloc
+    // Streamed: the JSON of a recording with many stacks is hundreds of MB (pymalloc
     // with Python frames); it is held whole only for the fallback.
     match dir.write_with("recording.json", |w| serde_json::to_writer(w, recording).map_err(std::io::Error::other)) {
         Ok(p) => Ok(p),

@@ -761,7 +761,7 @@ impl Tracer {
         self.stacks.get(&key, 0).ok().map(|s| (s.frames().to_vec(), s.end))
     }
 
-    // Reachability hook (#14): the scan reads the live blocks itself (leaktrace/src/reach/).
+    // Reachability hook: the scan reads the live blocks itself (leaktrace/src/reach/).
     /// The maps of traced live blocks, `BLOCKS` (the fast table, an array of
     /// [`leaktrace_common::BlockBucket`]) and `ALLOCS` (AllocKey → AllocInfo: blocks whose bucket
     /// was full), for the reachability scan's batched read ([`crate::reach::blocks::read`]); None

@@ -1,4 +1,4 @@
-//! The uretprobe/seccomp hazard (issue #15): on x86-64 kernels 6.11 to 6.13, a uretprobe
+//! The uretprobe/seccomp hazard: on x86-64 kernels 6.11 to 6.13, a uretprobe
 //! returns to the traced function through a new `uretprobe` system call made from the
 //! kernel's `[uprobes]` trampoline. seccomp filters written before it existed (Docker's,
 //! Kubernetes' RuntimeDefault, systemd's SystemCallFilter=, any allow-list) do not list it, so

@@ -324,7 +324,7 @@ mod tests {
         assert!(t.contains("live 6.0 KiB (+1019 B/s), occupied 50 % of RSS anon; fastest"), "{t}");
     }
 
-    /// Issue 34: growth mode measures resident pages first touched by stack, not live blocks:
+    /// Growth mode measures resident pages first touched by stack, not live blocks:
     /// the line says "touched" and shows no occupied-heap share.
     #[test]
     fn growth_mode_says_touched_not_live() {

@@ -273,7 +273,7 @@ impl StackSymbolizer {
         self.last_maps = text.to_string();
     }
 
-    /// For the mappings of the pprof profiles (issue 12): every executable mapping seen so far
+    /// For the mappings of the pprof profiles: every executable mapping seen so far
     /// (unmapped ones included), by start address, each with its object's GNU build ID (read
     /// from the open file once per object, the same cached value the frames carry).
     pub fn mappings(&mut self) -> Vec<crate::recording::ObjectMapping> {

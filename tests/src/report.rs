@@ -310,7 +310,7 @@ pub fn summary_rate(summary: &str, after: &str) -> Option<f64> {
     rest[..rest.find(" B/s")?].trim().parse().ok()
 }
 
-/// The verdict of a load-spike plateau (issue 30, item 4): not a leak, and its summary names
+/// The verdict of a load-spike plateau: not a leak, and its summary names
 /// the steps ("at load spikes at t=") and "a plateau raised by load, not a leak". Returns the
 /// verdict and its summary.
 pub fn assert_plateau_verdict<'r>(r: &'r Report, ctx: &str) -> (&'r Value, &'r str) {

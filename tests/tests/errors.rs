@@ -71,7 +71,7 @@ fn under_strace(args: &[&str], log: &std::path::Path) -> (Output, String) {
     (o, traced)
 }
 
-/// Issue 34, item 4: `--out` naming a regular file is refused with one line (exit 2) before
+/// `--out` naming a regular file is refused with one line (exit 2) before
 /// leaktrace loads any eBPF program (no `bpf(2)` call) or starts the command (no `execve` of
 /// it), by `record --pid`, `record -- CMD` and `watch`; the file is left as it was. Before, the
 /// programs were loaded first (minutes on a loaded machine) and the error came after.

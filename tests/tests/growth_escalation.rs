@@ -1,4 +1,4 @@
-//! Growth mode's escalation (issue 34) on tests/fixtures/growth_decoy.c: a program that leaks six
+//! Growth mode's escalation on tests/fixtures/growth_decoy.c: a program that leaks six
 //! small asprintf strings per request beside a per-request getline buffer that it frees. Page
 //! faults charge the leak's pages to the getline buffer's realloc (it first writes the heap's
 //! new top), so growth mode alone must not call getline a leak culprit with a "missing
@@ -134,7 +134,7 @@ fn jemalloc() -> String {
     std::fs::canonicalize(&path).expect("canonical path").display().to_string()
 }
 
-/// Issue 34, item 1: the decoy under jemalloc (LD_PRELOAD). jemalloc maps its extents itself
+/// The decoy under jemalloc (LD_PRELOAD). jemalloc maps its extents itself
 /// (mmap inside libjemalloc, under the program's malloc): growth mode must call those mappings
 /// the allocator's heap growth — "pages mapped by the allocator (jemalloc) under …", escalated
 /// to an exact window — never an off-heap leak of the program (before: "off-heap: … mapping"),
@@ -171,7 +171,7 @@ fn growth_mode_under_jemalloc_treats_its_mappings_as_heap_growth_and_escalates()
     );
 }
 
-/// Issue 34, item 3: SIGINT one second into the exact window cuts it: the window says so —
+/// SIGINT one second into the exact window cuts it: the window says so —
 /// inconclusive, "cut after …: it ended by signal" — and the verdict claims no leak (before: the
 /// few checkpoints' slope was a leak verdict). The growth-mode part says what it measured.
 #[test]

@@ -1,4 +1,4 @@
-//! Hostile live-process conditions (issue #15), each on a real process with real probes: a
+//! Hostile live-process conditions, each on a real process with real probes: a
 //! target under a strict seccomp allow-list, a target that execs mid-recording (itself, or
 //! another program), a binary and a library replaced or deleted on disk while they run, a
 //! target killed by the OOM killer or by SIGKILL, and two leaktrace runs on one target at once.

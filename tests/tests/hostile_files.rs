@@ -1,4 +1,4 @@
-//! Hostile conditions on the file side (issue #15, docs/reliability.md): symlinks and files
+//! Hostile conditions on the file side (docs/reliability.md): symlinks and files
 //! planted at output paths, directories others can write, a full disk mid-write (a real 64 KiB
 //! tmpfs), and hostile or broken recordings given to `report` and `compare`.
 use std::os::unix::fs::PermissionsExt as _;

@@ -1,4 +1,4 @@
-//! A long recording in growth mode (#15, "long runs"): an 8-hour recording simulated as
+//! A long recording in growth mode ("long runs"): an 8-hour recording simulated as
 //! 10 minutes at a 100 ms interval (6,000 checkpoints) against a target that keeps making new
 //! call stacks (tests/fixtures/newstacks.c: a new stack at every call until 262,144, 500 calls
 //! a second). What must stay bounded, and the bounds asserted:

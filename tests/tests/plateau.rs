@@ -1,4 +1,4 @@
-//! Load-spike plateaus (issue 30, item 4): RSS raised in steps by bursts of allocation and flat
+//! Load-spike plateaus: RSS raised in steps by bursts of allocation and flat
 //! between them, while live bytes fall back after each burst, is named in the verdict with its
 //! steps — a plateau raised by load, not a leak. A native C service (tests/fixtures/load_spikes.c)
 //! under glibc: the issue's case is a Node service, whose steps depend on when V8 collects the

@@ -1,4 +1,4 @@
-//! Load-spike plateaus under Node (issue 30, item 4, the issue's own case): a Node service whose
+//! Load-spike plateaus under Node (the issue's own case): a Node service whose
 //! heavy job at each spike allocates many native buffers (their backing stores malloc'd by
 //! Node's ArrayBuffer allocator) and keeps 1 in 64; glibc keeps the peak's pages, so RSS rises in
 //! steps at the spikes and stays flat between them. The verdict names the steps, says "not a

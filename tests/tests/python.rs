@@ -2,7 +2,7 @@
 //! bytes objects, traced by `leaktrace record --pid PID` until the script says it is done (then
 //! SIGINT ends the recording: the test does not depend on how fast a loaded machine runs it).
 //!
-//! Python frames (issue #11): a C extension built -O2 without frame pointers leaks the strdup'd
+//! Python frames: a C extension built -O2 without frame pointers leaks the strdup'd
 //! copy of every record (tsparse_ext.parse_record), called from Python code whose lines the test
 //! reads from the script; the leaking site's stack names the Python functions and lines in
 //! place of the eval loop, in report.json, report.md, stacks.folded and live.svg, under pyenv's
@@ -423,7 +423,7 @@ fn said(name: &str, lines: &[String], key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name}: no `{key}` line in {lines:?}"))
 }
 
-/// A missing Py_DECREF (issue #11): decref_leak.py's ingest() calls tagsum_ext.tag_checksum,
+/// A missing Py_DECREF: decref_leak.py's ingest() calls tagsum_ext.tag_checksum,
 /// which leaks one 240-byte bytes object per call (sys.getsizeof(bytes(207)) = 240, a pymalloc
 /// size class: no malloc call), and the decoy verify_checksum, which makes the same object and
 /// releases it, DECREF_RATE times a second each for DECREF_SECONDS. Recorded with --pymalloc and
@@ -627,7 +627,7 @@ fn assert_ctypes_rate(run: &CtypesRun, sites: &[&Value], what: &str) {
     assert_within(&format!("{what} live bytes"), live, run.leaked * run.leak_bytes, 0.10, &run.ctx);
 }
 
-/// A leak through ctypes.CDLL (issue #11), which releases the GIL around the C call: the block
+/// A leak through ctypes.CDLL, which releases the GIL around the C call: the block
 /// is allocated by a thread that does not hold the GIL, whose own thread state the kernel finds
 /// in the interpreter's list. The leaking site's stack names leak_record at the line of the
 /// strdup call, then serve at the line of its call; its culprit is that Python line; its
@@ -680,7 +680,7 @@ fn python_ctypes_leak_shared_libpython_38() {
     ctypes_leak_names_the_python_caller("ctypes-38", Path::new(PYENV_38), "3.8");
 }
 
-/// Two Python threads (issue #11): leak_in_worker leaks a strdup'd record per call through
+/// Two Python threads: leak_in_worker leaks a strdup'd record per call through
 /// ctypes.CDLL, churn_in_decoy mallocs and frees 256 bytes per call the same way, as often,
 /// while the main thread waits in join(). Each thread's blocks carry its own Python frames:
 /// the leak site names leak_in_worker at the line of its strdup call (rate and live bytes

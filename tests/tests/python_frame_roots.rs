@@ -1,4 +1,4 @@
-//! The live threads' frame locals are roots of the Python heap census (issue #31):
+//! The live threads' frame locals are roots of the Python heap census:
 //! tests/fixtures/pyheap/frame_locals.py runs a worker thread whose function `worker` appends a
 //! `Job` per step to its LOCAL list `cache` (100 a second; held by the worker's frame and by
 //! nothing else), beside a C extension (refleak_ext.c) that leaks a dict and a list per call

@@ -1,4 +1,4 @@
-//! What holds it, in Python (issue #31): `record --python-heap` on real CPython processes
+//! What holds it, in Python: `record --python-heap` on real CPython processes
 //! launched by leaktrace, censuses of their heap read from outside (ptrace stop +
 //! process_vm_readv) at the first checkpoint and at the end.
 //!

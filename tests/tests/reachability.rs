@@ -1,4 +1,4 @@
-//! `record --reachability` (#14) on real processes (tests/fixtures/reach.c): lost blocks,
+//! `record --reachability` on real processes (tests/fixtures/reach.c): lost blocks,
 //! blocks held by a global list (with the chain from its symbol), a bounded cache, blocks of
 //! exited threads, blocks held only by a table allocated before attach; the target runs on with
 //! its data intact, and is never left stopped, even when the agent is killed during the scan.

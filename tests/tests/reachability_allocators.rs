@@ -1,5 +1,4 @@
-//! `record --reachability` under the allocators people preload (issue #32, kind 2: the
-//! allocator's own bookkeeping is no root), on tests/fixtures/allocators_lost.c built -O0 and
+//! `record --reachability` under the allocators people preload, on tests/fixtures/allocators_lost.c built -O0 and
 //! -O2 without frame pointers: with jemalloc, tcmalloc and mimalloc, 64 lost blocks of each of
 //! three sizes are lost and the 64 blocks of the global array are held by `g_keep`, in every
 //! run (jemalloc's extent descriptors point at the first block of each slab and at every large

@@ -1,4 +1,4 @@
-//! `record --reachability` as precise as LeakSanitizer and valgrind memcheck (issue #32), on
+//! `record --reachability` as precise as LeakSanitizer and valgrind memcheck, on
 //! real processes (tests/fixtures/precision.c, built -O0 and -O2 without frame pointers): each
 //! kind of false root or blind spot of a conservative scan has a block with a known answer,
 //! asserted exactly, and each fixture runs 10 times in its test (the figures must repeat):

@@ -1,4 +1,4 @@
-//! Memory that no object holds (issue 30): the allocator's retention decided on the whole
+//! Memory that no object holds: the allocator's retention decided on the whole
 //! recording, on real programs under real allocators. Each recording is as short as its evidence
 //! allows (the shared 2-core machine): 30 s for three steps of glibc arenas, 20 s for forty
 //! reports under jemalloc.

@@ -1,4 +1,4 @@
-//! "What holds it" from the runtimes' own heap tools (`record --heap-census`, issue 33): the
+//! "What holds it" from the runtimes' own heap tools (`record --heap-census`): the
 //! JVM's class histogram at the start and the end, and Go's goroutines read from outside. Each
 //! test runs a real runtime on a fixture whose truth is known and asserts the growth the
 //! runtime's tool reports, at a stated tolerance, and the decoys beside it.
@@ -85,7 +85,7 @@ fn grown<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array().and_then(|a| a.iter().find(|g| g["name"] == name))
 }
 
-/// Issue 33, JVM: HoldsJvm keeps 500 AuditRecords a second (24 B each with compressed oops)
+/// JVM: HoldsJvm keeps 500 AuditRecords a second (24 B each with compressed oops)
 /// with a 200-byte payload each (a byte[] of 216 B) in a static ArrayList, calls a JNI function
 /// that leaks 1024 B of native memory per request, and churns a 256-entry Session cache. With
 /// `--heap-census` the class histograms at the start and the end show the record class and its
@@ -141,7 +141,7 @@ fn jvm_class_histogram_names_the_growing_class() {
     assert!(holder.starts_with("class HoldsJvm$AuditRecord +"), "verdict.holder: {holder}\n{ctx}");
 }
 
-/// Issue 33, JVM `--heap-dump`: after the last histogram one HPROF dump (jcmd GC.heap_dump,
+/// JVM `--heap-dump`: after the last histogram one HPROF dump (jcmd GC.heap_dump,
 /// written in the output directory) read by leaktrace: the shortest path from a GC root to the
 /// growing record class starts at the static field that keeps it (`HoldsJvm.AUDIT`), through
 /// the ArrayList's array, and holds every record in the dump (at least 95 %: the list's own
@@ -199,7 +199,7 @@ fn jvm_heap_dump_path_names_the_static_field() {
     assert!(left.is_empty(), "the dump was not deleted: {left:?}\n{ctx}");
 }
 
-/// Issue 33, Go 1.19: the fixture starts 100 goroutines a second that block forever on an
+/// Go 1.19: the fixture starts 100 goroutines a second that block forever on an
 /// unbuffered send (`main.handle`), beside 8 workers waiting to receive (`main.worker`). With
 /// `--heap-census` the goroutines read from outside (no pprof endpoint in the program) grow by
 /// 100/s ± 15 % in the group "waiting (chan send), started by main.handle", with their stacks'
@@ -244,7 +244,7 @@ fn go_goroutine_leak_named_with_its_start_function() {
     assert!(md.contains("heap profile is off"), "report.md does not say the heap profile is off\n{ctx}");
 }
 
-/// Issue 33, Go 1.19: beside the goroutine leak, `main.remember` keeps 2000 slices of 1000 B a
+/// Go 1.19: beside the goroutine leak, `main.remember` keeps 2000 slices of 1000 B a
 /// second (1024 B with their size class) in a map that only grows; the program profiles its own
 /// heap (`runtime.MemProfileRate = 64 KiB`) but has no pprof endpoint and writes no profile. The
 /// runtime's heap profile read from outside names `main.remember` (inlined into `main.main`:
@@ -292,7 +292,7 @@ fn listens(pid: u32) -> bool {
     })
 }
 
-/// Issue 33, Node 20: audit.js keeps a 200 kB string 20 times a second in a module-level array
+/// Node 20: audit.js keeps a 200 kB string 20 times a second in a module-level array
 /// (`recordAudit`) beside a decoy that makes the same copy and drops it (`checkSession`); node
 /// runs without `--perf-basic-prof` and without an inspector. Attached with `--heap-census`,
 /// leaktrace opens the inspector (SIGUSR1), samples the heap with the DevTools protocol and
@@ -341,7 +341,7 @@ fn node_sampling_profile_names_the_javascript_function() {
     assert!(!listens(target.pid), "the inspector still listens\n{ctx}");
 }
 
-/// Issue 33, Node 20 `--heap-snapshots`: audit-objects.js appends 200 `AuditEntry` objects a
+/// Node 20 `--heap-snapshots`: audit-objects.js appends 200 `AuditEntry` objects a
 /// second to the module-level array `auditTrail` beside a Map cache of 500 `Session`s whose
 /// entries are replaced (as many new objects, no growth). Attached with `--heap-snapshots`,
 /// leaktrace takes two heap snapshots over the inspector (at attach and at the end): AuditEntry
@@ -482,7 +482,7 @@ impl Drop for MemoryCgroup {
     }
 }
 
-/// Issue 33, Node 20 `--heap-snapshots` refused: audit-objects.js with a JS heap of about 30 MB
+/// Node 20 `--heap-snapshots` refused: audit-objects.js with a JS heap of about 30 MB
 /// (150,000 preloaded objects) moved into a real memory cgroup whose limit leaves 16 MiB of
 /// headroom, under the twice-the-heap a snapshot may need: no snapshot is taken, one line says
 /// why (the cgroup and its headroom), and node runs on.

@@ -211,7 +211,7 @@ fn python_pymem_leak_debian_static_311() {
     pymem_leak_named_with_pymalloc_hooks("debian", Path::new(DEBIAN_PYTHON));
 }
 
-/// Issue 17, item A: a leak that the interpreter's finalization releases. teardown_leak.py calls
+/// A leak that the interpreter's finalization releases. teardown_leak.py calls
 /// pymem_ext.remember_session(1000) 100 times a second for 8 s (blocks malloc'd into a registry
 /// freed by a Py_AtExit handler inside Py_FinalizeEx) and ends normally, without os._exit. Judged
 /// on the checkpoints up to the teardown (caught at Py_FinalizeEx), remember_session is a leak

@@ -97,7 +97,7 @@ fn java_jni(jvm_flags: &[&str], extra: &[&str]) -> Command {
     cmd
 }
 
-/// Issue 17, item 4: a JNI library's leak made by libjvm's allocator wrapper. JniLeak.parse takes
+/// A JNI library's leak made by libjvm's allocator wrapper. JniLeak.parse takes
 /// GetStringUTFChars copies of a 1023-character string 200 times a second and never releases them
 /// (1024 B each: 204,800 B/s), beside 64 KiB of young-generation garbage per call (13 MB/s of
 /// 4 KiB arrays nothing keeps). The site is native and named after the JNI function
@@ -143,7 +143,7 @@ fn ledger(jvm_flags: &[&str], rate: u32, size: u32) -> Command {
     cmd
 }
 
-/// Issue 11: JVM with -XX:+PreserveFramePointer and --jvm-perf-map. Ledger.appendRecord leaks
+/// JVM with -XX:+PreserveFramePointer and --jvm-perf-map. Ledger.appendRecord leaks
 /// 500 × 4096 B/s of Unsafe.allocateMemory blocks from JIT-compiled code; leaktrace runs `jcmd
 /// PID Compiler.perfmap` and names the JIT frames from the map. The leak's sites name the Java
 /// method (HotSpot's perf-map form, `void Ledger.appendRecord(long)`) as their culprit and grow,
@@ -208,7 +208,7 @@ fn jvm_perf_map_names_the_java_method_that_leaks() {
     }
 }
 
-/// Issue 11: one leak whose method the JIT compiles again while it is traced stays one site.
+/// One leak whose method the JIT compiles again while it is traced stays one site.
 /// OrderBook (OrderBook.java) leaks 500 × 4096 B/s from `stashQuote`; the JVM runs it in C1
 /// code, then C2 (low tier-4 thresholds: after about 10 s), then throws the C2 code away when
 /// the quotes start to alternate sides at 11 s (a branch it never took: deoptimization), and
@@ -410,7 +410,7 @@ for (int step = 0; ; step++) {{
     check(Command::new("javac").arg("-d").arg(dir).arg(&file), "javac (JitWarm.java)");
 }
 
-/// Issue 17, item 4: JIT compilation is warm-up, not a leak. JitWarm keeps making new methods hot
+/// JIT compilation is warm-up, not a leak. JitWarm keeps making new methods hot
 /// (30 every 100 ms, 4000 in all) and retains nothing: the JVM's profiling data, counters and
 /// compiled-method metadata (MethodData in metaspace, nmethod oop maps) grow steadily through the
 /// recording. No site is a leak, the sites that grow carry the "warm_up" look-alike with a

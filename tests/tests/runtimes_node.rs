@@ -65,7 +65,7 @@ fn node_perf_map_names_the_javascript_function() {
 const AUDIT_RATE: u32 = 20;
 const AUDIT_SIZE: u32 = 200_000;
 
-/// Issue 11: a JS-heap leak under Node with --perf-basic-prof. audit.js's recordAudit keeps a
+/// A JS-heap leak under Node with --perf-basic-prof. audit.js's recordAudit keeps a
 /// 200 kB string (a V8 large-object page each, 204,800 B mapped: the string and its page
 /// header rounded up to 4 KiB) per call in an array never trimmed, AUDIT_RATE times a second;
 /// checkSession makes the same string and drops it (the decoy). The V8 heap grows, the
@@ -73,7 +73,7 @@ const AUDIT_SIZE: u32 = 200_000;
 /// location) and its rate, the leaking sites named recordAudit grow calls/s × 204,800 B ± 10 %
 /// (the script prints its calls and time), and no V8 heap site of checkSession's is a leak, its
 /// largest temporary or a cache. Failed before the managed-leak verdict named the sites' function
-/// ("leaktrace sees the runtime's allocator, not the code that keeps the objects"), and (issue 28)
+/// ("leaktrace sees the runtime's allocator, not the code that keeps the objects"), and
 /// on a fresh machine whose collections came seconds apart: the decoy's pages made since the last
 /// collection were a leak until sites a collector frees were judged on what each collection left.
 #[test]
@@ -173,7 +173,7 @@ fn node_retained_buffers_are_off_heap() {
     assert_verdict_starts(&r, "off-heap leak in", &ctx);
 }
 
-/// Issue 17, item 4: a Node program that leaks nothing, attached 3 s after it started. churn.js
+/// A Node program that leaks nothing, attached 3 s after it started. churn.js
 /// makes 50,000 small objects a second and drops them; under that pressure V8 sizes up its young
 /// generation after attach (new semi-space pages mapped, the old ones, mapped before attach,
 /// unmapped unseen; RSS rises by about 13 MB and stays there). Neither the V8 heap nor RSS that

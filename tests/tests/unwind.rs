@@ -296,7 +296,7 @@ fn rust_release_leak_has_its_caller_and_main() {
         assert!(s.get("truncated").is_none(), "truncated: {}\n{ctx}", s["truncated"]);
     }
     assert_within("live bytes through remember_request", live_through(&run, "remember_request"), run.leaked, 0.10, ctx);
-    // Issue 17, item 7: the culprit is the user's function, not the `alloc::` internals
+    // The culprit is the user's function, not the `alloc::` internals
     // (`RawVec`, `vec::from_elem`, `Box::leak`) inlined between it and the allocator.
     let top = run.report.largest_growth();
     let culprit = str_of(top, "function");
@@ -317,7 +317,7 @@ fn rust_release_leak_has_its_caller_and_main() {
     );
 }
 
-/// Issue 17, item 7, for a stripped shared object: a C library built -O2 without frame pointers
+/// For a stripped shared object: a C library built -O2 without frame pointers
 /// and stripped (`strip --strip-all`; its leaking function is static, so no symbol names it),
 /// dlopened by a host program, leaks 1000 B a call through malloc (`keep_entry`, 400 calls) beside
 /// a balanced calloc decoy. The culprit is the library's frame, labelled `libstripped.so+0xOFFSET`

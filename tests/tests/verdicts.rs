@@ -1,4 +1,4 @@
-//! Verdicts that fooled leaktrace before (issue 17), on real processes with known truth
+//! Verdicts that fooled leaktrace before, on real processes with known truth
 //! (tests/fixtures/verdicts.c): a tiny leak under heavy churn, a leak seen as one burst and in
 //! repeated bursts, shared memory (memfd, shm_open, SysV) and file-backed pages, a one-shot
 //! leak from two call sites on one line (one at-exit entry), a mapped reservation ranked by its

@@ -1,4 +1,4 @@
-//! Memory from before attach (issue 17), on real processes with known truth: glibc arenas made
+//! Memory from before attach, on real processes with known truth: glibc arenas made
 //! before attach, and jemalloc's, tcmalloc's and mimalloc's regions and retained memory, counted
 //! as the allocator's footprint against smaps measured here independently of leaktrace.
 #![allow(
@@ -60,7 +60,7 @@ fn arenas_made_before_attach_are_counted() {
     );
 }
 
-/// Issue 34 (growth mode on a fragmenting process): with no malloc probes, the arenas' pages are
+/// Growth mode on a fragmenting process: with no malloc probes, the arenas' pages are
 /// first touched under `fill_batch` (its memset), which looks like a program writing new memory
 /// at 2 MiB/s. glibc's own headers tell them apart: Σ system_mem of its arenas grows while
 /// system_mem − free chunks (its bytes in use) stays flat. The verdict is fragmentation naming

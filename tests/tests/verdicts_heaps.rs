@@ -1,4 +1,4 @@
-//! Issue 30: memory no object holds, and managed heaps judged on their collections — real
+//! Memory no object holds, and managed heaps judged on their collections — real
 //! runtimes traced by `leaktrace record -- CMD`.
 //!
 //! - the occupied heap to RSS counts the managed heap (a Python service whose memory is its
@@ -109,7 +109,7 @@ fn python_heap_counts_in_the_occupied_heap_to_rss() {
     assert!(text.contains("% of RSS anon; "), "the status line has the ratio\n{ctx}");
 }
 
-/// Issue 30, item 6: a static list keeps 200 × 1000-byte arrays a second (about 204 KB/s with the
+/// A static list keeps 200 × 1000-byte arrays a second (about 204 KB/s with the
 /// arrays' headers and the list's growth) beside 400 KB/s of garbage, Serial GC with a 4 MiB
 /// young generation (a young collection every ~6 s: few collections in 30 s). The Java heap is
 /// measured on what each collection left (survivor and old spaces): a managed leak within 25 %
@@ -135,7 +135,7 @@ fn jvm_static_list_leak_is_measured_after_each_collection() {
     assert_eq!(o["managed_after_collection"], true, "{ctx}");
 }
 
-/// Issue 30, item 6: JniLeak leaks 200 GetStringUTFChars copies of 1024 B a second (204,800 B/s)
+/// JniLeak leaks 200 GetStringUTFChars copies of 1024 B a second (204,800 B/s)
 /// beside 2 KiB of Java garbage per call (409,600 B/s), in a 32 MiB heap whose young generation
 /// fills in more than the 12 s recorded: no collection runs in the window. The Java heap's trend
 /// is unknown (said, with how long to record), never a leak; the verdict is the native leak,

@@ -1,4 +1,4 @@
-//! `leaktrace watch` under process churn stays bounded (issue 34): the site indices of a
+//! `leaktrace watch` under process churn stays bounded: the site indices of a
 //! process that ended go back to the kernel side, so `--max-sites` bounds the sites of the
 //! processes watched at once, not of every process seen. Twelve `leaky` processes, each
 //! waiting for SIGUSR1, are released one after another (3.5 s apart) under `--max-sites 16`:

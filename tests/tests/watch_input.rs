@@ -1,4 +1,4 @@
-//! `leaktrace watch` on selectors that cannot match (issue 34): a `--pid` that is no process
+//! `leaktrace watch` on selectors that cannot match: a `--pid` that is no process
 //! and a `--cgroup` that is no cgroup are one-line errors before anything is watched, and a
 //! watch of `--pid`s that all exit ends by itself, saying so, instead of waiting forever.
 use std::process::Command;
@@ -45,7 +45,7 @@ fn watch_ends_when_every_pid_has_exited() {
     assert!(t0.elapsed() < Duration::from_secs(120), "took {:?}\n{}", t0.elapsed(), o.describe());
 }
 
-/// Issue 34, item 5: `--duration 2s` (shorter than a window, as short as a verdict allows) gives
+/// `--duration 2s` (shorter than a window, as short as a verdict allows) gives
 /// one window and its verdict, not none: the watch ends by itself, says "done after 1
 /// window(s)", and names the watched process's verdict. Before, the 2 s counted from after
 /// loading were a few ms short of the 2 s minimum and no window was taken ("done after 0").

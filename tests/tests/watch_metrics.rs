@@ -1,4 +1,4 @@
-//! `leaktrace watch` (issue 34) on tests/fixtures/growth.c: a leaker (`leak-cache`: 1,200 bytes
+//! `leaktrace watch` on tests/fixtures/growth.c: a leaker (`leak-cache`: 1,200 bytes
 //! leaked per message at 500 messages a second, so 600,000 B/s, beside a bounded cache) and a
 //! decoy (`cache`: a cache that warms in 3 s and then stays flat). A real Prometheus (Debian's
 //! `prometheus`, on the loopback, scraping every second) scrapes `--metrics-listen`; PromQL over

@@ -1,4 +1,4 @@
-//! `leaktrace watch` over a whole test node (issue 34's Done-when): 50 processes in kubelet-style
+//! `leaktrace watch` over a whole test node (the Done-when): 50 processes in kubelet-style
 //! pod cgroups (the cgroupfs driver under a kubelet `--cgroup-root` of the test's own,
 //! `ltnode<PID>/kubepods/burstable/pod<UID>/<CONTAINER-ID>`, containerd's config annotations
 //! naming pod, namespace and container), watched by one agent with `--cgroup` of the node's
@@ -16,7 +16,7 @@
 //!   whose shell starts a short `sleep` every 3 s, a pod that appears while the agent runs and
 //!   an idle process killed while it runs.
 //!
-//! Asserted (issue 34's Done-when, `watch_a_node_of_50_processes`): within 3 minutes exactly the 2
+//! Asserted (the Done-when, `watch_a_node_of_50_processes`): within 3 minutes exactly the 2
 //! leakers are escalated and their reports name the leaking functions (leak_message;
 //! remember_session); the cache and the fragmenting process are never escalated; every watched
 //! process's metric (RSS and verdict, with its pod labels) is on the Prometheus endpoint,
@@ -178,7 +178,7 @@ impl Seen {
     }
 }
 
-/// Issue 34's Done-when, whole.
+/// the Done-when, whole.
 #[test]
 fn watch_a_node_of_50_processes() {
     watch_node();
@@ -285,7 +285,7 @@ fn check_reports(out: &Path, me: u32, n: &Members, o: &Output) {
     }
 }
 
-/// Run the node and assert issue 34's Done-when.
+/// Run the node and assert the Done-when.
 fn watch_node() {
     require_root();
     let me = std::process::id();

@@ -1,4 +1,4 @@
-//! `leaktrace watch`'s OOM-time report (issue 34): a watched process in a memory cgroup limited
+//! `leaktrace watch`'s OOM-time report: a watched process in a memory cgroup limited
 //! to 48 MiB (cgroup v2 memory.max when the root has the memory controller, else cgroup v1's
 //! memory.limit_in_bytes) leaks 1 MiB blocks, touched, one a second (slow enough for the first
 //! window to attach on a loaded machine), in leak_until_oom

@@ -1,4 +1,4 @@
-//! `leaktrace watch --pod` (issue 34) follows a pod's processes as they come and go, without a
+//! `leaktrace watch --pod` follows a pod's processes as they come and go, without a
 //! restart: a pod made as a kubelet makes it (systemd driver, containerd's config annotations:
 //! pod `web-w<PID>` in namespace `shop`, container `app`) first runs an idle process; while
 //! `watch` runs, a leaker (growth.c `leak-cache`, 600,000 B/s) starts in the container and the

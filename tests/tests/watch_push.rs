@@ -57,7 +57,7 @@ fn watch_pushes_growth_profiles_with_pod_labels() {
     let traces = go_pprof(&["-traces"], &[&file]);
     // Growth mode charges a page to the stack that first touched it: here scratch()'s memset
     // touches the heap's new pages just past each block leak_message() leaves behind (the
-    // decoy issue 34 describes; without --no-escalate an exact window would name leak_message).
+    // growth mode's decoy; without --no-escalate an exact window would name leak_message).
     // So the pushed profile is checked for what growth mode measures: the program's own frames,
     // named, and the bytes first touched under run_messages at the leak's rate.
     assert!(traces.contains("run_messages"), "the pushed growth profile has no run_messages frame:\n{traces}\n{ctx}");

@@ -26,6 +26,7 @@ mod bench;
 mod bench_unwind;
 mod circles;
 mod fuzz;
+mod issue_refs;
 mod suite;
 mod target_reads;
 
@@ -565,7 +566,16 @@ fn lint() -> Result<()> {
             reads.join("\n  ")
         );
     }
-    eprintln!("xtask: lint: fmt, clippy, the import-circle, the file-length and the target-read checks passed");
+    let refs = issue_refs::find(&root())?;
+    if !refs.is_empty() {
+        bail!(
+            "lines that name an issue by number (say what the code does and why; the history is git log's):\n  {}",
+            refs.join("\n  ")
+        );
+    }
+    eprintln!(
+        "xtask: lint: fmt, clippy, the import-circle, the file-length, the target-read and the issue-number checks passed"
+    );
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! Growth mode's fault sites that touched their page inside the allocator (issue 34).
+//! Growth mode's fault sites that touched their page inside the allocator.
 //!
 //! In growth mode a page is charged to the call stack that first touches it. When that stack
 //! runs inside malloc (the allocator writing a chunk header at the top of its heap, or copying a
@@ -18,7 +18,7 @@ pub const MIN_EXACT_WINDOW_S: f64 = 2.0;
 /// Fewest checkpoints of an exact window whose verdict is taken.
 pub const MIN_EXACT_CHECKPOINTS: usize = 5;
 
-/// Judge growth mode's exact window (issue 34) as a window: one that ended by anything but its
+/// Judge growth mode's exact window as a window: one that ended by anything but its
 /// duration (SIGINT, the target exiting) or is shorter than [`MIN_EXACT_WINDOW_S`] or
 /// [`MIN_EXACT_CHECKPOINTS`] gets an inconclusive verdict saying so ([`Reason::ExactWindowCut`])
 /// instead of what its few checkpoints fit. `e`: the analysis of `rec`, the window's recording.

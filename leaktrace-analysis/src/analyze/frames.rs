@@ -203,7 +203,7 @@ mod tests {
         Frame { object: Some("/srv/app/server".into()), function: Some(function.into()), ..Default::default() }
     }
 
-    /// Issue 17, item 7: Rust's standard library inlined into a release build is standard-library
+    /// Rust's standard library inlined into a release build is standard-library
     /// code however its name starts; the user's impls of standard traits are the user's.
     #[test]
     fn rust_standard_library_frames_are_system_code() {

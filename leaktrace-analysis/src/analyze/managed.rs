@@ -1,4 +1,4 @@
-//! A managed heap judged on its collections (issue 30, item 6), from the runtime's own counters:
+//! A managed heap judged on its collections, from the runtime's own counters:
 //! what each collection left (the JVM's hsperfdata: used bytes of the survivor and old spaces,
 //! which change only when a collection runs) and how many collections ran (the collectors'
 //! invocation counts).

@@ -280,7 +280,7 @@ pub struct SiteAnalysis {
     /// catalog whose result must be released ([`patterns::release_hint`]). Named in the verdict
     /// when the site leaks.
     pub likely_missing_release: Option<patterns::ReleaseHint>,
-    /// Growth mode (issue 34): this fault site first touched its pages inside the allocator or
+    /// Growth mode: this fault site first touched its pages inside the allocator or
     /// an API that hands out malloc'd memory — the named function (`_int_realloc`,
     /// `__getdelim`) — so its pages are "first touched under" [`SiteAnalysis::function`], not
     /// memory that function holds (see `analyze/first_touch.rs`). None for other sites. (No
@@ -605,7 +605,7 @@ pub enum Reason {
         /// in mappings no traced call made (private file mappings, mappings made before attach).
         site: Option<(usize, u64, u64)>,
     },
-    /// Growth mode's exact window (escalation, issue 34) was cut before its end (a signal, the
+    /// Growth mode's exact window (escalation) was cut before its end (a signal, the
     /// target exiting) or is too short to judge ([`first_touch::MIN_EXACT_WINDOW_S`],
     /// [`first_touch::MIN_EXACT_CHECKPOINTS`]): what its few checkpoints fit is no verdict.
     ExactWindowCut {
@@ -772,16 +772,16 @@ pub struct Analysis {
     /// `PyObject_Malloc`'s entry), so blocks pymalloc serves from its arenas have their own
     /// stacks; false without it (arena growth is then all the Python heap shows).
     pub pymalloc_hooked: bool,
-    /// Issue #31: growth by type between the Python heap censuses (`record --python-heap`) and
+    /// Growth by type between the Python heap censuses (`record --python-heap`) and
     /// what holds the growing types; None without two censuses.
     pub python_holds: Option<crate::pyheap::Holds>,
-    /// Issue 33: the runtime's own census (`record --heap-census`) in one clause: the growing
+    /// The runtime's own census (`record --heap-census`) in one clause: the growing
     /// class (and its path from a GC root with `--heap-dump`), JS function or goroutine group
     /// (`report::holds::holder_sentence`); None without one.
     pub runtime_holder: Option<String>,
     /// The work probe of the recording (`SYMBOL[@OBJECT]`); None without one.
     pub work_probe: Option<String>,
-    /// Growth mode's escalation (issue 34): the analysis of the exact-mode window taken on this
+    /// Growth mode's escalation: the analysis of the exact-mode window taken on this
     /// process after the growth-mode window ([`Recording::escalation`]); None without one.
     ///
     /// [`Recording::escalation`]: crate::recording::Recording::escalation

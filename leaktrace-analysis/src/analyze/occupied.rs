@@ -1,4 +1,4 @@
-//! The occupied-heap-to-RSS ratio with its parts (issue 30, item 5): how much of the process's
+//! The occupied-heap-to-RSS ratio with its parts: how much of the process's
 //! anonymous RSS the memory in use explains — live native bytes, off-heap bytes, the managed
 //! heap's used bytes (after collection where the runtime says so), the runtime's own memory and
 //! the allocator's metadata where known. The first figure of every leak checklist: a low ratio

@@ -1,4 +1,4 @@
-//! Load-spike plateaus (issue 30, item 4): RSS (anon) that rose in steps, each at a burst of
+//! Load-spike plateaus: RSS (anon) that rose in steps, each at a burst of
 //! allocation, and stayed flat between them while the live bytes fell back after each burst.
 //! The allocator keeps the pages a peak made resident (glibc returns only the top of a heap, and
 //! a block kept above the freed ones pins them; jemalloc keeps dirty pages until they decay): a

@@ -1,4 +1,4 @@
-//! The scale of a leak (issue 30, item 7): what its rate means for the process — bytes a day,
+//! The scale of a leak: what its rate means for the process — bytes a day,
 //! its share of RSS, and the time until the memory cgroup's limit at this rate — so that a leak
 //! that would take years to matter reads as such.
 

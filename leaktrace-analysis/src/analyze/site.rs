@@ -352,7 +352,7 @@ impl<'a> Facts<'a> {
         // Growth through the run whose steady-window slope is above the floor but not significant:
         // its 95 % interval reaches zero, as wide as the slope (few checkpoints, or batches allocated
         // and freed scattering the series: protobuf's upb arenas, "+20.4 KiB/s ± 20.7 KiB/s"). No
-        // leak verdict rests on it (issue 30, item 3): the site keeps the class its other evidence
+        // leak verdict rests on it: the site keeps the class its other evidence
         // gives, `evidence.not_significant` says so, and the process verdict is inconclusive.
         self.wide = !grows
             && steady.n >= MIN_WINDOW_POINTS

@@ -1,4 +1,4 @@
-//! `compare` of the runtimes' own censuses (`record --heap-census`, issue 33): the classes,
+//! `compare` of the runtimes' own censuses (`record --heap-census`): the classes,
 //! goroutine groups, JS functions and constructors that grew in either recording, with their
 //! rates before and after, in compare.md's "What holds it" table and compare.json's
 //! `runtime_holds`.

@@ -209,7 +209,7 @@ pub struct Comparison {
     pub conclusion: String,
     /// Nothing grows beyond noise in AFTER (no site leaks, the total does not).
     pub after_flat: bool,
-    /// The runtimes' own censuses before and after (issue 33): [`holds::rows`].
+    /// The runtimes' own censuses before and after: [`holds::rows`].
     pub holds: Vec<holds::HoldsRow>,
     /// Python heap censuses (`--python-heap`): the types that grew in either recording, their
     /// objects gained before and after ([`compare_types`]); empty without censuses.

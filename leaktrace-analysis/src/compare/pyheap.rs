@@ -1,4 +1,4 @@
-//! `compare`, Python heap (issue #31): the object counts by type of the two recordings'
+//! `compare`, Python heap: the object counts by type of the two recordings'
 //! censuses (`record --python-heap`, [`crate::pyheap`]) side by side — how many objects of each
 //! type a recording gained between its first and its last census, and at what rate: "function
 //! +8,500 (+200.0/s) before → +0 after". Types listed: those that grew ([`is_growing`]) in

@@ -1,4 +1,4 @@
-//! Growth mode's escalation in the reports (issue 34): the pages a growth-mode fault site
+//! Growth mode's escalation in the reports: the pages a growth-mode fault site
 //! first touched inside the allocator, and the exact-mode window that names the function whose
 //! blocks hold them ([`crate::recording::Recording::escalation`]).
 

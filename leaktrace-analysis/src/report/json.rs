@@ -167,14 +167,14 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         "probes": probes_json(rec),
         "warnings": warnings,
     });
-    // Reachability hook (#14): null without `record --reachability`.
+    // Reachability hook: null without `record --reachability`.
     if let Value::Object(m) = &mut doc {
         m.insert("reachability".into(), super::reach::reach_json(rec, a));
-        // `--heap-census` (issue 33): null without it.
+        // `--heap-census`: null without it.
         m.insert("runtime_holds".into(), super::holds::holds_json(rec));
-        // Python heap hook (#31): null without two censuses.
+        // Python heap hook: null without two censuses.
         m.insert("python_heap".into(), super::pyholds::holds_json(a));
-        // Growth mode's exact window (issue 34): null without one.
+        // Growth mode's exact window: null without one.
         m.insert("escalation".into(), super::escalation::escalation_json(a));
     }
     doc
@@ -214,7 +214,7 @@ fn verdict_json(rec: &Recording, a: &Analysis) -> Value {
         "confidence": num(a.verdict.confidence),
         "summary": super::verdict::sentence(a),
         "inconclusive": a.verdict.inconclusive,
-        // `--heap-census` (issue 33): the runtime's own answer, null without it.
+        // `--heap-census`: the runtime's own answer, null without it.
         "holder": super::holds::holder_sentence(rec),
         "scale": a.scale,
         "plateau": a.plateau,

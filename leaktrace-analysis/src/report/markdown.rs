@@ -342,7 +342,7 @@ fn untraced_line(md: &mut String, rec: &Recording, a: &Analysis) {
     );
 }
 
-/// A site's class as report.md shows it. Growth mode (issue 34) measures pages first touched by
+/// A site's class as report.md shows it. Growth mode measures pages first touched by
 /// stack, never a free: a fault site, or a mapping the allocator made, that the rules class as
 /// a leak is shown as "grows (pages first touched)", and as "kept by the allocator" when the
 /// verdict is fragmentation (glibc's arenas keep freed memory: not a leak). Other sites: their
@@ -380,13 +380,13 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     freed_at_exit_lines(&mut md, a);
     top_sites(&mut md, a);
 
-    // Growth mode's exact window (issue 34).
+    // Growth mode's exact window.
     super::escalation::escalation_md(&mut md, a);
-    // Reachability hook (#14): lost vs still pointed at, and what holds them.
+    // Reachability hook: lost vs still pointed at, and what holds them.
     super::reach::reach_md(&mut md, rec, a);
-    // `--heap-census` (issue 33): the JVM's class histograms, Go's goroutines.
+    // `--heap-census`: the JVM's class histograms, Go's goroutines.
     super::holds::holds_md(&mut md, rec);
-    // Python heap hook (#31): growth by type and what holds it.
+    // Python heap hook: growth by type and what holds it.
     super::pyholds::holds_md(&mut md, a);
 
     not_a_leak(&mut md, a);

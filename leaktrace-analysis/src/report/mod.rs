@@ -17,22 +17,22 @@ use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::output::OutDir;
 use crate::recording::Recording;
 
-/// Growth mode's escalation (issue 34): first touches in the allocator, the exact window.
+/// Growth mode's escalation: first touches in the allocator, the exact window.
 pub mod at_exit;
 pub mod escalation;
 pub mod flame;
 pub mod holds;
 pub mod json;
 pub mod markdown;
-/// Issue #30: the occupied heap to RSS with its parts.
+/// The occupied heap to RSS with its parts.
 pub mod occupied;
-/// Issue #30: RSS raised in steps by load spikes.
+/// RSS raised in steps by load spikes.
 pub mod plateau;
 pub mod plot;
 pub mod pprof;
-/// Issue #31: growth of the Python heap by type and what holds it.
+/// Growth of the Python heap by type and what holds it.
 pub mod pyholds;
-/// Reachability hook (#14).
+/// Reachability hook.
 pub mod reach;
 /// A site's call stack as report.md prints it.
 pub mod stack;
@@ -103,7 +103,7 @@ pub fn render(rec: &Recording, a: &Analysis) -> anyhow::Result<Vec<(&'static str
     )?;
     put("growth.svg", &growth_svg)?;
     put("memory.svg", plot::memory_svg(a, &subtitle).as_bytes())?;
-    // profile.pb.gz and growth.pb.gz (issue 12), built in report/pprof.rs.
+    // profile.pb.gz and growth.pb.gz, built in report/pprof.rs.
     let (profile, growth) = pprof::profiles(rec, a);
     put(pprof::PROFILE_FILE, &profile)?;
     put(pprof::GROWTH_FILE, &growth)?;

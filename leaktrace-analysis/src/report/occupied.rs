@@ -1,4 +1,4 @@
-//! The occupied heap to RSS with its parts (issue 30, item 5): one line for report.md's head and
+//! The occupied heap to RSS with its parts: one line for report.md's head and
 //! the `summary.occupied` object of report.json.
 
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! The load-spike plateau's clause of the verdict (issue 30, item 4): RSS raised in steps by
+//! The load-spike plateau's clause of the verdict: RSS raised in steps by
 //! load spikes and flat between them, named with its steps and the allocator's knob.
 
 use crate::analyze::plateau::{Plateau, knob};

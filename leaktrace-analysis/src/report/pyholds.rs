@@ -1,4 +1,4 @@
-//! Growth of the Python heap by type and what holds it (`record --python-heap`, issue #31,
+//! Growth of the Python heap by type and what holds it (`record --python-heap`,
 //! [`crate::pyheap`]) in report.md ("What holds it") and report.json (`python_heap`, described
 //! in docs/report-json.md).
 

@@ -35,7 +35,7 @@ pub fn sentence(a: &Analysis) -> String {
         }
         _ => reason(a),
     };
-    // Growth mode's exact window (issue 34) first: it names the function whose blocks grow.
+    // Growth mode's exact window first: it names the function whose blocks grow.
     let base = match escalation_clause(a) {
         Some(clause) => format!("{clause}; growth mode: {base}"),
         None => base,
@@ -231,7 +231,7 @@ fn reason(a: &Analysis) -> String {
             let unit = a.unit_name();
             let (name, other) =
                 if *offheap { ("off-heap", "a leak in the malloc heap") } else { ("leak", "an off-heap leak") };
-            // Growth mode through the allocator (issue 34) measures growth, not a leak.
+            // Growth mode through the allocator measures growth, not a leak.
             let name = if a.sites[*top].first_touch_in.is_some() { "growth through the allocator" } else { name };
             let escalated = a.escalation.is_some();
             let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window, escalated));
@@ -524,7 +524,7 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
     if g.grows {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
     } else if let Some(c) = g.collections.as_ref().filter(|c| c.trend.is_none()) {
-        // Judged on its collections and none (or one) ran: unknown, never flat (issue 30).
+        // Judged on its collections and none (or one) ran: unknown, never flat.
         crate::analyze::managed::unknown_phrase(&kind_label(rt, g.kind), c)
     } else if let Some(rises) = g.at_load_spikes {
         format!(
@@ -703,7 +703,7 @@ fn kind_leak(
     summary
 }
 
-/// The exact window's conclusion (growth mode's escalation, issue 34), to lead the verdict:
+/// The exact window's conclusion (growth mode's escalation), to lead the verdict:
 /// its leaking site's phrase, or its own sentence when nothing leaked in it. None without one.
 fn escalation_clause(a: &Analysis) -> Option<String> {
     let e = a.escalation.as_deref()?;
@@ -718,7 +718,7 @@ fn escalation_clause(a: &Analysis) -> Option<String> {
 }
 
 /// A growth-mode fault site that touched its pages inside the allocator, or a mapping the
-/// allocator made (jemalloc's extents) (issue 34): what it measures, "pages first touched under
+/// allocator made (jemalloc's extents): what it measures, "pages first touched under
 /// F" / "pages mapped by the allocator under F", that growth mode cannot tell a leak from freed
 /// memory the allocator keeps, and — without an exact window (`escalated` false) — where to get
 /// the holder.
@@ -832,8 +832,8 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str, escalated: bo
     }
 }
 
-/// What keeps the growing managed heap: the Python heap censuses' holder (issue #31) when
-/// there is one, else the runtime's own census (issue 33: class, path from a GC root, JS
+/// What keeps the growing managed heap: the Python heap censuses' holder when
+/// there is one, else the runtime's own census (class, path from a GC root, JS
 /// function, goroutine group), else `prefix` and where to look ([`heap_tool`]).
 fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
     match a.python_holds.as_ref().and_then(super::pyholds::verdict_clause) {
@@ -878,7 +878,7 @@ mod tests {
         }
     }
 
-    /// A positive rate called flat says why, or is not printed (issue 11: a 3.7 run's "Python heap
+    /// A positive rate called flat says why, or is not printed (a 3.7 run's "Python heap
     /// flat (+457.7 KiB/s)").
     #[test]
     fn a_positive_rate_called_flat_says_why() {
@@ -896,7 +896,7 @@ mod tests {
         assert_eq!(state(py, &kind(-2048.0, Some(100.0), true, 50_000.0)), "Python heap flat (-2.0 KiB/s)");
     }
 
-    /// Issue 30, item 7: a 40 B/s leak reads per day, with its share of RSS and the time to the
+    /// A 40 B/s leak reads per day, with its share of RSS and the time to the
     /// cgroup's limit (years when it would take years), or "no cgroup memory limit".
     #[test]
     fn scale_reads_per_day_and_to_the_limit() {

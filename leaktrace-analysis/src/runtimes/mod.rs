@@ -245,7 +245,7 @@ const NATIVE_INTERFACE_ENTRIES: &[&str] = &["jni_", "napi_"];
 /// code; the frames before the entry must all be allocator,
 /// system or runtime code (the runtime's allocator wrapper: `os::malloc`, `AllocateHeap`).
 /// A runtime-wrapper allocation made for a non-runtime library is that library's native memory
-/// (issue 17 item 4: a JNI library's `GetStringUTFChars` never released). None otherwise.
+/// (a JNI library's `GetStringUTFChars` never released). None otherwise.
 pub fn native_interface_caller(frames: &[Arc<Frame>]) -> Option<usize> {
     let inner = |f: &Frame| {
         f.function.is_none() && f.object.is_none()

@@ -1,4 +1,4 @@
-//! `record --heap-dump` (issue 33): after the JVM's last class histogram, one HPROF heap dump
+//! `record --heap-dump`: after the JVM's last class histogram, one HPROF heap dump
 //! (`jcmd PID GC.heap_dump FILE`, a full GC and a walk of the live objects, the JVM stopped
 //! meanwhile), read by [`super::hprof`]: the shortest path from a GC root to the instances of
 //! the classes that grew between the histograms. The file is written in the output directory

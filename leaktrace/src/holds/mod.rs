@@ -1,5 +1,5 @@
 //! "What holds it" from the runtimes' own heap tools, driven from outside (`record
-//! --heap-census`, issue 33): the JVM's class histogram ([`jvm`]), Go's goroutines ([`go`]) and
+//! --heap-census`): the JVM's class histogram ([`jvm`]), Go's goroutines ([`go`]) and
 //! heap profile ([`goheap`]), Node's sampling heap profile ([`node`]), each taken near the start
 //! of the recording and at its end; the analysis (`leaktrace_analysis::holds`) says what grew
 //! between the two. Each runtime's census sits behind [`census::RuntimeCensus`], made by the

@@ -1,4 +1,4 @@
-//! `--heap-snapshots` on a Node target (issue 33): the two heap snapshots taken over the
+//! `--heap-snapshots` on a Node target: the two heap snapshots taken over the
 //! inspector connection ([`NodeCensus`]'s first and second), the headroom refusal, and what is
 //! new in the second (constructors with their counts, self and retained sizes, the retainer path
 //! of the top growing one and the retained size of the object holding it); parsing and walking

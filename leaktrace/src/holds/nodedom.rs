@@ -1,4 +1,4 @@
-//! Retained sizes in a V8 heap snapshot (`--heap-snapshots`, issue 33): the snapshot graph's
+//! Retained sizes in a V8 heap snapshot (`--heap-snapshots`): the snapshot graph's
 //! dominator tree and each object's retained size — its self size plus the self sizes of the
 //! objects it dominates, i.e. the bytes freed if it alone were released — computed as Chrome
 //! DevTools' heap snapshot view computes them (`HeapSnapshot.ts`: `buildPostOrderIndex`,

@@ -1,4 +1,4 @@
-//! `record --heap-snapshots` (issue 33): two V8 heap snapshots of a Node process over the
+//! `record --heap-snapshots`: two V8 heap snapshots of a Node process over the
 //! inspector the sampling profiler already uses (`HeapProfiler.takeHeapSnapshot`, its JSON
 //! streamed as `addHeapSnapshotChunk` events), one at attach and one at the end: the objects of
 //! the second whose ids the first did not have, by constructor, and the shortest path from the

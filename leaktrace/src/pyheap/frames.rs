@@ -1,4 +1,4 @@
-//! The live threads' frame locals as roots of the census (issue #31): an object kept only by a
+//! The live threads' frame locals as roots of the census: an object kept only by a
 //! local variable of a running function (`def worker(): cache = []; while True: cache.append(..)`)
 //! is held by that frame, not "referenced from nowhere".
 //!

@@ -1,4 +1,4 @@
-//! Python heap census (issue #31, `record --python-heap`): the objects of a live CPython
+//! Python heap census (`record --python-heap`): the objects of a live CPython
 //! process counted by type, and what holds them, read from outside while its threads are
 //! stopped ([`crate::reach::stop`]: ptrace seize + interrupt, released on drop and by the
 //! kernel if the agent dies) with process_vm_readv.

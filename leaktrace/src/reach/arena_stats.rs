@@ -1,5 +1,5 @@
 //! glibc malloc's own figure of the memory it holds, read from outside at every checkpoint
-//! (issue 30: the allocator's own figures where it exposes them): each arena's `system_mem`
+//! (the allocator's own figures where it exposes them): each arena's `system_mem`
 //! (bytes the arena obtained from the system: the brk heap's extent for `main_arena`, its
 //! heaps' read-write part for a thread arena; large chunks served by mmap are not in it), summed
 //! over the arenas on `main_arena`'s `next` list. `main_arena` is libc's local symbol, from its

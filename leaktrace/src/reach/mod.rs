@@ -1,4 +1,4 @@
-//! `record --reachability` (#14): which traced live blocks are still pointed at, and by what.
+//! `record --reachability`: which traced live blocks are still pointed at, and by what.
 //!
 //! At the end of a recording the target's threads are stopped ([`stop`]: ptrace seize +
 //! interrupt, released on drop and by the kernel if the agent dies), the live blocks of the

@@ -1,4 +1,4 @@
-//! Growth mode's escalation (issue 34). Growth mode charges a page to the stack that first
+//! Growth mode's escalation. Growth mode charges a page to the stack that first
 //! touches it; when that stack runs inside malloc, it names whoever asked the allocator for
 //! memory when its heap reached a new page, not the code whose blocks hold it. So when a
 //! process's growth-mode window shows such growth (a leaking fault site that touched its pages

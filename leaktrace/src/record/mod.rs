@@ -26,7 +26,7 @@ pub(crate) mod escalate;
 mod forks;
 mod live;
 mod py_heap_state;
-// Reachability hook (#14).
+// Reachability hook.
 mod pyheap;
 mod reachability;
 mod recorder;
@@ -125,16 +125,16 @@ pub struct RecordOptions {
     /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
     /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
     pub jvm_perf_map: bool,
-    /// `--heap-census` (issue 33): drive the runtimes' own heap tools at the start and the end
+    /// `--heap-census`: drive the runtimes' own heap tools at the start and the end
     /// (the JVM's class histogram, a full GC each; Go's goroutines): `crate::holds`.
     pub heap_census: bool,
-    /// `--heap-dump` (issue 33): a JVM target's heap dump after its last histogram
+    /// `--heap-dump`: a JVM target's heap dump after its last histogram
     /// (`holds::heapdump`); None: none.
     pub heap_dump: Option<crate::holds::heapdump::DumpOptions>,
-    /// Reachability hook (#14): `--reachability`: scan each live target at the end for which
+    /// Reachability hook: `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
-    /// Issue #31: `--python-heap`: censuses of CPython targets' objects (None: none).
+    /// `--python-heap`: censuses of CPython targets' objects (None: none).
     pub python_heap: Option<crate::pyheap::HeapOptions>,
     /// `--push URL`: send the heap profiles to a profile store during and after the recording
     /// (see `push.rs`); None: no push.
@@ -142,7 +142,7 @@ pub struct RecordOptions {
     /// `--allow-seccomp-risk`: attach to a seccomp-filtered target even on a kernel whose
     /// uretprobes its filter may block (see `seccomp.rs`; a warning instead of the refusal).
     pub allow_seccomp_risk: bool,
-    /// Growth mode's escalation (issue 34, `--escalate-for`, off with `--no-escalate`): how long
+    /// Growth mode's escalation (`--escalate-for`, off with `--no-escalate`): how long
     /// to trace every allocator call of a process whose growth-mode window showed memory growing
     /// through the allocator (see `escalate.rs`); None: never.
     pub escalate: Option<Duration>,
@@ -449,7 +449,7 @@ fn end_session(
     // Time 0 of the checkpoints (the first one), for the censuses' times.
     let t_zero = session.start;
     let Session { host: Live { tracer, sinks, .. }, mut targets, .. } = session;
-    // Growth mode's escalation (issue 34): an exact window on the processes whose memory grew
+    // Growth mode's escalation: an exact window on the processes whose memory grew
     // through the allocator, before the launched command is stopped.
     let escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, dir);
     let reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), dir);
@@ -533,11 +533,11 @@ fn end_of_session(
     if opts.python_heap.is_some() {
         note_without_python(targets, "--python-heap", "no Python heap census");
     }
-    // Python heap hook (#31): the census at the end, before the launched command is stopped.
+    // Python heap hook: the census at the end, before the launched command is stopped.
     if let Some(o) = opts.python_heap {
         pyheap::census_all(tracer, targets, o, t_zero);
     }
-    // Reachability hook (#14): before the probes go and the launched command is stopped.
+    // Reachability hook: before the probes go and the launched command is stopped.
     match opts.reachability {
         Some(o) => reachability::scan_all(tracer, targets, opts.mode, o, start),
         None => Default::default(),

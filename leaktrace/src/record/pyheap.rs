@@ -1,4 +1,4 @@
-//! Python heap hook (#31, `--python-heap`): a census of each traced CPython process at the
+//! Python heap hook (`--python-heap`): a census of each traced CPython process at the
 //! first periodic checkpoint, at every Nth one (`--python-heap-every`) and at the end
 //! ([`crate::pyheap`]), kept for its recording.
 

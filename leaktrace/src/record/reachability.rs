@@ -1,4 +1,4 @@
-//! Reachability hook (#14): at the end of a session, before the probes are detached (the ALLOCS
+//! Reachability hook: at the end of a session, before the probes are detached (the ALLOCS
 //! map still holds every live block), scan each traced process that still runs
 //! ([`crate::reach`]) and keep the result for its recording.
 

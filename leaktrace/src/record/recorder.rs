@@ -1,4 +1,4 @@
-//! A recorder that outlives its windows (issue 34, `leaktrace watch`): the eBPF programs are
+//! A recorder that outlives its windows (`leaktrace watch`): the eBPF programs are
 //! loaded once, processes are attached as a selector finds them and dropped when they end or
 //! leave the selection, and each process's recording is cut per window — the same
 //! [`Recording`] shape `record` makes, so the analysis of a window is `record`'s. What is costly

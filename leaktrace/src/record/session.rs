@@ -425,7 +425,7 @@ impl<H: Tracing> Session<H> {
         for &pid in &held {
             self.host.wait_stopped(pid);
         }
-        // An exec replaced a traced process's image (issue #15): note it and re-discover.
+        // An exec replaced a traced process's image: note it and re-discover.
         let t_s = self.t_s();
         for tgid in execs {
             if let Some(t) = self.targets.iter_mut().find(|t| t.pid() == tgid && t.state().end_reason.is_none()) {

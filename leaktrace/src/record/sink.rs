@@ -1,4 +1,4 @@
-//! The session's one consumer seam (issue 29), as lightswitch's `Collector`: a
+//! The session's one consumer seam, as lightswitch's `Collector`: a
 //! [`CheckpointSink`] is told of every checkpoint the session takes, of every periodic one (with
 //! the tracer, for what must read the processes while their probes are in place), and of the end
 //! (the recordings as saved). The live status line ([`StatusSink`]), the periodic reachability
@@ -154,7 +154,7 @@ impl CheckpointSink for StatusSink {
     }
 }
 
-/// `--reachability-every N` (issue 14): a reachability scan of every process at every Nth
+/// `--reachability-every N`: a reachability scan of every process at every Nth
 /// periodic checkpoint, kept in its recording's `reachability_scans`.
 struct ReachabilitySink(crate::reach::ScanOptions);
 
@@ -180,7 +180,7 @@ impl CheckpointSink for ReachabilitySink {
     }
 }
 
-/// `--python-heap` (issue 31): a census of CPython targets' objects at the first and every Nth
+/// `--python-heap`: a census of CPython targets' objects at the first and every Nth
 /// periodic checkpoint.
 struct PyHeapSink(crate::pyheap::HeapOptions);
 
@@ -200,7 +200,7 @@ impl CheckpointSink for PyHeapSink {
     }
 }
 
-/// `--push` (issue 12, `push.rs`): every `--push-interval` a snapshot of every process handed to
+/// `--push` (`push.rs`): every `--push-interval` a snapshot of every process handed to
 /// the push worker; at the end the recordings as saved, the last push waited for.
 pub(super) struct PushSink(crate::push::Pusher);
 

@@ -55,7 +55,7 @@ pub(super) struct Traced {
     pub(super) runtime: Option<Box<dyn crate::runtimes::RuntimeInstance>>,
     /// What the recording asks of the runtimes (`--python-frames`, `--jvm-perf-map`, ...).
     pub(super) runtime_opts: crate::runtimes::RuntimeOptions,
-    /// `--heap-census` (issue 33): the runtime's own heap tools at the start and the end.
+    /// `--heap-census`: the runtime's own heap tools at the start and the end.
     pub(super) census: crate::holds::HeapCensus,
     /// glibc's arena headers (`system_mem`), read at every checkpoint under glibc's malloc.
     pub(super) glibc_stats: crate::reach::arena_stats::GlibcArenaStats,
@@ -71,9 +71,9 @@ pub(super) struct Traced {
     /// The reachability scan taken at the teardown stop (a launched command's `exit`), kept as
     /// the recording's scan when the process then exits.
     pub(super) reach_at_exit: Option<crate::reachability::Reachability>,
-    /// Python heap censuses (`--python-heap`, #31) and where the interpreter is.
+    /// Python heap censuses (`--python-heap`) and where the interpreter is.
     pub(super) py_heap: super::py_heap_state::PyHeap,
-    /// Every execve seen during the recording (issue #15).
+    /// Every execve seen during the recording.
     pub(super) execs: Vec<crate::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
     /// come through the exec tracepoint: not an exec of the recording.

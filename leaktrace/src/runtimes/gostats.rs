@@ -1,4 +1,4 @@
-//! Go's own heap figures read from outside, at every checkpoint (issue 30, item 5: the occupied
+//! Go's own heap figures read from outside, at every checkpoint (the occupied
 //! heap's managed part from the runtime, not only from the Go heap's mappings): `HeapInuse` (bytes
 //! in in-use heap spans, what `runtime.ReadMemStats` reports), the bytes the last collection
 //! marked live, and the collections so far — read from the process's memory (/proc/PID/mem, no

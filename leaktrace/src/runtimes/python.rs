@@ -92,7 +92,7 @@ impl super::RuntimeDetector for Python {
     }
 }
 
-/// CPython in one process: its frames, read by the kernel at allocations (issue #11) once the
+/// CPython in one process: its frames, read by the kernel at allocations once the
 /// interpreter is located.
 struct PythonInstance {
     pid: u32,

@@ -1,4 +1,4 @@
-//! `leaktrace watch` (issue 34): one long-running agent for a node. Every process the selector
+//! `leaktrace watch`: one long-running agent for a node. Every process the selector
 //! picks (`--pid`, `--cgroup`, `--pod`; none: the whole host) is recorded in growth mode (page
 //! faults by stack, RSS by kind; no allocator probes) by one tracer ([`record::Recorder`]: the
 //! eBPF programs loaded once); the selector is rescanned every 5 s, so processes that start are

@@ -1,4 +1,4 @@
-//! The OOM-time report (issue 34): when the OOM killer takes a watched process
+//! The OOM-time report: when the OOM killer takes a watched process
 //! (oom:mark_victim names it, else its memory cgroup's oom_kill counter rose: `record/ending.rs`),
 //! what it held is written at the end of the window it died in, to `OUT/NAME/TIME-oom/`:
 //! the window's growth-mode report (resident pages by the stack that first touched them:

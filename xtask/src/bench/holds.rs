@@ -1,4 +1,4 @@
-//! The runtimes' own heap tools' costs (issue 33), `cargo xtask bench --holds-only`: how long
+//! The runtimes' own heap tools' costs, `cargo xtask bench --holds-only`: how long
 //! each stops its target, measured by the target itself, and where the time goes.
 //!
 //! Each target runs a 5 ms sleep loop (a timer in Node, a thread in the JVM, a goroutine in Go)

@@ -98,8 +98,8 @@ pub(crate) struct BenchArgs {
         conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only", "pyheap_only", "holds_only"]
     )]
     pub watch_only: bool,
-    /// How long the watch bench's agent watches its 50 processes, minutes (issue 34 asks for 10;
-    /// shorter on a shared machine).
+    /// How long the watch bench's agent watches its 50 processes, minutes (10 for the
+    /// goal; shorter on a shared machine).
     #[arg(long, default_value_t = 10.0)]
     pub watch_minutes: f64,
     /// Objects in the Node target's heap of the heap-tools bench.

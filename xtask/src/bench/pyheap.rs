@@ -1,4 +1,4 @@
-//! The Python heap census part of `cargo xtask bench` (issue #31): how long `record
+//! The Python heap census part of `cargo xtask bench`: how long `record
 //! --python-heap` stops a CPython process holding about a million objects.
 //!
 //! Each run: start `xtask/bench/pyheap_objects.py OBJECTS SECS` under pyenv's CPython 3.11

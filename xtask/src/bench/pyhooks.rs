@@ -1,4 +1,4 @@
-//! The Python part of `cargo xtask bench` that issue #11 asks for: what reading the Python frames
+//! The Python part of `cargo xtask bench`: what reading the Python frames
 //! at each traced allocation costs, and what the pymalloc hooks (`--pymalloc`) cost, beside the
 //! native-only stacks (`--python-frames off`), on one Python workload (`xtask/bench/churn.py
 //! ITERATIONS malloc`: per iteration ~64 malloc/free pairs from Python code and ~1,700 pymalloc

@@ -107,13 +107,13 @@ impl Bench {
         let naive_vs_exact = naive / exact;
         let paired = paired_ratio(&r.micro, "leaktrace exact", "floor");
         s.push_str(&format!(
-            "| exact mode within 1.2× of the floor (added ns per pair; issue #13) | {exact:.0} ns vs {floor:.0} ns: {exact_vs_floor:.2}× (medians); median of the {} rounds' own ratios (each round runs untraced, floor and exact one after another, so a drift of the machine's speed between rounds cancels): {paired:.2}× | {} (both) |\n",
+            "| exact mode within 1.2× of the floor (added ns per pair) | {exact:.0} ns vs {floor:.0} ns: {exact_vs_floor:.2}× (medians); median of the {} rounds' own ratios (each round runs untraced, floor and exact one after another, so a drift of the machine's speed between rounds cancels): {paired:.2}× | {} (both) |\n",
             self.args.reps,
             yes(exact_vs_floor <= 1.2 && paired <= 1.2)
         ));
         if lt_sys.is_finite() && memleak.is_finite() {
             s.push_str(&format!(
-                "| exact mode ≤ 0.4× libbpf-tools memleak's added cost per pair (issue #13) | {lt_sys:.0} ns vs {memleak:.0} ns: {:.2}× | {} |\n",
+                "| exact mode ≤ 0.4× libbpf-tools memleak's added cost per pair | {lt_sys:.0} ns vs {memleak:.0} ns: {:.2}× | {} |\n",
                 lt_sys / memleak,
                 yes(lt_sys / memleak <= 0.4)
             ));

@@ -1,4 +1,4 @@
-//! The `leaktrace watch` part of `cargo xtask bench` (`--watch-only` runs just this; issue 34):
+//! The `leaktrace watch` part of `cargo xtask bench` (`--watch-only` runs just this):
 //! - the agent's own cost: `leaktrace watch --cgroup` over [`PROCESSES`] processes
 //!   (xtask/bench/attach_target.cpp, libc and libstdc++ mapped, [`attach::CGROUP_RATE`] rounds
 //!   of new/delete and malloc/free a second each: flat memory) for `--watch-minutes` (default
@@ -260,7 +260,7 @@ pub(super) fn measure(reps: usize, sizes: &Sizes) -> Result<String> {
 
 fn render_agent(date: &str, minutes: f64, a: &AgentRun, loads: (f64, f64)) -> String {
     format!(
-        "## `leaktrace watch`: the agent's cost (issue 34)\n\n\
+        "## `leaktrace watch`: the agent's cost\n\n\
          Measured by `cargo xtask bench --watch-only --watch-minutes {minutes}` ({date}; `cargo xtask bench` and \
          `--watch-only` without `--watch-minutes` watch for 10 minutes, the issue's figure). 1-minute load {:.1} at the \
          start, {:.1} at the end (2 CPUs, shared). `leaktrace watch --cgroup CG --duration {:.0}s` (default 30 s \

@@ -77,7 +77,7 @@ fn short_steady_growth_is_not_a_cache_and_inconclusive() {
     // Five checkpoints of a short run (as with the default 1 s interval): the leak keeps its
     // pace, the steady window has three points with a slight slowdown at the end. Not a cache;
     // and since its steady slope is not significant (396 KB/s ± 1.15 MB/s over 3 checkpoints),
-    // not a leak either (issue 30, item 3: it was a leak "record longer"): inconclusive, with the
+    // not a leak either (it was a leak "record longer"): inconclusive, with the
     // numbers.
     let times = [0.0, 1.83, 2.85, 3.87, 4.37];
     let (stack, _) = leak_site();
@@ -233,7 +233,7 @@ fn fit_matches_known_line() {
     assert!((t_crit95(60) - 2.0).abs() < 0.01);
 }
 
-/// Item 1 of issue 17: one malloc(40) a second, never freed, under heavy churn (200,000 pairs a
+/// One malloc(40) a second, never freed, under heavy churn (200,000 pairs a
 /// second at another site), sampled every 0.5 s for 30 s: a leak at 40 B/s, not flat under the
 /// 64 B/s byte floor. Decoys: the churn (temporary), a block allocated once at start (flat) and a
 /// site whose live blocks go up and down by one (flat).
@@ -306,7 +306,7 @@ fn slow_growth_with_frees_is_a_leak_on_its_blocks() {
     assert_ne!(a.sites[0].class, SiteClass::Leak, "{:?}", a.sites[0].evidence);
 }
 
-/// Item 2 of issue 17: 500 blocks of 64 B leaked at once, flat before and after, never freed,
+/// 500 blocks of 64 B leaked at once, flat before and after, never freed,
 /// seen over 30 s (one step): never a confident cache. The verdict is inconclusive and asks
 /// for two periods; with a second burst in the steady window it is a leak.
 #[test]
@@ -364,7 +364,7 @@ fn one_step_is_not_a_plateau() {
     assert!(cache.confidence > 0.5, "{}", cache.confidence);
 }
 
-/// Item 5 of issue 17: an LRU cache of 4,000 blocks of 1,125 B (4.5 MB) filled in the first 10 s,
+/// An LRU cache of 4,000 blocks of 1,125 B (4.5 MB) filled in the first 10 s,
 /// then turning over 500 blocks a second (each block lives 8 s), checkpoints every second for
 /// 60 s: turnover above 4×, yet a cache, not temporary. The churn of the temporary fixture (blocks
 /// that live microseconds) stays temporary.
@@ -388,7 +388,7 @@ fn bounded_cache_with_constant_eviction_is_a_cache() {
     assert!(sentence(&a).contains("lru_put"), "{}", sentence(&a));
 }
 
-/// Issue 17, item 4: a process or managed series that rose over the steady window and stayed
+/// A process or managed series that rose over the steady window and stayed
 /// flat through the last quarter levelled off (V8 sizing up its young generation); one that keeps
 /// rising, or falls, did not.
 #[test]
@@ -478,7 +478,7 @@ fn young_blocks_growing_with_concurrency_are_temporary() {
     assert!(!sentence(&a).contains("take_batch"), "{}", sentence(&a));
 }
 
-/// Issue 30, item 3 (protobuf's upb arenas under glibc: "+20.4 KiB/s ± 20.7 KiB/s" called a
+/// Protobuf's upb arenas under glibc: "+20.4 KiB/s ± 20.7 KiB/s" once called a
 /// leak): a site that grew significantly in the first half and whose live bytes then scatter by
 /// whole batches around a rising line, over 31 checkpoints, is never a leak on a slope whose 95 %
 /// interval is as wide as the slope; a leak verdict needs the interval above zero. Over 20 noise
@@ -528,7 +528,7 @@ fn no_leak_on_a_slope_as_wide_as_its_interval() {
 
 /// The same with few checkpoints (11, 1 s apart: 6 in the steady window): growth through the run
 /// whose steady slope is not significant was a leak "record longer"; now inconclusive, with the
-/// slope and its interval, and never a leak (issue 30, item 3).
+/// slope and its interval, and never a leak.
 #[test]
 fn few_checkpoints_and_a_wide_slope_are_inconclusive_not_a_leak() {
     let (st, _) = cache_site();

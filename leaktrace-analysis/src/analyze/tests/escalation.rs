@@ -1,4 +1,4 @@
-//! Growth mode through the allocator and its exact window (issue 34): a mapping jemalloc makes
+//! Growth mode through the allocator and its exact window: a mapping jemalloc makes
 //! under the program's malloc is heap growth, not an off-heap leak; an exact window cut short
 //! answers nothing.
 

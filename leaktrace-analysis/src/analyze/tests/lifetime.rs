@@ -81,7 +81,7 @@ fn growth_per_unit_of_work() {
     assert!(a.warnings.iter().any(|w| w.contains("counted no call")), "{:?}", a.warnings);
 }
 
-/// Item 10 of issue 17: a command that makes one 30,000-byte allocation and exits 0.6 s later
+/// A command that makes one 30,000-byte allocation and exits 0.6 s later
 /// (checkpoints every 0.2 s). Too short to classify, whatever the sites look like; the answer is
 /// what it still held at exit: main's 30,000 B, not stdio's buffer or the loader's memory. The
 /// same command that frees its block holds nothing at exit.
@@ -217,7 +217,7 @@ fn at_exit_list_merges_stacks_that_differ_only_by_return_address() {
     assert_eq!(listed[0]["live_bytes"], 5000, "{listed}");
 }
 
-/// Item 8 of issue 17: `compare` uses the report's classification. A cache that grows through
+/// `compare` uses the report's classification. A cache that grows through
 /// the steady window and levels off in the last quarter (the report: cache, plateau) is fitted
 /// as significant growth over the steady window; compare must not call it "still leaking", nor
 /// the total (which only the cache makes grow) a leak. A
@@ -264,7 +264,7 @@ fn compare_agrees_with_report() {
     assert!(c.verdicts[0].contains("no change beyond noise"), "{:?}", c.verdicts);
 }
 
-/// Issue 17, item A: a launched command whose leak its teardown frees (static destructors,
+/// A launched command whose leak its teardown frees (static destructors,
 /// atexit handlers, interpreter finalization). With the teardown checkpoint, growth is judged
 /// up to it (a leak at 1,000 B/s), the teardown's frees are reported apart and the leak is not
 /// in the list at exit; without it, the same frees make the site look temporary.

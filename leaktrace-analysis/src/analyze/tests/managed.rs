@@ -62,7 +62,7 @@ fn runtime_split_names_the_growing_kind() {
     assert_eq!(a.summary.native_live_end_bytes, 61_000 + 50_000);
 }
 
-/// Issue 17, item 4: a collected heap is measured at its post-GC troughs. A JVM heap gauge saws
+/// A collected heap is measured at its post-GC troughs. A JVM heap gauge saws
 /// between collections every 5 s (garbage at 1 MB/s): with flat troughs the heap does not grow;
 /// with troughs rising 200 KB/s it grows at that rate, not at the garbage's.
 #[test]
@@ -98,7 +98,7 @@ fn collected_heap_is_measured_at_its_troughs() {
     assert_eq!(super::kinds::post_gc_troughs(&window), None);
 }
 
-/// Issue 17, item 4: a managed heap whose slope is ≤ 0 is never growth, even when one of its
+/// A managed heap whose slope is ≤ 0 is never growth, even when one of its
 /// sites grows (pages mapped after attach whose predecessors were unmapped unseen).
 #[test]
 fn shrinking_managed_heap_is_never_a_leak() {
@@ -184,7 +184,7 @@ fn managed_leak_growing_to_the_end_is_not_levelled_off_by_other_frees() {
     assert_ne!(a.verdict.class, ProcessClass::Leak, "{}", sentence(&a));
 }
 
-/// Issue 17, item 4 (the CI failure of `node_churn_attached_later_is_not_a_leak`): a V8 heap
+/// A CI failure of `node_churn_attached_later_is_not_a_leak`): a V8 heap
 /// seen through pages mapped after attach rose +4.8 KiB/s to 48 KiB in a node process of 45 MB
 /// (RSS-anon), over 12 s at 250 ms. Significant, and above the 4 KiB/s page floor, but a rise of
 /// under 1 % of RSS-anon over the run is no evidence of a leak: the heap does not grow, and its
@@ -252,7 +252,7 @@ fn tiny_managed_rise_against_rss_is_not_a_leak() {
     }
 }
 
-/// Issue 11: a JS-heap leak under Node with a perf map. Two stacks of V8 large-object pages
+/// A JS-heap leak under Node with a perf map. Two stacks of V8 large-object pages
 /// mapped while recordAudit runs (interpreted and baseline code) grow 100 and 50 pages of 200 KiB
 /// a second, and the semi-space V8's collector grows when cacheSession's allocation triggers a
 /// collection grows too: the managed-leak verdict names recordAudit with the two sites' summed
@@ -314,7 +314,7 @@ fn managed_leak_names_the_javascript_function_that_grew_the_heap() {
             assert!(s.contains(&named), "{s}\nshould contain: {named}");
         } else {
             assert!(s.contains("leaktrace sees the runtime's allocator, not the code that keeps the objects"), "{s}");
-            // Issue 33: with the runtime's own census (--heap-census), its answer replaces the
+            // With the runtime's own census (--heap-census), its answer replaces the
             // advice to take a heap snapshot.
             let sampling = crate::holds::JsSampling {
                 taken: crate::holds::Taken { t_s: 12.0, took_s: 0.1, units_of_work: None },
@@ -343,7 +343,7 @@ fn managed_leak_names_the_javascript_function_that_grew_the_heap() {
     }
 }
 
-/// Issue 11: a Python heap that grows by pymalloc arenas (1 MiB mappings under
+/// A Python heap that grows by pymalloc arenas (1 MiB mappings under
 /// `_PyObject_ArenaMmap`, two a second) without --pymalloc: the managed-leak verdict says that
 /// --pymalloc, or PYTHONMALLOC=malloc, would name the function and line that allocate. With
 /// CPython's allocator API hooked (the recording's probes include PyObject_Malloc's entry) it

@@ -47,7 +47,7 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
     assert!(a.verdict.confidence <= 0.8);
 
     // Arenas made before attach, found in the address space: their growth is the allocator's,
-    // and the sentence names them (issue 17, item 6).
+    // and the sentence names them.
     let mut r = recording(&times61(), vec![temp_site()], &|t| mem((40 << 20) + (100_000.0 * t) as u64), &no_counters);
     for c in &mut r.checkpoints {
         c.allocator = Some(crate::recording::AllocatorFootprint {
@@ -71,7 +71,7 @@ fn allocator_footprint_growth_with_flat_live_is_fragmentation() {
     );
     assert!(!text.contains("elsewhere"), "{text}");
 
-    // Another malloc's mappings found by its blocks (jemalloc, issue 17 item 6), and live bytes
+    // Another malloc's mappings found by its blocks (jemalloc), and live bytes
     // flat but for two late checkpoints that caught the 8 threads' batches live between their
     // malloc and their free (64 MiB): still the allocator's retention.
     let spike = |t: f64| if t == 56.0 || t == 59.0 { 1024u64 } else { 0 };
@@ -261,7 +261,7 @@ fn mappings_rank_by_resident_bytes_not_mapped() {
     assert!(row("map_unknown").starts_with("| 4 | mapped 256.0 MiB (268,435,456 B), resident unknown |"), "{md}");
 }
 
-/// Item 11 of issue 17: what the allocator's footprint holds beyond the traced live bytes is
+/// What the allocator's footprint holds beyond the traced live bytes is
 /// named by what is known. Launched: freed memory it keeps. Attached, with frees of blocks
 /// allocated before attach seen: those blocks are named, with the count.
 #[test]
@@ -286,7 +286,7 @@ fn allocator_rest_says_what_is_known() {
     }
 }
 
-/// Item 3 of issue 17: RSS grows through shared memory (RssShmem +819,200 B/s, RssAnon flat)
+/// RSS grows through shared memory (RssShmem +819,200 B/s, RssAnon flat)
 /// and no traced site explains it (the mappings predate attach): the verdict says so and names
 /// shared memory — never temporary or "no leak". The churn site stays temporary.
 #[test]
@@ -317,7 +317,7 @@ fn untraced_shared_memory_growth_is_named() {
     assert!(md.contains("- RSS by kind: anon 4.0 MiB → 4.0 MiB, shmem 0 B → "), "{md}");
 }
 
-/// Item 3 of issue 17, file-backed pages: RssFile grows 819,200 B/s while nothing traced grows
+/// File-backed pages: RssFile grows 819,200 B/s while nothing traced grows
 /// (RssAnon and RssShmem flat). (a) No traced mapping holds the pages (a file mapped privately, or
 /// before attach): the verdict is off-heap, names file-backed memory and says no traced mapping
 /// site holds them. (b) A traced mapping (map_file: 64 MiB mapped once at the start, never
@@ -440,7 +440,7 @@ fn allocator_growth_too_unsteady_for_the_steady_window_is_fragmentation() {
 
     // The same unsteadiness around a footprint that rose 30 MiB over the first 6 s and then
     // stayed while live bytes stayed flat: no steady growth, but decided on the whole recording
-    // the allocator keeps what it rose by (issue 30: jemalloc's dirty pages after a peak), so it
+    // the allocator keeps what it rose by (jemalloc's dirty pages after a peak), so it
     // is allocator retention.
     let a = analyze(
         &allocator_recording(&|k| 69.0 + 30.0 * (k.min(12) as f64 / 12.0) - 8.0 * noise(k as u64)),

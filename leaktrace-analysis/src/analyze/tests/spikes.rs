@@ -1,5 +1,5 @@
 //! A managed heap seen without its collections (V8's pages, summed from their sites) that rose
-//! only at the load spikes of a plateau (issue 30, item 4, plateau_node's recordings).
+//! only at the load spikes of a plateau (plateau_node's recordings).
 
 use super::*;
 
