@@ -189,17 +189,7 @@ impl NodeCensus {
         let deadline = crate::stopping::cap(sent + wait);
         let mut out = Collected { text: String::new(), first_s: None, chunks: 0 };
         while Instant::now() < deadline {
-            let m = match ws.read() {
-                Ok(m) => m,
-                Err(tungstenite::Error::Io(e))
-                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(format!("{method}: {e}")),
-            };
-            let Ok(text) = m.into_text() else { continue };
-            let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+            let Some(v) = read_json(ws, method)? else { continue };
             if v["method"] == event {
                 out.first_s.get_or_insert_with(|| sent.elapsed().as_secs_f64());
             }
@@ -293,22 +283,27 @@ impl Drop for NodeCensus {
 const CLOSE: &str = "((r) => setTimeout(() => { try { r('inspector').close(); } catch (e) {} }, 50))(\
                      typeof require === 'function' ? require : (p) => process.mainModule.require(p))";
 
+/// The next message on `ws` as JSON: None when the short read timed out or the message is not
+/// JSON text (the caller looks at its deadline and reads again); an error when the connection
+/// failed (`method` names the call in it).
+fn read_json(ws: &mut Ws, method: &str) -> Result<Option<Value>, String> {
+    match ws.read() {
+        Ok(m) => Ok(m.into_text().ok().and_then(|text| serde_json::from_str::<Value>(text.as_str()).ok())),
+        Err(tungstenite::Error::Io(e))
+            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!("{method}: {e}")),
+    }
+}
+
 /// One protocol call on `ws` until `deadline`: its `result`, events before it skipped.
 fn call_ws(ws: &mut Ws, id: u64, method: &str, params: Value, deadline: Instant) -> Result<Value, String> {
     let msg = json!({ "id": id, "method": method, "params": params }).to_string();
     ws.send(tungstenite::Message::text(msg)).map_err(|e| format!("{method}: {e}"))?;
     while Instant::now() < deadline {
-        let m = match ws.read() {
-            Ok(m) => m,
-            Err(tungstenite::Error::Io(e))
-                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-            {
-                continue;
-            }
-            Err(e) => return Err(format!("{method}: {e}")),
-        };
-        let Ok(text) = m.into_text() else { continue };
-        let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+        let Some(v) = read_json(ws, method)? else { continue };
         if v["id"] == id {
             if let Some(e) = v.get("error") {
                 return Err(format!("{method}: {}", e["message"].as_str().unwrap_or("error")));
