@@ -4,7 +4,8 @@
 //! `target/fuzz/artifacts/TARGET/`.
 //!
 //! cargo-fuzz is installed when missing (`cargo install cargo-fuzz --locked`). Each target
-//! starts from its committed seeds (`fuzz/seeds/TARGET`), from real files this command makes
+//! starts from its committed seeds (`fuzz/seeds/TARGET`), the crashes found before
+//! (`fuzz/regressions/TARGET`, each also a unit test), from real files this command makes
 //! with the installed runtimes (`target/fuzz/seeds/TARGET`: a JVM's own heap dump with its
 //! unreferenced strings left out, a V8 heap snapshot and a small valid part of it, a Go
 //! executable, the demo recording), and from the corpus earlier runs grew
@@ -70,7 +71,8 @@ pub(crate) fn fuzz(args: FuzzArgs) -> Result<()> {
         std::fs::create_dir_all(&artifacts)?;
         let mut cmd = cargo_fuzz();
         cmd.args(["run", "--sanitizer", "none", t]).arg(&corpus);
-        for seeds in [root().join("fuzz/seeds").join(t), work.join("seeds").join(t)] {
+        let regressions = root().join("fuzz/regressions").join(t);
+        for seeds in [root().join("fuzz/seeds").join(t), regressions, work.join("seeds").join(t)] {
             if seeds.is_dir() {
                 cmd.arg(seeds);
             }

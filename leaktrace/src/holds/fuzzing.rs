@@ -105,13 +105,18 @@ mod tests {
         assert!(sites.iter().any(|s| s.inuse_bytes == u64::MAX || s.inuse_objects == u64::MAX), "{sites:?}");
     }
 
-    /// A crash `cargo xtask fuzz` found (fuzz/regressions/python_walk): a type whose item size
-    /// times an object's `ob_size` passes 2^64; the object's size saturates (it overflowed).
+    /// Crashes `cargo xtask fuzz` found (fuzz/regressions/python_walk): a type whose item size
+    /// times an object's `ob_size` passes 2^64, then such a size plus a managed dict's 16
+    /// bytes; the object's size and the census's total saturate (they overflowed).
     #[test]
     fn python_object_sizes_saturate() {
-        let data =
-            include_bytes!("../../../fuzz/regressions/python_walk/crash-47dd9302e0c094c66fe01defdb392c3dc31c70ed");
-        let census = crate::pyheap::walk_image(data).expect("a census");
-        assert!(census.types.iter().any(|t| t.bytes == u64::MAX), "{:?}", census.types);
+        for data in [
+            &include_bytes!("../../../fuzz/regressions/python_walk/crash-47dd9302e0c094c66fe01defdb392c3dc31c70ed")[..],
+            &include_bytes!("../../../fuzz/regressions/python_walk/crash-356331b2e96efc9fab4593f4b04841f94e94495d")[..],
+        ] {
+            let census = crate::pyheap::walk_image(data).expect("a census");
+            assert!(census.types.iter().any(|t| t.bytes == u64::MAX), "{:?}", census.types);
+            assert_eq!(census.bytes, u64::MAX, "the total saturates too");
+        }
     }
 }

@@ -99,7 +99,7 @@ pub(crate) fn aggregate(w: &mut Walk<'_>, collecting: bool) -> PyCensus {
         notes,
         gc_objects: w.nodes.iter().filter(|n| n.gc).count() as u64,
         objects: w.nodes.len() as u64,
-        bytes: w.nodes.iter().map(|n| n.size).sum(),
+        bytes: w.nodes.iter().fold(0u64, |a, n| a.saturating_add(n.size)),
         types: out_types,
         ..Default::default()
     }

@@ -249,7 +249,7 @@ pub fn object_size(l: &HeapLayout, t: &TypeInfo, h: &[u8]) -> u64 {
         n = n.saturating_add(L::GC_HEAD);
     }
     if t.flags & flags::MANAGED_DICT != 0 && l.managed != Managed::None {
-        n += 16;
+        n = n.saturating_add(16);
     }
     n
 }
