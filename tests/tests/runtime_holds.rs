@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leaktrace_tests::*;
 
@@ -341,6 +341,20 @@ fn node_sampling_profile_names_the_javascript_function() {
     assert!(!listens(target.pid), "the inspector still listens\n{ctx}");
 }
 
+/// Wait until audit-objects.js says (`progress N ...`) that it holds at least `n` AuditEntry
+/// objects; panics after 30 s.
+fn wait_for_audit_entries(target: &Target, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let Some(line) = target.next_line(Duration::from_secs(5)) else { continue };
+        let held = line.strip_prefix("progress ").and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok());
+        if held.is_some_and(|h| h >= n) {
+            return;
+        }
+    }
+    panic!("audit-objects.js did not reach {n} AuditEntry objects in 30 s");
+}
+
 /// Node 20 `--heap-snapshots`: audit-objects.js appends 200 `AuditEntry` objects a
 /// second to the module-level array `auditTrail` beside a Map cache of 500 `Session`s whose
 /// entries are replaced (as many new objects, no growth). Attached with `--heap-snapshots`,
@@ -356,6 +370,9 @@ fn node_heap_snapshots_name_the_array_that_holds_the_objects() {
     cmd.env_remove("NODE_EXTRA_CA_CERTS").arg(fixture_source("runtimes").join("audit-objects.js")).arg("200");
     let target = Target::spawn(cmd);
     target.expect_pid_line();
+    // The Session cache is full (500 entries) 2.5 s after the start: the first snapshot is taken
+    // after that, so that the cache's filling is not counted as growth between the snapshots.
+    wait_for_audit_entries(&target, 600);
     let out = OutDir::new("holds-node-snapshots");
     let mut lt =
         leaktrace(["record", "--heap-snapshots", "--pid", &target.pid.to_string(), "--duration", "10s", "--out"]);

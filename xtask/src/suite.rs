@@ -36,6 +36,9 @@ pub(crate) const ALONE: &[&str] = &[
     "production::leak_found_after_the_main_thread_exits",
     // One agent watching a node of 50 processes, with rates within 30 %.
     "watch_node::",
+    // Pages touched follow 600,000 B/s within 40 % over a 2 s steady window: beside another job
+    // it once measured 244,000 B/s.
+    "watch_push::watch_pushes_growth_profiles_with_pod_labels",
 ];
 
 /// Tests that compare a traced rate with the wall clock, or two runs, within a stated tolerance:
@@ -46,10 +49,11 @@ pub(crate) const TIMED: &[&str] = &[
     "verdicts_arenas::growth_mode_tells_fragmentation_from_a_leak_by_glibcs_headers",
     // The leaker's growth within 20 % of 600,000 B/s, through a real Prometheus.
     "watch_metrics::watch_metrics_scraped_by_prometheus_and_the_leaker_escalated",
-    // Pages touched follow 600,000 B/s within 40 % over a 3 s window.
-    "watch_push::watch_pushes_growth_profiles_with_pod_labels",
     // Sampled mode's figures within 15 % of a second, exact, run.
     "modes::sampled_estimates_within_15_percent_of_exact",
+    // The Java heap judged on what each collection left: beside four other jobs the JVM saw
+    // only three collections in 16 s, too few to tell its growth from zero at 95 %.
+    "runtimes_jvm::jvm_array_list_grows_the_java_heap",
 ];
 
 /// Tests that compare a traced rate with the rate the program says it ran, within a stated
@@ -639,7 +643,8 @@ mod tests {
         assert_eq!(classify("production::leak_found_after_the_main_thread_exits").0, Class::Alone);
         assert_eq!(classify("watch_node::watch_a_node_of_50_processes").0, Class::Alone);
         assert_eq!(classify("python::python_ctypes_leak_shared_libpython_311"), (Class::Rated, Some("timed")));
-        assert_eq!(classify("watch_push::watch_pushes_growth_profiles_with_pod_labels"), (Class::Timed, Some("timed")));
+        assert_eq!(classify("watch_push::watch_pushes_growth_profiles_with_pod_labels").0, Class::Alone);
+        assert_eq!(classify("runtimes_jvm::jvm_array_list_grows_the_java_heap"), (Class::Timed, Some("timed")));
         assert_eq!(classify("runtime_holds::node_heap_snapshots_refused_without_headroom").1, Some("node-inspector"));
         assert_eq!(classify("production::cgroup_leak_found"), (Class::Ordinary, None));
     }

@@ -19,9 +19,11 @@ fn same(a: &Frame, b: &Frame) -> bool {
 }
 
 /// For every leak: from its named frame, while that frame is called from two or more places
-/// (among all sites whose stacks from their named frame read the same so far) and one caller's
+/// (among all sites whose stacks from their named frame read the same so far), one caller's
 /// sites hold at least [`CONCENTRATED_SHARE`] of their growth (live bytes gained, positive
-/// ones), the leak is named after that caller instead. The reason says through which frame.
+/// ones) and the other callers free at least half of what they allocate through it (the frame's
+/// result is the caller's to free: a frame that loses its own blocks, whoever calls it, keeps
+/// the name), the leak is named after that caller instead. The reason says through which frame.
 pub(super) fn name_concentrated_callers(sites: &mut [SiteAnalysis]) {
     for li in 0..sites.len() {
         if sites[li].class != SiteClass::Leak {
@@ -35,6 +37,8 @@ pub(super) fn name_concentrated_callers(sites: &mut [SiteAnalysis]) {
             let depth = k - c;
             // Sites through frames[c..=k] (from their own named frame), by their next frame.
             let mut callers: Vec<(&Frame, f64, usize)> = Vec::new();
+            // What the sites of each caller allocated and freed, bytes (same order as `callers`).
+            let mut churn: Vec<(u64, u64)> = Vec::new();
             for s in sites.iter().filter(|s| s.kind == sites[li].kind) {
                 let Some(sc) = s.culprit_frame else { continue };
                 let Some(next) = s.frames.get(sc + depth + 1) else { continue };
@@ -42,18 +46,29 @@ pub(super) fn name_concentrated_callers(sites: &mut [SiteAnalysis]) {
                     continue;
                 }
                 let g = s.growth_bytes.max(0) as f64;
-                match callers.iter_mut().find(|(f, _, _)| same(f, next)) {
-                    Some(e) => {
-                        e.1 += g;
-                        e.2 += 1;
+                match callers.iter().position(|(f, _, _)| same(f, next)) {
+                    Some(i) => {
+                        callers[i].1 += g;
+                        callers[i].2 += 1;
+                        churn[i].0 += s.allocated_bytes;
+                        churn[i].1 += s.freed_bytes;
                     }
-                    None => callers.push((next, g, 1)),
+                    None => {
+                        callers.push((next, g, 1));
+                        churn.push((s.allocated_bytes, s.freed_bytes));
+                    }
                 }
             }
             let total: f64 = callers.iter().map(|e| e.1).sum();
-            let mine = callers.iter().find(|(f, _, _)| same(f, &frames[k + 1]));
-            let share = mine.map_or(0.0, |e| e.1 / total.max(1.0));
-            if callers.len() < 2 || share < CONCENTRATED_SHARE {
+            let mine = callers.iter().position(|(f, _, _)| same(f, &frames[k + 1]));
+            let share = mine.map_or(0.0, |i| callers[i].1 / total.max(1.0));
+            let (others_allocated, others_freed) = churn
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != mine)
+                .fold((0u64, 0u64), |acc, (_, c)| (acc.0.saturating_add(c.0), acc.1.saturating_add(c.1)));
+            let others_free = others_allocated > 0 && others_freed.saturating_mul(2) >= others_allocated;
+            if callers.len() < 2 || share < CONCENTRATED_SHARE || !others_free {
                 break;
             }
             through.push((frame_label(&frames[k]), callers.len(), share));

@@ -412,4 +412,11 @@ fn constructor_called_from_several_places_is_named_by_its_leaking_caller() {
 
     let a = run(vec![(st(3, "remember_peer"), keep(60)), (st(4, "remember_route"), keep(40))]);
     assert_eq!(site(&a, 3).function, "make_record", "60 % of the growth is not concentrated");
+
+    // A frame that loses its own blocks whoever calls it (the other caller made 7 blocks before
+    // the recording and freed none): the frame is the leak, not its busiest caller.
+    let once = || -> SiteFn { Box::new(|_t: f64| (3507, 7, 0, 0)) };
+    let a = run(vec![(st(1, "warm_up"), once()), (st(3, "remember_peer"), keep(100))]);
+    assert_eq!(site(&a, 3).class, SiteClass::Leak);
+    assert_eq!(site(&a, 3).function, "make_record", "the other caller frees nothing it makes");
 }
