@@ -125,8 +125,9 @@ pub(crate) fn mapped_by_allocator(st: &Stack) -> Option<String> {
     })
 }
 
+/// Test helpers shared with the analysis' other frame tests (analyze/first_touch.rs).
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::Arc;
 
@@ -134,7 +135,8 @@ mod tests {
         Arc::new(Frame { function: Some(function.to_string()), object: Some(object.to_string()), ..Default::default() })
     }
 
-    fn stack(kind: StackKind, names: &[(&str, &str)]) -> Stack {
+    /// A stack of id 1 of `kind` whose frames are `(function, object)`, innermost first.
+    pub(crate) fn stack(kind: StackKind, names: &[(&str, &str)]) -> Stack {
         Stack {
             id: 1,
             kind,
@@ -145,7 +147,7 @@ mod tests {
         }
     }
 
-    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    pub(crate) const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
     /// jemalloc (Debian's libjemalloc2, stripped: its frames have no name) mapping an
     /// extent under the program's malloc is the allocator's heap growth, not an off-heap mapping

@@ -73,25 +73,7 @@ pub(super) fn first_touch_in(st: &Stack, culprit_frame: Option<usize>) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::Frame;
-    use std::sync::Arc;
-
-    fn frame(function: &str, object: &str) -> Arc<Frame> {
-        Arc::new(Frame { function: Some(function.to_string()), object: Some(object.to_string()), ..Default::default() })
-    }
-
-    fn stack(kind: StackKind, names: &[(&str, &str)]) -> Stack {
-        Stack {
-            id: 1,
-            kind,
-            frames: names.iter().map(|(f, o)| frame(f, o)).collect(),
-            lost: false,
-            truncated: None,
-            shared: false,
-        }
-    }
-
-    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    use crate::frame_origin::tests::{LIBC, stack};
 
     #[test]
     fn a_fault_inside_realloc_under_getline_is_a_first_touch_in_the_allocator() {
