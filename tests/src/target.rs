@@ -90,3 +90,21 @@ impl Drop for Target {
         }
     }
 }
+
+/// Whether `pid` listens on a TCP port: a listening socket of its network namespace
+/// (/proc/PID/net/tcp and tcp6) that is one of its own descriptors.
+pub fn listens(pid: u32) -> bool {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.len() > 9 && c[3] == "0A" && inodes.iter().any(|i| i == c[9])
+        })
+    })
+}

@@ -179,24 +179,6 @@ fn a_thread_that_cannot_be_stopped_does_not_hold_the_target() {
     assert!(target.exit_status().is_none(), "the target ended");
 }
 
-/// Whether `pid` listens on a TCP port (a listener of its network namespace whose socket is one
-/// of its descriptors).
-fn listens(pid: u32) -> bool {
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    ["tcp", "tcp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            c.len() > 9 && c[3] == "0A" && inodes.iter().any(|i| i == c[9])
-        })
-    })
-}
-
 /// Node running audit.js in a network namespace of its own (its loopback up): its inspector's
 /// port 9229 is its own, whatever else runs on the host. Started, its PID line read.
 fn node_in_own_netns() -> Target {

@@ -275,23 +275,6 @@ fn go_heap_profile_names_the_map_growing_function() {
     assert!(holder.contains("Go heap in use under main.remember"), "verdict.holder: {holder}\n{ctx}");
 }
 
-/// Whether `pid` holds a listening TCP socket (its network namespace's /proc/PID/net/tcp*).
-fn listens(pid: u32) -> bool {
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    ["tcp", "tcp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
-            let c: Vec<&str> = l.split_whitespace().collect();
-            c.len() > 9 && c[3] == "0A" && inodes.iter().any(|i| i == c[9])
-        })
-    })
-}
-
 /// Node 20: audit.js keeps a 200 kB string 20 times a second in a module-level array
 /// (`recordAudit`) beside a decoy that makes the same copy and drops it (`checkSession`); node
 /// runs without `--perf-basic-prof` and without an inspector. Attached with `--heap-census`,
