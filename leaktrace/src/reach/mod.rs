@@ -14,6 +14,7 @@
 mod allocator;
 pub mod arena_stats;
 pub mod blocks;
+mod descriptors;
 mod frames;
 pub mod roots;
 pub mod stop;
@@ -129,6 +130,7 @@ pub fn scan(
     let mut syms = symbols::Symbols::new(pid);
     let libc = libc_of(&maps_before);
     let main_arena = libc.as_ref().and_then(|(path, base)| syms.find(path, *base, "main_arena"));
+    let pthread = libc.as_ref().and_then(|(path, base)| descriptors::pthread_fields(pid, mm, path, *base));
     // At exit: the thread held at `exit`'s entry is known by its instruction pointer.
     let exit_fn = libc
         .as_ref()
@@ -161,7 +163,7 @@ pub fn scan(
         .collect();
     let mut layout = roots::layout(&maps, &threads, &image_ends);
     roots::leave_out(&mut layout, allocator_mapped);
-    allocator_and_descriptors(mm, &mut layout, main_arena.map(|(a, _)| a));
+    allocator_and_descriptors(mm, &mut layout, main_arena.map(|(a, _)| a), pthread);
     let mut m = Marker::new(mm, &blocks, t0 + opts.max_pause, &layout.code);
     m.walk_frames(&stopped.threads, &maps);
     // A block reachable from several roots is retained by the first that reaches it: globals
@@ -277,8 +279,14 @@ fn libc_of(maps: &str) -> Option<(String, u64)> {
 
 /// With the target stopped: the allocator's own data out of the roots (glibc's arenas:
 /// [`allocator`]), and the thread descriptor at the top of each cached thread stack in
-/// (glibc's stack cache keeps the exited threads' descriptors, which point at their DTVs).
-fn allocator_and_descriptors(mm: u32, layout: &mut roots::Layout, main_arena: Option<u64>) {
+/// (glibc's stack cache keeps the exited threads' descriptors, which point at their DTVs;
+/// not their argument and collected result: [`descriptors`]).
+fn allocator_and_descriptors(
+    mm: u32,
+    layout: &mut roots::Layout,
+    main_arena: Option<u64>,
+    pthread: Option<descriptors::PthreadFields>,
+) {
     let libc_data: Vec<(u64, Vec<u8>)> = layout
         .regions
         .iter()
@@ -311,8 +319,7 @@ fn allocator_and_descriptors(mm: u32, layout: &mut roots::Layout, main_arena: Op
             continue;
         }
         if let Some((s, e)) = roots::descriptor_at_top(end, &top) {
-            let kind = RootKind::Untraced { region: "thread descriptor (glibc stack cache)" };
-            layout.regions.push(Region { start: s, end: e, kind });
+            layout.regions.extend(descriptors::roots(s, e, &top, end - len as u64, pthread));
         }
     }
 }

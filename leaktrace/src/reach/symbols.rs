@@ -59,6 +59,25 @@ pub(super) fn function_address(pid: u32, path: &str, base: u64, name: &str) -> O
     Some(if dynamic { base + sym.address() } else { sym.address() })
 }
 
+/// The addresses of the data objects `names` in the object `path` loaded at bias `base` (its
+/// symbol tables, each name looked up on its own: objects with equal contents may share an
+/// address); None for a name that is not there.
+pub(super) fn data_addresses(pid: u32, path: &str, base: u64, names: &[&str]) -> Vec<Option<u64>> {
+    let Some(data) = read_object(pid, path) else { return vec![None; names.len()] };
+    let Ok(file) = object::File::parse(&*data) else { return vec![None; names.len()] };
+    let dynamic = file.kind() == ObjectKind::Dynamic;
+    let mut found = vec![None; names.len()];
+    for s in file.dynamic_symbols().chain(file.symbols()) {
+        if s.kind() != SymbolKind::Data || s.address() == 0 {
+            continue;
+        }
+        if let Some(i) = names.iter().position(|n| s.name() == Ok(n)) {
+            found[i].get_or_insert(if dynamic { base + s.address() } else { s.address() });
+        }
+    }
+    found
+}
+
 /// The bytes of the detached debug file of the object `data` (by its build ID), read through
 /// the target's root; None when it has no build ID or no such file is installed.
 fn debug_file(pid: u32, file: &object::File<'_>) -> Option<Vec<u8>> {
