@@ -9,8 +9,9 @@
 //!   only the forking thread exists in the child, so the copies of the other threads' stacks
 //!   are no roots: the child's block at an address those copies still hold is lost;
 //! - threads that have exited (LSan `create_thread_leak`): a block only in the thread's own
-//!   frame is lost, one in a global held; the argument a thread dropped and the result its
-//!   joiner dropped are lost, though glibc's cached descriptor of the thread still holds them;
+//!   frame is lost, one in a global held; the argument a thread dropped, the result its
+//!   joiner dropped and a detached thread's result are lost, though glibc's cached descriptor
+//!   of the thread still holds them; a result no join has collected yet is held;
 //! - a block whose only pointer was in the frames a `siglongjmp` out of a signal handler
 //!   abandoned is lost (valgrind `leak-segv-jmp`: a leak check across a handler's longjmp).
 use std::path::PathBuf;
@@ -139,8 +140,9 @@ fn forked_child_of_a_threaded_parent_has_only_the_forking_thread() {
     }
 }
 
-/// Threads that have exited and were joined: a block only in the thread's frame is lost, one
-/// in a global held, the argument it dropped and the result its joiner dropped are lost.
+/// Threads that have exited: a block only in the thread's frame is lost, one in a global
+/// held, the argument it dropped, the result its joiner dropped and a detached thread's result
+/// are lost; the result of a thread not joined yet is held by its descriptor.
 #[test]
 fn blocks_of_exited_threads() {
     require_root();
@@ -152,6 +154,13 @@ fn blocks_of_exited_threads() {
         assert_eq!(held_by(r, "thread_keep"), "g_thread", "{ctx}");
         assert_eq!(figures(r, "thread_result", &ctx), (0, 0, 234, 1), "{ctx}");
         assert_eq!(figures(r, "thread_arg", &ctx), (0, 0, 123, 1), "{ctx}");
+        // A detached thread's result: nobody can collect it.
+        assert_eq!(figures(r, "thread_detached_result", &ctx), (0, 0, 345, 1), "{ctx}");
+        // An exited joinable thread not joined yet: pthread_join would still return its result
+        // (valgrind: still reachable too).
+        assert_eq!(figures(r, "thread_unjoined_result", &ctx), (456, 1, 0, 0), "{ctx}");
+        let s = r["sites"].as_array().unwrap().iter().find(|s| s["function"] == "thread_unjoined_result").unwrap();
+        assert_eq!(s["retained_by"][0]["region"], "thread descriptor (glibc stack cache)", "{ctx}");
     }
 }
 
