@@ -1,8 +1,9 @@
 //! The scan at exit against valgrind memcheck's and LeakSanitizer's own leak tests, on
 //! tests/fixtures/peers.c built -O2 (launched: `record --reachability [--follow-forks] -- peers
 //! MODE`). The expected figures are the ones valgrind 3.19 (`--leak-check=full
-//! --trace-children=yes`) reports on the same fixture, and LSan's tests expect (docs/reachability.md,
-//! "Compared with valgrind memcheck and LeakSanitizer"); exact-mode bytes, exact:
+//! --trace-children=yes`) and LSan (`gcc -fsanitize=leak`) report on the same fixture
+//! (docs/reachability.md, "Compared with valgrind memcheck and LeakSanitizer": where they
+//! differ, valgrind's); exact-mode bytes, exact:
 //! - a child after `fork` (LSan `fork_and_leak`): its leak is lost in the child's report, with
 //!   its allocating function, and in no report of the parent's;
 //! - a child forked by a thread of a threaded parent (LSan `fork_threaded`, `use_stacks_threaded`):
@@ -11,7 +12,8 @@
 //! - threads that have exited (LSan `create_thread_leak`): a block only in the thread's own
 //!   frame is lost, one in a global held; the argument a thread dropped, the result its
 //!   joiner dropped and a detached thread's result are lost, though glibc's cached descriptor
-//!   of the thread still holds them; a result no join has collected yet is held;
+//!   of the thread still holds them; a result no join has collected yet is held (valgrind;
+//!   LSan calls it lost);
 //! - a block whose only pointer was in the frames a `siglongjmp` out of a signal handler
 //!   abandoned is lost (valgrind `leak-segv-jmp`: a leak check across a handler's longjmp).
 use std::path::PathBuf;
