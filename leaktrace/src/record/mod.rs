@@ -446,12 +446,12 @@ fn end_session(
 ) -> Ended {
     session.release_teardowns();
     session.host.sinks.interrupt();
+    // Growth mode's escalation: an exact window on the processes whose memory grew
+    // through the allocator, in this session, before the launched command is stopped.
+    let escalations = escalate::escalate_all(&mut session, opts, end_reason, started_unix_ms, dir);
     // Time 0 of the checkpoints (the first one), for the censuses' times.
     let t_zero = session.start;
     let Session { host: Live { tracer, sinks, .. }, mut targets, .. } = session;
-    // Growth mode's escalation: an exact window on the processes whose memory grew
-    // through the allocator, before the launched command is stopped.
-    let escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, dir);
     let reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), dir);
     // Detach in the background while the outputs are written.
     let detach = std::thread::spawn(move || tracer.shutdown());
