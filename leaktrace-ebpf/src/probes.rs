@@ -300,7 +300,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 // mappings are the allocator's. A realloc still retires its old block, which may
                 // have been sampled (a failed realloc, rare, is missed).
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
-                    free_addr(tgid, ptr);
+                    free_addr(tgid, ptr, Some(slot));
                 }
                 *cur = InFlight {
                     sp,
@@ -350,10 +350,11 @@ fn target_sample_mean(tgid: u32) -> u64 {
 }
 
 /// Whether process `tgid` is sampled (then a free or a return of an unsampled call is no loss):
-/// the thread's cached mode when it is current, else `TARGETS`.
+/// the cached mode in the thread's slot (`slot`, looked up by the caller) when it is current,
+/// else `TARGETS`.
 #[inline(always)]
-fn sampled(tgid: u32) -> bool {
-    match INFLIGHT.current(false) {
+fn sampled(tgid: u32, slot: Option<*mut ThreadSlot>) -> bool {
+    match slot {
         Some(slot) => slot_sample_mean(slot, tgid) != 0,
         None => target_sample_mean(tgid) != 0,
     }
@@ -542,9 +543,9 @@ fn cas(p: *mut u64, old: u64, new: u64) -> bool {
 }
 
 /// Retire the block at `addr` of process `tgid`, if it is tracked: its `BLOCKS` slot, else (the
-/// bucket having overflowed) its `ALLOCS` entry.
+/// bucket having overflowed) its `ALLOCS` entry. `slot`: the thread's slot, if it has one.
 #[inline(always)]
-fn free_addr(tgid: u32, addr: u64) {
+fn free_addr(tgid: u32, addr: u64, slot: Option<*mut ThreadSlot>) {
     let tag = block_tag(tgid, addr);
     if let Some(b) = block_bucket(tag) {
         for i in 0..BUCKET_SLOTS {
@@ -565,7 +566,7 @@ fn free_addr(tgid: u32, addr: u64) {
         }
         // SAFETY: as above.
         if unsafe { core::ptr::read_volatile(&raw const (*b).overflowed) } == 0 {
-            if !sampled(tgid) {
+            if !sampled(tgid, slot) {
                 count(counter::UNTRACKED_FREE);
             }
             return;
@@ -577,7 +578,7 @@ fn free_addr(tgid: u32, addr: u64) {
         // even if another CPU deletes the entry).
         Some(p) => unsafe { *p },
         None => {
-            if !sampled(tgid) {
+            if !sampled(tgid, slot) {
                 count(counter::UNTRACKED_FREE);
             }
             return;
@@ -718,11 +719,13 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
+    let thread = INFLIGHT.current(false);
     // SAFETY: this thread's task-storage value, as in `enter`: valid for the program run, the
-    // only reference to it in this program.
-    let slot = INFLIGHT.current(false).map(|p| unsafe { &mut (*p).call });
+    // only reference to its call in this program (its cached mode, another field, is read
+    // through the pointer by `sampled`).
+    let slot = thread.map(|p| unsafe { &mut (*p).call });
     let Some(slot) = slot.filter(|s| s.sp != 0) else {
-        if !sampled(tgid) {
+        if !sampled(tgid, thread) {
             count(counter::ORPHAN_RETURN);
         }
         return 0;
@@ -766,7 +769,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
             if ret == 0 {
                 if cur.size == 0 && cur.ptr != 0 {
                     // glibc: realloc(p, 0) frees p and returns NULL.
-                    free_addr(tgid, cur.ptr);
+                    free_addr(tgid, cur.ptr, thread);
                 } else {
                     // Failed realloc: the old block stays valid and live.
                     count(counter::FAILED_ALLOC);
@@ -775,7 +778,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
             }
             if cur.ptr != 0 {
                 // Moved or resized in place: the old block is retired either way.
-                free_addr(tgid, cur.ptr);
+                free_addr(tgid, cur.ptr, thread);
             }
             ret
         }
@@ -802,7 +805,8 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
     if tgid == agent_tgid() {
         return 0;
     }
-    if let Some(cur) = INFLIGHT.current(false) {
+    let thread = INFLIGHT.current(false);
+    if let Some(cur) = thread {
         // SAFETY: this thread's task-storage value (as in `enter`), read once.
         let cur_sp = unsafe { (*cur).call.sp };
         if cur_sp != 0 && stack_pointer(ctx.regs) < cur_sp {
@@ -811,7 +815,7 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
             return 0;
         }
     }
-    free_addr(tgid, addr);
+    free_addr(tgid, addr, thread);
     0
 }
 
