@@ -27,7 +27,7 @@ use anyhow::Context as _;
 
 use super::live::Live;
 use super::session::Session;
-use super::{RecordOptions, Schedule, Traced};
+use super::{RecordOptions, Traced};
 use crate::analyze::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
 use crate::procinfo;
 use crate::recording::Mode;
@@ -106,22 +106,17 @@ fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms
 
 /// The options of an exact window of `window` on one process of a session under `opts`:
 /// checkpoints every window / [`WINDOW_CHECKPOINTS`] (at least 100 ms, at most the growth
-/// mode's interval), the session's per-process options, nothing else asked of it (no scans, no
-/// censuses, no push).
+/// mode's interval), the session's per-process options in exact mode, nothing else asked of it
+/// (no scans, no censuses, no perf map asked of a JVM, no push).
 pub(crate) fn window_options(window: Duration, opts: &RecordOptions, dir: &Path) -> RecordOptions {
     RecordOptions {
         duration: Some(window),
         interval: (window / WINDOW_CHECKPOINTS).clamp(Duration::from_millis(100), opts.interval),
         out: Some(dir.to_path_buf()),
         mode: Mode::Exact,
-        schedule: Schedule::Periodic,
-        work_probe: opts.work_probe.clone(),
-        pymalloc: opts.pymalloc,
-        python_frames: opts.python_frames,
-        limits: opts.limits,
-        allow_seccomp_risk: opts.allow_seccomp_risk,
-        top: opts.top,
-        ..RecordOptions::default()
+        jvm_perf_map: false,
+        heap_census: false,
+        ..opts.per_process()
     }
 }
 
@@ -196,7 +191,7 @@ pub(crate) fn exact_window_apart(
     opts: &RecordOptions,
     dir: &Path,
 ) -> anyhow::Result<Recording> {
-    let exact = RecordOptions { status_line: false, ..window_options(window, opts, dir) };
+    let exact = window_options(window, opts, dir);
     let mut recorded = super::record_all(super::TargetSpec::Pid(pid), &exact)?;
     recorded.wait_detached();
     recorded.processes.pop().map(|p| p.recording).context("the exact window recorded no process")
