@@ -28,10 +28,32 @@ pub mod sampling {
     /// stands for `mean * g(size / mean)` bytes (unbiased, as in tcmalloc's heap profiler);
     /// for `x >= 8`, `g(x) = x` (the weight is the size).
     pub const WEIGHT_BASE: u32 = TABLE;
-    /// Index of the mean distance in bytes (`--sample-bytes`); 0 = exact mode.
-    pub const MEAN: u32 = 2 * TABLE;
-    /// Size of the `SAMPLING` array.
-    pub const LEN: u32 = 2 * TABLE + 1;
+    /// Size of the `SAMPLING` array (the two tables; each process's mean distance is in its
+    /// [`TargetMode`](super::TargetMode)).
+    pub const LEN: u32 = 2 * TABLE;
+}
+
+/// How the kernel side traces one process: the value of its `TARGETS` entry, set by the agent
+/// when it starts tracing the process and whenever it switches the process's mode (growth
+/// mode's escalation to exact). One loaded object serves processes in every mode at once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetMode {
+    /// [`target_mode`]'s `EXACT`, `SAMPLED` or `GROWTH`.
+    pub mode: u32,
+    pub _pad: u32,
+    /// Sampled mode: the mean distance between samples, bytes (> 0); 0 in the other modes.
+    pub sample_mean: u64,
+}
+
+/// [`TargetMode::mode`]'s values.
+pub mod target_mode {
+    /// Every allocator call of the process traced (its allocator probes attached).
+    pub const EXACT: u32 = 0;
+    /// About one allocated byte in `sample_mean` takes the stack walk and the map work.
+    pub const SAMPLED: u32 = 1;
+    /// No allocator probe: its first-touch page faults are counted by call stack.
+    pub const GROWTH: u32 = 2;
 }
 
 /// Which allocator entry point an in-flight call is for. Stored in [`InFlight::op`].
@@ -782,6 +804,8 @@ mod pod {
     unsafe impl aya::Pod for SiteStats {}
     // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for InFlight {}
+    // SAFETY: repr(C) integers with explicit padding (above).
+    unsafe impl aya::Pod for TargetMode {}
     // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for MapEvent {}
     // SAFETY: repr(C) integers with explicit padding (above).

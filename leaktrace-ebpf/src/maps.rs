@@ -89,6 +89,18 @@ pub struct ThreadSlot {
     pub(crate) call: InFlight,
     /// The thread's last walk (`unwind::memo_check`, `unwind::leaktrace_memo_save`).
     pub(crate) memo: WalkMemo,
+    /// Its process's sampling mean (0: every call traced) as read from `TARGETS`, for
+    /// `mode_tgid` under `MODE_GEN`'s `mode_gen`: an entry probe reads the process's mode from
+    /// here (one array lookup), not from the `TARGETS` hash, until the agent changes a mode.
+    pub(crate) mode: CachedMode,
+}
+
+/// A process's mode as cached in a thread's slot ([`ThreadSlot::mode`]).
+#[repr(C)]
+pub struct CachedMode {
+    pub(crate) generation: u64,
+    pub(crate) tgid: u64,
+    pub(crate) sample_mean: u64,
 }
 
 /// Allocator calls between entry and return, one slot per thread (nested calls are folded into

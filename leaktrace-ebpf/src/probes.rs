@@ -1,6 +1,6 @@
 //! The probe programs and maps (bpf target only).
 
-use crate::maps::{INFLIGHT, WalkMemo, count, walk_buffer};
+use crate::maps::{INFLIGHT, ThreadSlot, WalkMemo, count, walk_buffer};
 use aya_ebpf::helpers::generated::{
     bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_send_signal, bpf_task_pt_regs,
 };
@@ -13,7 +13,8 @@ use aya_ebpf::{
 };
 use leaktrace_common::{
     AllocInfo, AllocKey, BUCKET_SLOTS, BlockBucket, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames,
-    SyscallArgs, counter, exec_hold, kernel_offset, map_event, op, owner, sampling, site_kind, tp_field,
+    SyscallArgs, TargetMode, counter, exec_hold, kernel_offset, map_event, op, owner, sampling, site_kind, target_mode,
+    tp_field,
 };
 
 mod mappings;
@@ -134,10 +135,17 @@ static STACKS: HashMap<u64, StackFrames> = HashMap::with_max_entries(1 << 14, BP
 static STACKS_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(STACKS_SEEN_SLOTS, 0);
 const STACKS_SEEN_SLOTS: u32 = 256;
 
-/// Processes whose mmap/munmap/mremap/brk syscalls are tracked (the syscall tracepoints fire for
-/// every process; uprobes are attached per process and need no filter).
+/// Traced processes and how each is traced (growth, exact or sampled, and its sampling mean):
+/// the mmap/munmap/mremap/brk syscalls of these are tracked (the syscall tracepoints fire for
+/// every process; uprobes are attached per process and need no filter), the page faults of those
+/// in growth mode counted, the allocator calls of those in sampled mode sampled.
 #[map]
-static TARGETS: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+static TARGETS: HashMap<u32, TargetMode> = HashMap::with_max_entries(1024, 0);
+
+/// Bumped by the agent (index 0) after each change of a `TARGETS` entry: a thread's cached mode
+/// (`ThreadSlot::mode`) made under another generation is read again from `TARGETS`.
+#[map]
+static MODE_GEN: Array<u64> = Array::with_max_entries(1, 0);
 
 /// mmap/munmap/mremap/brk events for the agent, which keeps the address ranges.
 #[map]
@@ -165,7 +173,8 @@ static TEARDOWN: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 #[map]
 static EXEC_HOLD: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 
-/// Sampled mode: the tables and mean distance of `leaktrace_common::sampling`, filled by the agent.
+/// Sampled mode: the tables of `leaktrace_common::sampling`, filled by the agent (each process's
+/// mean distance is in its `TARGETS` entry).
 #[map]
 static SAMPLING: Array<u64> = Array::with_max_entries(sampling::LEN, 0);
 
@@ -251,7 +260,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     // one on the same CPU is skipped by the kernel, `bpf_prog_active`).
     let cur = unsafe { &mut (*slot).call };
     let memo = unsafe { &raw const (*slot).memo };
-    let mean = sampling_mean();
+    let mean = slot_sample_mean(slot, tgid);
     if cur.sp != 0 {
         if sp < cur.sp {
             // Called from inside an allocator call of this thread: the outer call accounts for
@@ -291,7 +300,7 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
                 // mappings are the allocator's. A realloc still retires its old block, which may
                 // have been sampled (a failed realloc, rare, is missed).
                 if (op == op::REALLOC || op == op::REALLOCARRAY) && ptr != 0 {
-                    free_addr(tgid, ptr);
+                    free_addr(tgid, ptr, Some(slot));
                 }
                 *cur = InFlight {
                     sp,
@@ -311,9 +320,44 @@ fn enter(ctx: &ProbeContext, op: u32, size: u64, ptr: u64) -> u32 {
     0
 }
 
+/// The sampling mean of process `tgid` (0: not sampled), from the thread's cached copy while
+/// `MODE_GEN` has not changed since it was read from `TARGETS`.
 #[inline(always)]
-fn sampling_mean() -> u64 {
-    SAMPLING.get(sampling::MEAN).copied().unwrap_or(0)
+fn slot_sample_mean(slot: *mut ThreadSlot, tgid: u32) -> u64 {
+    // SAFETY: an array value (get checked the index), copied at once.
+    let generation = MODE_GEN.get(0).map_or(0, |v| unsafe { core::ptr::read_volatile(v) });
+    // SAFETY: this thread's task-storage value (as in `enter`), valid for the program run; only
+    // this thread's programs use it, and they do not nest.
+    unsafe {
+        let cached = &raw mut (*slot).mode;
+        if (*cached).generation == generation && (*cached).tgid == tgid as u64 {
+            return (*cached).sample_mean;
+        }
+        let mean = target_sample_mean(tgid);
+        *cached = crate::maps::CachedMode { generation, tgid: tgid as u64, sample_mean: mean };
+        mean
+    }
+}
+
+/// The sampling mean of process `tgid` as `TARGETS` says (0: not sampled, or not a target).
+#[inline(always)]
+fn target_sample_mean(tgid: u32) -> u64 {
+    match TARGETS.get_ptr(tgid) {
+        // SAFETY: a value the lookup returned, read at once.
+        Some(t) => unsafe { if (*t).mode == target_mode::SAMPLED { (*t).sample_mean } else { 0 } },
+        None => 0,
+    }
+}
+
+/// Whether process `tgid` is sampled (then a free or a return of an unsampled call is no loss):
+/// the cached mode in the thread's slot (`slot`, looked up by the caller) when it is current,
+/// else `TARGETS`.
+#[inline(always)]
+fn sampled(tgid: u32, slot: Option<*mut ThreadSlot>) -> bool {
+    match slot {
+        Some(slot) => slot_sample_mean(slot, tgid) != 0,
+        None => target_sample_mean(tgid) != 0,
+    }
 }
 
 #[inline(always)]
@@ -499,9 +543,9 @@ fn cas(p: *mut u64, old: u64, new: u64) -> bool {
 }
 
 /// Retire the block at `addr` of process `tgid`, if it is tracked: its `BLOCKS` slot, else (the
-/// bucket having overflowed) its `ALLOCS` entry.
+/// bucket having overflowed) its `ALLOCS` entry. `slot`: the thread's slot, if it has one.
 #[inline(always)]
-fn free_addr(tgid: u32, addr: u64) {
+fn free_addr(tgid: u32, addr: u64, slot: Option<*mut ThreadSlot>) {
     let tag = block_tag(tgid, addr);
     if let Some(b) = block_bucket(tag) {
         for i in 0..BUCKET_SLOTS {
@@ -522,7 +566,7 @@ fn free_addr(tgid: u32, addr: u64) {
         }
         // SAFETY: as above.
         if unsafe { core::ptr::read_volatile(&raw const (*b).overflowed) } == 0 {
-            if sampling_mean() == 0 {
+            if !sampled(tgid, slot) {
                 count(counter::UNTRACKED_FREE);
             }
             return;
@@ -534,7 +578,7 @@ fn free_addr(tgid: u32, addr: u64) {
         // even if another CPU deletes the entry).
         Some(p) => unsafe { *p },
         None => {
-            if sampling_mean() == 0 {
+            if !sampled(tgid, slot) {
                 count(counter::UNTRACKED_FREE);
             }
             return;
@@ -675,11 +719,13 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let sp = stack_pointer(ctx.regs);
+    let thread = INFLIGHT.current(false);
     // SAFETY: this thread's task-storage value, as in `enter`: valid for the program run, the
-    // only reference to it in this program.
-    let slot = INFLIGHT.current(false).map(|p| unsafe { &mut (*p).call });
+    // only reference to its call in this program (its cached mode, another field, is read
+    // through the pointer by `sampled`).
+    let slot = thread.map(|p| unsafe { &mut (*p).call });
     let Some(slot) = slot.filter(|s| s.sp != 0) else {
-        if sampling_mean() == 0 {
+        if !sampled(tgid, thread) {
             count(counter::ORPHAN_RETURN);
         }
         return 0;
@@ -723,7 +769,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
             if ret == 0 {
                 if cur.size == 0 && cur.ptr != 0 {
                     // glibc: realloc(p, 0) frees p and returns NULL.
-                    free_addr(tgid, cur.ptr);
+                    free_addr(tgid, cur.ptr, thread);
                 } else {
                     // Failed realloc: the old block stays valid and live.
                     count(counter::FAILED_ALLOC);
@@ -732,7 +778,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
             }
             if cur.ptr != 0 {
                 // Moved or resized in place: the old block is retired either way.
-                free_addr(tgid, cur.ptr);
+                free_addr(tgid, cur.ptr, thread);
             }
             ret
         }
@@ -759,7 +805,8 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
     if tgid == agent_tgid() {
         return 0;
     }
-    if let Some(cur) = INFLIGHT.current(false) {
+    let thread = INFLIGHT.current(false);
+    if let Some(cur) = thread {
         // SAFETY: this thread's task-storage value (as in `enter`), read once.
         let cur_sp = unsafe { (*cur).call.sp };
         if cur_sp != 0 && stack_pointer(ctx.regs) < cur_sp {
@@ -768,7 +815,7 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
             return 0;
         }
     }
-    free_addr(tgid, addr);
+    free_addr(tgid, addr, thread);
     0
 }
 
@@ -844,6 +891,13 @@ fn in_allocator() -> bool {
 #[inline(always)]
 pub(crate) fn is_target(tgid: u32) -> bool {
     TARGETS.get_ptr(tgid).is_some()
+}
+
+/// A traced process in growth mode (its page faults are counted).
+#[inline(always)]
+pub(crate) fn in_growth_mode(tgid: u32) -> bool {
+    // SAFETY: a value the lookup returned, read at once.
+    TARGETS.get_ptr(tgid).is_some_and(|t| unsafe { (*t).mode } == target_mode::GROWTH)
 }
 
 /// Stop the current process (SIGSTOP) and queue `ev` telling the agent, which sends SIGCONT:

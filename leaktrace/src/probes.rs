@@ -27,11 +27,12 @@ use crate::discover::ProbePoint;
 use crate::recording::{ProbeInfo, ProbeKind};
 
 mod attach;
+pub use attach::ProbeMark;
 mod load;
 
 use load::{
-    JiffyClock, attach_page_faults, attach_tracepoint, attach_tracepoints, close_after_exit, fill_sampling,
-    load_programs, monotonic_now_ns, raise_memlock, write_rows,
+    JiffyClock, attach_tracepoint, attach_tracepoints, close_after_exit, fill_sampling, load_programs,
+    monotonic_now_ns, raise_memlock, write_rows,
 };
 
 /// Buckets of the kernel's fast block table `BLOCKS` for `max_allocs` (--max-allocs): one per
@@ -150,7 +151,16 @@ pub struct Tracer {
     /// That budget.
     py_stack_budget: u64,
     counters: PerCpuArray<MapData, u64>,
-    targets: HashMap<MapData, u32, u32>,
+    /// Traced processes and the mode of each (`TARGETS`).
+    targets: HashMap<MapData, u32, leaktrace_common::TargetMode>,
+    /// `MODE_GEN`: bumped after each change of `targets` (the threads' cached modes go stale).
+    mode_gen: aya::maps::Array<MapData, u64>,
+    /// The mode a process is given when it is added ([`Tracer::add_target`]): the mode loaded for.
+    default_mode: leaktrace_common::TargetMode,
+    /// Whether the sampling tables are filled (at the first process in sampled mode).
+    sampling_filled: bool,
+    /// Whether the page-fault program is loaded (growth mode's; loaded with a tracer for growth).
+    growth_loaded: bool,
     work: HashMap<MapData, u32, u64>,
     /// Launched commands whose teardown is watched (see [`Tracer::watch_teardown`]).
     teardown: HashMap<MapData, u32, u32>,
@@ -253,6 +263,32 @@ fn tracepoint_programs(growth: bool) -> impl Iterator<Item = (&'static str, &'st
     })
 }
 
+/// The kernel side's [`leaktrace_common::TargetMode`] for `mode` (`sample_bytes`: sampled
+/// mode's mean, [`DEFAULT_SAMPLE_BYTES`] when None; ignored otherwise).
+fn target_mode(mode: Mode, sample_bytes: Option<u64>) -> anyhow::Result<leaktrace_common::TargetMode> {
+    use leaktrace_common::target_mode::{EXACT, GROWTH, SAMPLED};
+    let (mode, sample_mean) = match mode {
+        Mode::Exact => (EXACT, 0),
+        Mode::Growth => (GROWTH, 0),
+        Mode::Sampled => {
+            let mean = sample_bytes.unwrap_or(DEFAULT_SAMPLE_BYTES);
+            anyhow::ensure!(mean > 0, "--sample-bytes must be greater than zero");
+            (SAMPLED, mean)
+        }
+    };
+    Ok(leaktrace_common::TargetMode { mode, _pad: 0, sample_mean })
+}
+
+/// eBPF objects this process has loaded ([`Tracer::load`]): one per session, whatever modes its
+/// processes go through (said in the log's "programs loaded" line, which the tests count).
+static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Count one more load ([`LOADS`]) and log it with the time it took since `started`.
+fn log_loaded(started: std::time::Instant) {
+    let n = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    log::info!("programs loaded in {:.3} s (eBPF object {n} of this process)", started.elapsed().as_secs_f64());
+}
+
 /// Check what tracing needs before anything else is looked at: root, and uprobe support.
 pub fn check_privileges() -> Result<(), LoadError> {
     // SAFETY: geteuid(2) takes nothing and cannot fail.
@@ -342,7 +378,7 @@ impl Tracer {
             }
         }
         // Timing lines (RUST_LOG=leaktrace=info): `cargo xtask bench --attach-only` reads them.
-        log::info!("programs loaded in {:.3} s", started.elapsed().as_secs_f64());
+        log_loaded(started);
         match &single_why {
             None => log::info!("probes attached with uprobe_multi links"),
             Some(why) => log::info!("probes attached one by one (perf-event uprobes): {why}"),
@@ -394,13 +430,10 @@ impl Tracer {
             }
             _ => unreachable!("a tracepoint program"),
         };
-        match mode {
-            Mode::Exact => {}
-            Mode::Sampled => {
-                fill_sampling(&mut ebpf, sample_bytes.unwrap_or(DEFAULT_SAMPLE_BYTES)).map_err(LoadError::Load)?
-            }
-            Mode::Growth => attach_page_faults(&mut ebpf, &mut load_errors, &mut tp_links).map_err(LoadError::Load)?,
-        }
+        let default_mode = target_mode(mode, sample_bytes).map_err(LoadError::Load)?;
+        load::prepare_mode(&mut ebpf, mode, &mut load_errors, &mut tp_links).map_err(LoadError::Load)?;
+        let mode_gen =
+            aya::maps::Array::try_from(take(&mut ebpf, "MODE_GEN")?).map_err(|e| LoadError::Load(e.into()))?;
         Ok(Tracer {
             ebpf,
             sites,
@@ -419,6 +452,10 @@ impl Tracer {
             py_stack_budget: u64::from(py_stack_budget(limits.max_stacks)),
             counters,
             targets,
+            mode_gen,
+            default_mode,
+            sampling_filled: mode == Mode::Sampled,
+            growth_loaded: mode == Mode::Growth,
             work,
             teardown,
             exec_hold,
@@ -534,9 +571,35 @@ impl Tracer {
     }
 
     /// Track the mmap/munmap/mremap/brk syscalls of process `tgid` (the syscall tracepoints are
-    /// system-wide and filter on this set).
+    /// system-wide and filter on this set), in the mode the tracer was loaded for.
     pub fn add_target(&mut self, tgid: u32) -> anyhow::Result<()> {
-        self.targets.insert(tgid, 1, 0).context("adding the target to the TARGETS map")
+        self.write_mode(tgid, self.default_mode).context("adding the target to the TARGETS map")
+    }
+
+    /// Trace process `tgid` in `mode` from now on (`sample_bytes`: sampled mode's mean distance,
+    /// [`DEFAULT_SAMPLE_BYTES`] when None): its page faults are counted in growth mode only, its
+    /// allocator calls sampled in sampled mode only. The allocator probes themselves are the
+    /// caller's to attach or detach. Errors: growth mode in a tracer not loaded for it (its
+    /// page-fault program is not loaded), or the map refused.
+    pub fn set_mode(&mut self, tgid: u32, mode: Mode, sample_bytes: Option<u64>) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            mode != Mode::Growth || self.growth_loaded,
+            "growth mode needs a tracer loaded for it (its page-fault program)"
+        );
+        let target = target_mode(mode, sample_bytes)?;
+        if mode == Mode::Sampled && !self.sampling_filled {
+            fill_sampling(&mut self.ebpf)?;
+            self.sampling_filled = true;
+        }
+        self.write_mode(tgid, target).with_context(|| format!("setting PID {tgid}'s mode to {mode}"))
+    }
+
+    /// `TARGETS[tgid] = mode`, then `MODE_GEN` bumped so that no thread keeps an older mode.
+    fn write_mode(&mut self, tgid: u32, mode: leaktrace_common::TargetMode) -> anyhow::Result<()> {
+        self.targets.insert(tgid, mode, 0)?;
+        let generation = self.mode_gen.get(&0, 0).unwrap_or(0);
+        self.mode_gen.set(0, generation.wrapping_add(1), 0)?;
+        Ok(())
     }
 
     /// Stop tracking the syscalls of process `tgid` (`leaktrace watch` dropped it: it ended or
@@ -558,19 +621,7 @@ impl Tracer {
         let (mine, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.links).into_iter().partition(|(p, _)| *p == tgid);
         self.links = kept;
         let links = mine.len();
-        let mut detach: Vec<Box<dyn Send>> = Vec::new();
-        for (_, link) in mine {
-            match link {
-                Link::Multi(fd) => detach.push(Box::new(fd)),
-                Link::Single(program, id) => {
-                    if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
-                        && let Ok(link) = prog.take_link(id)
-                    {
-                        detach.push(Box::new(link));
-                    }
-                }
-            }
-        }
+        let detach = self.take_links(mine);
         // Dropping a link detaches it.
         let detached = (!detach.is_empty()).then(|| std::thread::spawn(move || drop(detach)));
         self.attached.retain(|(pid, ..)| *pid != tgid);

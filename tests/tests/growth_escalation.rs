@@ -107,6 +107,31 @@ fn growth_mode_escalates_and_names_the_leaking_function_not_the_first_toucher() 
     assert!(o.stderr.contains("exact window on PID"), "the window is not stated on stderr\n{ctx}");
 }
 
+/// The exact window runs in the recording's own session: the agent loads its eBPF object once
+/// (its log counts each load: "programs loaded in … (eBPF object N of this process)"), and the
+/// window still finds remember_request.
+#[test]
+fn an_escalation_loads_no_second_ebpf_object() {
+    require_root();
+    let out = OutDir::new("growth-escalation-one-load");
+    let mut target = Command::new(decoy());
+    target.arg("2000").env("RUST_LOG", "leaktrace=info");
+    let o = record_launch(&out, &["--mode", "growth", "--duration", "8s", "--escalate-for", "5s"], target);
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!("report {}:\n{}\nleaktrace stderr:\n{}", out.path.display(), r.summary(), o.stderr);
+    assert!(o.stderr.contains("exact window on PID"), "no exact window\n{ctx}");
+    let loads: Vec<&str> = o.stderr.lines().filter(|l| l.contains("programs loaded in ")).collect();
+    assert_eq!(loads.len(), 1, "eBPF object loads: {loads:?}\n{ctx}");
+    assert!(loads[0].contains("(eBPF object 1 of this process)"), "{ctx}");
+    let sites = r.get(&["escalation", "sites"]).as_array().expect("escalation.sites").clone();
+    assert_eq!(str_of(&sites[0], "function"), "remember_request", "{ctx}");
+    // The window counts from its start: no page-fault site of the growth-mode part in it.
+    let kinds: Vec<String> =
+        r.get(&["escalation", "sites"]).as_array().into_iter().flatten().map(|s| s["kind"].to_string()).collect();
+    assert!(!kinds.iter().any(|k| k.contains("fault")), "fault sites in the exact window: {kinds:?}\n{ctx}");
+}
+
 /// `--no-escalate`: growth mode says what it measured — pages first touched under
 /// handle_request inside the allocator — and names no holder and no missing free.
 #[test]

@@ -200,7 +200,7 @@ pub fn sys_exit_brk(ctx: TracePointContext) -> u32 {
 pub fn page_fault_user(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if !is_target(tgid) {
+    if !in_growth_mode(tgid) {
         return 0;
     }
     // exceptions:page_fault_user's error_code: bit 0 = protection fault.

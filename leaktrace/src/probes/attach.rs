@@ -3,7 +3,52 @@
 //! holds of a traced process.
 use super::*;
 
+/// Where a tracer's probes stood at one moment ([`Tracer::probe_mark`]).
+pub struct ProbeMark {
+    links: usize,
+    attached: std::collections::HashSet<(u32, String, u64, &'static str)>,
+}
+
 impl Tracer {
+    /// Where the probes stand now: [`Tracer::detach_to`] removes every probe attached since.
+    pub fn probe_mark(&self) -> ProbeMark {
+        ProbeMark { links: self.links.len(), attached: self.attached.clone() }
+    }
+
+    /// Detach every probe attached since `mark` (growth mode's exact window: its allocator probes
+    /// go, the process's growth-mode probes stay); returns how many links went once they are all
+    /// gone (their removals wait for RCU grace periods together, one thread each).
+    pub fn detach_to(&mut self, mark: ProbeMark) -> usize {
+        let later = self.links.split_off(mark.links.min(self.links.len()));
+        let detach = self.take_links(later);
+        let n = detach.len();
+        std::thread::scope(|s| {
+            for link in detach {
+                s.spawn(move || drop(link));
+            }
+        });
+        self.attached = mark.attached;
+        n
+    }
+
+    /// `links` as values whose drop detaches them (a single uprobe's link taken from its program).
+    pub(super) fn take_links(&mut self, links: Vec<(u32, Link)>) -> Vec<Box<dyn Send>> {
+        let mut out: Vec<Box<dyn Send>> = Vec::new();
+        for (_, link) in links {
+            match link {
+                Link::Multi(fd) => out.push(Box::new(fd)),
+                Link::Single(program, id) => {
+                    if let Some(prog) = self.ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok())
+                        && let Ok(link) = prog.take_link(id)
+                    {
+                        out.push(Box::new(link));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Attach entry (and return) probes at `points`, for process `pid` only. Points already
     /// attached are skipped. Returns the placements made, for the coverage table.
     ///

@@ -115,10 +115,10 @@ pub(super) fn attach_tracepoint(
     Ok(())
 }
 
-/// Sampled mode: write the exponential and weight tables and the mean distance.
-pub(super) fn fill_sampling(ebpf: &mut Ebpf, mean_bytes: u64) -> anyhow::Result<()> {
+/// Sampled mode: write the exponential and weight tables (each process's mean distance is in its
+/// `TARGETS` entry).
+pub(super) fn fill_sampling(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     use leaktrace_common::sampling::*;
-    anyhow::ensure!(mean_bytes > 0, "--sample-bytes must be greater than zero");
     let mut arr: aya::maps::Array<_, u64> =
         aya::maps::Array::try_from(ebpf.map_mut("SAMPLING").context("SAMPLING map missing")?)?;
     let scale = (1u64 << SHIFT) as f64;
@@ -129,8 +129,22 @@ pub(super) fn fill_sampling(ebpf: &mut Ebpf, mean_bytes: u64) -> anyhow::Result<
         let g = if x == 0.0 { 1.0 } else { x / (1.0 - (-x).exp()) };
         arr.set(WEIGHT_BASE + i, (g * scale) as u64, 0)?;
     }
-    arr.set(MEAN, mean_bytes, 0)?;
     Ok(())
+}
+
+/// What the mode the tracer is loaded for needs besides the programs: sampled mode's tables,
+/// growth mode's page-fault tracepoint.
+pub(super) fn prepare_mode(
+    ebpf: &mut Ebpf,
+    mode: Mode,
+    load_errors: &mut StdHashMap<&'static str, anyhow::Error>,
+    links: &mut Vec<(&'static str, TracePointLinkId)>,
+) -> anyhow::Result<()> {
+    match mode {
+        Mode::Exact => Ok(()),
+        Mode::Sampled => fill_sampling(ebpf),
+        Mode::Growth => attach_page_faults(ebpf, load_errors, links),
+    }
 }
 
 /// Growth mode: count first-touch page faults (exceptions:page_fault_user).

@@ -12,6 +12,12 @@
 //! signal: the user asked to stop) and the process still runs; the window's probes are the same
 //! as `record --mode exact`'s (their cost is docs/benchmarks.md's exact mode) and are detached
 //! before the report is written; the target is never stopped.
+//!
+//! The window runs inside the same session, on the same loaded tracer: the process's `TARGETS`
+//! entry is switched to exact mode (`Tracer::set_mode`: its page faults are no longer counted),
+//! its allocator probes are attached beside its growth-mode ones, the session loop runs over it
+//! alone for the window, then those probes are detached (`Tracer::detach_to`) and the process is
+//! switched back to growth mode. No second eBPF object is loaded.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,7 +25,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use super::{RecordOptions, Schedule, TargetSpec, Traced};
+use super::live::Live;
+use super::session::Session;
+use super::{RecordOptions, Traced};
 use crate::analyze::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
 use crate::procinfo;
 use crate::recording::Mode;
@@ -29,12 +37,12 @@ use crate::recording::{EndReason, Recording};
 const WINDOW_CHECKPOINTS: u32 = 20;
 
 /// For each traced process whose growth-mode window showed memory growing through the
-/// allocator, an exact window of `opts.escalate` on it: PID → its recording. Empty unless
-/// `opts.mode` is growth and `opts.escalate` is set. A process that could not be escalated
-/// (the recording was interrupted, the process exited, attaching failed) gets a warning saying
-/// why, on stderr and in its report's caveats.
+/// allocator, an exact window of `opts.escalate` on it, in `session` (ended, its tracer still
+/// loaded): PID → its recording. Empty unless `opts.mode` is growth and `opts.escalate` is set.
+/// A process that could not be escalated (the recording was interrupted, the process exited,
+/// attaching failed) gets a warning saying why, on stderr and in its report's caveats.
 pub(super) fn escalate_all(
-    targets: &mut [Traced],
+    session: &mut Session<Live>,
     opts: &RecordOptions,
     end_reason: EndReason,
     started_unix_ms: u64,
@@ -42,12 +50,14 @@ pub(super) fn escalate_all(
 ) -> BTreeMap<u32, Recording> {
     let mut windows = BTreeMap::new();
     let Some(window) = opts.escalate.filter(|_| opts.mode == Mode::Growth) else { return windows };
-    for t in targets.iter_mut() {
+    for i in 0..session.targets.len() {
+        let t = &mut session.targets[i];
         let Some(under) = grows_through_allocator(t, opts, started_unix_ms) else { continue };
+        let pid = t.pid;
         let ended = t.session.end_reason.unwrap_or(end_reason);
         let why_not = if ended != EndReason::Duration {
             Some(format!("the recording ended by {ended}, not --duration"))
-        } else if !procinfo::alive(t.pid) {
+        } else if !procinfo::alive(pid) {
             Some("the process has exited".to_string())
         } else {
             None
@@ -57,18 +67,19 @@ pub(super) fn escalate_all(
             continue;
         }
         crate::note!(
-            "leaktrace: growth mode: PID {}'s memory grows through the allocator ({under}); \
+            "leaktrace: growth mode: PID {pid}'s memory grows through the allocator ({under}); \
              exact window: tracing its allocator calls for {:.1} s to name the function whose blocks grow \
              (--no-escalate to refuse)",
-            t.pid,
             window.as_secs_f64()
         );
-        match exact_window(t.pid, window, opts, dir) {
+        match exact_window(session, pid, window, opts, dir) {
             Ok(rec) => {
-                crate::note!("leaktrace: exact window on PID {} done; its probes are removed", t.pid);
-                windows.insert(t.pid, rec);
+                crate::note!("leaktrace: exact window on PID {pid} done; its probes are removed");
+                windows.insert(pid, rec);
             }
-            Err(e) => note(t, format!("growth mode: the exact window on PID {} failed: {e:#}", t.pid)),
+            Err(e) => {
+                note(&mut session.targets[i], format!("growth mode: the exact window on PID {pid} failed: {e:#}"))
+            }
         }
     }
     windows
@@ -93,35 +104,95 @@ fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms
         .and_then(|s| s.through_allocator())
 }
 
-/// Record `pid` in exact mode for `window` (checkpoints every window / [`WINDOW_CHECKPOINTS`],
-/// at least 100 ms, at most the growth mode's interval), nothing else asked of it (no scans, no
-/// censuses, no push), and return its recording once its probes are detached.
-pub(crate) fn exact_window(pid: u32, window: Duration, opts: &RecordOptions, dir: &Path) -> anyhow::Result<Recording> {
-    let interval = (window / WINDOW_CHECKPOINTS).clamp(Duration::from_millis(100), opts.interval);
-    let exact = RecordOptions {
+/// The options of an exact window of `window` on one process of a session under `opts`:
+/// checkpoints every window / [`WINDOW_CHECKPOINTS`] (at least 100 ms, at most the growth
+/// mode's interval), the session's per-process options in exact mode, nothing else asked of it
+/// (no scans, no censuses, no perf map asked of a JVM, no push).
+pub(crate) fn window_options(window: Duration, opts: &RecordOptions, dir: &Path) -> RecordOptions {
+    RecordOptions {
         duration: Some(window),
-        interval,
+        interval: (window / WINDOW_CHECKPOINTS).clamp(Duration::from_millis(100), opts.interval),
         out: Some(dir.to_path_buf()),
-        status_line: false,
-        schedule: Schedule::Periodic,
         mode: Mode::Exact,
-        follow_forks: false,
         jvm_perf_map: false,
         heap_census: false,
-        heap_dump: None,
-        reachability: None,
-        python_heap: None,
-        push: None,
-        escalate: None,
-        ..opts.clone()
-    };
-    let mut recorded = super::record_all(TargetSpec::Pid(pid), &exact)?;
-    recorded.wait_detached();
-    recorded.processes.pop().map(|p| p.recording).context("the exact window recorded no process")
+        ..opts.per_process()
+    }
+}
+
+/// Record `pid` in exact mode for `window` in `session` (its tracer loaded, its loop not
+/// running) and return its recording once its window's probes are detached. The session's
+/// processes, options and sinks are set aside meanwhile and put back after.
+fn exact_window(
+    session: &mut Session<Live>,
+    pid: u32,
+    window: Duration,
+    opts: &RecordOptions,
+    dir: &Path,
+) -> anyhow::Result<Recording> {
+    let exact = window_options(window, opts, dir);
+    // Exact mode places return probes: a seccomp filter that kills on an unknown syscall
+    // (seccomp.rs) is refused before anything is attached, as `record --mode exact` does.
+    crate::seccomp::check_target(pid, exact.allow_seccomp_risk)?;
+    let objects = crate::discover::mapped_objects(pid)?;
+    let started_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let tracer = &mut session.host.tracer;
+    let mark = tracer.probe_mark();
+    let attached = (|| {
+        let mut t = Traced::attach(tracer, pid, objects, procinfo::cmdline(pid), procinfo::exe(pid), false, &exact)?;
+        tracer.set_mode(pid, Mode::Exact, None)?;
+        t.count_sites_from_now(tracer)?;
+        Ok::<_, anyhow::Error>(t)
+    })();
+    let recorded = attached.and_then(|t| {
+        super::note_attached(std::slice::from_ref(&t), &[]);
+        run_alone(session, t, &exact)
+    });
+    let tracer = &mut session.host.tracer;
+    tracer.detach_to(mark);
+    // Back to growth mode: its page faults counted again, its allocator calls no longer sampled.
+    tracer.set_mode(pid, Mode::Growth, None)?;
+    let (t, end) = recorded?;
+    let mut processes = super::assemble(vec![t], Default::default(), end, false, dir, &exact, started_unix_ms);
+    processes.pop().map(|p| p.recording).context("the exact window recorded no process")
+}
+
+/// Run `session`'s loop over `t` alone under `opts` until it ends (`opts.duration`, a signal, or
+/// `t`'s exit); the session's own processes, options, sinks and start are put back after.
+fn run_alone(session: &mut Session<Live>, t: Traced, opts: &RecordOptions) -> anyhow::Result<(Traced, EndReason)> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let targets = std::mem::replace(&mut session.targets, vec![t]);
+    let host_opts = std::mem::replace(&mut session.host.opts, opts.clone());
+    let sinks = std::mem::take(&mut session.host.sinks);
+    let (start, work_probe, follow_forks) = (session.start, session.work_probe.take(), session.follow_forks);
+    session.work_probe = opts.work_probe.clone();
+    session.follow_forks = false;
+    let end = rt.block_on(session.run(opts));
+    let t = std::mem::replace(&mut session.targets, targets).pop().context("the exact window's process is gone")?;
+    session.host.opts = host_opts;
+    session.host.sinks = sinks;
+    (session.start, session.work_probe, session.follow_forks) = (start, work_probe, follow_forks);
+    Ok((t, end))
 }
 
 /// A warning on stderr and in the process's report caveats.
 fn note(t: &mut Traced, line: String) {
     crate::note!("leaktrace: {line}");
     t.warnings.push(line);
+}
+
+/// Record `pid` in exact mode for `window` with a tracer of its own (`watch`'s escalation, whose
+/// recorder runs on in its own thread meanwhile), and return its recording once its probes are
+/// detached.
+pub(crate) fn exact_window_apart(
+    pid: u32,
+    window: Duration,
+    opts: &RecordOptions,
+    dir: &Path,
+) -> anyhow::Result<Recording> {
+    let exact = window_options(window, opts, dir);
+    let mut recorded = super::record_all(super::TargetSpec::Pid(pid), &exact)?;
+    recorded.wait_detached();
+    recorded.processes.pop().map(|p| p.recording).context("the exact window recorded no process")
 }

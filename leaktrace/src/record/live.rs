@@ -110,18 +110,9 @@ impl Tracing for Live {
     fn follow(&mut self, child: u32) -> anyhow::Result<Option<Traced>> {
         // A child held at its exec has not loaded its libraries yet (see `exec_objects`).
         let Ok(objects) = super::targets::exec_objects(child) else { return Ok(None) };
-        // The session's per-process options; what is asked once for the session (a heap dump,
-        // reachability, censuses) is not repeated for each child.
-        let o = &self.opts;
-        let opts = RecordOptions {
-            work_probe: o.work_probe.clone(),
-            mode: o.mode,
-            pymalloc: o.pymalloc,
-            python_frames: o.python_frames,
-            jvm_perf_map: o.jvm_perf_map,
-            heap_census: o.heap_census,
-            ..RecordOptions::default()
-        };
+        // The session's per-process options (what is asked once for the session is not
+        // repeated for each child).
+        let opts = self.opts.per_process();
         let exe = procinfo::exe(child);
         let kept = if self.launched_tree { objects.clone() } else { Vec::new() };
         let mut t = Traced::attach(&mut self.tracer, child, objects, procinfo::cmdline(child), exe, false, &opts)?;

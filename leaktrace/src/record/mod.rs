@@ -178,6 +178,29 @@ impl Default for RecordOptions {
     }
 }
 
+impl RecordOptions {
+    /// The options that apply to each process of the session (its mode and sampling, work probe,
+    /// allocator and runtime options, map sizes, the seccomp check, the report's length), the
+    /// rest left at their defaults: how a process that joins a running session is attached (a
+    /// followed child, growth mode's exact window). What is asked once for the session (a heap
+    /// dump, reachability, censuses of the Python heap, a push) is not repeated for it.
+    pub(crate) fn per_process(&self) -> RecordOptions {
+        RecordOptions {
+            work_probe: self.work_probe.clone(),
+            mode: self.mode,
+            sample_bytes: self.sample_bytes,
+            pymalloc: self.pymalloc,
+            python_frames: self.python_frames,
+            jvm_perf_map: self.jvm_perf_map,
+            heap_census: self.heap_census,
+            limits: self.limits,
+            allow_seccomp_risk: self.allow_seccomp_risk,
+            top: self.top,
+            ..RecordOptions::default()
+        }
+    }
+}
+
 /// Said, not silently ignored: a CPython-only option (`flag`: `--python-frames on`,
 /// `--pymalloc`) was asked for and a traced process runs no CPython interpreter. One line per
 /// such process, "FLAG: PID N runs no CPython interpreter; WHAT", on stderr and in its report's
@@ -446,12 +469,12 @@ fn end_session(
 ) -> Ended {
     session.release_teardowns();
     session.host.sinks.interrupt();
+    // Growth mode's escalation: an exact window on the processes whose memory grew
+    // through the allocator, in this session, before the launched command is stopped.
+    let escalations = escalate::escalate_all(&mut session, opts, end_reason, started_unix_ms, dir);
     // Time 0 of the checkpoints (the first one), for the censuses' times.
     let t_zero = session.start;
     let Session { host: Live { tracer, sinks, .. }, mut targets, .. } = session;
-    // Growth mode's escalation: an exact window on the processes whose memory grew
-    // through the allocator, before the launched command is stopped.
-    let escalations = escalate::escalate_all(&mut targets, opts, end_reason, started_unix_ms, dir);
     let reach = end_of_session(&tracer, &mut targets, opts, (start, t_zero), dir);
     // Detach in the background while the outputs are written.
     let detach = std::thread::spawn(move || tracer.shutdown());

@@ -112,6 +112,22 @@ pub(super) struct Traced {
     /// The tracer's clock of blocks' birth times (`Tracer::now_ms`) at this process's first
     /// checkpoint (`t_s` = 0), ms: birth times are recorded relative to it.
     pub(super) born_zero_ms: Option<i64>,
+    /// A recording that starts inside a session whose tracer already traced the process (growth
+    /// mode's exact window): the kernel sites' totals when it started, subtracted from theirs
+    /// (page-fault sites left out), so that it counts from zero as one made by its own tracer.
+    pub(super) sites_before: Option<HashMap<SiteKey, leaktrace_common::SiteStats>>,
+}
+
+/// `now - before`, field by field (0 where a field went down).
+fn stats_since(now: &leaktrace_common::SiteStats, before: &leaktrace_common::SiteStats) -> leaktrace_common::SiteStats {
+    leaktrace_common::SiteStats {
+        alloc_bytes: now.alloc_bytes.saturating_sub(before.alloc_bytes),
+        alloc_count: now.alloc_count.saturating_sub(before.alloc_count),
+        free_bytes: now.free_bytes.saturating_sub(before.free_bytes),
+        free_count: now.free_count.saturating_sub(before.free_count),
+        alloc_born_ms: now.alloc_born_ms.saturating_sub(before.alloc_born_ms),
+        free_born_ms: now.free_born_ms.saturating_sub(before.free_born_ms),
+    }
 }
 
 /// (device, inode) of the executable `pid` runs.
@@ -121,6 +137,29 @@ pub(super) fn exe_identity(pid: u32) -> Option<(u64, u64)> {
 }
 
 impl Traced {
+    /// Count this process's kernel sites from now on (see [`Traced::sites_before`]).
+    pub(super) fn count_sites_from_now(&mut self, tracer: &Tracer) -> anyhow::Result<()> {
+        self.sites_before = Some(tracer.read_sites(self.pid)?.into_iter().collect());
+        Ok(())
+    }
+
+    /// `sites` as this recording counts them: all of them, or, with [`Traced::sites_before`],
+    /// their totals since then, page-fault sites and sites without change left out.
+    fn since_start(
+        &self,
+        sites: Vec<(SiteKey, leaktrace_common::SiteStats)>,
+    ) -> Vec<(SiteKey, leaktrace_common::SiteStats)> {
+        let Some(before) = &self.sites_before else { return sites };
+        sites
+            .into_iter()
+            .filter(|(k, _)| k.kind != site_kind::FAULT)
+            .filter_map(|(k, v)| match before.get(&k) {
+                None => Some((k, v)),
+                Some(b) => Some((k, stats_since(&v, b))).filter(|(_, d)| d.alloc_count + d.free_count > 0),
+            })
+            .collect()
+    }
+
     /// Find and probe the allocator of `pid` in `objects`, place the work probe, and start
     /// tracking its mappings.
     #[allow(clippy::too_many_arguments)]
@@ -198,6 +237,7 @@ impl Traced {
             born_zero_ms: None,
             live_seen: None,
             leader_exited: None,
+            sites_before: None,
         };
         t.watch_cgroup();
         if !launched {
@@ -447,7 +487,7 @@ impl Traced {
             }
         };
         let sites = match tracer.read_sites(self.pid) {
-            Ok(s) => s,
+            Ok(s) => self.since_start(s),
             Err(e) => {
                 self.warnings.push(format!("checkpoint at {t_s:.1}s skipped: {e:#}"));
                 return None;

@@ -160,7 +160,7 @@ pub(super) fn escalate(
         handles.push(std::thread::spawn(move || {
             let result = (|| -> anyhow::Result<EscalationSummary> {
                 let tmp = tempfile::Builder::new().prefix("leaktrace-escalation-").tempdir()?;
-                let exact = crate::record::escalate::exact_window(pid, window, &rec_opts, &tmp.path().join("w"))?;
+                let exact = crate::record::escalate::exact_window_apart(pid, window, &rec_opts, &tmp.path().join("w"))?;
                 rec.escalation = Some(Box::new(exact));
                 let name = state.lock().ok().and_then(|s| s.procs.get(&pid).map(|p| p.dir_name(pid)));
                 let dir = super::report_dir(&out, &name.unwrap_or_else(|| format!("pid-{pid}")), "")?;
