@@ -673,9 +673,9 @@ fn the_daemonsets_capabilities_as_a_bounding_set() {
 /// What `watch --push` sent (`pushes`, decoded by the real `go tool pprof`): the leaker's
 /// profiles are named with its pod, namespace and container, and its growth profile's samples
 /// carry the `leak` class; each cache process is pushed with its own pod's labels, never the
-/// leaker's, and no sample of its profiles is classed a leak. (The pushed growth profile's stacks
-/// end in the static glibc's `_int_malloc`: its page faults are unwound by frame pointers, which
-/// the static libc has not; the escalation report names leak_message.)
+/// leaker's, and no sample of its profiles is classed a leak. (The growth-mode stacks of this
+/// static fixture in its container stop at glibc's `_int_malloc`, so the pushed profile does not
+/// name leak_message; the escalation report, checked above, does.)
 fn assert_pushed_with_pod_labels(
     pushes: &[Received],
     leaker: &str,
