@@ -401,7 +401,7 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
     Ok(())
 }
 
-/// Where Debian's containernetworking-plugins puts the CNI plugins (tests/src/containerd.rs
+/// Where Debian's containernetworking-plugins puts the CNI plugins (tests/src/cni.rs
 /// reads them from there too).
 const CNI_PLUGINS_DIR: &str = "/usr/lib/cni";
 
