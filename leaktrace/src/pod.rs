@@ -15,8 +15,9 @@
 //!    `io.kubernetes.pod.name`/`.namespace`/`io.kubernetes.container.name` of CRI-O and docker's
 //!    labels), read from [`CONFIG_PATHS`] (and the templates in `$LEAKTRACE_CRI_CONFIG`,
 //!    colon-separated, `{id}` standing for the container ID: e.g. another containerd root).
-//!    Without one, the pod name is the process's `HOSTNAME` (/proc/PID/environ: the kubelet
-//!    sets it to the pod name, except for hostNetwork pods, whose HOSTNAME is the node's name)
+//!    Without one, the pod name is the process's `HOSTNAME` (/proc/PID/environ: the runtime
+//!    sets it to the hostname the kubelet gives a pod with its own network, its name or
+//!    `spec.hostname`; a hostNetwork pod gets none, and its HOSTNAME is the node's name)
 //!    and the namespace the service account's
 //!    (/var/run/secrets/kubernetes.io/serviceaccount/namespace inside the process's root, read
 //!    through [`crate::target_fs`]: its links resolve in that root, never to a host file).
@@ -122,6 +123,12 @@ pub fn parse_kube_cgroup(path: &str) -> Option<KubeCgroup> {
         None => (None, ""),
     };
     Some(KubeCgroup { pod_uid, container_id, runtime })
+}
+
+/// The pod cgroup of a process from its /proc/PID/cgroup (`ID:CONTROLLERS:PATH` lines: the v1
+/// hierarchies' and cgroup2's `0::PATH`), the first line that is a pod's.
+pub fn kube_cgroup_of(proc_cgroup: &str) -> Option<KubeCgroup> {
+    proc_cgroup.lines().filter_map(|l| l.splitn(3, ':').nth(2)).find_map(parse_kube_cgroup)
 }
 
 /// What is known of a container.
@@ -232,7 +239,7 @@ pub fn pod_processes() -> Vec<PodProcess> {
         let Ok(cg) = std::fs::read_to_string(entry.path().join("cgroup")) else {
             continue;
         };
-        let Some(kc) = cg.lines().filter_map(|l| l.splitn(3, ':').nth(2)).find_map(parse_kube_cgroup) else {
+        let Some(kc) = kube_cgroup_of(&cg) else {
             continue;
         };
         let Some(cid) = kc.container_id.clone() else {
@@ -424,6 +431,37 @@ mod tests {
         assert!(parse_kube_cgroup("/system.slice/docker-abc.scope").is_none());
         assert!(parse_kube_cgroup("/user.slice/user-0.slice").is_none());
         assert!(parse_kube_cgroup("/kubepods.slice/kubepods-burstable.slice").is_none());
+    }
+
+    /// /proc/PID/cgroup of containers on systemd-driver nodes, as the kernel writes it: a
+    /// hybrid host (v1 controllers, systemd's named hierarchy, cgroup2's `0::`) with containerd,
+    /// a cgroup2-only host with CRI-O (its `container` sub-cgroup under the scope), and
+    /// systemd's own cgroups, which are no pod's.
+    #[test]
+    fn systemd_driver_proc_cgroup_files() {
+        let u = UID.replace('-', "_");
+        let hybrid = format!(
+            "12:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{CID}.scope\n\
+             11:cpu,cpuacct:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{CID}.scope\n\
+             1:name=systemd:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{CID}.scope\n\
+             0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{CID}.scope\n"
+        );
+        let k = kube_cgroup_of(&hybrid).unwrap();
+        assert_eq!((k.pod_uid.as_str(), k.container_id.as_deref(), k.runtime), (UID, Some(CID), "containerd"));
+        // Guaranteed (no QoS slice), CRI-O on cgroup2 only, the process in the scope's sub-cgroup.
+        let crio = format!("0::/kubepods.slice/kubepods-pod{u}.slice/crio-{CID}.scope/container\n");
+        let k = kube_cgroup_of(&crio).unwrap();
+        assert_eq!((k.pod_uid.as_str(), k.container_id.as_deref(), k.runtime), (UID, Some(CID), "cri-o"));
+        // The kubelet and containerd themselves, a user session: no pod.
+        let system = "12:memory:/system.slice/kubelet.service\n1:name=systemd:/system.slice/containerd.service\n\
+                      0::/system.slice/containerd.service\n";
+        assert_eq!(kube_cgroup_of(system), None);
+        assert_eq!(kube_cgroup_of("0::/user.slice/user-1000.slice/session-3.scope\n"), None);
+        // The pod's slice itself (a process there is in no container).
+        let k =
+            kube_cgroup_of(&format!("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice\n"))
+                .unwrap();
+        assert_eq!((k.pod_uid.as_str(), k.container_id), (UID, None));
     }
 
     #[test]

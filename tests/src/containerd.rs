@@ -2,15 +2,17 @@
 //! containerd and runc (installed by `cargo xtask setup`), started by the test in its own
 //! session with its root, state, socket and runc state in a temporary directory (cgroupfs
 //! driver, no systemd), the CRI plugin on, a local pause image as its sandbox image and CNI
-//! pointed at an empty directory (pods use the host's network). Images are OCI archives
+//! pointed at an empty directory (pods use the host's network), or
+//! ([`Containerd::with_network`]) at a bridge of its own (`cni.rs`) for pods with their own
+//! network namespace (made under its state directory). Images are OCI archives
 //! written here from files ([`Image`]) and imported with `ctr -n k8s.io images import`; pods are
 //! made through the CRI by `tests/fixtures/cri.py`, which plays the kubelet (see `cri.rs`).
 //!
 //! [`Containerd`]'s `Drop` takes everything down, also when the test failed: every sandbox
 //! stopped and removed through the CRI, containerd and its shims killed (by PID), what is still
 //! mounted under its directory unmounted, the pods' cgroups removed in every hierarchy, the
-//! shims' sockets under /run/containerd/s removed. [`Containerd::shutdown`] does the same and
-//! lists what remains of it.
+//! shims' sockets under /run/containerd/s removed, the bridge and the veths on it deleted.
+//! [`Containerd::shutdown`] does the same and lists what remains of it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +42,8 @@ pub struct Containerd {
     net_before: Vec<String>,
     /// Shim sockets seen (removed at teardown).
     sockets: Mutex<Vec<PathBuf>>,
+    /// The pods' bridge network, when pods may have their own network.
+    pub bridge: Option<Bridge>,
     done: bool,
 }
 
@@ -47,6 +51,16 @@ impl Containerd {
     /// Start containerd and import the pause image; panics (after taking down what started)
     /// when it does not answer within 30 s.
     pub fn start() -> Containerd {
+        Containerd::start_with(None)
+    }
+
+    /// [`Containerd::start`] with a CNI bridge network (`cni.rs`): pods made with
+    /// `PodSpec::own_network` get their own network namespace and an address on it.
+    pub fn with_network() -> Containerd {
+        Containerd::start_with(Some(Bridge::new()))
+    }
+
+    fn start_with(bridge: Option<Bridge>) -> Containerd {
         require_root();
         for tool in ["containerd", "ctr", "runc", "containerd-shim-runc-v2"] {
             assert!(which(tool), "{tool} is missing: `cargo xtask setup` installs containerd and runc");
@@ -63,7 +77,14 @@ impl Containerd {
         }
         let socket = state.join("containerd.sock");
         let config = dir.join("config.toml");
-        std::fs::write(&config, config_toml(&dir, &socket)).expect("write config.toml");
+        let cni_bin = match &bridge {
+            Some(b) => {
+                b.write_config(&dir.join("cni/conf"), &dir);
+                PathBuf::from(CNI_PLUGINS_DIR)
+            }
+            None => dir.join("cni/bin"),
+        };
+        std::fs::write(&config, config_toml(&dir, &socket, &cni_bin)).expect("write config.toml");
         let log = std::fs::File::create(dir.join("containerd.log")).expect("containerd.log");
         let mut cmd = Command::new("containerd");
         cmd.arg("--config").arg(&config).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
@@ -87,6 +108,7 @@ impl Containerd {
             pod_cgroups: Mutex::new(Vec::new()),
             net_before,
             sockets: Mutex::new(Vec::new()),
+            bridge,
             done: false,
         };
         let t0 = Instant::now();
@@ -221,6 +243,9 @@ impl Containerd {
         for rel in &cgroups {
             remove_cgroup_tree(rel);
         }
+        if let Some(b) = &self.bridge {
+            b.teardown();
+        }
         for s in sockets {
             let _ = std::fs::remove_file(s);
         }
@@ -242,7 +267,7 @@ impl Drop for Containerd {
 }
 
 /// containerd's configuration (version 2, containerd 1.6): everything of it under `dir`.
-fn config_toml(dir: &Path, socket: &Path) -> String {
+fn config_toml(dir: &Path, socket: &Path, cni_bin: &Path) -> String {
     let d = dir.display();
     let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
     format!(
@@ -265,6 +290,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   # This VM's bounding set has no CAP_SYS_RESOURCE: never lower a container's oom_score_adj.
   restrict_oom_score_adj = true
   enable_selinux = false
+  # The pods' network namespaces under its state directory, not /var/run/netns.
+  netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [{cri}.containerd]
@@ -276,10 +303,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         SystemdCgroup = false
         Root = "{d}/runc"
   [{cri}.cni]
-    bin_dir = "{d}/cni/bin"
+    bin_dir = "{cni_bin}"
     conf_dir = "{d}/cni/conf"
 "#,
-        socket = socket.display()
+        socket = socket.display(),
+        cni_bin = cni_bin.display()
     )
 }
 

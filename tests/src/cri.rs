@@ -2,7 +2,9 @@
 //! gRPC): RunPodSandbox with the kubelet's labels (`io.kubernetes.pod.{name,namespace,uid}`)
 //! and cgroup parent (`/kubepods/<qos>/pod<uid>`, cgroupfs driver), then CreateContainer and
 //! StartContainer for each container. Pods use the host's network (no CNI) and get no
-//! hostname, as the kubelet does for hostNetwork pods.
+//! hostname, as the kubelet does for hostNetwork pods; with `own_network` (a containerd
+//! started `with_network`) a pod has its own network namespace on the CNI bridge and its name
+//! as its hostname, as the kubelet gives it.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,12 +31,15 @@ pub struct ContainerSpec {
 }
 
 /// A pod to make.
+#[derive(Default)]
 pub struct PodSpec {
     pub name: String,
     pub namespace: String,
     pub uid: String,
     /// The host's PID namespace for every container (hostPID).
     pub host_pid: bool,
+    /// Its own network namespace (CNI) instead of the host's (hostNetwork).
+    pub own_network: bool,
     pub containers: Vec<ContainerSpec>,
 }
 
@@ -89,9 +94,10 @@ impl Containerd {
             "io.kubernetes.pod.uid": spec.uid,
         });
         let pid_ns = if spec.host_pid { "NODE" } else { "CONTAINER" };
+        let net_ns = if spec.own_network { "POD" } else { "NODE" };
         let log_dir = self.dir.join("logs").join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid));
         std::fs::create_dir_all(&log_dir).unwrap();
-        let sandbox = json!({
+        let mut sandbox = json!({
             "metadata": {"name": spec.name, "namespace": spec.namespace, "uid": spec.uid, "attempt": 0},
             "log_directory": log_dir,
             "labels": labels,
@@ -99,15 +105,19 @@ impl Containerd {
             "linux": {
                 "cgroup_parent": cgroup_parent,
                 "security_context": {"namespace_options": {
-                    "network": "NODE", "pid": if spec.host_pid { "NODE" } else { "POD" }, "ipc": "POD"}},
+                    "network": net_ns, "pid": if spec.host_pid { "NODE" } else { "POD" }, "ipc": "POD"}},
             },
         });
+        if spec.own_network {
+            // The kubelet's hostname for a pod with its own network: its name.
+            sandbox["hostname"] = json!(spec.name);
+        }
         let containers: Vec<Value> = spec
             .containers
             .iter()
             .map(|c| {
                 let mut sc = if c.security.is_object() { c.security.clone() } else { json!({}) };
-                sc["namespace_options"] = json!({"network": "NODE", "pid": pid_ns, "ipc": "POD"});
+                sc["namespace_options"] = json!({"network": net_ns, "pid": pid_ns, "ipc": "POD"});
                 let mut linux = json!({"security_context": sc});
                 if let Some(limit) = c.memory_limit {
                     linux["resources"] = json!({"memory_limit_in_bytes": limit});

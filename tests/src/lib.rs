@@ -15,7 +15,7 @@
 //! One file per job: `machine.rs` (the binary under test, root), `tempdir.rs` (temporary
 //! directories), `fixture.rs` (compiling the fixtures), `running.rs` (running leaktrace),
 //! `target.rs` (a target started by the test), `report.rs` (report.json and its checks),
-//! `modes.rs` (the modes fixture), `cgroup.rs` (a memory cgroup with a limit), `containerd.rs` and `cri.rs` (a private containerd, images made from files, pods made through the CRI), `kubetree.rs` (kubelet-style pod cgroups), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `pushserver.rs` (a profile store on the loopback for the `--push` tests), `production.rs` (production attach: other compilers and
+//! `modes.rs` (the modes fixture), `cgroup.rs` (a memory cgroup with a limit), `containerd.rs`, `cri.rs` and `cni.rs` (a private containerd, images made from files, pods made through the CRI, a CNI bridge for pods with their own network), `kubetree.rs` (kubelet-style pod cgroups), `http.rs` (GETs on the loopback), `pprof.rs` (`go tool pprof`), `pushserver.rs` (a profile store on the loopback for the `--push` tests), `production.rs` (production attach: other compilers and
 //! libraries, C++ names, processes, cgroups, eBPF programs).
 #![allow(
     clippy::print_stderr,
@@ -50,6 +50,7 @@ pub const OUTPUT_FILES: &[&str] = &[
 ];
 
 mod cgroup;
+mod cni;
 mod containerd;
 mod cri;
 mod fixture;
@@ -68,6 +69,7 @@ mod target;
 mod tempdir;
 
 pub use cgroup::*;
+pub use cni::*;
 pub use containerd::*;
 pub use cri::*;
 pub use fixture::*;

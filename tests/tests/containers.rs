@@ -5,17 +5,20 @@
 //!
 //! - The agent in its own container made from deploy/leaktrace-daemonset.yaml's own values
 //!   (read from the YAML: hostPID, its securityContext, its volume mounts), running
-//!   `record --pod NAME --namespace NS` against a leaking pod.
+//!   deploy/leaktrace-job.yaml's `record --pod NAME --namespace NS` against a leaking pod; the
+//!   Job has exactly the DaemonSet's rights (`the_jobs_rights_are_the_daemonsets`).
 //! - `record --pod` on the host, finding pods through the CRI (a BestEffort and a Burstable pod
 //!   of the same name in two namespaces, with a memory limit), and its error without it.
 //! - `watch` in the agent's container, with the manifest's args (shorter windows), over a
 //!   leaking pod and a warming cache pod: the leaker escalated and labelled with its pod in the
-//!   metrics on the node's loopback, the cache never called a leak, also once its pod is deleted
-//!   and made again mid-run.
+//!   metrics on the node's loopback and in the profiles it pushes to a store on the loopback,
+//!   the cache never called a leak, also once its pod is deleted and made again mid-run.
 //! - `watch` in the agent's container over a pod that the OOM killer takes at its CRI memory
 //!   limit: the OOM-time report.
 //! - The agent on the host with exactly the manifest's capabilities as its bounding set
 //!   (`setpriv`).
+//!
+//! Pods with their own network namespace: tests/tests/containers_net.rs.
 //!
 //! Each test takes its containerd down and asserts that no containerd, shim, mount, cgroup,
 //! shim socket or network device of it is left.
@@ -24,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use leaktrace_tests::pushserver::{Received, part, query_param, start_server};
 use leaktrace_tests::*;
 use serde_json::json;
 
@@ -43,6 +47,16 @@ fn daemonset() -> (Value, Value) {
     let spec = m["spec"]["template"]["spec"].clone();
     let containers = spec["containers"].as_array().expect("the DaemonSet has containers");
     assert_eq!(containers.len(), 1, "the DaemonSet has one container");
+    let c = containers[0].clone();
+    (spec, c)
+}
+
+/// The Job's pod template (`spec.template.spec`) and its one container.
+fn job() -> (Value, Value) {
+    let m = yaml_file(&repo_file("deploy/leaktrace-job.yaml"));
+    let spec = m["spec"]["template"]["spec"].clone();
+    let containers = spec["containers"].as_array().expect("the Job has containers");
+    assert_eq!(containers.len(), 1, "the Job has one container");
     let c = containers[0].clone();
     (spec, c)
 }
@@ -140,6 +154,7 @@ fn leaker_pod(ctrd: &Containerd, name: &str, namespace: &str, memory_limit: Opti
         namespace: namespace.into(),
         uid: pod_uid(&format!("{namespace}/{name}")),
         host_pid: false,
+        own_network: false,
         containers: vec![ContainerSpec {
             name: "app".into(),
             image: LEAKER_IMAGE.into(),
@@ -204,7 +219,25 @@ fn agent_in_the_daemonsets_container_records_a_pod() {
     let pause_pid = leaker.sandbox_pid(&ctrd);
     assert!(leaker_pid > 0 && pause_pid > 0, "{leaker:?}");
 
-    // The agent's pod, from the manifest's values; its args those of a one-off recording.
+    // The agent's pod, from the manifest's values; its args the Job's one-off recording
+    // (the Job has the same rights: `the_jobs_rights_are_the_daemonsets`), POD and NAMESPACE
+    // set, its duration and interval shorter, its output directory /out/rec.
+    let job_args: Vec<String> =
+        job().1["args"].as_array().expect("the Job's args").iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    let args: Vec<String> = job_args
+        .iter()
+        .map(|a| match a.as_str() {
+            "POD" => name.clone(),
+            "NAMESPACE" => "team-a".into(),
+            "10m" => "4s".into(),
+            "5s" => "250ms".into(),
+            "/out/POD" => "/out/rec".into(),
+            other => other.to_string(),
+        })
+        .collect();
+    for placeholder in ["POD", "NAMESPACE", "10m", "5s", "/out/POD"] {
+        assert!(job_args.iter().any(|a| a == placeholder), "the Job's args changed ({job_args:?}): set them here");
+    }
     let mounts = manifest_mounts(&spec, &c, &ctrd);
     let out_host = mounts.iter().find(|m| m.1 == "/out").expect("the manifest mounts /out").0.clone();
     let security = cri_security_context(&c);
@@ -213,15 +246,12 @@ fn agent_in_the_daemonsets_container_records_a_pod() {
         namespace: "kube-system".into(),
         uid: pod_uid("agent"),
         host_pid: true,
+        own_network: false,
         containers: vec![
             ContainerSpec {
                 name: "leaktrace".into(),
                 image: AGENT_IMAGE.into(),
-                args: ["record", "--pod", &name, "--namespace", "team-a", "--interval", "250ms", "--duration", "4s"]
-                    .into_iter()
-                    .map(String::from)
-                    .chain(["--out".into(), "/out/rec".into()])
-                    .collect(),
+                args,
                 mounts: mounts.clone(),
                 security: security.clone(),
                 ..Default::default()
@@ -286,6 +316,24 @@ fn agent_in_the_daemonsets_container_records_a_pod() {
 
     let left = ctrd.shutdown();
     assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// deploy/leaktrace-job.yaml (a one-off `record --pod`) has exactly the DaemonSet's rights:
+/// hostPID, the securityContext, the volume mounts and their host paths; and it is not
+/// privileged. The agent's rights are those the container tests run it with.
+#[test]
+fn the_jobs_rights_are_the_daemonsets() {
+    let (ds_spec, ds) = daemonset();
+    let (job_spec, job) = job();
+    assert_eq!(job_spec["hostPID"], true, "the Job sees the node's processes by their host PIDs");
+    assert_eq!(job["securityContext"], ds["securityContext"], "the Job's securityContext is not the DaemonSet's");
+    assert_eq!(job["securityContext"]["privileged"], false);
+    assert_eq!(job["volumeMounts"], ds["volumeMounts"], "the Job's volume mounts are not the DaemonSet's");
+    assert_eq!(job_spec["volumes"], ds_spec["volumes"], "the Job's volumes are not the DaemonSet's");
+    for k in ["hostIPC", "shareProcessNamespace", "hostUsers"] {
+        assert_eq!(job_spec[k], ds_spec[k], "{k}");
+    }
+    assert_eq!(job["args"][0], "record", "the Job records");
 }
 
 /// `record --pod NAME --namespace NS [--container C]` on the host finds CRI pods through the
@@ -361,6 +409,7 @@ fn watch_in_the_daemonsets_container() {
             namespace: "team-a".into(),
             uid: pod_uid(uid_seed),
             host_pid: false,
+            own_network: false,
             containers: vec![ContainerSpec {
                 name: "app".into(),
                 image: "docker.io/leaktrace/growth:test".into(),
@@ -401,6 +450,9 @@ fn watch_in_the_daemonsets_container() {
     let best_effort = cgroup2_mount().unwrap().join("kubepods/besteffort").display().to_string();
     args.extend(["--cgroup".into(), best_effort, "--interval".into(), "500ms".into()]);
     args.extend(["--duration".into(), "75s".into()]);
+    // Its profiles pushed to a store on the node's loopback (the agent has the host's network).
+    let (push_port, pushed) = start_server();
+    args.extend(["--push".into(), format!("http://127.0.0.1:{push_port}"), "--push-interval".into(), "5s".into()]);
     let mounts = manifest_mounts(&spec, &c, &ctrd);
     let out_host = mounts.iter().find(|m| m.1 == "/out").expect("the manifest mounts /out").0.clone();
     let agent = ctrd.run_pod(&PodSpec {
@@ -408,6 +460,7 @@ fn watch_in_the_daemonsets_container() {
         namespace: "kube-system".into(),
         uid: pod_uid("watch-agent"),
         host_pid: true,
+        own_network: false,
         containers: vec![ContainerSpec {
             name: "leaktrace".into(),
             image: AGENT_IMAGE.into(),
@@ -470,6 +523,15 @@ fn watch_in_the_daemonsets_container() {
     let summary = str_of(r.get(&["verdict"]), "summary").to_string();
     assert!(summary.contains("leak_message holds"), "{summary}\n{log}");
     assert!(!out_host.join(format!("team-a_cache-w{me}_app")).exists(), "the cache was escalated\n{log}");
+    let pushes = pushed.lock().unwrap().clone();
+    assert_pushed_with_pod_labels(
+        &pushes,
+        &format!("leaker-w{me}"),
+        leaker_pid,
+        &[(&cache_name, cache_pid), (&cache_name, cache2_pid)],
+        &out_host,
+        &log,
+    );
 
     let left = ctrd.shutdown();
     assert!(left.is_empty(), "left behind: {left:#?}");
@@ -496,6 +558,7 @@ fn watch_reports_a_pod_oom_killed_at_its_limit() {
         namespace: "team-a".into(),
         uid: pod_uid(&name),
         host_pid: false,
+        own_network: false,
         containers: vec![ContainerSpec {
             name: "app".into(),
             image: "docker.io/leaktrace/hostile:test".into(),
@@ -521,6 +584,7 @@ fn watch_reports_a_pod_oom_killed_at_its_limit() {
         namespace: "kube-system".into(),
         uid: pod_uid("oom-agent"),
         host_pid: true,
+        own_network: false,
         containers: vec![ContainerSpec {
             name: "leaktrace".into(),
             image: AGENT_IMAGE.into(),
@@ -604,6 +668,69 @@ fn the_daemonsets_capabilities_as_a_bounding_set() {
         &format!("{}\n{}", o.describe(), r.summary()),
     );
     let _ = target.0.kill();
+}
+
+/// What `watch --push` sent (`pushes`, decoded by the real `go tool pprof`): the leaker's
+/// profiles are named with its pod, namespace and container, and its growth profile's samples
+/// carry the `leak` class; each cache process is pushed with its own pod's labels, never the
+/// leaker's, and no sample of its profiles is classed a leak. (The growth-mode stacks of this
+/// static fixture in its container stop at glibc's `_int_malloc`, so the pushed profile does not
+/// name leak_message; the escalation report, checked above, does.)
+fn assert_pushed_with_pod_labels(
+    pushes: &[Received],
+    leaker: &str,
+    leaker_pid: u32,
+    caches: &[(&str, u32)],
+    dir: &Path,
+    log: &str,
+) {
+    let ctx = format!("{} push(es): {:?}\n{log}", pushes.len(), pushes.iter().map(|g| &g.target).collect::<Vec<_>>());
+    let name = |pod: &str, pid: u32| format!("growth{{pod={pod},namespace=team-a,container=app,pid={pid}}}");
+    let of = |pod: &str, pid: u32| -> Vec<&Received> {
+        pushes.iter().filter(|g| g.status == 200 && query_param(&g.target, "name") == Some(name(pod, pid))).collect()
+    };
+    // Every push of a growth process (the pods' sandboxes, `pause`, are watched and pushed too)
+    // names its own pod: the labels follow the PID, also across the cache pod's re-creation.
+    for g in pushes.iter().filter(|g| g.status == 200) {
+        let n = query_param(&g.target, "name").unwrap_or_default();
+        if !n.starts_with("growth{") {
+            continue;
+        }
+        let known =
+            std::iter::once((leaker, leaker_pid)).chain(caches.iter().copied()).any(|(p, pid)| n == name(p, pid));
+        assert!(known, "a push not named with its own pod's labels: {n}\n{ctx}");
+    }
+    let is_growth = |g: &Received| {
+        String::from_utf8_lossy(part(g, "sample_type_config").unwrap_or_default()).contains("growth_space")
+    };
+    // The `class` labels of a pushed growth profile's samples (`go tool pprof -traces`).
+    let classes = |g: &Received, file: &str| -> (Vec<String>, String) {
+        let file = dir.join(file);
+        std::fs::write(&file, part(g, "profile").expect("profile part")).unwrap();
+        let traces = go_pprof(&["-traces"], &[&file]);
+        let c = traces.lines().filter_map(|l| l.trim().strip_prefix("class:")).map(|c| c.trim().to_string()).collect();
+        (c, traces)
+    };
+    let leaks: Vec<&Received> = of(leaker, leaker_pid).into_iter().filter(|g| is_growth(g)).collect();
+    assert!(
+        leaks.len() >= 2,
+        "the leaker's growth profile pushed every --push-interval: {} push(es)\n{ctx}",
+        leaks.len()
+    );
+    let (c, traces) = classes(leaks[leaks.len() - 1], "pushed-leaker-growth.pb.gz");
+    eprintln!("the leaker's last pushed growth profile:\n{traces}");
+    assert!(c.iter().any(|c| c == "leak"), "the leaker's pushed growth has no sample classed a leak:\n{traces}\n{ctx}");
+    let mut cache_pushes = 0;
+    for (i, (pod, pid)) in caches.iter().enumerate() {
+        assert!(!of(pod, *pid).is_empty(), "no push named with cache {pod} (PID {pid})'s labels\n{ctx}");
+        // A growth profile only when its cache grew in a window's steady part (while warming).
+        for g in of(pod, *pid).into_iter().filter(|g| is_growth(g)) {
+            cache_pushes += 1;
+            let (c, traces) = classes(g, &format!("pushed-cache-{i}.pb.gz"));
+            assert!(!c.iter().any(|c| c == "leak"), "cache {pod} (PID {pid}) pushed as a leak:\n{traces}\n{ctx}");
+        }
+    }
+    eprintln!("{} growth push(es) of the leaker, {cache_pushes} of the cache pods", leaks.len());
 }
 
 struct KillOnDrop(std::process::Child);

@@ -375,6 +375,11 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         // tests/tests/containers.rs runs real pods: containerd (with ctr and its runc shim), runc.
         (which("containerd").is_some() && which("ctr").is_some(), "containerd"),
         (which("runc").is_some(), "runc"),
+        // Pods with their own network namespace: the CNI bridge, host-local and loopback plugins.
+        (
+            ["bridge", "host-local", "loopback"].iter().all(|p| Path::new(CNI_PLUGINS_DIR).join(p).is_file()),
+            "containernetworking-plugins",
+        ),
     ] {
         if !ok && !missing.contains(&pkg) {
             missing.push(pkg);
@@ -384,17 +389,21 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         apt.install(
             &missing,
             "jemalloc, tcmalloc, mimalloc, musl, the static C library, bpftool, util-linux, zlib, \
-             OpenSSL, SQLite, tmux, Prometheus, strace, containerd or runc (needed by the production, \
+             OpenSSL, SQLite, tmux, Prometheus, strace, containerd, runc or the CNI plugins (needed by the production, \
              unwinding, status-line, watch, errors and containers end-to-end tests)",
             &[],
         )?;
     }
     eprintln!(
         "xtask: ok: jemalloc, tcmalloc, mimalloc, musl-gcc, static libc, bpftool, unshare, setpriv, \
-         libz, libssl, libsqlite3, tmux, prometheus, strace, containerd, runc"
+         libz, libssl, libsqlite3, tmux, prometheus, strace, containerd, runc, CNI plugins"
     );
     Ok(())
 }
+
+/// Where Debian's containernetworking-plugins puts the CNI plugins (tests/src/cni.rs
+/// reads them from there too).
+const CNI_PLUGINS_DIR: &str = "/usr/lib/cni";
 
 /// The Python end-to-end test traces a CPython whose interpreter is in a shared libpython: only
 /// warn here (build and demo do not need it).

@@ -80,7 +80,7 @@ pub(crate) const ONE_AT_A_TIME: &[(&str, &[&str])] = &[
     // Each makes pods under /kubepods (a private containerd's, or cgroups laid out as the kubelet
     // lays them) and some assert that none is left when they end or watch every pod of a QoS
     // class: one such tree on the host at a time.
-    ("kubepods", &["containers::", "pod::", "hostile_paths::", "watch_pod::"]),
+    ("kubepods", &["containers::", "containers_net::", "pod::", "hostile_paths::", "watch_pod::"]),
 ];
 
 /// The jobs run at once: `--jobs`, else `LEAKTRACE_TEST_JOBS`, else [`DEFAULT_JOBS`].
