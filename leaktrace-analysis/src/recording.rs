@@ -503,6 +503,12 @@ pub struct ManagedHeap {
     /// Σ hsperfdata `sun.gc.collector.N.invocations`); None when the runtime does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collections: Option<u64>,
+    /// Seconds from the end of the runtime's last collection to this sample (the JVM's
+    /// `sun.gc.collector.N.lastExitTime` against `sun.os.hrt.ticks`): the bytes a collection left
+    /// are placed at the time it ran, not at the checkpoint that saw them. None when the runtime
+    /// does not say, or no collection ran yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_collection_ago_s: Option<f64>,
     /// The figures feed the occupied heap's managed part only (Go's `HeapInuse` read from the
     /// process): the managed heap's series and trend stay measured from its sites.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

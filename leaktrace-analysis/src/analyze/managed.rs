@@ -1,14 +1,15 @@
 //! A managed heap judged on its collections, from the runtime's own counters:
 //! what each collection left (the JVM's hsperfdata: used bytes of the survivor and old spaces,
-//! which change only when a collection runs) and how many collections ran (the collectors'
-//! invocation counts).
+//! which change only when a collection runs), how many collections ran (the collectors'
+//! invocation counts) and when the last one ended (its `lastExitTime`).
 //!
 //! Between two collections a heap's used bytes climb with the garbage the program makes; a line
 //! through them measures the allocation rate, not a leak. What survives each collection is the
-//! signal. With no collection in the steady window nothing survived anything there: the trend is
-//! unknown, never a leak, and the report says how long to record. With fewer than
-//! [`MIN_WINDOW_POINTS`] collections in the window, the collections of the whole analysed span are
-//! used (the interval widened by the fewer points, Student t), and the report says so.
+//! signal: one point per collection, placed at the time it ran. With [`MIN_WINDOW_POINTS`]
+//! collections in the steady window the trend is fitted there; with fewer, on the collections of
+//! the whole analysed span, and two are enough when each left more than the one before (the
+//! rate is then the line through them). With fewer than two nothing can be told: the trend is
+//! unknown, never flat nor a leak, and the verdict says how many ran and how long to record.
 
 use serde::Serialize;
 
@@ -16,10 +17,12 @@ use super::stats::fit;
 use super::{KindGrowth, MIN_WINDOW_POINTS, Trend};
 use crate::recording::{ManagedHeap, Recording, Runtime};
 
-/// Collections needed in the last half of the run for a trend: the steady window's
-/// [`MIN_WINDOW_POINTS`]; the duration to record is the time that many take at the rate seen,
-/// twice over (the steady window is the last half).
+/// Collections needed in the steady window for a trend fitted there alone.
 pub const COLLECTIONS_FOR_A_TREND: usize = MIN_WINDOW_POINTS;
+
+/// Collections needed in the analysed span for a trend at all: two, each leaving more than the
+/// one before, are a growth with a rate.
+pub const COLLECTIONS_AT_LEAST: usize = 2;
 
 /// Bytes of the heap that survived its last collection: used − the eden spaces (young objects
 /// allocated since; the survivor and old spaces change only at a collection). None when the
@@ -29,20 +32,40 @@ pub fn after_collection_bytes(m: &ManagedHeap) -> Option<u64> {
     (!eden.is_empty()).then(|| m.used_bytes.saturating_sub(eden.iter().sum()))
 }
 
+/// One checkpoint of a heap judged on its collections ([`collection_series`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct AfterCollection {
+    /// The checkpoint, seconds.
+    pub t_s: f64,
+    /// Bytes left by the last collection.
+    pub bytes: u64,
+    /// Collections so far.
+    pub collections: u64,
+    /// When the last collection ended, seconds (the checkpoint's time when the runtime does not
+    /// say).
+    pub collected_at_s: f64,
+}
+
 /// The runtime's after-collection figure and collection count at the checkpoints that have both,
-/// in time order: (t_s, bytes after the last collection, collections so far). Empty when the
-/// runtime does not give them.
-pub(super) fn collection_series(rec: &Recording) -> Vec<(f64, u64, u64)> {
-    let mut v: Vec<(f64, u64, u64)> = rec
+/// in time order. Empty when the runtime does not give them.
+pub(super) fn collection_series(rec: &Recording) -> Vec<AfterCollection> {
+    let mut v: Vec<AfterCollection> = rec
         .checkpoints
         .iter()
         .filter(|c| c.t_s.is_finite())
         .filter_map(|c| {
             let m = c.managed.as_ref().filter(|m| !m.figures_only)?;
-            Some(((c.t_s * 1e9).round() / 1e9, after_collection_bytes(m)?, m.collections?))
+            let t_s = (c.t_s * 1e9).round() / 1e9;
+            let ago = m.last_collection_ago_s.filter(|a| a.is_finite() && *a >= 0.0).unwrap_or(0.0);
+            Some(AfterCollection {
+                t_s,
+                bytes: after_collection_bytes(m)?,
+                collections: m.collections?,
+                collected_at_s: t_s - ago,
+            })
         })
         .collect();
-    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
     v
 }
 
@@ -52,17 +75,23 @@ pub struct OnCollections {
     /// Collections the runtime ran in the steady window and in the whole analysed span.
     pub in_window: u64,
     pub in_span: u64,
-    /// The trend was fitted on the collections of the whole span and the level at its start
-    /// (what the collection before it left): the window had fewer than
+    /// The analysed span, seconds.
+    pub span_s: f64,
+    /// Collections counted over the whole recording (its first to its last checkpoint), and its
+    /// duration, seconds: what an unknown trend's verdict says.
+    pub in_recording: u64,
+    pub recorded_s: f64,
+    /// The trend was fitted on the collections of the whole span: the window had fewer than
     /// [`COLLECTIONS_FOR_A_TREND`].
     pub widened: bool,
-    /// Least-squares fit of the bytes after each collection against its time (the first
-    /// checkpoint that counted it); None: unknown (no collection in the window, or fewer than
-    /// 2 in the span).
+    /// Every collection fitted left more than the one before (a rise, however few they are).
+    pub rising: bool,
+    /// Least-squares fit of the bytes after each collection against the time it ran; None:
+    /// unknown (fewer than [`COLLECTIONS_AT_LEAST`] collections in the span).
     pub trend: Option<Trend>,
-    /// How long to record for a trend, seconds: the time [`COLLECTIONS_FOR_A_TREND`]
-    /// collections take at the rate seen, twice (the steady window is the last half); None when
-    /// no collection was seen at all (the rate is unknown).
+    /// How long to record for a trend, seconds, at least: the time [`COLLECTIONS_AT_LEAST`]
+    /// collections take at the pace seen over the recording, and at least the recording; None
+    /// when no collection was seen at all (the pace is unknown).
     pub record_for_s: Option<f64>,
 }
 
@@ -70,49 +99,61 @@ pub struct OnCollections {
 /// `span_to` (seconds, the recording's times), the steady window starting at `steady_from`.
 /// None when the series has fewer than 2 points in the span.
 pub(super) fn on_collections(
-    series: &[(f64, u64, u64)],
+    series: &[AfterCollection],
     span_from: f64,
     steady_from: f64,
     span_to: f64,
 ) -> Option<OnCollections> {
-    let span: Vec<&(f64, u64, u64)> =
-        series.iter().filter(|p| p.0 >= span_from - 1e-9 && p.0 <= span_to + 1e-9).collect();
+    let span: Vec<&AfterCollection> =
+        series.iter().filter(|p| p.t_s >= span_from - 1e-9 && p.t_s <= span_to + 1e-9).collect();
     if span.len() < 2 {
         return None;
     }
-    // One point per checkpoint that counted new collections: the bytes they left.
-    let events: Vec<(f64, f64)> =
-        span.windows(2).filter(|w| w[1].2 > w[0].2).map(|w| (w[1].0, w[1].1 as f64)).collect();
+    // One point per checkpoint that counted new collections: the bytes they left, at the time
+    // the last of them ended (after the checkpoint before, which had not counted it).
+    let events: Vec<(f64, f64)> = span
+        .windows(2)
+        .filter(|w| w[1].collections > w[0].collections)
+        .map(|w| (w[1].collected_at_s.clamp(w[0].t_s, w[1].t_s), w[1].bytes as f64))
+        .collect();
     let count = |from: f64| {
-        let first = span.iter().find(|p| p.0 >= from - 1e-9).map_or(0, |p| p.2);
-        span.last().map_or(0, |p| p.2).saturating_sub(first)
+        let first = span.iter().find(|p| p.t_s >= from - 1e-9).map_or(0, |p| p.collections);
+        span.last().map_or(0, |p| p.collections).saturating_sub(first)
     };
     let (in_window, in_span) = (count(steady_from), count(span_from));
     let duration = span_to - span_from;
-    let record_for_s = (in_span > 0 && duration > 0.0)
-        .then(|| 2.0 * COLLECTIONS_FOR_A_TREND as f64 * duration / in_span as f64)
-        .map(|s| s.max(duration).ceil());
+    let (first, last) = (series.first()?, series.last()?);
+    let in_recording = last.collections.saturating_sub(first.collections);
+    let recorded_s = last.t_s - first.t_s;
+    let record_for_s = (in_recording > 0 && recorded_s > 0.0)
+        .then(|| COLLECTIONS_AT_LEAST as f64 * recorded_s / in_recording as f64)
+        .map(|s| s.max(recorded_s).round());
     let window: Vec<(f64, f64)> = events.iter().copied().filter(|p| p.0 >= steady_from - 1e-9).collect();
     let widened = window.len() < COLLECTIONS_FOR_A_TREND;
-    // Widened, the span's first point counts too: what the collection before the span left,
-    // placed at the span's start (it was left then or earlier: a growing heap's slope is
-    // underestimated, never overestimated).
-    let mut used = if widened { events.clone() } else { window };
-    if widened && events.first().is_some_and(|e| e.0 > span[0].0) {
-        used.insert(0, (span[0].0, span[0].1 as f64));
-    }
-    let trend = (in_window > 0 && used.len() >= 2).then(|| fit(&used));
-    Some(OnCollections { in_window, in_span, widened, trend, record_for_s })
+    let used = if widened { events } else { window };
+    let rising = used.len() >= COLLECTIONS_AT_LEAST && used.windows(2).all(|w| w[1].1 > w[0].1);
+    let trend = (used.len() >= COLLECTIONS_AT_LEAST).then(|| fit(&used));
+    Some(OnCollections {
+        in_window,
+        in_span,
+        span_s: duration,
+        in_recording,
+        recorded_s,
+        widened,
+        rising,
+        trend,
+        record_for_s,
+    })
 }
 
 /// Make `kg` (the managed heap's growth) the judgement of `c`: its trend on the bytes left by
-/// each collection when known (growing when significant and above the floor), else unknown (not
-/// growing); a caveat in `warnings` says when the trend is unknown (and how long to record) or
-/// fitted on the whole span's collections.
+/// each collection when known (growing when significant, or rising at every collection, and
+/// above the floor), else unknown (not growing); a caveat in `warnings` says when the trend is
+/// unknown (and how long to record) or fitted on the whole span's collections.
 pub(super) fn judge(kg: &mut KindGrowth, c: OnCollections, runtime: Option<Runtime>, warnings: &mut Vec<String>) {
     let heap = runtime.map_or("managed heap", crate::runtimes::heap_name);
     let record = match c.record_for_s {
-        Some(s) => format!("record at least {s:.0} s for {COLLECTIONS_FOR_A_TREND} collections in the last half"),
+        Some(s) => format!("record at least {s:.0} s for {COLLECTIONS_AT_LEAST} collections"),
         None => "record until the runtime collects (none was seen)".to_string(),
     };
     match &c.trend {
@@ -120,11 +161,13 @@ pub(super) fn judge(kg: &mut KindGrowth, c: OnCollections, runtime: Option<Runti
             kg.trend = *t;
             kg.troughs = t.n;
             kg.levelled_off = false;
-            kg.grows = t.significant_growth && t.slope_bytes_per_s > kg.noise_floor_bytes_per_s;
+            kg.grows = (t.significant_growth || c.rising) && t.slope_bytes_per_s > kg.noise_floor_bytes_per_s;
             if c.widened {
                 warnings.push(format!(
-                    "the {heap} was judged on what the {} collection(s) of the whole analysed span left (only {} in the steady window): its interval is wider ({record})",
-                    t.n, c.in_window
+                    "the {heap} was judged on what the {} collection(s) of the whole analysed span left (only {} in the steady window){}",
+                    t.n,
+                    c.in_window,
+                    if c.rising { ", each more than the one before" } else { "" }
                 ));
             }
         }
@@ -132,24 +175,45 @@ pub(super) fn judge(kg: &mut KindGrowth, c: OnCollections, runtime: Option<Runti
             kg.grows = false;
             kg.levelled_off = false;
             kg.troughs = 0;
-            let why = if c.in_window == 0 { "no collection in the window" } else { "too few collections" };
             warnings.push(format!(
-                "the {heap}'s trend is unknown: {why} ({} in the steady window, {} in the analysed span), so \
-                 its growth between collections may be garbage; {record}",
-                c.in_window, c.in_span
+                "the {heap}'s trend is unknown: {} ({} in the steady window, {} in the analysed span; \
+                 {COLLECTIONS_AT_LEAST} needed to compare what they left), so its growth between collections may be \
+                 garbage; {record}",
+                why(&c),
+                c.in_window,
+                c.in_span
             ));
         }
     }
     kg.collections = Some(c);
 }
 
+/// Why a heap's trend is unknown.
+fn why(c: &OnCollections) -> &'static str {
+    if c.in_window == 0 { "no collection in the window" } else { "too few collections" }
+}
+
 /// "Java heap unknown: no collection in the window (record at least 60 s)": the state of a heap
-/// whose trend is unknown for want of collections.
-pub fn unknown_phrase(label: &str, c: &OnCollections) -> String {
-    let why = if c.in_window == 0 { "no collection in the window" } else { "too few collections" };
+/// whose trend is unknown for want of collections, among the kinds.
+pub fn unknown_state(label: &str, c: &OnCollections) -> String {
     match c.record_for_s {
-        Some(s) => format!("{label} unknown: {why} (record at least {s:.0} s)"),
-        None => format!("{label} unknown: {why} (none in the whole run: record until it collects)"),
+        Some(s) => format!("{label} unknown: {} (record at least {s:.0} s)", why(c)),
+        None => format!("{label} unknown: {} (none in the whole run: record until it collects)", why(c)),
+    }
+}
+
+/// "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s": the state of a heap whose
+/// trend is unknown for want of collections.
+pub fn unknown_phrase(c: &OnCollections) -> String {
+    match c.record_for_s {
+        Some(s) => format!(
+            "inconclusive: {} old-gen collections in {:.0} s; attach for ≥ {s:.0} s",
+            c.in_recording, c.recorded_s
+        ),
+        None => format!(
+            "inconclusive: 0 old-gen collections in {:.0} s; attach until it has collected {COLLECTIONS_AT_LEAST} times",
+            c.recorded_s
+        ),
     }
 }
 
@@ -162,15 +226,25 @@ pub fn unknown(kg: &KindGrowth) -> bool {
 mod tests {
     use super::*;
 
-    /// A heap keeping 200 KB/s, collected every `every` seconds, sampled every second.
-    fn heap(every: f64, secs: usize) -> Vec<(f64, u64, u64)> {
+    /// A heap keeping 200 KB/s, collected every `every` seconds (the first at `every`), sampled
+    /// every second, each sample saying when the last collection ended (`timed`).
+    fn heap_timed(every: f64, secs: usize, timed: bool) -> Vec<AfterCollection> {
         (0..=secs)
             .map(|k| {
                 let t = k as f64;
                 let n = (t / every).floor();
-                ((t), (3_500_000.0 + 200_000.0 * n * every) as u64, n as u64)
+                AfterCollection {
+                    t_s: t,
+                    bytes: (3_500_000.0 + 200_000.0 * n * every) as u64,
+                    collections: n as u64,
+                    collected_at_s: if timed && n > 0.0 { n * every } else { t },
+                }
             })
             .collect()
+    }
+
+    fn heap(every: f64, secs: usize) -> Vec<AfterCollection> {
+        heap_timed(every, secs, false)
     }
 
     #[test]
@@ -185,25 +259,47 @@ mod tests {
     #[test]
     fn few_collections_widen_to_the_span() {
         let c = on_collections(&heap(7.0, 30), 0.0, 15.0, 30.0).expect("judged");
-        assert!(c.widened && c.in_window == 2 && c.in_span == 4, "{c:?}");
+        assert!(c.widened && c.rising && c.in_window == 2 && c.in_span == 4, "{c:?}");
         let t = c.trend.expect("a trend");
-        assert_eq!(t.n, 5, "four collections and the level at the span's start");
+        assert_eq!(t.n, 4, "the four collections of the span");
         assert!((t.slope_bytes_per_s - 200_000.0).abs() < 10_000.0, "{t:?}");
-        assert_eq!(c.record_for_s, Some(45.0));
     }
 
     #[test]
-    fn no_collection_in_the_window_is_unknown() {
+    fn two_collections_that_rise_are_a_rate_at_the_times_they_ran() {
+        // Collections at 11.3 s and 22.6 s, seen at the next checkpoints (12 s, 23 s): placed
+        // where they ran, the rate is exact; placed at the checkpoints it would be off.
+        let every = 11.3;
+        let c = on_collections(&heap_timed(every, 30, true), 0.0, 15.0, 30.0).expect("judged");
+        assert!(c.widened && c.rising && c.in_span == 2, "{c:?}");
+        let t = c.trend.expect("two collections are a trend");
+        assert_eq!(t.n, 2);
+        assert!((t.slope_bytes_per_s - 200_000.0).abs() < 1.0, "{t:?}");
+        // A collection time the runtime forged (after the checkpoint that saw it) is clamped to
+        // the interval between the two checkpoints.
+        let mut s = heap_timed(every, 30, true);
+        s[12].collected_at_s = 1e9;
+        let t = on_collections(&s, 0.0, 15.0, 30.0).unwrap().trend.unwrap();
+        assert!(t.slope_bytes_per_s.is_finite(), "{t:?}");
+    }
+
+    #[test]
+    fn fewer_than_two_collections_is_unknown_with_the_time_to_record() {
         let c = on_collections(&heap(100.0, 30), 0.0, 15.0, 30.0).expect("judged");
         assert_eq!((c.in_window, c.in_span, c.trend, c.record_for_s), (0, 0, None, None));
-        // Collections before the window only: still unknown, with a duration to record.
+        assert_eq!(
+            unknown_phrase(&c),
+            "inconclusive: 0 old-gen collections in 30 s; attach until it has collected 2 times"
+        );
+        // One collection, before the window: unknown, and twice the span to see two.
         let mut s = heap(100.0, 30);
-        for p in s.iter_mut().filter(|p| p.0 >= 5.0) {
-            p.2 = 1;
+        for p in s.iter_mut().filter(|p| p.t_s >= 5.0) {
+            p.collections = 1;
         }
         let c = on_collections(&s, 0.0, 15.0, 30.0).expect("judged");
         assert_eq!((c.in_window, c.in_span, c.trend), (0, 1, None));
-        assert_eq!(c.record_for_s, Some(180.0));
+        assert_eq!(c.record_for_s, Some(60.0));
+        assert_eq!(unknown_phrase(&c), "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s");
     }
 
     /// The JVM as hsperfdata shows it over 60 s: eden filling with garbage at 1 MB/s and

@@ -676,6 +676,9 @@ pub enum KindReason {
     /// site of it is a leak (each within its noise: one arena mapped and being filled, many small
     /// sites): not "no leak". The class is off-heap for off-heap memory, leak for native.
     KindGrows { kind: MemoryKind },
+    /// The managed heap is judged on its collections and fewer than two ran
+    /// ([`managed::unknown`]), and no other kind leaks: inconclusive, never "no leak".
+    ManagedUnknown,
     /// No kind leaks: the verdict names how each kind moved.
     ByKind,
 }

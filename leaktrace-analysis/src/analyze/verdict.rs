@@ -471,6 +471,25 @@ fn flat_verdict(p: &ProcessInput<'_>) -> Verdict {
     verdict(ProcessClass::Flat, clamp_conf(f_flat * f_n * p.f_drops), reason)
 }
 
+/// The managed heap is judged on its collections and fewer than two ran, and nothing else leaks:
+/// what grows between collections may be garbage, and what they leave cannot be compared.
+/// Inconclusive, not "no leak".
+fn managed_unknown_verdict(v: Verdict, kinds: &[KindGrowth], f_drops: f64) -> Verdict {
+    let native = kinds.iter().find(|g| g.kind == MemoryKind::Native).map_or(0.0, |g| g.trend.slope_bytes_per_s);
+    let reason = match v.reason {
+        Reason::Leaks { .. } => Reason::Flat { native_bytes_per_s: native },
+        ref r => r.clone(),
+    };
+    Verdict {
+        class: ProcessClass::Flat,
+        confidence: clamp_conf(0.1 * f_drops),
+        inconclusive: true,
+        reason,
+        by_kind: Some(KindReason::ManagedUnknown),
+        ..v
+    }
+}
+
 /// For a target with a managed runtime, name the kind of memory that grows ("native leak in
 /// parse_record (C extension), Python heap flat"), with the other kinds' trends; a managed heap
 /// that grows significantly is a leak even without a leaking site (the JVM's heap is seen only
@@ -553,6 +572,12 @@ pub(super) fn kind_verdict(
             by_kind: Some(KindReason::KindGrows { kind: g.kind }),
             ..v
         };
+    }
+    // RSS that outgrows the traced bytes may be the heap whose trend is unknown (its pages
+    // touched as it fills): no more "fragmentation" than "no leak".
+    let rss_outgrows = matches!(v.reason, Reason::RssOutgrowsTraced { .. });
+    if leak_kind.is_none() && (says_no_leak || rss_outgrows) && managed.is_some_and(super::managed::unknown) {
+        return managed_unknown_verdict(v, kinds, f_drops);
     }
     if leak_kind.is_none() && only_flat_kind_leaks && v.class == ProcessClass::Leak {
         // The only leaking sites are the managed heap's or the runtime's, and neither grows: no

@@ -364,11 +364,17 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     let mut md = String::new();
     let v = &a.verdict;
     let _ = writeln!(md, "# leaktrace report\n");
+    // A heap too seldom collected to judge is inconclusive, not flat: its headline says so.
+    let shown = if v.inconclusive && v.by_kind == Some(crate::analyze::KindReason::ManagedUnknown) {
+        "inconclusive".to_string()
+    } else {
+        v.class.to_string()
+    };
     // Summaries may start with the class ("leak: ..."): said once.
-    let class_prefix = format!("{}: ", v.class);
+    let class_prefix = format!("{shown}: ");
     let summary = super::verdict::sentence(a);
     let said = summary.strip_prefix(class_prefix.as_str()).unwrap_or(&summary);
-    let _ = writeln!(md, "**Verdict: {}** (confidence {:.2}) — {said}\n", v.class, v.confidence);
+    let _ = writeln!(md, "**Verdict: {shown}** (confidence {:.2}) — {said}\n", v.confidence);
     // Growth mode sees no live blocks: an occupied heap of 0 % would say nothing true.
     if let Some(line) = super::occupied::line(a).filter(|_| rec.mode != crate::recording::Mode::Growth) {
         let _ = writeln!(md, "{line}\n");

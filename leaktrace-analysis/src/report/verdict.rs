@@ -23,16 +23,19 @@ pub fn sentence(a: &Analysis) -> String {
             Some(g) => kind_grows(rt, g, a),
             None => reason(a),
         },
-        (Some(KindReason::ByKind), Some(rt)) => {
-            let all = a
-                .kinds
-                .iter()
-                .filter(|g| g.kind != MemoryKind::Runtime || g.grows)
-                .map(|g| state(rt, g))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!("{}; by kind: {all}", reason(a))
+        (Some(KindReason::ManagedUnknown), Some(rt)) => {
+            let heap = heap_name(rt);
+            match a.kinds.iter().find_map(|g| g.collections.as_ref().filter(|_| g.kind == MemoryKind::Managed)) {
+                Some(c) => format!(
+                    "{} (the {heap} is judged on what each collection leaves; what it gains between them may be \
+                     garbage); by kind: {}",
+                    crate::analyze::managed::unknown_phrase(c),
+                    kind_states(a, rt)
+                ),
+                None => reason(a),
+            }
         }
+        (Some(KindReason::ByKind), Some(rt)) => format!("{}; by kind: {}", reason(a), kind_states(a, rt)),
         _ => reason(a),
     };
     // Growth mode's exact window first: it names the function whose blocks grow.
@@ -506,6 +509,16 @@ fn not_significant_phrase(a: &Analysis, top: &usize, count: &usize) -> String {
     )
 }
 
+/// How each kind moved ([`state`]; the runtime's own memory only when it grows).
+fn kind_states(a: &Analysis, rt: Runtime) -> String {
+    a.kinds
+        .iter()
+        .filter(|g| g.kind != MemoryKind::Runtime || g.grows)
+        .map(|g| state(rt, g))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A kind's name in the verdict: the runtime's heap for managed memory, else the kind.
 fn kind_label(rt: Runtime, k: MemoryKind) -> String {
     if k == MemoryKind::Managed { heap_name(rt).to_string() } else { k.as_str().to_string() }
@@ -525,7 +538,7 @@ fn state(rt: Runtime, g: &KindGrowth) -> String {
         format!("{} grows {}", kind_label(rt, g.kind), hr(g.trend.slope_bytes_per_s))
     } else if let Some(c) = g.collections.as_ref().filter(|c| c.trend.is_none()) {
         // Judged on its collections and none (or one) ran: unknown, never flat.
-        crate::analyze::managed::unknown_phrase(&kind_label(rt, g.kind), c)
+        crate::analyze::managed::unknown_state(&kind_label(rt, g.kind), c)
     } else if let Some(rises) = g.at_load_spikes {
         format!(
             "{} rose only at the load spikes ({rises} rise(s), {} over the steady window, flat between them: part of the plateau)",

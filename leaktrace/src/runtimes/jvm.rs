@@ -187,7 +187,8 @@ pub fn parse_perfdata(data: &[u8]) -> Option<BTreeMap<String, PerfValue>> {
         let name_end = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
         let name = String::from_utf8_lossy(&name_bytes[..name_end]).into_owned();
         match (dtype, vector_len) {
-            (b'J', 0) => {
+            // The data must lie inside its own entry.
+            (b'J', 0) if data_off.checked_add(8).is_some_and(|end| end <= len) => {
                 if let Some(v) = i64_at(off + data_off) {
                     out.insert(name, PerfValue::Long(v));
                 }
@@ -236,7 +237,27 @@ pub fn heap_from_counters(c: &BTreeMap<String, PerfValue>, source: &str) -> Opti
     // Young and full collections so far (the collectors' invocation counts).
     let counts: Vec<u64> = (0..4).filter_map(|n| long(&format!("sun.gc.collector.{n}.invocations"))).collect();
     heap.collections = (!counts.is_empty()).then(|| counts.iter().sum());
+    heap.last_collection_ago_s = last_collection_ago_s(c);
     any.then_some(heap)
+}
+
+/// Seconds from the end of the JVM's last collection to the counters' last sample: the
+/// high-resolution clock now (`sun.os.hrt.ticks`, sampled by the JVM every 50 ms) minus the
+/// latest `sun.gc.collector.N.lastExitTime` (same clock), over `sun.os.hrt.frequency` ticks a
+/// second. None when no collector ran yet, or the figures make no sense (the file is the
+/// target's to forge: a negative or absurd interval is dropped, never trusted).
+pub fn last_collection_ago_s(c: &BTreeMap<String, PerfValue>) -> Option<f64> {
+    let long = |k: &str| match c.get(k) {
+        Some(PerfValue::Long(v)) => Some(*v),
+        _ => None,
+    };
+    let freq = long("sun.os.hrt.frequency").filter(|&f| f > 0)?;
+    let now = long("sun.os.hrt.ticks")?;
+    let last = (0..4).filter_map(|n| long(&format!("sun.gc.collector.{n}.lastExitTime"))).filter(|&t| t > 0).max()?;
+    // The collection may end after the clock's last sample (up to its 50 ms interval): at most
+    // that much in the future is "just now".
+    let ago = (now as f64 - last as f64) / freq as f64;
+    (-0.1..=1e7).contains(&ago).then_some(ago.max(0.0))
 }
 
 /// Reads the target JVM's hsperfdata file at every checkpoint. The file is found through the
@@ -558,6 +579,10 @@ mod tests {
             ("sun.gc.metaspace.capacity", Long(123)),
             ("sun.gc.collector.0.invocations", Long(5)),
             ("sun.gc.collector.1.invocations", Long(2)),
+            ("sun.gc.collector.0.lastExitTime", Long(7_000_000_000)),
+            ("sun.gc.collector.1.lastExitTime", Long(9_500_000_000)),
+            ("sun.os.hrt.ticks", Long(10_000_000_000)),
+            ("sun.os.hrt.frequency", Long(1_000_000_000)),
         ];
         for little in [true, false] {
             let buf = perfdata(little, &counters);
@@ -569,6 +594,7 @@ mod tests {
             assert_eq!(h.spaces["new.eden"], 2_516_264);
             assert_eq!(h.spaces["old.old"], 7_000_000);
             assert_eq!(h.collections, Some(7));
+            assert_eq!(h.last_collection_ago_s, Some(0.5), "the latest collector's end, 0.5 s before the clock");
         }
         let mut bad = perfdata(true, &counters);
         bad[0] = 0;
@@ -581,6 +607,29 @@ mod tests {
         for n in 0..full.len() {
             let _ = parse_perfdata(&full[..n]);
         }
+    }
+
+    #[test]
+    fn forged_collection_times_are_dropped() {
+        use PerfValue::Long;
+        let c = |last: i64, now: i64, freq: i64| {
+            [
+                ("sun.gc.collector.0.lastExitTime".to_string(), Long(last)),
+                ("sun.os.hrt.ticks".to_string(), Long(now)),
+                ("sun.os.hrt.frequency".to_string(), Long(freq)),
+            ]
+            .into_iter()
+            .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(last_collection_ago_s(&c(1_000, 3_000, 1_000)), Some(2.0));
+        assert_eq!(last_collection_ago_s(&c(0, 3_000, 1_000)), None, "no collection yet");
+        assert_eq!(last_collection_ago_s(&c(9_000, 3_000, 1_000)), None, "in the future");
+        assert_eq!(last_collection_ago_s(&c(1_000, 3_000, 0)), None, "no clock");
+        assert_eq!(last_collection_ago_s(&c(1, i64::MAX, 1)), None, "absurd");
+        // A long whose data offset points past its entry is not read.
+        let mut buf = perfdata(true, &[("sun.gc.collector.0.invocations", Long(3))]);
+        buf[32 + 16..32 + 20].copy_from_slice(&1000i32.to_le_bytes());
+        assert!(parse_perfdata(&buf).expect("parsed").is_empty());
     }
 
     #[test]

@@ -1,0 +1,160 @@
+//! Managed heaps on a 30 s attach with no flags, judged on the runtime's own figures — real
+//! runtimes, attached with `leaktrace record --pid PID --duration 30s`.
+//!
+//! - a Java heap leak (a static list) whose collections are few: two collections that each left
+//!   more than the one before are a managed leak, at the list's rate within 10 %, placed at the
+//!   times the collections ran (hsperfdata's `lastExitTime`), with G1 and with the Parallel
+//!   collector;
+//! - the same leak with a single collection in the 30 s: "inconclusive: 1 old-gen collections in
+//!   30 s; attach for ≥ 60 s", never "flat" nor "no leak";
+//! - a JVM without hsperfdata (`-XX:-UsePerfData`): said, and the heap measured from its sites as
+//!   before.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leaktrace_tests::*;
+
+/// The directory holding OldGen.class, once per run ([`built_once`]).
+fn java_classes() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        built_once("verdicts_managed-java", |out| {
+            run_build_step(
+                Command::new("javac").arg("-d").arg(out).arg(fixture_source("managed").join("OldGen.java")),
+                "javac",
+            );
+        })
+    })
+}
+
+/// Attach to the running `target` for `duration` with no other flag; the report, a context for
+/// failures (verdict, kinds, warnings, leaktrace's stderr) and the output directory.
+fn attach(name: &str, target: &Target, duration: &str) -> (Report, String, OutDir) {
+    let out = OutDir::new(name);
+    let mut lt = leaktrace(["record", "--pid", &target.pid.to_string(), "--duration", duration, "--out"]);
+    lt.arg(&out.path);
+    let o = run(lt, None, Duration::from_secs(300));
+    o.assert_success();
+    let r = Report::load(&out.path);
+    let ctx = format!(
+        "report {}:\nverdict: {}\nby kind: {:#}\nwarnings: {:#}\n{}\nleaktrace stderr:\n{}",
+        out.path.display(),
+        r.json["verdict"],
+        r.get(&["summary", "by_kind"]),
+        r.json["warnings"],
+        r.summary(),
+        o.stderr
+    );
+    eprintln!(
+        "{name}: verdict: {}; by kind: {}",
+        r.json["verdict"]["summary"].as_str().unwrap_or(""),
+        r.get(&["summary", "by_kind"])
+    );
+    (r, ctx, out)
+}
+
+fn managed(r: &Report) -> &Value {
+    r.get(&["summary", "by_kind"])
+        .as_array()
+        .and_then(|a| a.iter().find(|k| k["kind"] == "managed"))
+        .unwrap_or(&Value::Null)
+}
+
+/// OldGen keeping `keep` B/s (byte[1000] arrays: 1016 B each with its header) beside `garbage`
+/// B/s, in a JVM with `jvm_flags` (with `gc_at`: one System.gc() that many seconds after start);
+/// started, and its first second of work waited for.
+fn old_gen(jvm_flags: &[&str], keep: u32, garbage: u32, gc_at: Option<u32>) -> Target {
+    let mut cmd = Command::new("java");
+    cmd.args(jvm_flags).args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp"]).arg(java_classes());
+    cmd.args(["OldGen", &keep.to_string(), &garbage.to_string(), "1000"]);
+    if let Some(s) = gc_at {
+        cmd.arg(s.to_string());
+    }
+    let t = Target::spawn(cmd);
+    t.expect_pid_line();
+    // The JVM's start-up (class loading) is not the leak.
+    assert!(t.next_line(Duration::from_secs(20)).is_some_and(|l| l.starts_with("KEPT ")), "OldGen runs");
+    t
+}
+
+/// The list's rate in B/s: `keep` B/s of 1000-byte payloads, each array 1016 B.
+fn kept_rate(keep: u32) -> f64 {
+    f64::from(keep) / 1000.0 * 1016.0
+}
+
+/// A managed leak on what few collections left: 2 to 4 young collections in 30 s (eden 16 MiB,
+/// 1.5 MB/s of garbage), the rate of the static list within 10 %.
+fn few_collections_are_a_managed_leak(name: &str, collector: &str) {
+    require_root();
+    let keep = 100_000;
+    let target = old_gen(&[collector, "-Xms64m", "-Xmx256m", "-Xmn16m"], keep, 1_500_000, None);
+    let (r, ctx, _out) = attach(name, &target, "30s");
+    let m = managed(&r);
+    assert_eq!(m["source"], "hsperfdata", "{ctx}");
+    let n = m["collections"]["in_span"].as_u64().unwrap_or(0);
+    assert!((2..=6).contains(&n), "{n} collections in 30 s\n{ctx}");
+    assert_eq!(m["grows"], true, "the Java heap grows after every collection\n{ctx}");
+    assert_within(
+        "Java heap after-collection growth (B/s)",
+        f64_of(m, "growth_bytes_per_s"),
+        kept_rate(keep),
+        0.10,
+        &ctx,
+    );
+    let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
+    assert_eq!(r.json["verdict"]["class"], "leak", "{ctx}");
+    assert!(v.starts_with("managed leak: the Java heap grows"), "{v}\n{ctx}");
+}
+
+#[test]
+fn jvm_g1_leak_on_few_collections_is_a_managed_leak() {
+    few_collections_are_a_managed_leak("managed-jvm-g1", "-XX:+UseG1GC");
+}
+
+#[test]
+fn jvm_parallel_leak_on_few_collections_is_a_managed_leak() {
+    few_collections_are_a_managed_leak("managed-jvm-parallel", "-XX:+UseParallelGC");
+}
+
+/// The same leak with a young generation the garbage cannot fill in 30 s and one System.gc()
+/// 15 s after start: one collection, nothing to compare what it left with. Inconclusive, with
+/// the count and how long to attach (twice the 30 s for two collections at that pace); never
+/// "flat" or "no leak".
+#[test]
+fn jvm_single_collection_in_30s_is_inconclusive_with_the_time_to_attach() {
+    require_root();
+    let target = old_gen(&["-XX:+UseG1GC", "-Xms256m", "-Xmx512m", "-Xmn128m"], 100_000, 0, Some(15));
+    let (r, ctx, out) = attach("managed-jvm-one-collection", &target, "30s");
+    let m = managed(&r);
+    assert_eq!(m["source"], "hsperfdata", "{ctx}");
+    assert_eq!(m["collections"]["in_recording"], 1, "one collection, the System.gc()\n{ctx}");
+    assert_eq!(m["grows"], false, "{ctx}");
+    let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
+    assert_eq!(r.json["verdict"]["inconclusive"], true, "{ctx}");
+    assert!(v.starts_with("inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s"), "{v}\n{ctx}");
+    assert!(!v.contains("no leak"), "{v}\n{ctx}");
+    let md = std::fs::read_to_string(out.file("report.md")).unwrap_or_default();
+    assert!(md.contains("**Verdict: inconclusive** (confidence"), "report.md's headline\n{ctx}");
+}
+
+/// `-XX:-UsePerfData`: no hsperfdata file. Said in the report; the heap is measured from its
+/// sites (the mappings that commit it), with no collection count and no "old-gen" verdict.
+#[test]
+fn jvm_without_perf_data_says_so_and_measures_from_sites() {
+    require_root();
+    let target = old_gen(&["-XX:-UsePerfData", "-XX:+UseSerialGC", "-Xmn16m"], 100_000, 1_500_000, None);
+    let (r, ctx, _out) = attach("managed-jvm-no-perfdata", &target, "10s");
+    let m = managed(&r);
+    assert_eq!(m["source"], "sites", "{ctx}");
+    assert!(m["collections"].is_null(), "{ctx}");
+    let notes = r.json["warnings"].to_string();
+    assert!(notes.contains("-XX:-UsePerfData") && notes.contains("no hsperfdata file"), "{ctx}");
+    let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
+    assert!(!v.contains("old-gen collections"), "{v}\n{ctx}");
+}
