@@ -539,6 +539,12 @@ pub enum Reason {
         /// The steady window alone did not show the growth significantly; the whole analysed
         /// span did (and it did not level off through the last quarter).
         whole_span: bool,
+        /// glibc's own figures over the same window, when its arena headers were read.
+        glibc: Option<retention::GlibcArenas>,
+        /// Leaking sites whose growth is beneath the allocator's (less than
+        /// [`verdict::HEADLINE_SHARE`] of it): the fastest, how many and their summed growth,
+        /// bytes per second. They are listed beneath the retention with their share.
+        beneath: Option<(usize, usize, f64)>,
     },
     /// Decided on the whole recording: the allocator's resident memory rose (in steps or
     /// steadily) while every traced site's live bytes stayed flat or fell back after each peak
@@ -656,6 +662,20 @@ pub enum Reason {
         /// The fastest such site and the number of them.
         top: usize,
         count: usize,
+    },
+    /// No site leaks: the sites that grew are warm-up ([`settled::settle_warm_up`]): together a
+    /// sliver of the allocation rate, none reaching a new high in the last third of the span.
+    /// Inconclusive, never a leak.
+    WarmUpSettled {
+        /// The fastest such site (by held bytes) and the number of them.
+        top: usize,
+        count: usize,
+        /// Their growth over the steady window and the process's allocation rate, bytes/s.
+        bytes_per_s: f64,
+        allocated_bytes_per_s: f64,
+        /// Their last new high and the start of the last third, seconds since the span's start.
+        last_rise_s: f64,
+        last_part_from_s: f64,
     },
     /// No site grows beyond noise.
     Flat {
@@ -934,6 +954,7 @@ pub mod plateau;
 mod replay;
 pub mod retention;
 pub mod scale;
+mod settled;
 mod site;
 mod stats;
 mod thresholds;

@@ -181,7 +181,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
     let sample_bytes = sample_bytes(rec, &mut warnings);
     let growth = rec.mode == crate::recording::Mode::Growth;
     let ctx = SiteContext { times, units: &units, duration: span_duration, win, f_drops, sample_bytes, growth };
-    let mut sites = analyze_sites(rec, tl, &series, &ctx, &mut warnings);
+    let (mut sites, settled) = analyze_sites(rec, tl, &series, &ctx, &mut warnings);
     let (mut memory, live) = process_memory(rec, tl, &mut warnings);
     let LiveByKind { native, mmap, fault, other_malloc } = &live;
     let native_trend = fit(&points(times, native, win.steady.clone()));
@@ -241,10 +241,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         rss_anon: &memory.rss_anon_bytes,
         allocator_trend: trends.allocator.as_ref(),
         allocator_span_trend: trends.allocator_span.as_ref(),
-        native_span_bytes_per_s: {
-            let pts = points(times, native, span.clone());
-            fit(&pts).slope_bytes_per_s.min(median_slope(&pts).unwrap_or(f64::INFINITY))
-        },
+        native_span_bytes_per_s: low_slope(&points(times, native, span.clone())),
         allocator: &memory.allocator_resident_bytes,
         allocator_own: &memory.allocator_own_bytes,
         allocator_in_use: &memory.allocator_in_use_bytes,
@@ -259,6 +256,8 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
         late_from,
         span_to,
         faults_returned: churn.is_some(),
+        settled: settled.as_ref(),
+        glibc_arenas: last_glibc_arenas(rec),
     });
     let verdict = kind_verdict(verdict, rec.target.runtime, &kind_list, &sites, f_drops);
     let verdict = losses_verdict(verdict, &drops, &events);
@@ -464,6 +463,20 @@ fn sample_bytes(rec: &Recording, warnings: &mut Vec<String>) -> u64 {
     sample_bytes
 }
 
+/// The smaller of the least-squares and the Theil–Sen slope of `pts`, bytes per second.
+fn low_slope(pts: &[(f64, f64)]) -> f64 {
+    fit(pts).slope_bytes_per_s.min(median_slope(pts).unwrap_or(f64::INFINITY))
+}
+
+/// glibc's arenas at the last checkpoint that read their headers (0: never read).
+fn last_glibc_arenas(rec: &Recording) -> u32 {
+    rec.checkpoints
+        .iter()
+        .rev()
+        .find_map(|c| c.allocator.as_ref().map(|a| a.glibc_arenas).filter(|&n| n > 0))
+        .unwrap_or(0)
+}
+
 /// Every site analysed ([`analyze_site`], under its kind of memory), with where its memory
 /// comes from in words for a runtime's target (a C extension, a library called through
 /// ctypes), most held first (a mapping by its resident bytes: an arena reservation mapped but
@@ -474,11 +487,19 @@ fn analyze_sites(
     series: &[Series<'_>],
     ctx: &SiteContext<'_>,
     warnings: &mut Vec<String>,
-) -> Vec<SiteAnalysis> {
+) -> (Vec<SiteAnalysis>, Option<super::settled::Settled>) {
     let mut sites: Vec<SiteAnalysis> = Vec::with_capacity(tl.stacks.len());
     for (si, st) in tl.stacks.iter().enumerate() {
         sites.push(analyze_site(st, &series[si], ctx, tl.kinds[si]));
     }
+    // Before the sort: sites[i] is series[i]'s.
+    // Growth mode's fault sites name who first wrote a page: no warm-up told from them.
+    let settled = (!ctx.growth).then(|| {
+        let live: Vec<&[u64]> = series.iter().map(|s| s.live_bytes).collect();
+        let span = ctx.win.early.as_ref().map_or(ctx.win.steady.start, |e| e.start)..ctx.win.steady.end;
+        super::settled::settle_warm_up(&mut sites, &live, ctx.times, span, ctx.duration)
+    });
+    let settled = settled.flatten();
     super::callers::name_concentrated_callers(&mut sites);
     if let Some(rt) = rec.target.runtime {
         let extensions: std::collections::HashSet<String> =
@@ -495,7 +516,7 @@ fn analyze_sites(
              but not attributed"
         ));
     }
-    sites
+    (sites, settled)
 }
 
 /// The process series: /proc's figures ([`checkpoint_memory`]) and the traced live bytes by

@@ -78,6 +78,54 @@ pub struct OwnFigures {
     pub source: &'static str,
 }
 
+/// glibc's arenas as their headers tell it over a window (the allocator's own figure beside the
+/// resident pages leaktrace measures): how many arenas, Σ `system_mem` at the window's ends and
+/// its slope, and what glibc counts in use at the end (`system_mem` − the free chunks of the bins
+/// and the top chunks): the rest is retained, free memory the arenas keep.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GlibcArenas {
+    /// Arenas on `main_arena`'s `next` list at the last checkpoint (`main_arena` counted).
+    pub arenas: u32,
+    /// Σ `system_mem` at the window's first and last checkpoint that read it, bytes.
+    pub system_mem_start_bytes: u64,
+    pub system_mem_end_bytes: u64,
+    /// Least-squares slope of Σ `system_mem` over the window, bytes per second.
+    pub system_mem_bytes_per_s: f64,
+    /// glibc's bytes in use at the last checkpoint that read them (None: its bins could not be
+    /// followed), and the bytes it retains then (`system_mem` − in use).
+    pub in_use_end_bytes: Option<u64>,
+    pub retained_end_bytes: Option<u64>,
+}
+
+/// glibc's arenas from the series of Σ `system_mem` (`own`) and of its bytes in use (`in_use`),
+/// with `arenas` read at the last checkpoint: its value at the first point at or after
+/// `span_from`, its slope over `from..=to`, its value and the bytes in use at the last point up
+/// to `to`; None with fewer than two points in `from..=to`.
+pub fn glibc_arenas(
+    own: &[(f64, u64)],
+    in_use: &[(f64, u64)],
+    arenas: u32,
+    span_from: f64,
+    (from, to): (f64, f64),
+) -> Option<GlibcArenas> {
+    let inside = |p: &&(f64, u64)| p.0 >= from - 1e-9 && p.0 <= to + 1e-9;
+    let pts: Vec<(f64, f64)> = own.iter().filter(inside).map(|p| (p.0, p.1 as f64)).collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let start = own.iter().find(|p| p.0 >= span_from - 1e-9).map_or(pts[0].1 as u64, |p| p.1);
+    let end = pts[pts.len() - 1].1 as u64;
+    let in_use_end = in_use.iter().rfind(inside).map(|p| p.1);
+    Some(GlibcArenas {
+        arenas,
+        system_mem_start_bytes: start,
+        system_mem_end_bytes: end,
+        system_mem_bytes_per_s: super::stats::fit(&pts).slope_bytes_per_s,
+        in_use_end_bytes: in_use_end,
+        retained_end_bytes: in_use_end.map(|u| end.saturating_sub(u)),
+    })
+}
+
 /// What [`OwnFigures::source`] says for glibc.
 pub const GLIBC_OWN_SOURCE: &str = "glibc's arena headers (Σ system_mem of main_arena and its thread arenas)";
 
@@ -246,7 +294,7 @@ pub fn allocator_and_knob(family: Option<&str>) -> (&'static str, &'static str) 
         _ => (
             "glibc's malloc arenas (freed chunks below a live one cannot be returned: fragmentation)",
             "MALLOC_ARENA_MAX=2 limits the per-thread arenas; malloc_trim(0) after a peak returns free pages \
-             inside the heaps",
+             inside the heaps; another allocator (jemalloc, tcmalloc) returns freed pages by itself",
         ),
     }
 }

@@ -51,6 +51,10 @@ pub(super) struct ProcessInput<'a> {
     /// Growth mode: the fault sites' pages are returned and faulted in again (RSS-anon does not
     /// follow them; see `replay`): churn is the answer, not a few pages touched once.
     pub(super) faults_returned: bool,
+    /// Leaking sites turned into warm-up ([`super::settled::settle_warm_up`]).
+    pub(super) settled: Option<&'a super::settled::Settled>,
+    /// glibc's arenas at the last checkpoint that read their headers (0: not read).
+    pub(super) glibc_arenas: u32,
 }
 
 /// True when `series` ((time, bytes)) grew over the steady window (`steady`) but not through the
@@ -146,7 +150,10 @@ pub(super) fn process_floor(series: &[(f64, u64)], duration: f64) -> f64 {
 
 /// A verdict from its class, confidence and reason (no runtime split, no losses yet).
 fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
-    let inconclusive = matches!(reason, Reason::TooFewCheckpoints { .. } | Reason::NotSignificant { .. });
+    let inconclusive = matches!(
+        reason,
+        Reason::TooFewCheckpoints { .. } | Reason::NotSignificant { .. } | Reason::WarmUpSettled { .. }
+    );
     Verdict { class, confidence, inconclusive, reason, by_kind: None, losses: None }
 }
 
@@ -156,13 +163,14 @@ fn verdict(class: ProcessClass, confidence: f64, reason: Reason) -> Verdict {
 /// flat. Each rule is its own function below.
 pub(super) fn process_verdict(p: &ProcessInput<'_>) -> Verdict {
     arenas_hold_freed(p)
-        .or_else(|| leak_verdict(p))
+        .or_else(|| leak_verdict(p).map(|leak| retention_over_leaks(p, leak)))
         .or_else(|| warm_up_verdict(p))
         .or_else(|| allocator_verdict(p))
         .or_else(|| retention_verdict(p))
         .or_else(|| rss_anon_verdict(p))
         .or_else(|| shmem_verdict(p))
         .or_else(|| file_backed_verdict(p))
+        .or_else(|| settled_verdict(p))
         .or_else(|| too_few_verdict(p))
         .or_else(|| not_significant_verdict(p))
         .or_else(|| cache_verdict(p))
@@ -203,6 +211,42 @@ fn leak_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
         window_s: (p.native_trend.from_s, p.native_trend.to_s),
     };
     Some(verdict(class, top_site.confidence, reason))
+}
+
+/// A class is the headline only when it explains at least this share of what grows: leaking
+/// sites that grow less than this share of the allocator's resident memory are listed beneath
+/// its retention, which is the headline.
+pub(super) const HEADLINE_SHARE: f64 = 0.5;
+
+/// The headline when sites leak: the leak, unless the allocator's resident memory grows (by
+/// [`allocator_verdict`]'s rule) at least 1 / [`HEADLINE_SHARE`] × as fast as every malloc-heap
+/// leak together: then most of what the user sees growing is memory the allocator retains, and
+/// the verdict is that retention, with the leaking sites beneath it (their share named).
+/// Off-heap leaks (mappings) are not the allocator's: they stay the headline.
+fn retention_over_leaks(p: &ProcessInput<'_>, leak: Verdict) -> Verdict {
+    let Reason::Leaks { offheap: false, top, count, total_bytes_per_s, also: None, .. } = leak.reason else {
+        return leak;
+    };
+    let Some(mut v) = allocator_verdict(p) else { return leak };
+    if let Reason::AllocatorRetains { trend, beneath, .. } = &mut v.reason
+        && total_bytes_per_s < HEADLINE_SHARE * trend.slope_bytes_per_s
+    {
+        *beneath = Some((top, count, total_bytes_per_s));
+        return v;
+    }
+    leak
+}
+
+/// glibc's own figures over `trend`'s window, when its arena headers were read.
+fn glibc_figures(p: &ProcessInput<'_>, trend: &Trend) -> Option<super::retention::GlibcArenas> {
+    let span_from = p.allocator.first().map_or(0.0, |x| x.0).max(p.span_to - p.duration);
+    super::retention::glibc_arenas(
+        p.allocator_own,
+        p.allocator_in_use,
+        p.glibc_arenas,
+        span_from,
+        (trend.from_s, trend.to_s),
+    )
 }
 
 /// The fault sites' growth may exceed the arenas' by this factor and still be theirs (pages
@@ -299,7 +343,14 @@ fn allocator_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
     let alloc_grows = p.allocator_trend.filter(|at| outgrows(at, alloc_floor, native_live));
     if let Some(at) = alloc_grows {
         let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native_live) * window_share(p) * p.f_drops);
-        let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native_live, whole_span: false };
+        let glibc = glibc_figures(p, at);
+        let reason = Reason::AllocatorRetains {
+            trend: *at,
+            native_bytes_per_s: native_live,
+            whole_span: false,
+            glibc,
+            beneath: None,
+        };
         return Some(verdict(ProcessClass::Fragmentation, confidence, reason));
     }
     let native_span = p.native_span_bytes_per_s;
@@ -311,7 +362,9 @@ fn allocator_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
     let at = alloc_span_grows?;
     let native = native_span.max(native_live);
     let confidence = clamp_conf(f_tstat(at) * f_points(at.n) * gap(at, native) * 0.6 * p.f_drops);
-    let reason = Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native, whole_span: true };
+    let glibc = glibc_figures(p, at);
+    let reason =
+        Reason::AllocatorRetains { trend: *at, native_bytes_per_s: native, whole_span: true, glibc, beneath: None };
     Some(verdict(ProcessClass::Fragmentation, confidence, reason))
 }
 
@@ -390,6 +443,22 @@ fn file_backed_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
         });
     let reason = Reason::FileBacked { trend: *ft, traced_bytes_per_s: traced, site };
     Some(verdict(ProcessClass::OffHeap, untraced_confidence(p, ft), reason))
+}
+
+/// Warm-up: the sites that grew did so by a sliver of the allocation rate and stopped before
+/// the last third of the span ([`super::settled`]): inconclusive, flat so far, never a leak.
+fn settled_verdict(p: &ProcessInput<'_>) -> Option<Verdict> {
+    let s = p.settled?;
+    let top = p.sites.iter().position(|x| s.ids.contains(&x.id))?;
+    let reason = Reason::WarmUpSettled {
+        top,
+        count: s.ids.len(),
+        bytes_per_s: s.bytes_per_s,
+        allocated_bytes_per_s: s.allocated_bytes_per_s,
+        last_rise_s: s.last_rise_s,
+        last_part_from_s: s.last_part_from_s,
+    };
+    Some(verdict(ProcessClass::Flat, clamp_conf(0.3 * f_points(p.n) * p.f_drops), reason))
 }
 
 /// Too few checkpoints in the steady window to fit a trend: flat, inconclusive.
@@ -551,9 +620,10 @@ pub(super) fn kind_verdict(
     // only a flat heap's sites leak) while the by-kind part says it grows. The growing kind is
     // the verdict then, with its series' confidence (at most 0.6: no site names it). A managed
     // heap that grows is a managed leak above; warm-up, caches and fragmentation keep theirs.
-    let says_no_leak =
-        matches!(v.reason, Reason::Flat { .. } | Reason::ShortLived { .. } | Reason::NotSignificant { .. })
-            || (only_flat_kind_leaks && v.class == ProcessClass::Leak);
+    let says_no_leak = matches!(
+        v.reason,
+        Reason::Flat { .. } | Reason::ShortLived { .. } | Reason::NotSignificant { .. } | Reason::WarmUpSettled { .. }
+    ) || (only_flat_kind_leaks && v.class == ProcessClass::Leak);
     if leak_kind.is_none()
         && says_no_leak
         && let Some(g) = growing.iter().find(|g| matches!(g.kind, MemoryKind::Native | MemoryKind::OffHeap))

@@ -371,6 +371,10 @@ pub(crate) fn structs(file: &object::File<'_>, names: &[&str]) -> Result<HashMap
             let Some(name) = name_of(&unit, e).filter(|n| names.contains(&n.as_str()) && !found.contains_key(n)) else {
                 continue;
             };
+            // A C unit that only names the structure declares it (no members): not its layout.
+            if e.attr_value(gimli::DW_AT_declaration).is_some() {
+                continue;
+            }
             let size = e.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()).unwrap_or(0);
             let depth = e.depth();
             let mut members = HashMap::new();

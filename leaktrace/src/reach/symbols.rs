@@ -88,6 +88,18 @@ fn debug_file(pid: u32, file: &object::File<'_>) -> Option<Vec<u8>> {
     read_object(pid, &rel)
 }
 
+/// The bytes of the file holding `path`'s DWARF: its detached debug file (by build ID) when one
+/// is installed in the target's root, else the object itself when it has `.debug_info`; None
+/// when neither has it.
+pub(super) fn dwarf_of(pid: u32, path: &str) -> Option<Vec<u8>> {
+    let data = read_object(pid, path)?;
+    let file = object::File::parse(&*data).ok()?;
+    if let Some(dbg) = debug_file(pid, &file) {
+        return Some(dbg);
+    }
+    file.section_by_name(".debug_info").is_some().then_some(data)
+}
+
 /// An object file of process `pid`, read inside its root (never the host file of the same
 /// name): links resolve in the target's root, regular files only, at most 1 GiB.
 fn read_object(pid: u32, path: &str) -> Option<Vec<u8>> {

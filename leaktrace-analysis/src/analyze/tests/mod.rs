@@ -9,6 +9,7 @@ use crate::runtimes::MemoryKind;
 mod classes;
 mod culprit;
 mod escalation;
+mod headline;
 mod lifetime;
 mod losses;
 mod managed;

@@ -8,6 +8,9 @@ impl Traced {
     pub(super) fn glibc_figures(&mut self, f: &mut AllocatorFootprint) {
         match self.glibc_stats.read() {
             Ok(Some(a)) => {
+                if let Some(note) = self.glibc_stats.take_note() {
+                    self.warnings.push(format!("glibc's arena headers: {note}"));
+                }
                 f.glibc_system_mem_bytes = a.system_mem_bytes;
                 f.glibc_arenas = a.arenas;
                 f.glibc_free_bytes = a.free_bytes.unwrap_or(0);
