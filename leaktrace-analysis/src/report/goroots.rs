@@ -99,3 +99,57 @@ pub fn root_sentence(c: &Census<Goroutines>) -> Option<String> {
     let entries = if g.entries_end.is_some() { format!(" {:+.0} entries/s,", g.entries_per_s) } else { String::new() };
     Some(format!("`{}` ({}){entries} retains {}", g.name, g.type_name, rate(g.bytes_per_s)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holds::{GoRoot, GoWalk, Taken};
+
+    fn snap(t_s: f64, memo: (u64, u64), sessions: (u64, u64)) -> Goroutines {
+        let root = |name: &str, ty: &str, (entries, bytes): (u64, u64)| GoRoot {
+            name: name.into(),
+            type_name: ty.into(),
+            entries: Some(entries),
+            objects: entries,
+            bytes,
+        };
+        Goroutines {
+            taken: Taken { t_s, took_s: 0.001, units_of_work: None },
+            walk: Some(GoWalk {
+                roots: vec![
+                    root("main.sessions", "map[int]*main.session", sessions),
+                    root("main.memo", "map[string][]byte", memo),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_growing_variable_is_named_and_the_bounded_one_is_not() {
+        let c = Census {
+            start: Some(snap(1.0, (200, 213_600), (256, 40_000))),
+            end: Some(snap(11.0, (2200, 2_349_600), (256, 39_000))),
+            errors: Vec::new(),
+        };
+        let g = c.root_growth();
+        assert_eq!(g[0].name, "main.memo");
+        assert!(g[0].growing);
+        assert_eq!(g[0].entries_per_s, 200.0);
+        assert_eq!(g[0].bytes_per_s, 213_600.0);
+        assert_eq!(g[1].name, "main.sessions");
+        assert!(!g[1].growing);
+        assert_eq!(
+            root_sentence(&c).as_deref(),
+            Some("`main.memo` (map[string][]byte) +200 entries/s, retains +208.6 KiB/s")
+        );
+        let mut md = String::new();
+        roots_md(&mut md, &c);
+        assert!(md.contains("- `main.memo` (map[string][]byte): **growing**, 200 → 2,200 entries (+200.0/s)"), "{md}");
+        assert!(md.contains("- `main.sessions` (map[int]*main.session): not growing, 256 → 256 entries"), "{md}");
+        assert_eq!(roots_json(&c)["roots"][1]["growing"], false);
+        let one = Census { start: c.start.clone(), end: None, errors: Vec::new() };
+        assert!(one.root_growth().is_empty() && root_sentence(&one).is_none());
+    }
+}

@@ -401,7 +401,8 @@ impl Walk<'_> {
             }
             Shape::Array { elem, count } => {
                 let size = types.size(*elem);
-                for i in 0..*count {
+                // A size of 0 is a forged type: nothing to walk.
+                for i in 0..(*count).min((b.len() as u64).checked_div(size).map_or(0, |n| n + 1)) {
                     if at + i * size >= b.len() as u64 {
                         break;
                     }
