@@ -269,6 +269,66 @@ pub struct Goroutines {
     /// references `runtime.MemProfile`).
     #[serde(default)]
     pub mem_profile_rate: u64,
+    /// The typed walk of the heap from the package variables (None: not walked, see the
+    /// census' errors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk: Option<GoWalk>,
+}
+
+/// One typed walk of the Go heap from the package-level variables (their DWARF types).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GoWalk {
+    /// The largest roots by retained bytes (at most 100).
+    pub roots: Vec<GoRoot>,
+    /// Package variables walked (holding pointers), objects and bytes reached from them all.
+    pub roots_walked: u64,
+    pub objects: u64,
+    pub bytes: u64,
+    /// Objects reached from two roots or more (counted to none).
+    pub shared_objects: u64,
+    pub shared_bytes: u64,
+    /// Bytes read from the process, and the walk's time (seconds; the process runs meanwhile).
+    pub read_bytes: u64,
+    pub took_s: f64,
+    /// Why the walk stopped short (its budget), when it did: the counts are then a lower bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
+}
+
+/// One package-level variable and what it alone keeps alive.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GoRoot {
+    /// `main.sessions`.
+    pub name: String,
+    /// Its Go type (`map[string][]byte`).
+    pub type_name: String,
+    /// A map's entries (`hmap.count`), a slice's `len`, a channel's queued values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+    /// Objects and bytes reachable from this root and from no other (its retained size).
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// A package variable's growth between the first and the last walk.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RootGrowth {
+    pub name: String,
+    pub type_name: String,
+    pub entries_start: Option<u64>,
+    pub entries_end: Option<u64>,
+    pub bytes_start: u64,
+    pub bytes_end: u64,
+    pub objects_start: u64,
+    pub objects_end: u64,
+    /// Entries per second (0 for a root without entries), retained bytes per second.
+    pub entries_per_s: f64,
+    pub bytes_per_s: f64,
+    /// Per unit of work (`--work-probe`).
+    pub bytes_per_unit: Option<f64>,
+    /// Judged growing: its retained bytes rose by more than 10 % and 64 KiB, and its entries
+    /// (when it has any) rose too.
+    pub growing: bool,
 }
 
 /// In-use memory of the runtime's heap profile under one Go function, as `pprof heap` reports
@@ -414,6 +474,46 @@ impl Census<Goroutines> {
         let by =
             |g: &Goroutines| g.heap.iter().map(|x| (x.function.clone(), (x.inuse_objects, x.inuse_bytes))).collect();
         growth(&by(a), &by(b), dt, units)
+    }
+}
+
+impl Census<Goroutines> {
+    /// Every package variable of the last walk with its growth since the first, growing ones
+    /// first (fastest retained bytes first), then the others by retained bytes; empty without
+    /// both walks.
+    pub fn root_growth(&self) -> Vec<RootGrowth> {
+        let (Some(a), Some(b)) = (&self.start, &self.end) else { return Vec::new() };
+        let (Some(wa), Some(wb)) = (&a.walk, &b.walk) else { return Vec::new() };
+        let Some((dt, units)) = span(&a.taken, &b.taken) else { return Vec::new() };
+        let mut out: Vec<RootGrowth> = wb
+            .roots
+            .iter()
+            .map(|r| {
+                let first = wa.roots.iter().find(|x| x.name == r.name);
+                let (e0, b0, o0) = first.map_or((r.entries.map(|_| 0), 0, 0), |x| (x.entries, x.bytes, x.objects));
+                let de = r.entries.unwrap_or(0) as f64 - e0.unwrap_or(0) as f64;
+                let db = r.bytes as f64 - b0 as f64;
+                let entries_grew = r.entries.is_none_or(|e| e > e0.unwrap_or(0));
+                RootGrowth {
+                    name: r.name.clone(),
+                    type_name: r.type_name.clone(),
+                    entries_start: e0,
+                    entries_end: r.entries,
+                    bytes_start: b0,
+                    bytes_end: r.bytes,
+                    objects_start: o0,
+                    objects_end: r.objects,
+                    entries_per_s: de / dt,
+                    bytes_per_s: db / dt,
+                    bytes_per_unit: units.map(|u| db / u),
+                    growing: entries_grew && db > (b0 as f64 * 0.1).max(65536.0),
+                }
+            })
+            .collect();
+        out.sort_by(|x, y| {
+            y.growing.cmp(&x.growing).then(y.bytes_per_s.total_cmp(&x.bytes_per_s)).then(y.bytes_end.cmp(&x.bytes_end))
+        });
+        out
     }
 }
 

@@ -78,6 +78,8 @@ pub(crate) const RATED: &[&str] = &[
     // fixture's own.
     "verdicts_miss::leak_growing_in_doubling_steps_is_judged_by_its_envelope",
     "verdicts_miss::constructor_called_from_several_places_names_the_leaking_caller",
+    // The memo map's entries and retained bytes within 20 % of the fixture's own request rate.
+    "holds_go::go_map_memo_named_",
 ];
 
 /// Groups of tests that run one at a time (name, prefixes of `FILE::TEST`).

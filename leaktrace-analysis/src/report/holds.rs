@@ -67,7 +67,11 @@ fn go_json(c: &Census<Goroutines>) -> Value {
     };
     let growing: Vec<Value> = c.growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "goroutines")).collect();
     let heap: Vec<Value> = c.heap_growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "objects")).collect();
-    json!({ "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "heap_growth": heap, "errors": c.errors })
+    let roots = super::goroots::roots_json(c);
+    json!({
+        "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "heap_growth": heap,
+        "roots": roots["roots"], "walk_start": roots["walk_start"], "walk_end": roots["walk_end"], "errors": c.errors,
+    })
 }
 
 fn node_json(c: &Census<JsSampling>) -> Value {
@@ -354,7 +358,10 @@ fn go_md(md: &mut String, c: &Census<Goroutines>) {
             )
         },
     };
-    census_md(md, c, &c.growth(), &how, |md, end| go_heap_md(md, c, end));
+    census_md(md, c, &c.growth(), &how, |md, end| {
+        go_heap_md(md, c, end);
+        super::goroots::roots_md(md, c);
+    });
 }
 
 /// The Go runtime's heap profile part of the Go subsection.
@@ -410,10 +417,9 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
             .into_iter()
             .next()
             .map(|g| format!("Go heap in use under {} {}", g.name, rate(g.bytes_per_s)));
-        return match (goroutines, heap) {
-            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-            (a, b) => a.or(b),
-        };
+        let root = super::goroots::root_sentence(c);
+        let parts: Vec<String> = [root, goroutines, heap].into_iter().flatten().collect();
+        return (!parts.is_empty()).then(|| parts.join("; "));
     }
     if let Some(p) = h.node_snapshots.as_ref().and_then(|s| Some((s, s.path.as_ref()?))) {
         let (s, path) = p;

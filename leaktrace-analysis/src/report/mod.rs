@@ -21,6 +21,7 @@ use crate::recording::Recording;
 pub mod at_exit;
 pub mod escalation;
 pub mod flame;
+pub mod goroots;
 pub mod holds;
 pub mod json;
 pub mod markdown;

@@ -66,10 +66,12 @@ pub fn cdp(data: &[u8]) {
     let _ = super::node::sampling(&v, Taken::default(), 0.0);
 }
 
-/// A Go executable: its symbols, `runtime.g`'s and `runtime.bucket`'s DWARF layouts.
+/// A Go executable: its symbols, `runtime.g`'s and `runtime.bucket`'s DWARF layouts, and its
+/// types and package variables (the typed heap walk's).
 pub fn go_binary(data: &[u8]) {
     if let Ok(file) = object::File::parse(data) {
         let _ = super::go::parse_binary_for_fuzzing(&file);
+        let _ = super::godwarf::read(&file);
     }
 }
 

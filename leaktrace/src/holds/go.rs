@@ -10,12 +10,12 @@
 //! counted in either state; the counts are exact otherwise.
 
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::os::unix::fs::FileExt as _;
 use std::time::Instant;
 
+pub(crate) use super::godwarf::{load_bias, section};
 use leaktrace_analysis::holds::{Census, GoHeapSite, GoroutineGroup, Goroutines, Taken};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSymbol as _};
 
 /// Goroutines read at most (the rest are left out and the census says so).
 pub const MAX_GOROUTINES: usize = 1_000_000;
@@ -23,9 +23,6 @@ pub const MAX_GOROUTINES: usize = 1_000_000;
 const MAX_FIELD_OFFSET: u64 = 4096;
 /// Wait reasons read at most (Go 1.19–1.23 have about 40).
 const MAX_WAIT_REASONS: u64 = 256;
-/// Largest DWARF section decompressed (a Go executable's `.debug_info` is a few MiB): the
-/// ELF's own header, which says how large it is, is the target's to forge.
-const MAX_DWARF_SECTION: u64 = 256 << 20;
 
 /// Where the fields of `runtime.g` are, bytes from its start.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -74,6 +71,9 @@ struct Binary {
 pub struct GoCensus {
     pid: u32,
     binary: Option<Binary>,
+    /// The typed walk of the heap from the package variables (None: the executable has no
+    /// DWARF for it; the census' errors say so).
+    walker: Option<super::gowalk::Walker>,
     wait_reasons: Vec<String>,
     pub census: Census<Goroutines>,
 }
@@ -90,7 +90,14 @@ impl GoCensus {
                 None
             }
         };
-        GoCensus { pid, binary, wait_reasons: Vec::new(), census }
+        let walker = match super::gowalk::Walker::new(pid) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                census.errors.push(format!("no path from the package variables to the Go heap: {e}"));
+                None
+            }
+        };
+        GoCensus { pid, binary, walker, wait_reasons: Vec::new(), census }
     }
 
     /// Take the first snapshot (once), at `t_s` seconds since the recording's start.
@@ -187,6 +194,12 @@ impl GoCensus {
                 }
             }
             Err(e) => self.census.errors.push(format!("heap profile not read at {t_s:.1} s: {e}")),
+        }
+        if let Some(w) = &self.walker {
+            match w.walk(self.pid, super::gowalk::Budget::default()) {
+                Ok(walk) => out.walk = Some(walk),
+                Err(e) => self.census.errors.push(format!("Go heap not walked at {t_s:.1} s: {e}")),
+            }
         }
         out.taken.took_s = clock.elapsed().as_secs_f64();
         Ok(out)
@@ -302,46 +315,6 @@ fn parse_binary(file: &object::File<'_>) -> Result<Binary, String> {
 /// [`parse_binary`] for the fuzz targets: whether it read a layout.
 pub(super) fn parse_binary_for_fuzzing(file: &object::File<'_>) -> bool {
     parse_binary(file).is_ok()
-}
-
-/// A position-independent executable's load bias: where its first segment is mapped (the exe's
-/// mapping at file offset 0, /proc/PID/maps) minus its link address.
-pub(crate) fn load_bias(pid: u32, file: &object::File<'_>) -> Result<u64, String> {
-    let link = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| e.to_string())?;
-    let exe = exe.to_string_lossy();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
-    maps.lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 6 && f[2] == "00000000" && f[5] == exe).then(|| f[0].split('-').next())?
-        })
-        .and_then(|s| u64::from_str_radix(s, 16).ok())
-        .map(|start| start.wrapping_sub(link))
-        .ok_or_else(|| "the executable's mapping is not in /proc/PID/maps".into())
-}
-
-/// A DWARF section's bytes, decompressed when the ELF section is `SHF_COMPRESSED` (zlib).
-fn section<'a>(file: &object::File<'a>, name: &str) -> std::borrow::Cow<'a, [u8]> {
-    let Some(s) = file.section_by_name(name) else { return std::borrow::Cow::Borrowed(&[]) };
-    let Ok(c) = s.compressed_data() else { return std::borrow::Cow::Borrowed(&[]) };
-    match c.format {
-        object::CompressionFormat::None => std::borrow::Cow::Borrowed(c.data),
-        object::CompressionFormat::Zlib => {
-            // The size the header claims is believed only up to what a section may be; the
-            // decompressed bytes must be exactly that many.
-            let claimed = c.uncompressed_size;
-            if claimed > MAX_DWARF_SECTION {
-                return std::borrow::Cow::Borrowed(&[]);
-            }
-            let mut out = Vec::with_capacity((claimed as usize).min(c.data.len().saturating_mul(4)));
-            match flate2::read::ZlibDecoder::new(c.data).take(claimed + 1).read_to_end(&mut out) {
-                Ok(n) if n as u64 == claimed => std::borrow::Cow::Owned(out),
-                _ => std::borrow::Cow::Borrowed(&[]),
-            }
-        }
-        _ => std::borrow::Cow::Borrowed(&[]),
-    }
 }
 
 /// A structure's byte size and its members' offsets by name.

@@ -1,5 +1,8 @@
 // The goroutine census cost bench's Go target (`cargo xtask bench --holds-only`, issue 33).
-// Usage: go-census GOROUTINES
+// Usage: go-census GOROUTINES [OBJECTS]
+//
+// With OBJECTS, the package variable `nodes` keeps that many linked objects (the typed heap
+// walk's cost: each reached from the slice and from the one before it).
 //
 // Starts GOROUTINES goroutines that block forever on an unbuffered channel send (started by
 // main.block), prints `ready`, then a goroutine that sleeps 5 ms at a time measures the
@@ -20,8 +23,24 @@ func block(ch chan int, i int) {
 	ch <- int(buf[0])
 }
 
+type node struct {
+	id   int
+	next *node
+	name string
+}
+
+var nodes []*node
+
 func main() {
 	n, _ := strconv.Atoi(os.Args[1])
+	if len(os.Args) > 2 {
+		objects, _ := strconv.Atoi(os.Args[2])
+		var prev *node
+		for i := 0; i < objects; i++ {
+			prev = &node{id: i, next: prev}
+			nodes = append(nodes, prev)
+		}
+	}
 	fmt.Printf("PID %d\n", os.Getpid())
 	ch := make(chan int)
 	for i := 0; i < n; i++ {

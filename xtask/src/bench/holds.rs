@@ -11,9 +11,9 @@
 //! - JVM (`xtask/bench/JvmHeap.java RECORDS`, Serial GC): `leaktrace record --heap-dump --pid
 //!   PID --duration 3s`: two class histograms (each a full GC) and one HPROF dump; jcmd's time
 //!   for each, the dump's size and objects, leaktrace's read of it.
-//! - Go (`xtask/bench/go-census`, GOROUTINES blocked goroutines): `leaktrace record
-//!   --heap-census --pid PID --duration 3s`: two goroutine censuses read from /proc/PID/mem,
-//!   without stopping the program.
+//! - Go (`xtask/bench/go-census`, GOROUTINES blocked goroutines, 1 M linked objects in a
+//!   package variable): `leaktrace record --heap-census --pid PID --duration 3s`: two goroutine
+//!   censuses and typed heap walks read from /proc/PID/mem, without stopping the program.
 //!
 //! Memory: the target's peak RSS (VmHWM) after the recording over its peak before, what the
 //! snapshot or dump cost it.
@@ -178,6 +178,9 @@ fn jvm(work: &Path, reps: usize, records: u64) -> Result<Vec<(String, String)>> 
     ])
 }
 
+/// Objects the Go target keeps in a package variable (the typed heap walk's cost).
+const GO_OBJECTS: u64 = 1_000_000;
+
 /// The Go part: rows of the table.
 fn go(work: &Path, reps: usize, goroutines: u64) -> Result<Vec<(String, String)>> {
     let bin = work.join("go-census");
@@ -190,22 +193,30 @@ fn go(work: &Path, reps: usize, goroutines: u64) -> Result<Vec<(String, String)>
         .env("GOCACHE", work.join("gocache"))
         .env("GOFLAGS", "-mod=mod"))?;
     let (mut census, mut stops, mut counted) = (vec![], vec![], 0u64);
+    let (mut walks, mut walked) = (vec![], 0u64);
     for rep in 0..reps {
         let mut t = Spawned::new({
             let mut c = Command::new(&bin);
-            c.arg(goroutines.to_string());
+            c.arg(goroutines.to_string()).arg(GO_OBJECTS.to_string());
             c
         })?;
         t.wait_stdout_line("ready", Duration::from_secs(60))?;
         let rec = record(work, &format!("go-{rep}"), &t, &["--heap-census"], "3s")?;
         let g = &rec["runtime_holds"]["go"];
         census.extend([f(&g["start"]["taken"]["took_s"]), f(&g["end"]["taken"]["took_s"])]);
+        walks.extend([f(&g["walk_start"]["took_s"]), f(&g["walk_end"]["took_s"])]);
+        walked = g["walk_end"]["objects"].as_u64().unwrap_or(0);
         counted = g["end"]["total"].as_u64().unwrap_or(0);
         stops.push(gaps(&mut t).first().copied().unwrap_or(0.0) / 1000.0);
     }
     Ok(vec![
         (format!("Go: {goroutines} blocked goroutines; goroutines counted"), counted.to_string()),
-        ("Go: one census (goroutines and heap profile), program running (ms)".into(), range(&census, 1000.0, 1)),
+        (
+            "Go: one census (goroutines, heap profile, heap walk), program running (ms)".into(),
+            range(&census, 1000.0, 1),
+        ),
+        (format!("Go: {GO_OBJECTS} linked objects in a package variable; objects walked"), walked.to_string()),
+        ("Go: one typed heap walk, program running (s)".into(), range(&walks, 1.0, 2)),
         ("Go: the program's longest stop per run, 0 when none over 100 ms (s)".into(), range(&stops, 1.0, 2)),
     ])
 }
