@@ -235,6 +235,9 @@ fn reason(a: &Analysis) -> String {
             let name = if a.sites[*top].first_touch_in.is_some() { "growth through the allocator" } else { name };
             let escalated = a.escalation.is_some();
             let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window, escalated));
+            if let Some(held) = a.python_holds.as_ref().and_then(super::pyholds::retainer_clause) {
+                summary.push_str(&format!("; {held}"));
+            }
             if *count > 1 {
                 summary.push_str(&format!(
                     "; {} leaking {}sites in all, {} in total",
