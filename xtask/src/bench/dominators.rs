@@ -38,7 +38,7 @@ pub(crate) fn measure(reps: usize) -> Result<String> {
          spanning tree from the root plus one random edge per node: cycles and shared nodes; a \
          quarter roots, a quarter native blocks, half managed objects), its dominator tree and \
          each node's retained bytes split native / managed / off-heap (Cooper–Harvey–Kennedy on \
-         index arrays). Time: the dominators and retained sizes, and building the compressed \
+         index arrays). Time: the process's CPU time (the machine is shared) for the dominators and retained sizes, and for building the compressed \
          graph from the edge list; memory: peak resident size less the size before the graph, \
          per node (edge list, graph and dominators together). Median of the runs; budget for 1 M \
          nodes: < 2 s, < 150 B/node.\n\n",
