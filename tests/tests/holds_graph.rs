@@ -112,11 +112,16 @@ fn python_dict_of_extension_objects_retains_their_native_buffers() {
         0.10,
         &ctx,
     );
-    // The temporaries: held by nothing that retains them.
-    assert!(
-        retainers.iter().all(|x| x["container"] == "__main__.PENDING" || x["container"] == "__main__.CACHE"),
-        "{ctx}"
-    );
+    // The temporaries: held by nothing that retains them (the interpreter's own holders of
+    // native blocks, e.g. locks in module globals, may be listed: none of them leaks).
+    for x in &retainers {
+        let c = x["container"].as_str().unwrap_or("");
+        if x["type"] == "imgbuf.Buffer" {
+            assert!(c == "__main__.PENDING" || c == "__main__.CACHE", "{c}\n{ctx}");
+        } else {
+            assert_eq!(x["leak"], false, "{c}\n{ctx}");
+        }
+    }
 
     let verdict = str_of(r.get(&["verdict"]), "summary");
     assert!(verdict.contains("`__main__.PENDING` retains +"), "{verdict}\n{ctx}");

@@ -237,7 +237,7 @@ pub fn retainer_clause(h: &Holds) -> Option<String> {
     let r = h.retainers.iter().find(|r| r.growing && r.bytes_per_s > 0.0)?;
     let by = r.last.allocated_by.as_deref().map_or(String::new(), |f| format!(", allocated by {}", functions(f)));
     Some(format!(
-        "`{}` retains +{} ({:.0} % native{by})",
+        "`{}` retains {} ({:.0} % native{by})",
         r.container.replace('`', "'"),
         rate(r.bytes_per_s),
         100.0 * r.native_share()
@@ -298,7 +298,7 @@ fn retainers_md(md: &mut String, h: &Holds) {
     let _ = writeln!(md, "| Container | Objects | Retained (native / Python) | Growth | Allocated by |");
     let _ = writeln!(md, "|---|---|---|---|---|");
     for r in h.retainers.iter().take(MD_TYPES) {
-        let growth = if r.growing { format!("+{}", rate(r.bytes_per_s)) } else { "not growing: not a leak".into() };
+        let growth = if r.growing { rate(r.bytes_per_s) } else { "not growing: not a leak".into() };
         let _ = writeln!(
             md,
             "| `{}` (`{}`) | {} → {} | {} / {} | {growth} | {} |",

@@ -17,7 +17,11 @@ pub fn sentence(a: &Analysis) -> String {
             None => reason(a),
         },
         (Some(KindReason::KindLeak { kind, top, label, count }), Some(rt)) => {
-            kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds)
+            let mut s = kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds);
+            if let Some(held) = a.python_holds.as_ref().and_then(super::pyholds::retainer_clause) {
+                s.push_str(&format!("; {held}"));
+            }
+            s
         }
         (Some(KindReason::KindGrows { kind }), Some(rt)) => match a.kinds.iter().find(|g| g.kind == *kind) {
             Some(g) => kind_grows(rt, g, a),

@@ -27,10 +27,10 @@ fn container(w: &Walk<'_>, i: u32) -> u32 {
         chain.push(cur);
     }
     chain.reverse();
-    for k in 1..chain.len() {
-        let l = w.nodes[chain[k] as usize].label;
+    for pair in chain.windows(2) {
+        let l = w.nodes[pair[1] as usize].label;
         if matches!(l, Label::Key(_) | Label::Index(_) | Label::Any | Label::SetItem | Label::KeyObj) {
-            return chain[k - 1];
+            return pair[0];
         }
     }
     chain[0]
