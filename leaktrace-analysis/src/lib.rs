@@ -16,6 +16,8 @@ pub mod allocator_frames;
 pub mod analyze;
 pub mod check;
 pub mod compare;
+/// One heap graph across languages: dominators and retained bytes.
+pub mod dominators;
 pub mod frame_origin;
 /// `record --heap-census`: the JVM's class histograms, Go's goroutines.
 pub mod holds;

@@ -96,6 +96,46 @@ pub struct Holder {
     /// which the recorder matches against the traced blocks to fill `allocated_by`; not saved.
     #[serde(skip)]
     pub sample_addrs: Vec<u64>,
+    /// What the container these objects are filed in retains, native blocks included
+    /// ([`HolderKind::Path`] holders whose objects own traced native blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained: Option<Retained>,
+}
+
+/// The bytes a container retains in the census's heap graph (Python objects, and the traced
+/// native blocks that extension objects point into, as one graph): what would be freed if the
+/// container alone were released (its dominator-tree subtree).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Retained {
+    /// The container's path: the holder's pattern up to its first key or index
+    /// (`__main__.PENDING`).
+    pub container: String,
+    /// Bytes of traced native blocks it retains.
+    pub native: u64,
+    /// Bytes of Python objects it retains (itself included).
+    pub managed: u64,
+    /// Bytes of off-heap buffers it retains (none for Python).
+    #[serde(default)]
+    pub off_heap: u64,
+    /// Traced native blocks the holder's objects point into, and their bytes.
+    pub blocks: u64,
+    pub block_bytes: u64,
+    /// The function that allocated most of those blocks (the culprit of their stack), and the
+    /// stack's id; with its caller, for reading (`img_alloc_buffer ← decode_batch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_stack: Option<u32>,
+    /// The blocks' sites and how many blocks each (the recorder turns the most common into
+    /// `allocated_stack`); not saved.
+    #[serde(skip)]
+    pub sites: Vec<(leaktrace_common::SiteKey, u64)>,
+}
+
+impl Retained {
+    pub fn total(&self) -> u64 {
+        self.native.saturating_add(self.managed).saturating_add(self.off_heap)
+    }
 }
 
 /// Objects of a "referenced from nowhere" holder whose blocks are looked up for its stack.
@@ -170,6 +210,9 @@ pub struct Holds {
     pub bytes: u64,
     /// Types whose count grew ([`is_growing`]), most bytes per second first.
     pub growing: Vec<TypeGrowth>,
+    /// Containers that retain traced native blocks (through the objects filed in them), most
+    /// retained-bytes growth first: what the verdict names.
+    pub retainers: Vec<RetainerGrowth>,
     /// The largest holders that did not grow (at least 50 objects of a type held from a
     /// module by one pattern, grown by less than [`is_growing`]; at most 6, most objects
     /// first): bounded caches, full deques and the program's own state, said as not leaks.
@@ -196,6 +239,83 @@ pub struct TypeGrowth {
     pub holder: Option<Holder>,
     /// That holder's growth, objects per second.
     pub holder_count_per_s: f64,
+}
+
+/// A container's retained bytes at the first and the last census (its holder's objects own
+/// traced native blocks).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RetainerGrowth {
+    /// The container's path (`__main__.PENDING`).
+    pub container: String,
+    /// The type of the objects filed in it, and the holder's pattern.
+    pub type_name: String,
+    pub pattern: String,
+    /// Objects of that type so held at the first and the last census.
+    pub count_first: u64,
+    pub count_last: u64,
+    /// What it retained at the first census (zeros when the holder was not there yet) and at
+    /// the last.
+    pub first: Retained,
+    pub last: Retained,
+    /// (last − first) / (time between them), all bytes and native bytes, per second.
+    pub bytes_per_s: f64,
+    pub native_per_s: f64,
+    /// Whether its objects grew ([`is_growing`]): a bounded cache does not.
+    pub growing: bool,
+    /// The retaining path of one of its objects, root first (the holder's example).
+    pub example: Vec<PathStep>,
+}
+
+impl RetainerGrowth {
+    /// The share of native bytes in the retained growth (in the last census's retained bytes
+    /// when it did not grow), 0..=1.
+    pub fn native_share(&self) -> f64 {
+        if self.bytes_per_s > 0.0 {
+            (self.native_per_s / self.bytes_per_s).clamp(0.0, 1.0)
+        } else if self.last.total() > 0 {
+            self.last.native as f64 / self.last.total() as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The containers of `last` that retain native blocks, with their growth since `first`; most
+/// retained-bytes growth first.
+fn retainers(first: &PyCensus, last: &PyCensus, dt: f64) -> Vec<RetainerGrowth> {
+    let mut out = Vec::new();
+    for t in &last.types {
+        for h in &t.holders {
+            let Some(r) = &h.retained else { continue };
+            let before = first
+                .types
+                .iter()
+                .find(|x| x.name == t.name)
+                .and_then(|x| x.holders.iter().find(|y| y.kind == h.kind && y.pattern == h.pattern));
+            let f = before.and_then(|b| b.retained.clone()).unwrap_or_default();
+            let count_first = before.map_or(0, |b| b.count);
+            out.push(RetainerGrowth {
+                container: r.container.clone(),
+                type_name: t.name.clone(),
+                pattern: h.pattern.clone(),
+                count_first,
+                count_last: h.count,
+                bytes_per_s: (r.total() as f64 - f.total() as f64) / dt,
+                native_per_s: (r.native as f64 - f.native as f64) / dt,
+                growing: is_growing(count_first, h.count),
+                example: h.example.clone(),
+                first: f,
+                last: r.clone(),
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        b.growing
+            .cmp(&a.growing)
+            .then(b.bytes_per_s.total_cmp(&a.bytes_per_s))
+            .then_with(|| a.container.cmp(&b.container))
+    });
+    out
 }
 
 /// A type grows when it gained at least 20 objects and 5 % of its first count between the
@@ -281,6 +401,7 @@ pub fn holds(censuses: &[PyCensus], units_at: &dyn Fn(f64) -> Option<u64>) -> Op
         objects: last.objects,
         bytes: last.bytes,
         growing,
+        retainers: retainers(first, last, dt),
         steady,
     })
 }
@@ -419,6 +540,46 @@ mod tests {
         );
         assert_eq!(look_alike(&lru), Some("a bounded lru_cache, full"));
         assert_eq!(look_alike(&zip), None);
+    }
+
+    /// A dict whose extension objects own native blocks grows; a full cache of the same objects
+    /// does not: the dict is the leaking retainer, named with its rate and native share.
+    #[test]
+    fn retainers_ranked_by_retained_growth() {
+        let holder = |pattern: &str, count: u64, native: u64| Holder {
+            pattern: pattern.into(),
+            count,
+            retained: Some(Retained {
+                container: pattern.trim_end_matches("[…]").into(),
+                native,
+                managed: count * 100,
+                allocated_by: Some("img_alloc_buffer ← decode_batch".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let census = |t_s: f64, n: u64| PyCensus {
+            t_s,
+            types: vec![TypeCensus {
+                name: "imgbuf.Buffer".into(),
+                count: n + 200,
+                holders: vec![holder("__main__.PENDING[…]", n, n * 3000), holder("__main__.CACHE[…]", 200, 600_000)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let h = holds(&[census(1.0, 100), census(11.0, 600)], &|_| None).unwrap();
+        assert_eq!(h.retainers.len(), 2);
+        let top = &h.retainers[0];
+        assert_eq!((top.container.as_str(), top.growing), ("__main__.PENDING", true));
+        assert!((top.native_per_s - 150_000.0).abs() < 1e-6);
+        assert!((top.native_share() - 3000.0 / 3100.0).abs() < 1e-9);
+        assert!(!h.retainers[1].growing);
+        let clause = crate::report::pyholds::retainer_clause(&h).unwrap();
+        assert_eq!(
+            clause,
+            "`__main__.PENDING` retains +151.4 KiB/s (97 % native, allocated by `img_alloc_buffer` ← `decode_batch`)"
+        );
     }
 
     fn h_one() -> Vec<PyCensus> {

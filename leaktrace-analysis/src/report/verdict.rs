@@ -20,7 +20,11 @@ pub fn sentence(a: &Analysis) -> String {
             None => reason(a),
         },
         (Some(KindReason::KindLeak { kind, top, label, count }), Some(rt)) => {
-            kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds)
+            let mut s = kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds);
+            if let Some(held) = a.python_holds.as_ref().and_then(super::pyholds::retainer_clause) {
+                s.push_str(&format!("; {held}"));
+            }
+            s
         }
         (Some(KindReason::KindGrows { kind }), Some(rt)) => match a.kinds.iter().find(|g| g.kind == *kind) {
             Some(g) => kind_grows(rt, g, a),
@@ -171,6 +175,9 @@ fn reason(a: &Analysis) -> String {
             let name = if a.sites[*top].first_touch_in.is_some() { "growth through the allocator" } else { name };
             let escalated = a.escalation.is_some();
             let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window, escalated));
+            if let Some(held) = a.python_holds.as_ref().and_then(super::pyholds::retainer_clause) {
+                summary.push_str(&format!("; {held}"));
+            }
             if *count > 1 {
                 summary.push_str(&format!(
                     "; {} leaking {}sites in all, {} in total",

@@ -129,7 +129,7 @@ fn edge(w: &Walk<'_>, l: Label) -> String {
 }
 
 /// A signature's pattern, root first.
-fn pattern(w: &Walk<'_>, mut sig: u32) -> String {
+pub(crate) fn pattern(w: &Walk<'_>, mut sig: u32) -> String {
     let mut parts = Vec::new();
     while sig != walk::NONE && (sig as usize) < w.sigs.len() && parts.len() < 64 {
         let (parent, l) = w.sigs[sig as usize];

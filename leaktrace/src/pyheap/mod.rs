@@ -20,6 +20,7 @@ pub mod decode;
 pub mod frames;
 pub mod layout;
 pub mod mem;
+mod retain;
 pub mod walk;
 
 use std::time::{Duration, Instant};
@@ -78,7 +79,15 @@ pub fn locate(pid: u32) -> Result<Located, String> {
 /// Stop `pid`, take a census, resume. `start`: time 0 (the first checkpoint); the census's
 /// time is when the target is stopped. Errors (one line): the process cannot be stopped, or its
 /// gc state cannot be read.
-pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyhow::Result<PyCensus> {
+/// `blocks`: the traced live native blocks (sorted by address), read once the target is
+/// stopped, so that extension objects' pointers into them are edges of the same heap graph.
+pub fn census(
+    pid: u32,
+    at: &Located,
+    opts: HeapOptions,
+    start: Instant,
+    blocks: &dyn Fn() -> Vec<crate::reach::blocks::Block>,
+) -> anyhow::Result<PyCensus> {
     let t0 = Instant::now();
     let t_s = t0.duration_since(start).as_secs_f64();
     let unix_ms =
@@ -92,8 +101,13 @@ pub fn census(pid: u32, at: &Located, opts: HeapOptions, start: Instant) -> anyh
     // A thread's `pthread_self()` is its fsbase: the thread states' `thread_id` to thread ids.
     let tids: mem::FastMap<u64, i32> = stopped.threads.iter().map(|t| (t.regs.fs_base, t.tid)).collect();
     let mut w = Walk::new(&mut mem, at.layout, t0 + opts.max_pause, opts.max_objects);
+    w.blocks = blocks().into_iter().map(|b| (b.addr, b.size, b.site)).collect();
     let walked = walk_all(&mut w, at, &tids, pid);
-    let mut c = walked.map(|collecting| census::aggregate(&mut w, collecting));
+    let mut c = walked.map(|collecting| {
+        let mut c = census::aggregate(&mut w, collecting);
+        retain::fill(&w, &mut c);
+        c
+    });
     drop(w);
     let not_stopped = stopped.not_stopped.clone();
     let notes = crate::reach::stop_notes(&not_stopped, stopped.resume(), opts.max_pause);
@@ -317,6 +331,7 @@ fn visit(w: &mut Walk<'_>, i: u32, edges: &[Edge], queue: &mut std::collections:
         };
         if own {
             w.refs_in[j as usize] += 1;
+            w.edges.push((i, j));
         }
         if w.nodes[j as usize].state == State::Seen {
             let sig = w.sig(w.nodes[i as usize].sig, label);

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::decode::{self, Kind, Label, TypeInfo};
 use super::layout::{self as L, HeapLayout, Managed, flags};
 use super::mem::{FastMap, Mem};
+use leaktrace_common::SiteKey;
 
 /// Interned strings (attribute names, key reprs, module names).
 #[derive(Default)]
@@ -76,7 +77,18 @@ pub struct Walk<'m> {
     pub out_of_budget: Option<&'static str>,
     /// References that could not be read (not PyObjects, or unmapped).
     pub bad_refs: u64,
+    /// The traced live native blocks (address, size, site), sorted by address, read while the
+    /// target is stopped; empty when not traced (the object→block edges are then not looked for).
+    pub blocks: Vec<(u64, u64, SiteKey)>,
+    /// The heap graph's edges: (referrer, referent) node indices, an object's own references.
+    pub edges: Vec<(u32, u32)>,
+    /// Object → native block edges: (node, index in `blocks`): a word of an object whose layout
+    /// is not decoded (an extension type's) that points into a traced block.
+    pub owned: Vec<(u32, u32)>,
 }
+
+/// Longest fixed part of an object read for references (a `tp_basicsize` is the target's word).
+const MAX_FIELDS: u64 = 64 << 10;
 
 impl<'m> Walk<'m> {
     pub fn new(mem: &'m mut Mem, l: HeapLayout, deadline: Instant, max_objects: usize) -> Walk<'m> {
@@ -94,6 +106,9 @@ impl<'m> Walk<'m> {
             max_objects,
             out_of_budget: None,
             bad_refs: 0,
+            blocks: Vec::new(),
+            edges: Vec::new(),
+            owned: Vec::new(),
         }
     }
 
@@ -245,7 +260,7 @@ impl<'m> Walk<'m> {
                 out.push((word(self.mem, L::METHOD_FUNC), Label::Func, true));
             }
             Kind::Deque => self.deque_children(addr, out),
-            Kind::Other => self.field_children(addr, &t, out),
+            Kind::Other => self.field_children(i, addr, &t, out),
             _ => {}
         }
         if t.kind != Kind::Func {
@@ -338,11 +353,19 @@ impl<'m> Walk<'m> {
         }
     }
 
-    /// An object whose layout is not decoded: the words of its fixed part that point at an
-    /// object already found, or at memory whose second word is a type already read (an
-    /// object's `ob_type`).
-    fn field_children(&mut self, addr: u64, t: &TypeInfo, out: &mut Vec<Edge>) {
-        let len = t.basicsize.min(512) as usize & !7;
+    /// The traced block containing `a`, by its index in `blocks`.
+    fn block_at(&self, a: u64) -> Option<u32> {
+        let i = self.blocks.partition_point(|b| b.0 <= a).checked_sub(1)?;
+        let (start, size, _) = self.blocks[i];
+        (a < start.saturating_add(size.max(1))).then_some(i as u32)
+    }
+
+    /// An object whose layout is not decoded: the words of its fixed part (its whole
+    /// `tp_basicsize`, up to [`MAX_FIELDS`]) that point at an object already found, or at memory
+    /// whose second word is a type already read (an object's `ob_type`); the other words that
+    /// point into a traced native block are edges to that block (node `i` owns it).
+    fn field_children(&mut self, i: u32, addr: u64, t: &TypeInfo, out: &mut Vec<Edge>) {
+        let len = t.basicsize.min(MAX_FIELDS) as usize & !7;
         let Some(b) = self.mem.bytes(addr, len) else { return };
         for (k, c) in b.chunks_exact(8).enumerate().skip(2) {
             // The instance dict's slot: read (and counted) as `.__dict__` by `instance_dict`.
@@ -359,6 +382,8 @@ impl<'m> Walk<'m> {
                     || self.mem.u64(w + L::OB_TYPE).is_some_and(|ty| self.type_index.contains_key(&ty)));
             if known {
                 out.push((w, Label::Field(8 * k as u32), true));
+            } else if let Some(b) = self.block_at(w) {
+                self.owned.push((i, b));
             }
         }
     }

@@ -42,9 +42,15 @@ pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOpti
                 continue;
             }
         };
-        match crate::pyheap::census(pid, &at, opts, start) {
+        // Read once the target is stopped (exact mode; none in growth or sampled mode).
+        let live = || match (tracer.live_block_maps(), tracer.site_keys(pid)) {
+            (Some(maps), Ok(sites)) => crate::reach::blocks::read(maps, pid, &sites).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        match crate::pyheap::census(pid, &at, opts, start, &live) {
             Ok(mut c) => {
                 name_nowhere(tracer, t, &mut c);
+                name_retained(tracer, t, &mut c);
                 crate::note!(
                     "leaktrace: Python heap of PID {pid}: {} objects ({} containers), target paused {:.1} ms{}",
                     c.objects,
@@ -118,4 +124,23 @@ fn through_extension(t: &Traced, id: u32, extensions: &[String]) -> bool {
     t.stacks
         .get(id as usize)
         .is_some_and(|s| s.frames.iter().any(|f| f.object.as_ref().is_some_and(|o| extensions.iter().any(|e| e == o))))
+}
+
+/// Each holder's retained native blocks: their most common site as `allocated_stack`, and its
+/// culprit function with the caller (`img_alloc_buffer ← decode_batch`) as `allocated_by`.
+fn name_retained(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
+    for h in c.types.iter_mut().flat_map(|ty| ty.holders.iter_mut()) {
+        let Some(r) = h.retained.as_mut() else { continue };
+        let Some(&(key, _)) = r.sites.first() else { continue };
+        r.sites.clear();
+        let id = t.stack_for(tracer, key);
+        r.allocated_stack = Some(id);
+        r.allocated_by = t.stacks.get(id as usize).map(|s| {
+            let (i, f) = crate::analyze::culprit(s);
+            match i.and_then(|i| s.frames.get(i + 1)).and_then(|fr| fr.function.clone()) {
+                Some(caller) => format!("{f} ← {caller}"),
+                None => f,
+            }
+        });
+    }
 }

@@ -26,6 +26,7 @@ use crate::{Apt, quote, release_binary, root, run, show, which};
 
 mod agent;
 mod attach;
+mod dominators;
 mod helpers;
 mod holds;
 mod micro;
@@ -98,6 +99,13 @@ pub(crate) struct BenchArgs {
         conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only", "pyheap_only", "holds_only"]
     )]
     pub watch_only: bool,
+    /// Measure only the heap graph's dominators over 1 M and 10 M nodes (dominators.rs) and
+    /// update their section of the results.
+    #[arg(
+        long,
+        conflicts_with_all = ["unwind_only", "reach_only", "attach_only", "python_only", "pyheap_only", "holds_only", "watch_only"]
+    )]
+    pub dominators_only: bool,
     /// How long the watch bench's agent watches its 50 processes, minutes (10 for the
     /// goal; shorter on a shared machine).
     #[arg(long, default_value_t = 10.0)]
@@ -162,7 +170,15 @@ pub(crate) fn bench(args: BenchArgs) -> Result<()> {
     };
     let (watch_only, watch_sizes) =
         (args.watch_only, watch::Sizes { minutes: args.watch_minutes, redis_requests: args.redis_requests });
-    let all = !unwind_only && !reach_only && !attach_only && !python_only && !pyheap_only && !holds_only && !watch_only;
+    let dominators_only = args.dominators_only;
+    let all = !unwind_only
+        && !reach_only
+        && !attach_only
+        && !python_only
+        && !pyheap_only
+        && !holds_only
+        && !watch_only
+        && !dominators_only;
     if all {
         ensure_packages()?;
         Bench::prepare(args)?.run()?;
@@ -201,6 +217,11 @@ pub(crate) fn bench(args: BenchArgs) -> Result<()> {
         let section = watch::measure(reps.min(5), &watch_sizes)?;
         crate::bench_unwind::write_marked(&out, watch::BEGIN, watch::END, &section)?;
         eprintln!("xtask: bench: wrote the watch section of {}", out.display());
+    }
+    if all || dominators_only {
+        let section = dominators::measure(reps.min(3))?;
+        crate::bench_unwind::write_marked(&out, dominators::BEGIN, dominators::END, &section)?;
+        eprintln!("xtask: bench: wrote the dominators section of {}", out.display());
     }
     Ok(())
 }

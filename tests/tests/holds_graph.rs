@@ -1,0 +1,131 @@
+//! What holds it, across languages: one heap graph of Python objects and traced native blocks.
+//!
+//! An image-upload worker (tests/fixtures/pyheap/upload_worker.py) decodes `imgbuf.Buffer`
+//! objects with a C extension of its own (imgbuf_ext.c, built here with the interpreter's headers,
+//! -O2), each owning a 3,000-byte malloc'd pixel buffer (`img_alloc_buffer` ← `decode_batch`); it
+//! files one per upload in the module-level `PENDING` dict and never removes it, keeps another in
+//! a bounded LRU cache (`CACHE`, the newest 200) and frees three temporaries per upload.
+//! `record --python-heap` (exact mode: the live blocks are read in the census's stop) must say
+//! that `__main__.PENDING` retains the native bytes (within 10 % of the fixture's own count at
+//! the last census), name it in the verdict with the allocating functions, list `CACHE` as not
+//! a leak, and say nothing of the temporaries.
+#![allow(
+    clippy::print_stderr,
+    reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
+)]
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use leaktrace_tests::*;
+
+const PYTHON: &str = "/root/.pyenv/versions/3.11.7/bin/python3";
+/// Bytes of each Buffer's pixel buffer (upload_worker.py's SIZE).
+const SIZE: f64 = 3000.0;
+
+/// imgbuf_ext.c built for `interp` (once per test run).
+fn build_imgbuf(interp: &Path) -> PathBuf {
+    built_once("fixtures-imgbuf-311", |dir| {
+        let cfg = |var: &str| {
+            let o = Command::new(interp)
+                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
+                .output()
+                .expect("python3");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let o = Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
+            .arg(dir.join(format!("imgbuf{}", cfg("EXT_SUFFIX"))))
+            .arg(fixture_source("pyheap").join("imgbuf_ext.c"))
+            .output()
+            .expect("gcc");
+        assert!(o.status.success(), "gcc imgbuf_ext.c: {}", String::from_utf8_lossy(&o.stderr));
+    })
+}
+
+/// The fixture's `uploads N T` lines as (N entries in PENDING, wall-clock T), interpolated at
+/// wall-clock time `t`.
+fn pending_at(progress: &[(f64, f64)], t: f64) -> f64 {
+    let k = progress.partition_point(|p| p.1 <= t).clamp(1, progress.len() - 1);
+    let (a, b) = (progress[k - 1], progress[k]);
+    a.0 + (b.0 - a.0) * (t - a.1) / (b.1 - a.1)
+}
+
+#[test]
+fn python_dict_of_extension_objects_retains_their_native_buffers() {
+    require_root();
+    let interp = Path::new(PYTHON);
+    assert!(interp.exists(), "{PYTHON} is missing (cargo xtask setup installs it)");
+    let ext = build_imgbuf(interp);
+    let out = OutDir::new("holds-graph-py");
+    let mut cmd = leaktrace(["record", "--interval", "1s", "--python-heap", "--duration", "12s", "--out"]);
+    cmd.arg(&out.path).arg("--").arg(interp).arg(fixture_source("pyheap").join("upload_worker.py"));
+    cmd.arg(&ext).args(["50", "3600"]);
+    let o = run(cmd, None, TIMEOUT);
+    o.assert_success();
+    assert_no_panic(&o);
+    let progress: Vec<(f64, f64)> = o
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == "uploads").then_some(())?;
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    let r = Report::load(&out.path);
+    let md = std::fs::read_to_string(out.path.join("report.md")).unwrap_or_default();
+    let ctx = format!("report {}:\n{}\npython_heap: {:#}", out.path.display(), r.summary(), r.get(&["python_heap"]));
+    assert!(progress.len() >= 4, "the fixture made no progress\n{}", o.describe());
+    let rec: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path.join("recording.json")).expect("recording.json"))
+            .expect("json");
+    let last = rec["python_heap"].as_array().and_then(|c| c.last().cloned()).expect(&ctx);
+    let truth = pending_at(&progress, last["unix_ms"].as_f64().unwrap_or(0.0) / 1e3) * SIZE;
+
+    let retainers = r.get(&["python_heap", "retainers"]).as_array().cloned().unwrap_or_default();
+    let find = |c: &str| retainers.iter().find(|x| x["container"] == c).cloned();
+    let pending = find("__main__.PENDING").unwrap_or_else(|| panic!("no retainer __main__.PENDING\n{ctx}"));
+    let native = pending["retained_last"]["native"].as_f64().unwrap_or(0.0);
+    eprintln!("holds_graph: __main__.PENDING retains {native:.0} native bytes (fixture: {truth:.0})");
+    assert_within("native bytes retained by __main__.PENDING", native, truth, 0.10, &ctx);
+    assert_eq!(pending["type"], "imgbuf.Buffer", "{ctx}");
+    assert_eq!(pending["leak"], true, "{ctx}");
+    assert!(f64_of(&pending, "native_share") > 0.9, "{ctx}");
+    // The retaining path on the wire: root, the dict, a Buffer, its native block.
+    let path = pending["retain_path"].as_array().cloned().unwrap_or_default();
+    let kinds: Vec<&str> = path.iter().map(|s| s["kind"].as_str().unwrap_or("")).collect();
+    assert_eq!(kinds, ["root", "managed", "managed", "native"], "{ctx}");
+    assert_eq!(path[0]["edge"], "__main__", "{ctx}");
+    assert_eq!(path[1]["edge"], ".PENDING", "{ctx}");
+    assert_eq!(path[2]["type"], "imgbuf.Buffer", "{ctx}");
+    assert_eq!(path[3]["bytes"], 3000, "{ctx}");
+    let by = pending["allocated_by"].as_str().unwrap_or_else(|| panic!("no allocated_by\n{ctx}"));
+    assert_eq!(by, "img_alloc_buffer ← decode_batch", "{ctx}");
+
+    // The bounded cache: listed, not a leak; its native bytes are its 200 buffers.
+    let cache = find("__main__.CACHE").unwrap_or_else(|| panic!("no retainer __main__.CACHE\n{ctx}"));
+    assert_eq!(cache["leak"], false, "{ctx}");
+    assert_within(
+        "native bytes retained by the cache",
+        f64_of(&cache["retained_last"], "native"),
+        200.0 * SIZE,
+        0.10,
+        &ctx,
+    );
+    // The temporaries: held by nothing that retains them (the interpreter's own holders of
+    // native blocks, e.g. locks in module globals, may be listed: none of them leaks).
+    for x in &retainers {
+        let c = x["container"].as_str().unwrap_or("");
+        if x["type"] == "imgbuf.Buffer" {
+            assert!(c == "__main__.PENDING" || c == "__main__.CACHE", "{c}\n{ctx}");
+        } else {
+            assert_eq!(x["leak"], false, "{c}\n{ctx}");
+        }
+    }
+
+    let verdict = str_of(r.get(&["verdict"]), "summary");
+    assert!(verdict.contains("`__main__.PENDING` retains +"), "{verdict}\n{ctx}");
+    assert!(verdict.contains("native, allocated by `img_alloc_buffer` ← `decode_batch`"), "{verdict}\n{ctx}");
+    assert!(!verdict.contains("CACHE"), "{verdict}\n{ctx}");
+    assert!(md.contains("Containers that retain native memory") && md.contains("not growing: not a leak"), "{md}");
+}
