@@ -423,7 +423,7 @@ pub fn find_teardown_functions(objects: &[MappedObject]) -> Vec<(MappedObject, &
     let mut out = Vec::new();
     for o in objects {
         let name = o.path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let libc = crate::system_libs::is_libc(&name);
+        let libc = leaktrace_analysis::system_libs::is_libc(&name);
         for &(kind, function) in TEARDOWN_FUNCTIONS {
             let wanted = match kind {
                 "libc" => libc,

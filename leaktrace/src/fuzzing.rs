@@ -13,10 +13,10 @@ pub fn python_walk(data: &[u8]) {
 /// A recording file as `report` and `compare` load it; when it loads, the analysis, every
 /// report, `check`'s evaluation and `compare` run on it.
 pub fn recording(data: &[u8]) {
-    if let Ok(rec) = crate::recording::Recording::parse(data) {
-        let a = crate::analyze::analyze(&rec, &crate::analyze::AnalyzeOptions { top: 10 });
-        let _ = crate::report::render(&rec, &a);
+    if let Ok(rec) = leaktrace_analysis::recording::Recording::parse(data) {
+        let a = leaktrace_analysis::analyze::analyze(&rec, &leaktrace_analysis::analyze::AnalyzeOptions { top: 10 });
+        let _ = leaktrace_analysis::report::render(&rec, &a);
         let _ = leaktrace_analysis::check::evaluate(&rec, 1024.0);
-        let _ = crate::compare::compare(&rec, "a", &rec, "b");
+        let _ = leaktrace_analysis::compare::compare(&rec, "a", &rec, "b");
     }
 }

@@ -5,10 +5,11 @@
 //! The data takes one road, and the modules follow it:
 //! target → [`discover`] (objects, allocator entry points) → [`probes`] (load the eBPF object,
 //! attach uprobes; [`unwind`] tables for the stack walk, with [`btf`] field offsets) → kernel (`leaktrace-ebpf`) → [`record`] (a checkpoint every interval, with
-//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`recording`] → [`pipeline`] (saved,
+//! [`procinfo`] memory figures and [`symbolize`]d stacks) → [`leaktrace_analysis::recording`] → [`pipeline`] (saved,
 //! analysed once, reported).
-//! Everything after the recording — [`analyze`], [`report`], the evaluation of [`check`],
-//! [`compare`] — is in the `leaktrace-analysis` crate (re-exported here under the same names).
+//! Everything after the recording — `analyze`, `report`, the evaluation of [`check`], `compare`
+//! — is in the `leaktrace-analysis` crate, which this crate names by its own name
+//! (`leaktrace_analysis::report`), so a path says which crate it is in.
 //! [`launch`] starts a command held before exec for `record -- CMD`. What the library has to tell
 //! the user goes through one reporter, [`notes`] (the command line installs it): no module
 //! prints to stderr itself.
@@ -55,5 +56,3 @@ pub mod unwind;
 pub mod uprobe_multi;
 // `leaktrace watch`, the node agent.
 pub mod watch;
-
-pub use leaktrace_analysis::{analyze, compare, merge, output, reachability, recording, report, system_libs};

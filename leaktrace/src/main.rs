@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use leaktrace::pipeline;
 use leaktrace::probes::Limits;
 use leaktrace::record::{self, RecordOptions, TargetSpec};
-use leaktrace::recording::{Mode, Recording};
+use leaktrace_analysis::recording::{Mode, Recording};
 
 #[derive(Parser)]
 #[command(
@@ -28,7 +28,7 @@ struct Cli {
     /// Permission bits (octal) of the output directories leaktrace makes; its files get the same
     /// bits without x. Default 0700 (files 0600): reports carry command lines and strings read
     /// from the targets. Within 0755, including 0700 (e.g. 0750 for a team's group).
-    #[arg(long, global = true, value_parser = leaktrace::output::parse_mode)]
+    #[arg(long, global = true, value_parser = leaktrace_analysis::output::parse_mode)]
     out_mode: Option<u32>,
 }
 
@@ -415,7 +415,7 @@ fn main() {
 /// Runs a command; Ok(exit code).
 fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Some(mode) = cli.out_mode {
-        leaktrace::output::set_mode(mode)?;
+        leaktrace_analysis::output::set_mode(mode)?;
     }
     match cli.command {
         Command::Record(a) => {
@@ -486,11 +486,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Report { dir, top, format } => {
             let rec = Recording::load(&dir.join("recording.json"))?;
-            let out = leaktrace::output::OutDir::existing(&dir)?;
-            let opts = leaktrace::analyze::AnalyzeOptions { top };
+            let out = leaktrace_analysis::output::OutDir::existing(&dir)?;
+            let opts = leaktrace_analysis::analyze::AnalyzeOptions { top };
             let files = match format {
-                ReportFormat::All => leaktrace::report::write_all(&rec, &out, &opts)?,
-                ReportFormat::Pprof => leaktrace::report::write_pprof(&rec, &out, &opts)?,
+                ReportFormat::All => leaktrace_analysis::report::write_all(&rec, &out, &opts)?,
+                ReportFormat::Pprof => leaktrace_analysis::report::write_pprof(&rec, &out, &opts)?,
             };
             for f in files {
                 println!("{}", f.display());
@@ -524,7 +524,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(if outcome.result.pass { 0 } else { 1 })
         }
         Command::Compare { before, after, out } => {
-            let outcome = leaktrace::compare::run(&before, &after, out)?;
+            let outcome = leaktrace_analysis::compare::run(&before, &after, out)?;
             print!("{}", outcome.text);
             Ok(0)
         }
@@ -573,7 +573,7 @@ fn print_outcome(o: &pipeline::RecordOutcome) {
         String::new()
     };
     println!("leaktrace: recorded {cps} checkpoints over {dur:.1}s ({}){analysed}", rec.end_reason);
-    println!("leaktrace: verdict: {}", leaktrace::report::verdict::sentence(&o.analysis));
+    println!("leaktrace: verdict: {}", leaktrace_analysis::report::verdict::sentence(&o.analysis));
     for f in &o.files {
         println!("  {}", f.display());
     }

@@ -5,12 +5,12 @@
 
 use std::path::PathBuf;
 
-use crate::analyze::{Analysis, AnalyzeOptions, analyze};
 use crate::launch::ExitStatus;
-use crate::output::{self, OutDir};
 use crate::record::{self, RecordOptions, RecordedProcess, TargetSpec};
-use crate::recording::{EndReason, Recording};
-use crate::report::{self, summary::SummaryRow};
+use leaktrace_analysis::analyze::{Analysis, AnalyzeOptions, analyze};
+use leaktrace_analysis::output::{self, OutDir};
+use leaktrace_analysis::recording::{EndReason, Recording};
+use leaktrace_analysis::report::{self, summary::SummaryRow};
 
 /// One recorded process, saved and reported.
 #[derive(Debug)]
@@ -163,12 +163,12 @@ pub fn record(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<RecordOut
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::{Checkpoint, SiteSample};
+    use leaktrace_analysis::recording::{Checkpoint, SiteSample};
 
     #[test]
     fn finish_saves_analyses_once_and_renders_from_that_analysis() {
         let mut rec: Recording = serde_json::from_value(serde_json::json!({
-            "format_version": crate::recording::FORMAT_VERSION, "leaktrace_version": "t",
+            "format_version": leaktrace_analysis::recording::FORMAT_VERSION, "leaktrace_version": "t",
             "target": {"pid": 77, "command": ["./app"], "exe": "/app", "launched": true, "exit_status": 0},
             "mode": "exact", "started_unix_ms": 0, "interval_s": 1.0, "probes": [],
             "stacks": [{"id": 1, "kind": "malloc", "frames": [

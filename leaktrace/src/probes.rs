@@ -24,7 +24,7 @@ use leaktrace_common::counter::Counter;
 use leaktrace_common::{MapEvent, ObjectId, ObjectTable, SiteKey, SiteStats, StackFrames, UnwindRow, program};
 
 use crate::discover::ProbePoint;
-use crate::recording::{ProbeInfo, ProbeKind};
+use leaktrace_analysis::recording::{ProbeInfo, ProbeKind};
 
 mod attach;
 pub use attach::ProbeMark;
@@ -77,7 +77,7 @@ impl Default for Limits {
 /// and recording.json); the sampled mode's mean distance is [`RecordOptions`]'s `sample_bytes`.
 ///
 /// [`RecordOptions`]: crate::record::RecordOptions
-pub use crate::recording::Mode;
+pub use leaktrace_analysis::recording::Mode;
 
 /// Mean sampling distance of sampled mode when none is given (`--mode sampled` without
 /// `--sample-bytes`), bytes: as tcmalloc, 512 KiB.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::recording::ProcMemory;
+use leaktrace_analysis::recording::ProcMemory;
 
 /// Memory of `pid` from /proc/PID/status (VmRSS, RssAnon, RssFile, RssShmem, VmSize, converted
 /// from kB to bytes; through a live thread when the main thread has exited, see [`mm_task`]).

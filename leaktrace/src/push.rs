@@ -3,7 +3,7 @@
 //!
 //! Format: Pyroscope's ingest API (`POST URL/ingest?name=NAME{LABELS}&from=S&until=S&format=pprof`,
 //! a `multipart/form-data` body with the fields `profile` (the gzipped pprof heap profile of
-//! [`crate::report::pprof::heap_profile`]), `prev_profile` (the one sent before for that
+//! [`leaktrace_analysis::report::pprof::heap_profile`]), `prev_profile` (the one sent before for that
 //! process, or an empty profile) and `sample_type_config` (JSON: `inuse_objects`/`inuse_space`
 //! are snapshots, aggregated by average; `alloc_objects`/`alloc_space` are cumulative since
 //! attach, so the server takes the difference with `prev_profile`). `from`/`until` are Unix
@@ -54,9 +54,9 @@ mod credentials;
 pub use credentials::PushAuth;
 use credentials::{agent, authorization, parse_basic_auth_file, parse_ca_file, parse_token_file};
 
-use crate::analyze::{AnalyzeOptions, analyze};
-use crate::recording::Recording;
-use crate::report::pprof;
+use leaktrace_analysis::analyze::{AnalyzeOptions, analyze};
+use leaktrace_analysis::recording::Recording;
+use leaktrace_analysis::report::pprof;
 
 /// Waits between attempts of one push: after the first failure 0.5 s, then 1, 2, 4 and 8 s;
 /// after the last retry the push is given up (and said so).
@@ -506,7 +506,7 @@ fn urlencode(s: &str) -> String {
 /// than letters, digits, '-', '_', '.' replaced by '_'; "leaktrace" if nothing is left).
 fn app_base_name(cfg: &PushConfig, rec: &Recording) -> String {
     cfg.name.clone().unwrap_or_else(|| {
-        let base = crate::analyze::basename(&rec.target.exe);
+        let base = leaktrace_analysis::analyze::basename(&rec.target.exe);
         let clean: String =
             base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
         if clean.is_empty() { "leaktrace".into() } else { clean }
@@ -647,7 +647,7 @@ mod tests {
     /// A small leaking recording (the analysis crate's test fixtures are private to it).
     fn recording() -> Recording {
         let mut rec: Recording = serde_json::from_value(serde_json::json!({
-            "format_version": crate::recording::FORMAT_VERSION, "leaktrace_version": "t",
+            "format_version": leaktrace_analysis::recording::FORMAT_VERSION, "leaktrace_version": "t",
             "target": {"pid": 4242, "command": ["./server", "--port", "8080"], "exe": "/opt/server/bin/server",
                        "launched": true, "exit_status": 0},
             "mode": "exact", "started_unix_ms": 0, "interval_s": 1.0, "probes": [],
@@ -658,9 +658,9 @@ mod tests {
         }))
         .unwrap();
         rec.checkpoints = (0..=60u64)
-            .map(|t| crate::recording::Checkpoint {
+            .map(|t| leaktrace_analysis::recording::Checkpoint {
                 t_s: t as f64,
-                sites: vec![crate::recording::SiteSample {
+                sites: vec![leaktrace_analysis::recording::SiteSample {
                     stack: 1,
                     alloc_bytes: 1000 * (t + 1),
                     alloc_count: t + 1,
@@ -712,7 +712,10 @@ mod tests {
         };
         let rec = recording();
         let name = app_name(&cfg, &rec);
-        assert_eq!(name, format!("{}{{env=test,pid={}}}", crate::analyze::basename(&rec.target.exe), rec.target.pid));
+        assert_eq!(
+            name,
+            format!("{}{{env=test,pid={}}}", leaktrace_analysis::analyze::basename(&rec.target.exe), rec.target.pid)
+        );
         assert_eq!(urlencode("a{b=c,d}"), "a%7Bb%3Dc%2Cd%7D");
     }
 

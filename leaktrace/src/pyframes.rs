@@ -19,7 +19,7 @@ use leaktrace_common::{PyFrame, PyTarget, py_offset};
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 
 use crate::discover::MappedObject;
-use crate::recording::{Frame, FrameKind};
+use leaktrace_analysis::recording::{Frame, FrameKind};
 
 /// The structure offsets of one CPython version (bytes).
 #[derive(Clone, Copy, Debug)]

@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::time::Duration;
 
-use crate::recording::{Checkpoint, SiteSample, Stack};
+use leaktrace_analysis::recording::{Checkpoint, SiteSample, Stack};
 
 /// Trend window: live bytes and RSS per second are measured against the checkpoint at least this
 /// many seconds old (the first one while the recording is shorter).
@@ -213,7 +213,7 @@ fn occupied(procs: &[ProcessStatus<'_>]) -> Option<(u64, u64)> {
                 .get(*id as usize)
                 .filter(|st| st.id == *id)
                 .or_else(|| p.stacks.iter().find(|st| st.id == *id));
-            let map = st.filter(|st| st.kind != crate::recording::StackKind::Malloc);
+            let map = st.filter(|st| st.kind != leaktrace_analysis::recording::StackKind::Malloc);
             if map.is_some_and(leaktrace_analysis::runtimes::is_malloc_arena_mapping) {
                 continue;
             }
@@ -252,7 +252,7 @@ fn fastest_site(procs: &[ProcessStatus<'_>], t_s: f64) -> Option<(String, f64)> 
             }
         }
     }
-    best.map(|(g, st)| (crate::analyze::culprit(st).1, g as f64 / t_s))
+    best.map(|(g, st)| (leaktrace_analysis::analyze::culprit(st).1, g as f64 / t_s))
 }
 
 /// Bytes with a binary unit, one decimal (leaktrace-analysis's `human::bytes`).
@@ -269,12 +269,12 @@ fn signed_human(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::Frame;
+    use leaktrace_analysis::recording::Frame;
 
     fn stack(id: u32, f: &str) -> Stack {
         Stack {
             id,
-            kind: crate::recording::StackKind::Malloc,
+            kind: leaktrace_analysis::recording::StackKind::Malloc,
             frames: vec![
                 Frame { function: Some("malloc".into()), object: Some("/lib/libc.so.6".into()), ..Default::default() }
                     .into(),
@@ -319,7 +319,8 @@ mod tests {
         );
         // With memory figures: the occupied heap (6,096 B live) against RSS anon (12,192 B).
         let mut with_memory = latest.clone();
-        with_memory.memory = Some(crate::recording::ProcMemory { rss_anon_bytes: 12_192, ..Default::default() });
+        with_memory.memory =
+            Some(leaktrace_analysis::recording::ProcMemory { rss_anon_bytes: 12_192, ..Default::default() });
         let t = st.text(5.0, &[ProcessStatus { latest: Some(&with_memory), ..p(6096, (1 << 20) + 8192) }]);
         assert!(t.contains("live 6.0 KiB (+1019 B/s), occupied 50 % of RSS anon; fastest"), "{t}");
     }
@@ -330,7 +331,8 @@ mod tests {
     fn growth_mode_says_touched_not_live() {
         let stacks = vec![stack(0, "handle_request")];
         let mut latest = Checkpoint { t_s: 2.0, ..Default::default() };
-        latest.memory = Some(crate::recording::ProcMemory { rss_anon_bytes: 1 << 20, ..Default::default() });
+        latest.memory =
+            Some(leaktrace_analysis::recording::ProcMemory { rss_anon_bytes: 1 << 20, ..Default::default() });
         let last = HashMap::from([(0, sample(0, 8192))]);
         let mut st = Status::new(StatusMode::Plain, None).growth_mode(true);
         let p = ProcessStatus {

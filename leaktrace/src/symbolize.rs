@@ -24,7 +24,7 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 
-use crate::recording::Frame;
+use leaktrace_analysis::recording::Frame;
 
 /// One executable mapping of the target.
 #[derive(Clone, Debug)]
@@ -276,7 +276,7 @@ impl StackSymbolizer {
     /// For the mappings of the pprof profiles: every executable mapping seen so far
     /// (unmapped ones included), by start address, each with its object's GNU build ID (read
     /// from the open file once per object, the same cached value the frames carry).
-    pub fn mappings(&mut self) -> Vec<crate::recording::ObjectMapping> {
+    pub fn mappings(&mut self) -> Vec<leaktrace_analysis::recording::ObjectMapping> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
         for m in &self.maps {
@@ -285,7 +285,7 @@ impl StackSymbolizer {
                 continue;
             }
             let (build_id, python_extension) = object_facts(&m.key, obj);
-            out.push(crate::recording::ObjectMapping {
+            out.push(leaktrace_analysis::recording::ObjectMapping {
                 start: m.start,
                 end: m.end,
                 offset: m.offset,
@@ -448,7 +448,7 @@ impl StackSymbolizer {
     /// first symbolized (`jcmd PID Compiler.perfmap`, or a function Node compiled later) names
     /// it. A return address is looked up one byte back, as in [`StackSymbolizer::symbolize`].
     /// Returns how many frames were named (0 without a map).
-    pub fn name_jit_frames(&mut self, stacks: &mut [crate::recording::Stack]) -> usize {
+    pub fn name_jit_frames(&mut self, stacks: &mut [leaktrace_analysis::recording::Stack]) -> usize {
         let unnamed = |f: &Frame| f.object.is_none() && f.function.is_none();
         if !stacks.iter().any(|s| s.frames.iter().any(|f| unnamed(f)))
             || !self.perf_map.refresh(self.pid, self.ns_pid())

@@ -9,8 +9,8 @@
 
 use leaktrace_analysis::holds::RuntimeHolds;
 
-use crate::recording::Runtime;
 use crate::runtimes::RuntimeInstance;
+use leaktrace_analysis::recording::Runtime;
 
 pub mod cdp;
 pub mod census;

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use leaktrace_common::SiteKey;
 
-use crate::reachability::{Link, Reachability, SiteReach};
-use crate::system_libs::is_glibc;
 use blocks::Block;
+use leaktrace_analysis::reachability::{Link, Reachability, SiteReach};
+use leaktrace_analysis::system_libs::is_glibc;
 use roots::{Region, RootKind};
 
 /// Options of the scan.

@@ -28,10 +28,10 @@ use anyhow::Context as _;
 use super::live::Live;
 use super::session::Session;
 use super::{RecordOptions, Traced};
-use crate::analyze::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
 use crate::procinfo;
-use crate::recording::Mode;
-use crate::recording::{EndReason, Recording};
+use leaktrace_analysis::analyze::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
+use leaktrace_analysis::recording::Mode;
+use leaktrace_analysis::recording::{EndReason, Recording};
 
 /// Checkpoints of the exact window: about this many over its duration.
 const WINDOW_CHECKPOINTS: u32 = 20;

@@ -8,7 +8,7 @@ use leaktrace_common::MapEvent;
 
 use crate::probes::Tracer;
 use crate::procinfo;
-use crate::recording::Checkpoint;
+use leaktrace_analysis::recording::Checkpoint;
 
 use super::session::{SessionState, Tracee, Tracing};
 use super::sink::{SinkCx, Sinks};

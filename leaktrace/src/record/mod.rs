@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use crate::discover::{self, WorkProbeSpec};
 use crate::launch::{self, ExitStatus, HeldChild};
 use crate::probes::{Limits, Mode, Tracer};
-use crate::recording::{EndReason, Recording, Target};
-use crate::{output, procinfo};
+use crate::procinfo;
+use leaktrace_analysis::output;
+use leaktrace_analysis::recording::{EndReason, Recording, Target};
 
 pub(crate) mod ending;
 pub(crate) mod escalate;
@@ -206,7 +207,7 @@ impl RecordOptions {
 /// such process, "FLAG: PID N runs no CPython interpreter; WHAT", on stderr and in its report's
 /// caveats (its recording's warnings).
 fn note_without_python(targets: &mut [Traced], flag: &str, what: &str) {
-    for t in targets.iter_mut().filter(|t| t.runtime_name() != Some(crate::recording::Runtime::Python)) {
+    for t in targets.iter_mut().filter(|t| t.runtime_name() != Some(leaktrace_analysis::recording::Runtime::Python)) {
         let line = format!("{flag}: PID {} runs no CPython interpreter; {what}", t.pid);
         crate::note!("leaktrace: {line}");
         t.warnings.push(line);
@@ -450,7 +451,7 @@ struct Ended {
     /// Processes of the session (forked children included).
     processes_seen: usize,
     /// The end-of-session reachability scans, by PID.
-    reach: std::collections::HashMap<u32, crate::reachability::Reachability>,
+    reach: std::collections::HashMap<u32, leaktrace_analysis::reachability::Reachability>,
     /// Growth mode's exact windows, by PID.
     escalations: std::collections::BTreeMap<u32, Recording>,
     detach: Option<std::thread::JoinHandle<()>>,
@@ -528,7 +529,7 @@ fn end_of_session(
     opts: &RecordOptions,
     (start, t_zero): (Instant, Instant),
     dir: &std::path::Path,
-) -> std::collections::HashMap<u32, crate::reachability::Reachability> {
+) -> std::collections::HashMap<u32, leaktrace_analysis::reachability::Reachability> {
     // JIT frames named from the runtime's perf map as it is at the end (with --jvm-perf-map, the
     // JVM writes it once more first), before a reachability scan stops the target.
     for t in targets.iter_mut() {
@@ -539,7 +540,9 @@ fn end_of_session(
         t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
         t.census.heap_dump(dir, alive, &|| start.elapsed().as_secs_f64(), units);
     }
-    if opts.jvm_perf_map && !targets.iter().any(|t| t.runtime_name() == Some(crate::recording::Runtime::Jvm)) {
+    if opts.jvm_perf_map
+        && !targets.iter().any(|t| t.runtime_name() == Some(leaktrace_analysis::recording::Runtime::Jvm))
+    {
         // Said, not silently ignored: the user asked for something that had nothing to act on.
         let line = "--jvm-perf-map did nothing: no traced process runs a JVM".to_string();
         crate::note!("leaktrace: {line}");
@@ -631,7 +634,7 @@ fn select_pids(spec: &TargetSpec, opts: &RecordOptions, by_group: bool) -> anyho
 /// `pid-N` subdirectory when `several`).
 fn assemble(
     session_targets: Vec<Traced>,
-    mut reach: std::collections::HashMap<u32, crate::reachability::Reachability>,
+    mut reach: std::collections::HashMap<u32, leaktrace_analysis::reachability::Reachability>,
     end_reason: EndReason,
     several: bool,
     dir: &std::path::Path,
@@ -662,7 +665,7 @@ fn assemble(
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.
-        crate::merge::merge_identical_stacks(&mut recording);
+        leaktrace_analysis::merge::merge_identical_stacks(&mut recording);
         let subdir = several.then(|| format!("pid-{}", t.pid));
         let tdir = subdir.as_ref().map_or_else(|| dir.to_path_buf(), |s| dir.join(s));
         processes.push(RecordedProcess { dir: tdir, subdir, exit_status: t.exit_status, recording });
@@ -676,7 +679,7 @@ impl Traced {
     /// `record_all` moves the bulk in; a periodic push ([`Traced::snapshot`]) clones it.
     fn recording_head(&mut self, opts: &RecordOptions, started_unix_ms: u64) -> Recording {
         Recording {
-            format_version: crate::recording::FORMAT_VERSION,
+            format_version: leaktrace_analysis::recording::FORMAT_VERSION,
             leaktrace_version: env!("CARGO_PKG_VERSION").to_string(),
             target: Target {
                 pid: self.pid,
@@ -722,7 +725,7 @@ impl Traced {
             end_reason: self.session.end_reason.unwrap_or(EndReason::Running),
             ..self.recording_head(opts, started_unix_ms)
         };
-        crate::merge::merge_identical_stacks(&mut rec);
+        leaktrace_analysis::merge::merge_identical_stacks(&mut rec);
         rec
     }
 }

@@ -25,7 +25,7 @@ pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOpti
     for t in targets.iter_mut() {
         if t.session.end_reason.is_some()
             || !crate::procinfo::alive(t.pid)
-            || t.runtime_name() != Some(crate::recording::Runtime::Python)
+            || t.runtime_name() != Some(leaktrace_analysis::recording::Runtime::Python)
         {
             continue;
         }
@@ -114,7 +114,7 @@ fn name_nowhere(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
             .collect();
         if let Some(&(_, _, id)) = ranked.iter().max_by_key(|&&(ext, n, id)| (ext, n, std::cmp::Reverse(id))) {
             h.allocated_stack = Some(id);
-            h.allocated_by = t.stacks.get(id as usize).map(|s| crate::analyze::culprit(s).1);
+            h.allocated_by = t.stacks.get(id as usize).map(|s| leaktrace_analysis::analyze::culprit(s).1);
         }
     }
 }
@@ -136,7 +136,7 @@ fn name_retained(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
         let id = t.stack_for(tracer, key);
         r.allocated_stack = Some(id);
         r.allocated_by = t.stacks.get(id as usize).map(|s| {
-            let (i, f) = crate::analyze::culprit(s);
+            let (i, f) = leaktrace_analysis::analyze::culprit(s);
             match i.and_then(|i| s.frames.get(i + 1)).and_then(|fr| fr.function.clone()) {
                 Some(caller) => format!("{f} ← {caller}"),
                 None => f,

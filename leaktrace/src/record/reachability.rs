@@ -9,7 +9,7 @@ use leaktrace_common::SiteKey;
 
 use crate::probes::{Mode, Tracer};
 use crate::reach::{self, Names};
-use crate::reachability::Reachability;
+use leaktrace_analysis::reachability::Reachability;
 
 use super::traced::Traced;
 
@@ -22,7 +22,7 @@ struct TracedNames<'a> {
 impl Names for TracedNames<'_> {
     fn site(&mut self, key: SiteKey) -> (u32, Option<String>) {
         let id = self.traced.stack_for(self.tracer, key);
-        let f = self.traced.stacks.get(id as usize).map(|s| crate::analyze::culprit(s).1);
+        let f = self.traced.stacks.get(id as usize).map(|s| leaktrace_analysis::analyze::culprit(s).1);
         (id, f)
     }
 

@@ -20,7 +20,7 @@ use super::traced::Traced;
 use super::{RecordOptions, procinfo};
 use crate::discover;
 use crate::probes::{Mode, Tracer};
-use crate::recording::{EndReason, Recording};
+use leaktrace_analysis::recording::{EndReason, Recording};
 
 /// Periodic checkpoints between two rescans of a process's objects (libraries it loaded since,
 /// its runtime): every 10 s at `watch`'s default interval.
@@ -272,7 +272,7 @@ fn window_recording(t: &mut Traced, opts: &RecordOptions, end_reason: EndReason,
         warnings: std::mem::take(&mut t.warnings),
         ..t.recording_head(opts, start_unix_ms + shift_ms.max(0) as u64)
     };
-    crate::merge::merge_identical_stacks(&mut rec);
+    leaktrace_analysis::merge::merge_identical_stacks(&mut rec);
     rec
 }
 

@@ -10,7 +10,7 @@ use leaktrace_common::MapEvent;
 use leaktrace_common::event::Event;
 
 use crate::discover::WorkProbeSpec;
-use crate::recording::{Checkpoint, EndReason};
+use leaktrace_analysis::recording::{Checkpoint, EndReason};
 
 use super::{BatchSize, RecordOptions, Schedule};
 

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use crate::probes::{Mode, Tracer};
-use crate::recording::Recording;
+use leaktrace_analysis::recording::Recording;
 
 use super::RecordOptions;
 use super::traced::Traced;

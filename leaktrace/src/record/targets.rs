@@ -110,7 +110,7 @@ pub(super) fn launch_objects(exe: &Path) -> anyhow::Result<Vec<MappedObject>> {
         let _ = add(&lib);
     }
     for o in discover::mapped_objects(std::process::id())? {
-        if crate::system_libs::is_libc(&o.path.to_string_lossy()) {
+        if leaktrace_analysis::system_libs::is_libc(&o.path.to_string_lossy()) {
             add(&o.path)?;
         }
     }

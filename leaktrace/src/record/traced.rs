@@ -12,8 +12,10 @@ use crate::launch::{self, ExitStatus};
 use crate::mappings::{self, AddressSpace};
 use crate::probes::{Mode, Tracer};
 use crate::procinfo;
-use crate::recording::{AllocatorFootprint, Checkpoint, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind};
 use crate::symbolize::StackSymbolizer;
+use leaktrace_analysis::recording::{
+    AllocatorFootprint, Checkpoint, Frame, ProbeInfo, ProbeKind, SiteSample, Stack, StackKind,
+};
 
 use super::ending::{OomWatch, ending, memory_events_of, memory_limit_of, oom_kills};
 
@@ -67,14 +69,14 @@ pub(super) struct Traced {
     /// The last sample recorded for each stack (checkpoints keep only changed sites).
     pub(super) last_samples: HashMap<u32, SiteSample>,
     /// Reachability scans taken during the recording (`--reachability-every`), oldest first.
-    pub(super) reach_scans: Vec<crate::reachability::Reachability>,
+    pub(super) reach_scans: Vec<leaktrace_analysis::reachability::Reachability>,
     /// The reachability scan taken at the teardown stop (a launched command's `exit`), kept as
     /// the recording's scan when the process then exits.
-    pub(super) reach_at_exit: Option<crate::reachability::Reachability>,
+    pub(super) reach_at_exit: Option<leaktrace_analysis::reachability::Reachability>,
     /// Python heap censuses (`--python-heap`) and where the interpreter is.
     pub(super) py_heap: super::py_heap_state::PyHeap,
     /// Every execve seen during the recording.
-    pub(super) execs: Vec<crate::recording::ExecChange>,
+    pub(super) execs: Vec<leaktrace_analysis::recording::ExecChange>,
     /// A launched command's own exec (from leaktrace's held child into the command) is still to
     /// come through the exec tracepoint: not an exec of the recording.
     pub(super) launch_exec_pending: bool,
@@ -325,8 +327,12 @@ impl Traced {
         }
         let to = procinfo::exe(self.pid);
         let command = procinfo::cmdline(self.pid);
-        let change =
-            crate::recording::ExecChange { t_s, from: self.exe.clone(), to: to.clone(), command: command.clone() };
+        let change = leaktrace_analysis::recording::ExecChange {
+            t_s,
+            from: self.exe.clone(),
+            to: to.clone(),
+            command: command.clone(),
+        };
         crate::note!(
             "leaktrace: PID {} exec'd {} at t={t_s:.1}s (was {}): re-discovering its objects",
             self.pid,
@@ -628,7 +634,7 @@ impl Traced {
     /// poll (under [`LIVE_SEEN_FOR`] ago), else found now. A reading that fails through the
     /// task seen before (the main thread, or the thread, exited since) is taken again through
     /// the task found now.
-    fn memory_now(&mut self) -> (u32, Option<crate::recording::ProcMemory>) {
+    fn memory_now(&mut self) -> (u32, Option<leaktrace_analysis::recording::ProcMemory>) {
         let seen = self.live_seen.take().filter(|(at, _)| at.elapsed() < LIVE_SEEN_FOR).map(|(_, task)| task);
         if let Some(mm) = seen
             && let Some(m) = procinfo::memory_through(self.pid, mm)
@@ -643,7 +649,9 @@ impl Traced {
     /// mimalloc, tcmalloc: allocators whose mappings have no shape of their own) and CPython's
     /// allocator is not (`--pymalloc`: its blocks lie in the runtime's arenas).
     fn other_malloc(&self) -> bool {
-        self.probes.iter().any(|p| p.function.ends_with("malloc") && !crate::system_libs::is_libc(&p.object))
+        self.probes
+            .iter()
+            .any(|p| p.function.ends_with("malloc") && !leaktrace_analysis::system_libs::is_libc(&p.object))
             && !self.probes.iter().any(|p| p.function.starts_with("PyObject_"))
     }
 
@@ -923,7 +931,7 @@ mod tests {
 
     #[test]
     fn thinning_keeps_sparse_totals_and_batches() {
-        use crate::recording::{Checkpoint, SiteSample};
+        use leaktrace_analysis::recording::{Checkpoint, SiteSample};
         let sample = |stack: u32, a: u64| SiteSample { stack, alloc_bytes: a, alloc_count: 1, ..Default::default() };
         let mut cps: Vec<Checkpoint> = (0..10)
             .map(|i| Checkpoint {

@@ -9,7 +9,7 @@ use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions};
 use crate::holds::census::{CensusOptions, RuntimeCensus};
 use crate::holds::go::GoCensus;
 use crate::objects::MappedObject;
-use crate::recording::{ManagedHeap, Runtime};
+use leaktrace_analysis::recording::{ManagedHeap, Runtime};
 
 /// The Go toolchain version that built `path` ("go1.19.8"), or Some(None) for a Go binary whose
 /// version cannot be read; None when `path` is not a Go binary.

@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt as _;
 use object::{Object as _, ObjectSymbol as _};
 
 use super::HeapGauge;
-use crate::recording::ManagedHeap;
+use leaktrace_analysis::recording::ManagedHeap;
 
 /// The Go runtime's page size (`runtime._PageSize`, 8 KiB on every platform).
 const GO_PAGE_BYTES: u64 = 8192;

@@ -17,8 +17,8 @@ use super::{HeapGauge, Process, RuntimeInfo, RuntimeInstance, RuntimeOptions, fi
 use crate::holds::census::{CensusOptions, JvmHolds, RuntimeCensus};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;
-use crate::recording::ManagedHeap;
-use crate::recording::Runtime;
+use leaktrace_analysis::recording::ManagedHeap;
+use leaktrace_analysis::recording::Runtime;
 
 /// Detect a JVM: a mapped libjvm.so.
 pub fn detect(pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {

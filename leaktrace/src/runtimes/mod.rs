@@ -18,8 +18,8 @@ use std::sync::Arc;
 use crate::holds::census::{CensusOptions, RuntimeCensus};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;
-use crate::recording::{Frame, ManagedHeap, Runtime, Stack};
 use crate::symbolize::StackSymbolizer;
+use leaktrace_analysis::recording::{Frame, ManagedHeap, Runtime, Stack};
 
 pub mod attach;
 pub mod go;

@@ -6,7 +6,7 @@ use leaktrace_analysis::runtimes::node::is_node_object;
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};
 use crate::holds::census::{CensusOptions, RuntimeCensus};
 use crate::objects::MappedObject;
-use crate::recording::Runtime;
+use leaktrace_analysis::recording::Runtime;
 
 /// Detect Node: a mapped object named node/nodejs/libnode.so that exports N-API.
 pub fn detect(_pid: u32, objects: &[MappedObject]) -> Option<RuntimeInfo> {

@@ -9,8 +9,8 @@ use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;
 use crate::pyframes::{self, Interpreter};
-use crate::recording::{Frame, Runtime};
 use crate::symbolize::StackSymbolizer;
+use leaktrace_analysis::recording::{Frame, Runtime};
 
 /// Detect CPython: a mapped libpython, or an executable named python* that defines the
 /// interpreter's allocator (Debian's static-libpython build). `pymalloc`: CPython's allocator

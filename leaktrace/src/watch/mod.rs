@@ -4,7 +4,7 @@
 //! eBPF programs loaded once); the selector is rescanned every 5 s, so processes that start are
 //! attached then and those that end are dropped, and each process's recording is cut every
 //! `--window` (at once when it ends). Each window's recording of each process is
-//! analysed by the same analysis as `record` ([`crate::analyze::analyze`]), giving the online
+//! analysed by the same analysis as `record` ([`leaktrace_analysis::analyze::analyze`]), giving the online
 //! verdict. A process whose verdict is a leak in `--escalate-after` windows in a row gets an
 //! exact window (`record/escalate.rs`'s, `--escalate-for` long; at most `--max-escalations` at
 //! once, none again within `--cooldown`), and its report (the growth window and the exact one)
@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::output::OutDir;
 use crate::probes::Mode;
 use crate::record::{self, RecordOptions};
-use crate::recording::{EndReason, Recording};
+use leaktrace_analysis::output::OutDir;
+use leaktrace_analysis::recording::{EndReason, Recording};
 
 pub mod budget;
 pub mod cli;
@@ -153,7 +153,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
     };
     let out = match &opts.out {
         Some(p) => OutDir::for_out(p)?,
-        None => OutDir::create_named(&crate::output::timestamped_dir("watch"))?,
+        None => OutDir::create_named(&leaktrace_analysis::output::timestamped_dir("watch"))?,
     };
     let state = Arc::new(Mutex::new(WatchState::default()));
     if let Some(l) = listener {

@@ -10,10 +10,10 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use crate::analyze::Analysis;
-use crate::output::OutDir;
-use crate::recording::Recording;
+use leaktrace_analysis::analyze::Analysis;
 use leaktrace_analysis::human::bytes as human_bytes;
+use leaktrace_analysis::output::OutDir;
+use leaktrace_analysis::recording::Recording;
 
 use super::state::Proc;
 
@@ -134,7 +134,7 @@ pub(super) fn write(
 
 /// oom.md: the kill, the limit, what it held, and its memory over the last minutes (a row
 /// every 10 s, and the last sample).
-fn markdown(pid: u32, facts: &Facts, sites: &[crate::analyze::SiteAnalysis], p: &Proc) -> String {
+fn markdown(pid: u32, facts: &Facts, sites: &[leaktrace_analysis::analyze::SiteAnalysis], p: &Proc) -> String {
     let mut m = format!("# OOM kill of PID {pid} ({})\n\n", p.labels.comm);
     if let (Some(pod), ns) = (&p.labels.pod, &p.labels.namespace) {
         let _ = writeln!(m, "Pod {}/{pod}.\n", ns.as_deref().unwrap_or("?"));
@@ -150,7 +150,7 @@ fn markdown(pid: u32, facts: &Facts, sites: &[crate::analyze::SiteAnalysis], p: 
     m.push_str("| bytes | growth | function |\n| ---: | ---: | --- |\n");
     for s in sites.iter().filter(|s| s.held_bytes().0 > 0).take(HELD_SITES) {
         let under = s.first_touch_in.as_ref().map_or(String::new(), |f| {
-            if s.kind == crate::recording::StackKind::Mmap {
+            if s.kind == leaktrace_analysis::recording::StackKind::Mmap {
                 format!(" (pages mapped by the allocator, {f})")
             } else {
                 format!(" (first touched inside the allocator, {f})")

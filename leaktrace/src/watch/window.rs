@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use super::WatchOptions;
 use super::state::{EscalationSummary, GrownStack, WatchState, WindowVerdict};
-use crate::analyze::{AnalyzeOptions, analyze};
-use crate::output::OutDir;
 use crate::record::RecordOptions;
-use crate::recording::Recording;
+use leaktrace_analysis::analyze::{AnalyzeOptions, analyze};
+use leaktrace_analysis::output::OutDir;
+use leaktrace_analysis::recording::Recording;
 
 /// Judge every recording of the window: each process's verdict (the same analysis as
 /// `record`'s), an OOM-time report for those the OOM killer took. Returns the recordings of
@@ -28,7 +28,7 @@ pub(super) fn judge(
         let a = analyze(&rec, &AnalyzeOptions { top: opts.top });
         let verdict = WindowVerdict {
             class: if a.verdict.inconclusive { "inconclusive".into() } else { a.verdict.class.as_str().to_string() },
-            sentence: crate::report::verdict::sentence(&a),
+            sentence: leaktrace_analysis::report::verdict::sentence(&a),
             growth_bytes_per_s: a.rss_anon_trend.as_ref().map_or(0.0, |t| t.slope_bytes_per_s),
             lost_events: a.drops_total,
         };
@@ -102,7 +102,7 @@ fn say_verdict(pid: u32, comm: &str, v: &WindowVerdict) {
 /// its analysis; None when it died between windows) and say where it is.
 pub(super) fn report_oom(
     pid: u32,
-    window: Option<(&Recording, &crate::analyze::Analysis)>,
+    window: Option<(&Recording, &leaktrace_analysis::analyze::Analysis)>,
     p: &super::state::Proc,
     out: &OutDir,
     state: &Mutex<WatchState>,
@@ -120,7 +120,7 @@ pub(super) fn report_oom(
 
 /// The window's sites that grew, as [`GrownStack`]s (growth over the window, bytes), the
 /// 50 largest.
-fn grown_by_stack(a: &crate::analyze::Analysis) -> Vec<GrownStack> {
+fn grown_by_stack(a: &leaktrace_analysis::analyze::Analysis) -> Vec<GrownStack> {
     let mut v: Vec<GrownStack> = a
         .sites
         .iter()
@@ -175,7 +175,7 @@ pub(super) fn escalate(
                     .collect();
                 Ok(EscalationSummary {
                     dir: dir.path().to_path_buf(),
-                    sentence: crate::report::verdict::sentence(&a),
+                    sentence: leaktrace_analysis::report::verdict::sentence(&a),
                     sites,
                 })
             })();

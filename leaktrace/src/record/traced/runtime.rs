@@ -3,8 +3,8 @@
 //! runtime is named here: what each does is in its module under `crate::runtimes`.
 use super::*;
 
-use crate::recording::Runtime;
 use crate::runtimes::{Process, RuntimeInstance, RuntimeOptions};
+use leaktrace_analysis::recording::Runtime;
 
 impl Traced {
     /// Which runtime the process runs, once detected.
