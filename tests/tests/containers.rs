@@ -673,9 +673,10 @@ fn the_daemonsets_capabilities_as_a_bounding_set() {
 /// What `watch --push` sent (`pushes`, decoded by the real `go tool pprof`): the leaker's
 /// profiles are named with its pod, namespace and container, and its growth profile's samples
 /// carry the `leak` class; each cache process is pushed with its own pod's labels, never the
-/// leaker's, and no sample of its profiles is classed a leak. (The growth-mode stacks of this
-/// static fixture in its container stop at glibc's `_int_malloc`, so the pushed profile does not
-/// name leak_message; the escalation report, checked above, does.)
+/// leaker's, and no sample of its profiles is classed a leak. The growth-mode stacks of this
+/// static fixture charge its pages to glibc's `_int_malloc` (first touch), so the growth profile
+/// does not name leak_message; the exact window's profile, pushed once with `window=exact`, does,
+/// and only the leaker is escalated.
 fn assert_pushed_with_pod_labels(
     pushes: &[Received],
     leaker: &str,
@@ -693,7 +694,7 @@ fn assert_pushed_with_pod_labels(
     // names its own pod: the labels follow the PID, also across the cache pod's re-creation.
     for g in pushes.iter().filter(|g| g.status == 200) {
         let n = query_param(&g.target, "name").unwrap_or_default();
-        if !n.starts_with("growth{") {
+        if !n.starts_with("growth{") || n.contains("window=exact") {
             continue;
         }
         let known =
@@ -731,6 +732,22 @@ fn assert_pushed_with_pod_labels(
         }
     }
     eprintln!("{} growth push(es) of the leaker, {cache_pushes} of the cache pods", leaks.len());
+    // The exact window: pushed for the leaker alone, with its pod's labels, naming leak_message.
+    let exact_name = format!("growth{{window=exact,pod={leaker},namespace=team-a,container=app,pid={leaker_pid}}}");
+    let exact: Vec<&Received> = pushes
+        .iter()
+        .filter(|g| g.status == 200 && query_param(&g.target, "name").is_some_and(|n| n.contains("window=exact")))
+        .collect();
+    assert!(!exact.is_empty(), "no exact window pushed (named {exact_name})\n{ctx}");
+    for g in &exact {
+        assert_eq!(query_param(&g.target, "name").unwrap_or_default(), exact_name, "{ctx}");
+    }
+    let heap = exact.iter().find(|g| !is_growth(g)).expect("the exact window's heap profile");
+    let file = dir.join("pushed-leaker-exact.pb.gz");
+    std::fs::write(&file, part(heap, "profile").expect("profile part")).unwrap();
+    let top = go_pprof(&["-top", "-sample_index=inuse_space"], &[&file]);
+    eprintln!("the leaker's pushed exact window:\n{top}");
+    assert!(top.contains("leak_message"), "the pushed exact window does not name leak_message:\n{top}\n{ctx}");
 }
 
 struct KillOnDrop(std::process::Child);

@@ -455,7 +455,7 @@ fn new_proc(pid: u32, pod: Option<&crate::pod::PodProcess>, now: Instant) -> Pro
 /// The labels a watched process's pushed profiles carry besides `--push-label` and `pid`: its
 /// kubelet pod, namespace and container names (those known; none outside a pod), from the
 /// watch's state.
-fn push_labels(state: Arc<Mutex<WatchState>>) -> crate::push::LabelsOf {
+pub(super) fn push_labels(state: Arc<Mutex<WatchState>>) -> crate::push::LabelsOf {
     Arc::new(move |pid| {
         let Ok(s) = state.lock() else { return Vec::new() };
         let Some(p) = s.procs.get(&pid) else { return Vec::new() };
