@@ -86,8 +86,13 @@ fn a_namespace_link_never_reads_a_host_file_or_dev_zero() {
 #[test]
 fn a_fifo_perf_map_does_not_hold_a_recording() {
     require_root();
+    // The script copied where `nobody` can read it (a clone under /root is not).
+    let script = temp_root().join("fifo-perf-map-grow.js");
+    std::fs::copy(runtimes_src("grow.js"), &script).unwrap();
+    std::fs::set_permissions(temp_root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut node_cmd = node();
-    node_cmd.arg(runtimes_src("grow.js")).args(["offheap", "2000", "4096"]).uid(NOBODY).gid(NOBODY).env("HOME", "/tmp");
+    node_cmd.arg(&script).args(["offheap", "2000", "4096"]).uid(NOBODY).gid(NOBODY).env("HOME", "/tmp");
     let target = Target::spawn(node_cmd);
     target.expect_pid_line();
     let pid = target.pid;
