@@ -12,8 +12,8 @@
 //! - a Go heap leak (1 KiB slices appended to a package-level slice at 100 KB/s, Go 1.19): a
 //!   managed leak on what each collection marked live (the runtime's `gcController.heapMarked`
 //!   at each new `memstats.numgc`, read from its memory), at the slice's rate within 10 %, though
-//!   the Go heap's sites only see the arenas mapped since attach; and a bounded map churned at
-//!   the same pace, not a leak.
+//!   the Go heap's sites only see the arenas mapped since attach; a bounded map churned at
+//!   the same pace, not a leak; and no collection in the 30 s, inconclusive.
 #![allow(
     clippy::print_stderr,
     reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
@@ -244,4 +244,22 @@ fn go_bounded_map_churned_is_not_a_leak() {
     assert_ne!(r.json["verdict"]["class"], "leak", "{ctx}");
     let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
     assert!(!v.contains("managed leak"), "{v}\n{ctx}");
+}
+
+/// The same leak at 50 KB/s with no garbage: the heap stays under the runtime's 4 MiB first goal,
+/// so no collection runs in the 30 s. Nothing to compare: inconclusive, with the count, never
+/// "fragmentation" (RSS grows while the Go heap's sites, mapped before attach, stay flat) nor
+/// "no leak".
+#[test]
+fn go_without_collections_in_30s_is_inconclusive() {
+    require_root();
+    let target = go_target("leak", 50_000, 0);
+    let (r, ctx, _out) = attach("managed-go-no-collection", &target, "30s");
+    let m = managed(&r);
+    assert_eq!(m["collections"]["in_recording"], 0, "no collection in 30 s\n{ctx}");
+    assert_eq!(m["grows"], false, "{ctx}");
+    assert_eq!(r.json["verdict"]["inconclusive"], true, "{ctx}");
+    let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
+    assert!(v.starts_with("inconclusive: 0 collections in 30 s; attach until it has collected 2 times"), "{v}\n{ctx}");
+    assert!(!v.contains("fragmentation") && !v.contains("no leak"), "{v}\n{ctx}");
 }
