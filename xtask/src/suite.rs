@@ -61,6 +61,9 @@ pub(crate) const TIMED: &[&str] = &[
     // the wall clock), on the 2 to 4 collections the JVM runs in that time.
     "verdicts_managed::jvm_g1_leak_on_few_collections_is_a_managed_leak",
     "verdicts_managed::jvm_parallel_leak_on_few_collections_is_a_managed_leak",
+    // The Go heap's growth on a 30 s attach within 10 % of the slice's rate (kept against the
+    // wall clock), on what each collection marked live.
+    "verdicts_managed::go_leak_judged_on_what_each_collection_marked",
 ];
 
 /// Tests that compare a traced rate with the rate the program says it ran, within a stated

@@ -58,6 +58,14 @@ pub(super) fn kind_list(
         let mut managed = kind_growth(ctx, MemoryKind::Managed, source, &fitted);
         let series = super::managed::collection_series(rec);
         if let Some(c) = super::managed::on_collections(&series, span_from, ctx.steady_from, ctx.span_to) {
+            if !gauge_used {
+                // Figures read beside the sites (Go's): the heap is what its collections marked
+                // live, not the bytes of the arenas mapped since attach.
+                let mut span = series.iter().filter(|p| p.t_s >= span_from - 1e-9 && p.t_s <= ctx.span_to + 1e-9);
+                managed.source = super::managed::MARKED_SOURCE.to_string();
+                managed.start_bytes = span.next().map_or(managed.start_bytes, |p| p.bytes);
+                managed.end_bytes = span.next_back().map_or(managed.start_bytes, |p| p.bytes);
+            }
             super::managed::judge(&mut managed, c, rec.target.runtime, warnings);
         } else if managed.grows
             && let Some(rises) =

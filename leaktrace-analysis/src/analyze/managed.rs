@@ -1,7 +1,9 @@
 //! A managed heap judged on its collections, from the runtime's own counters:
 //! what each collection left (the JVM's hsperfdata: used bytes of the survivor and old spaces,
-//! which change only when a collection runs), how many collections ran (the collectors'
-//! invocation counts) and when the last one ended (its `lastExitTime`).
+//! which change only when a collection runs; Go: the bytes its last collection marked live,
+//! `gcController.heapMarked`), how many collections ran (the collectors' invocation counts; Go's
+//! `memstats.numgc`) and when the last one ended (the JVM's `lastExitTime`; Go's
+//! `memstats.last_gc_unix`).
 //!
 //! Between two collections a heap's used bytes climb with the garbage the program makes; a line
 //! through them measures the allocation rate, not a leak. What survives each collection is the
@@ -32,6 +34,20 @@ pub fn after_collection_bytes(m: &ManagedHeap) -> Option<u64> {
     (!eden.is_empty()).then(|| m.used_bytes.saturating_sub(eden.iter().sum()))
 }
 
+/// The space of a runtime's figures holding the bytes its last collection marked live (Go's
+/// `gcController.heapMarked`).
+pub const MARKED_BY_LAST_GC: &str = "marked_by_last_gc";
+
+/// The managed kind's `source` when it is judged on [`MARKED_BY_LAST_GC`] (Go).
+pub const MARKED_SOURCE: &str = "gc-marked";
+
+/// Bytes the last collection left, as the runtime says it: what it marked live when the runtime
+/// gives that ([`MARKED_BY_LAST_GC`], Go), else [`after_collection_bytes`] (the JVM). None when
+/// the runtime gives neither.
+pub fn left_by_collection(m: &ManagedHeap) -> Option<u64> {
+    m.spaces.get(MARKED_BY_LAST_GC).copied().or_else(|| after_collection_bytes(m))
+}
+
 /// One checkpoint of a heap judged on its collections ([`collection_series`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct AfterCollection {
@@ -46,20 +62,21 @@ pub(super) struct AfterCollection {
     pub collected_at_s: f64,
 }
 
-/// The runtime's after-collection figure and collection count at the checkpoints that have both,
-/// in time order. Empty when the runtime does not give them.
+/// The runtime's after-collection figure ([`left_by_collection`]) and collection count at the
+/// checkpoints that have both, in time order; figures read for the occupied heap only (Go's)
+/// count too. Empty when the runtime does not give them.
 pub(super) fn collection_series(rec: &Recording) -> Vec<AfterCollection> {
     let mut v: Vec<AfterCollection> = rec
         .checkpoints
         .iter()
         .filter(|c| c.t_s.is_finite())
         .filter_map(|c| {
-            let m = c.managed.as_ref().filter(|m| !m.figures_only)?;
+            let m = c.managed.as_ref()?;
             let t_s = (c.t_s * 1e9).round() / 1e9;
             let ago = m.last_collection_ago_s.filter(|a| a.is_finite() && *a >= 0.0).unwrap_or(0.0);
             Some(AfterCollection {
                 t_s,
-                bytes: after_collection_bytes(m)?,
+                bytes: left_by_collection(m)?,
                 collections: m.collections?,
                 collected_at_s: t_s - ago,
             })
@@ -203,15 +220,14 @@ pub fn unknown_state(label: &str, c: &OnCollections) -> String {
 }
 
 /// "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s": the state of a heap whose
-/// trend is unknown for want of collections.
-pub fn unknown_phrase(c: &OnCollections) -> String {
+/// trend is unknown for want of collections. The JVM's are counted as old-gen collections (what
+/// its users read in GC logs); another runtime's (Go's, one kind of collection) as collections.
+pub fn unknown_phrase(c: &OnCollections, runtime: Option<Runtime>) -> String {
+    let what = if runtime == Some(Runtime::Jvm) { "old-gen collections" } else { "collections" };
     match c.record_for_s {
-        Some(s) => format!(
-            "inconclusive: {} old-gen collections in {:.0} s; attach for ≥ {s:.0} s",
-            c.in_recording, c.recorded_s
-        ),
+        Some(s) => format!("inconclusive: {} {what} in {:.0} s; attach for ≥ {s:.0} s", c.in_recording, c.recorded_s),
         None => format!(
-            "inconclusive: 0 old-gen collections in {:.0} s; attach until it has collected {COLLECTIONS_AT_LEAST} times",
+            "inconclusive: 0 {what} in {:.0} s; attach until it has collected {COLLECTIONS_AT_LEAST} times",
             c.recorded_s
         ),
     }
@@ -288,7 +304,7 @@ mod tests {
         let c = on_collections(&heap(100.0, 30), 0.0, 15.0, 30.0).expect("judged");
         assert_eq!((c.in_window, c.in_span, c.trend, c.record_for_s), (0, 0, None, None));
         assert_eq!(
-            unknown_phrase(&c),
+            unknown_phrase(&c, Some(Runtime::Jvm)),
             "inconclusive: 0 old-gen collections in 30 s; attach until it has collected 2 times"
         );
         // One collection, before the window: unknown, and twice the span to see two.
@@ -299,7 +315,11 @@ mod tests {
         let c = on_collections(&s, 0.0, 15.0, 30.0).expect("judged");
         assert_eq!((c.in_window, c.in_span, c.trend), (0, 1, None));
         assert_eq!(c.record_for_s, Some(60.0));
-        assert_eq!(unknown_phrase(&c), "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s");
+        assert_eq!(
+            unknown_phrase(&c, Some(Runtime::Jvm)),
+            "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s"
+        );
+        assert_eq!(unknown_phrase(&c, Some(Runtime::Go)), "inconclusive: 1 collections in 30 s; attach for ≥ 60 s");
     }
 
     /// The JVM as hsperfdata shows it over 60 s: eden filling with garbage at 1 MB/s and
@@ -355,6 +375,57 @@ mod tests {
             a.warnings
         );
         assert_ne!(a.verdict.class, crate::analyze::ProcessClass::Leak);
+    }
+
+    /// A Go process over 60 s as its runtime's figures show it: `HeapInuse` sawing with 1 MB/s
+    /// of garbage, a collection every `every` s marking `kept` B/s more each time, its time
+    /// given (`last_gc_unix`); the Go heap's sites (mapped after attach) flat.
+    fn go(every: f64, kept: f64) -> crate::analyze::Analysis {
+        use crate::analyze::fixtures::{mem, no_counters, recording, temp_site, times61};
+        use crate::analyze::{AnalyzeOptions, analyze};
+        let mut r = recording(&times61(), vec![temp_site()], &|_| mem(200 << 20), &no_counters);
+        r.target.runtime = Some(Runtime::Go);
+        for c in &mut r.checkpoints {
+            let gcs = (c.t_s / every).floor();
+            let marked = (4 << 20) as f64 + kept * gcs * every;
+            let mut m = ManagedHeap {
+                used_bytes: (marked + 1_000_000.0 * (c.t_s - gcs * every)) as u64,
+                source: "the Go runtime's HeapInuse".into(),
+                collections: Some(gcs as u64),
+                last_collection_ago_s: (gcs > 0.0).then_some(c.t_s - gcs * every),
+                figures_only: true,
+                ..Default::default()
+            };
+            m.spaces.insert(MARKED_BY_LAST_GC.into(), marked as u64);
+            c.managed = Some(m);
+        }
+        analyze(&r, &AnalyzeOptions::default())
+    }
+
+    #[test]
+    fn go_heap_judged_on_what_each_collection_marked() {
+        use crate::analyze::{MemoryKind, ProcessClass};
+        let managed = |a: &crate::analyze::Analysis| a.kinds.iter().find(|k| k.kind == MemoryKind::Managed).cloned();
+        // Marked 100 KB/s more at every collection (every 2.5 s, between checkpoints): a managed
+        // leak at that rate, though its sites are flat.
+        let a = go(2.5, 100_000.0);
+        let m = managed(&a).expect("managed");
+        assert!(m.grows, "{m:?}");
+        assert!((m.trend.slope_bytes_per_s - 100_000.0).abs() < 0.02 * 100_000.0, "{m:?}");
+        assert_eq!(a.verdict.class, ProcessClass::Leak, "{:?}", a.verdict);
+        // Nothing kept: flat, however HeapInuse saws.
+        let a = go(2.5, 0.0);
+        let m = managed(&a).expect("managed");
+        assert!(!m.grows && m.trend.slope_bytes_per_s.abs() < 1.0, "{m:?}");
+        assert_ne!(a.verdict.class, ProcessClass::Leak, "{:?}", a.verdict);
+        // No collection in the 60 s: unknown, inconclusive, in Go's words.
+        let a = go(1000.0, 0.0);
+        let m = managed(&a).expect("managed");
+        assert!(!m.grows && unknown(&m), "{m:?}");
+        assert!(a.verdict.inconclusive, "{:?}", a.verdict);
+        // The occupied heap still shows HeapInuse, not the marked bytes.
+        let o = go(2.5, 0.0).occupied.expect("occupied");
+        assert!(!o.managed_after_collection, "{o:?}");
     }
 
     #[test]

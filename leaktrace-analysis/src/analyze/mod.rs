@@ -387,7 +387,8 @@ pub struct MemorySeries {
 pub struct KindGrowth {
     /// Managed, native, off-heap or runtime.
     pub kind: MemoryKind,
-    /// Where the figures come from: "hsperfdata" (the runtime's gauge) or "sites".
+    /// Where the figures come from: "hsperfdata" (the runtime's gauge), "sites", or "gc-marked"
+    /// (the sites, the trend judged on what each collection marked live: Go).
     pub source: String,
     /// Bytes at the first and last point of the series.
     pub start_bytes: u64,

@@ -93,7 +93,10 @@ fn managed_at(rec: &Recording, a: &Analysis, t: f64) -> Option<(u64, String, boo
 /// RSS, and the occupied heap is a share of RSS.
 fn runtime_figure(m: &crate::recording::ManagedHeap, resident: Option<u64>) -> (u64, String, bool) {
     let hb = crate::human::bytes;
-    let marked = m.spaces.get("marked_by_last_gc").map(|b| format!("; the last collection marked {} live", hb(*b)));
+    let marked = m
+        .spaces
+        .get(super::managed::MARKED_BY_LAST_GC)
+        .map(|b| format!("; the last collection marked {} live", hb(*b)));
     let mut source = format!("{}, used (garbage not yet collected included{})", m.source, marked.unwrap_or_default());
     let bytes = match resident {
         Some(r) if r < m.used_bytes => {

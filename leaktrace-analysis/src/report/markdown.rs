@@ -163,6 +163,10 @@ fn memory_by_kind(md: &mut String, a: &Analysis) {
             MemoryKind::Managed if k.source == "sites" => {
                 (format!("managed: {heap} (its sites)"), &a.memory.managed_bytes)
             }
+            MemoryKind::Managed if k.source == crate::analyze::managed::MARKED_SOURCE => (
+                format!("managed: {heap} (its sites; judged on what each collection marked live)"),
+                &a.memory.managed_bytes,
+            ),
             MemoryKind::Managed => (format!("managed: {heap} (used, {})", k.source), &a.memory.managed_bytes),
             MemoryKind::Native => ("native: malloc from native code".to_string(), &a.memory.native_live_bytes),
             MemoryKind::OffHeap => {

@@ -36,7 +36,7 @@ pub fn sentence(a: &Analysis) -> String {
                 Some(c) => format!(
                     "{} (the {heap} is judged on what each collection leaves; what it gains between them may be \
                      garbage); by kind: {}",
-                    crate::analyze::managed::unknown_phrase(c),
+                    crate::analyze::managed::unknown_phrase(c, Some(rt)),
                     kind_states(a, rt)
                 ),
                 None => reason(a),
@@ -547,7 +547,11 @@ fn others(rt: Runtime, kinds: &[KindGrowth], except: MemoryKind) -> String {
 /// summed over its sites.
 fn managed_leak(rt: Runtime, m: &KindGrowth, a: &Analysis) -> String {
     let heap = heap_name(rt);
-    let source = if m.source == "sites" { String::new() } else { format!(", {}", m.source) };
+    let source = match m.source.as_str() {
+        "sites" => String::new(),
+        crate::analyze::managed::MARKED_SOURCE => ", live bytes marked by each collection".to_string(),
+        s => format!(", {s}"),
+    };
     let head = format!(
         "managed leak: the {heap} grows {} ({:.0} B/s ± {:.0} at 95 %{source}) over the \
          steady window to {}; {}",

@@ -514,9 +514,12 @@ impl Traced {
         // before the new stacks of this checkpoint are symbolized.
         self.symbolizer.refresh_from(mm, &maps);
         // glibc's arena heaps only where glibc's malloc is the one in use: another allocator's
-        // 64 MiB-aligned reservations (mimalloc's) have the same shape.
+        // 64 MiB-aligned reservations (mimalloc's) have the same shape, and so have the Go heap's
+        // arenas: not looked for in a Go program with no probe placed (without cgo, no malloc).
         let other_malloc = self.other_malloc();
-        let arenas = if other_malloc { Vec::new() } else { mappings::glibc_arena_heaps(&maps) };
+        let go_without_malloc = self.probes.is_empty()
+            && self.runtime.as_ref().is_some_and(|r| r.info().name == crate::recording::Runtime::Go);
+        let arenas = if other_malloc || go_without_malloc { Vec::new() } else { mappings::glibc_arena_heaps(&maps) };
         // Other allocators' mappings (jemalloc, mimalloc, tcmalloc's mmaps), made before attach
         // or after: the anonymous mappings where its blocks began since attach.
         let blocks = if other_malloc { self.scan_blocks(tracer) } else { None };

@@ -96,7 +96,9 @@ impl RuntimeInstance for GoInstance {
         (!at_attach).then(|| Box::new(GoCensus::new(pid)) as Box<dyn RuntimeCensus>)
     }
 
-    /// Go's own figures, marked `figures_only` (the occupied heap's managed part).
+    /// Go's own figures: `HeapInuse`, marked `figures_only` (the occupied heap's managed part),
+    /// and what the last collection marked live, with the collections so far and when the last
+    /// ended (the heap's trend, judged on its collections).
     fn heap(&mut self) -> Option<ManagedHeap> {
         use super::HeapGauge as _;
         self.stats.as_mut()?.sample()

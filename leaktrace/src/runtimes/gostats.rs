@@ -8,12 +8,15 @@
 //! - `HeapInuse`: `runtime.gcController.heapInUse` (Go 1.19), else `runtime.memstats.heapInUse`
 //!   (Go 1.20+), else `runtime.mheap_.pagesInUse` × 8 KiB (the runtime's page size);
 //! - marked: `runtime.gcController.heapMarked`;
-//! - collections: `runtime.memstats.numgc` (a u32).
+//! - collections: `runtime.memstats.numgc` (a u32);
+//! - when the last collection ended: `runtime.memstats.last_gc_unix` (Unix time in ns, the wall
+//!   clock, which a time namespace does not shift), against the agent's clock at the sample.
 //!
 //! A binary built with `-ldflags=-s -w` has neither symbols nor DWARF: no figures, and the
-//! occupied heap's managed part is then measured from the Go heap's sites. The figures feed the
-//! occupied heap only (`ManagedHeap::figures_only`); the managed heap's trend is still judged on
-//! its sites.
+//! managed heap is then measured and judged from the Go heap's sites. `HeapInuse` feeds the
+//! occupied heap only (`ManagedHeap::figures_only`); the managed heap's trend is judged on what
+//! each collection marked live, placed at the time it ran (`marked_by_last_gc`,
+//! `last_collection_ago_s`; `leaktrace_analysis::analyze::managed`).
 
 use std::os::unix::fs::FileExt as _;
 
@@ -33,6 +36,7 @@ struct Addresses {
     in_pages: bool,
     heap_marked: Option<u64>,
     numgc: Option<u64>,
+    last_gc_unix: Option<u64>,
 }
 
 /// Samples a Go process's `HeapInuse`, last marked bytes and collection count ([`HeapGauge`]).
@@ -87,6 +91,7 @@ fn addresses(pid: u32) -> Result<Addresses, String> {
         in_pages,
         heap_marked: f("runtime.gcController", "runtime.gcControllerState", "heapMarked"),
         numgc: f("runtime.memstats", "runtime.mstats", "numgc"),
+        last_gc_unix: f("runtime.memstats", "runtime.mstats", "last_gc_unix"),
     })
 }
 
@@ -111,6 +116,41 @@ impl HeapGauge for GoStatsGauge {
         if let Some(marked) = at.heap_marked.and_then(|a| read(a, 8)) {
             heap.spaces.insert("marked_by_last_gc".into(), marked);
         }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok();
+        heap.last_collection_ago_s = at
+            .last_gc_unix
+            .and_then(|a| read(a, 8))
+            .zip(now)
+            .and_then(|(last, now)| last_collection_ago_s(last, now.as_nanos()));
         Some(heap)
+    }
+}
+
+/// Seconds from the end of the last collection (`last_gc_unix`, Unix time in ns as the runtime
+/// wrote it) to `now_ns` (Unix time in ns). None before the first collection (0), or when the
+/// figure makes no sense (the target's memory is the target's to forge: a time in the future
+/// beyond a clock's jitter, or absurdly old, is dropped, never trusted).
+fn last_collection_ago_s(last_gc_unix: u64, now_ns: u128) -> Option<f64> {
+    if last_gc_unix == 0 {
+        return None;
+    }
+    let ago = (now_ns as f64 - last_gc_unix as f64) / 1e9;
+    (-0.1..=1e7).contains(&ago).then_some(ago.max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_collection_time_bounded() {
+        let now: u128 = 1_800_000_000 * 1_000_000_000;
+        let at = |ago_s: f64| (now as f64 - ago_s * 1e9) as u64;
+        assert_eq!(last_collection_ago_s(0, now), None, "no collection yet");
+        assert!((last_collection_ago_s(at(1.5), now).unwrap() - 1.5).abs() < 1e-6);
+        assert_eq!(last_collection_ago_s(at(-0.05), now), Some(0.0), "within the clocks' jitter: just now");
+        assert_eq!(last_collection_ago_s(at(-5.0), now), None, "in the future: forged");
+        assert_eq!(last_collection_ago_s(1, now), None, "decades ago: forged");
+        assert_eq!(last_collection_ago_s(u64::MAX, now), None);
     }
 }
