@@ -220,16 +220,19 @@ pub(super) const HEADLINE_SHARE: f64 = 0.5;
 
 /// The headline when sites leak: the leak, unless the allocator's resident memory grows (by
 /// [`allocator_verdict`]'s rule) at least 1 / [`HEADLINE_SHARE`] × as fast as every malloc-heap
-/// leak together: then most of what the user sees growing is memory the allocator retains, and
-/// the verdict is that retention, with the leaking sites beneath it (their share named).
-/// Off-heap leaks (mappings) are not the allocator's: they stay the headline.
+/// leak together, taking the low end of its 95 % interval (a footprint that rises in a few
+/// uneven steps in a short run is not known well enough to outrank a steady leak): then most of
+/// what the user sees growing is memory the allocator retains, and the verdict is that
+/// retention, with the leaking sites beneath it (their share named). Off-heap leaks (mappings)
+/// are not the allocator's: they stay the headline.
 fn retention_over_leaks(p: &ProcessInput<'_>, leak: Verdict) -> Verdict {
     let Reason::Leaks { offheap: false, top, count, total_bytes_per_s, also: None, .. } = leak.reason else {
         return leak;
     };
     let Some(mut v) = allocator_verdict(p) else { return leak };
     if let Reason::AllocatorRetains { trend, beneath, .. } = &mut v.reason
-        && total_bytes_per_s < HEADLINE_SHARE * trend.slope_bytes_per_s
+        && let Some(ci) = trend.ci95_bytes_per_s
+        && total_bytes_per_s < HEADLINE_SHARE * (trend.slope_bytes_per_s - ci)
     {
         *beneath = Some((top, count, total_bytes_per_s));
         return v;

@@ -518,7 +518,7 @@ impl Traced {
         // arenas: not looked for in a Go program with no probe placed (without cgo, no malloc).
         let other_malloc = self.other_malloc();
         let go_without_malloc = self.probes.is_empty()
-            && self.runtime.as_ref().is_some_and(|r| r.info().name == crate::recording::Runtime::Go);
+            && self.runtime.as_ref().is_some_and(|r| r.info().name == leaktrace_analysis::recording::Runtime::Go);
         let arenas = if other_malloc || go_without_malloc { Vec::new() } else { mappings::glibc_arena_heaps(&maps) };
         // Other allocators' mappings (jemalloc, mimalloc, tcmalloc's mmaps), made before attach
         // or after: the anonymous mappings where its blocks began since attach.
