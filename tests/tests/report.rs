@@ -1,5 +1,6 @@
 //! `leaktrace report DIR` re-renders every output from DIR/recording.json alone, to the same
 //! analysis; it needs no root.
+use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
@@ -68,8 +69,14 @@ fn report_needs_no_root() {
     let nobody = 65534;
     std::os::unix::fs::chown(&copy.path, Some(nobody), Some(nobody)).unwrap();
     std::os::unix::fs::chown(copy.file("recording.json"), Some(nobody), Some(nobody)).unwrap();
-    let mut cmd = leaktrace(["report"]);
-    cmd.arg(&copy.path).uid(nobody).gid(nobody);
+    // The binary copied where nobody may run it (a clone under /root, mode 0700, is not).
+    let bin = copy.path.parent().unwrap().join("leaktrace-for-nobody");
+    if !bin.exists() {
+        std::fs::copy(leaktrace_bin(), &bin).unwrap();
+    }
+    std::fs::set_permissions(copy.path.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = Command::new(&bin);
+    cmd.arg("report").arg(&copy.path).uid(nobody).gid(nobody);
     run(cmd, None, TIMEOUT).assert_success();
     assert_outputs_exist(&copy.path);
     assert_eq!(

@@ -40,6 +40,10 @@ fn record_verdicts(name: &str, extra: &[&str], mode: &str, seconds: u32) -> (Out
     let out = OutDir::new(name);
     let mut target = Command::new(verdicts_fixture());
     target.args([mode, &seconds.to_string()]);
+    if mode == "filemap" {
+        // Its file on disk: /tmp may be a tmpfs (whose pages are shared memory, not file-backed).
+        target.env("TMPDIR", env!("CARGO_TARGET_TMPDIR"));
+    }
     let o = record_launch(&out, extra, target);
     o.assert_success();
     assert!(

@@ -366,6 +366,12 @@ fn ensure_production_test_tools(apt: &mut Apt) -> Result<()> {
         (gcc_finds("libsqlite3.so"), "libsqlite3-dev"),
         // libc's separate debug file: names and lines of glibc's internal functions.
         (Path::new("/usr/share/doc/libc6-dbg").exists(), "libc6-dbg"),
+        // Debian's own CPython with its headers (python_frame_roots.rs builds an extension for
+        // /usr/bin/python3.11, Debian's statically linked interpreter).
+        (
+            !Path::new("/usr/bin/python3.11").exists() || Path::new("/usr/include/python3.11/Python.h").exists(),
+            "python3.11-dev",
+        ),
         // tests/tests/status.rs runs leaktrace in a real terminal.
         (which("tmux").is_some(), "tmux"),
         // tests/tests/watch_metrics.rs scrapes `watch --metrics-listen` with a real Prometheus.
