@@ -207,7 +207,14 @@ pub fn growth_o2() -> &'static Path {
 /// Python `interp` into `fixtures-refleak-TAG`, once per run ([`built_once`]; TAG names the
 /// interpreter); that directory (for `sys.path`).
 pub fn build_refleak_extension(interp: &Path, tag: &str) -> PathBuf {
-    built_once(&format!("fixtures-refleak-{tag}"), |dir| {
+    build_python_extension(interp, &format!("fixtures-refleak-{tag}"), "refleak_ext", "refleak_ext.c")
+}
+
+/// Build the C extension `tests/fixtures/pyheap/SOURCE` as module `MODULE` for the Python
+/// `interp` (-O2, its own headers and suffix) into the fixture directory `name`, once per run
+/// ([`built_once`]); that directory (for `sys.path`).
+pub fn build_python_extension(interp: &Path, name: &str, module: &str, source: &str) -> PathBuf {
+    built_once(name, |dir| {
         let cfg = |var: &str| {
             let o = Command::new(interp)
                 .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
@@ -217,15 +224,10 @@ pub fn build_refleak_extension(interp: &Path, tag: &str) -> PathBuf {
         };
         let o = Command::new("gcc")
             .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
-            .arg(dir.join(format!("refleak_ext{}", cfg("EXT_SUFFIX"))))
-            .arg(fixture_source("pyheap").join("refleak_ext.c"))
+            .arg(dir.join(format!("{module}{}", cfg("EXT_SUFFIX"))))
+            .arg(fixture_source("pyheap").join(source))
             .output()
             .expect("gcc");
-        assert!(
-            o.status.success(),
-            "gcc refleak_ext.c for {}: {}",
-            interp.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "gcc {source} for {}: {}", interp.display(), String::from_utf8_lossy(&o.stderr));
     })
 }

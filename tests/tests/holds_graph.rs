@@ -14,7 +14,6 @@
     reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
 )]
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use leaktrace_tests::*;
 
@@ -24,22 +23,7 @@ const SIZE: f64 = 3000.0;
 
 /// imgbuf_ext.c built for `interp` (once per test run).
 fn build_imgbuf(interp: &Path) -> PathBuf {
-    built_once("fixtures-imgbuf-311", |dir| {
-        let cfg = |var: &str| {
-            let o = Command::new(interp)
-                .args(["-c", &format!("import sysconfig; print(sysconfig.get_config_var('{var}'))")])
-                .output()
-                .expect("python3");
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        };
-        let o = Command::new("gcc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-I", &cfg("INCLUDEPY"), "-o"])
-            .arg(dir.join(format!("imgbuf{}", cfg("EXT_SUFFIX"))))
-            .arg(fixture_source("pyheap").join("imgbuf_ext.c"))
-            .output()
-            .expect("gcc");
-        assert!(o.status.success(), "gcc imgbuf_ext.c: {}", String::from_utf8_lossy(&o.stderr));
-    })
+    build_python_extension(interp, "fixtures-imgbuf-311", "imgbuf", "imgbuf_ext.c")
 }
 
 /// The fixture's `uploads N T` lines as (N entries in PENDING, wall-clock T), interpolated at
