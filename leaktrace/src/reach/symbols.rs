@@ -66,16 +66,8 @@ pub(super) fn data_addresses(pid: u32, path: &str, base: u64, names: &[&str]) ->
     let Some(data) = read_object(pid, path) else { return vec![None; names.len()] };
     let Ok(file) = object::File::parse(&*data) else { return vec![None; names.len()] };
     let dynamic = file.kind() == ObjectKind::Dynamic;
-    let mut found = vec![None; names.len()];
-    for s in file.dynamic_symbols().chain(file.symbols()) {
-        if s.kind() != SymbolKind::Data || s.address() == 0 {
-            continue;
-        }
-        if let Some(i) = names.iter().position(|n| s.name() == Ok(n)) {
-            found[i].get_or_insert(if dynamic { base + s.address() } else { s.address() });
-        }
-    }
-    found
+    let syms = data_symbols(&file);
+    names.iter().map(|n| syms.iter().find(|s| s.2 == *n).map(|s| if dynamic { base + s.0 } else { s.0 })).collect()
 }
 
 /// The bytes of the detached debug file of the object `data` (by its build ID), read through

@@ -161,10 +161,9 @@ pub(super) fn escalate(
         handles.push(std::thread::spawn(move || {
             let result = (|| -> anyhow::Result<EscalationSummary> {
                 let tmp = tempfile::Builder::new().prefix("leaktrace-escalation-").tempdir()?;
-                let started_ms = unix_now_ms();
                 let exact = crate::record::escalate::exact_window_apart(pid, window, &rec_opts, &tmp.path().join("w"))?;
                 if let Some(cfg) = &push {
-                    push_exact_window(cfg, started_ms, super::push_labels(state.clone()), &exact);
+                    push_exact_window(cfg, super::push_labels(state.clone()), &exact);
                 }
                 rec.escalation = Some(Box::new(exact));
                 let name = state.lock().ok().and_then(|s| s.procs.get(&pid).map(|p| p.dir_name(pid)));
@@ -204,14 +203,9 @@ pub(super) fn escalate(
 /// `--push`: the exact window's profiles sent once when it ends, with the process's labels and
 /// `window=exact`, so the store holds the allocating stacks the growth-mode profiles cannot name
 /// (growth mode charges a page to the code that first touches it, often the allocator itself).
-fn push_exact_window(cfg: &crate::push::PushConfig, started_ms: u64, labels: crate::push::LabelsOf, exact: &Recording) {
+fn push_exact_window(cfg: &crate::push::PushConfig, labels: crate::push::LabelsOf, exact: &Recording) {
     let mut cfg = cfg.clone();
     cfg.labels.push(("window".to_string(), "exact".to_string()));
     cfg.interval = None;
-    crate::push::Pusher::start_labelled(cfg, started_ms, Some(labels)).finish(vec![exact.clone()]);
-}
-
-/// Now, Unix time in ms.
-fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    crate::push::Pusher::start_labelled(cfg, exact.started_unix_ms, Some(labels)).finish(vec![exact.clone()]);
 }
