@@ -145,6 +145,9 @@ struct Facts<'a> {
     turnover: Option<f64>,
     grows: bool,
     plateau: bool,
+    /// Time (s) of the steady window's last rise, when the live set was replaced since it
+    /// ([`replaced_since_rise`]).
+    replaced_after: Option<f64>,
     count_grew: bool,
     count_ok: bool,
     f_n: f64,
@@ -247,6 +250,52 @@ fn block_steps(count: &[u64], span_start: usize, steady_end: usize) -> Vec<std::
     steps
 }
 
+/// A rise is a new high of live bytes at least this factor above the previous high.
+const RISE_FACTOR: f64 = 1.1;
+
+/// Some(time of the last rise, s) when a site's live set was replaced after its last rise in
+/// the steady window (`steady`, indexes into `times`): live bytes reached a new high (≥
+/// [`RISE_FACTOR`] × the one before) at that checkpoint, did not grow significantly above
+/// `floor` after it, over at least a quarter of the steady window and [`MIN_PLATEAU_POINTS`]
+/// checkpoints, and the live blocks at the end were born, on average, after it (their birth
+/// times, `live_born_ms`: ms on the recording's clock, summed per checkpoint). A leak keeps the
+/// blocks that made its rise, so its live blocks' mean birth stays before the rise; a bounded set
+/// replaced in full after it (a job's kept results, dropped at the next job) is no leak, though
+/// its rise came late in the window (a JIT tier-up that moved a JavaScript function's
+/// allocations to a new call stack half-way through the recording: the new stack's site rises
+/// from zero at that moment). None without birth times or such a rise.
+fn replaced_since_rise(
+    times: &[f64],
+    live: &[u64],
+    count: &[u64],
+    live_born_ms: Option<&[i64]>,
+    steady: std::ops::Range<usize>,
+    floor: f64,
+) -> Option<f64> {
+    let born = live_born_ms?;
+    let end = steady.end.min(times.len()).min(live.len()).min(count.len()).min(born.len());
+    if end < steady.start + MIN_WINDOW_POINTS {
+        return None;
+    }
+    let mut high = live[steady.start];
+    let mut rise = None;
+    for (i, &v) in live.iter().enumerate().take(end).skip(steady.start + 1) {
+        if v as f64 >= RISE_FACTOR * high as f64 && v > high {
+            rise = Some(i);
+        }
+        high = high.max(v);
+    }
+    let rise = rise?;
+    let (t_rise, t_end) = (times[rise], times[end - 1]);
+    let tail = fit(&points(times, live, rise..end));
+    let n_live = count[end - 1];
+    let flat_tail = end - rise >= MIN_PLATEAU_POINTS
+        && t_end - t_rise >= 0.25 * (t_end - times[steady.start])
+        && !(tail.significant_growth && tail.slope_bytes_per_s > floor);
+    let mean_birth_s = (n_live > 0).then(|| born[end - 1] as f64 / n_live as f64 / 1000.0)?;
+    (flat_tail && mean_birth_s > t_rise).then_some(t_rise)
+}
+
 /// The median gap between checkpoints in `span_start..steady_end`, seconds (0 without one).
 fn median_interval(times: &[f64], span_start: usize, steady_end: usize) -> f64 {
     let mut gaps: Vec<f64> = times[span_start..steady_end.min(times.len())].windows(2).map(|w| w[1] - w[0]).collect();
@@ -298,6 +347,7 @@ impl<'a> Facts<'a> {
             turnover,
             grows: false,
             plateau: false,
+            replaced_after: replaced_since_rise(times, live, count, ser.live_born_ms, win.steady.clone(), floor),
             count_grew: false,
             count_ok: false,
             f_n: f_points(steady.n),
@@ -335,10 +385,11 @@ impl<'a> Facts<'a> {
         let grows = steady.significant_growth && steady.slope_bytes_per_s > floor && !few_pages;
         self.grows = grows;
         self.plateau = grows
-            && self.late.is_some_and(|l| {
-                !(l.significant_growth && l.slope_bytes_per_s > floor)
-                    && l.slope_bytes_per_s < PLATEAU_RATIO * steady.slope_bytes_per_s
-            });
+            && (self.replaced_after.is_some()
+                || self.late.is_some_and(|l| {
+                    !(l.significant_growth && l.slope_bytes_per_s > floor)
+                        && l.slope_bytes_per_s < PLATEAU_RATIO * steady.slope_bytes_per_s
+                }));
         // Live blocks must not fall: either more blocks, or the same blocks enlarged (realloc).
         let count_grew = self.steady_growth_allocations > 0;
         let enlarged = self.steady_growth_allocations == 0 && self.count_end > 0;
@@ -613,6 +664,15 @@ fn cache(f: &Facts<'_>, ctx: &SiteContext<'_>) -> Verdict {
             f.mean_blocks,
             f.lifetime_s.unwrap_or(0.0),
             f.turnover.unwrap_or(0.0)
+        )
+    } else if let Some(t) = f.replaced_after.filter(|_| plateau) {
+        format!(
+            "live bytes grew ({:.1} B/s over the steady window) to {} at {t:.1} s and have not \
+             risen since, while the blocks live then were freed: every block live at the end was \
+             allocated after that rise. A set of bounded size, replaced, not one that keeps its \
+             blocks: levelled off",
+            steady.slope_bytes_per_s,
+            crate::human::bytes(f.last_live)
         )
     } else if plateau {
         format!(

@@ -92,3 +92,76 @@ fn v8_heap_growing_between_spikes_or_by_much_is_still_a_managed_leak() {
         assert!(sentence(&a).starts_with("managed leak: the V8 heap grows"), "{ctx}");
     }
 }
+
+/// One job's site as plateau_node's failing CI recording saw it (2026-12-07): V8 optimized
+/// `spike` before its sixth job (t = 22.75 s), inlining its callees, so the job's allocations
+/// moved to a new call stack that the earlier tier's stack cannot be merged with. The new
+/// stack's site rose from 0 to the job's kept 128 buffers (512 KiB) at 22.75 s; at the seventh
+/// job they were freed and replaced by as many. Over the steady window (15–30 s) that is +44
+/// KB/s, significant, and the last quarter (from 22.5 s) begins just before the rise: it read
+/// "off-heap leak in JS:*spike". Every block live at the end was born after the rise: a set
+/// replaced, not kept — levelled off. Its twin whose seventh job keeps the sixth's buffers too
+/// (a rise at 26.75 s) is still a leak, and one that never replaces them (the rise's blocks
+/// still live) is not called levelled off by this rule.
+#[test]
+fn a_set_replaced_after_a_late_rise_is_no_leak() {
+    // A checkpoint a second, the recording's default, the last quarter's first one (22.6 s)
+    // just before the rise: the quarter's fit rises too.
+    let times: Vec<f64> = (0..30).map(|k| k as f64 + 0.6).collect();
+    let kept = 128u64;
+    // (alloc count, free count, sum of the live blocks' birth times in ms) at t.
+    let job = |replace: bool, grow_again: bool| {
+        move |t: f64| -> (u64, u64, i64) {
+            let born = |s: f64| (s * 1000.0) as i64;
+            match (t >= 22.75, t >= 26.75) {
+                (false, _) => (0, 0, 0),
+                (true, false) => (kept, 0, kept as i64 * born(22.75)),
+                (true, true) if replace => (2 * kept, kept, kept as i64 * born(26.75)),
+                (true, true) if grow_again => (2 * kept, 0, kept as i64 * (born(22.75) + born(26.75))),
+                (true, true) => (kept, 0, kept as i64 * born(22.75)),
+            }
+        }
+    };
+    let run = |replace: bool, grow_again: bool| -> SiteAnalysis {
+        let f = job(replace, grow_again);
+        let sites: SiteFn = Box::new(move |t: f64| {
+            let (a, fr, _) = f(t);
+            (a * 4096, a, fr * 4096, fr)
+        });
+        let st = site_stack(
+            1,
+            StackKind::Malloc,
+            vec![
+                frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6", None).into(),
+                frame("JS:*spike /srv/spikes.js:27:15", "/tmp/perf-4242.map", None).into(),
+            ],
+        );
+        // The process's other work, from the start: 100 blocks a second allocated and freed.
+        let churn: SiteFn = Box::new(|t: f64| {
+            let n = (t * 100.0) as u64 + 1;
+            (n * 64, n, (n - 1) * 64, n - 1)
+        });
+        let other = stack_of(2, StackKind::Malloc, &["malloc"], "handle_request");
+        let mut rec = recording(&times, vec![(st, sites), (other, churn)], &|_| mem(48 * MIB), &no_counters);
+        let f = job(replace, grow_again);
+        for c in &mut rec.checkpoints {
+            for s in c.sites.iter_mut().filter(|s| s.stack == 1) {
+                s.free_born_ms = Some(1_000_000);
+                s.alloc_born_ms = Some(1_000_000 + f(c.t_s).2);
+            }
+        }
+        let a = analyze(&rec, &AnalyzeOptions::default());
+        site(&a, 1).clone()
+    };
+    let replaced = run(true, false);
+    assert_eq!(replaced.class, SiteClass::Cache, "{:?}", replaced.evidence);
+    assert!(
+        replaced.evidence.reason.contains("replaced, not one that keeps its blocks"),
+        "{}",
+        replaced.evidence.reason
+    );
+    let kept_again = run(false, true);
+    assert_eq!(kept_again.class, SiteClass::Leak, "{:?}", kept_again.evidence);
+    let never_replaced = run(false, false);
+    assert!(!never_replaced.evidence.reason.contains("replaced"), "{}", never_replaced.evidence.reason);
+}
