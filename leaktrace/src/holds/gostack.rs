@@ -29,8 +29,10 @@ use super::godwarf::{Memory, NONE, Shape, TypeId, Types, is_program_root, sectio
 
 /// Frames unwound per goroutine at most.
 const MAX_FRAMES: usize = 1024;
-/// Goroutines whose stacks are read at most.
+/// Goroutines whose stacks are read at most, frames unwound in all at most (a forged stack
+/// cannot make the pass long).
 pub const MAX_GOROUTINES: usize = 100_000;
+pub const MAX_ALL_FRAMES: u64 = 1_000_000;
 /// Locals kept from the DWARF at most, pieces of one location at most.
 const MAX_LOCALS: usize = 1_000_000;
 const MAX_PIECES: usize = 16;
@@ -111,6 +113,8 @@ pub struct StackRoots {
     /// Running goroutines (not unwound: their registers are on a thread).
     pub running: u64,
     pub frames: u64,
+    /// Why the pass stopped short, when it did.
+    pub cut: Option<String>,
 }
 
 /// What the executable says about its goroutines' frames, read once.
@@ -166,6 +170,9 @@ impl Stacks {
         }
         let span = self.g.span() as usize;
         for i in 0..len {
+            if out.cut.is_some() {
+                break;
+            }
             let gp = word(&gs, (i * 8) as u64);
             if gp < 4096 || !mem.read(gp, span, &mut b) {
                 continue;
@@ -211,6 +218,10 @@ impl Stacks {
         let mut b = Vec::new();
         for depth in 0..MAX_FRAMES {
             if sp < lo || sp >= hi || pc == 0 {
+                return;
+            }
+            if out.frames >= MAX_ALL_FRAMES {
+                out.cut = Some(format!("the goroutines' frames stopped at {MAX_ALL_FRAMES}: their locals are partial"));
                 return;
             }
             // A caller's pc is a return address: the call is the byte before it.

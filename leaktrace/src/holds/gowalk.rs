@@ -540,6 +540,9 @@ impl Walker {
         let stacks = self.stacks.as_ref().map(|s| s.roots(&mut mem, self.bias, &self.types)).unwrap_or_default();
         let mut w = walk(&self.types, &mut mem, self.bias, self.image, budget, &is_program_root, &stacks);
         w.no_stack_roots.clone_from(&self.stacks_error);
+        if let Some(c) = stacks.cut {
+            w.cut = Some(w.cut.map_or(c.clone(), |w| format!("{w}; {c}")));
+        }
         w.cpu_s = thread_cpu_s() - cpu;
         Ok(w)
     }
