@@ -293,6 +293,20 @@ pub struct GoWalk {
     /// Why the walk stopped short (its budget), when it did: the counts are then a lower bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<String>,
+    /// Goroutines whose stacks were looked at, those running (not unwound: their registers are
+    /// on a thread), frames unwound.
+    #[serde(default)]
+    pub goroutines: u64,
+    #[serde(default)]
+    pub goroutines_running: u64,
+    #[serde(default)]
+    pub frames: u64,
+    /// CPU time of the agent's thread for the walk, stacks unwound included (seconds).
+    #[serde(default)]
+    pub cpu_s: f64,
+    /// Why the goroutines' locals were not walked, when they were not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_stack_roots: Option<String>,
 }
 
 /// One package-level variable and what it alone keeps alive.
@@ -308,6 +322,13 @@ pub struct GoRoot {
     /// Objects and bytes reachable from this root and from no other (its retained size).
     pub objects: u64,
     pub bytes: u64,
+    /// A goroutine's local (`function.local`, named by the frame's function): in how many
+    /// goroutines' frames it was found (None: a package variable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goroutines: Option<u64>,
+    /// The function the first of those goroutines was started at (`runtime.main` for `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
 }
 
 /// A package variable's growth between the first and the last walk.
@@ -315,6 +336,9 @@ pub struct GoRoot {
 pub struct RootGrowth {
     pub name: String,
     pub type_name: String,
+    /// A goroutine-local root: in how many goroutines' frames (last walk), started where.
+    pub goroutines: Option<u64>,
+    pub started_at: Option<String>,
     pub entries_start: Option<u64>,
     pub entries_end: Option<u64>,
     pub bytes_start: u64,
@@ -497,6 +521,8 @@ impl Census<Goroutines> {
                 RootGrowth {
                     name: r.name.clone(),
                     type_name: r.type_name.clone(),
+                    goroutines: r.goroutines,
+                    started_at: r.started_at.clone(),
                     entries_start: e0,
                     entries_end: r.entries,
                     bytes_start: b0,

@@ -4,7 +4,9 @@
 //! package-level `map[string][]byte` under keys that never repeat, beside a bounded map of 256
 //! sessions and a `sync.Pool`; built by the Go on PATH (1.19 here, `cargo xtask setup`) as the
 //! toolchain builds by default, without optimizations (`-gcflags=all=-N -l`), as a
-//! position-independent executable, and stripped (`-ldflags=-s -w`).
+//! position-independent executable, and stripped (`-ldflags=-s -w`). With `local`, it also
+//! appends to a slice field of a heap object reached only from `main.main`'s local `l`: the
+//! goroutine-local root is named by its frame's function and the local (`main.main.l`).
 #![allow(
     clippy::print_stderr,
     reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
@@ -45,11 +47,12 @@ fn go_holds(variant: &str, flags: &[&str]) -> PathBuf {
     .join("go-holds")
 }
 
-/// Record the fixture at `bin` with `--heap-census` for 10 s: the report, report.md, a context.
-fn record(name: &str, bin: &Path) -> (Report, String, String, OutDir) {
+/// Record the fixture at `bin` (its arguments after the rate and size: `more`) with
+/// `--heap-census` for 10 s: the report, report.md, a context.
+fn record(name: &str, bin: &Path, more: &[&str]) -> (Report, String, String, OutDir) {
     let out = OutDir::new(name);
     let mut cmd = Command::new(bin);
-    cmd.args([RATE.to_string(), VALUE_BYTES.to_string()]);
+    cmd.args([RATE.to_string(), VALUE_BYTES.to_string()]).args(more);
     let o = record_launch(&out, &["--heap-census", "--duration", "10s"], cmd);
     o.assert_success();
     let r = Report::load(&out.path);
@@ -71,7 +74,7 @@ fn record(name: &str, bin: &Path) -> (Report, String, String, OutDir) {
 /// The memo named with its growth (entries and retained bytes within 20 % of the fixture's), the
 /// bounded map listed as not growing, the verdict naming the map.
 fn assert_memo_named(name: &str, bin: &Path) {
-    let (r, md, ctx, _out) = record(name, bin);
+    let (r, md, ctx, _out) = record(name, bin, &[]);
     let go = &r.json["runtime_holds"]["go"];
     let roots = go["roots"].as_array().cloned().unwrap_or_default();
     let root = |n: &str| roots.iter().find(|x| x["name"] == n).cloned();
@@ -126,7 +129,7 @@ fn go_map_memo_named_pie() {
 #[test]
 fn go_stripped_binary_says_why_no_path() {
     require_root();
-    let (r, md, ctx, _out) = record("holds-go-stripped", &go_holds("stripped", &["-ldflags=-s -w"]));
+    let (r, md, ctx, _out) = record("holds-go-stripped", &go_holds("stripped", &["-ldflags=-s -w"]), &[]);
     let go = &r.json["runtime_holds"]["go"];
     let errors: Vec<&str> =
         go["errors"].as_array().map(|a| a.iter().filter_map(|e| e.as_str()).collect()).unwrap_or_default();
@@ -136,4 +139,61 @@ fn go_stripped_binary_says_why_no_path() {
     assert!(go["roots"].as_array().is_some_and(|a| a.is_empty()), "{ctx}");
     assert!(r.json["verdict"]["summary"].as_str().is_some_and(|s| !s.is_empty()), "no verdict\n{ctx}");
     assert!(!r.json["verdict"]["holder"].as_str().unwrap_or("").contains("main.memo"), "{ctx}");
+}
+
+/// Bytes a ledger entry keeps: its 1000-byte array and its share of the `[][]byte` backing
+/// array (24 B a slot, `cap` between 1 and 2 times `len`: 24–48 B; 36 taken).
+const LEDGER_ENTRY_BYTES: f64 = (VALUE_BYTES + 36) as f64;
+
+/// The ledger, reached only from `main.main`'s local `l` (the main goroutine, started at
+/// `runtime.main`), named by its frame's function and the local, growing as the fixture appends
+/// to it; the memo still named beside it.
+fn assert_local_named(name: &str, bin: &Path) {
+    let (r, md, ctx, _out) = record(name, bin, &["local"]);
+    let go = &r.json["runtime_holds"]["go"];
+    let roots = go["roots"].as_array().cloned().unwrap_or_default();
+    let l = roots
+        .iter()
+        .find(|x| x["name"] == "main.main.l")
+        .cloned()
+        .unwrap_or_else(|| panic!("main.main.l is not among the roots\n{ctx}"));
+    assert_eq!(l["kind"], "goroutine local", "{ctx}");
+    assert_eq!(l["type"], "*main.ledger", "{ctx}");
+    assert_eq!(l["goroutines"], 1, "{ctx}");
+    assert_eq!(l["started_at"], "runtime.main", "{ctx}");
+    assert_eq!(l["growing"], true, "{ctx}");
+    let retained = f64_of(&l, "retained_bytes_per_s");
+    eprintln!("{name}: main.main.l retains {retained:.0} B/s");
+    assert_within("main.main.l retained B/s", retained, RATE * LEDGER_ENTRY_BYTES, 0.20, &ctx);
+    let memo = roots.iter().find(|x| x["name"] == "main.memo").cloned().unwrap_or_default();
+    assert_eq!(memo["kind"], "package variable", "{ctx}");
+    assert_eq!(memo["growing"], true, "{ctx}");
+    assert!(go["walk_end"]["goroutines"].as_u64().is_some_and(|g| g >= 1), "{ctx}");
+    assert!(
+        md.contains("- `main.main.l` (*main.ledger, a local of 1 goroutine started at runtime.main): **growing**"),
+        "report.md\n{ctx}"
+    );
+}
+
+/// Go 1.19 as the toolchain builds by default: `l` is spilled to `main.main`'s frame across
+/// the calls it is parked in, its location list says where.
+#[test]
+fn go_local_root_named_default_build() {
+    require_root();
+    assert_local_named("holds-go-local", &go_holds("default", &[]));
+}
+
+/// Go 1.19 without optimizations: `l` has its frame slot for all its scope.
+#[test]
+fn go_local_root_named_without_optimizations() {
+    require_root();
+    assert_local_named("holds-go-local-nl", &go_holds("nl", &["-gcflags=all=-N -l"]));
+}
+
+/// Go 1.19 as a position-independent executable: the pcs and the frames' tables shifted by the
+/// load bias.
+#[test]
+fn go_local_root_named_pie() {
+    require_root();
+    assert_local_named("holds-go-local-pie", &go_holds("pie", &["-buildmode=pie"]));
 }

@@ -22,6 +22,8 @@ pub fn roots_json(c: &Census<Goroutines>) -> Value {
         .map(|g| {
             json!({
                 "name": g.name, "type": g.type_name, "growing": g.growing,
+                "kind": if g.goroutines.is_some() { "goroutine local" } else { "package variable" },
+                "goroutines": g.goroutines, "started_at": g.started_at,
                 "entries_start": g.entries_start, "entries_end": g.entries_end, "entries_per_s": g.entries_per_s,
                 "objects_start": g.objects_start, "objects_end": g.objects_end,
                 "retained_bytes_start": g.bytes_start, "retained_bytes_end": g.bytes_end,
@@ -34,7 +36,9 @@ pub fn roots_json(c: &Census<Goroutines>) -> Value {
             json!({
                 "roots_walked": w.roots_walked, "objects": w.objects, "bytes": w.bytes,
                 "shared_objects": w.shared_objects, "shared_bytes": w.shared_bytes,
-                "read_bytes": w.read_bytes, "took_s": w.took_s, "cut": w.cut,
+                "read_bytes": w.read_bytes, "took_s": w.took_s, "cpu_s": w.cpu_s, "cut": w.cut,
+                "goroutines": w.goroutines, "goroutines_running": w.goroutines_running, "frames": w.frames,
+                "no_stack_roots": w.no_stack_roots,
             })
         })
     };
@@ -51,16 +55,30 @@ fn entries(g: &RootGrowth) -> String {
     }
 }
 
+/// What a root is, after its type: `, a local of 1 goroutine started at runtime.main`.
+fn local(g: &RootGrowth) -> String {
+    match g.goroutines {
+        Some(n) => format!(
+            ", a local of {} goroutine{} started at {}",
+            number(n as f64),
+            if n == 1 { "" } else { "s" },
+            g.started_at.as_deref().unwrap_or("?")
+        ),
+        None => String::new(),
+    }
+}
+
 /// report.md: the package variables and what each alone keeps alive, growing ones first.
 pub fn roots_md(md: &mut String, c: &Census<Goroutines>) {
     let (Some(a), Some(b)) = (&c.start, &c.end) else { return };
     let (Some(wa), Some(wb)) = (&a.walk, &b.walk) else { return };
     let _ = writeln!(
         md,
-        "Package variables and what each alone keeps alive (its retained bytes: reachable from it and from no other \
-         variable; sizes as typed, not rounded to size classes), from a typed walk of the heap with the executable's \
-         DWARF types, without stopping the process: {} objects ({}) at {:.1} s in {:.0} ms, {} objects ({}) at {:.1} s \
-         in {:.0} ms; {} reached from two variables or more.\n",
+        "Package variables and goroutines' locals (`function.local`) and what each alone keeps alive (its retained \
+         bytes: reachable from it and from no other root; sizes as typed, not rounded to size classes), from a typed \
+         walk of the heap with the executable's DWARF types, without stopping the process: {} objects ({}) at {:.1} s \
+         in {:.0} ms, {} objects ({}) at {:.1} s in {:.0} ms; {} reached from two roots or more; {} goroutines' \
+         frames read ({} running, not unwound).\n",
         number(wa.objects as f64),
         bytes(wa.bytes),
         a.taken.t_s,
@@ -69,15 +87,21 @@ pub fn roots_md(md: &mut String, c: &Census<Goroutines>) {
         bytes(wb.bytes),
         b.taken.t_s,
         wb.took_s * 1e3,
-        bytes(wb.shared_bytes)
+        bytes(wb.shared_bytes),
+        number(wb.goroutines as f64),
+        number(wb.goroutines_running as f64)
     );
+    if let Some(why) = &wb.no_stack_roots {
+        let _ = writeln!(md, "- {why}");
+    }
     for g in c.root_growth().iter().take(MD_ROWS) {
         let what = if g.growing { "**growing**" } else { "not growing" };
         let _ = writeln!(
             md,
-            "- `{}` ({}): {what}, {}retains {} → {} ({})",
+            "- `{}` ({}{}): {what}, {}retains {} → {} ({})",
             g.name,
             g.type_name,
+            local(g),
             entries(g),
             bytes(g.bytes_start),
             bytes(g.bytes_end),
@@ -112,6 +136,7 @@ mod tests {
             entries: Some(entries),
             objects: entries,
             bytes,
+            ..Default::default()
         };
         Goroutines {
             taken: Taken { t_s, took_s: 0.001, units_of_work: None },

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::FileExt as _;
 use std::time::Instant;
 
-pub(crate) use super::godwarf::{load_bias, section};
+pub(crate) use super::godwarf::{Layout, load_bias, structs};
 use leaktrace_analysis::holds::{Census, GoHeapSite, GoroutineGroup, Goroutines, Taken};
 use object::{Object as _, ObjectSymbol as _};
 
@@ -315,61 +315,6 @@ fn parse_binary(file: &object::File<'_>) -> Result<Binary, String> {
 /// [`parse_binary`] for the fuzz targets: whether it read a layout.
 pub(super) fn parse_binary_for_fuzzing(file: &object::File<'_>) -> bool {
     parse_binary(file).is_ok()
-}
-
-/// A structure's byte size and its members' offsets by name.
-pub(crate) type Layout = (u64, HashMap<String, u64>);
-
-/// Byte size and member offsets of the structures `names` (Go's names: `runtime.g`), from the
-/// executable's DWARF; a structure not found is absent from the map.
-pub(crate) fn structs(file: &object::File<'_>, names: &[&str]) -> Result<HashMap<String, Layout>, String> {
-    let owned =
-        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(file, id.name()))).map_err(|e| e.to_string())?;
-    let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));
-    let err = |e: gimli::Error| format!("DWARF: {e}");
-    let name_of = |unit: &gimli::Unit<_>, e: &gimli::DebuggingInformationEntry<_>| {
-        e.attr_value(gimli::DW_AT_name)
-            .and_then(|v| dwarf.attr_string(unit, v).ok())
-            .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
-    };
-    let mut found = HashMap::new();
-    let mut units = dwarf.units();
-    while let Some(header) = units.next().map_err(err)? {
-        let unit = dwarf.unit(header).map_err(err)?;
-        let mut entries = unit.entries();
-        while let Some(e) = entries.next_dfs().map_err(err)? {
-            if e.tag() != gimli::DW_TAG_structure_type {
-                continue;
-            }
-            let Some(name) = name_of(&unit, e).filter(|n| names.contains(&n.as_str()) && !found.contains_key(n)) else {
-                continue;
-            };
-            // A C unit that only names the structure declares it (no members): not its layout.
-            if e.attr_value(gimli::DW_AT_declaration).is_some() {
-                continue;
-            }
-            let size = e.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()).unwrap_or(0);
-            let depth = e.depth();
-            let mut members = HashMap::new();
-            while let Some(m) = entries.next_dfs().map_err(err)? {
-                if m.depth() <= depth {
-                    break;
-                }
-                if m.tag() != gimli::DW_TAG_member || m.depth() != depth + 1 {
-                    continue;
-                }
-                let at = m.attr_value(gimli::DW_AT_data_member_location).and_then(|v| v.udata_value());
-                if let (Some(n), Some(at)) = (name_of(&unit, m), at) {
-                    members.insert(n, at);
-                }
-            }
-            found.insert(name, (size, members));
-            if found.len() == names.len() {
-                return Ok(found);
-            }
-        }
-    }
-    Ok(found)
 }
 
 #[cfg(test)]

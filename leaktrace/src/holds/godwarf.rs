@@ -119,6 +119,8 @@ pub struct Types {
     pub variables: Vec<(String, u64, TypeId)>,
     /// `runtime.types` and `runtime.etypes` as linked.
     pub types_range: (u64, u64),
+    /// A type DIE's offset in `.debug_info` → type (the locals' types, [`super::gostack`]).
+    pub by_die: HashMap<u64, TypeId>,
 }
 
 impl Types {
@@ -279,11 +281,13 @@ pub fn read(file: &object::File<'_>) -> Result<Types, String> {
         by_runtime_type,
         variables,
         types_range: (types_lo, types_hi.max(types_lo)),
+        by_die: HashMap::new(),
     };
     let mut shaper = Shaper { raws: &raws, id_of: &id_of, done: vec![false; raws.len()] };
     for i in 0..raws.len() {
         shaper.shape(&mut t, i as TypeId, 0);
     }
+    t.by_die = index;
     Ok(t)
 }
 
@@ -453,6 +457,75 @@ pub(crate) fn section<'a>(file: &object::File<'a>, name: &str) -> std::borrow::C
     }
 }
 
+/// The target's memory, as the walks read it ([`super::gowalk`], [`super::gostack`]).
+pub trait Memory {
+    /// Fill `out` with `len` bytes at `addr`; false when they cannot be read.
+    fn read(&mut self, addr: u64, len: usize, out: &mut Vec<u8>) -> bool;
+    /// Bytes read from the target so far.
+    fn bytes_read(&self) -> u64;
+}
+
+/// Package variables and functions whose locals are walked: all but the runtime's own (its
+/// heap metadata, its goroutines) and the toolchain's internal packages.
+pub fn is_program_root(name: &str) -> bool {
+    !["runtime.", "runtime/", "internal/", "go.", "go:", "type.", "type:"].iter().any(|p| name.starts_with(p))
+}
+
+/// A structure's byte size and its members' offsets by name.
+pub(crate) type Layout = (u64, HashMap<String, u64>);
+
+/// Byte size and member offsets of the structures `names` (Go's names: `runtime.g`), from the
+/// executable's DWARF; a structure not found is absent from the map.
+pub(crate) fn structs(file: &object::File<'_>, names: &[&str]) -> Result<HashMap<String, Layout>, String> {
+    let owned =
+        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(file, id.name()))).map_err(|e| e.to_string())?;
+    let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));
+    let err = |e: gimli::Error| format!("DWARF: {e}");
+    let name_of = |unit: &gimli::Unit<_>, e: &gimli::DebuggingInformationEntry<_>| {
+        e.attr_value(gimli::DW_AT_name)
+            .and_then(|v| dwarf.attr_string(unit, v).ok())
+            .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
+    };
+    let mut found = HashMap::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().map_err(err)? {
+        let unit = dwarf.unit(header).map_err(err)?;
+        let mut entries = unit.entries();
+        while let Some(e) = entries.next_dfs().map_err(err)? {
+            if e.tag() != gimli::DW_TAG_structure_type {
+                continue;
+            }
+            let Some(name) = name_of(&unit, e).filter(|n| names.contains(&n.as_str()) && !found.contains_key(n)) else {
+                continue;
+            };
+            // A C unit that only names the structure declares it (no members): not its layout.
+            if e.attr_value(gimli::DW_AT_declaration).is_some() {
+                continue;
+            }
+            let size = e.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()).unwrap_or(0);
+            let depth = e.depth();
+            let mut members = HashMap::new();
+            while let Some(m) = entries.next_dfs().map_err(err)? {
+                if m.depth() <= depth {
+                    break;
+                }
+                if m.tag() != gimli::DW_TAG_member || m.depth() != depth + 1 {
+                    continue;
+                }
+                let at = m.attr_value(gimli::DW_AT_data_member_location).and_then(|v| v.udata_value());
+                if let (Some(n), Some(at)) = (name_of(&unit, m), at) {
+                    members.insert(n, at);
+                }
+            }
+            found.insert(name, (size, members));
+            if found.len() == names.len() {
+                return Ok(found);
+            }
+        }
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,6 +539,7 @@ mod tests {
             by_runtime_type: HashMap::from([(0x6560, 0)]),
             variables: Vec::new(),
             types_range: (0x488000, 0x4c0ba3),
+            by_die: HashMap::new(),
         };
         assert_eq!(t.runtime_type(0x488000 + 0x6560), 0);
         assert_eq!(t.runtime_type(0x6560), NONE);

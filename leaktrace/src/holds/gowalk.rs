@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 use leaktrace_analysis::holds::{GoRoot, GoWalk};
 
 use super::godwarf::{MAX_TYPE_SIZE, NONE, Shape, TypeId, Types};
+pub use super::godwarf::{Memory, is_program_root};
+use super::gostack::{StackRoots, Stacks};
 
 /// Bytes of a chunk read from the target at once.
 const CHUNK: u64 = 64 << 10;
@@ -63,14 +65,6 @@ impl Default for Budget {
             time: Duration::from_secs(3),
         }
     }
-}
-
-/// The target's memory, as the walk reads it.
-pub trait Memory {
-    /// Fill `out` with `len` bytes at `addr`; false when they cannot be read.
-    fn read(&mut self, addr: u64, len: usize, out: &mut Vec<u8>) -> bool;
-    /// Bytes read from the target so far.
-    fn bytes_read(&self) -> u64;
 }
 
 /// `/proc/PID/mem`, read in [`CHUNK`]s kept for the walk.
@@ -185,10 +179,13 @@ struct Walk<'a> {
     object: Vec<u8>,
     /// Objects taken from the stack so far.
     visits: u64,
+    /// Root name → index in `roots`.
+    by_name: HashMap<String, u32>,
 }
 
-/// Walk the heap from `types`' package variables (`keep(name)`), `bias` added to link
-/// addresses; `image`: the executable's loaded range.
+/// Walk the heap from `types`' package variables (`keep(name)`), then from the goroutines'
+/// locals `stacks` ([`super::gostack`]), `bias` added to link addresses; `image`: the
+/// executable's loaded range.
 pub fn walk(
     types: &Types,
     mem: &mut dyn Memory,
@@ -196,6 +193,7 @@ pub fn walk(
     image: (u64, u64),
     budget: Budget,
     keep: &dyn Fn(&str) -> bool,
+    stacks: &StackRoots,
 ) -> GoWalk {
     let started = Instant::now();
     let mut w = Walk {
@@ -214,6 +212,7 @@ pub fn walk(
         buf: Vec::new(),
         object: Vec::new(),
         visits: 0,
+        by_name: HashMap::new(),
     };
     let mut unwalked = 0u64;
     for (name, addr, ty) in &types.variables {
@@ -226,6 +225,13 @@ pub fn walk(
         }
         w.root(name, addr.wrapping_add(bias), *ty);
     }
+    for l in &stacks.roots {
+        if w.cut.is_some() {
+            unwalked += 1;
+            continue;
+        }
+        w.walk_root(&l.name, &l.value, l.ty, Some(&l.started_at));
+    }
     let mut out = GoWalk {
         roots_walked: w.roots.len() as u64,
         objects: w.owner.len() as u64,
@@ -234,11 +240,13 @@ pub fn walk(
         shared_bytes: w.shared.1,
         read_bytes: w.mem.bytes_read(),
         took_s: started.elapsed().as_secs_f64(),
-        cut: w
-            .cut
-            .take()
-            .map(|c| if unwalked > 0 { format!("{c}; {unwalked} package variables not walked") } else { c }),
+        cut: w.cut.take().map(|c| if unwalked > 0 { format!("{c}; {unwalked} roots not walked") } else { c }),
         roots: std::mem::take(&mut w.roots),
+        goroutines: stacks.goroutines,
+        goroutines_running: stacks.running,
+        frames: stacks.frames,
+        no_stack_roots: None,
+        cpu_s: 0.0,
     };
     out.roots.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
     out.roots.truncate(KEPT_ROOTS);
@@ -253,10 +261,37 @@ impl Walk<'_> {
         if size == 0 || !self.mem.read(addr, size as usize, &mut value) {
             return;
         }
-        let r = self.roots.len() as u32;
-        let entries = self.entries(&value, ty);
-        self.roots.push(GoRoot { name: name.into(), type_name: self.types.go_name(ty), entries, ..Default::default() });
-        self.scan(&value, 0, ty, false, 0);
+        self.walk_root(name, &value, ty, None);
+    }
+
+    /// Walk a root's `value` of type `ty`: a package variable, or a goroutine's local (the
+    /// goroutine's start function `started_at`); roots of the same name are one.
+    fn walk_root(&mut self, name: &str, value: &[u8], ty: TypeId, started_at: Option<&str>) {
+        let entries = self.entries(value, ty);
+        let r = match self.by_name.get(name) {
+            Some(&r) => r,
+            None => {
+                let r = self.roots.len() as u32;
+                self.by_name.insert(name.to_string(), r);
+                self.roots.push(GoRoot {
+                    name: name.into(),
+                    type_name: self.types.go_name(ty),
+                    started_at: started_at.map(str::to_string),
+                    ..Default::default()
+                });
+                r
+            }
+        };
+        if let Some(root) = self.roots.get_mut(r as usize) {
+            root.entries = match (root.entries, entries) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                (a, b) => a.or(b),
+            };
+            if started_at.is_some() {
+                root.goroutines = Some(root.goroutines.unwrap_or(0) + 1);
+            }
+        }
+        self.scan(value, 0, ty, false, 0);
         while let Some(it) = self.stack.pop() {
             if self.over_budget() {
                 break;
@@ -466,17 +501,14 @@ impl Walk<'_> {
     }
 }
 
-/// Package variables walked: all but the runtime's own (its heap metadata, its goroutines) and
-/// the toolchain's internal packages.
-pub fn is_program_root(name: &str) -> bool {
-    !["runtime.", "runtime/", "internal/", "go.", "go:", "type.", "type:"].iter().any(|p| name.starts_with(p))
-}
-
 /// What the walk needs of one process's executable, read once.
 pub struct Walker {
     types: Types,
     bias: u64,
     image: (u64, u64),
+    /// The goroutines' frames (None: they cannot be unwound; `stacks_error` says why).
+    stacks: Option<Stacks>,
+    stacks_error: Option<String>,
 }
 
 impl Walker {
@@ -493,14 +525,37 @@ impl Walker {
         let bias = if file.kind() == object::ObjectKind::Dynamic { super::godwarf::load_bias(pid, &file)? } else { 0 };
         let lo = file.segments().map(|s| s.address()).min().unwrap_or(0);
         let hi = file.segments().map(|s| s.address().saturating_add(s.size())).max().unwrap_or(0);
-        Ok(Walker { types, bias, image: (lo.wrapping_add(bias), hi.wrapping_add(bias)) })
+        let (stacks, stacks_error) = match Stacks::new(&file, &types) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(format!("no goroutine-local roots: {e}"))),
+        };
+        Ok(Walker { types, bias, image: (lo.wrapping_add(bias), hi.wrapping_add(bias)), stacks, stacks_error })
     }
 
-    /// One walk of process `pid`'s heap from its program's package variables.
+    /// One walk of process `pid`'s heap from its program's package variables and its
+    /// goroutines' locals.
     pub fn walk(&self, pid: u32, budget: Budget) -> Result<GoWalk, String> {
+        let cpu = thread_cpu_s();
         let mut mem = ProcMem::open(pid)?;
-        Ok(walk(&self.types, &mut mem, self.bias, self.image, budget, &is_program_root))
+        let stacks = self.stacks.as_ref().map(|s| s.roots(&mut mem, self.bias, &self.types)).unwrap_or_default();
+        let mut w = walk(&self.types, &mut mem, self.bias, self.image, budget, &is_program_root, &stacks);
+        w.no_stack_roots.clone_from(&self.stacks_error);
+        if let Some(c) = stacks.cut {
+            w.cut = Some(w.cut.map_or(c.clone(), |w| format!("{w}; {c}")));
+        }
+        w.cpu_s = thread_cpu_s() - cpu;
+        Ok(w)
     }
+}
+
+/// CPU time of the calling thread so far, seconds (CLOCK_THREAD_CPUTIME_ID; 0 if unreadable).
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 #[cfg(test)]
@@ -576,6 +631,7 @@ mod tests {
                 ("runtime.x".into(), 0x1018, 1),
             ],
             types_range: (0, 0),
+            by_die: HashMap::new(),
         };
         let mut b = vec![0u8; 144];
         b[0] = 5;
@@ -596,7 +652,8 @@ mod tests {
             ],
             0,
         );
-        let w = walk(&types, &mut mem, 0, (0x1000, 0x2000), Budget::default(), &is_program_root);
+        let w =
+            walk(&types, &mut mem, 0, (0x1000, 0x2000), Budget::default(), &is_program_root, &StackRoots::default());
         assert_eq!(w.roots_walked, 3, "runtime.x is the runtime's");
         let root = |n: &str| w.roots.iter().find(|r| r.name == n).cloned().unwrap_or_default();
         let (a, bb, m) = (root("main.a"), root("main.b"), root("main.m"));
@@ -612,7 +669,7 @@ mod tests {
         assert_eq!((w.objects, w.bytes), (6, 48 + 32 + 224));
         assert!(w.cut.is_none());
         let small = Budget { max_objects: 2, ..Budget::default() };
-        let w = walk(&types, &mut mem, 0, (0x1000, 0x2000), small, &is_program_root);
+        let w = walk(&types, &mut mem, 0, (0x1000, 0x2000), small, &is_program_root, &StackRoots::default());
         assert!(w.cut.as_deref().is_some_and(|c| c.contains("stopped at 2 objects")), "{:?}", w.cut);
     }
 }

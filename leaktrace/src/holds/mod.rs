@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod go;
 pub mod godwarf;
 pub mod goheap;
+pub mod gostack;
 pub mod gowalk;
 pub mod heapdump;
 pub mod hprof;

@@ -193,7 +193,7 @@ fn go(work: &Path, reps: usize, goroutines: u64) -> Result<Vec<(String, String)>
         .env("GOCACHE", work.join("gocache"))
         .env("GOFLAGS", "-mod=mod"))?;
     let (mut census, mut stops, mut counted) = (vec![], vec![], 0u64);
-    let (mut walks, mut walked) = (vec![], 0u64);
+    let (mut walks, mut walked, mut cpu) = (vec![], 0u64, vec![]);
     for rep in 0..reps {
         let mut t = Spawned::new({
             let mut c = Command::new(&bin);
@@ -205,6 +205,7 @@ fn go(work: &Path, reps: usize, goroutines: u64) -> Result<Vec<(String, String)>
         let g = &rec["runtime_holds"]["go"];
         census.extend([f(&g["start"]["taken"]["took_s"]), f(&g["end"]["taken"]["took_s"])]);
         walks.extend([f(&g["walk_start"]["took_s"]), f(&g["walk_end"]["took_s"])]);
+        cpu.extend([f(&g["walk_start"]["cpu_s"]), f(&g["walk_end"]["cpu_s"])]);
         walked = g["walk_end"]["objects"].as_u64().unwrap_or(0);
         counted = g["end"]["total"].as_u64().unwrap_or(0);
         stops.push(gaps(&mut t).first().copied().unwrap_or(0.0) / 1000.0);
@@ -217,6 +218,7 @@ fn go(work: &Path, reps: usize, goroutines: u64) -> Result<Vec<(String, String)>
         ),
         (format!("Go: {GO_OBJECTS} linked objects in a package variable; objects walked"), walked.to_string()),
         ("Go: one typed heap walk, program running (s)".into(), range(&walks, 1.0, 2)),
+        ("Go: one typed heap walk, the agent's CPU (s)".into(), range(&cpu, 1.0, 2)),
         ("Go: the program's longest stop per run, 0 when none over 100 ms (s)".into(), range(&stops, 1.0, 2)),
     ])
 }
