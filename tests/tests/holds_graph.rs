@@ -180,4 +180,6 @@ fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
     }
     assert_eq!(retainers[0]["container"], "DirectHolds.LEAKED", "{ctx}");
     assert!(md.contains("`DirectHolds.LEAKED` retains") && md.contains("a leak"), "{md}");
+    let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
+    assert!(holder.starts_with("`DirectHolds.LEAKED` retains +"), "verdict.holder: {holder}\n{ctx}");
 }
