@@ -30,6 +30,10 @@ pub struct RuntimeHolds {
     /// the GC roots to the instances of the classes that grew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jvm_heap_dump: Option<HeapPaths>,
+    /// `--heap-dump`: the JVM's first heap dump, early in the recording (its off-heap
+    /// retainers, against which the last dump's are compared; no paths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm_first_dump: Option<HeapPaths>,
     /// `--heap-snapshots`: Node's two heap snapshots and the objects new in the second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_snapshots: Option<JsSnapshots>,
@@ -137,6 +141,12 @@ pub struct HeapPaths {
     pub parse_s: f64,
     /// One per class asked about (the classes that grew most), in that order.
     pub paths: Vec<RetainerPath>,
+    /// The GC roots' objects that retain off-heap memory: traced native blocks owned by direct
+    /// buffers (`java.nio.Buffer.address` matched to a live block), most off-heap bytes first;
+    /// `container` names the root (`App.BUFFERS`). Empty without traced blocks (growth or
+    /// sampled mode) or direct buffers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retainers: Vec<crate::pyheap::Retained>,
 }
 
 /// The shortest path from a GC root to one instance of a class, for the root that holds most
@@ -640,4 +650,56 @@ mod tests {
         };
         assert!(c.growth().is_empty(), "{:?}", c.growth().iter().map(|g| &g.name).collect::<Vec<_>>());
     }
+}
+
+/// A GC root's object that retains off-heap memory (the JVM's direct buffers' blocks) at the
+/// first and the last heap dump of `--heap-dump`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct OffHeapRetainer {
+    /// The root that names it (`App.BUFFERS`).
+    pub container: String,
+    /// What it retained at the first dump (zeros when it retained nothing then) and at the last.
+    pub first: crate::pyheap::Retained,
+    pub last: crate::pyheap::Retained,
+    /// (last − first) / (time between the dumps): all bytes and off-heap bytes, per second.
+    pub bytes_per_s: f64,
+    pub off_heap_per_s: f64,
+    /// Its off-heap blocks grew (at least 20 and 5 %, as [`crate::pyheap::is_growing`]): a
+    /// leak; a bounded cache does not.
+    pub growing: bool,
+}
+
+/// The off-heap retainers of the last heap dump with their growth since the first; growing ones
+/// first, then most retained-bytes growth. Empty without both dumps' retainers (the last alone:
+/// listed, nothing said of growth, `growing` false).
+pub fn off_heap_retainers(h: &RuntimeHolds) -> Vec<OffHeapRetainer> {
+    let Some(last) = &h.jvm_heap_dump else { return Vec::new() };
+    let first = h.jvm_first_dump.as_ref();
+    let dt = first.map_or(0.0, |f| last.taken.t_s - f.taken.t_s);
+    let mut out: Vec<OffHeapRetainer> = last
+        .retainers
+        .iter()
+        .map(|r| {
+            let f = first
+                .and_then(|f| f.retainers.iter().find(|x| x.container == r.container).cloned())
+                .unwrap_or_default();
+            let per_s = |a: u64, b: u64| if dt > 0.0 { (a as f64 - b as f64) / dt } else { 0.0 };
+            OffHeapRetainer {
+                container: r.container.clone(),
+                bytes_per_s: per_s(r.total(), f.total()),
+                off_heap_per_s: per_s(r.off_heap, f.off_heap),
+                growing: dt > 0.0 && crate::pyheap::is_growing(f.blocks, r.blocks),
+                first: f,
+                last: r.clone(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.growing
+            .cmp(&a.growing)
+            .then(b.bytes_per_s.total_cmp(&a.bytes_per_s))
+            .then(b.last.off_heap.cmp(&a.last.off_heap))
+            .then_with(|| a.container.cmp(&b.container))
+    });
+    out
 }

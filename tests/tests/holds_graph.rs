@@ -14,6 +14,7 @@
     reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
 )]
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use leaktrace_tests::*;
 
@@ -112,4 +113,73 @@ fn python_dict_of_extension_objects_retains_their_native_buffers() {
     assert!(verdict.contains("native, allocated by `img_alloc_buffer` ← `decode_batch`"), "{verdict}\n{ctx}");
     assert!(!verdict.contains("CACHE"), "{verdict}\n{ctx}");
     assert!(md.contains("Containers that retain native memory") && md.contains("not growing: not a leak"), "{md}");
+}
+
+/// Bytes of each of DirectHolds.java's direct buffers, and the buffers its list keeps.
+const FRAME: f64 = 16384.0;
+const LEAK_COUNT: f64 = 700.0;
+
+/// JVM: DirectHolds (tests/fixtures/runtimes/DirectHolds.java) files one
+/// `ByteBuffer.allocateDirect(16384)` a frame in the static list `LEAKED` (100 frames a second,
+/// up to 700), keeps the newest 200 frames' buffers in the static LRU map `CACHE` (full from the start), and drops
+/// three temporaries a frame. With `--heap-dump` (a first dump once the first class histogram is
+/// taken, the last at the end) each dump's direct buffers are matched by `Buffer.address` to the
+/// traced malloc'd blocks: `DirectHolds.LEAKED` retains the 700 buffers' off-heap bytes (within
+/// 15 %) and grew between the dumps (a leak); `CACHE` retains its 200 and is not a leak; no
+/// other holder is a leak.
+#[test]
+fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
+    require_root();
+    let dir = built_once("holds_graph-java", |out| {
+        let src = fixture_source("runtimes").join("DirectHolds.java");
+        run_build_step(Command::new("javac").arg("-d").arg(out).arg(src), "javac");
+    });
+    let mut cmd = Command::new("java");
+    cmd.args(["-Xms32m", "-Xmx128m", "-XX:MaxDirectMemorySize=96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        .arg("-cp")
+        .arg(dir)
+        .arg("DirectHolds")
+        .args(["100", &format!("{FRAME}"), &format!("{LEAK_COUNT}")]);
+    let out = OutDir::new("holds-graph-jvm");
+    let o = record_launch(&out, &["--heap-dump", "--duration", "14s"], cmd);
+    o.assert_success();
+    assert_no_panic(&o);
+    let r = Report::load(&out.path);
+    let md = std::fs::read_to_string(out.path.join("report.md")).unwrap_or_default();
+    let holds = &r.json["runtime_holds"];
+    let ctx = format!(
+        "report {}:\n{}\noff_heap_retainers: {:#}\nJVM census errors: {}\nlast dump taken: {}\nleaktrace stderr:\n{}",
+        out.path.display(),
+        r.summary(),
+        holds["off_heap_retainers"],
+        holds["jvm"]["errors"],
+        holds["jvm_heap_dump"]["taken"],
+        o.stderr
+    );
+    assert!(o.stdout.contains(&format!("leaked {LEAK_COUNT} done")), "the list never filled\n{}", o.describe());
+    let retainers = holds["off_heap_retainers"].as_array().cloned().unwrap_or_default();
+    let find = |c: &str| retainers.iter().find(|x| x["container"] == c).cloned();
+    let leaked = find("DirectHolds.LEAKED").unwrap_or_else(|| panic!("no retainer DirectHolds.LEAKED\n{ctx}"));
+    let off_heap = f64_of(&leaked["retained_last"], "off_heap");
+    eprintln!(
+        "holds_graph jvm: DirectHolds.LEAKED retains {off_heap:.0} off-heap bytes (fixture: {:.0}), first dump {}",
+        LEAK_COUNT * FRAME,
+        f64_of(&leaked["retained_first"], "off_heap")
+    );
+    assert_within("off-heap bytes retained by DirectHolds.LEAKED", off_heap, LEAK_COUNT * FRAME, 0.15, &ctx);
+    assert_eq!(leaked["leak"], true, "{ctx}");
+    let cache = find("DirectHolds.CACHE").unwrap_or_else(|| panic!("no retainer DirectHolds.CACHE\n{ctx}"));
+    let cached = f64_of(&cache["retained_last"], "off_heap");
+    eprintln!("holds_graph jvm: DirectHolds.CACHE retains {cached:.0} off-heap bytes (fixture: {:.0})", 200.0 * FRAME);
+    assert_within("off-heap bytes retained by the cache", cached, 200.0 * FRAME, 0.15, &ctx);
+    assert_eq!(cache["leak"], false, "{ctx}");
+    for x in &retainers {
+        if x["container"] != "DirectHolds.LEAKED" {
+            assert_eq!(x["leak"], false, "{}\n{ctx}", x["container"]);
+        }
+    }
+    assert_eq!(retainers[0]["container"], "DirectHolds.LEAKED", "{ctx}");
+    assert!(md.contains("`DirectHolds.LEAKED` retains") && md.contains("a leak"), "{md}");
+    let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
+    assert!(holder.starts_with("`DirectHolds.LEAKED` retains +"), "verdict.holder: {holder}\n{ctx}");
 }

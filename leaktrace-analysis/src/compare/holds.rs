@@ -1,5 +1,6 @@
-//! `compare` of the runtimes' own censuses (`record --heap-census`): the classes,
-//! goroutine groups, JS functions and constructors that grew in either recording, with their
+//! `compare` of the runtimes' own censuses (`record --heap-census`): the classes, the JVM's
+//! off-heap holders (their retained bytes), goroutine groups, JS functions and constructors
+//! that grew in either recording, with their
 //! rates before and after, in compare.md's "What holds it" table and compare.json's
 //! `runtime_holds`.
 
@@ -16,11 +17,13 @@ const PER_SIDE: usize = 5;
 /// recording has no such census; 0: the census ran and it did not grow).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct HoldsRow {
-    /// `jvm class`, `go goroutines`, `go heap`, `node function`, `node constructor`.
+    /// `jvm class`, `jvm off-heap holder`, `go goroutines`, `go heap`, `node function`,
+    /// `node constructor`.
     pub what: &'static str,
     /// The class, goroutine group, Go or JS function, or constructor.
     pub name: String,
-    /// The rate's unit: `instances/s`, `goroutines/s`, `B/s`, `new objects/s`.
+    /// The rate's unit: `instances/s`, `goroutines/s`, `B/s`, `retained B/s` (a holder's
+    /// retained bytes between the heap dumps), `new objects/s`.
     pub unit: &'static str,
     pub before: Option<f64>,
     pub after: Option<f64>,
@@ -35,6 +38,11 @@ fn rates(rec: &Recording) -> Rates {
     if let Some(c) = &h.jvm {
         let e = out.entry(("jvm class", "instances/s")).or_default();
         e.extend(c.growth().into_iter().take(PER_SIDE).map(|g| (g.name, g.count_per_s)));
+    }
+    if h.jvm_heap_dump.is_some() {
+        let e = out.entry(("jvm off-heap holder", "retained B/s")).or_default();
+        let list = crate::holds::off_heap_retainers(h);
+        e.extend(list.into_iter().take(PER_SIDE).map(|r| (r.container, r.bytes_per_s)));
     }
     if let Some(c) = &h.go {
         let e = out.entry(("go goroutines", "goroutines/s")).or_default();
@@ -133,5 +141,36 @@ mod tests {
         let one = super::rows(&rec(5100), &demo);
         assert_eq!(one[0].after, None, "no census after");
         assert!(md(&super::rows(&demo, &demo)).is_empty());
+    }
+
+    /// A holder's retained-size growth before and after a fix: `App.LIST` retained 600 more
+    /// direct buffers' blocks in 10 s before, none more after.
+    #[test]
+    fn a_holders_retained_growth_before_and_after_a_fix() {
+        use crate::holds::HeapPaths;
+        use crate::pyheap::Retained;
+        let with = |grown: u64| {
+            let dump = |t_s: f64, n: u64| HeapPaths {
+                taken: Taken { t_s, took_s: 0.1, units_of_work: None },
+                retainers: vec![Retained {
+                    container: "App.LIST".into(),
+                    off_heap: n * 1000,
+                    blocks: n,
+                    block_bytes: n * 1000,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let mut r = rec(100);
+            let h = r.runtime_holds.as_mut().expect("holds");
+            (h.jvm_first_dump, h.jvm_heap_dump) = (Some(dump(1.0, 100)), Some(dump(11.0, 100 + grown)));
+            r
+        };
+        let rows = rows(&with(600), &with(0));
+        let holder = rows.iter().find(|r| r.what == "jvm off-heap holder").expect("a holder row");
+        assert_eq!((holder.name.as_str(), holder.unit), ("App.LIST", "retained B/s"));
+        assert_eq!((holder.before, holder.after), (Some(60_000.0), Some(0.0)));
+        let m = md(&rows);
+        assert!(m.contains("| jvm off-heap holder | `App.LIST` | +60000.0 | +0.0 | retained B/s |"), "{m}");
     }
 }

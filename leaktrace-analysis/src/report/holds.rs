@@ -241,6 +241,7 @@ pub fn holds_json(rec: &Recording) -> Value {
         "go": h.go.as_ref().map_or(Value::Null, go_json),
         "node": h.node.as_ref().map_or(Value::Null, node_json),
         "jvm_heap_dump": h.jvm_heap_dump.as_ref().map_or(Value::Null, dump_json),
+        "off_heap_retainers": super::offheap::json(h),
         "node_snapshots": h.node_snapshots.as_ref().map_or(Value::Null, snapshots_json),
     })
 }
@@ -443,6 +444,9 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
             rate(f.live_bytes as f64 / secs)
         ));
     }
+    if let Some(s) = super::offheap::sentence(h) {
+        return Some(s);
+    }
     let growth = h.jvm.as_ref()?.growth();
     let top = growth.first()?;
     let app = growth.iter().find(|g| application_class(&g.name)).unwrap_or(top);
@@ -482,6 +486,7 @@ pub fn holds_md(md: &mut String, rec: &Recording) {
     }
     if let Some(d) = &h.jvm_heap_dump {
         dump_md(md, d);
+        super::offheap::md(md, h);
     }
     if let Some(c) = &h.go {
         go_md(md, c);
@@ -532,6 +537,7 @@ mod tests {
             go: None,
             node: None,
             jvm_heap_dump: None,
+            jvm_first_dump: None,
             node_snapshots: None,
         });
         let s = holder_sentence(&rec).expect("a holder");

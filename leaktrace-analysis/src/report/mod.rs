@@ -27,6 +27,7 @@ pub mod json;
 pub mod markdown;
 /// The occupied heap to RSS with its parts.
 pub mod occupied;
+pub mod offheap;
 /// RSS raised in steps by load spikes.
 pub mod plateau;
 pub mod plot;

@@ -9,7 +9,7 @@ use std::path::Path;
 use leaktrace_analysis::holds::{HeapPaths, RuntimeHolds};
 
 use super::go::GoCensus;
-use super::heapdump::DumpOptions;
+use super::heapdump::{DumpOptions, Natives};
 use super::jvm::JvmCensus;
 use super::node::NodeCensus;
 
@@ -41,7 +41,22 @@ pub trait RuntimeCensus: Send {
 
     /// After every census' [`RuntimeCensus::finish`]: `--heap-dump`'s dump, written in `dir`
     /// (the output directory).
-    fn heap_dump(&mut self, _dir: &Path, _alive: bool, _now_s: &dyn Fn() -> f64, _units: Option<u64>) {}
+    fn heap_dump(
+        &mut self,
+        _dir: &Path,
+        _alive: bool,
+        _now_s: &dyn Fn() -> f64,
+        _units: Option<u64>,
+        _n: &mut Natives<'_>,
+    ) {
+    }
+
+    /// At a periodic checkpoint early in the recording, the probes in place and the process
+    /// running: `--heap-dump`'s first dump, written in `dir`, when its runtime takes one; false
+    /// while it waits to be taken (asked again at the next checkpoint).
+    fn first_dump(&mut self, _dir: &Path, _now_s: &dyn Fn() -> f64, _units: Option<u64>, _n: &mut Natives<'_>) -> bool {
+        true
+    }
 
     /// Whether the census ends in [`RuntimeCensus::finish_detached`], once the probes are
     /// detached (the recorder then waits for the detach).
@@ -63,12 +78,21 @@ pub struct JvmHolds {
     dump: Option<DumpOptions>,
     /// What the heap dump found.
     dumped: Option<HeapPaths>,
+    /// What the first heap dump found; whether it was tried.
+    first: Option<HeapPaths>,
+    first_tried: bool,
 }
 
 impl JvmHolds {
     /// The census of JVM `pid` (finds its jcmd now).
     pub fn new(pid: u32, opts: CensusOptions) -> JvmHolds {
-        JvmHolds { census: JvmCensus::new(pid), dump: opts.dump.filter(|d| d.jvm), dumped: None }
+        JvmHolds {
+            census: JvmCensus::new(pid),
+            dump: opts.dump.filter(|d| d.jvm),
+            dumped: None,
+            first: None,
+            first_tried: false,
+        }
     }
 }
 
@@ -81,17 +105,29 @@ impl RuntimeCensus for JvmHolds {
         self.census.finish(alive, now_s, units);
     }
 
-    fn heap_dump(&mut self, dir: &Path, alive: bool, now_s: &dyn Fn() -> f64, units: Option<u64>) {
+    fn heap_dump(&mut self, dir: &Path, alive: bool, now_s: &dyn Fn() -> f64, units: Option<u64>, n: &mut Natives<'_>) {
         if let Some(o) = self.dump
             && alive
         {
-            self.dumped = self.census.heap_dump(dir, o, now_s, units);
+            self.dumped = self.census.heap_dump(dir, o, now_s, units, n);
         }
+    }
+
+    /// Once the first class histogram was taken (jcmd is free then).
+    fn first_dump(&mut self, dir: &Path, now_s: &dyn Fn() -> f64, units: Option<u64>, n: &mut Natives<'_>) -> bool {
+        let Some(o) = self.dump.filter(|_| !self.first_tried) else { return true };
+        if self.census.census.start.is_none() {
+            return false;
+        }
+        self.first_tried = true;
+        self.first = self.census.first_heap_dump(dir, o, now_s, units, n);
+        true
     }
 
     fn take(self: Box<Self>, holds: &mut RuntimeHolds) {
         holds.jvm = Some(self.census.census);
         holds.jvm_heap_dump = self.dumped;
+        holds.jvm_first_dump = self.first;
     }
 }
 

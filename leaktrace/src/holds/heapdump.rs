@@ -38,6 +38,14 @@ pub struct DumpOptions {
     pub keep: bool,
 }
 
+/// The traced process's live blocks, for the off-heap memory direct buffers own: read when the
+/// dump has been read (`blocks`, sorted by address; empty without an exact-mode tracer), and a
+/// site named (`stack_of`: its stack's id and culprit function with its caller).
+pub struct Natives<'a> {
+    pub blocks: &'a dyn Fn() -> Vec<crate::reach::blocks::Block>,
+    pub stack_of: &'a mut dyn FnMut(leaktrace_common::SiteKey) -> (u32, Option<String>),
+}
+
 /// The command-line options (flattened into `record`).
 #[derive(clap::Args, Debug, Default)]
 pub struct HeapDumpArgs {
@@ -184,6 +192,7 @@ impl super::jvm::JvmCensus {
         o: DumpOptions,
         now_s: &dyn Fn() -> f64,
         units: Option<u64>,
+        natives: &mut Natives<'_>,
     ) -> Option<HeapPaths> {
         let Some(end) = self.census.end.clone() else {
             self.census.errors.push("--heap-dump: no dump (the last class histogram was not taken)".into());
@@ -198,13 +207,44 @@ impl super::jvm::JvmCensus {
             self.census.errors.push(format!("--heap-dump: no dump: {why}"));
             return None;
         }
+        self.dump_and_read(dir, o, (now_s, units), &classes, natives)
+    }
+
+    /// `--heap-dump`'s first dump, early in the recording: only its off-heap retainers. None
+    /// before the first class histogram was taken, or when refused or failed (the reason in the
+    /// census' errors).
+    pub fn first_heap_dump(
+        &mut self,
+        dir: &Path,
+        o: DumpOptions,
+        now_s: &dyn Fn() -> f64,
+        units: Option<u64>,
+        natives: &mut Natives<'_>,
+    ) -> Option<HeapPaths> {
+        let start = self.census.start.clone()?;
+        if let Some(why) = refusal(&start, dir, o) {
+            self.census.errors.push(format!("--heap-dump: no first dump: {why}"));
+            return None;
+        }
+        self.dump_and_read(dir, o, (now_s, units), &[], natives)
+    }
+
+    /// Dump the heap, read the paths to `classes` and the off-heap retainers.
+    fn dump_and_read(
+        &mut self,
+        dir: &Path,
+        o: DumpOptions,
+        (now_s, units): (&dyn Fn() -> f64, Option<u64>),
+        classes: &[String],
+        natives: &mut Natives<'_>,
+    ) -> Option<HeapPaths> {
         let (inside, file) = dump_place(self.pid, dir);
         file.remove();
         let t0 = now_s();
         let clock = Instant::now();
         let result = self.run_dump(&inside);
         let taken = Taken { t_s: t0, took_s: clock.elapsed().as_secs_f64(), units_of_work: units };
-        let out = result.and_then(|()| read_paths(&file, o, &classes, taken));
+        let out = result.and_then(|()| read_paths(&file, o, classes, taken, natives));
         let kept = if o.keep && out.is_ok() { keep(&file, dir, self.pid, o) } else { None };
         if kept.is_none() {
             file.remove();
@@ -257,7 +297,13 @@ fn refusal(end: &ClassHistogram, dir: &Path, o: DumpOptions) -> Option<String> {
 }
 
 /// Read the dump at `file` and the paths to `classes`.
-fn read_paths(file: &DumpFile, o: DumpOptions, classes: &[String], taken: Taken) -> Result<HeapPaths, String> {
+fn read_paths(
+    file: &DumpFile,
+    o: DumpOptions,
+    classes: &[String],
+    taken: Taken,
+    natives: &mut Natives<'_>,
+) -> Result<HeapPaths, String> {
     let clock = Instant::now();
     let f = file.open().map_err(|e| format!("cannot open the dump {}: {e}", file.display()))?;
     let file_bytes = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -266,7 +312,16 @@ fn read_paths(file: &DumpFile, o: DumpOptions, classes: &[String], taken: Taken)
     }
     let g = super::hprof::read(f, clock + READ_TIMEOUT).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let paths = g.paths_to(classes);
-    Ok(HeapPaths { taken, file_bytes, kept: None, objects: g.objects(), parse_s: clock.elapsed().as_secs_f64(), paths })
+    let mut retainers = super::jvmretain::retainers(&g, &(natives.blocks)());
+    for r in &mut retainers {
+        if let Some(&(key, _)) = r.sites.first() {
+            let (id, by) = (natives.stack_of)(key);
+            (r.allocated_stack, r.allocated_by) = (Some(id), by);
+        }
+        r.sites.clear();
+    }
+    let parse_s = clock.elapsed().as_secs_f64();
+    Ok(HeapPaths { taken, file_bytes, kept: None, objects: g.objects(), parse_s, paths, retainers })
 }
 
 /// Keep the dump in `dir` (moved there when the JVM wrote it elsewhere); its path.

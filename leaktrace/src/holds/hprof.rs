@@ -44,10 +44,13 @@ struct Class {
 
 /// An object: its class (a class object's id; primitive arrays: [`prim_class`]) and its
 /// references `edges[start..end]`.
-struct Obj {
-    class: u64,
+pub(super) struct Obj {
+    pub(super) class: u64,
     start: u32,
     end: u32,
+    /// Shallow bytes, as HotSpot lays it out with 8-byte references (a 16-byte header, the
+    /// fields or elements, rounded to 8).
+    pub(super) size: u32,
 }
 
 /// The heap as read from the dump.
@@ -71,6 +74,11 @@ pub struct Graph {
     traces: HashMap<u32, Vec<u64>>,
     threads: HashMap<u32, u32>,
     java_frames: Vec<(u64, u32, u32)>,
+    /// Classes whose instances own off-heap memory at their `address` (`java.nio.Direct*`, not
+    /// their nested classes).
+    direct_classes: std::collections::HashSet<u64>,
+    /// Direct buffers: (object index, `java.nio.Buffer.address`).
+    pub(super) direct: Vec<(u32, u64)>,
 }
 
 /// The bytes of a value of HPROF basic type `t` (2: an object id).
@@ -290,7 +298,7 @@ impl Graph {
                     let class = c.id()?;
                     let n = c.u4()? as usize;
                     let data = c.take(n)?;
-                    let i = self.object(id, class);
+                    let i = self.object(id, class, n);
                     if self.classes.contains_key(&class) {
                         self.instance_edges(i, data)?;
                     } else {
@@ -302,7 +310,7 @@ impl Graph {
                     c.u4()?;
                     let n = c.u4()?;
                     let class = c.id()?;
-                    let i = self.object(id, class);
+                    let i = self.object(id, class, (n as usize).saturating_mul(self.id_size));
                     for _ in 0..n {
                         let to = c.id()?;
                         if to != 0 {
@@ -317,8 +325,9 @@ impl Graph {
                     let n = c.u4()? as usize;
                     let t = c.u1()?;
                     let size = type_size(t, self.id_size).ok_or_else(|| anyhow::anyhow!("array of basic type {t}"))?;
-                    c.take(n.checked_mul(size).ok_or_else(|| anyhow::anyhow!("an array of {n} elements"))?)?;
-                    self.object(id, prim_class(t));
+                    let bytes = n.checked_mul(size).ok_or_else(|| anyhow::anyhow!("an array of {n} elements"))?;
+                    c.take(bytes)?;
+                    self.object(id, prim_class(t), bytes);
                 }
                 t => anyhow::bail!("unknown heap dump sub-record 0x{t:02x}"),
             }
@@ -331,10 +340,11 @@ impl Graph {
     }
 
     /// A new object with no references yet; its index.
-    fn object(&mut self, id: u64, class: u64) -> u32 {
+    fn object(&mut self, id: u64, class: u64, bytes: usize) -> u32 {
         let i = self.objs.len() as u32;
         let at = self.edges.len() as u32;
-        self.objs.push(Obj { class, start: at, end: at });
+        let size = (16 + bytes.min(u32::MAX as usize - 32)).next_multiple_of(8) as u32;
+        self.objs.push(Obj { class, start: at, end: at, size });
         self.index.insert(id, i);
         i
     }
@@ -352,7 +362,12 @@ impl Graph {
             let t = c.u1()?;
             c.take(type_size(t, self.id_size).ok_or_else(|| anyhow::anyhow!("constant of basic type {t}"))?)?;
         }
-        let i = self.object(id, CLASS_OBJECT);
+        let i = self.object(id, CLASS_OBJECT, 0);
+        // The buffers themselves, not their `Deallocator` (`$`), whose `address` is the Cleaner's
+        // bookkeeping (reached from `Cleaner.first`'s list, it would share every block).
+        if self.class_name(id).starts_with("java.nio.Direct") && !self.class_name(id).contains('$') {
+            self.direct_classes.insert(id);
+        }
         for _ in 0..c.u2()? {
             let name = c.id()?;
             let t = c.u1()?;
@@ -387,6 +402,7 @@ impl Graph {
         let mut c = self.cur(data);
         let start = self.edges.len() as u32;
         let mut class = self.objs[i as usize].class;
+        let direct = self.direct_classes.contains(&class);
         let mut depth = 0;
         while let Some(k) = self.classes.get(&class) {
             depth += 1;
@@ -404,6 +420,9 @@ impl Graph {
                     if to != 0 && !referent {
                         self.edges.push((to, Label::Field(name)));
                     }
+                } else if direct && t == 11 && self.strings.get(&name).is_some_and(|n| n == "address") {
+                    let a = u64::from_be_bytes(c.take(8)?.try_into()?);
+                    self.direct.push((i, a));
                 } else {
                     c.take(type_size(t, self.id_size).ok_or_else(|| anyhow::anyhow!("field of basic type {t}"))?)?;
                 }
@@ -458,6 +477,27 @@ impl Graph {
             Some(n) => java_name(&n.replace('/', ".")),
             None => format!("class@{class:#x}"),
         }
+    }
+
+    /// The objects in the dump, by index.
+    pub(super) fn objs(&self) -> &[Obj] {
+        &self.objs
+    }
+
+    /// The indices of the objects object `i` refers to (weak referents left out).
+    pub(super) fn references(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
+        let o = &self.objs[i as usize];
+        self.edges[o.start as usize..o.end as usize].iter().filter_map(|(to, _)| self.index.get(to).copied())
+    }
+
+    /// The GC roots, static fields first: (kind, name, the object's index).
+    pub(super) fn root_objects(&self) -> impl Iterator<Item = (&str, &str, u32)> + '_ {
+        self.roots.iter().filter_map(|r| Some((r.kind, r.name.as_str(), *self.index.get(&r.target)?)))
+    }
+
+    /// The class name of object `i`.
+    pub(super) fn class_of(&self, i: u32) -> String {
+        self.class_name(self.objs[i as usize].class)
     }
 
     /// Objects in the dump.
@@ -557,31 +597,31 @@ impl Graph {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A small HPROF file written the way HotSpot writes one (8-byte ids).
-    struct Dump(Vec<u8>);
+    pub(in crate::holds) struct Dump(pub(in crate::holds) Vec<u8>);
 
     impl Dump {
-        fn new() -> Dump {
+        pub(in crate::holds) fn new() -> Dump {
             let mut b = b"JAVA PROFILE 1.0.2\0".to_vec();
             b.extend(8u32.to_be_bytes());
             b.extend(0u64.to_be_bytes());
             Dump(b)
         }
-        fn record(&mut self, tag: u8, body: &[u8]) {
+        pub(in crate::holds) fn record(&mut self, tag: u8, body: &[u8]) {
             self.0.push(tag);
             self.0.extend(0u32.to_be_bytes());
             self.0.extend((body.len() as u32).to_be_bytes());
             self.0.extend(body);
         }
-        fn string(&mut self, id: u64, s: &str) {
+        pub(in crate::holds) fn string(&mut self, id: u64, s: &str) {
             let mut b = id.to_be_bytes().to_vec();
             b.extend(s.as_bytes());
             self.record(0x01, &b);
         }
-        fn load_class(&mut self, serial: u32, class: u64, name: u64) {
+        pub(in crate::holds) fn load_class(&mut self, serial: u32, class: u64, name: u64) {
             let mut b = serial.to_be_bytes().to_vec();
             b.extend(class.to_be_bytes());
             b.extend(0u32.to_be_bytes());
@@ -590,12 +630,18 @@ mod tests {
         }
     }
 
-    fn id(b: &mut Vec<u8>, v: u64) {
+    pub(in crate::holds) fn id(b: &mut Vec<u8>, v: u64) {
         b.extend(v.to_be_bytes());
     }
 
     /// CLASS_DUMP of `class` (super `sup`) with object statics and instance fields.
-    fn class_dump(b: &mut Vec<u8>, class: u64, sup: u64, statics: &[(u64, u64)], fields: &[(u64, u8)]) {
+    pub(in crate::holds) fn class_dump(
+        b: &mut Vec<u8>,
+        class: u64,
+        sup: u64,
+        statics: &[(u64, u64)],
+        fields: &[(u64, u8)],
+    ) {
         b.push(0x20);
         id(b, class);
         b.extend(0u32.to_be_bytes());
@@ -618,7 +664,7 @@ mod tests {
         }
     }
 
-    fn instance(b: &mut Vec<u8>, obj: u64, class: u64, data: &[u8]) {
+    pub(in crate::holds) fn instance(b: &mut Vec<u8>, obj: u64, class: u64, data: &[u8]) {
         b.push(0x21);
         id(b, obj);
         b.extend(0u32.to_be_bytes());

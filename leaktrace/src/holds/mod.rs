@@ -23,6 +23,7 @@ pub mod gowalk;
 pub mod heapdump;
 pub mod hprof;
 pub mod jvm;
+pub mod jvmretain;
 pub mod node;
 pub mod node_guard;
 pub mod node_snapshots;
@@ -110,10 +111,39 @@ impl HeapCensus {
 
     /// After [`HeapCensus::finish`], with `--heap-dump`: a JVM's heap dump, written in `dir`
     /// (the output directory), and the paths from the GC roots to the classes that grew.
-    pub fn heap_dump(&mut self, dir: &std::path::Path, alive: bool, now_s: &dyn Fn() -> f64, units: Option<u64>) {
+    /// `n`: the process's traced blocks, for the off-heap memory its objects own.
+    pub fn heap_dump(
+        &mut self,
+        dir: &std::path::Path,
+        alive: bool,
+        (now_s, units): (&dyn Fn() -> f64, Option<u64>),
+        n: &mut heapdump::Natives<'_>,
+    ) {
         for (_, c) in &mut self.censuses {
-            c.heap_dump(dir, alive, now_s, units);
+            c.heap_dump(dir, alive, now_s, units, n);
         }
+    }
+
+    /// At a periodic checkpoint, with `--heap-dump`: a runtime's first heap dump, written in
+    /// `dir`, when it takes one (the JVM, once its first class histogram was taken); true once
+    /// every census took it or has none to take (false before any census was made).
+    pub fn first_dump(
+        &mut self,
+        dir: &std::path::Path,
+        (now_s, units): (&dyn Fn() -> f64, Option<u64>),
+        n: &mut heapdump::Natives<'_>,
+    ) -> bool {
+        // No census yet: the runtime is not known yet, asked again at the next checkpoint.
+        let mut done = !self.censuses.is_empty();
+        for (_, c) in &mut self.censuses {
+            done &= c.first_dump(dir, now_s, units, n);
+        }
+        done
+    }
+
+    /// Whether `--heap-dump` was asked.
+    pub fn dumps(&self) -> bool {
+        self.opts.dump.is_some_and(|d| d.jvm)
     }
 
     /// Whether a census waits for [`HeapCensus::finish_detached`] (Node's).

@@ -25,6 +25,7 @@ use leaktrace_analysis::recording::{EndReason, Recording, Target};
 pub(crate) mod ending;
 pub(crate) mod escalate;
 mod forks;
+mod heap_dumps;
 mod live;
 mod py_heap_state;
 // Reachability hook.
@@ -306,7 +307,12 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     // The status line, periodic scans and censuses, and the push worker (started now).
-    let host = Live::new(tracer, held.is_some(), Sinks::for_record(opts, started_unix_ms), opts.clone());
+    let mut sinks = Sinks::for_record(opts, started_unix_ms);
+    if opts.heap_dump.is_some_and(|d| d.jvm) {
+        let done = Default::default();
+        sinks.push(Box::new(heap_dumps::FirstDumpSink { dir: dir.clone(), done, start }));
+    }
+    let host = Live::new(tracer, held.is_some(), sinks, opts.clone());
     let mut session = Session {
         host,
         targets,
@@ -538,7 +544,7 @@ fn end_of_session(
         let alive = t.session.end_reason.is_none() && procinfo::alive(t.pid);
         let units = t.checkpoints.last().and_then(|c| c.units_of_work);
         t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
-        t.census.heap_dump(dir, alive, &|| start.elapsed().as_secs_f64(), units);
+        heap_dumps::last_dumps(tracer, t, dir, alive, (start, units));
     }
     if opts.jvm_perf_map
         && !targets.iter().any(|t| t.runtime_name() == Some(leaktrace_analysis::recording::Runtime::Jvm))

@@ -135,12 +135,15 @@ fn name_retained(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
         r.sites.clear();
         let id = t.stack_for(tracer, key);
         r.allocated_stack = Some(id);
-        r.allocated_by = t.stacks.get(id as usize).map(|s| {
-            let (i, f) = leaktrace_analysis::analyze::culprit(s);
-            match i.and_then(|i| s.frames.get(i + 1)).and_then(|fr| fr.function.clone()) {
-                Some(caller) => format!("{f} ← {caller}"),
-                None => f,
-            }
-        });
+        r.allocated_by = t.stacks.get(id as usize).map(allocated_by);
+    }
+}
+
+/// A stack's culprit function with its caller, for reading (`img_alloc_buffer ← decode_batch`).
+pub(super) fn allocated_by(s: &leaktrace_analysis::recording::Stack) -> String {
+    let (i, f) = leaktrace_analysis::analyze::culprit(s);
+    match i.and_then(|i| s.frames.get(i + 1)).and_then(|fr| fr.function.clone()) {
+        Some(caller) => format!("{f} ← {caller}"),
+        None => f,
     }
 }
