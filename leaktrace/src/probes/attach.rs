@@ -3,23 +3,44 @@
 //! holds of a traced process.
 use super::*;
 
-/// Where a tracer's probes stood at one moment ([`Tracer::probe_mark`]).
-pub struct ProbeMark {
+/// Where one process's probes stood at one moment ([`Tracer::process_mark`]).
+pub struct ProcessMark {
+    pid: u32,
+    /// How many of [`Tracer`]'s links were this process's (they keep their order).
     links: usize,
     attached: std::collections::HashSet<(u32, String, u64, &'static str)>,
 }
 
+impl ProcessMark {
+    /// The process it marks.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 impl Tracer {
-    /// Where the probes stand now: [`Tracer::detach_to`] removes every probe attached since.
-    pub fn probe_mark(&self) -> ProbeMark {
-        ProbeMark { links: self.links.len(), attached: self.attached.clone() }
+    /// Where process `pid`'s probes stand now: [`Tracer::detach_process_to`] removes those of
+    /// its probes attached since, whatever was attached to or released from other processes
+    /// meanwhile (`watch`'s exact window, which runs while other processes come and go).
+    pub fn process_mark(&self, pid: u32) -> ProcessMark {
+        ProcessMark {
+            pid,
+            links: self.links.iter().filter(|(p, _)| *p == pid).count(),
+            attached: self.attached.iter().filter(|a| a.0 == pid).cloned().collect(),
+        }
     }
 
-    /// Detach every probe attached since `mark` (growth mode's exact window: its allocator probes
-    /// go, the process's growth-mode probes stay); returns how many links went once they are all
-    /// gone (their removals wait for RCU grace periods together, one thread each).
-    pub fn detach_to(&mut self, mark: ProbeMark) -> usize {
-        let later = self.links.split_off(mark.links.min(self.links.len()));
+    /// Detach every probe of the mark's process attached since `mark` (growth mode's exact
+    /// window: its allocator probes go, its growth-mode probes stay); returns how many links
+    /// went once they are all gone (their removals wait for RCU grace periods together, one
+    /// thread each).
+    /// A process released meanwhile (`Tracer::release_process`) has none left to detach.
+    pub fn detach_process_to(&mut self, mark: ProcessMark) -> usize {
+        let (mut mine, others): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.links).into_iter().partition(|(p, _)| *p == mark.pid);
+        let later = mine.split_off(mark.links.min(mine.len()));
+        self.links = others;
+        self.links.extend(mine);
         let detach = self.take_links(later);
         let n = detach.len();
         std::thread::scope(|s| {
@@ -27,7 +48,10 @@ impl Tracer {
                 s.spawn(move || drop(link));
             }
         });
-        self.attached = mark.attached;
+        self.attached.retain(|a| a.0 != mark.pid);
+        if self.targets.get(&mark.pid, 0).is_ok() {
+            self.attached.extend(mark.attached);
+        }
         n
     }
 

@@ -37,7 +37,7 @@ mod targets;
 mod traced;
 
 use live::Live;
-pub use recorder::{Dropped, Recorder, RecorderCosts, thread_cpu_s};
+pub use recorder::{Dropped, Recorder, RecorderCosts, WindowDone, thread_cpu_s};
 use session::Session;
 use sink::Sinks;
 use targets::launch_objects;
@@ -310,6 +310,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let mut session = Session {
         host,
         targets,
+        beside: Vec::new(),
         start,
         work_probe: opts.work_probe.clone(),
         follow_forks: opts.follow_forks,

@@ -114,6 +114,10 @@ pub(super) trait Tracing {
 pub(super) struct Session<H: Tracing> {
     pub(super) host: H,
     pub(super) targets: Vec<H::Proc>,
+    /// Processes recorded beside the targets by the same tracer (`watch`'s exact windows, on
+    /// processes that are also targets): they get their mapping events here, and nothing else
+    /// of the loop (their owner takes their checkpoints).
+    pub(super) beside: Vec<H::Proc>,
     /// Time 0: the first checkpoint ([`Session::begin`]).
     pub(super) start: Instant,
     pub(super) work_probe: Option<WorkProbeSpec>,
@@ -412,9 +416,11 @@ impl<H: Tracing> Session<H> {
                     }
                 }
                 Event::Mapping(_) => {
-                    if let Some(t) =
-                        self.targets.iter_mut().find(|t| t.pid() == ev.tgid && t.state().end_reason.is_none())
-                    {
+                    let live = |t: &&mut H::Proc| t.pid() == ev.tgid && t.state().end_reason.is_none();
+                    if let Some(t) = self.targets.iter_mut().find(live) {
+                        t.apply(&ev);
+                    }
+                    for t in self.beside.iter_mut().filter(live) {
                         t.apply(&ev);
                     }
                 }
@@ -715,7 +721,16 @@ mod tests {
         let host = Fake::new();
         let start = host.now;
         let targets = pids.iter().map(|&p| FakeProc::new(p)).collect();
-        Session { host, targets, start, work_probe: None, follow_forks, quiet_forks: false, rescan_every: 1 }
+        Session {
+            host,
+            targets,
+            beside: Vec::new(),
+            start,
+            work_probe: None,
+            follow_forks,
+            quiet_forks: false,
+            rescan_every: 1,
+        }
     }
 
     fn event(kind: u32, tgid: u32, addr: u64) -> MapEvent {

@@ -118,6 +118,10 @@ pub(super) struct Traced {
     /// mode's exact window): the kernel sites' totals when it started, subtracted from theirs
     /// (page-fault sites left out), so that it counts from zero as one made by its own tracer.
     pub(super) sites_before: Option<HashMap<SiteKey, leaktrace_common::SiteStats>>,
+    /// A growth-mode recording: the kernel's allocator-call sites of the process are not its
+    /// (growth mode places no allocator probe; those sites are an exact window's, run on the
+    /// same process in the same session, which counts them itself).
+    allocator_sites_ignored: bool,
 }
 
 /// `now - before`, field by field (0 where a field went down).
@@ -145,15 +149,16 @@ impl Traced {
         Ok(())
     }
 
-    /// `sites` as this recording counts them: all of them, or, with [`Traced::sites_before`],
-    /// their totals since then, page-fault sites and sites without change left out.
+    /// `sites` as this recording counts them: all of them (in growth mode, all but the
+    /// allocator's calls), or, with [`Traced::sites_before`], their totals since then, page-fault
+    /// sites and sites without change left out.
     fn since_start(
         &self,
         sites: Vec<(SiteKey, leaktrace_common::SiteStats)>,
     ) -> Vec<(SiteKey, leaktrace_common::SiteStats)> {
-        let Some(before) = &self.sites_before else { return sites };
+        let sites = sites.into_iter().filter(|(k, _)| !self.allocator_sites_ignored || k.kind != site_kind::MALLOC);
+        let Some(before) = &self.sites_before else { return sites.collect() };
         sites
-            .into_iter()
             .filter(|(k, _)| k.kind != site_kind::FAULT)
             .filter_map(|(k, v)| match before.get(&k) {
                 None => Some((k, v)),
@@ -240,6 +245,7 @@ impl Traced {
             live_seen: None,
             leader_exited: None,
             sites_before: None,
+            allocator_sites_ignored: opts.mode == Mode::Growth,
         };
         t.watch_cgroup();
         if !launched {
