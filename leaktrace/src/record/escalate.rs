@@ -54,7 +54,7 @@ pub(super) fn escalate_all(
     dir: &Path,
 ) -> BTreeMap<u32, Recording> {
     let mut windows = BTreeMap::new();
-    let Some(window) = opts.escalate.filter(|_| opts.mode == Mode::Growth) else { return windows };
+    let Some(window) = opts.escalate.filter(|_| opts.process.mode == Mode::Growth) else { return windows };
     for i in 0..session.targets.len() {
         let t = &mut session.targets[i];
         let Some(under) = grows_through_allocator(t, opts, started_unix_ms) else { continue };
@@ -118,9 +118,12 @@ pub(super) fn window_options(window: Duration, opts: &RecordOptions, dir: &Path)
         duration: Some(window),
         interval: (window / WINDOW_CHECKPOINTS).clamp(Duration::from_millis(100), opts.interval),
         out: Some(dir.to_path_buf()),
-        mode: Mode::Exact,
-        jvm_perf_map: false,
-        heap_census: false,
+        process: super::ProcessOptions {
+            mode: Mode::Exact,
+            jvm_perf_map: false,
+            heap_census: false,
+            ..opts.process.clone()
+        },
         ..opts.per_process()
     }
 }
@@ -163,7 +166,7 @@ pub(super) fn open_window(
     pid: u32,
     exact: &RecordOptions,
 ) -> anyhow::Result<(Traced, ProcessMark)> {
-    crate::seccomp::check_target(pid, exact.allow_seccomp_risk)?;
+    crate::seccomp::check_target(pid, exact.process.allow_seccomp_risk)?;
     let objects = crate::discover::mapped_objects(pid)?;
     let mark = tracer.process_mark(pid);
     let attached = (|| {
@@ -213,7 +216,7 @@ fn run_alone(session: &mut Session<Live>, t: Traced, opts: &RecordOptions) -> an
     let host_opts = std::mem::replace(&mut session.host.opts, opts.clone());
     let sinks = std::mem::take(&mut session.host.sinks);
     let (start, work_probe, follow_forks) = (session.start, session.work_probe.take(), session.follow_forks);
-    session.work_probe = opts.work_probe.clone();
+    session.work_probe = opts.process.work_probe.clone();
     session.follow_forks = false;
     let end = rt.block_on(session.run(opts));
     let t = std::mem::replace(&mut session.targets, targets).pop().context("the exact window's process is gone")?;

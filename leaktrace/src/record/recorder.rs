@@ -102,12 +102,20 @@ impl Recorder {
     pub fn start(opts: &RecordOptions, poll: Duration) -> anyhow::Result<Recorder> {
         crate::probes::check_privileges()?;
         let began = thread_cpu_s();
-        let opts = RecordOptions { duration: None, follow_forks: false, push: None, ..opts.clone() };
-        let tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
+        // No work probe, census, end-of-exit scan or forked children here; windows and pushes
+        // are the caller's.
+        let process = super::ProcessOptions { work_probe: None, heap_census: false, ..opts.process.clone() };
+        let opts = RecordOptions {
+            process,
+            duration: None,
+            follow_forks: false,
+            push: None,
+            reachability: None,
+            ..opts.clone()
+        };
+        let tracer = Tracer::load(opts.limits, opts.process.mode, opts.process.sample_bytes)?;
         let load_s = thread_cpu_s() - began;
-        // No status line, work probe, end-of-exit scan or forked children here.
-        let live_opts = RecordOptions { work_probe: None, reachability: None, heap_census: false, ..opts.clone() };
-        let host = Live::new(tracer, false, Sinks::default(), live_opts);
+        let host = Live::new(tracer, false, Sinks::default(), opts.clone());
         let mut session = Session {
             host,
             targets: Vec::new(),
@@ -159,8 +167,8 @@ impl Recorder {
         anyhow::ensure!(!self.session.targets.iter().any(|t| t.pid == pid), "PID {pid} is already recorded");
         let began = thread_cpu_s();
         discover::check_pid(pid)?;
-        if self.opts.mode != Mode::Growth {
-            crate::seccomp::check_target(pid, self.opts.allow_seccomp_risk)?;
+        if self.opts.process.mode != Mode::Growth {
+            crate::seccomp::check_target(pid, self.opts.process.allow_seccomp_risk)?;
         }
         let objects = discover::mapped_objects(pid)?;
         let command = procinfo::cmdline(pid);

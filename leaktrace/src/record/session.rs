@@ -781,11 +781,14 @@ mod tests {
         let opts = RecordOptions {
             interval: Duration::from_secs(1),
             schedule: Schedule::Batches { warmup: Duration::from_secs(30), count: 2, size: BatchSize::Units(100) },
-            work_probe: Some("handle_request".parse().unwrap()),
+            process: super::super::ProcessOptions {
+                work_probe: Some("handle_request".parse().unwrap()),
+                ..Default::default()
+            },
             ..RecordOptions::default()
         };
         let mut s = session(&[10], false);
-        s.work_probe = opts.work_probe.clone();
+        s.work_probe = opts.process.work_probe.clone();
         assert_eq!(run(&mut s, &opts, 0, 10_000), Some(EndReason::WorkProbeMissing));
         let last = s.targets[0].checkpoints.last().unwrap();
         assert!((last.t_s - WORK_PROBE_GRACE_S).abs() < 1e-6, "ended at {} s", last.t_s);

@@ -411,9 +411,8 @@ fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
         duration: Some(len),
         interval: opts.interval,
         top: opts.top,
-        mode: Mode::Growth,
+        process: record::ProcessOptions { mode: Mode::Growth, python_frames: true, ..Default::default() },
         status_line: false,
-        python_frames: true,
         limits: crate::probes::Limits { max_sites: opts.max_sites, ..Default::default() },
         ..RecordOptions::default()
     }
