@@ -55,6 +55,41 @@ impl Tracer {
         n
     }
 
+    /// Forget process `tgid`'s blocks in the kernel's block tables (its `BLOCKS` slots, found by
+    /// their sites, and its `ALLOCS` entries), once its allocator probes are detached: the
+    /// blocks an exact window recorded whose frees no probe will see. `watch`'s tracer outlives
+    /// its exact windows: left there, they would fill the tables window after window, and a
+    /// later window's frees of them would be counted against the old window's sites. A bucket
+    /// is rewritten whole: a block another process's exact window placed in it at that very
+    /// moment may be lost (its free then counted as one of an untraced block). Returns how many
+    /// blocks went. Errors: a map is missing or could not be read or written.
+    pub fn forget_blocks(&mut self, tgid: u32) -> anyhow::Result<usize> {
+        use leaktrace_common::{AllocInfo, AllocKey, BlockBucket};
+        let indices: std::collections::HashSet<u32> = self.site_keys(tgid)?.into_keys().collect();
+        let mut n = 0;
+        let map = self.ebpf.map_mut("BLOCKS").context("no BLOCKS map")?;
+        let mut blocks: aya::maps::Array<&mut MapData, BlockBucket> =
+            aya::maps::Array::try_from(map).context("BLOCKS is not an array")?;
+        for i in 0..blocks.len() {
+            let mut bucket = blocks.get(&i, 0).context("reading the BLOCKS map")?;
+            let mut cleared = 0;
+            for slot in bucket.slots.iter_mut().filter(|s| s.tag != 0 && indices.contains(&s.info.index)) {
+                *slot = Default::default();
+                cleared += 1;
+            }
+            if cleared > 0 {
+                blocks.set(i, bucket, 0).context("writing the BLOCKS map")?;
+                n += cleared;
+            }
+        }
+        let map = self.ebpf.map_mut("ALLOCS").context("no ALLOCS map")?;
+        let mut allocs: HashMap<&mut MapData, AllocKey, AllocInfo> =
+            HashMap::try_from(map).context("ALLOCS is not a hash map")?;
+        let keys: Vec<AllocKey> = allocs.keys().filter_map(Result::ok).filter(|k| k.tgid == tgid).collect();
+        n += keys.iter().filter(|k| allocs.remove(k).is_ok()).count();
+        Ok(n)
+    }
+
     /// `links` as values whose drop detaches them (a single uprobe's link taken from its program).
     pub(super) fn take_links(&mut self, links: Vec<(u32, Link)>) -> Vec<Box<dyn Send>> {
         let mut out: Vec<Box<dyn Send>> = Vec::new();

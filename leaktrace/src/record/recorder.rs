@@ -190,7 +190,7 @@ impl Recorder {
     pub fn remove(&mut self, pid: u32) {
         if let Some(i) = self.windows.iter().position(|w| w.pid == pid) {
             let w = self.windows.swap_remove(i);
-            self.close_window(w, EndReason::Signal, false);
+            self.close_window(w, EndReason::Signal);
         }
         if let Some(i) = self.session.targets.iter().position(|t| t.pid == pid) {
             let t = self.session.targets.swap_remove(i);
@@ -203,6 +203,11 @@ impl Recorder {
     /// released: `Tracer::release_process`), so that processes coming and going for days do not
     /// pile up links, descriptors and map entries.
     fn forget(&mut self, mut t: Traced) {
+        // Its exact window, if one runs, ends first: its blocks are found by its sites.
+        if let Some(i) = self.windows.iter().position(|w| w.pid == t.pid) {
+            let w = self.windows.swap_remove(i);
+            self.close_window(w, EndReason::TargetExited);
+        }
         let tracer = &mut self.session.host.tracer;
         if let Some(rt) = t.runtime.as_mut() {
             rt.detach(tracer);
@@ -272,7 +277,7 @@ impl Recorder {
     /// handed back by [`Recorder::take_windows`].
     pub fn end_windows(&mut self, end_reason: EndReason) {
         for w in std::mem::take(&mut self.windows) {
-            self.close_window(w, end_reason, true);
+            self.close_window(w, end_reason);
         }
     }
 
@@ -319,31 +324,37 @@ impl Recorder {
             match ended {
                 Some(end) => {
                     let w = self.windows.swap_remove(i);
-                    self.close_window(w, end, true);
+                    self.close_window(w, end);
                 }
                 None => i += 1,
             }
         }
     }
 
-    /// Close the exact window `w`: with `last`, a last checkpoint of its process (its kernel
-    /// maps still hold what it allocated, even when it has just exited); its probes detached
-    /// and, if it is still recorded, its mode back to growth; its recording (ended by
-    /// `end_reason` unless it ended on its own) to [`Recorder::take_windows`].
-    fn close_window(&mut self, w: ExactWindow, end_reason: EndReason, last: bool) {
+    /// Close the exact window `w`: a last checkpoint of its process (its kernel maps still hold
+    /// what it allocated, even when it has just exited); its probes detached, its blocks
+    /// forgotten in the kernel's tables and, if it is still recorded, its mode back to growth;
+    /// its recording (ended by `end_reason` unless it ended on its own) to
+    /// [`Recorder::take_windows`].
+    fn close_window(&mut self, w: ExactWindow, end_reason: EndReason) {
         let recorded = self.session.targets.iter().any(|t| t.pid == w.pid && t.session.end_reason.is_none());
         let Some(i) = self.session.beside.iter().position(|t| t.pid == w.pid) else { return };
         let mut t = self.session.beside.swap_remove(i);
         let tracer = &mut self.session.host.tracer;
-        if last {
-            t.checkpoint(tracer, w.start.elapsed().as_secs_f64(), None, false);
-        }
+        t.checkpoint(tracer, w.start.elapsed().as_secs_f64(), None, false);
         if end_reason == EndReason::TargetExited {
             t.session.end_reason = Some(EndReason::TargetExited);
         }
         let pid = w.pid;
-        let recording = super::escalate::close_window(tracer, w.mark, recorded && procinfo::alive(pid))
-            .and_then(|()| super::escalate::recording_of(t, end_reason, &w.opts, w.started_unix_ms));
+        let closed = super::escalate::close_window(tracer, w.mark, recorded && procinfo::alive(pid));
+        // Its blocks' records go from the kernel's tables (this tracer outlives the window).
+        match tracer.forget_blocks(pid) {
+            Ok(n) => log::info!("exact window on PID {pid}: {n} blocks forgotten in the kernel's tables"),
+            Err(e) => t
+                .warnings
+                .push(format!("the exact window's blocks could not be forgotten in the kernel's tables: {e:#}")),
+        }
+        let recording = closed.and_then(|()| super::escalate::recording_of(t, end_reason, &w.opts, w.started_unix_ms));
         self.done.push(WindowDone { pid, recording });
     }
 
