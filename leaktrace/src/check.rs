@@ -14,7 +14,7 @@ pub use leaktrace_analysis::check::*;
 use crate::discover::WorkProbeSpec;
 use crate::pipeline;
 use crate::probes::{Limits, Mode};
-use crate::record::{BatchSize, RecordOptions, Schedule, TargetSpec};
+use crate::record::{BatchSize, ProcessOptions, RecordOptions, Schedule, TargetSpec};
 
 /// Options of `leaktrace check`.
 #[derive(Clone, Debug)]
@@ -60,13 +60,16 @@ pub fn check(spec: TargetSpec, opts: CheckOptions) -> anyhow::Result<CheckOutcom
         dir_prefix: Some("check"),
         limits: opts.limits,
         status_line: true,
-        work_probe: opts.work_probe.clone(),
+        process: ProcessOptions {
+            work_probe: opts.work_probe.clone(),
+            // The test compares exact live bytes against a budget: no sampling.
+            mode: Mode::Exact,
+            allow_seccomp_risk: opts.allow_seccomp_risk,
+            ..ProcessOptions::default()
+        },
         schedule: Schedule::Batches { warmup: opts.warmup, count: opts.batches, size: opts.size },
-        // The test compares exact live bytes against a budget: no sampling.
-        mode: Mode::Exact,
         reachability: opts.reachability,
         python_heap: opts.python_heap,
-        allow_seccomp_risk: opts.allow_seccomp_risk,
         ..RecordOptions::default()
     };
     let outcome = pipeline::record(spec, ropts)?;

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use leaktrace::pipeline;
 use leaktrace::probes::Limits;
-use leaktrace::record::{self, RecordOptions, TargetSpec};
+use leaktrace::record::{self, ProcessOptions, RecordOptions, TargetSpec};
 use leaktrace_analysis::recording::{Mode, Recording};
 
 #[derive(Parser)]
@@ -447,6 +447,20 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             let (mode, sample_bytes) = mode_of(a.mode, a.sample_bytes)?;
             let opts = RecordOptions {
+                process: ProcessOptions {
+                    mode,
+                    sample_bytes,
+                    work_probe: a.work_probe,
+                    pymalloc: a.pymalloc,
+                    python_frames: match a.python_frames {
+                        PythonFrames::On => true,
+                        PythonFrames::Off => false,
+                        PythonFrames::Auto => !a.pymalloc,
+                    },
+                    jvm_perf_map: a.jvm_perf_map,
+                    heap_census: a.heap_census,
+                    allow_seccomp_risk: a.allow_seccomp_risk,
+                },
                 duration: a.duration,
                 interval: a.interval,
                 out: a.out,
@@ -454,25 +468,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 top: a.top,
                 limits: a.limits.into(),
                 status_line: !a.quiet,
-                work_probe: a.work_probe,
                 schedule: Default::default(),
-                mode,
-                sample_bytes,
                 follow_forks: a.follow_forks,
-                pymalloc: a.pymalloc,
-                python_frames: match a.python_frames {
-                    PythonFrames::On => true,
-                    PythonFrames::Off => false,
-                    PythonFrames::Auto => !a.pymalloc,
-                },
                 python_frames_required: matches!(a.python_frames, PythonFrames::On),
-                jvm_perf_map: a.jvm_perf_map,
-                heap_census: a.heap_census,
                 heap_dump: a.heap_dump.options(),
                 reachability: a.reach.options(),
                 python_heap: a.reach.heap_options(),
                 push: a.push.config()?,
-                allow_seccomp_risk: a.allow_seccomp_risk,
                 escalate: (a.mode == Mode::Growth && !a.no_escalate).then_some(a.escalate_for),
             };
             let multi = pipeline::record_all(spec, opts)?;
@@ -607,7 +609,10 @@ fn demo(out: Option<PathBuf>, duration: Duration) -> anyhow::Result<()> {
         out,
         top: 5,
         status_line: true,
-        work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
+        process: ProcessOptions {
+            work_probe: Some("handle_message".parse().map_err(anyhow::Error::msg)?),
+            ..ProcessOptions::default()
+        },
         // The rest as a plain recording's (`RecordOptions::default()`: exact mode, default limits).
         ..RecordOptions::default()
     };

@@ -140,7 +140,7 @@ pub fn record_all(spec: TargetSpec, opts: RecordOptions) -> anyhow::Result<Multi
     recorded.finish_sinks(&saved);
     recorded.wait_detached();
     if recorded.end_reason == EndReason::WorkProbeMissing {
-        let spec = opts.work_probe.as_ref().map(|w| w.to_string()).unwrap_or_default();
+        let spec = opts.process.work_probe.as_ref().map(|w| w.to_string()).unwrap_or_default();
         anyhow::bail!(
             "--work-probe {spec}: the function was not found in the objects the command maps, so no unit of work can be counted (the recording is in {})",
             recorded.dir.display()

@@ -27,7 +27,7 @@ use crate::discover::ProbePoint;
 use leaktrace_analysis::recording::{ProbeInfo, ProbeKind};
 
 mod attach;
-pub use attach::ProbeMark;
+pub use attach::ProcessMark;
 mod load;
 
 use load::{

@@ -167,3 +167,88 @@ fn watch_metrics_scraped_by_prometheus_and_the_leaker_escalated() {
     leaker.signal(libc::SIGKILL);
     decoy.signal(libc::SIGKILL);
 }
+
+/// The line of `name{pid="PID",…}` in a scrape of `/metrics` on `port`.
+fn scraped(port: u16, name: &str, pid: &str) -> Option<String> {
+    let (_, body) = http_get(port, "/metrics")?;
+    let prefix = format!("{name}{{");
+    body.lines().find(|l| l.starts_with(&prefix) && l.contains(&format!("pid=\"{pid}\""))).map(str::to_string)
+}
+
+/// watch's escalation runs in its own session: the agent loads its eBPF object once (its log
+/// counts each load: "programs loaded in … (eBPF object N of this process)"), the exact window
+/// still names leak_message at the leaker's rate, and the leaker is back in growth mode after
+/// it (the growth gauge of a window after the exact one within 20 % of the truth: its page
+/// faults are counted again).
+#[test]
+fn a_watch_escalation_loads_no_second_ebpf_object_and_returns_to_growth_mode() {
+    require_root();
+    let leaker = start_growth("leak-cache", "500");
+    std::thread::sleep(Duration::from_secs(2));
+    let out = OutDir::new("watch-escalation-one-load");
+    let metrics = free_port();
+    let l = leaker.pid.to_string();
+    let mut cmd = leaktrace(["watch", "--pid", &l, "--window", "6s", "--interval", "1s", "--escalate-after", "1"]);
+    cmd.args(["--escalate-for", "4s", "--duration", "32s", "--metrics-listen", &format!("127.0.0.1:{metrics}")]);
+    cmd.arg("--out").arg(&out.path).env("RUST_LOG", "leaktrace=info");
+    let watch = Running::spawn(cmd, None);
+    let ctx = || format!("leaktrace stderr so far:\n{}", watch.stderr_so_far());
+    let done = wait_for(Duration::from_secs(40), || {
+        watch.stderr_so_far().contains(&format!("exact window on PID {l} done")).then_some(Instant::now())
+    })
+    .unwrap_or_else(|| panic!("no exact window ended\n{}", ctx()));
+    // Two whole growth-mode windows after the exact one: the last one's growth is that of a
+    // window in growth mode only.
+    std::thread::sleep(Duration::from_secs(14).saturating_sub(done.elapsed()));
+    let growth = scraped(metrics, "leaktrace_process_growth_bytes_per_second", &l)
+        .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no growth gauge for PID {l}\n{}", ctx()));
+    // The window's verdict is a leak again: growth mode names sites whose pages grow (its page
+    // faults are counted again), not an RSS growing with no site.
+    let verdict = scraped(metrics, "leaktrace_process_verdict", &l).unwrap_or_default();
+    assert!(verdict.contains("verdict=\"leak\""), "after the exact window: {verdict}\n{}", ctx());
+    eprintln!("measured: growth gauge after the exact window {growth:.0} B/s; truth {LEAK_BPS} B/s");
+    assert_within("the growth gauge after the exact window", growth, LEAK_BPS, 0.20, &ctx());
+    let o = watch.wait(Duration::from_secs(60));
+    o.assert_success();
+    let loads: Vec<&str> = o.stderr.lines().filter(|l| l.contains("programs loaded in ")).collect();
+    assert_eq!(loads.len(), 1, "eBPF object loads: {loads:?}\n{}", o.describe());
+    assert!(loads[0].contains("(eBPF object 1 of this process)"), "{}", o.describe());
+    // The window's blocks (2,000 leaked in 4 s at least) are forgotten in the kernel's block
+    // tables when it closes: the tracer outlives it.
+    let forgotten = o
+        .stderr
+        .lines()
+        .find_map(|line| {
+            line.split(&format!("exact window on PID {l}: ")).nth(1)?.split(' ').next()?.parse::<u64>().ok()
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no blocks forgotten
+{}",
+                o.describe()
+            )
+        });
+    assert!(
+        forgotten >= 1500,
+        "{forgotten} blocks forgotten
+{}",
+        o.describe()
+    );
+    let pdir = out.path.join(format!("pid-{l}"));
+    let reports: Vec<PathBuf> = std::fs::read_dir(&pdir)
+        .unwrap_or_else(|e| panic!("no report directory {}: {e}\n{}", pdir.display(), o.describe()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(!reports.is_empty(), "no escalation report\n{}", o.describe());
+    let r = Report::load(&reports[0]);
+    let summary = str_of(r.get(&["verdict"]), "summary").to_string();
+    let esc = r.get(&["escalation", "sites"]).as_array().cloned().unwrap_or_default();
+    let top = esc.first().unwrap_or_else(|| panic!("no escalation sites\n{summary}\n{}", o.describe()));
+    assert_eq!(str_of(top, "function"), "leak_message", "{summary}\n{}", o.describe());
+    assert_within("the exact window's leak", f64_of(top, "growth_bytes_per_s"), LEAK_BPS, 0.30, &summary);
+    // The window counts from its start: no page-fault site of the growth-mode windows in it.
+    assert!(!esc.iter().any(|s| s["kind"].to_string().contains("fault")), "fault sites in the exact window\n{summary}");
+    leaker.signal(libc::SIGKILL);
+}

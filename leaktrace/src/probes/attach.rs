@@ -3,23 +3,44 @@
 //! holds of a traced process.
 use super::*;
 
-/// Where a tracer's probes stood at one moment ([`Tracer::probe_mark`]).
-pub struct ProbeMark {
+/// Where one process's probes stood at one moment ([`Tracer::process_mark`]).
+pub struct ProcessMark {
+    pid: u32,
+    /// How many of [`Tracer`]'s links were this process's (they keep their order).
     links: usize,
     attached: std::collections::HashSet<(u32, String, u64, &'static str)>,
 }
 
+impl ProcessMark {
+    /// The process it marks.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 impl Tracer {
-    /// Where the probes stand now: [`Tracer::detach_to`] removes every probe attached since.
-    pub fn probe_mark(&self) -> ProbeMark {
-        ProbeMark { links: self.links.len(), attached: self.attached.clone() }
+    /// Where process `pid`'s probes stand now: [`Tracer::detach_process_to`] removes those of
+    /// its probes attached since, whatever was attached to or released from other processes
+    /// meanwhile (`watch`'s exact window, which runs while other processes come and go).
+    pub fn process_mark(&self, pid: u32) -> ProcessMark {
+        ProcessMark {
+            pid,
+            links: self.links.iter().filter(|(p, _)| *p == pid).count(),
+            attached: self.attached.iter().filter(|a| a.0 == pid).cloned().collect(),
+        }
     }
 
-    /// Detach every probe attached since `mark` (growth mode's exact window: its allocator probes
-    /// go, the process's growth-mode probes stay); returns how many links went once they are all
-    /// gone (their removals wait for RCU grace periods together, one thread each).
-    pub fn detach_to(&mut self, mark: ProbeMark) -> usize {
-        let later = self.links.split_off(mark.links.min(self.links.len()));
+    /// Detach every probe of the mark's process attached since `mark` (growth mode's exact
+    /// window: its allocator probes go, its growth-mode probes stay); returns how many links
+    /// went once they are all gone (their removals wait for RCU grace periods together, one
+    /// thread each).
+    /// A process released meanwhile (`Tracer::release_process`) has none left to detach.
+    pub fn detach_process_to(&mut self, mark: ProcessMark) -> usize {
+        let (mut mine, others): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.links).into_iter().partition(|(p, _)| *p == mark.pid);
+        let later = mine.split_off(mark.links.min(mine.len()));
+        self.links = others;
+        self.links.extend(mine);
         let detach = self.take_links(later);
         let n = detach.len();
         std::thread::scope(|s| {
@@ -27,8 +48,46 @@ impl Tracer {
                 s.spawn(move || drop(link));
             }
         });
-        self.attached = mark.attached;
+        self.attached.retain(|a| a.0 != mark.pid);
+        if self.targets.get(&mark.pid, 0).is_ok() {
+            self.attached.extend(mark.attached);
+        }
         n
+    }
+
+    /// Forget process `tgid`'s blocks in the kernel's block tables (its `BLOCKS` slots, found by
+    /// their sites, and its `ALLOCS` entries), once its allocator probes are detached: the
+    /// blocks an exact window recorded whose frees no probe will see. `watch`'s tracer outlives
+    /// its exact windows: left there, they would fill the tables window after window, and a
+    /// later window's frees of them would be counted against the old window's sites. A bucket
+    /// is rewritten whole: a block another process's exact window placed in it at that very
+    /// moment may be lost (its free then counted as one of an untraced block). Returns how many
+    /// blocks went. Errors: a map is missing or could not be read or written.
+    pub fn forget_blocks(&mut self, tgid: u32) -> anyhow::Result<usize> {
+        use leaktrace_common::{AllocInfo, AllocKey, BlockBucket};
+        let indices: std::collections::HashSet<u32> = self.site_keys(tgid)?.into_keys().collect();
+        let mut n = 0;
+        let map = self.ebpf.map_mut("BLOCKS").context("no BLOCKS map")?;
+        let mut blocks: aya::maps::Array<&mut MapData, BlockBucket> =
+            aya::maps::Array::try_from(map).context("BLOCKS is not an array")?;
+        for i in 0..blocks.len() {
+            let mut bucket = blocks.get(&i, 0).context("reading the BLOCKS map")?;
+            let mut cleared = 0;
+            for slot in bucket.slots.iter_mut().filter(|s| s.tag != 0 && indices.contains(&s.info.index)) {
+                *slot = Default::default();
+                cleared += 1;
+            }
+            if cleared > 0 {
+                blocks.set(i, bucket, 0).context("writing the BLOCKS map")?;
+                n += cleared;
+            }
+        }
+        let map = self.ebpf.map_mut("ALLOCS").context("no ALLOCS map")?;
+        let mut allocs: HashMap<&mut MapData, AllocKey, AllocInfo> =
+            HashMap::try_from(map).context("ALLOCS is not a hash map")?;
+        let keys: Vec<AllocKey> = allocs.keys().filter_map(Result::ok).filter(|k| k.tgid == tgid).collect();
+        n += keys.iter().filter(|k| allocs.remove(k).is_ok()).count();
+        Ok(n)
     }
 
     /// `links` as values whose drop detaches them (a single uprobe's link taken from its program).

@@ -13,11 +13,15 @@
 //! as `record --mode exact`'s (their cost is docs/benchmarks.md's exact mode) and are detached
 //! before the report is written; the target is never stopped.
 //!
-//! The window runs inside the same session, on the same loaded tracer: the process's `TARGETS`
-//! entry is switched to exact mode (`Tracer::set_mode`: its page faults are no longer counted),
-//! its allocator probes are attached beside its growth-mode ones, the session loop runs over it
-//! alone for the window, then those probes are detached (`Tracer::detach_to`) and the process is
-//! switched back to growth mode. No second eBPF object is loaded.
+//! The window runs inside the same session, on the same loaded tracer ([`open_window`]): the
+//! process's `TARGETS` entry is switched to exact mode (`Tracer::set_mode`: its page faults are
+//! no longer counted), its allocator probes are attached beside its growth-mode ones, for it
+//! alone (each uprobe is placed for one process: the others' calls never run it). `record`
+//! runs the session loop over it alone for the window, after its growth-mode recording ended;
+//! `watch`'s recorder takes the window's checkpoints beside its growth-mode windows, which go
+//! on for every process (`Recorder::escalate`). Then those probes are detached
+//! (`Tracer::detach_process_to`, [`close_window`]) and the process is switched back to growth
+//! mode. No second eBPF object is loaded.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,6 +32,7 @@ use anyhow::Context as _;
 use super::live::Live;
 use super::session::Session;
 use super::{RecordOptions, Traced};
+use crate::probes::{ProcessMark, Tracer};
 use crate::procinfo;
 use leaktrace_analysis::analyze::{AnalyzeOptions, ProcessClass, SiteClass, analyze};
 use leaktrace_analysis::recording::Mode;
@@ -49,7 +54,7 @@ pub(super) fn escalate_all(
     dir: &Path,
 ) -> BTreeMap<u32, Recording> {
     let mut windows = BTreeMap::new();
-    let Some(window) = opts.escalate.filter(|_| opts.mode == Mode::Growth) else { return windows };
+    let Some(window) = opts.escalate.filter(|_| opts.process.mode == Mode::Growth) else { return windows };
     for i in 0..session.targets.len() {
         let t = &mut session.targets[i];
         let Some(under) = grows_through_allocator(t, opts, started_unix_ms) else { continue };
@@ -108,14 +113,17 @@ fn grows_through_allocator(t: &mut Traced, opts: &RecordOptions, started_unix_ms
 /// checkpoints every window / [`WINDOW_CHECKPOINTS`] (at least 100 ms, at most the growth
 /// mode's interval), the session's per-process options in exact mode, nothing else asked of it
 /// (no scans, no censuses, no perf map asked of a JVM, no push).
-pub(crate) fn window_options(window: Duration, opts: &RecordOptions, dir: &Path) -> RecordOptions {
+pub(super) fn window_options(window: Duration, opts: &RecordOptions, dir: &Path) -> RecordOptions {
     RecordOptions {
         duration: Some(window),
         interval: (window / WINDOW_CHECKPOINTS).clamp(Duration::from_millis(100), opts.interval),
         out: Some(dir.to_path_buf()),
-        mode: Mode::Exact,
-        jvm_perf_map: false,
-        heap_census: false,
+        process: super::ProcessOptions {
+            mode: Mode::Exact,
+            jvm_perf_map: false,
+            heap_census: false,
+            ..opts.process.clone()
+        },
         ..opts.per_process()
     }
 }
@@ -131,30 +139,72 @@ fn exact_window(
     dir: &Path,
 ) -> anyhow::Result<Recording> {
     let exact = window_options(window, opts, dir);
-    // Exact mode places return probes: a seccomp filter that kills on an unknown syscall
-    // (seccomp.rs) is refused before anything is attached, as `record --mode exact` does.
-    crate::seccomp::check_target(pid, exact.allow_seccomp_risk)?;
+    let started_unix_ms = unix_ms_now();
+    let (t, mark) = open_window(&mut session.host.tracer, pid, &exact)?;
+    super::note_attached(std::slice::from_ref(&t), &[]);
+    let recorded = run_alone(session, t, &exact);
+    close_window(&mut session.host.tracer, mark, true)?;
+    let (t, end) = recorded?;
+    recording_of(t, end, &exact, started_unix_ms)
+}
+
+/// Milliseconds since the Unix epoch now (0 if the clock is before it).
+pub(super) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Open an exact window under `exact` (see [`window_options`]) on `pid`, a process `tracer`
+/// already traces in growth mode: its allocator probes attached beside its growth-mode ones,
+/// for it alone (a uprobe placed for one process: the other processes' calls never run it),
+/// its `TARGETS` entry switched to exact mode, its sites counted from now. Returns its
+/// recording's process (no checkpoint taken yet) and where its probes stood before, for
+/// [`close_window`]. Errors: a seccomp filter that its return probes would trip (refused before
+/// anything is attached, as `record --mode exact` does), its objects unreadable, the probes
+/// refused (those placed are detached again and it is back in growth mode).
+pub(super) fn open_window(
+    tracer: &mut Tracer,
+    pid: u32,
+    exact: &RecordOptions,
+) -> anyhow::Result<(Traced, ProcessMark)> {
+    crate::seccomp::check_target(pid, exact.process.allow_seccomp_risk)?;
     let objects = crate::discover::mapped_objects(pid)?;
-    let started_unix_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    let tracer = &mut session.host.tracer;
-    let mark = tracer.probe_mark();
+    let mark = tracer.process_mark(pid);
     let attached = (|| {
-        let mut t = Traced::attach(tracer, pid, objects, procinfo::cmdline(pid), procinfo::exe(pid), false, &exact)?;
+        let mut t = Traced::attach(tracer, pid, objects, procinfo::cmdline(pid), procinfo::exe(pid), false, exact)?;
         tracer.set_mode(pid, Mode::Exact, None)?;
         t.count_sites_from_now(tracer)?;
         Ok::<_, anyhow::Error>(t)
     })();
-    let recorded = attached.and_then(|t| {
-        super::note_attached(std::slice::from_ref(&t), &[]);
-        run_alone(session, t, &exact)
-    });
-    let tracer = &mut session.host.tracer;
-    tracer.detach_to(mark);
-    // Back to growth mode: its page faults counted again, its allocator calls no longer sampled.
-    tracer.set_mode(pid, Mode::Growth, None)?;
-    let (t, end) = recorded?;
-    let mut processes = super::assemble(vec![t], Default::default(), end, false, dir, &exact, started_unix_ms);
+    match attached {
+        Ok(t) => Ok((t, mark)),
+        Err(e) => {
+            let _ = close_window(tracer, mark, true);
+            Err(e)
+        }
+    }
+}
+
+/// Close an exact window opened by [`open_window`]: the probes attached since `mark` detached
+/// (its growth-mode ones stay), and, with `back` (the process is still recorded), its `TARGETS`
+/// entry back to growth mode: its page faults counted again.
+pub(super) fn close_window(tracer: &mut Tracer, mark: ProcessMark, back: bool) -> anyhow::Result<()> {
+    let pid = mark.pid();
+    tracer.detach_process_to(mark);
+    if back {
+        tracer.set_mode(pid, Mode::Growth, None)?;
+    }
+    Ok(())
+}
+
+/// The recording of an exact window's process `t` (closed), ended by `end` unless it ended on
+/// its own; `started_unix_ms`: its first checkpoint's Unix time.
+pub(super) fn recording_of(
+    t: Traced,
+    end: EndReason,
+    exact: &RecordOptions,
+    started_unix_ms: u64,
+) -> anyhow::Result<Recording> {
+    let mut processes = super::assemble(vec![t], Default::default(), end, false, Path::new(""), exact, started_unix_ms);
     processes.pop().map(|p| p.recording).context("the exact window recorded no process")
 }
 
@@ -166,7 +216,7 @@ fn run_alone(session: &mut Session<Live>, t: Traced, opts: &RecordOptions) -> an
     let host_opts = std::mem::replace(&mut session.host.opts, opts.clone());
     let sinks = std::mem::take(&mut session.host.sinks);
     let (start, work_probe, follow_forks) = (session.start, session.work_probe.take(), session.follow_forks);
-    session.work_probe = opts.work_probe.clone();
+    session.work_probe = opts.process.work_probe.clone();
     session.follow_forks = false;
     let end = rt.block_on(session.run(opts));
     let t = std::mem::replace(&mut session.targets, targets).pop().context("the exact window's process is gone")?;
@@ -180,19 +230,4 @@ fn run_alone(session: &mut Session<Live>, t: Traced, opts: &RecordOptions) -> an
 fn note(t: &mut Traced, line: String) {
     crate::note!("leaktrace: {line}");
     t.warnings.push(line);
-}
-
-/// Record `pid` in exact mode for `window` with a tracer of its own (`watch`'s escalation, whose
-/// recorder runs on in its own thread meanwhile), and return its recording once its probes are
-/// detached.
-pub(crate) fn exact_window_apart(
-    pid: u32,
-    window: Duration,
-    opts: &RecordOptions,
-    dir: &Path,
-) -> anyhow::Result<Recording> {
-    let exact = window_options(window, opts, dir);
-    let mut recorded = super::record_all(super::TargetSpec::Pid(pid), &exact)?;
-    recorded.wait_detached();
-    recorded.processes.pop().map(|p| p.recording).context("the exact window recorded no process")
 }

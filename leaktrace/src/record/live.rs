@@ -124,7 +124,7 @@ impl Tracing for Live {
     }
 
     fn checkpoint(&mut self, t: &mut Traced, t_s: f64, batch: Option<u32>) -> Option<(u64, u64)> {
-        t.checkpoint(&self.tracer, t_s, batch, self.opts.work_probe.is_some())
+        t.checkpoint(&self.tracer, t_s, batch, self.opts.process.work_probe.is_some())
     }
 
     fn round(&mut self, begin: bool) {
@@ -149,7 +149,7 @@ impl Tracing for Live {
                 t.exe_id = id;
             } else if id.is_some() && id != t.exe_id {
                 t.launch_exec_pending = false;
-                t.on_exec(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
+                t.on_exec(&mut self.tracer, &self.opts.process, t_s);
             }
         }
         // New objects for the symbolizer: each checkpoint feeds it the maps it reads (at the
@@ -173,11 +173,11 @@ impl Tracing for Live {
 
     fn exec(&mut self, t: &mut Traced, t_s: f64) {
         self.sinks.interrupt();
-        t.on_exec(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
+        t.on_exec(&mut self.tracer, &self.opts.process, t_s);
     }
 
     fn rescan(&mut self, t: &mut Traced, t_s: f64) {
-        t.rescan(&mut self.tracer, self.opts.mode, self.opts.pymalloc, self.opts.work_probe.as_ref(), t_s);
+        t.rescan(&mut self.tracer, &self.opts.process, t_s);
     }
 
     fn watch_teardown(&mut self, pid: u32, on: bool) {
@@ -206,7 +206,7 @@ impl Tracing for Live {
         let Some(o) = self.opts.reachability.filter(|_| t.launched || t.in_launched_tree) else { return };
         self.sinks.interrupt();
         let opts = crate::reach::ScanOptions { at_exit: true, ..o };
-        t.reach_at_exit = reachability::scan_one(&self.tracer, t, self.opts.mode, opts, t_s);
+        t.reach_at_exit = reachability::scan_one(&self.tracer, t, self.opts.process.mode, opts, t_s);
     }
 
     fn hold_execs(&mut self, pid: u32, pass: u32, children: bool) {
@@ -244,7 +244,7 @@ impl Tracing for Live {
     }
 
     fn periodic(&mut self, targets: &mut [Traced], n: u64, opts: &RecordOptions, start: Instant) {
-        let cx = SinkCx { tracer: &self.tracer, mode: self.opts.mode, opts, start };
+        let cx = SinkCx { tracer: &self.tracer, mode: self.opts.process.mode, opts, start };
         self.sinks.periodic(&cx, targets, n);
     }
 }

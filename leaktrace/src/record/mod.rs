@@ -38,7 +38,7 @@ mod targets;
 mod traced;
 
 use live::Live;
-pub use recorder::{Dropped, Recorder, RecorderCosts, thread_cpu_s};
+pub use recorder::{Dropped, Recorder, RecorderCosts, WindowDone, thread_cpu_s};
 use session::Session;
 use sink::Sinks;
 use targets::launch_objects;
@@ -84,9 +84,57 @@ pub enum BatchSize {
     Seconds(Duration),
 }
 
-/// Options of `leaktrace record`.
+/// How each process of a session is attached and traced: the same for every process of it
+/// (those found at the start, followed children, processes a `watch` adds later), except that an
+/// exact window overrides its mode ([`escalate`]'s `window_options`).
+#[derive(Clone, Debug)]
+pub struct ProcessOptions {
+    /// Exact, sampled or growth mode.
+    pub mode: Mode,
+    /// Sampled mode: the mean distance between samples, bytes (`--sample-bytes`;
+    /// [`crate::probes::DEFAULT_SAMPLE_BYTES`] when None). Ignored in the other modes.
+    pub sample_bytes: Option<u64>,
+    /// Count calls of this function as units of work.
+    pub work_probe: Option<WorkProbeSpec>,
+    /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
+    /// from pymalloc's arenas are traced by stack (`--pymalloc`).
+    pub pymalloc: bool,
+    /// Read CPython targets' Python frames at each allocation (`--python-frames`).
+    pub python_frames: bool,
+    /// `--jvm-perf-map`: on JVM targets, leaktrace may run `jcmd PID Compiler.perfmap` (when new
+    /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
+    /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
+    pub jvm_perf_map: bool,
+    /// `--heap-census`: drive the runtimes' own heap tools at the start and the end
+    /// (the JVM's class histogram, a full GC each; Go's goroutines): `crate::holds`.
+    pub heap_census: bool,
+    /// `--allow-seccomp-risk`: attach to a seccomp-filtered target even on a kernel whose
+    /// uretprobes its filter may block (see `seccomp.rs`; a warning instead of the refusal).
+    pub allow_seccomp_risk: bool,
+}
+
+impl Default for ProcessOptions {
+    fn default() -> Self {
+        ProcessOptions {
+            mode: Mode::Exact,
+            sample_bytes: None,
+            work_probe: None,
+            pymalloc: false,
+            python_frames: true,
+            jvm_perf_map: false,
+            heap_census: false,
+            allow_seccomp_risk: false,
+        }
+    }
+}
+
+/// Options of `leaktrace record`: those of the session (when and how long it records, where
+/// its outputs go, the kernel maps' sizes, what is asked once for the whole session) and
+/// `process`, how each of its processes is traced.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
+    /// How each traced process is attached and traced.
+    pub process: ProcessOptions,
     /// Stop after this long (None: until the target exits or a signal).
     pub duration: Option<Duration>,
     /// Time between checkpoints.
@@ -103,33 +151,14 @@ pub struct RecordOptions {
     /// Show the live status on stderr at each checkpoint: a line redrawn in place on a terminal,
     /// a plain line every 10 s otherwise (see `status.rs`); false: none (`--quiet`).
     pub status_line: bool,
-    /// Count calls of this function as units of work.
-    pub work_probe: Option<WorkProbeSpec>,
     /// Extra checkpoints (batches of `leaktrace check`).
     pub schedule: Schedule,
-    /// Exact, sampled or growth mode.
-    pub mode: Mode,
-    /// Sampled mode: the mean distance between samples, bytes (`--sample-bytes`;
-    /// [`crate::probes::DEFAULT_SAMPLE_BYTES`] when None). Ignored in the other modes.
-    pub sample_bytes: Option<u64>,
     /// Also trace processes forked by the traced ones (from their fork on).
     pub follow_forks: bool,
-    /// Also hook CPython's allocator API (PyObject_Malloc, PyMem_Malloc, ...): blocks served
-    /// from pymalloc's arenas are traced by stack (`--pymalloc`).
-    pub pymalloc: bool,
-    /// Read CPython targets' Python frames at each allocation (`--python-frames`).
-    pub python_frames: bool,
     /// The user asked for Python frames explicitly (`--python-frames on`, not auto): a traced
     /// process that never ran a CPython interpreter gets a one-line note on stderr and in its
     /// report's caveats instead of silently having none.
     pub python_frames_required: bool,
-    /// `--jvm-perf-map`: on JVM targets, leaktrace may run `jcmd PID Compiler.perfmap` (when new
-    /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
-    /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
-    pub jvm_perf_map: bool,
-    /// `--heap-census`: drive the runtimes' own heap tools at the start and the end
-    /// (the JVM's class histogram, a full GC each; Go's goroutines): `crate::holds`.
-    pub heap_census: bool,
     /// `--heap-dump`: a JVM target's heap dump after its last histogram
     /// (`holds::heapdump`); None: none.
     pub heap_dump: Option<crate::holds::heapdump::DumpOptions>,
@@ -141,9 +170,6 @@ pub struct RecordOptions {
     /// `--push URL`: send the heap profiles to a profile store during and after the recording
     /// (see `push.rs`); None: no push.
     pub push: Option<crate::push::PushConfig>,
-    /// `--allow-seccomp-risk`: attach to a seccomp-filtered target even on a kernel whose
-    /// uretprobes its filter may block (see `seccomp.rs`; a warning instead of the refusal).
-    pub allow_seccomp_risk: bool,
     /// Growth mode's escalation (`--escalate-for`, off with `--no-escalate`): how long
     /// to trace every allocator call of a process whose growth-mode window showed memory growing
     /// through the allocator (see `escalate.rs`); None: never.
@@ -153,6 +179,7 @@ pub struct RecordOptions {
 impl Default for RecordOptions {
     fn default() -> Self {
         RecordOptions {
+            process: ProcessOptions::default(),
             duration: None,
             interval: Duration::from_secs(1),
             out: None,
@@ -160,46 +187,25 @@ impl Default for RecordOptions {
             top: 10,
             limits: Limits::default(),
             status_line: false,
-            work_probe: None,
             schedule: Schedule::Periodic,
-            mode: Mode::Exact,
-            sample_bytes: None,
             follow_forks: false,
-            pymalloc: false,
-            python_frames: true,
             python_frames_required: false,
-            jvm_perf_map: false,
-            heap_census: false,
             heap_dump: None,
             reachability: None,
             python_heap: None,
             push: None,
-            allow_seccomp_risk: false,
             escalate: None,
         }
     }
 }
 
 impl RecordOptions {
-    /// The options that apply to each process of the session (its mode and sampling, work probe,
-    /// allocator and runtime options, map sizes, the seccomp check, the report's length), the
-    /// rest left at their defaults: how a process that joins a running session is attached (a
-    /// followed child, growth mode's exact window). What is asked once for the session (a heap
-    /// dump, reachability, censuses of the Python heap, a push) is not repeated for it.
+    /// The options of a process that joins a running session (a followed child, growth mode's
+    /// exact window): its process options, the report's length and the map sizes; what is asked
+    /// once for the session (a heap dump, reachability, censuses of the Python heap, a push) is
+    /// not repeated for it.
     pub(crate) fn per_process(&self) -> RecordOptions {
-        RecordOptions {
-            work_probe: self.work_probe.clone(),
-            mode: self.mode,
-            sample_bytes: self.sample_bytes,
-            pymalloc: self.pymalloc,
-            python_frames: self.python_frames,
-            jvm_perf_map: self.jvm_perf_map,
-            heap_census: self.heap_census,
-            limits: self.limits,
-            allow_seccomp_risk: self.allow_seccomp_risk,
-            top: self.top,
-            ..RecordOptions::default()
-        }
+        RecordOptions { process: self.process.clone(), top: self.top, limits: self.limits, ..RecordOptions::default() }
     }
 }
 
@@ -287,7 +293,7 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     // the eBPF programs are loaded and before a command is started: the target is not touched
     // for a run that could not write its report.
     let explicit_out = opts.out.as_deref().map(output::OutDir::for_out).transpose()?;
-    let mut tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
+    let mut tracer = Tracer::load(opts.limits, opts.process.mode, opts.process.sample_bytes)?;
     // Dropped on every way out of this function, the guardian first (killed and reaped).
     let (mut held, mut _guardian) = launch_held(&spec, &mut pids)?;
     let several = pids.len() > 1 || opts.follow_forks;
@@ -316,8 +322,9 @@ pub fn record_all(spec: TargetSpec, opts: &RecordOptions) -> anyhow::Result<Reco
     let mut session = Session {
         host,
         targets,
+        beside: Vec::new(),
         start,
-        work_probe: opts.work_probe.clone(),
+        work_probe: opts.process.work_probe.clone(),
         follow_forks: opts.follow_forks,
         quiet_forks: false,
         rescan_every: 1,
@@ -546,7 +553,7 @@ fn end_of_session(
         t.census.finish(alive, &|| start.elapsed().as_secs_f64(), units);
         heap_dumps::last_dumps(tracer, t, dir, alive, (start, units));
     }
-    if opts.jvm_perf_map
+    if opts.process.jvm_perf_map
         && !targets.iter().any(|t| t.runtime_name() == Some(leaktrace_analysis::recording::Runtime::Jvm))
     {
         // Said, not silently ignored: the user asked for something that had nothing to act on.
@@ -559,7 +566,7 @@ fn end_of_session(
     if opts.python_frames_required {
         note_without_python(targets, "--python-frames on", "no Python frames");
     }
-    if opts.pymalloc {
+    if opts.process.pymalloc {
         note_without_python(targets, "--pymalloc", "CPython's allocator API is not hooked");
     }
     if opts.python_heap.is_some() {
@@ -571,7 +578,7 @@ fn end_of_session(
     }
     // Reachability hook: before the probes go and the launched command is stopped.
     match opts.reachability {
-        Some(o) => reachability::scan_all(tracer, targets, opts.mode, o, start),
+        Some(o) => reachability::scan_all(tracer, targets, opts.process.mode, o, start),
         None => Default::default(),
     }
 }
@@ -615,10 +622,10 @@ fn select_pids(spec: &TargetSpec, opts: &RecordOptions, by_group: bool) -> anyho
     }
     // Return probes in a seccomp-filtered process on a kernel that would kill it for them
     // (seccomp.rs): refused before anything is attached. Growth mode places no return probes.
-    if opts.mode != Mode::Growth {
+    if opts.process.mode != Mode::Growth {
         let mut refused = BTreeSet::new();
         for &pid in &pids {
-            if let Err(e) = crate::seccomp::check_target(pid, opts.allow_seccomp_risk) {
+            if let Err(e) = crate::seccomp::check_target(pid, opts.process.allow_seccomp_risk) {
                 if !by_group {
                     return Err(e);
                 }
@@ -701,10 +708,10 @@ impl Traced {
                 memory_limit_bytes: self.memory_limit.as_ref().map(|l| l.0),
                 memory_limit_file: self.memory_limit.as_ref().map(|l| l.1.display().to_string()),
             },
-            mode: opts.mode,
-            sample_bytes: (opts.mode == Mode::Sampled)
-                .then(|| opts.sample_bytes.unwrap_or(crate::probes::DEFAULT_SAMPLE_BYTES)),
-            work_probe: opts.work_probe.as_ref().map(|w| w.to_string()),
+            mode: opts.process.mode,
+            sample_bytes: (opts.process.mode == Mode::Sampled)
+                .then(|| opts.process.sample_bytes.unwrap_or(crate::probes::DEFAULT_SAMPLE_BYTES)),
+            work_probe: opts.process.work_probe.as_ref().map(|w| w.to_string()),
             started_unix_ms,
             interval_s: opts.interval.as_secs_f64(),
             probes: Vec::new(),

@@ -9,6 +9,12 @@
 //! session loop as `record`: exits, mapping events, a checkpoint every interval),
 //! [`Recorder::cut`] hands back the window's recordings and starts the next window where this
 //! one ended (no gap), [`Recorder::finish`] detaches everything.
+//!
+//! [`Recorder::escalate`] opens an exact window on one recorded process in the same session
+//! (`escalate.rs`: its allocator probes attached for it alone, its mode switched in the
+//! kernel's `TARGETS`); [`Recorder::run_for`] takes its checkpoints between its polls, closes
+//! it when it is over, and [`Recorder::take_windows`] hands back its recording. Its growth-mode
+//! windows go on meanwhile (its page faults are not counted during the exact window).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -51,9 +57,36 @@ pub struct Dropped {
     pub ended: Option<String>,
 }
 
+/// An exact window running in the recorder's session ([`Recorder::escalate`]); its process's
+/// exact-mode recording is in `session.beside` meanwhile.
+struct ExactWindow {
+    pid: u32,
+    /// Where the process's probes stood before the window's ([`super::escalate::close_window`]).
+    mark: crate::probes::ProcessMark,
+    /// The window's options (`escalate::window_options`): exact mode, its checkpoint interval.
+    opts: RecordOptions,
+    /// Its first checkpoint (`t_s` = 0), and its Unix time, ms.
+    start: Instant,
+    started_unix_ms: u64,
+    /// When its next checkpoint is due, and when it ends.
+    next: Instant,
+    end: Instant,
+}
+
+/// An exact window that ended ([`Recorder::take_windows`]).
+pub struct WindowDone {
+    pub pid: u32,
+    /// Its recording, or why it could not be made.
+    pub recording: anyhow::Result<Recording>,
+}
+
 /// The long-lived recorder (see the module's docs).
 pub struct Recorder {
     session: Session<Live>,
+    /// Exact windows running ([`Recorder::escalate`]).
+    windows: Vec<ExactWindow>,
+    /// Exact windows ended, not yet taken.
+    done: Vec<WindowDone>,
     progress: Progress,
     opts: RecordOptions,
     /// Unix time of the session's time 0 (`t_s` = 0), ms.
@@ -69,15 +102,24 @@ impl Recorder {
     pub fn start(opts: &RecordOptions, poll: Duration) -> anyhow::Result<Recorder> {
         crate::probes::check_privileges()?;
         let began = thread_cpu_s();
-        let opts = RecordOptions { duration: None, follow_forks: false, push: None, ..opts.clone() };
-        let tracer = Tracer::load(opts.limits, opts.mode, opts.sample_bytes)?;
+        // No work probe, census, end-of-exit scan or forked children here; windows and pushes
+        // are the caller's.
+        let process = super::ProcessOptions { work_probe: None, heap_census: false, ..opts.process.clone() };
+        let opts = RecordOptions {
+            process,
+            duration: None,
+            follow_forks: false,
+            push: None,
+            reachability: None,
+            ..opts.clone()
+        };
+        let tracer = Tracer::load(opts.limits, opts.process.mode, opts.process.sample_bytes)?;
         let load_s = thread_cpu_s() - began;
-        // No status line, work probe, end-of-exit scan or forked children here.
-        let live_opts = RecordOptions { work_probe: None, reachability: None, heap_census: false, ..opts.clone() };
-        let host = Live::new(tracer, false, Sinks::default(), live_opts);
+        let host = Live::new(tracer, false, Sinks::default(), opts.clone());
         let mut session = Session {
             host,
             targets: Vec::new(),
+            beside: Vec::new(),
             start: Instant::now(),
             work_probe: None,
             follow_forks: false,
@@ -87,6 +129,8 @@ impl Recorder {
         let progress = session.begin(&opts);
         Ok(Recorder {
             session,
+            windows: Vec::new(),
+            done: Vec::new(),
             progress,
             opts,
             start_unix_ms: std::time::SystemTime::now()
@@ -123,8 +167,8 @@ impl Recorder {
         anyhow::ensure!(!self.session.targets.iter().any(|t| t.pid == pid), "PID {pid} is already recorded");
         let began = thread_cpu_s();
         discover::check_pid(pid)?;
-        if self.opts.mode != Mode::Growth {
-            crate::seccomp::check_target(pid, self.opts.allow_seccomp_risk)?;
+        if self.opts.process.mode != Mode::Growth {
+            crate::seccomp::check_target(pid, self.opts.process.allow_seccomp_risk)?;
         }
         let objects = discover::mapped_objects(pid)?;
         let command = procinfo::cmdline(pid);
@@ -141,8 +185,13 @@ impl Recorder {
     }
 
     /// Stop recording `pid` now (it left the selection): no checkpoint of it is taken and what
-    /// was kept of it goes, its probes included. Nothing if it is not recorded.
+    /// was kept of it goes, its probes included (its exact window, if one runs, ends with what
+    /// it took). Nothing if it is not recorded.
     pub fn remove(&mut self, pid: u32) {
+        if let Some(i) = self.windows.iter().position(|w| w.pid == pid) {
+            let w = self.windows.swap_remove(i);
+            self.close_window(w, EndReason::Signal);
+        }
         if let Some(i) = self.session.targets.iter().position(|t| t.pid == pid) {
             let t = self.session.targets.swap_remove(i);
             self.forget(t);
@@ -154,6 +203,11 @@ impl Recorder {
     /// released: `Tracer::release_process`), so that processes coming and going for days do not
     /// pile up links, descriptors and map entries.
     fn forget(&mut self, mut t: Traced) {
+        // Its exact window, if one runs, ends first: its blocks are found by its sites.
+        if let Some(i) = self.windows.iter().position(|w| w.pid == t.pid) {
+            let w = self.windows.swap_remove(i);
+            self.close_window(w, EndReason::TargetExited);
+        }
         let tracer = &mut self.session.host.tracer;
         if let Some(rt) = t.runtime.as_mut() {
             rt.detach(tracer);
@@ -173,12 +227,135 @@ impl Recorder {
             if now >= end {
                 return true;
             }
-            std::thread::sleep(self.poll.min(end - now));
+            self.sleep_serving_windows(now + self.poll.min(end - now));
             let began = thread_cpu_s();
             // Every process ended is no end here: the caller adds new ones.
             let _ = self.session.step(&self.opts, &mut self.progress);
             self.costs.polls_s += thread_cpu_s() - began;
         }
+    }
+
+    /// Open an exact window of `window` on `pid` (recorded here in growth mode) in this session,
+    /// on the tracer already loaded (`escalate.rs`'s [`super::escalate::open_window`]): its first
+    /// checkpoint is taken now, the next ones by [`Recorder::run_for`] (about 20 over the
+    /// window); it ends after `window`, or when the process ends or is removed, or at
+    /// [`Recorder::end_windows`]: its probes detached, the process back in growth mode, its
+    /// recording handed back by [`Recorder::take_windows`]. Errors: `pid` is not recorded here
+    /// or already in an exact window, or the window could not be opened (nothing of it is left
+    /// attached then).
+    pub fn escalate(&mut self, pid: u32, window: Duration) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.session.targets.iter().any(|t| t.pid == pid && t.session.end_reason.is_none()),
+            "PID {pid} is not recorded"
+        );
+        anyhow::ensure!(!self.windows.iter().any(|w| w.pid == pid), "an exact window on PID {pid} is running");
+        let began = thread_cpu_s();
+        let opts = super::escalate::window_options(window, &self.opts, std::path::Path::new(""));
+        let tracer = &mut self.session.host.tracer;
+        let (mut t, mark) = super::escalate::open_window(tracer, pid, &opts)?;
+        let start = Instant::now();
+        t.checkpoint(tracer, 0.0, None, false);
+        self.session.beside.push(t);
+        let started_unix_ms = super::escalate::unix_ms_now();
+        let (next, end) = (start + opts.interval, start + window);
+        self.windows.push(ExactWindow { pid, mark, opts, start, started_unix_ms, next, end });
+        self.costs.attach_s += thread_cpu_s() - began;
+        Ok(())
+    }
+
+    /// The exact windows that ended since the last call.
+    pub fn take_windows(&mut self) -> Vec<WindowDone> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// Exact windows running now.
+    pub fn windows_running(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// End every exact window now (a last checkpoint each; `end_reason`: why), its recording
+    /// handed back by [`Recorder::take_windows`].
+    pub fn end_windows(&mut self, end_reason: EndReason) {
+        for w in std::mem::take(&mut self.windows) {
+            self.close_window(w, end_reason);
+        }
+    }
+
+    /// Sleep until `until`, taking the exact windows' checkpoints when due and closing those
+    /// that are over.
+    fn sleep_serving_windows(&mut self, until: Instant) {
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            let due = self.windows.iter().map(|w| w.next.min(w.end)).min().map_or(until, |d| d.min(until));
+            std::thread::sleep(due.saturating_duration_since(now));
+            if !self.windows.is_empty() {
+                let began = thread_cpu_s();
+                self.serve_windows();
+                self.costs.polls_s += thread_cpu_s() - began;
+            }
+        }
+    }
+
+    /// The exact windows' checkpoints due now; those over (their time up, their process ended or
+    /// no longer recorded here) closed.
+    fn serve_windows(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.windows.len() {
+            let w = &mut self.windows[i];
+            let pid = w.pid;
+            let recorded = self.session.targets.iter().any(|t| t.pid == pid && t.session.end_reason.is_none());
+            let t = self.session.beside.iter_mut().find(|t| t.pid == pid);
+            let ended = match t.map(|t| (t.gone(), t)) {
+                None | Some((true, _)) => Some(EndReason::TargetExited),
+                Some(_) if !recorded => Some(EndReason::Signal),
+                Some(_) if now >= w.end => Some(EndReason::Duration),
+                Some((false, t)) => {
+                    if now >= w.next {
+                        t.checkpoint(&self.session.host.tracer, (now - w.start).as_secs_f64(), None, false);
+                        w.next = (w.next + w.opts.interval).max(now);
+                    }
+                    None
+                }
+            };
+            match ended {
+                Some(end) => {
+                    let w = self.windows.swap_remove(i);
+                    self.close_window(w, end);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Close the exact window `w`: a last checkpoint of its process (its kernel maps still hold
+    /// what it allocated, even when it has just exited); its probes detached, its blocks
+    /// forgotten in the kernel's tables and, if it is still recorded, its mode back to growth;
+    /// its recording (ended by `end_reason` unless it ended on its own) to
+    /// [`Recorder::take_windows`].
+    fn close_window(&mut self, w: ExactWindow, end_reason: EndReason) {
+        let recorded = self.session.targets.iter().any(|t| t.pid == w.pid && t.session.end_reason.is_none());
+        let Some(i) = self.session.beside.iter().position(|t| t.pid == w.pid) else { return };
+        let mut t = self.session.beside.swap_remove(i);
+        let tracer = &mut self.session.host.tracer;
+        t.checkpoint(tracer, w.start.elapsed().as_secs_f64(), None, false);
+        if end_reason == EndReason::TargetExited {
+            t.session.end_reason = Some(EndReason::TargetExited);
+        }
+        let pid = w.pid;
+        let closed = super::escalate::close_window(tracer, w.mark, recorded && procinfo::alive(pid));
+        // Its blocks' records go from the kernel's tables (this tracer outlives the window).
+        match tracer.forget_blocks(pid) {
+            Ok(n) => log::info!("exact window on PID {pid}: {n} blocks forgotten in the kernel's tables"),
+            Err(e) => t
+                .warnings
+                .push(format!("the exact window's blocks could not be forgotten in the kernel's tables: {e:#}")),
+        }
+        let recording = closed.and_then(|()| super::escalate::recording_of(t, end_reason, &w.opts, w.started_unix_ms));
+        self.done.push(WindowDone { pid, recording });
     }
 
     /// End the window: a last checkpoint of every live process, then one recording per process

@@ -114,6 +114,10 @@ pub(super) trait Tracing {
 pub(super) struct Session<H: Tracing> {
     pub(super) host: H,
     pub(super) targets: Vec<H::Proc>,
+    /// Processes recorded beside the targets by the same tracer (`watch`'s exact windows, on
+    /// processes that are also targets): they get their mapping events here, and nothing else
+    /// of the loop (their owner takes their checkpoints).
+    pub(super) beside: Vec<H::Proc>,
     /// Time 0: the first checkpoint ([`Session::begin`]).
     pub(super) start: Instant,
     pub(super) work_probe: Option<WorkProbeSpec>,
@@ -412,9 +416,11 @@ impl<H: Tracing> Session<H> {
                     }
                 }
                 Event::Mapping(_) => {
-                    if let Some(t) =
-                        self.targets.iter_mut().find(|t| t.pid() == ev.tgid && t.state().end_reason.is_none())
-                    {
+                    let live = |t: &&mut H::Proc| t.pid() == ev.tgid && t.state().end_reason.is_none();
+                    if let Some(t) = self.targets.iter_mut().find(live) {
+                        t.apply(&ev);
+                    }
+                    for t in self.beside.iter_mut().filter(live) {
                         t.apply(&ev);
                     }
                 }
@@ -715,7 +721,16 @@ mod tests {
         let host = Fake::new();
         let start = host.now;
         let targets = pids.iter().map(|&p| FakeProc::new(p)).collect();
-        Session { host, targets, start, work_probe: None, follow_forks, quiet_forks: false, rescan_every: 1 }
+        Session {
+            host,
+            targets,
+            beside: Vec::new(),
+            start,
+            work_probe: None,
+            follow_forks,
+            quiet_forks: false,
+            rescan_every: 1,
+        }
     }
 
     fn event(kind: u32, tgid: u32, addr: u64) -> MapEvent {
@@ -766,11 +781,14 @@ mod tests {
         let opts = RecordOptions {
             interval: Duration::from_secs(1),
             schedule: Schedule::Batches { warmup: Duration::from_secs(30), count: 2, size: BatchSize::Units(100) },
-            work_probe: Some("handle_request".parse().unwrap()),
+            process: super::super::ProcessOptions {
+                work_probe: Some("handle_request".parse().unwrap()),
+                ..Default::default()
+            },
             ..RecordOptions::default()
         };
         let mut s = session(&[10], false);
-        s.work_probe = opts.work_probe.clone();
+        s.work_probe = opts.process.work_probe.clone();
         assert_eq!(run(&mut s, &opts, 0, 10_000), Some(EndReason::WorkProbeMissing));
         let last = s.targets[0].checkpoints.last().unwrap();
         assert!((last.t_s - WORK_PROBE_GRACE_S).abs() < 1e-6, "ended at {} s", last.t_s);

@@ -69,7 +69,7 @@ impl Sinks {
     /// and `--push` (its worker started now; `started_unix_ms` is the `from` of its first push).
     pub(super) fn for_record(opts: &RecordOptions, started_unix_ms: u64) -> Sinks {
         let status = crate::status::Status::new(crate::status::StatusMode::for_stderr(opts.status_line), opts.duration)
-            .growth_mode(opts.mode == Mode::Growth);
+            .growth_mode(opts.process.mode == Mode::Growth);
         let mut sinks: Vec<Box<dyn CheckpointSink>> = vec![Box::new(StatusSink(status))];
         if let Some(o) = opts.reachability.filter(|o| o.every.is_some()) {
             sinks.push(Box::new(ReachabilitySink(o)));

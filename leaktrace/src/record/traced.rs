@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use leaktrace_common::{SiteKey, site_kind};
 
-use crate::discover::{self, MappedObject, WorkProbeSpec};
+use crate::discover::{self, MappedObject};
 use crate::launch::{self, ExitStatus};
 use crate::mappings::{self, AddressSpace};
 use crate::probes::{Mode, Tracer};
@@ -118,6 +118,10 @@ pub(super) struct Traced {
     /// mode's exact window): the kernel sites' totals when it started, subtracted from theirs
     /// (page-fault sites left out), so that it counts from zero as one made by its own tracer.
     pub(super) sites_before: Option<HashMap<SiteKey, leaktrace_common::SiteStats>>,
+    /// A growth-mode recording: the kernel's allocator-call sites of the process are not its
+    /// (growth mode places no allocator probe; those sites are an exact window's, run on the
+    /// same process in the same session, which counts them itself).
+    allocator_sites_ignored: bool,
 }
 
 /// `now - before`, field by field (0 where a field went down).
@@ -145,15 +149,16 @@ impl Traced {
         Ok(())
     }
 
-    /// `sites` as this recording counts them: all of them, or, with [`Traced::sites_before`],
-    /// their totals since then, page-fault sites and sites without change left out.
+    /// `sites` as this recording counts them: all of them (in growth mode, all but the
+    /// allocator's calls), or, with [`Traced::sites_before`], their totals since then, page-fault
+    /// sites and sites without change left out.
     fn since_start(
         &self,
         sites: Vec<(SiteKey, leaktrace_common::SiteStats)>,
     ) -> Vec<(SiteKey, leaktrace_common::SiteStats)> {
-        let Some(before) = &self.sites_before else { return sites };
+        let sites = sites.into_iter().filter(|(k, _)| !self.allocator_sites_ignored || k.kind != site_kind::MALLOC);
+        let Some(before) = &self.sites_before else { return sites.collect() };
         sites
-            .into_iter()
             .filter(|(k, _)| k.kind != site_kind::FAULT)
             .filter_map(|(k, v)| match before.get(&k) {
                 None => Some((k, v)),
@@ -174,7 +179,7 @@ impl Traced {
         launched: bool,
         opts: &RecordOptions,
     ) -> anyhow::Result<Traced> {
-        let scan = scan_for_mode(pid, &objects, opts.mode, opts.pymalloc)?;
+        let scan = scan_for_mode(pid, &objects, opts.process.mode, opts.process.pymalloc)?;
         print_coverage(pid, &scan);
         let probed: BTreeSet<_> = objects.iter().map(|o| (o.dev.0, o.dev.1, o.inode)).collect();
         // A running process's runtime is known before its probes, and `--heap-census` starts
@@ -182,12 +187,12 @@ impl Traced {
         // first heap snapshot taken before the malloc probes fire on every call V8 makes while
         // building it (10-20 times slower under them: docs/benchmarks.md, "What holds it").
         let runtime_opts = crate::runtimes::RuntimeOptions {
-            pymalloc: opts.pymalloc,
-            python_frames: opts.python_frames,
-            jvm_perf_map: opts.jvm_perf_map,
+            pymalloc: opts.process.pymalloc,
+            python_frames: opts.process.python_frames,
+            jvm_perf_map: opts.process.jvm_perf_map,
         };
         let runtime = if launched { None } else { crate::runtimes::detect(pid, &objects, runtime_opts) };
-        let mut census = crate::holds::HeapCensus::new(opts.heap_census).with_dump(opts.heap_dump);
+        let mut census = crate::holds::HeapCensus::new(opts.process.heap_census).with_dump(opts.heap_dump);
         census.attach(pid, runtime.as_deref());
         let (probes, notes) = match attach_probes(tracer, pid, &objects, scan, launched, opts) {
             Ok(x) => x,
@@ -240,6 +245,7 @@ impl Traced {
             live_seen: None,
             leader_exited: None,
             sites_before: None,
+            allocator_sites_ignored: opts.process.mode == Mode::Growth,
         };
         t.watch_cgroup();
         if !launched {
@@ -313,14 +319,7 @@ impl Traced {
     /// image probed, unwind tables loaded; objects already probed keep their probes, which the
     /// kernel re-arms in the new image as they are filtered by process). Stacks recorded before
     /// were symbolized against the old image and stay as they are.
-    pub(super) fn on_exec(
-        &mut self,
-        tracer: &mut Tracer,
-        mode: Mode,
-        pymalloc: bool,
-        work_probe: Option<&WorkProbeSpec>,
-        t_s: f64,
-    ) {
+    pub(super) fn on_exec(&mut self, tracer: &mut Tracer, process: &ProcessOptions, t_s: f64) {
         if std::mem::take(&mut self.launch_exec_pending) {
             self.exe_id = exe_identity(self.pid);
             return;
@@ -359,33 +358,18 @@ impl Traced {
         // The new image may be held at its exec, its libraries not loaded yet: those the loader
         // will load are probed now too.
         let Ok(objects) = super::targets::exec_objects(self.pid) else { return };
-        self.rescan_objects(objects, tracer, mode, pymalloc, work_probe, t_s);
+        self.rescan_objects(objects, tracer, process, t_s);
     }
 
     /// Probe allocators the target mapped since attach (e.g. loaded with dlopen), place the
     /// work probe if its object was not mapped before, and detect the runtime.
-    pub(super) fn rescan(
-        &mut self,
-        tracer: &mut Tracer,
-        mode: Mode,
-        pymalloc: bool,
-        work_probe: Option<&WorkProbeSpec>,
-        t_s: f64,
-    ) {
+    pub(super) fn rescan(&mut self, tracer: &mut Tracer, process: &ProcessOptions, t_s: f64) {
         let Ok(objects) = discover::mapped_objects(self.pid) else { return };
-        self.rescan_objects(objects, tracer, mode, pymalloc, work_probe, t_s);
+        self.rescan_objects(objects, tracer, process, t_s);
     }
 
     /// [`Traced::rescan`] over `objects`.
-    fn rescan_objects(
-        &mut self,
-        objects: Vec<MappedObject>,
-        tracer: &mut Tracer,
-        mode: Mode,
-        pymalloc: bool,
-        work_probe: Option<&WorkProbeSpec>,
-        t_s: f64,
-    ) {
+    fn rescan_objects(&mut self, objects: Vec<MappedObject>, tracer: &mut Tracer, process: &ProcessOptions, t_s: f64) {
         if self.nspid.is_empty() {
             self.nspid = procinfo::nspid(self.pid);
         }
@@ -407,8 +391,9 @@ impl Traced {
                 self.exe_resolved = true;
             }
         }
+        let (mode, pymalloc) = (process.mode, process.pymalloc);
         self.detect_runtime(tracer, &objects, pymalloc);
-        if let (Some(spec), false) = (work_probe, self.work_attached)
+        if let (Some(spec), false) = (process.work_probe.as_ref(), self.work_attached)
             && let Some((obj, off)) = discover::find_work_function(spec, &objects)
         {
             self.work_attached = true;
@@ -738,7 +723,7 @@ fn attach_probes(
     let mut notes = unwind_notes(tracer, objects);
     let mut probes = tracer.attach(pid, &scan.points)?;
     notes.extend(scan.notes);
-    if let Some(spec) = &opts.work_probe {
+    if let Some(spec) = &opts.process.work_probe {
         match discover::find_work_function(spec, objects) {
             Some((obj, off)) => {
                 let mut info = tracer.attach_work_probe(pid, &obj.path.display().to_string(), &obj.open_path, off)?;
@@ -755,7 +740,9 @@ fn attach_probes(
     }
     match &tracer.mappings_unavailable {
         None => tracer.add_target(pid)?,
-        Some(why) if opts.mode == Mode::Growth => anyhow::bail!("growth mode needs the syscall tracepoints: {why}"),
+        Some(why) if opts.process.mode == Mode::Growth => {
+            anyhow::bail!("growth mode needs the syscall tracepoints: {why}")
+        }
         Some(why) => notes.push(format!("anonymous mappings (off-heap memory) not traced: {why}")),
     }
     if let Some(why) = &tracer.oom_victims_unavailable {
@@ -766,7 +753,7 @@ fn attach_probes(
     if crate::target_fs::map_files_denied() {
         notes.push(crate::target_fs::MAP_FILES_NOTE.into());
     }
-    notes.push(format!("{} mode cannot see: {}", opts.mode, crate::probes::blind_spots(opts.mode)));
+    notes.push(format!("{} mode cannot see: {}", opts.process.mode, crate::probes::blind_spots(opts.process.mode)));
     Ok((probes, notes))
 }
 

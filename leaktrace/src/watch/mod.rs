@@ -7,8 +7,9 @@
 //! analysed by the same analysis as `record` ([`leaktrace_analysis::analyze::analyze`]), giving the online
 //! verdict. A process whose verdict is a leak in `--escalate-after` windows in a row gets an
 //! exact window (`record/escalate.rs`'s, `--escalate-for` long; at most `--max-escalations` at
-//! once, none again within `--cooldown`), and its report (the growth window and the exact one)
-//! is written to `--out/NAME/TIME/`. A process the OOM killer takes gets its OOM-time report
+//! once, none again within `--cooldown`) in the same session, on the tracer already loaded
+//! ([`record::Recorder::escalate`]), and its report (the growth window and the exact one) is
+//! written to `--out/NAME/TIME/`. A process the OOM killer takes gets its OOM-time report
 //! (`oom.rs`). Memory stays bounded: recordings live one window, per-process state is
 //! `state.rs`'s (a 5-minute memory series), and processes gone are forgotten after 2 minutes.
 //!
@@ -176,12 +177,13 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         out.path().display()
     );
     let start = Instant::now();
-    let mut escalations = Vec::new();
     let mut w = Windows {
         recorder,
         follow: Follow::default(),
         budget: budget::CpuBudget::new(opts.max_cpu_pct),
         analysis_s: 0.0,
+        pending: HashMap::new(),
+        reports: Vec::new(),
     };
     // From now: the eBPF programs' load (the verifier, a one-off 1–10 s of system CPU by kernel
     // and machine) is not the agent's ongoing use and must not hold back the first minute's
@@ -209,18 +211,26 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<()> {
         }
         let due = w.one(len, &opts, &state, &out, &stop);
         windows_taken += 1;
-        escalations.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
-        escalations.extend(window::escalate(due, &state, &out, &opts, &window_options(&opts, len)));
+        w.reports.retain(|h| !h.is_finished());
+        window::escalate(due, &mut w.recorder, &mut w.pending, &state, &opts);
         if let Ok(mut s) = state.lock() {
             s.windows += 1;
             s.forget_gone(Instant::now());
         }
     }
-    let Windows { recorder, analysis_s, .. } = w;
+    // Exact windows still running end as they would have (a signal ends them at once), and
+    // their reports are written.
+    while !stop.load(Ordering::Relaxed) && w.recorder.windows_running() > 0 {
+        w.recorder.run_for(POLL, &stop);
+        w.report_windows(&state, &out, &opts);
+    }
+    w.recorder.end_windows(if stop.load(Ordering::Relaxed) { EndReason::Signal } else { EndReason::Duration });
+    w.report_windows(&state, &out, &opts);
+    let Windows { recorder, analysis_s, reports, .. } = w;
     stop.store(true, Ordering::Relaxed);
     let costs = recorder.costs().clone();
     let _ = recorder.finish().join();
-    for h in escalations {
+    for h in reports {
         let _ = h.join();
     }
     let s = state.lock().map_err(|_| anyhow::anyhow!("watch state poisoned"))?;
@@ -250,9 +260,21 @@ struct Windows {
     budget: budget::CpuBudget,
     /// CPU time of the windows' analysis so far, seconds.
     analysis_s: f64,
+    /// The growth-mode window of each process in an exact window, until that one ends.
+    pending: HashMap<u32, Recording>,
+    /// The exact windows' reports being written.
+    reports: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Windows {
+    /// The reports of the exact windows that ended, started.
+    fn report_windows(&mut self, state: &Arc<Mutex<WatchState>>, out: &OutDir, opts: &WatchOptions) {
+        let done = self.recorder.take_windows();
+        if !done.is_empty() {
+            self.reports.extend(window::report(done, &mut self.pending, state, out, opts));
+        }
+    }
+
     /// One window of `len` (or until `stop`): polled every [`POLL`] (the agent's CPU checked
     /// against `--max-cpu`; a process that ended judged at once, its OOM-time report written
     /// then), the selector rescanned every [`RESCAN`] (new processes join), then every
@@ -274,6 +296,7 @@ impl Windows {
             if let Ok(mut s) = state.lock() {
                 s.cpu_over = over.map(|pct| (pct, self.budget.limit_pct()));
             }
+            self.report_windows(state, out, opts);
             let (recordings, dropped) = self.recorder.take_ended();
             if !recordings.is_empty() {
                 self.follow.ended(dropped);
@@ -388,9 +411,8 @@ fn window_options(opts: &WatchOptions, len: Duration) -> RecordOptions {
         duration: Some(len),
         interval: opts.interval,
         top: opts.top,
-        mode: Mode::Growth,
+        process: record::ProcessOptions { mode: Mode::Growth, python_frames: true, ..Default::default() },
         status_line: false,
-        python_frames: true,
         limits: crate::probes::Limits { max_sites: opts.max_sites, ..Default::default() },
         ..RecordOptions::default()
     }

@@ -1,6 +1,7 @@
 //! One growth-mode window's end: each process's recording analysed by `record`'s analysis (its
 //! verdict into the state), the OOM-killed ones reported, and the escalations the policy calls
-//! for started, each in its own thread (`record/escalate.rs`'s exact window, then the report).
+//! for started in the recorder's own session (`record/escalate.rs`'s exact window); each exact
+//! window's report written in its own thread once it ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,7 @@ use std::time::Instant;
 
 use super::WatchOptions;
 use super::state::{EscalationSummary, GrownStack, WatchState, WindowVerdict};
-use crate::record::RecordOptions;
+use crate::record;
 use leaktrace_analysis::analyze::{AnalyzeOptions, analyze};
 use leaktrace_analysis::output::OutDir;
 use leaktrace_analysis::recording::Recording;
@@ -136,32 +137,58 @@ fn grown_by_stack(a: &leaktrace_analysis::analyze::Analysis) -> Vec<GrownStack> 
     v
 }
 
-/// Start an exact window on each process of `due`, each in its thread; its report (the growth
-/// window with the exact one, `Recording::escalation`) goes to `OUT/NAME/TIME/`.
+/// Open an exact window on each process of `due` in the recorder's own session
+/// ([`record::Recorder::escalate`]: no second tracer); its growth-mode window's recording waits
+/// in `pending` for the exact window's end ([`report`]). A window that cannot be opened is
+/// said, and its slot given back.
 pub(super) fn escalate(
     due: HashMap<u32, Recording>,
-    state: &Arc<Mutex<WatchState>>,
-    out: &OutDir,
+    recorder: &mut record::Recorder,
+    pending: &mut HashMap<u32, Recording>,
+    state: &Mutex<WatchState>,
     opts: &WatchOptions,
-    rec_opts: &RecordOptions,
-) -> Vec<std::thread::JoinHandle<()>> {
-    let Some(window) = opts.policy.window else { return Vec::new() };
-    let mut handles = Vec::new();
-    for (pid, mut rec) in due {
-        let state = state.clone();
-        let rec_opts = rec_opts.clone();
-        let top = opts.top;
-        let push = opts.push.clone();
-        let Ok(out) = out.try_clone() else { continue };
+) {
+    let Some(window) = opts.policy.window else { return };
+    for (pid, rec) in due {
         crate::note!(
             "leaktrace: watch: PID {pid} grew in {} window(s) in a row; exact window of {:.1} s (its allocator calls traced, then the probes removed)",
             opts.policy.after_windows,
             window.as_secs_f64()
         );
+        match recorder.escalate(pid, window) {
+            Ok(()) => {
+                pending.insert(pid, rec);
+            }
+            Err(e) => {
+                crate::note!("leaktrace: watch: the exact window on PID {pid} failed: {e:#}");
+                if let Ok(mut s) = state.lock() {
+                    s.escalating = s.escalating.saturating_sub(1);
+                }
+            }
+        }
+    }
+}
+
+/// Write the report of each exact window that ended (`done`, with its growth-mode window from
+/// `pending`: `Recording::escalation`) to `OUT/NAME/TIME/`, each in its own thread (the
+/// analysis and the push take time the recorder's polls must not wait for).
+pub(super) fn report(
+    done: Vec<record::WindowDone>,
+    pending: &mut HashMap<u32, Recording>,
+    state: &Arc<Mutex<WatchState>>,
+    out: &OutDir,
+    opts: &WatchOptions,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut handles = Vec::new();
+    for record::WindowDone { pid, recording } in done {
+        let Some(mut rec) = pending.remove(&pid) else { continue };
+        let state = state.clone();
+        let top = opts.top;
+        let push = opts.push.clone();
+        let Ok(out) = out.try_clone() else { continue };
         handles.push(std::thread::spawn(move || {
-            let result = (|| -> anyhow::Result<EscalationSummary> {
-                let tmp = tempfile::Builder::new().prefix("leaktrace-escalation-").tempdir()?;
-                let exact = crate::record::escalate::exact_window_apart(pid, window, &rec_opts, &tmp.path().join("w"))?;
+            let result = recording.and_then(|exact| {
+                crate::note!("leaktrace: watch: exact window on PID {pid} done; its probes are removed");
                 if let Some(cfg) = &push {
                     push_exact_window(cfg, super::push_labels(state.clone()), &exact);
                 }
@@ -182,7 +209,7 @@ pub(super) fn escalate(
                     sentence: leaktrace_analysis::report::verdict::sentence(&a),
                     sites,
                 })
-            })();
+            });
             let Ok(mut s) = state.lock() else { return };
             s.escalating = s.escalating.saturating_sub(1);
             match result {
