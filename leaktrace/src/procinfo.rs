@@ -106,6 +106,20 @@ pub fn thread_exited(pid: u32, tid: u32) -> bool {
     exited(task_state(&format!("/proc/{pid}/task/{tid}/stat")))
 }
 
+/// Whether thread `tid` of process `pid` has not begun to exit: PF_EXITING is not in the flags
+/// of its /proc/PID/task/TID/stat (the kernel sets it first thing when a task exits, before the
+/// task leaves its cgroups, after which /proc/TID/cgroup reads as the hierarchies' roots), and
+/// it is there. A read made before this returns true was made of a task that had not exited.
+pub fn thread_not_exiting(pid: u32, tid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else { return false };
+    // After the command's closing parenthesis: state, ppid, pgrp, session, tty_nr, tpgid, flags.
+    let mut fields = s.rsplit_once(')').map(|(_, rest)| rest.split_ascii_whitespace()).into_iter().flatten();
+    let state = fields.next().and_then(|f| f.chars().next());
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok());
+    !exited(state) && flags.is_some_and(|f| f & PF_EXITING == 0)
+}
+
 /// A thread of process `pid` other than its main thread that has not exited; None if there is
 /// none (or the process is gone).
 fn other_live_thread(pid: u32) -> Option<u32> {

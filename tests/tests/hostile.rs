@@ -35,6 +35,21 @@ fn hostile() -> &'static Path {
     })
 }
 
+/// tests/fixtures/threads.c (short-lived leaking threads; `LEADER_EXITS=1`: the main thread
+/// exits first), built as production.rs builds it.
+fn threads() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        built_once("hostile-threads", |dir| {
+            let bin = dir.join("threads");
+            let mut cc = Command::new("gcc");
+            cc.args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"]).arg(&bin);
+            build(cc.arg(fixture_source("threads.c")), "threads.c");
+        })
+        .join("threads")
+    })
+}
+
 /// One exact-mode recording's site totals of `function` (its culprit frame).
 fn site_live(report: &Report, function: &str) -> u64 {
     u64_of(report.site(function), "live_bytes")
@@ -398,6 +413,46 @@ fn oom_kill_of_another_process_in_the_cgroup_is_not_the_targets() {
     );
     assert!(!ended.contains("killed by the OOM killer"), "target.ended: {ended:?}\n{ctx}");
     assert!(site_live(&report, "leak_steady") > 0, "{ctx}");
+    // The agent knew the cgroup to the end (its limit, the counter's file).
+    assert_eq!(report.get(&["target", "memory_limit_bytes"]).as_u64(), Some(LIMIT), "{ctx}");
+}
+
+/// An attached process whose main thread exits while its other threads run stays in its memory
+/// cgroup for the agent: the zombie main thread's /proc/PID/cgroup reads as the root cgroup on
+/// cgroup v1 ("N:memory:/", as does any task that has begun to exit: a target killed between
+/// two of the agent's reads once lost its cgroup so), yet the report keeps the cgroup's limit
+/// and notes another process's OOM kill there after the main thread exited.
+#[test]
+fn cgroup_kept_after_the_main_thread_exits() {
+    require_root();
+    const LIMIT: u64 = 48 << 20;
+    let cg = MemCgroup::new(&format!("leaktrace-test-oom-leader-{}", std::process::id()), LIMIT);
+    let mut cmd = Command::new(threads());
+    // The main thread exits at SIGUSR1; 12 threads, 4 at a time, 50 blocks each at 100/s: 1.5 s
+    // of leaking, then 5 s of lingering while the other process is OOM-killed.
+    cmd.args(["12", "50", "100"]).env("WAIT_FOR_SIGNAL", "1").env("LEADER_EXITS", "1").env("LINGER_MS", "5000");
+    let mut t = Target::spawn(cmd);
+    t.expect_pid_line();
+    std::fs::write(cg.dir.join("cgroup.procs"), t.pid.to_string()).expect("move the target into the cgroup");
+    let out = OutDir::new("oom-leader");
+    let lt = attach_and_go(&t, &out, &[]);
+    // Four of the agent's polls with the main thread exited.
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut other = Command::new(hostile());
+    other.args(["oom", "1000", "50"]).env("LEAK_CGROUP", &cg.dir).stdout(std::process::Stdio::null());
+    let st = other.status().expect("run the other leaker");
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the other process was not OOM-killed: {st:?}");
+    assert!(t.wait(TIMEOUT).is_some_and(|s| s.success()), "the target did not exit 0 after its linger");
+    let o = lt.wait(TIMEOUT);
+    o.assert_success();
+    let report = Report::load(&out.path);
+    let ctx = format!("{}\n{}", o.describe(), report.summary());
+    assert_eq!(report.get(&["target", "memory_limit_bytes"]).as_u64(), Some(LIMIT), "{ctx}");
+    let ended = report.get(&["target", "ended"]).as_str().unwrap_or_default();
+    assert!(
+        ended.contains("; its cgroup's OOM killer fired meanwhile (oom_kill of "),
+        "target.ended: {ended:?}\n{ctx}"
+    );
 }
 
 /// An attached target killed by SIGKILL mid-run: outputs written, the leak so far kept, and the

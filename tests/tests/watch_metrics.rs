@@ -111,12 +111,14 @@ fn watch_metrics_scraped_by_prometheus_and_the_leaker_escalated() {
     let metrics = free_port();
     let (l, d) = (leaker.pid.to_string(), decoy.pid.to_string());
     let mut cmd = leaktrace(["watch", "--pid", &l, "--pid", &d, "--window", "10s", "--escalate-after", "2"]);
-    cmd.args(["--escalate-for", "5s", "--duration", "70s", "--metrics-listen", &format!("127.0.0.1:{metrics}")]);
+    // Ended by SIGINT once the metrics are checked (the duration only bounds a run gone wrong).
+    cmd.args(["--escalate-for", "5s", "--duration", "120s", "--metrics-listen", &format!("127.0.0.1:{metrics}")]);
     cmd.arg("--out").arg(&out.path);
     let watch = Running::spawn(cmd, None);
     let prom = Prometheus::start(metrics);
     let started = Instant::now();
-    // Three windows (10 s each, plus attaching) and the escalation (5 s) done.
+    // Three windows (10 s each, plus attaching) and the escalation (5 s) done, and two more
+    // windows after it: without the cool-down the leaker would have been escalated again.
     std::thread::sleep(Duration::from_secs(50).saturating_sub(started.elapsed()));
     let ctx = || format!("leaktrace stderr so far:\n{}", watch.stderr_so_far());
 
@@ -144,7 +146,8 @@ fn watch_metrics_scraped_by_prometheus_and_the_leaker_escalated() {
     let q = "leaktrace_agent_resident_bytes";
     assert!(value(&promql(prom.port, q), q) > 0.0);
 
-    let o = watch.wait(Duration::from_secs(120));
+    watch.signal(libc::SIGINT);
+    let o = watch.wait(Duration::from_secs(60));
     o.assert_success();
     let pdir = out.path.join(format!("pid-{l}"));
     let reports: Vec<PathBuf> = std::fs::read_dir(&pdir)

@@ -16,7 +16,9 @@
 //!   whose shell starts a short `sleep` every 3 s, a pod that appears while the agent runs and
 //!   an idle process killed while it runs.
 //!
-//! Asserted (the Done-when, `watch_a_node_of_50_processes`): within 3 minutes exactly the 2
+//! Asserted (the Done-when, `watch_a_node_of_50_processes`): within 3 minutes (the agent runs
+//! 90 s: both leakers are escalated ~22 s in; the cache warms for 20 s; the pod that appears at
+//! 40 s and the process killed at 60 s are seen by 3 windows after) exactly the 2
 //! leakers are escalated and their reports name the leaking functions (leak_message;
 //! remember_session); the cache and the fragmenting process are never escalated; every watched
 //! process's metric (RSS and verdict, with its pod labels) is on the Prometheus endpoint,
@@ -26,7 +28,7 @@
 //! (its arenas' system_mem grows, system_mem − free chunks stays flat: fragmentation, not
 //! escalated). Before that (5 runs, 2026-12-03) every window called it a leak and the agent
 //! escalated it. Measured with one tracer across windows (2026-12-03): windows every 10-11 s,
-//! both leakers escalated 22 s after the agent started, 184 s in all.
+//! both leakers escalated 22 s after the agent started, 184 s in all (with a 180 s run).
 #![allow(
     clippy::print_stderr,
     reason = "end-to-end tests tell their measured figures on stderr (shown with --nocapture)"
@@ -39,8 +41,9 @@ use std::time::{Duration, Instant};
 
 use leaktrace_tests::*;
 
-/// Within this long of the agent's start, the leakers must have been escalated.
-const DEADLINE: Duration = Duration::from_secs(180);
+/// The agent's run (`--duration`): within it the leakers must have been escalated, and the
+/// cache and the fragmenting process never (8 windows).
+const DEADLINE: Duration = Duration::from_secs(90);
 /// Idle pods (two `sleep` containers each) and idle CPython interpreters: with the 2 leakers,
 /// the cache, the fragmenting process and the churning container's shell and its current
 /// `sleep`, 50 processes.

@@ -10,9 +10,16 @@
 //!   against the wall clock: N − 1, so at most one other job runs beside one), of [`RATED`]
 //!   (rates against the program's own: half the slots) — never two of those at once — and of
 //!   [`ALONE`] (N: nothing beside them). [`ONE_AT_A_TIME`] names tests that share a host-wide
-//!   resource and run one at a time. Timed, rated and alone tests run last.
-//! - Ordinary jobs start longest first by the durations of the previous run
-//!   (`target/xtask-test/durations.tsv`), in file order when there is none.
+//!   resource and run one at a time.
+//! - Timed and rated tests start first, one after another from the start of the run, each
+//!   beside the ordinary jobs its weight leaves room for: they are the run's one serial chain,
+//!   and left to the end (as they once were) they ran with the pool otherwise empty. Timed ones
+//!   come before rated ones (a rated test ending leaves too many jobs running for a timed one to
+//!   fit, and it would wait until the ordinary jobs ran out). Alone tests run last.
+//! - Within each of those ranks (ordinary jobs and unit-test binaries together) jobs start
+//!   longest first by the durations of the previous run (`target/xtask-test/durations.tsv`),
+//!   else by those of a run committed in [`COMMITTED_DURATIONS`] (so a fresh clone orders them
+//!   too), else in file order.
 //! - The fixtures every test shares are built once per run: the run's directory is handed to
 //!   the tests in `LEAKTRACE_TEST_FIXTURES` (tests/src/fixture.rs, `built_once`).
 //! - A failing job's log is printed in full when it ends; at the end come the failures' names,
@@ -96,6 +103,11 @@ pub(crate) const ONE_AT_A_TIME: &[(&str, &[&str])] = &[
     // class: one such tree on the host at a time.
     ("kubepods", &["containers::", "containers_net::", "pod::", "hostile_paths::", "watch_pod::"]),
 ];
+
+/// Durations (seconds, `FILE::TEST`) of a whole run, committed: the order of a run on a fresh
+/// clone, which has no `target/xtask-test/durations.tsv` yet. A test missing from it counts as
+/// 0 s (it starts last in its rank); refresh it from a run's durations.tsv now and then.
+pub(crate) const COMMITTED_DURATIONS: &str = "xtask/test-durations.tsv";
 
 /// The jobs run at once: `--jobs`, else `LEAKTRACE_TEST_JOBS`, else [`DEFAULT_JOBS`].
 pub(crate) const DEFAULT_JOBS: usize = 6;
@@ -262,8 +274,8 @@ fn list_tests(exe: &Path, dir: &Path) -> Result<Vec<String>> {
     Ok(list(false)?.into_iter().filter(|t| !ignored.contains(t)).collect())
 }
 
-/// The jobs of the run, in the order the pool takes them: unit-test binaries, ordinary tests
-/// (longest first by `previous` durations), then timed and alone tests. With no filter, every
+/// The jobs of the run, in the order the pool takes them ([`rank`], then longest first by
+/// `previous` durations). With no filter, every
 /// prefix of [`ALONE`], [`TIMED`] and [`ONE_AT_A_TIME`] must name a test (a renamed test would
 /// otherwise lose its group quietly).
 pub(crate) fn plan(bins: &[Binary], args: &Args, previous: &BTreeMap<String, f64>) -> Result<Vec<Job>> {
@@ -315,18 +327,24 @@ pub(crate) fn plan(bins: &[Binary], args: &Args, previous: &BTreeMap<String, f64
             bail!("xtask/src/suite.rs names tests that do not exist (renamed? update the list): {}", stale.join(", "));
         }
     }
-    let rank = |j: &Job| match (j.unit, j.class) {
-        (true, _) => 0,
-        (false, Class::Ordinary) => 1,
-        (false, Class::Rated | Class::Timed) => 2,
-        (false, Class::Alone) => 3,
-    };
     // Stable: file order among jobs without a previous duration.
     jobs.sort_by(|a, b| {
         let d = |j: &Job| previous.get(&j.name).copied().unwrap_or(0.0);
-        rank(a).cmp(&rank(b)).then(d(b).total_cmp(&d(a)))
+        rank(a.class).cmp(&rank(b.class)).then(d(b).total_cmp(&d(a)))
     });
     Ok(jobs)
+}
+
+/// Where a job of `class` stands in the pool's order: the timed, then the rated tests (the
+/// serial chain, beside everything else from the start), then ordinary jobs and unit-test
+/// binaries, then alone tests.
+pub(crate) fn rank(class: Class) -> u8 {
+    match class {
+        Class::Timed => 0,
+        Class::Rated => 1,
+        Class::Ordinary => 2,
+        Class::Alone => 3,
+    }
 }
 
 /// The slots a job of `class` takes in a pool of `capacity`.
@@ -487,7 +505,8 @@ pub(crate) fn run(args: &Args, leaktrace: &Path) -> Result<bool> {
     let bins = build_test_binaries()?;
     let work = work_dir();
     let durations = work.join("durations.tsv");
-    let previous = read_durations(&durations);
+    let mut previous = read_durations(&crate::root().join(COMMITTED_DURATIONS));
+    previous.extend(read_durations(&durations));
     let jobs = plan(&bins, args, &previous)?;
     let capacity = args.jobs();
     if args.list {
@@ -559,9 +578,10 @@ fn summarize(outcomes: &[Outcome], wall: Duration) {
 /// The long-run end-to-end test, running in the background outside the pool (it mostly
 /// waits): its test binary with `--ignored`, its output in `target/xtask-test/long-run.log`.
 struct LongRun {
-    child: std::process::Child,
+    /// Its exit status and how long it ran, sent when it ends (not when the pool has ended: it
+    /// usually ends first, and its own time is what says whether it bounds the run).
+    ended: mpsc::Receiver<(std::io::Result<std::process::ExitStatus>, Duration)>,
     log: PathBuf,
-    started: Instant,
 }
 
 impl LongRun {
@@ -580,20 +600,27 @@ impl LongRun {
             cmd.env(k, v);
         }
         eprintln!("xtask: $ {} (in the background; output in {})", show(&cmd), log.display());
-        let child = cmd.spawn().with_context(|| format!("cannot run {}", bin.exe.display()))?;
-        Ok(LongRun { child, log, started: Instant::now() })
+        let mut child = cmd.spawn().with_context(|| format!("cannot run {}", bin.exe.display()))?;
+        let started = Instant::now();
+        let (tx, ended) = mpsc::channel();
+        std::thread::spawn(move || {
+            let status = child.wait();
+            let _ = tx.send((status, started.elapsed()));
+        });
+        Ok(LongRun { ended, log })
     }
 
     /// Wait for it and print its output.
-    fn finish(mut self) -> Result<Outcome> {
+    fn finish(self) -> Result<Outcome> {
         eprintln!("xtask: waiting for the long-run test ({})", self.log.display());
-        let status = self.child.wait()?;
+        let (status, took) = self.ended.recv().context("the long-run test's waiting thread is gone")?;
+        let status = status.context("cannot wait for the long-run test")?;
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         eprintln!("xtask: long-run test output:\n{text}");
         let ok = status.success();
         Ok(Outcome {
             name: "long_run (background)".to_string(),
-            secs: self.started.elapsed().as_secs_f64(),
+            secs: took.as_secs_f64(),
             passed: usize::from(ok),
             failed: usize::from(!ok),
             ok,
@@ -643,6 +670,23 @@ mod tests {
         assert_eq!(pick(&[A, O], 6, 1, &[]), None);
         assert_eq!(pick(&[A, O], 6, 0, &[]), Some(0));
         assert_eq!(pick(&[O], 6, 6, &[]), None);
+    }
+
+    #[test]
+    fn the_timed_and_rated_chain_runs_from_the_start_beside_ordinary_jobs() {
+        let r = (Class::Rated, Some("timed"));
+        let mut classes = [O, A, r, T, O, r, O, T];
+        classes.sort_by_key(|(c, _)| rank(*c));
+        assert_eq!(classes, [T, T, r, r, O, O, O, A]);
+        // An empty pool starts the first timed test, then one ordinary job beside it.
+        assert_eq!(pick(&classes, 6, 0, &[]), Some(0));
+        assert_eq!(pick(&classes[1..], 6, 5, &["timed"]), Some(3));
+        // The timed test ends beside its one neighbour: the next one fits at once.
+        assert_eq!(pick(&[T, r, O, O], 6, 1, &[]), Some(0));
+        // The last timed test ends: a rated one fits beside that neighbour, and when it ends
+        // beside the three jobs its weight left room for, so does the next.
+        assert_eq!(pick(&[r, r, O], 6, 1, &[]), Some(0));
+        assert_eq!(pick(&[r, O], 6, 3, &[]), Some(0));
     }
 
     #[test]

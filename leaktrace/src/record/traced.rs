@@ -297,14 +297,24 @@ impl Traced {
 
     /// Follow the cgroup the process is in (it may move, e.g. a launched command put in its
     /// cgroup by a wrapper): the OOM-kill counter's baseline is taken when it is first seen there.
+    /// Read through a live task of the process, and kept only when that task had not begun to
+    /// exit by the end of the reads: an exiting task, a zombie and a main thread that exited
+    /// before the others read as in the root cgroups ("N:memory:/" on cgroup v1), which would
+    /// lose the limit and move the baseline to the root's counter, where no kill of the
+    /// process's own cgroup is counted.
     pub(super) fn watch_cgroup(&mut self) {
-        // Resolved again only when /proc/PID/cgroup changed (mountinfo can be long).
-        let Ok(now) = std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)) else { return };
+        let Some(task) = procinfo::live_task(self.pid) else { return };
+        // Resolved again only when /proc/TID/cgroup changed (mountinfo can be long).
+        let Ok(now) = std::fs::read_to_string(format!("/proc/{}/task/{task}/cgroup", self.pid)) else { return };
         if self.cgroup_seen.as_deref() == Some(now.as_str()) {
             return;
         }
+        let events = memory_events_of(task);
+        if !procinfo::thread_not_exiting(self.pid, task) {
+            return;
+        }
         self.cgroup_seen = Some(now);
-        let Some(events) = memory_events_of(self.pid) else { return };
+        let Some(events) = events else { return };
         self.memory_limit = memory_limit_of(&events);
         if self.oom_watch.as_ref().is_some_and(|w| w.events == events) {
             return;
