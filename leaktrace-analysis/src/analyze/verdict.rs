@@ -648,9 +648,10 @@ pub(super) fn kind_verdict(
     }
     // RSS that outgrows the traced bytes may be the heap whose trend is unknown (its pages
     // touched as it fills): no more "fragmentation" than "no leak". A verdict already
-    // inconclusive (a heap page's one step) says first why the heap cannot be judged.
+    // inconclusive (a heap page's one step), or warm-up's "no leak", says first why the heap
+    // cannot be judged.
     let rss_outgrows = matches!(v.reason, Reason::RssOutgrowsTraced { .. });
-    let inconclusive = v.inconclusive && v.class != ProcessClass::Leak;
+    let inconclusive = (v.inconclusive || matches!(v.reason, Reason::WarmUp { .. })) && v.class != ProcessClass::Leak;
     if leak_kind.is_none()
         && (says_no_leak || rss_outgrows || inconclusive)
         && managed.is_some_and(super::managed::unknown)
