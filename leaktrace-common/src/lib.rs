@@ -46,6 +46,25 @@ pub struct TargetMode {
     pub sample_mean: u64,
 }
 
+/// What a managed runtime's full collections left, as uprobes on its collector saw them (the
+/// value of a process's `GC_FULL` entry, made by the agent and written by the kernel side):
+/// V8's mark-compacts, each followed by the old generation's size of objects it left (the
+/// `current_size` V8 gives its limit computation right after the collection).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcFull {
+    /// Full collections ended (`MarkCompactCollector::Finish` entered) since the probes went in.
+    pub ended: u64,
+    /// Of those, the ones whose size was then read (written last, after `bytes` and `at_ns`).
+    pub measured: u64,
+    /// The old generation's size of objects after the last measured collection, bytes.
+    pub bytes: u64,
+    /// When it was read: the kernel's monotonic clock, ns.
+    pub at_ns: u64,
+    /// 1 between a collection's end and its size's reading.
+    pub armed: u64,
+}
+
 /// [`TargetMode::mode`]'s values.
 pub mod target_mode {
     /// Every allocator call of the process traced (its allocator probes attached).
@@ -696,6 +715,11 @@ pub mod program {
     pub const WORK_ENTER: Program = entry("work_enter", &[]);
     /// libc's `exit` or CPython's `Py_FinalizeEx` in a launched command: its teardown begins.
     pub const TEARDOWN_ENTER: Program = entry("teardown_enter", &[]);
+    /// V8's `MarkCompactCollector::Finish()`: a full collection ended (its size is read next).
+    pub const GC_FULL_ENTER: Program = entry("gc_full_enter", &[]);
+    /// V8's `MemoryController<V8HeapTrait>::CalculateAllocationLimit(heap, current_size, …)`,
+    /// called after every full collection with the old generation's size of objects.
+    pub const GC_LIMIT_ENTER: Program = entry("gc_limit_enter", &["_heap", "current_size"]);
     /// The return of every allocating function: the block's address.
     pub const ALLOC_RETURN: Program =
         Program { name: "alloc_return", kind: Kind::Return, args: &[], growth_only: false };
@@ -730,6 +754,8 @@ pub mod program {
         RUST_REALLOC_ENTER,
         WRAPPER_ENTER,
         TEARDOWN_ENTER,
+        GC_FULL_ENTER,
+        GC_LIMIT_ENTER,
         // The address-space bookkeeping (the agent's `mappings`).
         tracepoint("syscalls", "sys_enter_mmap"),
         tracepoint("syscalls", "sys_exit_mmap"),
@@ -824,6 +850,8 @@ mod pod {
     unsafe impl aya::Pod for ObjectId {}
     // SAFETY: repr(C) integers with explicit padding (above).
     unsafe impl aya::Pod for ObjectTable {}
+    // SAFETY: repr(C) u64s, no padding.
+    unsafe impl aya::Pod for GcFull {}
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use leaktrace_common::{
-    AllocInfo, AllocKey, BUCKET_SLOTS, BlockBucket, InFlight, MapEvent, MmapCall, SiteKey, SiteStats, StackFrames,
-    SyscallArgs, TargetMode, counter, exec_hold, kernel_offset, map_event, op, owner, sampling, site_kind, target_mode,
-    tp_field,
+    AllocInfo, AllocKey, BUCKET_SLOTS, BlockBucket, GcFull, InFlight, MapEvent, MmapCall, SiteKey, SiteStats,
+    StackFrames, SyscallArgs, TargetMode, counter, exec_hold, kernel_offset, map_event, op, owner, sampling, site_kind,
+    target_mode, tp_field,
 };
 
 mod mappings;
@@ -162,6 +162,11 @@ static MMAP_CALLS: HashMap<u64, MmapCall> = HashMap::with_max_entries(1 << 14, B
 /// Units of work done by each process: calls of the --work-probe function.
 #[map]
 static WORK: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
+/// Full collections of each Node process's main isolate and what the last one left (tgid →
+/// `GcFull`, the entry made by the agent when it probes the process's V8).
+#[map]
+static GC_FULL: HashMap<u32, GcFull> = HashMap::with_max_entries(1024, 0);
 
 /// Launched commands whose teardown is watched (tgid → 0, inserted by the agent). The first
 /// teardown call deletes its entry (atomically: one caller wins), so each process stops once.
@@ -820,7 +825,7 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
 }
 
 #[inline(always)]
-fn arg(ctx: &ProbeContext, n: usize) -> u64 {
+pub(crate) fn arg(ctx: &ProbeContext, n: usize) -> u64 {
     ctx.arg::<u64>(n).unwrap_or(0)
 }
 

@@ -13,7 +13,7 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{
     Program, TracePoint, UProbe,
     trace_point::TracePointLinkId,
@@ -162,6 +162,8 @@ pub struct Tracer {
     /// Whether the page-fault program is loaded (growth mode's; loaded with a tracer for growth).
     growth_loaded: bool,
     work: HashMap<MapData, u32, u64>,
+    /// Full collections of Node processes' main isolates (`GC_FULL`, see [`Tracer::watch_gc`]).
+    gc_full: HashMap<MapData, u32, leaktrace_common::GcFull>,
     /// Launched commands whose teardown is watched (see [`Tracer::watch_teardown`]).
     teardown: HashMap<MapData, u32, u32>,
     /// Launched processes whose execs stop until probed (see [`Tracer::hold_execs`]).
@@ -387,27 +389,26 @@ impl Tracer {
             ebpf.take_map(name).with_context(|| format!("eBPF map {name} missing")).map_err(LoadError::Load)
         };
         let sites = HashMap::try_from(take(&mut ebpf, "SITES")?).map_err(|e| LoadError::Load(e.into()))?;
-        let site_stats =
-            aya::maps::Array::try_from(take(&mut ebpf, "SITE_STATS")?).map_err(|e| LoadError::Load(e.into()))?;
+        let site_stats = Array::try_from(take(&mut ebpf, "SITE_STATS")?).map_err(|e| LoadError::Load(e.into()))?;
         let recycler = crate::site_recycle::SiteRecycler::new(&mut ebpf).map_err(LoadError::Load)?;
         let stacks = HashMap::try_from(take(&mut ebpf, "STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stacks = HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_targets = HashMap::try_from(take(&mut ebpf, "PY_TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
-        let py_any = aya::maps::Array::try_from(take(&mut ebpf, "PY_ANY")?).map_err(|e| LoadError::Load(e.into()))?;
+        let py_any = Array::try_from(take(&mut ebpf, "PY_ANY")?).map_err(|e| LoadError::Load(e.into()))?;
         let py_stack_count =
-            aya::maps::Array::try_from(take(&mut ebpf, "PY_STACK_COUNT")?).map_err(|e| LoadError::Load(e.into()))?;
+            Array::try_from(take(&mut ebpf, "PY_STACK_COUNT")?).map_err(|e| LoadError::Load(e.into()))?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?).map_err(|e| LoadError::Load(e.into()))?;
         let targets = HashMap::try_from(take(&mut ebpf, "TARGETS")?).map_err(|e| LoadError::Load(e.into()))?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|e| LoadError::Load(e.into()))?;
         let work = HashMap::try_from(take(&mut ebpf, "WORK")?).map_err(|e| LoadError::Load(e.into()))?;
+        let gc_full = HashMap::try_from(take(&mut ebpf, "GC_FULL")?).map_err(|e| LoadError::Load(e.into()))?;
         let teardown = HashMap::try_from(take(&mut ebpf, "TEARDOWN")?).map_err(|e| LoadError::Load(e.into()))?;
         let exec_hold = HashMap::try_from(take(&mut ebpf, "EXEC_HOLD")?).map_err(|e| LoadError::Load(e.into()))?;
         let fork_hold = HashMap::try_from(take(&mut ebpf, "FORK_HOLD")?).map_err(|e| LoadError::Load(e.into()))?;
         let unwind = UnwindTables {
             objects: HashMap::try_from(take(&mut ebpf, "UNWIND_OBJECTS")?).map_err(|e| LoadError::Load(e.into()))?,
             rows: take(&mut ebpf, "UNWIND_ROWS")?,
-            generation: aya::maps::Array::try_from(take(&mut ebpf, "UNWIND_GEN")?)
-                .map_err(|e| LoadError::Load(e.into()))?,
+            generation: Array::try_from(take(&mut ebpf, "UNWIND_GEN")?).map_err(|e| LoadError::Load(e.into()))?,
             next_row: 0,
             capacity: if offsets.is_ok() { limits.max_unwind_rows } else { 0 },
             done: StdHashMap::new(),
@@ -432,8 +433,7 @@ impl Tracer {
         };
         let default_mode = target_mode(mode, sample_bytes).map_err(LoadError::Load)?;
         load::prepare_mode(&mut ebpf, mode, &mut load_errors, &mut tp_links).map_err(LoadError::Load)?;
-        let mode_gen =
-            aya::maps::Array::try_from(take(&mut ebpf, "MODE_GEN")?).map_err(|e| LoadError::Load(e.into()))?;
+        let mode_gen = Array::try_from(take(&mut ebpf, "MODE_GEN")?).map_err(|e| LoadError::Load(e.into()))?;
         Ok(Tracer {
             ebpf,
             sites,
@@ -457,6 +457,7 @@ impl Tracer {
             sampling_filled: mode == Mode::Sampled,
             growth_loaded: mode == Mode::Growth,
             work,
+            gc_full,
             teardown,
             exec_hold,
             fork_hold,
@@ -565,6 +566,26 @@ impl Tracer {
         );
     }
 
+    /// Count the full collections of `tgid`'s main isolate from now (an entry the GC probes
+    /// write: [`Tracer::attach_gc_probes`]). Errors: the map is full or refused the update.
+    pub fn watch_gc(&mut self, tgid: u32) -> anyhow::Result<()> {
+        self.gc_full
+            .insert(tgid, leaktrace_common::GcFull::default(), 0)
+            .context("adding the process to the GC_FULL map")
+    }
+
+    /// The full collections of `tgid` seen so far, and seconds since the last one's size was
+    /// read (on the kernel's monotonic clock); None when it is not watched.
+    pub fn gc_full(&self, tgid: u32) -> Option<(leaktrace_common::GcFull, f64)> {
+        let g = self.gc_full.get(&tgid, 0).ok()?;
+        Some((g, load::monotonic_now_ns().saturating_sub(g.at_ns) as f64 / 1e9))
+    }
+
+    /// Stop counting `tgid`'s full collections (it left V8: an exec).
+    pub fn unwatch_gc(&mut self, tgid: u32) {
+        let _ = self.gc_full.remove(&tgid);
+    }
+
     /// Units of work done by `tgid` since the work probe was attached (0 before the first call).
     pub fn work_units(&self, tgid: u32) -> u64 {
         self.work.get(&tgid, 0).unwrap_or(0)
@@ -607,6 +628,7 @@ impl Tracer {
     pub fn remove_target(&mut self, tgid: u32) {
         let _ = self.targets.remove(&tgid);
         let _ = self.work.remove(&tgid);
+        let _ = self.gc_full.remove(&tgid);
         self.release_process(tgid);
     }
 

@@ -71,6 +71,9 @@ pub(crate) const TIMED: &[&str] = &[
     // The Go heap's growth on a 30 s attach within 10 % of the slice's rate (kept against the
     // wall clock), on what each collection marked live.
     "verdicts_managed::go_leak_judged_on_what_each_collection_marked",
+    // The V8 heap's growth on a 30 s attach within 10 % of the arrays' rate (kept against the
+    // wall clock), on what each mark-compact left.
+    "verdicts_managed::node_leak_judged_on_what_each_mark_compact_left",
 ];
 
 /// Tests that compare a traced rate with the rate the program says it ran, within a stated

@@ -57,7 +57,11 @@ pub(super) fn kind_list(
         let source = if gauge_used { "hsperfdata" } else { "sites" };
         let mut managed = kind_growth(ctx, MemoryKind::Managed, source, &fitted);
         let series = super::managed::collection_series(rec);
-        if let Some(c) = super::managed::on_collections(&series, span_from, ctx.steady_from, ctx.span_to) {
+        let judged = super::managed::on_collections(&series, span_from, ctx.steady_from, ctx.span_to)
+            // Figures read beside the sites that tell no trend (too few collections) leave a heap
+            // whose pages grow judged on its pages.
+            .filter(|c| gauge_used || c.trend.is_some() || !managed.grows);
+        if let Some(c) = judged {
             if !gauge_used {
                 // Figures read beside the sites (Go's): the heap is what its collections marked
                 // live, not the bytes of the arenas mapped since attach.

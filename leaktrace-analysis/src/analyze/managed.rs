@@ -3,7 +3,9 @@
 //! which change only when a collection runs; Go: the bytes its last collection marked live,
 //! `gcController.heapMarked`), how many collections ran (the collectors' invocation counts; Go's
 //! `memstats.numgc`) and when the last one ended (the JVM's `lastExitTime`; Go's
-//! `memstats.last_gc_unix`).
+//! `memstats.last_gc_unix`). V8's (Node) come from uprobes on its collector: the old
+//! generation's size of objects after each mark-compact, the mark-compacts counted, each placed
+//! at the time it ran.
 //!
 //! Between two collections a heap's used bytes climb with the garbage the program makes; a line
 //! through them measures the allocation rate, not a leak. What survives each collection is the
@@ -25,6 +27,10 @@ pub const COLLECTIONS_FOR_A_TREND: usize = MIN_WINDOW_POINTS;
 /// Collections needed in the analysed span for a trend at all: two, each leaving more than the
 /// one before, are a growth with a rate.
 pub const COLLECTIONS_AT_LEAST: usize = 2;
+
+/// Share of the analysed span that fewer than [`COLLECTIONS_FOR_A_TREND`] collections must span
+/// for a trend.
+pub const MIN_SPREAD: f64 = 0.25;
 
 /// Bytes of the heap that survived its last collection: used − the eden spaces (young objects
 /// allocated since; the survivor and old spaces change only at a collection). None when the
@@ -149,7 +155,17 @@ pub(super) fn on_collections(
     let widened = window.len() < COLLECTIONS_FOR_A_TREND;
     let used = if widened { events } else { window };
     let rising = used.len() >= COLLECTIONS_AT_LEAST && used.windows(2).all(|w| w[1].1 > w[0].1);
-    let trend = (used.len() >= COLLECTIONS_AT_LEAST).then(|| fit(&used));
+    // Fewer points than a trend needs tell a rate only when they are apart: a burst of
+    // collections (V8's memory reducer runs two or three in a row) says nothing of one.
+    let spread = used.last().zip(used.first()).map_or(0.0, |(l, f)| l.0 - f.0);
+    let apart = used.len() >= COLLECTIONS_FOR_A_TREND || spread >= duration * MIN_SPREAD;
+    let trend = (used.len() >= COLLECTIONS_AT_LEAST && apart).then(|| fit(&used));
+    let record_for_s = match record_for_s {
+        Some(s) if trend.is_none() && in_recording >= COLLECTIONS_AT_LEAST as u64 => {
+            Some(s.max(2.0 * recorded_s).round())
+        }
+        r => r,
+    };
     Some(OnCollections {
         in_window,
         in_span,
@@ -221,9 +237,14 @@ pub fn unknown_state(label: &str, c: &OnCollections) -> String {
 
 /// "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s": the state of a heap whose
 /// trend is unknown for want of collections. The JVM's are counted as old-gen collections (what
-/// its users read in GC logs); another runtime's (Go's, one kind of collection) as collections.
+/// its users read in GC logs), V8's as full collections (its mark-compacts); another runtime's
+/// (Go's, one kind of collection) as collections.
 pub fn unknown_phrase(c: &OnCollections, runtime: Option<Runtime>) -> String {
-    let what = if runtime == Some(Runtime::Jvm) { "old-gen collections" } else { "collections" };
+    let what = match runtime {
+        Some(Runtime::Jvm) => "old-gen collections",
+        Some(Runtime::Node) => "full collections",
+        _ => "collections",
+    };
     match c.record_for_s {
         Some(s) => format!("inconclusive: {} {what} in {:.0} s; attach for ≥ {s:.0} s", c.in_recording, c.recorded_s),
         None => format!(
@@ -320,6 +341,19 @@ mod tests {
             "inconclusive: 1 old-gen collections in 30 s; attach for ≥ 60 s"
         );
         assert_eq!(unknown_phrase(&c, Some(Runtime::Go)), "inconclusive: 1 collections in 30 s; attach for ≥ 60 s");
+        assert_eq!(
+            unknown_phrase(&c, Some(Runtime::Node)),
+            "inconclusive: 1 full collections in 30 s; attach for ≥ 60 s"
+        );
+        // Two collections a second apart (a burst): no rate, and a longer attach asked.
+        let mut s = heap(100.0, 30);
+        for p in s.iter_mut() {
+            p.collections = u64::from(p.t_s >= 20.0) + u64::from(p.t_s >= 21.0);
+            p.bytes += 100_000 * p.collections;
+        }
+        let c = on_collections(&s, 0.0, 15.0, 30.0).expect("judged");
+        assert_eq!((c.in_span, c.trend), (2, None), "{c:?}");
+        assert_eq!(c.record_for_s, Some(60.0));
     }
 
     /// The JVM as hsperfdata shows it over 60 s: eden filling with garbage at 1 MB/s and

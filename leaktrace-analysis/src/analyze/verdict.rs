@@ -647,9 +647,15 @@ pub(super) fn kind_verdict(
         };
     }
     // RSS that outgrows the traced bytes may be the heap whose trend is unknown (its pages
-    // touched as it fills): no more "fragmentation" than "no leak".
+    // touched as it fills): no more "fragmentation" than "no leak". A verdict already
+    // inconclusive (a heap page's one step), or warm-up's "no leak", says first why the heap
+    // cannot be judged.
     let rss_outgrows = matches!(v.reason, Reason::RssOutgrowsTraced { .. });
-    if leak_kind.is_none() && (says_no_leak || rss_outgrows) && managed.is_some_and(super::managed::unknown) {
+    let inconclusive = (v.inconclusive || matches!(v.reason, Reason::WarmUp { .. })) && v.class != ProcessClass::Leak;
+    if leak_kind.is_none()
+        && (says_no_leak || rss_outgrows || inconclusive)
+        && managed.is_some_and(super::managed::unknown)
+    {
         return managed_unknown_verdict(v, kinds, f_drops);
     }
     if leak_kind.is_none() && only_flat_kind_leaks && v.class == ProcessClass::Leak {

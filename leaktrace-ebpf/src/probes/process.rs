@@ -17,6 +17,56 @@ pub fn work_enter(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// The main thread's `GC_FULL` entry, when the agent made one for its process: V8 collects an
+/// isolate on the isolate's own thread, and the main isolate's is the main thread (a Worker's
+/// isolate, on its own thread, is not counted).
+#[inline(always)]
+fn main_thread_gc() -> Option<*mut GcFull> {
+    let id = bpf_get_current_pid_tgid();
+    let tgid = (id >> 32) as u32;
+    if id as u32 != tgid {
+        return None;
+    }
+    GC_FULL.get_ptr_mut(&tgid)
+}
+
+/// Entry of V8's `MarkCompactCollector::Finish()`: a full collection of the main isolate ended;
+/// the next limit computation reads what it left.
+#[uprobe]
+pub fn gc_full_enter(_ctx: ProbeContext) -> u32 {
+    if let Some(g) = main_thread_gc() {
+        // SAFETY: a value the lookup returned, valid while the program runs; only the main
+        // thread (this one) and the agent's reads touch it.
+        unsafe {
+            (*g).ended += 1;
+            (*g).armed = 1;
+        }
+    }
+    0
+}
+
+/// Entry of V8's `MemoryController<V8HeapTrait>::CalculateAllocationLimit(heap, current_size,
+/// …)`: right after a full collection (armed), `current_size` is the old generation's size of
+/// objects it left (V8's own base for its next limit); after a scavenge it is not read.
+#[uprobe]
+pub fn gc_limit_enter(ctx: ProbeContext) -> u32 {
+    if let Some(g) = main_thread_gc() {
+        let size = crate::probes::arg(&ctx, 1);
+        // SAFETY: as in `gc_full_enter`; `measured` is written last, so a reader that sees it
+        // grown sees the size and time of that collection.
+        unsafe {
+            if (*g).armed != 0 {
+                (*g).armed = 0;
+                (*g).bytes = size;
+                (*g).at_ns = bpf_ktime_get_ns();
+                core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+                (*g).measured += 1;
+            }
+        }
+    }
+    0
+}
+
 /// Entry of libc's `exit` or CPython's `Py_FinalizeEx` in a launched command: its teardown
 /// (static destructors, atexit handlers, interpreter finalization) begins. The first call in
 /// a watched process stops the whole process (SIGSTOP, delivered before the function's first

@@ -308,6 +308,21 @@ impl Tracer {
         }
     }
 
+    /// The GC probes in process `pid`: `gc_full_enter` at file offset `finish` (a full
+    /// collection's end) and `gc_limit_enter` at `limit` (the size it left) of the object opened
+    /// through `open_path`; the process's `GC_FULL` entry is made first.
+    pub fn attach_gc_probes(
+        &mut self,
+        pid: u32,
+        open_path: &std::path::Path,
+        finish: u64,
+        limit: u64,
+    ) -> anyhow::Result<()> {
+        self.watch_gc(pid)?;
+        self.attach_one(program::GC_LIMIT_ENTER.name, open_path, limit, pid)?;
+        self.attach_one(program::GC_FULL_ENTER.name, open_path, finish, pid)
+    }
+
     /// Count calls of the function at file `offset` of `object` (opened through `open_path`) in
     /// process `pid` as units of work.
     pub fn attach_work_probe(

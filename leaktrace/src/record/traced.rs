@@ -618,7 +618,7 @@ impl Traced {
             sites: samples,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
             batch,
-            managed: self.runtime.as_mut().and_then(|r| r.heap()),
+            managed: self.runtime.as_mut().and_then(|r| r.heap(tracer)),
             units_of_work,
             allocator,
             teardown: false,

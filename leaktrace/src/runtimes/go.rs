@@ -99,7 +99,7 @@ impl RuntimeInstance for GoInstance {
     /// Go's own figures: `HeapInuse`, marked `figures_only` (the occupied heap's managed part),
     /// and what the last collection marked live, with the collections so far and when the last
     /// ended (the heap's trend, judged on its collections).
-    fn heap(&mut self) -> Option<ManagedHeap> {
+    fn heap(&mut self, _kernel: &dyn super::KernelFigures) -> Option<ManagedHeap> {
         use super::HeapGauge as _;
         self.stats.as_mut()?.sample()
     }

@@ -369,7 +369,7 @@ impl RuntimeInstance for JvmInstance {
     }
 
     /// The Java heap from the JVM's hsperfdata ([`HsPerfGauge`]).
-    fn heap(&mut self) -> Option<ManagedHeap> {
+    fn heap(&mut self, _kernel: &dyn super::KernelFigures) -> Option<ManagedHeap> {
         self.gauge.sample()
     }
 

@@ -46,6 +46,19 @@ pub trait HeapGauge: Send {
     fn sample(&mut self) -> Option<ManagedHeap>;
 }
 
+/// What the kernel side counted for a runtime, read at a checkpoint (the tracer's maps).
+pub trait KernelFigures {
+    /// The full collections of process `tgid` seen by the GC probes, and seconds since the
+    /// last one's size was read; None when they are not watched.
+    fn gc_full(&self, tgid: u32) -> Option<(leaktrace_common::GcFull, f64)>;
+}
+
+impl KernelFigures for Tracer {
+    fn gc_full(&self, tgid: u32) -> Option<(leaktrace_common::GcFull, f64)> {
+        Tracer::gc_full(self, tgid)
+    }
+}
+
 /// What the recording asks of the runtimes (from `RecordOptions`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RuntimeOptions {
@@ -97,7 +110,7 @@ pub trait RuntimeInstance: Send {
 
     /// The runtime's own figure for its managed heap, sampled at every checkpoint; None: not
     /// measured so (the heap is then measured from its sites).
-    fn heap(&mut self) -> Option<ManagedHeap> {
+    fn heap(&mut self, _kernel: &dyn KernelFigures) -> Option<ManagedHeap> {
         None
     }
 
