@@ -12,21 +12,8 @@ use leaktrace_analysis::holds::RuntimeHolds;
 use crate::runtimes::RuntimeInstance;
 use leaktrace_analysis::recording::Runtime;
 
-pub mod cdp;
 pub mod census;
 pub mod fuzzing;
-pub mod go;
-pub mod godwarf;
-pub mod goheap;
-pub mod gowalk;
-pub mod heapdump;
-pub mod hprof;
-pub mod jvm;
-pub mod node;
-pub mod node_guard;
-pub mod node_snapshots;
-pub mod nodedom;
-pub mod nodesnap;
 
 use census::{CensusOptions, RuntimeCensus};
 
@@ -49,7 +36,7 @@ impl HeapCensus {
 
     /// With `--heap-dump` or `--heap-snapshots` (`dump`): a JVM's heap dump after its last
     /// histogram, a Node process's two heap snapshots.
-    pub fn with_dump(self, dump: Option<heapdump::DumpOptions>) -> HeapCensus {
+    pub fn with_dump(self, dump: Option<crate::runtimes::jvm::heapdump::DumpOptions>) -> HeapCensus {
         HeapCensus { on: self.on || dump.is_some(), opts: CensusOptions { dump }, ..self }
     }
 

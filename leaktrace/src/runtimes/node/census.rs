@@ -8,7 +8,7 @@
 //! `--perf-basic-prof`), then `stopSampling`. An inspector leaktrace opened is closed again
 //! (`require('inspector').close()` from the command-line API); the target runs on. It is closed
 //! on every way out: at the end, from `Drop` (an error, a panic unwinding), and, when leaktrace
-//! itself is killed, by a guardian process that outlives it ([`super::node_guard`]). It stays
+//! itself is killed, by a guardian process that outlives it ([`super::guard`]). It stays
 //! open from the start of the sampling to its end: V8 ends a sampling when its session closes.
 //! Only a listener of the target's own (its socket among the target's descriptors) bound to
 //! 127.0.0.1 or 0.0.0.0 is spoken to, through 127.0.0.1.
@@ -61,8 +61,8 @@ pub struct NodeCensus {
     created: Instant,
     pub census: Census<JsSampling>,
     /// `--heap-snapshots` (its size limit, bytes): the first snapshot and what the two found.
-    pub(super) snapshot_max: Option<u64>,
-    pub(super) first: Option<super::nodesnap::First>,
+    pub(crate) snapshot_max: Option<u64>,
+    pub(super) first: Option<super::snap::First>,
     pub snapshots: Option<leaktrace_analysis::holds::JsSnapshots>,
 }
 
@@ -334,11 +334,11 @@ pub(super) fn close_inspector(pid: u32, port: u16, deadline: Instant) -> Result<
     Ok(true)
 }
 
-/// The guardian's hidden subcommand ([`super::node_guard`]): `leaktrace __node-inspector-guard
+/// The guardian's hidden subcommand ([`super::guard`]): `leaktrace __node-inspector-guard
 /// PID PORT START_TIME`.
 pub const GUARD_SUBCOMMAND: &str = "__node-inspector-guard";
 
-/// The agent's side of the guardian of an inspector leaktrace opened ([`super::node_guard`]): its
+/// The agent's side of the guardian of an inspector leaktrace opened ([`super::guard`]): its
 /// pipe.
 pub(super) struct InspectorGuard {
     child: std::process::Child,

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use leaktrace_analysis::holds::RetainerPath;
 
-use super::jvm::java_name;
+use super::census::java_name;
 
 /// A reference's label: a field (its name's string id) or an array element.
 #[derive(Clone, Copy)]

@@ -18,7 +18,7 @@
 //! Objects reached by neither walk (none in a snapshot V8 wrote after its collection) have no
 //! dominator and keep their self size.
 
-use super::nodesnap::Heap;
+use super::snap::Heap;
 
 /// No index (not reached, not set).
 const NONE: u32 = u32::MAX;
@@ -340,7 +340,7 @@ impl Dominators {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nodesnap::parse;
+    use super::super::snap::parse;
     use super::*;
 
     /// A snapshot in V8's layout whose dominators are known by hand. Nodes (self size):

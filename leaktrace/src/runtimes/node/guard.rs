@@ -13,7 +13,7 @@
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 
-use super::node::{GUARD_SUBCOMMAND as SUBCOMMAND, close_inspector, start_time};
+use super::census::{GUARD_SUBCOMMAND as SUBCOMMAND, close_inspector, start_time};
 
 /// The guardian's whole work once the pipe ended, at most.
 const GIVE_UP: Duration = Duration::from_secs(300);

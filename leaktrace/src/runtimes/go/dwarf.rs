@@ -1,5 +1,5 @@
 //! The Go types and package-level variables of an executable, from its DWARF, for the typed
-//! walk of the Go heap ([`super::gowalk`]): every type DIE the Go linker writes (base types,
+//! walk of the Go heap ([`super::walk`]): every type DIE the Go linker writes (base types,
 //! pointers, structures — slices, strings and interfaces are structures with a Go kind —,
 //! arrays, typedefs — maps and channels are typedefs of pointers to the runtime's `hash<K,V>`
 //! and `hchan<T>` —, functions), reduced to the shape the walk needs ([`Shape`]), and every

@@ -1,5 +1,5 @@
 //! A typed walk of a live Go heap from its package-level variables, read from outside
-//! (`--heap-census`): each variable's value decoded with its DWARF type ([`super::godwarf`]),
+//! (`--heap-census`): each variable's value decoded with its DWARF type ([`super::dwarf`]),
 //! pointers followed to the objects they point to — structures by their fields, slices (their
 //! `cap` elements counted, their `len` elements walked), strings (their bytes, never read), maps
 //! through the runtime's `hmap` and its buckets (the live slots of `buckets`, `oldbuckets` during
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use leaktrace_analysis::holds::{GoRoot, GoWalk};
 
-use super::godwarf::{MAX_TYPE_SIZE, NONE, Shape, TypeId, Types};
+use super::dwarf::{MAX_TYPE_SIZE, NONE, Shape, TypeId, Types};
 
 /// Bytes of a chunk read from the target at once.
 const CHUNK: u64 = 64 << 10;
@@ -486,11 +486,11 @@ impl Walker {
         use object::{Object as _, ObjectSegment as _};
         let data = std::fs::read(format!("/proc/{pid}/exe")).map_err(|e| format!("/proc/{pid}/exe: {e}"))?;
         let file = object::File::parse(&*data).map_err(|e| format!("not an ELF file: {e}"))?;
-        let types = super::godwarf::read(&file)?;
+        let types = super::dwarf::read(&file)?;
         if types.variables.is_empty() {
             return Err("the executable's DWARF names no package variable".into());
         }
-        let bias = if file.kind() == object::ObjectKind::Dynamic { super::godwarf::load_bias(pid, &file)? } else { 0 };
+        let bias = if file.kind() == object::ObjectKind::Dynamic { super::dwarf::load_bias(pid, &file)? } else { 0 };
         let lo = file.segments().map(|s| s.address()).min().unwrap_or(0);
         let hi = file.segments().map(|s| s.address().saturating_add(s.size())).max().unwrap_or(0);
         Ok(Walker { types, bias, image: (lo.wrapping_add(bias), hi.wrapping_add(bias)) })
@@ -505,7 +505,7 @@ impl Walker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::godwarf::{BucketLayout, HashLayout};
+    use super::super::dwarf::{BucketLayout, HashLayout};
     use super::*;
 
     /// Regions of a fake target's memory.

@@ -3,12 +3,15 @@
 //! kernel at allocations (`pyframes`). The frame rules are in
 //! `leaktrace_analysis::runtimes::python`.
 
+pub mod frames;
+pub mod heap;
+
 use std::sync::Arc;
 
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;
-use crate::pyframes::{self, Interpreter};
+use crate::runtimes::python::frames::{self as pyframes, Interpreter};
 use crate::symbolize::StackSymbolizer;
 use leaktrace_analysis::recording::{Frame, Runtime};
 

@@ -25,8 +25,8 @@ pub mod walk;
 
 use std::time::{Duration, Instant};
 
-use crate::pyheap::decode::{Kind, Label};
-use crate::pyheap::walk::{Edge, State, Walk};
+use crate::runtimes::python::heap::decode::{Kind, Label};
+use crate::runtimes::python::heap::walk::{Edge, State, Walk};
 use leaktrace_analysis::pyheap::PyCensus;
 
 /// Options of the census (`--python-heap-*`).
@@ -63,7 +63,7 @@ pub struct Located {
 /// Err: one line, why no census can be taken.
 pub fn locate(pid: u32) -> Result<Located, String> {
     let objects = crate::discover::mapped_objects(pid).map_err(|e| format!("Python heap: {e}"))?;
-    let (interp, target) = crate::pyframes::locate(pid, &objects)
+    let (interp, target) = crate::runtimes::python::frames::locate(pid, &objects)
         .map_err(|e| e.replace("Python frames are not read", "no Python heap census"))?;
     let v = interp.layout.version;
     let layout = layout::for_version(v)
@@ -409,7 +409,7 @@ mod tests {
     /// holds): the walk over an image finds them as it finds them in a live process.
     #[test]
     fn a_heap_image_is_walked() {
-        let (c, _) = walk_image_capped(include_bytes!("../../../fuzz/seeds/python_walk/py311-module.bin"), 1000)
+        let (c, _) = walk_image_capped(include_bytes!("../../../../../fuzz/seeds/python_walk/py311-module.bin"), 1000)
             .expect("a census");
         assert!(c.complete, "{:?}", c.notes);
         let entry = c.types.iter().find(|t| t.name == "Entry").expect("Entry objects");
@@ -422,12 +422,13 @@ mod tests {
     /// queue's length was a multiple of 256, so a walk like this ran past every cap).
     #[test]
     fn long_chains_stop_at_the_object_cap() {
-        let (c, nodes) =
-            walk_image_capped(include_bytes!("../../../fuzz/seeds/python_walk/two-chains.bin"), 100).expect("a census");
+        let (c, nodes) = walk_image_capped(include_bytes!("../../../../../fuzz/seeds/python_walk/two-chains.bin"), 100)
+            .expect("a census");
         assert!(!c.complete);
         assert!(nodes < 100 + 300, "{nodes} objects walked with a cap of 100");
-        let (full, all) = walk_image_capped(include_bytes!("../../../fuzz/seeds/python_walk/two-chains.bin"), 10_000)
-            .expect("a census");
+        let (full, all) =
+            walk_image_capped(include_bytes!("../../../../../fuzz/seeds/python_walk/two-chains.bin"), 10_000)
+                .expect("a census");
         assert!(full.complete && all > 800, "{all} objects in the two chains of 400");
     }
 }

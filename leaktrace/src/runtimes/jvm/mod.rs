@@ -10,10 +10,16 @@
 //! with the NUL-terminated name and the data at the given offsets from the entry's start.
 //! Units (`perfData.hpp`): 1 none, 2 bytes, 3 ticks, 4 events, 5 string, 6 hertz.
 
+pub mod attach;
+pub mod census;
+pub mod heapdump;
+pub mod hprof;
+pub mod jcmd;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{HeapGauge, Process, RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name, jcmd, unnamed_jit};
+use super::{HeapGauge, Process, RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name, unnamed_jit};
 use crate::holds::census::{CensusOptions, JvmHolds, RuntimeCensus};
 use crate::objects::MappedObject;
 use crate::probes::Tracer;

@@ -23,13 +23,13 @@ pub(super) const MAX_CONSTRUCTORS: usize = 50;
 
 /// The first snapshot, as kept until the second.
 pub struct First {
-    pub(super) at: Instant,
-    pub(super) took_s: f64,
-    pub(super) ids: HashSet<u64>,
-    pub(super) counts: HashMap<String, u64>,
-    pub(super) objects: u64,
-    pub(super) used: u64,
-    pub(super) cost: leaktrace_analysis::holds::SnapshotCost,
+    pub(crate) at: Instant,
+    pub(crate) took_s: f64,
+    pub(crate) ids: HashSet<u64>,
+    pub(crate) counts: HashMap<String, u64>,
+    pub(crate) objects: u64,
+    pub(crate) used: u64,
+    pub(crate) cost: leaktrace_analysis::holds::SnapshotCost,
 }
 
 #[derive(Deserialize)]
@@ -60,7 +60,7 @@ pub struct Heap {
     ef: usize,
     n_type: usize,
     n_name: usize,
-    pub(super) n_id: usize,
+    pub(crate) n_id: usize,
     pub(super) n_size: usize,
     e_type: usize,
     e_name: usize,
@@ -124,7 +124,7 @@ pub fn parse(text: &str) -> Result<Heap, String> {
 }
 
 impl Heap {
-    pub(super) fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.raw.nodes.len() / self.nf
     }
     /// Node `i`'s self size, bytes.
@@ -148,7 +148,7 @@ impl Heap {
         let r = &self.raw.edges[e * self.ef..(e + 1) * self.ef];
         (self.edge_types.get(r[self.e_type] as usize).map_or("?", String::as_str), r[self.e_to] as usize / self.nf)
     }
-    pub(super) fn field(&self, i: usize, f: usize) -> u64 {
+    pub(crate) fn field(&self, i: usize, f: usize) -> u64 {
         self.raw.nodes[i * self.nf + f]
     }
     fn string(&self, k: u64) -> &str {
@@ -159,7 +159,7 @@ impl Heap {
     }
 
     /// The node's group as DevTools names it: the constructor of an object, V8's label else.
-    pub(super) fn class(&self, i: usize) -> String {
+    pub(crate) fn class(&self, i: usize) -> String {
         match self.node_type(i) {
             "object" | "native" | "synthetic" => self.string(self.field(i, self.n_name)).to_string(),
             "string" | "concatenated string" | "sliced string" => "(string)".into(),

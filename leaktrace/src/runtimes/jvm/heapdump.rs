@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use leaktrace_analysis::holds::{ClassHistogram, HeapPaths, Taken};
 
-use crate::runtimes::jcmd::{self, Job, Started};
+use crate::runtimes::jvm::jcmd::{self, Job, Started};
 
 /// Largest live heap (the last histogram's total bytes) dumped by default.
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
@@ -175,7 +175,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     (unsafe { libc::statvfs(c.as_ptr(), &mut s) } == 0).then(|| s.f_bavail as u64 * s.f_frsize as u64)
 }
 
-impl super::jvm::JvmCensus {
+impl super::census::JvmCensus {
     /// `--heap-dump`: after [`Self::finish`], one dump of JVM `pid` and the paths to the classes
     /// that grew; its notes go in the census' errors. `dir`: the output directory.
     pub fn heap_dump(

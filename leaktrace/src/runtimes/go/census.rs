@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::FileExt as _;
 use std::time::Instant;
 
-pub(crate) use super::godwarf::{load_bias, section};
+pub(crate) use super::dwarf::{load_bias, section};
 use leaktrace_analysis::holds::{Census, GoHeapSite, GoroutineGroup, Goroutines, Taken};
 use object::{Object as _, ObjectSymbol as _};
 
@@ -62,7 +62,7 @@ struct Binary {
     /// the heap profile (goheap.rs); None in a binary without them.
     mbuckets: Option<u64>,
     mem_profile_rate: Option<u64>,
-    bucket: Option<super::goheap::BucketLayout>,
+    bucket: Option<super::heap::BucketLayout>,
     /// Load address minus link address (0 unless position-independent).
     bias: u64,
 }
@@ -73,7 +73,7 @@ pub struct GoCensus {
     binary: Option<Binary>,
     /// The typed walk of the heap from the package variables (None: the executable has no
     /// DWARF for it; the census' errors say so).
-    walker: Option<super::gowalk::Walker>,
+    walker: Option<super::walk::Walker>,
     wait_reasons: Vec<String>,
     pub census: Census<Goroutines>,
 }
@@ -90,7 +90,7 @@ impl GoCensus {
                 None
             }
         };
-        let walker = match super::gowalk::Walker::new(pid) {
+        let walker = match super::walk::Walker::new(pid) {
             Ok(w) => Some(w),
             Err(e) => {
                 census.errors.push(format!("no path from the package variables to the Go heap: {e}"));
@@ -190,13 +190,13 @@ impl GoCensus {
                 if cut {
                     self.census
                         .errors
-                        .push(format!("heap profile: the first {} buckets read", super::goheap::MAX_BUCKETS));
+                        .push(format!("heap profile: the first {} buckets read", super::heap::MAX_BUCKETS));
                 }
             }
             Err(e) => self.census.errors.push(format!("heap profile not read at {t_s:.1} s: {e}")),
         }
         if let Some(w) = &self.walker {
-            match w.walk(self.pid, super::gowalk::Budget::default()) {
+            match w.walk(self.pid, super::walk::Budget::default()) {
                 Ok(walk) => out.walk = Some(walk),
                 Err(e) => self.census.errors.push(format!("Go heap not walked at {t_s:.1} s: {e}")),
             }
@@ -234,7 +234,7 @@ fn heap_profile(
         }
         frames.iter().map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.addr))).collect()
     };
-    let (sites, cut) = super::goheap::read_heap(read, word(head)?, layout, rate, &mut names)?;
+    let (sites, cut) = super::heap::read_heap(read, word(head)?, layout, rate, &mut names)?;
     Ok((rate, sites, cut))
 }
 
@@ -307,13 +307,13 @@ fn parse_binary(file: &object::File<'_>) -> Result<Binary, String> {
     }
     .check()?;
     let bucket = structs.get("runtime.bucket").and_then(|(size, m)| {
-        Some(super::goheap::BucketLayout { size: *size, allnext: *m.get("allnext")?, nstk: *m.get("nstk")? })
+        Some(super::heap::BucketLayout { size: *size, allnext: *m.get("allnext")?, nstk: *m.get("nstk")? })
     });
     Ok(Binary { layout, allgs, wait_reasons, functions, bias: 0, mbuckets, mem_profile_rate, bucket })
 }
 
 /// [`parse_binary`] for the fuzz targets: whether it read a layout.
-pub(super) fn parse_binary_for_fuzzing(file: &object::File<'_>) -> bool {
+pub(crate) fn parse_binary_for_fuzzing(file: &object::File<'_>) -> bool {
     parse_binary(file).is_ok()
 }
 

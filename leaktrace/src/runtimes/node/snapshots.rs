@@ -10,9 +10,9 @@ use std::time::Instant;
 use leaktrace_analysis::holds::{JsHolder, JsNewObjects, JsSnapshots, RetainerPath, SnapshotCost, Taken};
 use serde_json::json;
 
-use super::node::NodeCensus;
-use super::nodedom::Dominators;
-use super::nodesnap::{First, Heap, MAX_CONSTRUCTORS, SNAPSHOT_WAIT, cgroup_headroom, parse};
+use super::census::NodeCensus;
+use super::dom::Dominators;
+use super::snap::{First, Heap, MAX_CONSTRUCTORS, SNAPSHOT_WAIT, cgroup_headroom, parse};
 
 impl NodeCensus {
     /// Take one snapshot (after the headroom and size checks): the heap, its time, the JS heap
@@ -114,15 +114,15 @@ impl NodeCensus {
 }
 
 /// The second snapshot's objects by constructor, and which are new (their ids not in the first).
-pub(super) struct NewObjects {
-    pub(super) is_new: Vec<bool>,
+pub(crate) struct NewObjects {
+    pub(crate) is_new: Vec<bool>,
     /// Node → its constructor's index in `names`.
     class_of: Vec<u32>,
     names: Vec<String>,
 }
 
 impl NewObjects {
-    pub(super) fn of(h: &Heap, first: &First) -> NewObjects {
+    pub(crate) fn of(h: &Heap, first: &First) -> NewObjects {
         let mut index: HashMap<String, u32> = HashMap::new();
         let mut names = Vec::new();
         let mut class_of = Vec::with_capacity(h.count());
@@ -140,7 +140,7 @@ impl NewObjects {
     }
 
     /// The constructors with new objects: counts, self and retained sizes, most new first.
-    pub(super) fn constructors(&self, h: &Heap, dom: &Dominators, first: &First) -> Vec<JsNewObjects> {
+    pub(crate) fn constructors(&self, h: &Heap, dom: &Dominators, first: &First) -> Vec<JsNewObjects> {
         let groups: Vec<Option<u32>> =
             self.class_of.iter().zip(&self.is_new).map(|(&c, &fresh)| fresh.then_some(c)).collect();
         let retained = dom.retained_by_group(&groups, self.names.len());
@@ -169,7 +169,7 @@ impl NewObjects {
 
 /// The shortest retainer path from the GC roots to one new instance of `top`, and the object
 /// holding that instance with its retained size.
-pub(super) fn top_path(
+pub(crate) fn top_path(
     h: &Heap,
     dom: &Dominators,
     is_new: &[bool],

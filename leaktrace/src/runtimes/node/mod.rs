@@ -1,6 +1,13 @@
 //! Node.js detection: a mapped node, nodejs or libnode.so that exports N-API. The frame rules
 //! are in `leaktrace_analysis::runtimes::node`.
 
+pub mod cdp;
+pub mod census;
+pub mod dom;
+pub mod guard;
+pub mod snap;
+pub mod snapshots;
+
 use leaktrace_analysis::runtimes::node::is_node_object;
 
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions, file_name};

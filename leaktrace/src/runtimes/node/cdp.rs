@@ -17,7 +17,7 @@ const SNAPSHOT_TEXT_SLACK: u64 = 64 << 20;
 
 /// The answer of `NodeCensus::call_collect`: the events' chunks joined, when the first came
 /// (seconds after the call was sent), how many.
-pub(super) struct Collected {
+pub(crate) struct Collected {
     pub text: String,
     pub first_s: Option<f64>,
     pub chunks: u64,
@@ -51,7 +51,7 @@ impl Collected {
     /// One message `v` received while waiting for the answer to call `id` whose result comes
     /// as `event`s: a chunk is joined (an error past `cap` bytes in all); Ok(true) when `v` is
     /// the answer, Err when it is an error or the chunks are over the cap.
-    pub(super) fn absorb(&mut self, v: &Value, method: &str, event: &str, id: u64, cap: usize) -> Result<bool, String> {
+    pub(crate) fn absorb(&mut self, v: &Value, method: &str, event: &str, id: u64, cap: usize) -> Result<bool, String> {
         if v["method"] == event {
             self.chunks += 1;
             let chunk = v["params"]["chunk"].as_str().unwrap_or("");

@@ -1,14 +1,20 @@
 //! Go detection: the executable was built by the Go toolchain (its build info). The frame
 //! rules are in `leaktrace_analysis::runtimes::go`.
 
+pub mod census;
+pub mod dwarf;
+pub mod heap;
+pub mod stats;
+pub mod walk;
+
 use std::path::Path;
 
 use object::{Object as _, ObjectSection as _};
 
 use super::{RuntimeInfo, RuntimeInstance, RuntimeOptions};
 use crate::holds::census::{CensusOptions, RuntimeCensus};
-use crate::holds::go::GoCensus;
 use crate::objects::MappedObject;
+use crate::runtimes::go::census::GoCensus;
 use leaktrace_analysis::recording::{ManagedHeap, Runtime};
 
 /// The Go toolchain version that built `path` ("go1.19.8"), or Some(None) for a Go binary whose
@@ -74,16 +80,16 @@ pub struct Go;
 impl super::RuntimeDetector for Go {
     fn detect(&self, pid: u32, objects: &[MappedObject], _opts: RuntimeOptions) -> Option<Box<dyn RuntimeInstance>> {
         let info = detect(pid, objects)?;
-        Some(Box::new(GoInstance { info, stats: super::gostats::GoStatsGauge::new(pid) }))
+        Some(Box::new(GoInstance { info, stats: stats::GoStatsGauge::new(pid) }))
     }
 }
 
-/// Go in one process: its own figures (`HeapInuse`, marked bytes, collections: [`super::gostats`];
+/// Go in one process: its own figures (`HeapInuse`, marked bytes, collections: [`stats`];
 /// None for a stripped binary), for the occupied heap only (its heap is measured from its
 /// mappings' sites).
 struct GoInstance {
     info: RuntimeInfo,
-    stats: Option<super::gostats::GoStatsGauge>,
+    stats: Option<stats::GoStatsGauge>,
 }
 
 impl RuntimeInstance for GoInstance {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use leaktrace_analysis::holds::{Census, ClassCount, ClassHistogram, MAX_CLASSES, Taken};
 
-use crate::runtimes::jcmd::{self, Jcmd, Job, Started};
+use crate::runtimes::jvm::jcmd::{self, Jcmd, Job, Started};
 
 /// Where the census of one JVM is.
 enum Phase {

@@ -22,7 +22,7 @@ use std::os::unix::fs::FileExt as _;
 
 use object::{Object as _, ObjectSymbol as _};
 
-use super::HeapGauge;
+use crate::runtimes::HeapGauge;
 use leaktrace_analysis::recording::ManagedHeap;
 
 /// The Go runtime's page size (`runtime._PageSize`, 8 KiB on every platform).
@@ -57,7 +57,7 @@ impl GoStatsGauge {
 /// Member `field` of structure `ty` at the global `sym`, as loaded: None when either is missing.
 fn field(
     syms: &std::collections::HashMap<&str, u64>,
-    structs: &std::collections::HashMap<String, crate::holds::go::Layout>,
+    structs: &std::collections::HashMap<String, crate::runtimes::go::census::Layout>,
     sym: &str,
     ty: &str,
     field: &str,
@@ -77,8 +77,13 @@ fn addresses(pid: u32) -> Result<Addresses, String> {
     if syms.is_empty() {
         return Err("no runtime symbols (a stripped binary)".into());
     }
-    let structs = crate::holds::go::structs(&file, &["runtime.gcControllerState", "runtime.mstats", "runtime.mheap"])?;
-    let bias = if file.kind() == object::ObjectKind::Dynamic { crate::holds::go::load_bias(pid, &file)? } else { 0 };
+    let structs =
+        crate::runtimes::go::census::structs(&file, &["runtime.gcControllerState", "runtime.mstats", "runtime.mheap"])?;
+    let bias = if file.kind() == object::ObjectKind::Dynamic {
+        crate::runtimes::go::census::load_bias(pid, &file)?
+    } else {
+        0
+    };
     let f = |sym: &str, ty: &str, name: &str| field(&syms, &structs, sym, ty, name, bias);
     let (heap_inuse, in_pages) = match f("runtime.gcController", "runtime.gcControllerState", "heapInUse")
         .or_else(|| f("runtime.memstats", "runtime.mstats", "heapInUse"))

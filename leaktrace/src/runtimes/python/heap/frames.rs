@@ -12,7 +12,7 @@
 //! stale slot would count a freed object.
 //!
 //! Offsets: the thread-state list, the current frame and the frame chain as the kernel side
-//! follows them ([`crate::pyframes::Layout::kernel`]); the local slots and the code object's
+//! follows them ([`crate::runtimes::python::frames::Layout::kernel`]); the local slots and the code object's
 //! counts measured with `offsetof` on each version's headers (pyenv 3.8.18–3.13.0 and Debian's
 //! 3.11.2, `Include/internal/pycore_frame.h`, `cpython/code.h`, `frameobject.h`, built with
 //! `Py_BUILD_CORE`).
@@ -22,7 +22,7 @@ use leaktrace_common::py_offset as K;
 use super::decode;
 use super::layout::HeapLayout;
 use super::mem::{FastMap, Mem};
-use crate::pyframes::{self, Format};
+use crate::runtimes::python::frames::{self as pyframes, Format};
 
 /// Most threads and frames per thread read, and local slots per frame.
 const MAX_THREADS: usize = 4096;
