@@ -295,7 +295,7 @@ fn analyze_span(rec: &Recording, tl: &Timeline, opts: &AnalyzeOptions) -> Analys
             .iter()
             .any(|p| p.function == "PyObject_Malloc" && p.kind == crate::recording::ProbeKind::Entry),
         runtime_holder: crate::report::holds::holder_sentence(rec),
-        python_holds: crate::pyheap::holds(&rec.python_heap, &|t| {
+        python_holds: crate::runtimes::python::heap::holds(&rec.python_heap, &|t| {
             rec.checkpoints.iter().filter(|c| c.t_s <= t + 0.5).filter_map(|c| c.units_of_work).next_back()
         }),
         work_probe: rec.work_probe.clone(),

@@ -11,5 +11,5 @@ pub(crate) struct PyHeap {
     /// census.
     pub(super) located: Option<Result<Located, String>>,
     /// Censuses taken, oldest first.
-    pub censuses: Vec<leaktrace_analysis::pyheap::PyCensus>,
+    pub censuses: Vec<leaktrace_analysis::runtimes::python::heap::PyCensus>,
 }

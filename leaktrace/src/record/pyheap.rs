@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use leaktrace_analysis::pyheap::PyCensus;
+use leaktrace_analysis::runtimes::python::heap::PyCensus;
 use leaktrace_common::SiteKey;
 
 use crate::probes::Tracer;

@@ -1,6 +1,8 @@
 //! The walk's objects counted by type and grouped by the pattern of their retaining path.
 
-use leaktrace_analysis::pyheap::{Holder, HolderKind, MAX_HOLDERS, NOWHERE_SAMPLE, PathStep, PyCensus, TypeCensus};
+use leaktrace_analysis::runtimes::python::heap::{
+    Holder, HolderKind, MAX_HOLDERS, NOWHERE_SAMPLE, PathStep, PyCensus, TypeCensus,
+};
 
 use super::decode::{self, Kind, Label};
 use super::mem::FastMap;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::runtimes::python::heap::decode::{Kind, Label};
 use crate::runtimes::python::heap::walk::{Edge, State, Walk};
-use leaktrace_analysis::pyheap::PyCensus;
+use leaktrace_analysis::runtimes::python::heap::PyCensus;
 
 /// Options of the census (`--python-heap-*`).
 #[derive(Clone, Copy, Debug)]

@@ -575,7 +575,7 @@ mod tests {
         assert!((top.native_per_s - 150_000.0).abs() < 1e-6);
         assert!((top.native_share() - 3000.0 / 3100.0).abs() < 1e-9);
         assert!(!h.retainers[1].growing);
-        let clause = crate::report::pyholds::retainer_clause(&h).unwrap();
+        let clause = crate::runtimes::python::report::retainer_clause(&h).unwrap();
         assert_eq!(
             clause,
             "`__main__.PENDING` retains +151.4 KiB/s (97 % native, allocated by `img_alloc_buffer` ← `decode_batch`)"

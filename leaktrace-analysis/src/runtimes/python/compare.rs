@@ -1,5 +1,5 @@
 //! `compare`, Python heap: the object counts by type of the two recordings'
-//! censuses (`record --python-heap`, [`crate::pyheap`]) side by side — how many objects of each
+//! censuses (`record --python-heap`, [`crate::runtimes::python::heap`]) side by side — how many objects of each
 //! type a recording gained between its first and its last census, and at what rate: "function
 //! +8,500 (+200.0/s) before → +0 after". Types listed: those that grew ([`is_growing`]) in
 //! either recording, fastest-growing before first.
@@ -7,8 +7,8 @@
 use serde::Serialize;
 
 use crate::human::number;
-use crate::pyheap::{HolderKind, PyCensus, holds, is_growing};
 use crate::recording::Recording;
+use crate::runtimes::python::heap::{HolderKind, PyCensus, holds, is_growing};
 
 /// One recording's figures for one type: counts at its first and last census.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -151,7 +151,7 @@ pub fn types_md(changes: &[TypeChange]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pyheap::{Holder, TypeCensus};
+    use crate::runtimes::python::heap::{Holder, TypeCensus};
 
     fn census(t_s: f64, functions: u64, tuples: u64) -> PyCensus {
         let ty = |name: &str, count: u64, pattern: &str| TypeCensus {

@@ -18,6 +18,8 @@
 //! linked program without cgo has no malloc at all: `discover` then lets the recording go on with
 //! the mmap/munmap tracepoints only, which see the Go heap's mappings.
 
+pub mod report;
+
 use super::{MemoryKind, callers, function, is_libc, is_thread_stack};
 use crate::recording::{Stack, StackKind};
 

@@ -17,6 +17,10 @@
 //! is still the interpreter, so it stays managed; there are no arenas, and the probe overhead
 //! per object is higher. The recorder reports the variable from /proc/PID/environ.
 
+pub mod compare;
+pub mod heap;
+pub mod report;
+
 use super::{MemoryKind, callers, first_caller, function, is_libc, is_loader, object_name};
 use crate::recording::{Frame, Stack, StackKind};
 

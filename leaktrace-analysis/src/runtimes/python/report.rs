@@ -1,5 +1,5 @@
 //! Growth of the Python heap by type and what holds it (`record --python-heap`,
-//! [`crate::pyheap`]) in report.md ("What holds it") and report.json (`python_heap`, described
+//! [`crate::runtimes::python::heap`]) in report.md ("What holds it") and report.json (`python_heap`, described
 //! in docs/report-json.md).
 
 use std::fmt::Write as _;
@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::analyze::Analysis;
 use crate::human::{bytes, number, rate};
-use crate::pyheap::{Holder, HolderKind, Holds, RetainerGrowth, TypeGrowth, leak_pattern, look_alike};
+use crate::runtimes::python::heap::{Holder, HolderKind, Holds, RetainerGrowth, TypeGrowth, leak_pattern, look_alike};
 
 /// Growing types shown in report.md.
 const MD_TYPES: usize = 12;
@@ -261,7 +261,7 @@ fn retain_path(r: &RetainerGrowth) -> Value {
     Value::Array(steps)
 }
 
-fn retained_json(r: &crate::pyheap::Retained) -> Value {
+fn retained_json(r: &crate::runtimes::python::heap::Retained) -> Value {
     json!({"native": r.native, "managed": r.managed, "off_heap": r.off_heap, "blocks": r.blocks, "block_bytes": r.block_bytes})
 }
 
