@@ -77,6 +77,15 @@ fn is_interpreter(f: &Frame) -> bool {
     o.starts_with("libpython") || (o.starts_with("python") && !o.contains(".so"))
 }
 
+/// The entry of CPython's object allocator: a recording whose probes hold it hooked the
+/// allocator's API (`--pymalloc`).
+pub const PYMALLOC_ENTRY: &str = "PyObject_Malloc";
+
+/// Whether a probe on `function` hooks CPython's object allocator (`--pymalloc`).
+pub fn is_pymalloc_probe(function: &str) -> bool {
+    function.starts_with("PyObject_")
+}
+
 /// True for a CPython extension module's object: one the recorder saw export a `PyInit_*`
 /// function (`exporters`: their paths, from [`crate::recording::ObjectMapping::python_extension`]),
 /// one named as the interpreter names extension modules (`NAME.cpython-311-x86_64-linux-gnu.so`,
