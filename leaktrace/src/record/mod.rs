@@ -124,7 +124,7 @@ pub struct RecordOptions {
     pub python_frames_required: bool,
     /// `--jvm-perf-map`: on JVM targets, leaktrace may run `jcmd PID Compiler.perfmap` (when new
     /// unnamed JIT frames appear, bounded, and once at the end) so Java frames are named, and
-    /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jcmd.rs.
+    /// `jcmd PID VM.flags -all` once (is -XX:+PreserveFramePointer on?); see runtimes/jvm/jcmd.rs.
     pub jvm_perf_map: bool,
     /// `--heap-census`: drive the runtimes' own heap tools at the start and the end
     /// (the JVM's class histogram, a full GC each; Go's goroutines): `crate::holds`.

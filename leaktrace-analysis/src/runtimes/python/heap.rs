@@ -1,8 +1,8 @@
 //! Python heap censuses (`record --python-heap`): objects of a live CPython process
 //! counted by type, read from outside while its threads are briefly stopped, with what holds
 //! them (the retaining path from a module global). Made by the recorder
-//! (`leaktrace/src/pyheap/`, described in docs/runtimes.md "Python heap"), stored in
-//! recording.json, turned into growth by type and rendered by `report/pyholds.rs`. Only type
+//! (`leaktrace/src/runtimes/python/heap/`, described in docs/runtimes.md "Python heap"), stored in
+//! recording.json, turned into growth by type and rendered by `runtimes/python/report.rs`. Only type
 //! names, counts, sizes and short path labels (attribute names, dict keys' reprs cut to 40
 //! characters) leave the target: never object contents otherwise.
 

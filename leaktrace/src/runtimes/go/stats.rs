@@ -3,7 +3,7 @@
 //! in in-use heap spans, what `runtime.ReadMemStats` reports), the bytes the last collection
 //! marked live, and the collections so far — read from the process's memory (/proc/PID/mem, no
 //! stop) at the addresses of the runtime's globals in its symbol table and the fields' offsets in
-//! its DWARF, as the goroutine census reads `runtime.g` (holds/go.rs):
+//! its DWARF, as the goroutine census reads `runtime.g` (runtimes/go/census.rs):
 //!
 //! - `HeapInuse`: `runtime.gcController.heapInUse` (Go 1.19), else `runtime.memstats.heapInUse`
 //!   (Go 1.20+), else `runtime.mheap_.pagesInUse` × 8 KiB (the runtime's page size);

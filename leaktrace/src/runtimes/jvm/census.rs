@@ -1,6 +1,6 @@
 //! The JVM's class histogram (`jcmd PID GC.class_histogram`) at the start and at the end of a
 //! recording (`--heap-census`). Run with the same jcmd and the same safety rules as
-//! `--jvm-perf-map` (`runtimes/jcmd.rs`): the target JDK's jcmd when it is the same file in the
+//! `--jvm-perf-map` (`runtimes/jvm/jcmd.rs`): the target JDK's jcmd when it is the same file in the
 //! target's mount namespace, nothing sent before the JVM is attachable (its attach listener is up
 //! or it catches SIGQUIT), in the background during the recording, killed after
 //! [`jcmd::TIMEOUT`], through the target's own /tmp with its namespace PID.

@@ -34,10 +34,10 @@ pub enum Job {
     Flags,
     /// `Compiler.perfmap`: write /tmp/perf-PID.map.
     PerfMap,
-    /// `GC.class_histogram`: live objects by class, after a full GC (`--heap-census`, holds/jvm.rs).
+    /// `GC.class_histogram`: live objects by class, after a full GC (`--heap-census`, runtimes/jvm/census.rs).
     ClassHistogram,
     /// `GC.heap_dump FILE`: an HPROF dump of the live objects, after a full GC (`--heap-dump`,
-    /// holds/jvm.rs); the file is [`Jcmd::dump_path`].
+    /// runtimes/jvm/census.rs); the file is [`Jcmd::dump_path`].
     HeapDump,
 }
 

@@ -478,7 +478,7 @@ impl JvmInstance {
                 self.perf_maps_written += 1;
                 p.symbolizer.name_jit_frames(p.stacks);
             }
-            // Run by holds/jvm.rs with its own Jcmd, never by this one.
+            // Run by runtimes/jvm/census.rs with its own Jcmd, never by this one.
             (jcmd::Job::ClassHistogram | jcmd::Job::HeapDump, Ok(_)) => {}
             (job, Err(why)) => {
                 if self.jcmd_failure.is_none() {
