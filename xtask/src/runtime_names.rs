@@ -41,16 +41,11 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     // CPython's allocator API hooked like malloc (`--pymalloc`): entries of the allocator tables.
     ("allocators.rs", &["PyObject_", "PyMem_"], "--pymalloc's entry points"),
     ("allocator_frames.rs", &["PyObject_", "_PyObject_", "PyMem_", "_PyMem_"], "CPython's allocator frames"),
-    ("discover.rs", &["PyObject_", "python", "Py_FinalizeEx"], "--pymalloc and the teardown functions"),
+    ("discover.rs", &["PyObject_"], "--pymalloc's entry points"),
     // Which objects are a runtime's own (shared by every runtime's rules).
     ("frame_origin.rs", &["python", "node", "nodejs", "java", "libpython", "libjvm", "libnode"], "runtime objects"),
-    // Stacks of JIT code folded into one site: V8's frame names.
-    ("merge.rs", &["JS:"], "V8's JIT frame names"),
     // `runtime_holds` in report.json has one key per runtime (RuntimeHolds has a field per runtime).
     ("report/holds.rs", &["jvm", "go", "node"], "report.json's runtime_holds keys"),
-    // The symbolizer marks CPython extension modules; the unwinder steps over Go's cgo trampoline.
-    ("symbolize.rs", &["PyInit_"], "CPython extension modules"),
-    ("unwind.rs", &["runtime."], "Go's cgo trampoline"),
 ];
 
 /// Every line of the checked roots under `root` that tests a runtime by name outside the

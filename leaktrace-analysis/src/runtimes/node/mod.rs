@@ -158,6 +158,18 @@ impl super::RuntimeRules for Node {
     }
 }
 
+/// A JIT frame's name with V8's tier left out: `JS:*step /srv/app.js:10:14`,
+/// `LazyCompile:~step /srv/app.js:10:14` and `JS:^step ...` all read `JS:step /srv/app.js:10:14`.
+/// Other names (HotSpot's, V8's builtins and stubs) are returned as they are.
+pub fn jit_name(name: &str) -> String {
+    if let Some((kind, rest)) = name.split_once(':')
+        && matches!(kind, "JS" | "LazyCompile" | "Function" | "InterpretedFunction")
+    {
+        let rest = rest.strip_prefix(['*', '~', '^', '+']).unwrap_or(rest);
+        return format!("JS:{rest}");
+    }
+    name.to_string()
+}
 #[cfg(test)]
 mod tests {
     use super::super::tests::{LIBC, st};

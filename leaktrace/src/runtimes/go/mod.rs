@@ -4,6 +4,7 @@
 pub mod census;
 pub mod dwarf;
 pub mod heap;
+pub mod names;
 pub mod stats;
 pub mod walk;
 

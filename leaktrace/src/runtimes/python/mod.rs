@@ -5,6 +5,7 @@
 
 pub mod frames;
 pub mod heap;
+pub mod names;
 
 use std::sync::Arc;
 
