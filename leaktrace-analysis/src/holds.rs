@@ -146,7 +146,7 @@ pub struct HeapPaths {
     /// `container` names the root (`App.BUFFERS`). Empty without traced blocks (growth or
     /// sampled mode) or direct buffers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub retainers: Vec<crate::pyheap::Retained>,
+    pub retainers: Vec<crate::runtimes::python::heap::Retained>,
 }
 
 /// The shortest path from a GC root to one instance of a class, for the root that holds most
@@ -659,12 +659,12 @@ pub struct OffHeapRetainer {
     /// The root that names it (`App.BUFFERS`).
     pub container: String,
     /// What it retained at the first dump (zeros when it retained nothing then) and at the last.
-    pub first: crate::pyheap::Retained,
-    pub last: crate::pyheap::Retained,
+    pub first: crate::runtimes::python::heap::Retained,
+    pub last: crate::runtimes::python::heap::Retained,
     /// (last − first) / (time between the dumps): all bytes and off-heap bytes, per second.
     pub bytes_per_s: f64,
     pub off_heap_per_s: f64,
-    /// Its off-heap blocks grew (at least 20 and 5 %, as [`crate::pyheap::is_growing`]): a
+    /// Its off-heap blocks grew (at least 20 and 5 %, as [`crate::runtimes::python::heap::is_growing`]): a
     /// leak; a bounded cache does not.
     pub growing: bool,
 }
@@ -688,7 +688,7 @@ pub fn off_heap_retainers(h: &RuntimeHolds) -> Vec<OffHeapRetainer> {
                 container: r.container.clone(),
                 bytes_per_s: per_s(r.total(), f.total()),
                 off_heap_per_s: per_s(r.off_heap, f.off_heap),
-                growing: dt > 0.0 && crate::pyheap::is_growing(f.blocks, r.blocks),
+                growing: dt > 0.0 && crate::runtimes::python::heap::is_growing(f.blocks, r.blocks),
                 first: f,
                 last: r.clone(),
             }

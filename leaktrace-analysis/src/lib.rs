@@ -26,8 +26,6 @@ mod hostile_tests;
 pub mod human;
 pub mod merge;
 pub mod output;
-/// `record --python-heap`: Python objects by type and what holds them.
-pub mod pyheap;
 /// `record --reachability`: lost vs still-referenced blocks, retaining chains.
 pub mod reachability;
 pub mod recording;

@@ -60,7 +60,9 @@ pub fn frame_key(f: &Frame) -> FrameKey {
         (FrameKind::Native, Some(obj), _) => {
             FrameKey::Native(obj.clone(), f.file_offset.unwrap_or(f.addr), f.function.clone(), f.inlined)
         }
-        (FrameKind::Native, None, Some(name)) if !name.is_empty() => FrameKey::Jit(jit_name(name), f.inlined),
+        (FrameKind::Native, None, Some(name)) if !name.is_empty() => {
+            FrameKey::Jit(crate::runtimes::node::jit_name(name), f.inlined)
+        }
         (FrameKind::Native, None, _) => FrameKey::UnnamedJit(f.addr),
     }
 }
@@ -104,19 +106,6 @@ pub fn symbolic_stack_key(
         return None;
     }
     Some((kind, frames.iter().map(|f| symbol_key(f)).collect()))
-}
-
-/// A JIT frame's name with V8's tier left out: `JS:*step /srv/app.js:10:14`,
-/// `LazyCompile:~step /srv/app.js:10:14` and `JS:^step ...` all read `JS:step /srv/app.js:10:14`.
-/// Other names (HotSpot's, V8's builtins and stubs) are returned as they are.
-pub fn jit_name(name: &str) -> String {
-    if let Some((kind, rest)) = name.split_once(':')
-        && matches!(kind, "JS" | "LazyCompile" | "Function" | "InterpretedFunction")
-    {
-        let rest = rest.strip_prefix(['*', '~', '^', '+']).unwrap_or(rest);
-        return format!("JS:{rest}");
-    }
-    name.to_string()
 }
 
 /// What makes two stacks the same site: kind, truncated or not, and every frame's key. None for
@@ -290,6 +279,7 @@ mod tests {
     use super::*;
     use crate::analyze::{AnalyzeOptions, SiteClass, analyze};
     use crate::recording::Checkpoint;
+    use crate::runtimes::node::jit_name;
 
     fn native(function: &str, object: &str, addr: u64) -> Frame {
         Frame {

@@ -62,7 +62,7 @@ pub struct Recording {
     /// Python heap censuses (`record --python-heap`), oldest first: at the first
     /// periodic checkpoint, every Nth (`--python-heap-every`) and at the end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub python_heap: Vec<crate::pyheap::PyCensus>,
+    pub python_heap: Vec<crate::runtimes::python::heap::PyCensus>,
     /// Hook (pprof mappings): the target's executable mappings with file offsets and
     /// build IDs, by start address; empty in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

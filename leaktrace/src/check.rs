@@ -32,7 +32,7 @@ pub struct CheckOptions {
     /// Reachability hook: scan at the end (`--reachability`); None: no scan.
     pub reachability: Option<crate::reach::ScanOptions>,
     /// `--python-heap`: Python heap censuses; None: none.
-    pub python_heap: Option<crate::pyheap::HeapOptions>,
+    pub python_heap: Option<crate::runtimes::python::heap::HeapOptions>,
     /// `--allow-seccomp-risk`: see [`crate::record::RecordOptions::allow_seccomp_risk`].
     pub allow_seccomp_risk: bool,
 }

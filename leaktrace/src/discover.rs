@@ -410,25 +410,18 @@ impl std::fmt::Display for WorkProbeSpec {
     }
 }
 
-/// Functions whose entry marks the start of a process's teardown: libc's `exit` (atexit
-/// handlers, C++ static destructors and `__libc_freeres`-like cleanup run inside it) and
-/// CPython's `Py_FinalizeEx` (the interpreter frees its objects there, before `exit`).
-pub const TEARDOWN_FUNCTIONS: &[(&str, &str)] = &[("libc", "exit"), ("python", "Py_FinalizeEx")];
-
-/// The teardown functions ([`TEARDOWN_FUNCTIONS`]) among `objects`: (object, function, file
-/// offset). `exit` is looked for in libc objects only (glibc's libc.so.6, musl's libc), and
-/// `Py_FinalizeEx` in objects whose name holds "python" (the interpreter or libpython), so only
-/// those symbol tables are read.
+/// The functions whose entry marks the start of a process's teardown among `objects`: (object,
+/// function, file offset). libc's `exit` (atexit handlers, C++ static destructors and
+/// `__libc_freeres`-like cleanup run inside it), looked for in libc objects only (glibc's
+/// libc.so.6, musl's libc), and CPython's (`runtimes::python::names::TEARDOWN_FUNCTION`), looked for
+/// in the objects that may hold its interpreter, so only those symbol tables are read.
 pub fn find_teardown_functions(objects: &[MappedObject]) -> Vec<(MappedObject, &'static str, u64)> {
     let mut out = Vec::new();
     for o in objects {
         let name = o.path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let libc = leaktrace_analysis::system_libs::is_libc(&name);
-        for &(kind, function) in TEARDOWN_FUNCTIONS {
-            let wanted = match kind {
-                "libc" => libc,
-                _ => name.contains("python"),
-            };
+        let python = crate::runtimes::python::names::may_hold_interpreter(&name);
+        for (wanted, function) in [(libc, "exit"), (python, crate::runtimes::python::names::TEARDOWN_FUNCTION)] {
             if !wanted {
                 continue;
             }

@@ -5,9 +5,9 @@
 pub use crate::holds::fuzzing::{cdp, go_binary, go_buckets, hprof, v8_snapshot};
 
 /// The Python heap census's walk over bytes standing for the target's memory
-/// ([`crate::pyheap::walk_image`]).
+/// ([`crate::runtimes::python::heap::walk_image`]).
 pub fn python_walk(data: &[u8]) {
-    let _ = crate::pyheap::walk_image(data);
+    let _ = crate::runtimes::python::heap::walk_image(data);
 }
 
 /// A recording file as `report` and `compare` load it; when it loads, the analysis, every

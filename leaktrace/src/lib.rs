@@ -36,10 +36,6 @@ pub mod probes;
 pub mod procinfo;
 /// `--push` to Pyroscope.
 pub mod push;
-/// CPython frames in the stacks.
-pub mod pyframes;
-/// `record --python-heap`: Python objects by type and what holds them.
-pub mod pyheap;
 /// `record --reachability`: stop the target briefly and scan it for pointers to blocks.
 pub mod reach;
 pub mod record;

@@ -172,8 +172,8 @@ struct ReachArgs {
 }
 
 impl ReachArgs {
-    fn heap_options(&self) -> Option<leaktrace::pyheap::HeapOptions> {
-        self.python_heap.then(|| leaktrace::pyheap::HeapOptions {
+    fn heap_options(&self) -> Option<leaktrace::runtimes::python::heap::HeapOptions> {
+        self.python_heap.then(|| leaktrace::runtimes::python::heap::HeapOptions {
             max_pause: self.python_heap_max_pause,
             every: self.python_heap_every,
             ..Default::default()
@@ -278,7 +278,7 @@ struct RecordArgs {
     #[arg(long)]
     heap_census: bool,
     #[command(flatten)]
-    heap_dump: leaktrace::holds::heapdump::HeapDumpArgs,
+    heap_dump: leaktrace::runtimes::jvm::heapdump::HeapDumpArgs,
     /// Stop after this long (e.g. 30s, 2m). Default: until the target exits or Ctrl-C.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -399,8 +399,8 @@ fn main() {
     // The library's lines for the user (warnings, probes placed, pauses) go to stderr.
     let _ = leaktrace::notes::install(Box::new(leaktrace::notes::to_stderr));
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some(leaktrace::holds::node::GUARD_SUBCOMMAND) {
-        std::process::exit(leaktrace::holds::node_guard::main(&args[2..]));
+    if args.get(1).map(String::as_str) == Some(leaktrace::runtimes::node::census::GUARD_SUBCOMMAND) {
+        std::process::exit(leaktrace::runtimes::node::guard::main(&args[2..]));
     }
     let cli = Cli::parse();
     match run(cli) {

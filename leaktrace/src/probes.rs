@@ -658,7 +658,7 @@ impl Tracer {
     }
 
     /// Read the interpreter frames of process `tgid` at its allocations from now on (`target`:
-    /// where they are, see [`crate::pyframes`]).
+    /// where they are, see [`crate::runtimes::python::frames`]).
     pub fn add_python_target(&mut self, tgid: u32, target: leaktrace_common::PyTarget) -> anyhow::Result<()> {
         self.py_targets.insert(tgid, target, 0).context("adding the process to the PY_TARGETS map")?;
         self.py_tgids.insert(tgid);

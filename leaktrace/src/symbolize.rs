@@ -496,7 +496,7 @@ fn object_facts(key: &(String, u64), obj: &mut Object) -> (Option<String>, bool)
     }
     let facts = SHARED.with_borrow(|sh| sh.facts.get(key).cloned()).unwrap_or_else(|| {
         let fd_path = format!("/proc/self/fd/{}", obj.file.as_raw_fd());
-        let facts = (read_build_id(&fd_path), exports_python_init(&fd_path));
+        let facts = (read_build_id(&fd_path), crate::runtimes::python::names::exports_python_init(&fd_path));
         SHARED.with_borrow_mut(|sh| sh.facts.insert(key.clone(), facts.clone()));
         facts
     });
@@ -512,17 +512,6 @@ fn read_build_id(path: &str) -> Option<String> {
     let obj = object::File::parse(&data).ok()?;
     let id = obj.build_id().ok()??;
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// True when the ELF file at `path` exports a `PyInit_*` function: a CPython extension module
-/// (the interpreter imports it by calling that function). False when unreadable or not ELF.
-fn exports_python_init(path: &str) -> bool {
-    use object::Object as _;
-    use object::ObjectSymbol as _;
-    let Ok(file) = File::open(path) else { return false };
-    let data = object::ReadCache::new(file);
-    let Ok(obj) = object::File::parse(&data) else { return false };
-    obj.dynamic_symbols().any(|s| s.is_definition() && s.name_bytes().is_ok_and(|n| n.starts_with(b"PyInit_")))
 }
 
 /// Where a frame's object and offset are, as `object+0xOFFSET`, for messages.
@@ -563,11 +552,11 @@ mod tests {
             .expect("python3");
         let ext = String::from_utf8_lossy(&out.stdout).trim().to_string();
         assert!(ext.ends_with(".so"), "_ctypes is not a shared object here: {ext:?}");
-        assert!(exports_python_init(&ext), "{ext}");
+        assert!(crate::runtimes::python::names::exports_python_init(&ext), "{ext}");
         let libs = std::fs::read_to_string("/proc/self/maps").unwrap();
         let libc = libs.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("libc.so")).unwrap();
-        assert!(!exports_python_init(libc), "{libc}");
-        assert!(!exports_python_init("/nonexistent/x.so"));
+        assert!(!crate::runtimes::python::names::exports_python_init(libc), "{libc}");
+        assert!(!crate::runtimes::python::names::exports_python_init("/nonexistent/x.so"));
     }
 
     #[test]

@@ -261,7 +261,7 @@ fn go_cgo_rows<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<Raw
     use object::ObjectSymbol as _;
     let mut out = Vec::new();
     let Some(text) = obj.section_by_name(".text") else { return out };
-    let func = ["runtime.asmcgocall.abi0", "runtime.asmcgocall"].iter().find_map(|name| {
+    let func = crate::runtimes::go::names::ASMCGOCALL_SYMBOLS.iter().find_map(|name| {
         obj.symbols().find(|s| s.name() == Ok(*name) && s.size() > 0).and_then(|s| {
             // The function's bytes only (a large object's .text is not read).
             let bytes = text.data_range(s.address(), s.size()).ok()??;

@@ -27,6 +27,7 @@ mod bench_unwind;
 mod circles;
 mod fuzz;
 mod issue_refs;
+mod runtime_names;
 mod suite;
 mod target_reads;
 
@@ -588,8 +589,17 @@ fn lint() -> Result<()> {
             refs.join("\n  ")
         );
     }
+    let named = runtime_names::find(&root())?;
+    if !named.is_empty() {
+        bail!(
+            "runtimes tested by name outside their folders (move the test into src/runtimes/<name>/, \
+             behind the runtime's own function; xtask/src/runtime_names.rs lists the few exceptions):\n  {}",
+            named.join("\n  ")
+        );
+    }
     eprintln!(
-        "xtask: lint: fmt, clippy, the import-circle, the file-length, the target-read and the issue-number checks passed"
+        "xtask: lint: fmt, clippy, the import-circle, the file-length, the target-read, the issue-number and the \
+         runtime-name checks passed"
     );
     Ok(())
 }

@@ -798,7 +798,7 @@ pub struct Analysis {
     pub pymalloc_hooked: bool,
     /// Growth by type between the Python heap censuses (`record --python-heap`) and
     /// what holds the growing types; None without two censuses.
-    pub python_holds: Option<crate::pyheap::Holds>,
+    pub python_holds: Option<crate::runtimes::python::heap::Holds>,
     /// The runtime's own census (`record --heap-census`) in one clause: the growing
     /// class (and its path from a GC root with `--heap-dump`), JS function or goroutine group
     /// (`report::holds::holder_sentence`); None without one.

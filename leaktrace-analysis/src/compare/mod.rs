@@ -39,10 +39,9 @@ use crate::recording::{Mode, Recording, Stack, StackKind};
 use crate::timeline::Timeline;
 
 pub mod holds;
-mod pyheap;
 mod render;
 
-pub use pyheap::{TypeChange, TypeSide, compare_types, types_md};
+pub use crate::runtimes::python::compare::{TypeChange, TypeSide, compare_types, types_md};
 pub use render::{MD_ROWS, compare_json, compare_md, diff_folded, diff_svg};
 
 /// Callers of the culprit that enter a site's signature.
@@ -401,7 +400,7 @@ pub fn compare(
     let mut verdicts = leak_verdicts(&leaked, unit);
     let (conclusion, after_flat) = conclusion(&leaked, &mb.side.overall, &ma.side.overall, unit);
     let python_types = compare_types(before, after);
-    verdicts.extend(pyheap::verdicts(&python_types));
+    verdicts.extend(crate::runtimes::python::compare::verdicts(&python_types));
     Ok(Comparison {
         unit: unit.to_string(),
         notes,

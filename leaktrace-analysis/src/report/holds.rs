@@ -67,7 +67,7 @@ fn go_json(c: &Census<Goroutines>) -> Value {
     };
     let growing: Vec<Value> = c.growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "goroutines")).collect();
     let heap: Vec<Value> = c.heap_growth().iter().take(JSON_ROWS).map(|g| growth_json(g, "objects")).collect();
-    let roots = super::goroots::roots_json(c);
+    let roots = crate::runtimes::go::report::roots_json(c);
     json!({
         "start": snap(&c.start), "end": snap(&c.end), "growing_groups": growing, "heap_growth": heap,
         "roots": roots["roots"], "walk_start": roots["walk_start"], "walk_end": roots["walk_end"], "errors": c.errors,
@@ -361,7 +361,7 @@ fn go_md(md: &mut String, c: &Census<Goroutines>) {
     };
     census_md(md, c, &c.growth(), &how, |md, end| {
         go_heap_md(md, c, end);
-        super::goroots::roots_md(md, c);
+        crate::runtimes::go::report::roots_md(md, c);
     });
 }
 
@@ -418,7 +418,7 @@ pub fn holder_sentence(rec: &Recording) -> Option<String> {
             .into_iter()
             .next()
             .map(|g| format!("Go heap in use under {} {}", g.name, rate(g.bytes_per_s)));
-        let root = super::goroots::root_sentence(c);
+        let root = crate::runtimes::go::report::root_sentence(c);
         let parts: Vec<String> = [root, goroutines, heap].into_iter().flatten().collect();
         return (!parts.is_empty()).then(|| parts.join("; "));
     }

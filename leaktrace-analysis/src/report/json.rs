@@ -173,7 +173,7 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         // `--heap-census`: null without it.
         m.insert("runtime_holds".into(), super::holds::holds_json(rec));
         // Python heap hook: null without two censuses.
-        m.insert("python_heap".into(), super::pyholds::holds_json(a));
+        m.insert("python_heap".into(), crate::runtimes::python::report::holds_json(a));
         // Growth mode's exact window: null without one.
         m.insert("escalation".into(), super::escalation::escalation_json(a));
     }

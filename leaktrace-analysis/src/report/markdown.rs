@@ -397,7 +397,7 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
     // `--heap-census`: the JVM's class histograms, Go's goroutines.
     super::holds::holds_md(&mut md, rec);
     // Python heap hook: growth by type and what holds it.
-    super::pyholds::holds_md(&mut md, a);
+    crate::runtimes::python::report::holds_md(&mut md, a);
 
     not_a_leak(&mut md, a);
     caveats(&mut md, rec, a);

@@ -21,7 +21,6 @@ use crate::recording::Recording;
 pub mod at_exit;
 pub mod escalation;
 pub mod flame;
-pub mod goroots;
 pub mod holds;
 pub mod json;
 pub mod markdown;
@@ -33,7 +32,6 @@ pub mod plateau;
 pub mod plot;
 pub mod pprof;
 /// Growth of the Python heap by type and what holds it.
-pub mod pyholds;
 /// Reachability hook.
 pub mod reach;
 /// A site's call stack as report.md prints it.

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::holds::{OffHeapRetainer, RuntimeHolds, off_heap_retainers};
 use crate::human::{bytes, number, rate};
-use crate::pyheap::Retained;
+use crate::runtimes::python::heap::Retained;
 
 fn retained_json(r: &Retained) -> Value {
     json!({

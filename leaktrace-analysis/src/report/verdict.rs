@@ -21,7 +21,7 @@ pub fn sentence(a: &Analysis) -> String {
         },
         (Some(KindReason::KindLeak { kind, top, label, count }), Some(rt)) => {
             let mut s = kind_leak(rt, *kind, &a.sites[*top], label, *count, &a.kinds);
-            if let Some(held) = a.python_holds.as_ref().and_then(super::pyholds::retainer_clause) {
+            if let Some(held) = a.python_holds.as_ref().and_then(crate::runtimes::python::report::retainer_clause) {
                 s.push_str(&format!("; {held}"));
             }
             s
@@ -175,7 +175,7 @@ fn reason(a: &Analysis) -> String {
             let name = if a.sites[*top].first_touch_in.is_some() { "growth through the allocator" } else { name };
             let escalated = a.escalation.is_some();
             let mut summary = format!("{name}: {}", leak_phrase(&a.sites[*top], unit.as_deref(), &window, escalated));
-            if let Some(held) = a.python_holds.as_ref().and_then(super::pyholds::retainer_clause) {
+            if let Some(held) = a.python_holds.as_ref().and_then(crate::runtimes::python::report::retainer_clause) {
                 summary.push_str(&format!("; {held}"));
             }
             if *count > 1 {
@@ -809,7 +809,7 @@ fn leak_phrase(s: &SiteAnalysis, unit: Option<&str>, window: &str, escalated: bo
 /// there is one, else the runtime's own census (class, path from a GC root, JS
 /// function, goroutine group), else `prefix` and where to look ([`heap_tool`]).
 fn what_keeps(rt: Runtime, a: &Analysis, prefix: &str) -> String {
-    match a.python_holds.as_ref().and_then(super::pyholds::verdict_clause) {
+    match a.python_holds.as_ref().and_then(crate::runtimes::python::report::verdict_clause) {
         Some(held) => held,
         None => match &a.runtime_holder {
             Some(h) => format!("what holds it (the runtime's own census): {h}"),

@@ -1,17 +1,17 @@
 //! The seam between `--heap-census` and the runtimes: a runtime's census of one process
 //! ([`RuntimeCensus`]), made by its `RuntimeInstance::census` (`crate::runtimes`), and the
 //! censuses of the JVM ([`JvmHolds`]: class histograms and `--heap-dump`), Go
-//! ([`super::go::GoCensus`]) and Node ([`super::node::NodeCensus`]) behind it. [`super::HeapCensus`]
+//! ([`crate::runtimes::go::census::GoCensus`]) and Node ([`crate::runtimes::node::census::NodeCensus`]) behind it. [`super::HeapCensus`]
 //! drives them and names no runtime.
 
 use std::path::Path;
 
 use leaktrace_analysis::holds::{HeapPaths, RuntimeHolds};
 
-use super::go::GoCensus;
-use super::heapdump::{DumpOptions, Natives};
-use super::jvm::JvmCensus;
-use super::node::NodeCensus;
+use crate::runtimes::go::census::GoCensus;
+use crate::runtimes::jvm::census::JvmCensus;
+use crate::runtimes::jvm::heapdump::{DumpOptions, Natives};
+use crate::runtimes::node::census::NodeCensus;
 
 /// What the recording asks of a census (from `RecordOptions`).
 #[derive(Clone, Copy, Debug, Default)]

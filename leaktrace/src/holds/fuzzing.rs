@@ -9,19 +9,19 @@ use std::time::{Duration, Instant};
 use leaktrace_analysis::holds::{SnapshotCost, Taken};
 use serde_json::Value;
 
-use super::goheap::{BucketLayout, read_heap};
-use super::node_snapshots::{NewObjects, top_path};
-use super::nodedom::Dominators;
-use super::nodesnap::{First, Heap, parse};
+use crate::runtimes::go::heap::{BucketLayout, read_heap};
+use crate::runtimes::node::dom::Dominators;
+use crate::runtimes::node::snap::{First, Heap, parse};
+use crate::runtimes::node::snapshots::{NewObjects, top_path};
 
 /// An HPROF heap dump: read (with a time limit), then the paths to a few classes.
 pub fn hprof(data: &[u8]) {
-    if let Ok(g) = super::hprof::read(data, Instant::now() + Duration::from_secs(5)) {
+    if let Ok(g) = crate::runtimes::jvm::hprof::read(data, Instant::now() + Duration::from_secs(5)) {
         let _ = g.paths_to(&["java.lang.Object[]".into(), "byte[]".into(), "Rec".into(), "class@0x64".into()]);
     }
 }
 
-/// The first snapshot's summary, as [`super::node::NodeCensus`] keeps it.
+/// The first snapshot's summary, as [`crate::runtimes::node::census::NodeCensus`] keeps it.
 fn first_of(h: &Heap) -> First {
     let mut counts: HashMap<String, u64> = HashMap::new();
     let mut ids = HashSet::with_capacity(h.count());
@@ -56,22 +56,22 @@ pub fn v8_snapshot(data: &[u8]) {
 /// the rest is one protocol message (a snapshot chunk, an answer, or a sampling profile).
 pub fn cdp(data: &[u8]) {
     let (list, rest) = data.split_at(data.iter().position(|&b| b == 0).unwrap_or(data.len()));
-    let _ = super::cdp::ws_url(&super::cdp::read_list_reply(list));
+    let _ = crate::runtimes::node::cdp::ws_url(&crate::runtimes::node::cdp::read_list_reply(list));
     let Ok(v) = serde_json::from_slice::<Value>(rest.get(1..).unwrap_or(&[])) else { return };
-    let mut c = super::cdp::Collected { text: String::new(), first_s: None, chunks: 0 };
+    let mut c = crate::runtimes::node::cdp::Collected { text: String::new(), first_s: None, chunks: 0 };
     for _ in 0..3 {
         let _ = c.absorb(&v, "HeapProfiler.takeHeapSnapshot", "HeapProfiler.addHeapSnapshotChunk", 7, 1 << 16);
     }
-    let _ = super::node::sampling(&v["result"]["profile"], Taken::default(), 0.0);
-    let _ = super::node::sampling(&v, Taken::default(), 0.0);
+    let _ = crate::runtimes::node::census::sampling(&v["result"]["profile"], Taken::default(), 0.0);
+    let _ = crate::runtimes::node::census::sampling(&v, Taken::default(), 0.0);
 }
 
 /// A Go executable: its symbols, `runtime.g`'s and `runtime.bucket`'s DWARF layouts, and its
 /// types and package variables (the typed heap walk's).
 pub fn go_binary(data: &[u8]) {
     if let Ok(file) = object::File::parse(data) {
-        let _ = super::go::parse_binary_for_fuzzing(&file);
-        let _ = super::godwarf::read(&file);
+        let _ = crate::runtimes::go::census::parse_binary_for_fuzzing(&file);
+        let _ = crate::runtimes::go::dwarf::read(&file);
     }
 }
 
@@ -116,7 +116,7 @@ mod tests {
             &include_bytes!("../../../fuzz/regressions/python_walk/crash-47dd9302e0c094c66fe01defdb392c3dc31c70ed")[..],
             &include_bytes!("../../../fuzz/regressions/python_walk/crash-356331b2e96efc9fab4593f4b04841f94e94495d")[..],
         ] {
-            let census = crate::pyheap::walk_image(data).expect("a census");
+            let census = crate::runtimes::python::heap::walk_image(data).expect("a census");
             assert!(census.types.iter().any(|t| t.bytes == u64::MAX), "{:?}", census.types);
             assert_eq!(census.bytes, u64::MAX, "the total saturates too");
         }

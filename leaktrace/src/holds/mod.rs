@@ -1,6 +1,6 @@
 //! "What holds it" from the runtimes' own heap tools, driven from outside (`record
 //! --heap-census`): the JVM's class histogram ([`jvm`]), Go's goroutines ([`go`]) and
-//! heap profile ([`goheap`]), Node's sampling heap profile ([`node`]), each taken near the start
+//! heap profile ([`crate::runtimes::go::heap`]), Node's sampling heap profile ([`crate::runtimes::node::census`]), each taken near the start
 //! of the recording and at its end; the analysis (`leaktrace_analysis::holds`) says what grew
 //! between the two. Each runtime's census sits behind [`census::RuntimeCensus`], made by the
 //! runtime's own `RuntimeInstance::census`. One [`HeapCensus`] per traced process; the recorder
@@ -12,23 +12,8 @@ use leaktrace_analysis::holds::RuntimeHolds;
 use crate::runtimes::RuntimeInstance;
 use leaktrace_analysis::recording::Runtime;
 
-pub mod cdp;
 pub mod census;
 pub mod fuzzing;
-pub mod go;
-pub mod godwarf;
-pub mod goheap;
-pub mod gostack;
-pub mod gowalk;
-pub mod heapdump;
-pub mod hprof;
-pub mod jvm;
-pub mod jvmretain;
-pub mod node;
-pub mod node_guard;
-pub mod node_snapshots;
-pub mod nodedom;
-pub mod nodesnap;
 
 use census::{CensusOptions, RuntimeCensus};
 
@@ -51,7 +36,7 @@ impl HeapCensus {
 
     /// With `--heap-dump` or `--heap-snapshots` (`dump`): a JVM's heap dump after its last
     /// histogram, a Node process's two heap snapshots.
-    pub fn with_dump(self, dump: Option<heapdump::DumpOptions>) -> HeapCensus {
+    pub fn with_dump(self, dump: Option<crate::runtimes::jvm::heapdump::DumpOptions>) -> HeapCensus {
         HeapCensus { on: self.on || dump.is_some(), opts: CensusOptions { dump }, ..self }
     }
 
@@ -117,7 +102,7 @@ impl HeapCensus {
         dir: &std::path::Path,
         alive: bool,
         (now_s, units): (&dyn Fn() -> f64, Option<u64>),
-        n: &mut heapdump::Natives<'_>,
+        n: &mut crate::runtimes::jvm::heapdump::Natives<'_>,
     ) {
         for (_, c) in &mut self.censuses {
             c.heap_dump(dir, alive, now_s, units, n);
@@ -131,7 +116,7 @@ impl HeapCensus {
         &mut self,
         dir: &std::path::Path,
         (now_s, units): (&dyn Fn() -> f64, Option<u64>),
-        n: &mut heapdump::Natives<'_>,
+        n: &mut crate::runtimes::jvm::heapdump::Natives<'_>,
     ) -> bool {
         // No census yet: the runtime is not known yet, asked again at the next checkpoint.
         let mut done = !self.censuses.is_empty();

@@ -64,7 +64,7 @@ fn layout_of(pid: u32, path: &str) -> (Layout, Option<String>) {
     let dwarf = super::symbols::dwarf_of(pid, path).ok_or_else(|| format!("no DWARF for {path} (install libc6-dbg)"));
     let found = dwarf.and_then(|data| {
         let file = object::File::parse(&*data).map_err(|e| format!("{path}'s debug file: {e}"))?;
-        let structs = crate::holds::go::structs(&file, &["malloc_state"])?;
+        let structs = crate::runtimes::go::census::structs(&file, &["malloc_state"])?;
         let (size, members) = structs.get("malloc_state").ok_or("no struct malloc_state in libc's DWARF")?;
         Layout::from_members(*size, members)
     });

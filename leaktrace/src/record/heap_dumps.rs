@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::holds::heapdump::Natives;
 use crate::probes::Tracer;
+use crate::runtimes::jvm::heapdump::Natives;
 
 use super::sink::{CheckpointSink, SinkCx};
 use super::traced::Traced;

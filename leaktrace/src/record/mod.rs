@@ -160,13 +160,13 @@ pub struct RecordOptions {
     /// report's caveats instead of silently having none.
     pub python_frames_required: bool,
     /// `--heap-dump`: a JVM target's heap dump after its last histogram
-    /// (`holds::heapdump`); None: none.
-    pub heap_dump: Option<crate::holds::heapdump::DumpOptions>,
+    /// (`runtimes::jvm::heapdump`); None: none.
+    pub heap_dump: Option<crate::runtimes::jvm::heapdump::DumpOptions>,
     /// Reachability hook: `--reachability`: scan each live target at the end for which
     /// blocks are still pointed at (None: no scan).
     pub reachability: Option<crate::reach::ScanOptions>,
     /// `--python-heap`: censuses of CPython targets' objects (None: none).
-    pub python_heap: Option<crate::pyheap::HeapOptions>,
+    pub python_heap: Option<crate::runtimes::python::heap::HeapOptions>,
     /// `--push URL`: send the heap profiles to a profile store during and after the recording
     /// (see `push.rs`); None: no push.
     pub push: Option<crate::push::PushConfig>,

@@ -2,7 +2,7 @@
 //! module of its own so that the traced process (`traced.rs`) holds it without depending on the
 //! census code, which reads the traced processes.
 
-use crate::pyheap::Located;
+use crate::runtimes::python::heap::Located;
 
 /// Per process: where its interpreter is (found at the first census) and its censuses.
 #[derive(Default)]
@@ -11,5 +11,5 @@ pub(crate) struct PyHeap {
     /// census.
     pub(super) located: Option<Result<Located, String>>,
     /// Censuses taken, oldest first.
-    pub censuses: Vec<leaktrace_analysis::pyheap::PyCensus>,
+    pub censuses: Vec<leaktrace_analysis::runtimes::python::heap::PyCensus>,
 }

@@ -1,15 +1,15 @@
 //! Python heap hook (`--python-heap`): a census of each traced CPython process at the
 //! first periodic checkpoint, at every Nth one (`--python-heap-every`) and at the end
-//! ([`crate::pyheap`]), kept for its recording.
+//! ([`crate::runtimes::python::heap`]), kept for its recording.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use leaktrace_analysis::pyheap::PyCensus;
+use leaktrace_analysis::runtimes::python::heap::PyCensus;
 use leaktrace_common::SiteKey;
 
 use crate::probes::Tracer;
-use crate::pyheap::HeapOptions;
+use crate::runtimes::python::heap::HeapOptions;
 
 use super::traced::Traced;
 
@@ -30,7 +30,7 @@ pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOpti
             continue;
         }
         let pid = t.pid;
-        let located = t.py_heap.located.get_or_insert_with(|| crate::pyheap::locate(pid));
+        let located = t.py_heap.located.get_or_insert_with(|| crate::runtimes::python::heap::locate(pid));
         let at = match located {
             Ok(at) => *at,
             Err(why) => {
@@ -47,7 +47,7 @@ pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOpti
             (Some(maps), Ok(sites)) => crate::reach::blocks::read(maps, pid, &sites).unwrap_or_default(),
             _ => Vec::new(),
         };
-        match crate::pyheap::census(pid, &at, opts, start, &live) {
+        match crate::runtimes::python::heap::census(pid, &at, opts, start, &live) {
             Ok(mut c) => {
                 name_nowhere(tracer, t, &mut c);
                 name_retained(tracer, t, &mut c);

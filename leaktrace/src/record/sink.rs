@@ -182,7 +182,7 @@ impl CheckpointSink for ReachabilitySink {
 
 /// `--python-heap`: a census of CPython targets' objects at the first and every Nth
 /// periodic checkpoint.
-struct PyHeapSink(crate::pyheap::HeapOptions);
+struct PyHeapSink(crate::runtimes::python::heap::HeapOptions);
 
 impl CheckpointSink for PyHeapSink {
     fn name(&self) -> &'static str {

@@ -650,7 +650,7 @@ impl Traced {
         self.probes
             .iter()
             .any(|p| p.function.ends_with("malloc") && !leaktrace_analysis::system_libs::is_libc(&p.object))
-            && !self.probes.iter().any(|p| p.function.starts_with("PyObject_"))
+            && !self.probes.iter().any(|p| leaktrace_analysis::runtimes::python::is_pymalloc_probe(&p.function))
     }
 
     /// Pages where this process's blocks began since attach (sorted), read from the kernel's

@@ -21,10 +21,7 @@ use crate::probes::Tracer;
 use crate::symbolize::StackSymbolizer;
 use leaktrace_analysis::recording::{Frame, ManagedHeap, Runtime, Stack};
 
-pub mod attach;
 pub mod go;
-pub mod gostats;
-pub mod jcmd;
 pub mod jvm;
 pub mod node;
 pub mod python;

@@ -69,7 +69,7 @@ impl Traced {
     }
 
     /// End of the recording: the runtime's last work (the JVM's last perf map, waited for at
-    /// most [`crate::runtimes::jcmd::TIMEOUT`] per command); then, for every runtime and for
+    /// most [`crate::runtimes::jvm::jcmd::TIMEOUT`] per command); then, for every runtime and for
     /// none, unnamed JIT frames are named from the perf map as it is now.
     pub(in crate::record) fn jit_final(&mut self) {
         let running = self.session.end_reason.is_none() && procinfo::alive(self.pid);
