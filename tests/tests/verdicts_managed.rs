@@ -237,18 +237,24 @@ fn go_leak_judged_on_what_each_collection_marked() {
 /// The decoy: a map of 2,000 slices of 1 KiB, one replaced at every KiB of 100 KB/s, beside the
 /// same garbage. What each collection marks is level: not a leak, and the Go heap does not
 /// grow.
-#[test]
-fn go_bounded_map_churned_is_not_a_leak() {
-    require_root();
-    let target = go_target("flat", 100_000, 2_000_000);
-    let (r, ctx, _out) = attach("managed-go-flat", &target, "30s");
-    let m = managed(&r);
+/// The managed heap judged on what at least two collections left (`gc-marked`), level: no
+/// managed leak, and the verdict no leak.
+fn assert_level_after_collections(r: &Report, ctx: &str) {
+    let m = managed(r);
     assert_eq!(m["source"], "gc-marked", "{ctx}");
     assert!(m["collections"]["in_span"].as_u64().unwrap_or(0) >= 2, "{ctx}");
     assert_eq!(m["grows"], false, "{ctx}");
     assert_ne!(r.json["verdict"]["class"], "leak", "{ctx}");
     let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
     assert!(!v.contains("managed leak"), "{v}\n{ctx}");
+}
+
+#[test]
+fn go_bounded_map_churned_is_not_a_leak() {
+    require_root();
+    let target = go_target("flat", 100_000, 2_000_000);
+    let (r, ctx, _out) = attach("managed-go-flat", &target, "30s");
+    assert_level_after_collections(&r, &ctx);
 }
 
 /// The same leak at 50 KB/s with no garbage: the heap stays under the runtime's 4 MiB first goal,
@@ -321,13 +327,7 @@ fn node_arrays_churned_are_not_a_leak() {
     require_root();
     let target = node_target("churn", 14, 4000, 8);
     let (r, ctx, _out) = attach("managed-node-churn", &target, "30s");
-    let m = managed(&r);
-    assert_eq!(m["source"], "gc-marked", "{ctx}");
-    assert!(m["collections"]["in_span"].as_u64().unwrap_or(0) >= 2, "{ctx}");
-    assert_eq!(m["grows"], false, "{ctx}");
-    assert_ne!(r.json["verdict"]["class"], "leak", "{ctx}");
-    let v = r.json["verdict"]["summary"].as_str().unwrap_or("");
-    assert!(!v.contains("managed leak"), "{v}\n{ctx}");
+    assert_level_after_collections(&r, &ctx);
 }
 
 /// One array a second kept and no garbage: V8 runs no mark-compact in the 30 s (its old

@@ -100,6 +100,17 @@ fn start_growth(mode: &str, rate: &str) -> Target {
 /// The leaker's growth over Prometheus (the growth gauge, and `deriv` of its RSS anon gauge)
 /// within 20 % of 600,000 B/s; the decoy's RSS metric and verdict present, its verdict not a
 /// leak; the leaker escalated once, the decoy never; the leaker's report names leak_message.
+/// The exact windows' report directories `watch` wrote for process `pid` under `out`
+/// (`pid-N/…`); panics with the watch's output when there is no such directory.
+fn escalation_reports(out: &OutDir, pid: &str, o: &Output) -> Vec<PathBuf> {
+    let pdir = out.path.join(format!("pid-{pid}"));
+    std::fs::read_dir(&pdir)
+        .unwrap_or_else(|e| panic!("no report directory {}: {e}\n{}", pdir.display(), o.describe()))
+        .flatten()
+        .map(|e| e.path())
+        .collect()
+}
+
 #[test]
 fn watch_metrics_scraped_by_prometheus_and_the_leaker_escalated() {
     require_root();
@@ -149,12 +160,7 @@ fn watch_metrics_scraped_by_prometheus_and_the_leaker_escalated() {
     watch.signal(libc::SIGINT);
     let o = watch.wait(Duration::from_secs(60));
     o.assert_success();
-    let pdir = out.path.join(format!("pid-{l}"));
-    let reports: Vec<PathBuf> = std::fs::read_dir(&pdir)
-        .unwrap_or_else(|e| panic!("no report directory {}: {e}\n{}", pdir.display(), o.describe()))
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let reports = escalation_reports(&out, &l, &o);
     assert_eq!(reports.len(), 1, "one escalation within the cool-down: {reports:?}\n{}", o.describe());
     let r = Report::load(&reports[0]);
     let summary = str_of(r.get(&["verdict"]), "summary").to_string();
@@ -238,12 +244,7 @@ fn a_watch_escalation_loads_no_second_ebpf_object_and_returns_to_growth_mode() {
 {}",
         o.describe()
     );
-    let pdir = out.path.join(format!("pid-{l}"));
-    let reports: Vec<PathBuf> = std::fs::read_dir(&pdir)
-        .unwrap_or_else(|e| panic!("no report directory {}: {e}\n{}", pdir.display(), o.describe()))
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let reports = escalation_reports(&out, &l, &o);
     assert!(!reports.is_empty(), "no escalation report\n{}", o.describe());
     let r = Report::load(&reports[0]);
     let summary = str_of(r.get(&["verdict"]), "summary").to_string();

@@ -133,6 +133,29 @@ pub struct Retained {
 }
 
 impl Retained {
+    /// A holder `container` retaining `bytes` (its dominator subtree's split), whose objects point
+    /// into `blocks` traced blocks of `block_bytes` bytes from `sites` (site → blocks, any order;
+    /// kept most blocks first).
+    pub fn of(
+        container: String,
+        bytes: crate::dominators::Bytes,
+        (blocks, block_bytes): (u64, u64),
+        sites: impl IntoIterator<Item = (leaktrace_common::SiteKey, u64)>,
+    ) -> Retained {
+        let mut sites: Vec<(leaktrace_common::SiteKey, u64)> = sites.into_iter().collect();
+        sites.sort_by_key(|s| std::cmp::Reverse(s.1));
+        Retained {
+            container,
+            native: bytes.native,
+            managed: bytes.managed,
+            off_heap: bytes.off_heap,
+            blocks,
+            block_bytes,
+            sites,
+            ..Default::default()
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.native.saturating_add(self.managed).saturating_add(self.off_heap)
     }

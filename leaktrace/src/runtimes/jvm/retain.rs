@@ -82,22 +82,10 @@ pub fn retainers(g: &Graph, blocks: &[Block]) -> Vec<Retained> {
         .into_iter()
         .filter(|&(x, _)| x <= n)
         .map(|(x, (blocks, block_bytes, sites))| {
-            let r = d.retained(x as usize);
-            let mut sites: Vec<(SiteKey, u64)> = sites.into_iter().collect();
-            sites.sort_by_key(|s| std::cmp::Reverse(s.1));
             let (kind, name) = &named[&x];
             let container =
                 if kind == "static field" { name.clone() } else { format!("{name} ({})", g.class_of(x - 1)) };
-            Retained {
-                container,
-                native: r.native,
-                managed: r.managed,
-                off_heap: r.off_heap,
-                blocks,
-                block_bytes,
-                sites,
-                ..Default::default()
-            }
+            Retained::of(container, d.retained(x as usize), (blocks, block_bytes), sites)
         })
         .collect();
     out.sort_by(|a, b| b.off_heap.cmp(&a.off_heap).then_with(|| a.container.cmp(&b.container)));

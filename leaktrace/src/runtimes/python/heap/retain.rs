@@ -93,18 +93,7 @@ pub(super) fn fill(w: &Walk<'_>, c: &mut PyCensus) {
             continue;
         };
         let holder = container(w, example);
-        let r = d.retained(holder as usize + 1);
-        let mut sites: Vec<(SiteKey, u64)> = sites.into_iter().collect();
-        sites.sort_by_key(|s| std::cmp::Reverse(s.1));
-        h.retained = Some(Retained {
-            container: pattern.find('[').map_or_else(|| pattern.clone(), |i| pattern[..i].to_string()),
-            native: r.native,
-            managed: r.managed,
-            off_heap: r.off_heap,
-            blocks,
-            block_bytes,
-            sites,
-            ..Default::default()
-        });
+        let container = pattern.find('[').map_or_else(|| pattern.clone(), |i| pattern[..i].to_string());
+        h.retained = Some(Retained::of(container, d.retained(holder as usize + 1), (blocks, block_bytes), sites));
     }
 }
