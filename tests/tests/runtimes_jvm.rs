@@ -422,7 +422,8 @@ for (int step = 0; ; step++) {{
 /// (30 every 100 ms, 4000 in all) and retains nothing: the JVM's profiling data, counters and
 /// compiled-method metadata (MethodData in metaspace, nmethod oop maps) grow steadily through the
 /// recording. No site is a leak, the sites that grow carry the "warm_up" look-alike with a
-/// "runtime warm-up" reason, and the verdict says the runtime is warming up.
+/// "runtime warm-up" reason, and the verdict says the runtime is warming up (inconclusive about
+/// the Java heap when no collection ran).
 #[test]
 fn jvm_jit_warm_up_is_not_a_leak() {
     require_root();
@@ -449,7 +450,14 @@ fn jvm_jit_warm_up_is_not_a_leak() {
         warming.iter().any(|s| str_of(s, "reason").starts_with("runtime warm-up:")),
         "no growing warm-up site says it is runtime warm-up\n{ctx}"
     );
-    assert_eq!(str_of(&r.json["verdict"], "class"), "cache", "{ctx}");
+    // No collection in a 10 s launch: the Java heap cannot be judged, so the verdict is
+    // inconclusive about it and says the runtime is warming up; with a collection, "no leak".
     let summary = str_of(&r.json["verdict"], "summary");
-    assert!(summary.starts_with("no leak: the runtime is warming up"), "{summary}\n{ctx}");
+    if r.json["verdict"]["inconclusive"] == true {
+        assert!(summary.starts_with("inconclusive: 0 old-gen collections"), "{summary}\n{ctx}");
+        assert!(summary.contains("; the runtime is warming up"), "{summary}\n{ctx}");
+    } else {
+        assert_eq!(str_of(&r.json["verdict"], "class"), "cache", "{ctx}");
+        assert!(summary.starts_with("no leak: the runtime is warming up"), "{summary}\n{ctx}");
+    }
 }

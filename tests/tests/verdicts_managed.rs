@@ -297,21 +297,24 @@ fn node_target(mode: &str, arrays: u32, garbage_kb: u32, warm_s: usize) -> Targe
 /// slot in the list (8 B), on V8 without pointer compression (Node's builds).
 const V8_ARRAY_BYTES: f64 = 32.0 + 16.0 + 8000.0 + 8.0;
 
-/// A V8 heap leak on a 30 s attach with no flags and no inspector: 14 arrays of 8 KB kept a
+/// A V8 heap leak on a 45 s attach with no flags and no inspector: 14 arrays of 8 KB kept a
 /// second (112.8 KB/s) beside 4 MB/s of garbage that dies in the old generation (a mark-compact
 /// every few seconds). The old generation after each mark-compact grows at the arrays' rate
-/// within 10 %, and the verdict is a managed leak of the V8 heap.
+/// within 10 %, and the verdict is a managed leak of the V8 heap. On a 30 s attach (5 or so
+/// mark-compacts in the steady window) the figure each one leaves scatters by up to ~300 KB
+/// around the line: measured 112.8 and, on a loaded machine, 100.2 KB/s (−11 %); 45 s gives the
+/// steady window twice the span.
 #[test]
 fn node_leak_judged_on_what_each_mark_compact_left() {
     require_root();
     let arrays = 14;
     let target = node_target("leak", arrays, 4000, 8);
-    let (r, ctx, _out) = attach("managed-node-leak", &target, "30s");
+    let (r, ctx, _out) = attach("managed-node-leak", &target, "45s");
     assert_eq!(r.json["target"]["runtime"], "node", "{ctx}");
     let m = managed(&r);
     assert_eq!(m["source"], "gc-marked", "{ctx}");
     let n = m["collections"]["in_span"].as_u64().unwrap_or(0);
-    assert!(n >= 2, "{n} mark-compacts in 30 s\n{ctx}");
+    assert!(n >= 2, "{n} mark-compacts in 45 s\n{ctx}");
     assert_eq!(m["grows"], true, "the V8 heap grows after every mark-compact\n{ctx}");
     let truth = f64::from(arrays) * V8_ARRAY_BYTES;
     assert_within("V8 heap growth after mark-compacts (B/s)", f64_of(m, "growth_bytes_per_s"), truth, 0.10, &ctx);

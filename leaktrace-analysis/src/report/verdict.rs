@@ -33,12 +33,25 @@ pub fn sentence(a: &Analysis) -> String {
         (Some(KindReason::ManagedUnknown), Some(rt)) => {
             let heap = heap_name(rt);
             match a.kinds.iter().find_map(|g| g.collections.as_ref().filter(|_| g.kind == MemoryKind::Managed)) {
-                Some(c) => format!(
-                    "{} (the {heap} is judged on what each collection leaves; what it gains between them may be \
-                     garbage); by kind: {}",
-                    crate::analyze::managed::unknown_phrase(c, Some(rt)),
-                    kind_states(a, rt)
-                ),
+                Some(c) => {
+                    // A runtime warming up (its JIT's native sites growing) is said too: not a
+                    // leak there, though its heap cannot be judged yet.
+                    let warm = match a.verdict.reason {
+                        Reason::WarmUp { .. } => {
+                            format!(
+                                "; {}",
+                                reason(a).trim_start_matches("no leak: ").trim_start_matches("no leak").trim()
+                            )
+                        }
+                        _ => String::new(),
+                    };
+                    format!(
+                        "{} (the {heap} is judged on what each collection leaves; what it gains between them may be \
+                         garbage){warm}; by kind: {}",
+                        crate::analyze::managed::unknown_phrase(c, Some(rt)),
+                        kind_states(a, rt)
+                    )
+                }
                 None => reason(a),
             }
         }
