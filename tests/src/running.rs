@@ -31,6 +31,19 @@ pub struct Output {
 }
 
 impl Output {
+    /// The (figure, figure) pairs of the stdout lines `WORD A B` a fixture prints to tell its
+    /// progress (e.g. "uploads 12.0 36000"), in order; other lines skipped.
+    pub fn progress(&self, word: &str) -> Vec<(f64, f64)> {
+        self.stdout
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == word).then_some(())?;
+                Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }

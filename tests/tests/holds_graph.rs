@@ -48,15 +48,7 @@ fn python_dict_of_extension_objects_retains_their_native_buffers() {
     let o = run(cmd, None, TIMEOUT);
     o.assert_success();
     assert_no_panic(&o);
-    let progress: Vec<(f64, f64)> = o
-        .stdout
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next()? == "uploads").then_some(())?;
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect();
+    let progress = o.progress("uploads");
     let r = Report::load(&out.path);
     let md = std::fs::read_to_string(out.path.join("report.md")).unwrap_or_default();
     let ctx = format!("report {}:\n{}\npython_heap: {:#}", out.path.display(), r.summary(), r.get(&["python_heap"]));

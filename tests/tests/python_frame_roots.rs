@@ -25,18 +25,6 @@ use leaktrace_tests::*;
 
 const PYENV: &str = "/root/.pyenv/versions";
 
-/// The fixture's progress lines `word N T` as (N, T).
-fn progress(stdout: &str, word: &str) -> Vec<(f64, f64)> {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next()? == word).then_some(())?;
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 /// N at wall-clock time `t` (s), interpolated between the progress lines around it (or
 /// extrapolated at their pace from the last one, for the census at the end, at most 2 s after
 /// it: a line is printed every second). None before the first line ("N 0" at the start).
@@ -85,7 +73,7 @@ fn frame_roots(name: &str, interp: &Path, pymalloc: bool) {
         serde_json::from_str(&std::fs::read_to_string(out.path.join("recording.json")).expect("recording.json"))
             .expect("json");
     let censuses = rec["python_heap"].as_array().cloned().unwrap_or_default();
-    let (jobs_p, calls_p) = (progress(&o.stdout, "jobs"), progress(&o.stdout, "calls"));
+    let (jobs_p, calls_p) = (o.progress("jobs"), o.progress("calls"));
     let at = |c: &Value| f64_of(c, "unix_ms") / 1e3;
     let last = censuses.last().unwrap_or_else(|| panic!("no census\n{ctx}"));
     let jobs = made_by(&jobs_p, at(last), &ctx).unwrap_or_else(|| panic!("the worker had not started\n{ctx}"));

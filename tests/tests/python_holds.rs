@@ -55,15 +55,7 @@ fn record_heap_with(
     let o = run(cmd, None, TIMEOUT);
     o.assert_success();
     assert_no_panic(&o);
-    let progress: Vec<(f64, f64)> = o
-        .stdout
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next()? == word).then_some(())?;
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect();
+    let progress = o.progress(word);
     let censuses = o.stderr.lines().filter(|l| l.contains("Python heap of PID")).count();
     assert_eq!(censuses, 2, "one census at the first checkpoint, one at the end\n{}", o.describe());
     (Report::load(&out.path), progress, out)

@@ -156,13 +156,7 @@ fn step_type(w: &mut Walk<'_>, i: u32) -> String {
 
 /// The example path of node `i`, root first.
 fn example(w: &mut Walk<'_>, i: u32, kind: HolderKind) -> Vec<PathStep> {
-    let mut chain = vec![i];
-    let mut cur = i;
-    while w.nodes[cur as usize].parent != walk::NONE && chain.len() < 4096 {
-        cur = w.nodes[cur as usize].parent;
-        chain.push(cur);
-    }
-    chain.reverse();
+    let mut chain = w.chain_to(i);
     if chain.len() > MAX_STEPS {
         let tail = chain.split_off(chain.len() - (MAX_STEPS - 8));
         chain.truncate(7);

@@ -20,13 +20,7 @@ const PYTHON: u8 = 1;
 /// edge from the root that is a key, an index or a member (`__main__.PENDING` for
 /// `__main__.PENDING['job-1']`); `i`'s root when there is none.
 fn container(w: &Walk<'_>, i: u32) -> u32 {
-    let mut chain = vec![i];
-    let mut cur = i;
-    while w.nodes[cur as usize].parent != walk::NONE && chain.len() < 4096 {
-        cur = w.nodes[cur as usize].parent;
-        chain.push(cur);
-    }
-    chain.reverse();
+    let chain = w.chain_to(i);
     for pair in chain.windows(2) {
         let l = w.nodes[pair[1] as usize].label;
         if matches!(l, Label::Key(_) | Label::Index(_) | Label::Any | Label::SetItem | Label::KeyObj) {

@@ -90,7 +90,23 @@ pub struct Walk<'m> {
 /// Longest fixed part of an object read for references (a `tp_basicsize` is the target's word).
 const MAX_FIELDS: u64 = 64 << 10;
 
+/// Longest chain of parents followed up from a node ([`Walk::chain_to`]).
+const MAX_CHAIN: usize = 4096;
+
 impl<'m> Walk<'m> {
+    /// Node `i`'s chain of parents (the walk's first path to it), root first, at most
+    /// [`MAX_CHAIN`] nodes (the root's end cut when longer).
+    pub fn chain_to(&self, i: u32) -> Vec<u32> {
+        let mut chain = vec![i];
+        let mut cur = i;
+        while self.nodes[cur as usize].parent != NONE && chain.len() < MAX_CHAIN {
+            cur = self.nodes[cur as usize].parent;
+            chain.push(cur);
+        }
+        chain.reverse();
+        chain
+    }
+
     pub fn new(mem: &'m mut Mem, l: HeapLayout, deadline: Instant, max_objects: usize) -> Walk<'m> {
         Walk {
             mem,
