@@ -112,6 +112,12 @@ pub struct StackSymbolizer {
     frames_cache: HashMap<(u64, bool), Vec<Arc<Frame>>>,
     /// The runtime's perf map (JIT code names), once read.
     perf_map: PerfMap,
+    /// JIT frames named from a perf map written before they were seen, by address, with when
+    /// they were seen. A snapshot map (the JVM's `Compiler.perfmap`) names what was at an
+    /// address when it was written: code compiled since into freed space (a C1 compiler
+    /// thread's "C1 temporary CodeBuffer", freed with its thread) takes the old blob's name. Such
+    /// a name is provisional: the first map written after the frame was seen names it again.
+    provisional_jit: HashMap<u64, std::time::SystemTime>,
     /// Every distinct frame the recording's stacks hold, once ([`StackSymbolizer::intern`]):
     /// stacks keep `Arc`s into it, so their memory grows with distinct frames, not with
     /// stacks × depth (17,000 Python stacks of ~100 frames share a few thousand frames).
@@ -198,6 +204,7 @@ impl StackSymbolizer {
             last_exec: Vec::new(),
             frames_cache: HashMap::new(),
             perf_map: PerfMap::default(),
+            provisional_jit: HashMap::new(),
             pool: Default::default(),
         };
         s.refresh();
@@ -339,7 +346,12 @@ impl StackSymbolizer {
                     return frames;
                 }
                 let function = if have_map && jit.contains(&i) {
-                    self.perf_map.lookup(jit_addr(ips, i)).map(str::to_string)
+                    let name = self.perf_map.lookup(jit_addr(ips, i)).map(str::to_string);
+                    let now = std::time::SystemTime::now();
+                    if name.is_some() && self.perf_map.read_mtime.is_none_or(|m| m < now) {
+                        self.provisional_jit.entry(ip).or_insert(now);
+                    }
+                    name
                 } else {
                     None
                 };
@@ -446,23 +458,39 @@ impl StackSymbolizer {
     /// Name the JIT frames of `stacks` that are still unnamed (no object, no function) from the
     /// runtime's perf map as it is now (re-read if it changed): a map written after a stack was
     /// first symbolized (`jcmd PID Compiler.perfmap`, or a function Node compiled later) names
-    /// it. A return address is looked up one byte back, as in [`StackSymbolizer::symbolize`].
-    /// Returns how many frames were named (0 without a map).
+    /// it. A frame named from a map older than the frame ([`StackSymbolizer::is_provisional`])
+    /// is named again from a map written after it was seen, which keeps the old name only when
+    /// it has no entry there. A return address is looked up one byte back, as in
+    /// [`StackSymbolizer::symbolize`]. Returns how many frames were named or renamed (0 without
+    /// a map).
     pub fn name_jit_frames(&mut self, stacks: &mut [leaktrace_analysis::recording::Stack]) -> usize {
         let unnamed = |f: &Frame| f.object.is_none() && f.function.is_none();
-        if !stacks.iter().any(|s| s.frames.iter().any(|f| unnamed(f)))
+        let pending = |f: &Frame| unnamed(f) || self.is_provisional(f);
+        if !stacks.iter().any(|s| s.frames.iter().any(|f| pending(f)))
             || !self.perf_map.refresh(self.pid, self.ns_pid())
         {
             return 0;
         }
+        let map_mtime = self.perf_map.read_mtime;
         let mut named = 0;
         for s in stacks {
             for (i, f) in s.frames.iter_mut().enumerate() {
-                if !unnamed(f) {
+                let renaming = !unnamed(f) && self.is_provisional(f);
+                if !unnamed(f) && !renaming {
                     continue;
                 }
+                if renaming {
+                    // Settled only by a map written after the frame was seen.
+                    let seen = self.provisional_jit[&f.addr];
+                    if map_mtime.is_none_or(|m| m < seen) {
+                        continue;
+                    }
+                    self.provisional_jit.remove(&f.addr);
+                }
                 let at = if i == 0 { f.addr } else { f.addr.saturating_sub(1) };
-                if let Some(name) = self.perf_map.lookup(at) {
+                if let Some(name) = self.perf_map.lookup(at)
+                    && f.function.as_deref() != Some(name)
+                {
                     let named_frame = Frame { function: Some(name.to_string()), ..(**f).clone() };
                     *f = self.intern(named_frame);
                     named += 1;
@@ -470,6 +498,13 @@ impl StackSymbolizer {
             }
         }
         named
+    }
+
+    /// Whether `f` is a JIT frame named from a perf map written before the frame was seen, not
+    /// named again since (see [`StackSymbolizer::name_jit_frames`]): a runtime that writes its
+    /// map on demand should write it again.
+    pub fn is_provisional(&self, f: &Frame) -> bool {
+        f.object.is_none() && f.function.is_some() && self.provisional_jit.contains_key(&f.addr)
     }
 
     /// Whether the runtime's perf map (`/tmp/perf-PID.map` in the target's root) exists.
@@ -581,6 +616,41 @@ mod tests {
         s.last_maps.clear();
         s.refresh();
         assert_eq!(s.frames_cache.len(), 2);
+    }
+
+    /// A JVM-style snapshot map written before the code ran names the blob that was at the
+    /// address then; the frame is provisional, and the first map written after it was seen
+    /// names it again (this process plays the JVM: its own /tmp/perf-PID.map, an address it
+    /// has not mapped).
+    #[test]
+    fn a_name_from_a_map_older_than_the_frame_is_replaced_by_the_next_map() {
+        use leaktrace_analysis::recording::{Stack, StackKind};
+        let pid = std::process::id();
+        let path = format!("/tmp/perf-{pid}.map");
+        let jit = 0x7e57_0000_0000u64;
+        let write = |name: &str, mtime: std::time::SystemTime| {
+            std::fs::write(&path, format!("{jit:#x} 0x1000 {name}\n")).unwrap();
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+        };
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        write("C1 temporary CodeBuffer", hour_ago);
+        let mut s = StackSymbolizer::new(pid);
+        let frames = s.symbolize(&[jit + 0x10, jit + 0x40]);
+        let stale = frames.iter().find(|f| f.addr == jit + 0x40).unwrap().clone();
+        assert_eq!(stale.function.as_deref(), Some("C1 temporary CodeBuffer"));
+        assert!(s.is_provisional(&stale));
+        let mut stacks =
+            vec![Stack { id: 1, kind: StackKind::Malloc, frames, lost: false, truncated: None, shared: false }];
+        // The same map again names nothing anew.
+        assert_eq!(s.name_jit_frames(&mut stacks), 0);
+        write("void Ledger.appendRecord(long)", std::time::SystemTime::now() + std::time::Duration::from_secs(1));
+        let renamed = s.name_jit_frames(&mut stacks);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(renamed, 2);
+        for f in &stacks[0].frames {
+            assert_eq!(f.function.as_deref(), Some("void Ledger.appendRecord(long)"));
+            assert!(!s.is_provisional(f));
+        }
     }
 
     #[test]

@@ -381,12 +381,13 @@ impl RuntimeInstance for JvmInstance {
     }
 
     /// `--jvm-perf-map`, at every poll: ask for a perf map when stacks with unnamed JIT frames
-    /// appeared since the last look, collect the jcmd command that ended (a new perf map names
+    /// (or frames named from a map older than they are) appeared since the last look, collect the jcmd command that ended (a new perf map names
     /// the stacks' JIT frames), start the next one due. Never blocks.
     fn tick(&mut self, p: Process<'_>) {
         let Some(j) = self.jcmd.as_mut() else { return };
         if p.stacks.len() > self.jit_scanned {
-            if p.stacks[self.jit_scanned..].iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f))) {
+            let stale = |f: &leaktrace_analysis::recording::Frame| unnamed_jit(f) || p.symbolizer.is_provisional(f);
+            if p.stacks[self.jit_scanned..].iter().any(|s| s.frames.iter().skip(1).any(|f| stale(f))) {
                 j.want_perf_map();
             }
             self.jit_scanned = p.stacks.len();
@@ -400,7 +401,8 @@ impl RuntimeInstance for JvmInstance {
     /// Compiler.perfmap`, waited for (at most [`jcmd::TIMEOUT`] per command). Then unnamed JIT
     /// frames are named from the perf map as it is now, and a note says how many.
     fn finish(&mut self, mut p: Process<'_>, running: bool) {
-        let unnamed = p.stacks.iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f)));
+        let unnamed =
+            p.stacks.iter().any(|s| s.frames.iter().skip(1).any(|f| unnamed_jit(f) || p.symbolizer.is_provisional(f)));
         // A jcmd that never succeeded (no attach) is not waited for again.
         if unnamed
             && (self.jcmd_failure.is_none() || self.perf_maps_written > 0)
