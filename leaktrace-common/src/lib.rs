@@ -443,10 +443,11 @@ pub mod walk_end {
     /// The stack memory at the computed CFA could not be read.
     pub const READ_FAULT: u32 = 4;
     /// The next frame's mapping could not be looked up: `bpf_find_vma` found the address space
-    /// busy. In the page-fault tracepoint (growth mode) interrupts are off, and the kernel can
-    /// then look up one mapping per CPU until they are on again; the walk there keeps the
-    /// mappings it looked up in a per-CPU cache, so this ends only walks that reach a mapping
-    /// not seen before on that CPU after looking one up already.
+    /// busy (its lock taken for writing, as uprobe registration by any tracer does for every
+    /// process mapping the library; or, in the page-fault tracepoint where interrupts are off,
+    /// the CPU's one deferred unlock still pending), and no rule for that pc was cached on the
+    /// CPU. Both walks keep the mappings they looked up in a per-CPU cache, so this ends only
+    /// walks that reach a mapping not seen before on that CPU.
     pub const VMA_BUSY: u32 = 5;
 }
 

@@ -294,13 +294,16 @@ extern "C" fn step<const FAULT: bool>(index: u64, _ctx: *mut core::ffi::c_void) 
             // No rule: the frame-pointer chain, when %rbp looks like a frame of this stack.
             let fp = w.fp;
             w.fp_used |= w.fp_reg;
-            if fp == 0 && index > 0 {
+            let busy = row.kind == unwind::BUSY;
+            if fp == 0 && index > 0 && !busy {
                 // The ABI's mark of the outermost frame (_start clears %rbp): hand-written entry
-                // code without CFI (ld.so's _start, _dl_start_user) ends here.
+                // code without CFI (ld.so's _start, _dl_start_user) ends here. Not when the
+                // mapping could not be looked at: code built without frame pointers uses %rbp
+                // as it likes.
                 w.end = walk_end::COMPLETE;
                 return 1;
             }
-            let why = if FAULT && row.kind == unwind::BUSY { walk_end::VMA_BUSY } else { walk_end::NO_UNWIND_INFO };
+            let why = if busy { walk_end::VMA_BUSY } else { walk_end::NO_UNWIND_INFO };
             if fp < w.sp || fp - w.sp > MAX_FRAME_BYTES || fp & 7 != 0 {
                 w.end = why;
                 return 1;

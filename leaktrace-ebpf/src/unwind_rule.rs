@@ -100,10 +100,24 @@ fn rule<const FAULT: bool>(tgid: u32, pc: u64, generation: u64) -> UnwindRow {
             return c.row;
         }
     }
-    let found = if FAULT { lookup_cached(tgid, pc, generation) } else { lookup(pc) };
-    let Some(row) = found else {
-        // The VMA could not be looked at now (its lock was busy): no rule, not cached.
-        return if FAULT { UnwindRow { kind: unwind::BUSY, ..UnwindRow::default() } } else { UnwindRow::default() };
+    // Both walks go through the mapping cache: `bpf_find_vma` only try-locks the address space,
+    // and another tracer attaching a uprobe to a library the process maps holds its lock for
+    // writing (uprobe registration), so a lookup in a malloc probe fails while tests or agents
+    // attach beside it. Taken for no rule, that made the frame-pointer chain go on from a
+    // general-purpose %rbp (0: a false outermost frame).
+    let _ = FAULT;
+    let Some(row) = lookup_cached(tgid, pc, generation) else {
+        // The VMA could not be looked at now (its lock was busy): this pc's rule from an
+        // older generation of the tables, when this CPU cached one (a pc keeps its rule while
+        // its object stays mapped); else BUSY, not cached.
+        if let Some(c) = cached {
+            // SAFETY: as above.
+            let c = unsafe { &*c };
+            if c.pc == pc && c.tgid == tgid {
+                return c.row;
+            }
+        }
+        return UnwindRow { kind: unwind::BUSY, ..UnwindRow::default() };
     };
     if let Some(c) = cached {
         // SAFETY: the same map value, written whole.
@@ -196,27 +210,7 @@ fn vma_table(pc: u64) -> Result<(VmaInfo, ObjectTable), Option<UnwindRow>> {
     Ok((info, table))
 }
 
-/// Find the row for `pc` in the current task's address space: its VMA, the VMA's object, the
-/// object's rows. None when the VMA could not be looked at (busy); a default (no-rule) row when
-/// there is no VMA, no file, no table or no row.
-#[inline(always)]
-fn lookup(pc: u64) -> Option<UnwindRow> {
-    if offset(kernel_offset::VM_FILE) == 0 {
-        return Some(UnwindRow::default());
-    }
-    let (info, table) = match vma_table(pc) {
-        Ok(found) => found,
-        Err(row) => return row,
-    };
-    let file_offset = pc - info.start + (info.pgoff << PAGE_SHIFT);
-    let vaddr = (file_offset as i64 + table.vaddr_minus_offset) as u64;
-    if vaddr > u32::MAX as u64 {
-        return Some(UnwindRow::default());
-    }
-    Some(search(table.first_row, table.rows, vaddr as u32))
-}
-
-/// A mapping the page-fault walk looked up: its range and where its object's rows are.
+/// A mapping a walk looked up: its range and where its object's rows are.
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct CachedVma {
@@ -232,15 +226,15 @@ struct CachedVma {
 
 const VMA_CACHE_SLOTS: u32 = 256;
 
-/// Per-CPU direct-mapped cache of mappings by (tgid, pc / 1 MiB), for the page-fault walk
-/// ([`walk`]'s `FAULT`). Entries are as stale as the rule cache's: checked by tgid, generation
-/// and range.
+/// Per-CPU direct-mapped cache of mappings by (tgid, pc / 1 MiB), for both walks. Entries are
+/// as stale as the rule cache's: checked by tgid, generation and range.
 #[map]
 static VMA_CACHE: PerCpuArray<CachedVma> = PerCpuArray::with_max_entries(VMA_CACHE_SLOTS, 0);
 
-/// [`lookup`] through `VMA_CACHE`: the mapping of `pc` from the cache, else from
-/// `bpf_find_vma` (then cached). Only file mappings with a table are cached; the rest is looked
-/// up as [`lookup`] does.
+/// Find the row for `pc` in the current task's address space: its mapping from `VMA_CACHE`,
+/// else from `bpf_find_vma` (then cached), the mapping's object, the object's rows. None when
+/// the mapping could not be looked at (busy); a default (no-rule) row when there is no VMA, no
+/// file, no table or no row. Only file mappings with a table are cached.
 #[inline(always)]
 fn lookup_cached(tgid: u32, pc: u64, generation: u64) -> Option<UnwindRow> {
     if offset(kernel_offset::VM_FILE) == 0 {
