@@ -130,7 +130,12 @@ fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
     });
     let mut cmd = Command::new("java");
     cmd.args(["-Xms32m", "-Xmx128m", "-XX:MaxDirectMemorySize=96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-        .arg("-XX:+PreserveFramePointer")
+        // frame() stays a method of its own, should main's loop be compiled on stack replacement.
+        .args([
+            "-XX:+PreserveFramePointer",
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=dontinline,DirectHolds::frame",
+        ])
         .arg("-cp")
         .arg(dir)
         .arg("DirectHolds")
