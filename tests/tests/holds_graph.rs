@@ -117,8 +117,10 @@ const LEAK_COUNT: f64 = 700.0;
 /// three temporaries a frame. With `--heap-dump` (a first dump once the first class histogram is
 /// taken, the last at the end) each dump's direct buffers are matched by `Buffer.address` to the
 /// traced malloc'd blocks: `DirectHolds.LEAKED` retains the 700 buffers' off-heap bytes (within
-/// 15 %) and grew between the dumps (a leak); `CACHE` retains its 200 and is not a leak; no
-/// other holder is a leak.
+/// 15 %) and grew between the dumps (a leak), allocated by the fixture's `DirectHolds.frame`
+/// (-XX:+PreserveFramePointer and `--jvm-perf-map` name the JIT frames; libjvm's allocator and
+/// the JDK's classes are skipped); `CACHE` retains its 200 and is not a leak; no other holder is
+/// a leak.
 #[test]
 fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
     require_root();
@@ -128,12 +130,18 @@ fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
     });
     let mut cmd = Command::new("java");
     cmd.args(["-Xms32m", "-Xmx128m", "-XX:MaxDirectMemorySize=96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        // frame() stays a method of its own, should main's loop be compiled on stack replacement.
+        .args([
+            "-XX:+PreserveFramePointer",
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=dontinline,DirectHolds::frame",
+        ])
         .arg("-cp")
         .arg(dir)
         .arg("DirectHolds")
         .args(["100", &format!("{FRAME}"), &format!("{LEAK_COUNT}")]);
     let out = OutDir::new("holds-graph-jvm");
-    let o = record_launch(&out, &["--heap-dump", "--duration", "14s"], cmd);
+    let o = record_launch(&out, &["--heap-dump", "--jvm-perf-map", "--duration", "14s"], cmd);
     o.assert_success();
     assert_no_panic(&o);
     let r = Report::load(&out.path);
@@ -174,4 +182,11 @@ fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
     assert!(md.contains("`DirectHolds.LEAKED` retains") && md.contains("a leak"), "{md}");
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
     assert!(holder.starts_with("`DirectHolds.LEAKED` retains +"), "verdict.holder: {holder}\n{ctx}");
+    leaktrace_tests::runtimes::remove_perf_map(&r);
+    // Allocated by the fixture's own method (JIT code named from the perf map), not by
+    // libjvm's os::malloc nor the JDK's DirectByteBuffer; its caller, main, may be interpreted.
+    let by = leaked["allocated_by"].as_str().unwrap_or("");
+    assert!(by.starts_with("DirectHolds.frame(int, long)"), "allocated_by: {by}\n{ctx}");
+    assert!(by == "DirectHolds.frame(int, long)" || by.ends_with("← DirectHolds.main(java.lang.String[])"), "{by}");
+    assert!(md.contains("allocated by `DirectHolds.frame(int, long)"), "{md}");
 }

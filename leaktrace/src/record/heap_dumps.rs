@@ -23,7 +23,12 @@ fn with_natives(tracer: &Tracer, t: &mut Traced, f: impl FnOnce(&mut crate::hold
     };
     let mut stack_of = |key| {
         let id = t.stack_for(tracer, key);
-        (id, t.stacks.get(id as usize).map(super::pyheap::allocated_by))
+        // The program's Java method that allocated (JIT frames named from the perf map), else
+        // the native culprit.
+        let by = |s: &leaktrace_analysis::recording::Stack| {
+            leaktrace_analysis::runtimes::jvm::java_allocated_by(s).unwrap_or_else(|| super::pyheap::allocated_by(s))
+        };
+        (id, t.stacks.get(id as usize).map(by))
     };
     f(&mut census, &mut Natives { blocks: &blocks, stack_of: &mut stack_of });
     t.census = census;

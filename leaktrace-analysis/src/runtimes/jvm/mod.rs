@@ -106,6 +106,28 @@ pub fn is_user_java_frame(f: &Frame) -> bool {
         && !JDK_PACKAGES.iter().any(|p| class.starts_with(p))
 }
 
+/// A perf-map method name without its return type: `DirectHolds.frame(int, long)` for
+/// `java.nio.ByteBuffer DirectHolds.frame(int, long)`.
+fn java_method(f: &Frame) -> &str {
+    let n = function(f);
+    n.split_once(' ').filter(|(_, m)| m.contains('(')).map_or(n, |(_, m)| m)
+}
+
+/// Who allocated an off-heap block, in Java: the first of the program's Java methods on the
+/// stack (JIT code named from the perf map), past libjvm's allocator frames and the JDK's own
+/// classes (`Unsafe.allocateMemory`, `DirectByteBuffer.<init>`, `Bits.reserveMemory`,
+/// `ByteBuffer.allocateDirect`), with its caller when that is the program's Java too:
+/// `DirectHolds.frame(int, long) ← DirectHolds.main(java.lang.String[])`. None when no Java
+/// method of the program is named (no perf map, or only interpreted frames).
+pub fn java_allocated_by(stack: &Stack) -> Option<String> {
+    let i = stack.frames.iter().position(|f| is_user_java_frame(f))?;
+    let by = java_method(&stack.frames[i]);
+    Some(match stack.frames.get(i + 1).filter(|f| is_user_java_frame(f)) {
+        Some(caller) => format!("{by} ← {}", java_method(caller)),
+        None => by.to_string(),
+    })
+}
+
 /// A better name than the innermost frame for a site of `kind` (e.g. the Unsafe entry point
 /// rather than os::malloc; the program's Java method that called Unsafe, when the stack has it).
 pub fn site_label(kind: MemoryKind, stack: &Stack) -> Option<String> {
@@ -338,11 +360,47 @@ mod tests {
         s.frames.push(jit("long jdk.internal.misc.Unsafe.allocateMemory0(long)").into());
         s.frames.push(jit("void Ledger.appendRecord(long)").into());
         s.frames.push(jit("Interpreter").into());
+        assert_eq!(java_allocated_by(&s).as_deref(), Some("Ledger.appendRecord(long)"));
         assert_eq!(classify(&s), Some(MemoryKind::OffHeap));
         assert_eq!(crate::analyze::culprit(&s), (Some(5), "void Ledger.appendRecord(long)".to_string()));
         assert_eq!(
             site_label(MemoryKind::OffHeap, &s).as_deref(),
             Some("void Ledger.appendRecord(long) (Unsafe.allocateMemory)")
         );
+    }
+
+    /// A direct buffer allocated by the program's method through the JDK's classes (the
+    /// ByteBuffer.allocateDirect frame inlined, as C1 does): named after the program's method
+    /// and its Java caller, past libjvm and the JDK; no program method named: None.
+    #[test]
+    fn direct_buffers_are_allocated_by_the_programs_java_method() {
+        let mut s = st(
+            "malloc",
+            &[
+                ("__GI___libc_malloc", LIBC),
+                ("os::malloc(unsigned long, MEMFLAGS)", JVM),
+                ("Unsafe_AllocateMemory0", JVM),
+            ],
+        );
+        for n in [
+            "long jdk.internal.misc.Unsafe.allocateMemory0(long)",
+            "Interpreter",
+            "void java.nio.DirectByteBuffer.<init>(int)",
+            "java.nio.ByteBuffer DirectHolds.frame(int, long)",
+        ] {
+            s.frames.push(jit(n).into());
+        }
+        let jdk_only = s.clone();
+        s.frames.push(jit("void DirectHolds.main(java.lang.String[])").into());
+        assert_eq!(
+            java_allocated_by(&s).as_deref(),
+            Some("DirectHolds.frame(int, long) ← DirectHolds.main(java.lang.String[])")
+        );
+        let mut interpreted_main = jdk_only.clone();
+        interpreted_main.frames.push(jit("Interpreter").into());
+        assert_eq!(java_allocated_by(&interpreted_main).as_deref(), Some("DirectHolds.frame(int, long)"));
+        let mut no_program = jdk_only;
+        no_program.frames.pop();
+        assert_eq!(java_allocated_by(&no_program), None);
     }
 }
