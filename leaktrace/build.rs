@@ -25,7 +25,34 @@ fn main() -> anyhow::Result<()> {
         root_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/../leaktrace-ebpf"),
         ..Default::default()
     };
+    share_ebpf_target_dir()?;
     aya_build::build_ebpf([ebpf], Toolchain::Nightly).context("building the eBPF object")
+}
+
+/// One cargo target directory for the eBPF object's build, shared by every profile and tool.
+///
+/// aya-build builds the object in `OUT_DIR/aya-build/target/leaktrace-ebpf`, and each build of
+/// this script has its own OUT_DIR: `cargo clippy` (whose wrapper gives leaktrace's build script
+/// its own hash) and `cargo build --release` each built the same object from nothing (core for
+/// bpfel included: minutes on 2 cores). The object's build is the same command whichever
+/// profile runs this script (aya-build always passes `--release`, its own target and flags),
+/// so that directory is made a link to `<cargo's target directory>/ebpf-build`, where the
+/// second build finds the first's artifacts fresh (cargo locks the directory while one builds).
+/// The target directory is the nearest ancestor of OUT_DIR holding cargo's `CACHEDIR.TAG`; when
+/// none is found, or the directory already exists (an OUT_DIR from before), nothing changes.
+fn share_ebpf_target_dir() -> anyhow::Result<()> {
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR not set")?);
+    let Some(target) = out.ancestors().skip(1).find(|d| d.join("CACHEDIR.TAG").is_file()) else { return Ok(()) };
+    let link = out.join("aya-build/target/leaktrace-ebpf");
+    if link.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    let shared = target.join("ebpf-build");
+    std::fs::create_dir_all(&shared).with_context(|| format!("creating {}", shared.display()))?;
+    let parent = link.parent().context("the eBPF target directory has a parent")?;
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    std::os::unix::fs::symlink(&shared, &link)
+        .with_context(|| format!("linking {} to {}", link.display(), shared.display()))
 }
 
 fn which_bpf_linker() -> Option<std::path::PathBuf> {

@@ -110,20 +110,22 @@ pub struct ObjectMapping {
 
 /// Defines a string-valued enum of the recording: serde names, [`as_str`](Self::as_str) and
 /// `Display` give the same lowercase names, so recording.json and the reports keep their text.
+/// A variant written `@cfg(PREDICATE) Name = "name"` exists only where the predicate holds (the
+/// toy runtime of the unit tests: `@cfg(test)`).
 macro_rules! named_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $(@cfg($c:meta))? $v:ident = $s:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         pub enum $name {
-            $($(#[$vm])* #[serde(rename = $s)] $v),+
+            $($(#[$vm])* $(#[cfg($c)])? #[serde(rename = $s)] $v),+
         }
         impl $name {
             /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$v),+];
+            pub const ALL: &'static [$name] = &[$($(#[cfg($c)])? $name::$v),+];
 
             /// The name in recording.json and the reports.
             pub fn as_str(self) -> &'static str {
-                match self { $($name::$v => $s),+ }
+                match self { $($(#[cfg($c)])? $name::$v => $s),+ }
             }
         }
         impl std::fmt::Display for $name {
@@ -176,6 +178,8 @@ named_enum! {
         Go = "go",
         /// Node.js (V8).
         Node = "node",
+        /// A toy runtime of the unit tests (runtimes/toy/): what adding a runtime takes.
+        @cfg(test) Toy = "toy",
     }
 }
 

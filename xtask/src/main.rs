@@ -47,10 +47,11 @@ enum Cmd {
     /// Install what building and testing needs (nightly rust-src, LLVM 22, bpf-linker, gcc/g++),
     /// skipping what is present.
     Setup,
-    /// setup, then `cargo build --release -p leaktrace`.
+    /// setup, then the release build of leaktrace's binary (with the workspace's features, as
+    /// `test` builds it).
     Build,
-    /// setup, release build, then the unit tests and the end-to-end tests (real eBPF: needs root)
-    /// from one pool of N jobs (xtask/src/suite.rs; docs/benchmarks.md). Arguments: FILTER...
+    /// setup, one release build of leaktrace and every test binary, then the unit tests and the
+    /// end-to-end tests (real eBPF: needs root) from one pool of N jobs (xtask/src/suite.rs; docs/benchmarks.md). Arguments: FILTER...
     /// (a test runs when its `FILE::TEST` name contains one), --exact, --skip PATTERN, --jobs N
     /// (else LEAKTRACE_TEST_JOBS, else 6), --list (print the plan, run nothing).
     Test {
@@ -58,8 +59,8 @@ enum Cmd {
         args: Vec<OsString>,
     },
     /// setup, then the gates CI runs before the tests: `cargo fmt --check` and `cargo clippy
-    /// --all-targets -- -D warnings` on the userspace crates (not leaktrace-ebpf, built only for
-    /// bpf).
+    /// --release --all-targets -- -D warnings` on the userspace crates (not leaktrace-ebpf, built
+    /// only for bpf).
     Lint,
     /// setup, release build, then run `leaktrace demo` with the extra arguments (needs root).
     Demo {
@@ -537,8 +538,12 @@ fn release_binary() -> PathBuf {
     target.join("release/leaktrace")
 }
 
+/// `cargo build --release` of leaktrace's binary, with the features the whole workspace resolves
+/// (`--workspace --exclude leaktrace-ebpf --bin leaktrace`), not leaktrace's alone (`-p
+/// leaktrace`): every crate it compiles is then the very one `cargo xtask test`'s build uses
+/// ([`suite::build_test_binaries`]), so a build before a test compiles nothing twice.
 fn build() -> Result<()> {
-    run(cargo().args(["build", "--release", "-p", "leaktrace"]))?;
+    run(cargo().args(["build", "--release", "--workspace", "--exclude", "leaktrace-ebpf", "--bin", "leaktrace"]))?;
     eprintln!("xtask: built {}", release_binary().display());
     Ok(())
 }
@@ -556,7 +561,7 @@ fn test(raw: &[OsString]) -> Result<bool> {
         );
     }
     setup()?;
-    build()?;
+    // suite::run builds leaktrace's binary and every test binary in one cargo command.
     suite::run(&args, &release_binary())
 }
 
@@ -564,13 +569,18 @@ fn test(raw: &[OsString]) -> Result<bool> {
 const USERSPACE_CRATES: &[&str] = &["leaktrace", "leaktrace-analysis", "leaktrace-common", "xtask", "leaktrace-tests"];
 
 /// `cargo fmt --check` on [`USERSPACE_CRATES`] and the kernel side (leaktrace-ebpf), and
-/// `cargo clippy --all-targets -- -D warnings` on [`USERSPACE_CRATES`] (clippy does not build for
-/// the bpf target); an error naming the gate that failed.
+/// `cargo clippy --release --all-targets -- -D warnings` on [`USERSPACE_CRATES`] (clippy does not
+/// build for the bpf target); an error naming the gate that failed.
+///
+/// Clippy runs with the release profile, the tests' profile: the build scripts and proc-macros
+/// it compiles and runs (and the eBPF object leaktrace's build script builds, in a directory of
+/// the release and check builds alike, leaktrace/build.rs) are the ones `cargo xtask test` then
+/// finds built, not a second set in the dev profile.
 fn lint() -> Result<()> {
     let packages: Vec<&str> = USERSPACE_CRATES.iter().flat_map(|p| ["-p", p]).collect();
     run(cargo().arg("fmt").arg("--check").args(&packages).args(["-p", "leaktrace-ebpf"]))
         .context("`cargo fmt --check` failed: run `cargo fmt` on these packages and commit the result")?;
-    run(cargo().arg("clippy").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
+    run(cargo().arg("clippy").arg("--release").args(&packages).args(["--all-targets", "--", "-D", "warnings"]))
         .context("clippy found warnings (fix them, or allow one with a reason where it is wrong)")?;
     no_import_circles()?;
     no_long_files()?;

@@ -1,5 +1,6 @@
-//! `cargo xtask test`'s runner: every test binary of the workspace built once (`cargo test
-//! --no-run`), then run from one pool, N jobs at a time.
+//! `cargo xtask test`'s runner: leaktrace's binary and every test binary of the workspace built
+//! by one cargo command (`cargo build --release --workspace --exclude leaktrace-ebpf --tests
+//! --examples --bin leaktrace`: one feature resolution, so no crate is compiled twice), then run from one pool, N jobs at a time.
 //!
 //! - A job is one end-to-end test (`BIN --exact NAME --test-threads=1 --nocapture`: its own
 //!   process, its output in its own log) or one unit-test binary (all its tests; libtest's
@@ -184,15 +185,27 @@ impl Binary {
     }
 }
 
-/// Build every test binary of the workspace (release, like the rest); what cargo built.
+/// Build leaktrace's binary (`target/release/leaktrace`) and every test binary of the workspace
+/// in one cargo command; the test binaries cargo built.
+///
+/// One command, not `cargo build -p leaktrace` then `cargo test --workspace --no-run`: cargo
+/// resolves features over the packages of a command, and the workspace's other members turn on
+/// features of serde, serde_json, syn and memchr that leaktrace alone does not, so the two
+/// commands compiled leaktrace, leaktrace-analysis, prost, syn and five more crates twice
+/// (docs/benchmarks.md). `--tests --examples` builds what `cargo test --no-run` built, and
+/// `--bin leaktrace` the agent itself (not xtask's binary: `cargo xtask` runs a debug one).
+/// leaktrace-ebpf is left out: built for the host it is an empty `main` without tests, and its
+/// binary, also named `leaktrace`, would take the agent's place in `target/release` (the eBPF
+/// object is built by leaktrace/build.rs).
 pub(crate) fn build_test_binaries() -> Result<Vec<Binary>> {
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace", "--no-run", "--message-format", "json-render-diagnostics"])
+    cmd.args(["build", "--release", "--workspace", "--exclude", "leaktrace-ebpf"])
+        .args(["--tests", "--examples", "--bin", "leaktrace", "--message-format", "json-render-diagnostics"])
         .stderr(Stdio::inherit());
     eprintln!("xtask: $ {}", show(&cmd));
-    let out = cmd.output().context("cannot run cargo test --no-run")?;
+    let out = cmd.output().context("cannot run cargo build --tests")?;
     if !out.status.success() {
-        bail!("building the tests failed (see above)");
+        bail!("building leaktrace and the tests failed (see above)");
     }
     let mut bins = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {

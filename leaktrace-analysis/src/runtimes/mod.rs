@@ -21,6 +21,8 @@ pub mod go;
 pub mod jvm;
 pub mod node;
 pub mod python;
+#[cfg(test)]
+pub mod toy;
 
 /// What kind of memory a site holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -154,6 +156,8 @@ pub fn rules(runtime: Runtime) -> &'static dyn RuntimeRules {
         Runtime::Jvm => &jvm::Jvm,
         Runtime::Go => &go::Go,
         Runtime::Node => &node::Node,
+        #[cfg(test)]
+        Runtime::Toy => &toy::Toy,
     }
 }
 

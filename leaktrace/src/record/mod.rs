@@ -674,7 +674,7 @@ fn assemble(
             reachability: reach.remove(&t.pid).or_else(|| t.reach_at_exit.take()),
             reachability_scans: std::mem::take(&mut t.reach_scans),
             runtime_holds: t.census.take(),
-            python_heap: std::mem::take(&mut t.py_heap.censuses),
+            python_heap: t.py_heap.take(),
             ..t.recording_head(opts, started_unix_ms)
         };
         // One site per call path: stacks of JIT code compiled again (same frames, new addresses) merged.

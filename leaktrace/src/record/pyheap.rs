@@ -11,6 +11,7 @@ use leaktrace_common::SiteKey;
 use crate::probes::Tracer;
 use crate::runtimes::python::heap::HeapOptions;
 
+use super::session::Tracee as _;
 use super::traced::Traced;
 
 /// Whether the `n`th periodic checkpoint takes a census.
@@ -23,21 +24,19 @@ pub(super) fn due(o: &HeapOptions, n: u64) -> bool {
 /// are matched against the traced blocks (`tracer`'s maps) for the stack that allocated them.
 pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOptions, start: Instant) {
     for t in targets.iter_mut() {
-        if t.session.end_reason.is_some()
-            || !crate::procinfo::alive(t.pid)
+        if t.ended()
+            || !crate::procinfo::alive(t.pid())
             || t.runtime_name() != Some(leaktrace_analysis::recording::Runtime::Python)
         {
             continue;
         }
-        let pid = t.pid;
-        let located = t.py_heap.located.get_or_insert_with(|| crate::runtimes::python::heap::locate(pid));
-        let at = match located {
-            Ok(at) => *at,
+        let pid = t.pid();
+        let at = match t.py_heap_mut().located(|| crate::runtimes::python::heap::locate(pid)) {
+            Ok(at) => at,
             Err(why) => {
-                let why = std::mem::take(why);
                 if !why.is_empty() {
                     crate::note!("leaktrace: PID {pid}: {why}");
-                    t.warnings.push(why);
+                    t.warn(why);
                 }
                 continue;
             }
@@ -58,14 +57,12 @@ pub(super) fn census_all(tracer: &Tracer, targets: &mut [Traced], opts: HeapOpti
                     c.pause_ms,
                     if c.complete { "" } else { " (partial)" }
                 );
-                t.py_heap.censuses.push(c);
+                t.py_heap_mut().push(c);
             }
             Err(e) => {
                 let line = format!("Python heap census failed: {e:#}");
                 crate::note!("leaktrace: PID {pid}: {line}");
-                if !t.warnings.contains(&line) {
-                    t.warnings.push(line);
-                }
+                t.warn_once(line);
             }
         }
     }
@@ -82,8 +79,8 @@ fn name_nowhere(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
     if holders().all(|h| h.sample_addrs.is_empty()) {
         return;
     }
-    let blocks = match (tracer.live_block_maps(), tracer.site_keys(t.pid)) {
-        (Some(maps), Ok(sites)) => crate::reach::blocks::read(maps, t.pid, &sites).unwrap_or_default(),
+    let blocks = match (tracer.live_block_maps(), tracer.site_keys(t.pid())) {
+        (Some(maps), Ok(sites)) => crate::reach::blocks::read(maps, t.pid(), &sites).unwrap_or_default(),
         _ => Vec::new(),
     };
     // Sorted by address (blocks::read's order); the block holding `a`, if any.
@@ -92,8 +89,7 @@ fn name_nowhere(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
         let b = &blocks[i];
         (a < b.addr + b.size.max(1)).then_some(b.site)
     };
-    let extensions: Vec<String> =
-        t.symbolizer.mappings().into_iter().filter(|m| m.python_extension).map(|m| m.path).collect();
+    let extensions: Vec<String> = t.mappings().into_iter().filter(|m| m.python_extension).map(|m| m.path).collect();
     for h in c.types.iter_mut().flat_map(|ty| ty.holders.iter_mut()) {
         let mut by_site: HashMap<SiteKey, usize> = HashMap::new();
         for &a in &h.sample_addrs {
@@ -114,15 +110,14 @@ fn name_nowhere(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
             .collect();
         if let Some(&(_, _, id)) = ranked.iter().max_by_key(|&&(ext, n, id)| (ext, n, std::cmp::Reverse(id))) {
             h.allocated_stack = Some(id);
-            h.allocated_by = t.stacks.get(id as usize).map(|s| leaktrace_analysis::analyze::culprit(s).1);
+            h.allocated_by = t.stack(id).map(|s| leaktrace_analysis::analyze::culprit(s).1);
         }
     }
 }
 
 /// Stack `id` of `t` has a frame in one of `extensions` (CPython extension modules' paths).
 fn through_extension(t: &Traced, id: u32, extensions: &[String]) -> bool {
-    t.stacks
-        .get(id as usize)
+    t.stack(id)
         .is_some_and(|s| s.frames.iter().any(|f| f.object.as_ref().is_some_and(|o| extensions.iter().any(|e| e == o))))
 }
 
@@ -135,7 +130,7 @@ fn name_retained(tracer: &Tracer, t: &mut Traced, c: &mut PyCensus) {
         r.sites.clear();
         let id = t.stack_for(tracer, key);
         r.allocated_stack = Some(id);
-        r.allocated_by = t.stacks.get(id as usize).map(allocated_by);
+        r.allocated_by = t.stack(id).map(allocated_by);
     }
 }
 

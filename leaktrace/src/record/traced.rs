@@ -22,6 +22,7 @@ use super::ending::{OomWatch, ending, memory_events_of, memory_limit_of, oom_kil
 use super::*;
 
 mod arena_figures;
+mod parts;
 mod runtime;
 
 /// How long the task [`Traced::gone`] found stays the one a checkpoint reads memory through

@@ -24,6 +24,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{Apt, quote, release_binary, root, run, show, which};
 
+mod ab;
 mod agent;
 mod attach;
 mod dominators;
@@ -125,6 +126,14 @@ pub(crate) struct BenchArgs {
     /// Live blocks held for the reachability scan's pause.
     #[arg(long, default_value_t = 1_000_000)]
     pub reach_blocks: u64,
+    /// Measure only this build's agent against another leaktrace binary (exact and growth mode's
+    /// cost per malloc+free pair, `watch`'s CPU over 50 processes: ab.rs) and update its section
+    /// of the results.
+    #[arg(long)]
+    pub ab_against: Option<PathBuf>,
+    /// How long each `watch` run of `--ab-against` lasts, seconds.
+    #[arg(long, default_value_t = 90)]
+    pub ab_watch_seconds: u64,
 }
 
 /// Debian packages the bench needs, by the program that shows each is there.
@@ -151,6 +160,13 @@ pub(crate) fn bench(args: BenchArgs) -> Result<()> {
     crate::setup()?;
     crate::build()?;
     let out = args.out.clone().unwrap_or_else(|| root().join("docs/benchmarks.md"));
+    if let Some(old) = args.ab_against.clone() {
+        let seconds = args.ab_watch_seconds;
+        let section = Bench::prepare(args)?.ab(&old, seconds)?;
+        crate::bench_unwind::write_marked(&out, ab::BEGIN, ab::END, &section)?;
+        eprintln!("xtask: bench: wrote the A/B section of {}", out.display());
+        return Ok(());
+    }
     let (reps, pairs, reach_blocks, reach_only, unwind_only, attach_only, python_only) = (
         args.reps,
         args.pairs,
