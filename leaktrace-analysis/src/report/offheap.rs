@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::holds::{OffHeapRetainer, RuntimeHolds, off_heap_retainers};
 use crate::human::{bytes, number, rate};
-use crate::runtimes::python::heap::Retained;
+use crate::retain::Retained;
 
 fn retained_json(r: &Retained) -> Value {
     json!({

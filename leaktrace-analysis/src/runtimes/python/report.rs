@@ -261,7 +261,7 @@ fn retain_path(r: &RetainerGrowth) -> Value {
     Value::Array(steps)
 }
 
-fn retained_json(r: &crate::runtimes::python::heap::Retained) -> Value {
+fn retained_json(r: &crate::retain::Retained) -> Value {
     json!({"native": r.native, "managed": r.managed, "off_heap": r.off_heap, "blocks": r.blocks, "block_bytes": r.block_bytes})
 }
 
