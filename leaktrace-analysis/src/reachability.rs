@@ -193,13 +193,6 @@ impl SiteReach {
     }
 }
 
-/// The chain as one line: "g_list (server) → list_add's block (+8) → this block".
-pub fn chain_line(links: &[Link]) -> String {
-    let mut parts: Vec<String> = links.iter().map(Link::label).collect();
-    parts.push("this block".into());
-    parts.join(" → ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,7 +203,7 @@ mod tests {
             Link::Global { symbol: Some("g_sessions".into()), offset: 0, object: "/srv/server".into() },
             Link::Block { stack: 3, site_function: Some("registry_add".into()), offset: 16 },
         ];
-        assert_eq!(chain_line(&links), "g_sessions (server) → registry_add's block (+16) → this block");
+        assert_eq!(links[1].label(), "registry_add's block (+16)");
         let j = serde_json::to_value(&links[0]).unwrap();
         assert_eq!(j["kind"], "global");
         assert_eq!(j["symbol"], "g_sessions");
