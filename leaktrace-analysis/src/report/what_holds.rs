@@ -209,10 +209,15 @@ pub(crate) fn go_holders(h: &RuntimeHolds, out: &mut Vec<HeldBy>) {
             RetainStep::Root(Root::named(kind, g.name.clone(), Runtime::Go.as_str())),
             RetainStep::Object { runtime: Runtime::Go.as_str().into(), type_name: g.type_name.clone() },
         ]);
-        let holds = match g.entries_end {
+        let mut holds = match g.entries_end {
             Some(e) => format!("{} entries, {} objects", number(e as f64), number(g.objects_end as f64)),
             None => format!("{} objects", number(g.objects_end as f64)),
         };
+        if let Some(n) = g.goroutines {
+            let at = g.started_at.as_deref().unwrap_or("?");
+            let s = if n == 1 { "" } else { "s" };
+            let _ = write!(holds, " (a local of {} goroutine{s} started at {at})", number(n as f64));
+        }
         let mut x = HeldBy::new(g.name.clone(), Runtime::Go.as_str(), "go_walk", holds, path);
         x.retained = Some(Split { managed: g.bytes_end, ..Default::default() });
         x.bytes_per_s = Some(g.bytes_per_s);
