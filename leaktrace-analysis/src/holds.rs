@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::retain::{RetainPath, RootKind};
+
 /// Classes kept of one histogram (the largest by bytes); the rest are summed in its totals.
 pub const MAX_CLASSES: usize = 1000;
 
@@ -146,7 +148,7 @@ pub struct HeapPaths {
     /// `container` names the root (`App.BUFFERS`). Empty without traced blocks (growth or
     /// sampled mode) or direct buffers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub retainers: Vec<crate::runtimes::python::heap::Retained>,
+    pub retainers: Vec<crate::retain::Retained>,
 }
 
 /// The shortest path from a GC root to one instance of a class, for the root that holds most
@@ -171,6 +173,18 @@ impl RetainerPath {
     /// The path in words: `HoldsJvm.AUDIT → java.util.ArrayList.elementData → … → Record`.
     pub fn describe(&self) -> String {
         self.path.join(" → ")
+    }
+
+    /// The path as a [`RetainPath`] of `runtime` (`jvm`, `node`): the root by its kind, then
+    /// fields, indices and the objects they lead to.
+    pub fn retain_path(&self, runtime: &str) -> RetainPath {
+        let kind = match self.root_kind.as_str() {
+            "static field" => RootKind::StaticField,
+            "JNI global" | "JNI local" => RootKind::JniReference,
+            "thread local" | "thread" | "thread block" | "native stack" => RootKind::ThreadLocal,
+            _ => RootKind::GcRoot,
+        };
+        RetainPath::of_labels(runtime, kind, &self.path)
     }
 }
 
@@ -659,12 +673,12 @@ pub struct OffHeapRetainer {
     /// The root that names it (`App.BUFFERS`).
     pub container: String,
     /// What it retained at the first dump (zeros when it retained nothing then) and at the last.
-    pub first: crate::runtimes::python::heap::Retained,
-    pub last: crate::runtimes::python::heap::Retained,
+    pub first: crate::retain::Retained,
+    pub last: crate::retain::Retained,
     /// (last − first) / (time between the dumps): all bytes and off-heap bytes, per second.
     pub bytes_per_s: f64,
     pub off_heap_per_s: f64,
-    /// Its off-heap blocks grew (at least 20 and 5 %, as [`crate::runtimes::python::heap::is_growing`]): a
+    /// Its off-heap blocks grew (at least 20 and 5 %, as [`crate::retain::is_growing`]): a
     /// leak; a bounded cache does not.
     pub growing: bool,
 }
@@ -688,7 +702,7 @@ pub fn off_heap_retainers(h: &RuntimeHolds) -> Vec<OffHeapRetainer> {
                 container: r.container.clone(),
                 bytes_per_s: per_s(r.total(), f.total()),
                 off_heap_per_s: per_s(r.off_heap, f.off_heap),
-                growing: dt > 0.0 && crate::runtimes::python::heap::is_growing(f.blocks, r.blocks),
+                growing: dt > 0.0 && crate::retain::is_growing(f.blocks, r.blocks),
                 first: f,
                 last: r.clone(),
             }

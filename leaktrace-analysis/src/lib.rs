@@ -31,6 +31,7 @@ pub mod reachability;
 pub mod recording;
 pub mod recording_file;
 pub mod report;
+pub mod retain;
 pub mod runtimes;
 pub mod system_libs;
 pub mod timeline;

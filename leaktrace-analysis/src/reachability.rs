@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::retain::{RetainPath, RetainStep, Root, RootKind};
+
 /// One reachability scan of one process.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Reachability {
@@ -138,11 +140,57 @@ impl Link {
     }
 }
 
-/// The chain as one line: "g_list (server) → list_add's block (+8) → this block".
-pub fn chain_line(links: &[Link]) -> String {
-    let mut parts: Vec<String> = links.iter().map(Link::label).collect();
-    parts.push("this block".into());
-    parts.join(" → ")
+impl Link {
+    /// The link as a step of a [`RetainPath`]: a root for the scan's roots, a native block for
+    /// a traced block on the way.
+    pub fn step(&self) -> RetainStep {
+        let root = |kind| Root::named(kind, self.label(), "native");
+        match self {
+            Link::Global { symbol, offset, object } => RetainStep::Root(Root {
+                symbol: symbol.clone(),
+                offset: Some(*offset),
+                object: Some(object.clone()),
+                ..root(RootKind::Global)
+            }),
+            Link::Stack { thread, function } => {
+                RetainStep::Root(Root { thread: Some(*thread), function: function.clone(), ..root(RootKind::Stack) })
+            }
+            Link::Register { thread, register } => RetainStep::Root(Root {
+                thread: Some(*thread),
+                register: Some(register.clone()),
+                ..root(RootKind::Register)
+            }),
+            Link::Untraced { region, addr } => {
+                RetainStep::Root(Root { region: Some(region.clone()), addr: Some(*addr), ..root(RootKind::Untraced) })
+            }
+            Link::Elided { links } => RetainStep::Elided { steps: *links },
+            Link::Block { stack, site_function, offset } => RetainStep::Native {
+                stack: Some(*stack),
+                allocated_by: site_function.clone(),
+                bytes: None,
+                offset: Some(*offset),
+            },
+        }
+    }
+}
+
+impl SiteReach {
+    /// What holds a representative block of the site, as a [`RetainPath`]: the chain's links,
+    /// then the site's block itself (`site_function`: the site's culprit). Empty when no chain
+    /// was kept (every block lost).
+    pub fn retain_path(&self, site_function: Option<String>) -> RetainPath {
+        if self.retained_by.is_empty() {
+            return RetainPath::default();
+        }
+        let mut steps: Vec<RetainStep> = self.retained_by.iter().map(Link::step).collect();
+        steps.push(RetainStep::Native {
+            stack: Some(self.stack),
+            allocated_by: site_function,
+            bytes: None,
+            offset: None,
+        });
+        RetainPath(steps)
+    }
 }
 
 #[cfg(test)]
@@ -155,9 +203,15 @@ mod tests {
             Link::Global { symbol: Some("g_sessions".into()), offset: 0, object: "/srv/server".into() },
             Link::Block { stack: 3, site_function: Some("registry_add".into()), offset: 16 },
         ];
-        assert_eq!(chain_line(&links), "g_sessions (server) → registry_add's block (+16) → this block");
+        assert_eq!(links[1].label(), "registry_add's block (+16)");
         let j = serde_json::to_value(&links[0]).unwrap();
         assert_eq!(j["kind"], "global");
         assert_eq!(j["symbol"], "g_sessions");
+        let site = SiteReach { stack: 3, reachable_blocks: 1, retained_by: links, ..Default::default() };
+        let p = serde_json::to_value(site.retain_path(Some("registry_add".into()))).unwrap();
+        assert_eq!((p[0]["step"].as_str(), p[0]["kind"].as_str()), (Some("root"), Some("global")));
+        assert_eq!((p[0]["symbol"].as_str(), p[0]["name"].as_str()), (Some("g_sessions"), Some("g_sessions (server)")));
+        assert_eq!((p[1]["step"].as_str(), p[1]["offset"].as_u64()), (Some("native"), Some(16)));
+        assert_eq!((p[2]["stack"].as_u64(), p[2]["offset"].as_u64()), (Some(3), None));
     }
 }

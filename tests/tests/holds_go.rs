@@ -95,11 +95,15 @@ fn assert_memo_named(name: &str, bin: &Path) {
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
     assert!(holder.starts_with("`main.memo` (map[string][]byte) +"), "verdict.holder: {holder}\n{ctx}");
     assert!(holder.contains(" entries/s, retains +"), "verdict.holder: {holder}\n{ctx}");
-    assert!(md.contains("- `main.memo` (map[string][]byte): **growing**"), "report.md\n{ctx}");
-    assert!(
-        md.contains("- `main.sessions` (map[int]*main.session): not growing, 256 → 256 entries"),
-        "report.md\n{ctx}"
-    );
+    // report.md's "What holds it": each root's line, then its path to its type.
+    let line =
+        |name: &str| md.lines().find(|l| l.starts_with(&format!("- **`{name}`** (package variable, go): holds ")));
+    let memo = line("main.memo").unwrap_or_else(|| panic!("report.md\n{ctx}"));
+    assert!(memo.contains("**growing**"), "report.md\n{ctx}");
+    assert!(md.contains("path: `main.memo (package variable) → map[string][]byte`"), "report.md\n{ctx}");
+    let sessions = line("main.sessions").unwrap_or_else(|| panic!("report.md\n{ctx}"));
+    assert!(sessions.contains("holds 256 entries") && sessions.contains("not growing"), "report.md\n{ctx}");
+    assert!(md.contains("path: `main.sessions (package variable) → map[int]*main.session`"), "report.md\n{ctx}");
 }
 
 /// Go 1.19, `go build` with the toolchain's defaults (optimized, not position-independent).
@@ -169,10 +173,10 @@ fn assert_local_named(name: &str, bin: &Path) {
     assert_eq!(memo["kind"], "package variable", "{ctx}");
     assert_eq!(memo["growing"], true, "{ctx}");
     assert!(go["walk_end"]["goroutines"].as_u64().is_some_and(|g| g >= 1), "{ctx}");
-    assert!(
-        md.contains("- `main.main.l` (*main.ledger, a local of 1 goroutine started at runtime.main): **growing**"),
-        "report.md\n{ctx}"
-    );
+    let l = md.lines().find(|l| l.starts_with("- **`main.main.l`** (goroutine local, go): holds "));
+    let l = l.unwrap_or_else(|| panic!("report.md\n{ctx}"));
+    assert!(l.contains("(a local of 1 goroutine started at runtime.main)") && l.contains("**growing**"), "{ctx}");
+    assert!(md.contains("path: `main.main.l (goroutine local) → *main.ledger`"), "report.md\n{ctx}");
 }
 
 /// Go 1.19 as the toolchain builds by default: `l` is spilled to `main.main`'s frame across

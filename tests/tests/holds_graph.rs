@@ -68,14 +68,18 @@ fn python_dict_of_extension_objects_retains_their_native_buffers() {
     assert_eq!(pending["type"], "imgbuf.Buffer", "{ctx}");
     assert_eq!(pending["leak"], true, "{ctx}");
     assert!(f64_of(&pending, "native_share") > 0.9, "{ctx}");
-    // The retaining path on the wire: root, the dict, a Buffer, its native block.
+    // The retaining path on the wire: the root, the dict, the key, a Buffer, its native block.
     let path = pending["retain_path"].as_array().cloned().unwrap_or_default();
-    let kinds: Vec<&str> = path.iter().map(|s| s["kind"].as_str().unwrap_or("")).collect();
-    assert_eq!(kinds, ["root", "managed", "managed", "native"], "{ctx}");
-    assert_eq!(path[0]["edge"], "__main__", "{ctx}");
-    assert_eq!(path[1]["edge"], ".PENDING", "{ctx}");
-    assert_eq!(path[2]["type"], "imgbuf.Buffer", "{ctx}");
-    assert_eq!(path[3]["bytes"], 3000, "{ctx}");
+    let steps: Vec<&str> = path.iter().map(|s| s["step"].as_str().unwrap_or("")).collect();
+    assert_eq!(steps, ["root", "object", "edge", "object", "native"], "{ctx}");
+    assert_eq!((path[0]["kind"].as_str(), path[0]["name"].as_str()), (Some("module_global"), Some("__main__.PENDING")));
+    assert_eq!(path[3]["type"], "imgbuf.Buffer", "{ctx}");
+    assert_eq!(path[4]["bytes"], 3000, "{ctx}");
+    // The same holder in the one list of every producer's holders.
+    let held = r.get(&["what_holds"]).as_array().cloned().unwrap_or_default();
+    let listed = held.iter().find(|h| h["holder"] == "__main__.PENDING").unwrap_or_else(|| panic!("{ctx}"));
+    assert_eq!((listed["kind"].as_str(), listed["growing"].as_bool()), (Some("module_global"), Some(true)), "{ctx}");
+    assert_eq!(listed["retained"]["native"], pending["retained_last"]["native"], "{ctx}");
     let by = pending["allocated_by"].as_str().unwrap_or_else(|| panic!("no allocated_by\n{ctx}"));
     assert_eq!(by, "img_alloc_buffer ← decode_batch", "{ctx}");
 
@@ -104,7 +108,8 @@ fn python_dict_of_extension_objects_retains_their_native_buffers() {
     assert!(verdict.contains("`__main__.PENDING` retains +"), "{verdict}\n{ctx}");
     assert!(verdict.contains("native, allocated by `img_alloc_buffer` ← `decode_batch`"), "{verdict}\n{ctx}");
     assert!(!verdict.contains("CACHE"), "{verdict}\n{ctx}");
-    assert!(md.contains("Containers that retain native memory") && md.contains("not growing: not a leak"), "{md}");
+    assert!(md.contains("- **`__main__.PENDING`** (module global, python)"), "{md}");
+    assert!(md.contains("- **`__main__.CACHE`**") && md.contains("not growing: not a leak"), "{md}");
 }
 
 /// Bytes of each of DirectHolds.java's direct buffers, and the buffers its list keeps.
@@ -179,7 +184,8 @@ fn jvm_static_list_of_direct_buffers_retains_their_off_heap_bytes() {
         }
     }
     assert_eq!(retainers[0]["container"], "DirectHolds.LEAKED", "{ctx}");
-    assert!(md.contains("`DirectHolds.LEAKED` retains") && md.contains("a leak"), "{md}");
+    let line = md.lines().find(|l| l.starts_with("- **`DirectHolds.LEAKED`**")).unwrap_or_else(|| panic!("{md}"));
+    assert!(line.contains("; retains ") && line.contains("**growing**"), "{md}");
     let holder = r.json["verdict"]["holder"].as_str().unwrap_or("");
     assert!(holder.starts_with("`DirectHolds.LEAKED` retains +"), "verdict.holder: {holder}\n{ctx}");
     leaktrace_tests::runtimes::remove_perf_map(&r);

@@ -115,15 +115,21 @@ fn event_bus(name: &str, interp: &Path) {
         assert_eq!(g["holder"]["pattern"], pattern, "{ty}\n{ctx}");
         assert_within(&format!("{ty} holder growth"), f64_of(&g["holder"], "count_per_s"), rate, 0.10, &ctx);
     }
-    // The path of one message dict, root first, in Python terms.
+    // The path of one message dict, root first, in Python terms: the module global, then each
+    // edge and the object it leads to.
     let path = growing(&r, "dict", &ctx)["holder"]["path"].as_array().cloned().unwrap_or_default();
-    let edges: Vec<&str> = path.iter().map(|s| s["edge"].as_str().unwrap_or("")).collect();
-    assert_eq!(edges.len(), 6, "{edges:?}\n{ctx}");
-    assert_eq!(&edges[..3], &["__main__", ".bus", "._handlers"], "{ctx}");
-    assert!(edges[3].starts_with("['ack:") && edges[4] == "[0]" && edges[5] == ".__defaults__[0]", "{edges:?}\n{ctx}");
-    assert_eq!(path[1]["type"], "__main__.EventBus", "{ctx}");
-    assert_eq!(path[4]["type"], "function handle_message.<locals>.on_ack", "{ctx}");
-    assert_eq!(path[5]["type"], "dict", "{ctx}");
+    assert_eq!((path[0]["step"].as_str(), path[0]["kind"].as_str()), (Some("root"), Some("module_global")), "{ctx}");
+    assert_eq!(path[0]["name"], "__main__.bus", "{ctx}");
+    let of = |step: &str, key: &str| -> Vec<String> {
+        path.iter().filter(|s| s["step"] == step).map(|s| s[key].as_str().unwrap_or("").to_string()).collect()
+    };
+    let (edges, types) = (of("edge", "edge"), of("object", "type"));
+    assert_eq!(edges.len(), 4, "{edges:?}\n{ctx}");
+    assert_eq!(edges[0], "._handlers", "{ctx}");
+    assert!(edges[1].starts_with("['ack:") && edges[2] == "[0]" && edges[3] == ".__defaults__[0]", "{edges:?}\n{ctx}");
+    assert_eq!(types[0], "__main__.EventBus", "{ctx}");
+    assert_eq!(types[3], "function handle_message.<locals>.on_ack", "{ctx}");
+    assert_eq!(types[4], "dict", "{ctx}");
     assert_eq!(r.get(&["python_heap", "held_by"]), "__main__.bus._handlers", "{ctx}");
     let handlers = "listeners or handlers appended and never removed";
     assert_eq!(growing(&r, "function", &ctx)["leak_pattern"], handlers, "{ctx}");
@@ -170,9 +176,10 @@ fn zip_service(name: &str, interp: &Path) {
     let zip = 24.0 * 1024.0 + 250.0;
     assert_within("bytes growth, B/s", f64_of(g, "bytes_per_s"), leak * zip, 0.15, &ctx);
     assert_eq!(g["holder"]["pattern"], "__main__._PENDING[…]", "{ctx}");
+    // Root (the module global), the dict, the key's edge, the bytes object.
     let path = g["holder"]["path"].as_array().cloned().unwrap_or_default();
-    assert_eq!(path.len(), 3, "{ctx}");
-    assert_eq!(path[1]["edge"], "._PENDING", "{ctx}");
+    assert_eq!(path.len(), 4, "{ctx}");
+    assert_eq!(path[0]["name"], "__main__._PENDING", "{ctx}");
     assert!(path[2]["edge"].as_str().is_some_and(|e| e.starts_with("['job-")), "{ctx}");
     assert_eq!(r.get(&["python_heap", "held_by"]), "__main__._PENDING", "{ctx}");
     assert!(g["leak_pattern"].as_str().is_some_and(|p| p.starts_with("a dict keyed by ids")), "{ctx}");

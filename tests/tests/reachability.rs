@@ -135,7 +135,9 @@ fn lost_held_and_cached(name: &str, extra: &[&str]) -> (Report, String) {
 
     let md = std::fs::read_to_string(out.file("report.md")).unwrap();
     assert!(md.contains("lost (nothing points at them)"), "{md}");
-    assert!(md.contains("held by g_list (reach) → this block"), "{md}");
+    assert!(md.contains("held by g_list (reach)"), "{md}");
+    assert!(md.contains("- **`g_list (reach)`** (global, native): holds "), "{md}");
+    assert_eq!(chain.last().map(|s| &s["step"]), Some(&Value::from("native")), "the path ends at the block\n{ctx}");
     (r, ctx)
 }
 

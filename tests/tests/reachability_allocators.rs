@@ -46,7 +46,8 @@ fn blocks_of(r: &Report, function: &str) -> (u64, u64, Vec<String>) {
     for s in sites.iter().filter(|s| s["function"] == function) {
         out.0 += u64_of(s, "unreachable_blocks");
         out.1 += u64_of(s, "reachable_blocks");
-        for h in s["retained_by"].as_array().into_iter().flatten() {
+        // The roots of the path (the blocks on the way and the site's block are not holders).
+        for h in s["retained_by"].as_array().into_iter().flatten().filter(|h| h["step"] == "root") {
             out.2.push(h["symbol"].as_str().or(h["kind"].as_str()).unwrap_or("?").to_string());
         }
     }

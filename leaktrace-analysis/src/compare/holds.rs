@@ -148,7 +148,7 @@ mod tests {
     #[test]
     fn a_holders_retained_growth_before_and_after_a_fix() {
         use crate::holds::HeapPaths;
-        use crate::runtimes::python::heap::Retained;
+        use crate::retain::Retained;
         let with = |grown: u64| {
             let dump = |t_s: f64, n: u64| HeapPaths {
                 taken: Taken { t_s, took_s: 0.1, units_of_work: None },

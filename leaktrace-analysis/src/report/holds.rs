@@ -1,5 +1,5 @@
-//! `record --heap-census` ([`crate::holds`]) in report.md (the "What holds it" section, one
-//! subsection per runtime) and report.json (`runtime_holds`, described in docs/report-json.md).
+//! `record --heap-census` ([`crate::holds`]) in report.md (one subsection per runtime of the
+//! "What holds it" section, whose holders' list is `report/what_holds.rs`) and report.json (`runtime_holds`, described in docs/report-json.md).
 
 use std::fmt::Write as _;
 
@@ -125,7 +125,8 @@ fn dump_json(d: &HeapPaths) -> Value {
         "taken": taken_json(&d.taken), "file_bytes": d.file_bytes, "kept": d.kept, "objects": d.objects,
         "parse_s": d.parse_s,
         "paths": d.paths.iter().map(|p| json!({
-            "class": p.class, "instances": p.instances, "held": p.held, "root_kind": p.root_kind, "path": p.path,
+            "class": p.class, "instances": p.instances, "held": p.held, "root_kind": p.root_kind,
+            "path": p.retain_path(crate::recording::Runtime::Jvm.as_str()),
         })).collect::<Vec<Value>>(),
     })
 }
@@ -135,32 +136,20 @@ fn dump_md(md: &mut String, d: &HeapPaths) {
     let kept = d.kept.as_deref().map_or_else(|| "deleted after reading".to_string(), |k| format!("kept: `{k}`"));
     let _ = writeln!(
         md,
-        "Taken at {:.1} s (a full GC; jcmd ran {:.2} s: the JVM's pause is at most that): {}, {} objects, read in {:.2} s; {kept}. The shortest path from a GC root to the classes that grew, for the root that holds most of them:\n",
+        "Taken at {:.1} s (a full GC; jcmd ran {:.2} s: the JVM's pause is at most that): {}, {} objects, read in {:.2} s; {kept}. The shortest path from a GC root to each class that grew, for the root that holds most of them, is in the holders' list above.\n",
         d.taken.t_s,
         d.taken.took_s,
         bytes(d.file_bytes),
         number(d.objects as f64),
         d.parse_s
     );
-    for p in &d.paths {
-        let _ = writeln!(
-            md,
-            "- **{}** ({} of {} instances, {}): `{}`",
-            p.class,
-            number(p.held as f64),
-            number(p.instances as f64),
-            p.root_kind,
-            p.describe()
-        );
-    }
-    md.push('\n');
 }
 
 fn snapshots_json(s: &JsSnapshots) -> Value {
     let secs = (s.second.t_s - s.first.t_s).max(f64::MIN_POSITIVE);
     let path = s.path.as_ref().map_or(
         Value::Null,
-        |p| json!({ "constructor": p.class, "new_objects": p.instances, "reached": p.held, "path": p.path }),
+        |p| json!({ "constructor": p.class, "new_objects": p.instances, "reached": p.held, "path": p.retain_path(crate::recording::Runtime::Node.as_str()) }),
     );
     json!({
         "first": taken_json(&s.first), "second": taken_json(&s.second),
@@ -215,18 +204,13 @@ fn snapshots_md(md: &mut String, s: &JsSnapshots) {
             number(c.count_second as f64)
         );
     }
-    if let Some(p) = &s.path {
-        let _ = writeln!(md, "\nRetainer path of a new **{}** from the GC roots: `{}`", p.class, p.describe());
-    }
     if let Some(h) = &s.holder {
         let _ = writeln!(
             md,
-            "\nIts holder `{}` retains {} (self {}), of which its {} {} instances {}.",
+            "\nThe holder of the top constructor's new instances (in the holders' list above, with its path): `{}`, self {}; its {} instances retain {}.",
             h.name,
-            bytes(h.retained_bytes),
             bytes(h.self_bytes),
             number(h.instances as f64),
-            s.path.as_ref().map_or("", |p| p.class.as_str()),
             bytes(h.instances_retained_bytes)
         );
     }
@@ -474,19 +458,18 @@ pub fn holder_line(md: &mut String, rec: &Recording) {
     }
 }
 
-/// report.md's "What holds it" subsections of the JVM and Go; nothing without `--heap-census`.
+/// report.md's subsections of "What holds it" for the runtimes' own tools (their holders are
+/// in the section's list, `report/what_holds.rs`); nothing without `--heap-census`.
 pub fn holds_md(md: &mut String, rec: &Recording) {
     let Some(h) = &rec.runtime_holds else { return };
     if h.jvm.is_none() && h.go.is_none() && h.node.is_none() {
         return;
     }
-    let _ = writeln!(md, "## What holds it\n");
     if let Some(c) = &h.jvm {
         jvm_md(md, c);
     }
     if let Some(d) = &h.jvm_heap_dump {
         dump_md(md, d);
-        super::offheap::md(md, h);
     }
     if let Some(c) = &h.go {
         go_md(md, c);
@@ -543,7 +526,7 @@ mod tests {
         let s = holder_sentence(&rec).expect("a holder");
         assert_eq!(s, "class App$Rec +500 instances/s, +11.7 KiB/s (with byte[] +500 instances/s, +105.5 KiB/s)");
         holds_md(&mut md, &rec);
-        assert!(md.starts_with("## What holds it\n\n### JVM: class histogram"), "{md}");
+        assert!(md.starts_with("### JVM: class histogram"), "{md}");
         assert!(md.contains("- **App$Rec**: 100 → 5,100 instances (+500.0/s)"), "{md}");
         assert!(!md.contains("java.lang.String"), "a class that does not grow is not listed: {md}");
         let j = holds_json(&rec);

@@ -174,6 +174,8 @@ pub fn report_json(rec: &Recording, a: &Analysis) -> Value {
         m.insert("runtime_holds".into(), super::holds::holds_json(rec));
         // Python heap hook: null without two censuses.
         m.insert("python_heap".into(), crate::runtimes::python::report::holds_json(a));
+        // Every producer's holders, one model: empty without a producer.
+        m.insert("what_holds".into(), super::what_holds::json(rec, a));
         // Growth mode's exact window: null without one.
         m.insert("escalation".into(), super::escalation::escalation_json(a));
     }

@@ -392,12 +392,9 @@ pub fn report_md(rec: &Recording, a: &Analysis) -> String {
 
     // Growth mode's exact window.
     super::escalation::escalation_md(&mut md, a);
-    // Reachability hook: lost vs still pointed at, and what holds them.
-    super::reach::reach_md(&mut md, rec, a);
-    // `--heap-census`: the JVM's class histograms, Go's goroutines.
-    super::holds::holds_md(&mut md, rec);
-    // Python heap hook: growth by type and what holds it.
-    crate::runtimes::python::report::holds_md(&mut md, a);
+    // What holds it: every producer's holders, then the reachability scan's, the Python
+    // census's and the runtimes' own figures.
+    super::what_holds::md(&mut md, rec, a);
 
     not_a_leak(&mut md, a);
     caveats(&mut md, rec, a);

@@ -38,6 +38,8 @@ pub mod reach;
 pub mod stack;
 pub mod summary;
 pub mod verdict;
+/// Every producer's holders in one list ("What holds it").
+pub mod what_holds;
 
 /// File names written by [`write_all`], in order.
 pub const FILES: [&str; 8] = [

@@ -1,14 +1,13 @@
 //! The JVM's off-heap retainers (`--heap-dump`: the GC roots' objects that retain direct
 //! buffers' native blocks, at the first and the last dump) in report.json
-//! (`runtime_holds.off_heap_retainers`) and report.md.
-
-use std::fmt::Write as _;
+//! (`runtime_holds.off_heap_retainers`) and the verdict (report.md lists them with every other
+//! holder, `report/what_holds.rs`).
 
 use serde_json::{Value, json};
 
 use crate::holds::{OffHeapRetainer, RuntimeHolds, off_heap_retainers};
 use crate::human::{bytes, number, rate};
-use crate::runtimes::python::heap::Retained;
+use crate::retain::Retained;
 
 fn retained_json(r: &Retained) -> Value {
     json!({
@@ -33,36 +32,6 @@ fn one_json(r: &OffHeapRetainer) -> Value {
 /// `runtime_holds.off_heap_retainers`: most growth first.
 pub fn json(h: &RuntimeHolds) -> Value {
     Value::Array(off_heap_retainers(h).iter().map(one_json).collect())
-}
-
-/// report.md's lines under the JVM's heap dump: each retainer with its off-heap bytes at the
-/// first and the last dump, said a leak when they grew, not a leak otherwise.
-pub fn md(md: &mut String, h: &RuntimeHolds) {
-    let list = off_heap_retainers(h);
-    if list.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        md,
-        "Objects that retain off-heap memory (direct buffers' blocks, matched by address to the traced blocks), first and last heap dump:\n"
-    );
-    for r in &list {
-        let by = r.last.allocated_by.as_deref().map_or_else(String::new, |b| format!(", allocated by `{b}`"));
-        let what = if r.growing {
-            format!("+{}/s off-heap: a leak", bytes(r.off_heap_per_s.max(0.0) as u64))
-        } else {
-            "not growing: not a leak".to_string()
-        };
-        let _ = writeln!(
-            md,
-            "- `{}` retains {} off-heap in {} blocks (first dump: {}){by}: {what}",
-            r.container,
-            bytes(r.last.off_heap),
-            number(r.last.blocks as f64),
-            bytes(r.first.off_heap),
-        );
-    }
-    md.push('\n');
 }
 
 /// The verdict's holder when a holder's off-heap bytes grew between the dumps:
@@ -116,9 +85,12 @@ mod tests {
         assert_eq!(list[0].off_heap_per_s, 600.0 * 16384.0 / 10.0);
         let s = sentence(&h).expect("a holder");
         assert!(s.starts_with("`App.LIST` retains +960.0 KiB/s off-heap (10.9 MiB in 700"), "{s}");
-        let mut m = String::new();
-        md(&mut m, &h);
-        assert!(m.contains("`App.CACHE` retains 3.1 MiB off-heap in 200 blocks") && m.contains("not a leak"), "{m}");
+        let mut held = Vec::new();
+        crate::report::what_holds::jvm_holders(&h, &mut held);
+        let m: Vec<String> = held.iter().map(crate::report::what_holds::line).collect();
+        assert!(m[0].starts_with("- **`App.LIST`** (GC root, jvm): holds 700 direct buffers' blocks"), "{m:?}");
+        assert!(m[0].contains("off-heap 10.9 MiB); **growing** +965.9 KiB/s"), "{m:?}");
+        assert!(m[1].contains("**`App.CACHE`**") && m[1].contains("; not growing: not a leak"), "{m:?}");
         let last_only = RuntimeHolds { jvm_heap_dump: Some(dump(12.0, 700, 200)), ..Default::default() };
         assert!(sentence(&last_only).is_none(), "no growth without a first dump");
     }

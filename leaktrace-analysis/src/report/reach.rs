@@ -1,5 +1,6 @@
 //! The reachability scan (`record --reachability`, [`crate::reachability`]) in report.json
-//! (`reachability`, described in docs/report-json.md) and report.md ("Who holds it").
+//! (`reachability`, described in docs/report-json.md) and report.md (its subsection of "What
+//! holds it"; its holders are in the section's list, `report/what_holds.rs`).
 
 use std::fmt::Write as _;
 
@@ -7,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::analyze::Analysis;
 use crate::human::{bytes, number};
-use crate::reachability::{Reachability, SiteReach, chain_line};
+use crate::reachability::{Reachability, SiteReach};
 use crate::recording::Recording;
 
 /// Sites shown in report.md's section.
@@ -15,7 +16,7 @@ const MD_SITES: usize = 20;
 
 /// The sites of the scan in report order: growing sites first (the analysis' top by growth),
 /// then by live bytes at the scan.
-fn ordered<'a>(rec: &'a Recording, a: &Analysis) -> Vec<&'a SiteReach> {
+pub(super) fn ordered<'a>(rec: &'a Recording, a: &Analysis) -> Vec<&'a SiteReach> {
     let Some(r) = &rec.reachability else { return Vec::new() };
     let growth: Vec<u32> = a.top_by_growth().iter().map(|s| s.id).collect();
     let mut v: Vec<&SiteReach> = r.sites.iter().collect();
@@ -26,7 +27,7 @@ fn ordered<'a>(rec: &'a Recording, a: &Analysis) -> Vec<&'a SiteReach> {
     v
 }
 
-fn function_of(rec: &Recording, a: &Analysis, id: u32) -> String {
+pub(super) fn function_of(rec: &Recording, a: &Analysis, id: u32) -> String {
     if let Some(s) = a.sites.iter().find(|s| s.id == id) {
         return s.function.clone();
     }
@@ -35,12 +36,12 @@ fn function_of(rec: &Recording, a: &Analysis, id: u32) -> String {
 
 /// Every scan of the recording, oldest first: the periodic ones (`--reachability-every`), then
 /// the one at the end.
-fn all_scans(rec: &Recording) -> Vec<&Reachability> {
+pub(super) fn all_scans(rec: &Recording) -> Vec<&Reachability> {
     rec.reachability_scans.iter().chain(rec.reachability.as_ref()).collect()
 }
 
 /// (reachable bytes, unreachable bytes) of `site` at `scan` (0 when it had no live block then).
-fn site_at(scan: &Reachability, site: u32) -> (u64, u64) {
+pub(super) fn site_at(scan: &Reachability, site: u32) -> (u64, u64) {
     scan.sites.iter().find(|s| s.stack == site).map_or((0, 0), |s| (s.reachable_bytes, s.unreachable_bytes))
 }
 
@@ -86,7 +87,7 @@ pub fn reach_json(rec: &Recording, a: &Analysis) -> Value {
                 "reachable_blocks": s.reachable_blocks,
                 "unreachable_bytes": s.unreachable_bytes,
                 "unreachable_blocks": s.unreachable_blocks,
-                "retained_by": s.retained_by,
+                "retained_by": s.retain_path(Some(function_of(rec, a, s.stack))),
             });
             if several {
                 v["reachable_bytes_at_scans"] = json!(at.iter().map(|x| x.0).collect::<Vec<_>>());
@@ -126,11 +127,13 @@ pub fn reach_json(rec: &Recording, a: &Analysis) -> Value {
 }
 
 /// One site's sentence: "1,532 of 1,600 blocks lost (nothing points at them), 1.5 MiB; the
-/// other 68 (6.6 KiB) held by g_sessions (server) → this block".
+/// other 68 (6.6 KiB) held by g_sessions (server)" (the whole path is in the holders' list).
 pub fn site_sentence(s: &SiteReach) -> String {
     let total = s.reachable_blocks + s.unreachable_blocks;
-    let held =
-        if s.retained_by.is_empty() { String::new() } else { format!(": held by {}", chain_line(&s.retained_by)) };
+    let held = match s.retained_by.first() {
+        Some(root) => format!(": held by {}", root.label()),
+        None => String::new(),
+    };
     if s.unreachable_blocks == 0 {
         return format!("all {} block(s) ({}) still pointed at{held}", number(total as f64), bytes(s.reachable_bytes));
     }
@@ -151,10 +154,11 @@ pub fn site_sentence(s: &SiteReach) -> String {
     out
 }
 
-/// report.md's "Who holds it" section; nothing without a scan.
+/// report.md's subsection of "What holds it" for the scan: lost and still pointed at, per
+/// site; nothing without a scan.
 pub fn reach_md(md: &mut String, rec: &Recording, a: &Analysis) {
     let Some(r) = &rec.reachability else { return };
-    let _ = writeln!(md, "## Who holds it (reachability scan at {:.1} s)\n", r.t_s);
+    let _ = writeln!(md, "### Native: reachability scan at {:.1} s (--reachability)\n", r.t_s);
     let _ = writeln!(
         md,
         "Target paused {:.1} ms ({} thread(s)); scanned {} of roots (stacks, registers, globals), {} of heap that is no traced block (untraced roots), {} of reached blocks; {} live block(s), {}.{}\n",
@@ -222,7 +226,7 @@ mod tests {
         };
         assert_eq!(
             site_sentence(&s),
-            "1,532 of 1,600 block(s) lost (nothing points at them), 149.6 KiB; the other 68 (6.6 KiB) still pointed at: held by g_sessions (server) → this block"
+            "1,532 of 1,600 block(s) lost (nothing points at them), 149.6 KiB; the other 68 (6.6 KiB) still pointed at: held by g_sessions (server)"
         );
     }
 

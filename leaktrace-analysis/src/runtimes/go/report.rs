@@ -6,11 +6,10 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::holds::{Census, Goroutines, RootGrowth};
+use crate::holds::{Census, Goroutines};
 use crate::human::{bytes, number, rate};
 
-/// Roots listed in report.md (report.json has up to [`JSON_ROWS`]).
-const MD_ROWS: usize = 10;
+/// Roots listed in report.json.
 const JSON_ROWS: usize = 100;
 
 /// `runtime_holds.go.roots`: every root of the last walk with its growth, growing ones first.
@@ -45,30 +44,7 @@ pub fn roots_json(c: &Census<Goroutines>) -> Value {
     json!({ "roots": rows, "walk_start": walk(&c.start), "walk_end": walk(&c.end) })
 }
 
-/// The entries part of a root's line: `20 → 2,020 entries (+200.0/s)`.
-fn entries(g: &RootGrowth) -> String {
-    match (g.entries_start, g.entries_end) {
-        (Some(a), Some(b)) => {
-            format!("{} → {} entries ({:+.1}/s), ", number(a as f64), number(b as f64), g.entries_per_s)
-        }
-        _ => String::new(),
-    }
-}
-
-/// What a root is, after its type: `, a local of 1 goroutine started at runtime.main`.
-fn local(g: &RootGrowth) -> String {
-    match g.goroutines {
-        Some(n) => format!(
-            ", a local of {} goroutine{} started at {}",
-            number(n as f64),
-            if n == 1 { "" } else { "s" },
-            g.started_at.as_deref().unwrap_or("?")
-        ),
-        None => String::new(),
-    }
-}
-
-/// report.md: the package variables and what each alone keeps alive, growing ones first.
+/// report.md: the typed walk's figures (its roots are in the holders' list of "What holds it").
 pub fn roots_md(md: &mut String, c: &Census<Goroutines>) {
     let (Some(a), Some(b)) = (&c.start, &c.end) else { return };
     let (Some(wa), Some(wb)) = (&a.walk, &b.walk) else { return };
@@ -78,7 +54,7 @@ pub fn roots_md(md: &mut String, c: &Census<Goroutines>) {
          bytes: reachable from it and from no other root; sizes as typed, not rounded to size classes), from a typed \
          walk of the heap with the executable's DWARF types, without stopping the process: {} objects ({}) at {:.1} s \
          in {:.0} ms, {} objects ({}) at {:.1} s in {:.0} ms; {} reached from two roots or more; {} goroutines' \
-         frames read ({} running, not unwound).\n",
+         frames read ({} running, not unwound). Each root is in the holders' list above.\n",
         number(wa.objects as f64),
         bytes(wa.bytes),
         a.taken.t_s,
@@ -93,20 +69,6 @@ pub fn roots_md(md: &mut String, c: &Census<Goroutines>) {
     );
     if let Some(why) = &wb.no_stack_roots {
         let _ = writeln!(md, "- {why}");
-    }
-    for g in c.root_growth().iter().take(MD_ROWS) {
-        let what = if g.growing { "**growing**" } else { "not growing" };
-        let _ = writeln!(
-            md,
-            "- `{}` ({}{}): {what}, {}retains {} → {} ({})",
-            g.name,
-            g.type_name,
-            local(g),
-            entries(g),
-            bytes(g.bytes_start),
-            bytes(g.bytes_end),
-            rate(g.bytes_per_s)
-        );
     }
     for w in [wa, wb] {
         if let Some(cut) = &w.cut {
@@ -169,10 +131,13 @@ mod tests {
             root_sentence(&c).as_deref(),
             Some("`main.memo` (map[string][]byte) +200 entries/s, retains +208.6 KiB/s")
         );
-        let mut md = String::new();
-        roots_md(&mut md, &c);
-        assert!(md.contains("- `main.memo` (map[string][]byte): **growing**, 200 → 2,200 entries (+200.0/s)"), "{md}");
-        assert!(md.contains("- `main.sessions` (map[int]*main.session): not growing, 256 → 256 entries"), "{md}");
+        let h = crate::holds::RuntimeHolds { go: Some(c.clone()), ..Default::default() };
+        let mut held = Vec::new();
+        crate::report::what_holds::go_holders(&h, &mut held);
+        let md: Vec<String> = held.iter().map(crate::report::what_holds::line).collect();
+        assert!(md[0].starts_with("- **`main.memo`** (package variable, go): holds 2,200 entries"), "{md:?}");
+        assert!(md[0].contains("**growing** +208.6 KiB/s\n  path: `main.memo (package variable) → map[string][]byte`"));
+        assert!(md[1].starts_with("- **`main.sessions`**") && md[1].contains("not growing: not a leak"), "{md:?}");
         assert_eq!(roots_json(&c)["roots"][1]["growing"], false);
         let one = Census { start: c.start.clone(), end: None, errors: Vec::new() };
         assert!(one.root_growth().is_empty() && root_sentence(&one).is_none());

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::human::number;
 use crate::recording::Recording;
-use crate::runtimes::python::heap::{HolderKind, PyCensus, holds, is_growing};
+use crate::retain::is_growing;
+use crate::runtimes::python::heap::{HolderKind, PyCensus, holds};
 
 /// One recording's figures for one type: counts at its first and last census.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::retain::{EdgeKind, RetainPath, RetainStep, Retained, Root, RootKind, is_growing};
+
 /// One census of one process's Python heap.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct PyCensus {
@@ -102,65 +104,6 @@ pub struct Holder {
     pub retained: Option<Retained>,
 }
 
-/// The bytes a container retains in the census's heap graph (Python objects, and the traced
-/// native blocks that extension objects point into, as one graph): what would be freed if the
-/// container alone were released (its dominator-tree subtree).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Retained {
-    /// The container's path: the holder's pattern up to its first key or index
-    /// (`__main__.PENDING`).
-    pub container: String,
-    /// Bytes of traced native blocks it retains.
-    pub native: u64,
-    /// Bytes of Python objects it retains (itself included).
-    pub managed: u64,
-    /// Bytes of off-heap buffers it retains (none for Python).
-    #[serde(default)]
-    pub off_heap: u64,
-    /// Traced native blocks the holder's objects point into, and their bytes.
-    pub blocks: u64,
-    pub block_bytes: u64,
-    /// The function that allocated most of those blocks (the culprit of their stack), and the
-    /// stack's id; with its caller, for reading (`img_alloc_buffer ← decode_batch`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocated_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocated_stack: Option<u32>,
-    /// The blocks' sites and how many blocks each (the recorder turns the most common into
-    /// `allocated_stack`); not saved.
-    #[serde(skip)]
-    pub sites: Vec<(leaktrace_common::SiteKey, u64)>,
-}
-
-impl Retained {
-    /// A holder `container` retaining `bytes` (its dominator subtree's split), whose objects point
-    /// into `blocks` traced blocks of `block_bytes` bytes from `sites` (site → blocks, any order;
-    /// kept most blocks first).
-    pub fn of(
-        container: String,
-        bytes: crate::dominators::Bytes,
-        (blocks, block_bytes): (u64, u64),
-        sites: impl IntoIterator<Item = (leaktrace_common::SiteKey, u64)>,
-    ) -> Retained {
-        let mut sites: Vec<(leaktrace_common::SiteKey, u64)> = sites.into_iter().collect();
-        sites.sort_by_key(|s| std::cmp::Reverse(s.1));
-        Retained {
-            container,
-            native: bytes.native,
-            managed: bytes.managed,
-            off_heap: bytes.off_heap,
-            blocks,
-            block_bytes,
-            sites,
-            ..Default::default()
-        }
-    }
-
-    pub fn total(&self) -> u64 {
-        self.native.saturating_add(self.managed).saturating_add(self.off_heap)
-    }
-}
-
 /// Objects of a "referenced from nowhere" holder whose blocks are looked up for its stack.
 pub const NOWHERE_SAMPLE: usize = 64;
 
@@ -210,6 +153,47 @@ impl Holder {
     pub fn root_attr(&self, edges: usize) -> String {
         self.example.iter().take(edges).map(|s| s.edge.as_str()).collect()
     }
+}
+
+/// A Python retaining path (a holder's example) as a [`RetainPath`]: the root (a module's
+/// global `__main__.PENDING`, or a live frame's local), then each edge and the object it leads
+/// to; with `native`, the traced block the last object points into (its culprit and mean size).
+pub fn retain_path(example: &[PathStep], native: Option<&Retained>) -> RetainPath {
+    let object = |t: &str| RetainStep::Object { runtime: "python".into(), type_name: t.into() };
+    let mut steps = Vec::new();
+    let mut rest = example.iter().peekable();
+    if let Some(first) = rest.next() {
+        let (kind, name, type_name) = if first.edge.starts_with("local ") {
+            (RootKind::FrameLocal, first.edge.clone(), first.type_name.as_str())
+        } else if first.edge.starts_with('(') {
+            (RootKind::Unreferenced, first.edge.clone(), first.type_name.as_str())
+        } else {
+            // A module and its global: `__main__` + `.PENDING` is the root `__main__.PENDING`.
+            match rest.next_if(|s| s.edge.starts_with('.')) {
+                Some(g) => (RootKind::ModuleGlobal, format!("{}{}", first.edge, g.edge), g.type_name.as_str()),
+                None => (RootKind::ModuleGlobal, first.edge.clone(), first.type_name.as_str()),
+            }
+        };
+        steps.push(RetainStep::Root(Root::named(kind, name, "python")));
+        steps.push(object(type_name));
+    }
+    for s in rest {
+        if s.edge == "…" && s.type_name.is_empty() {
+            steps.push(RetainStep::Elided { steps: 0 });
+            continue;
+        }
+        steps.push(RetainStep::Edge { kind: EdgeKind::of_label(&s.edge), edge: s.edge.clone() });
+        steps.push(object(&s.type_name));
+    }
+    if let Some(r) = native.filter(|r| r.blocks > 0) {
+        steps.push(RetainStep::Native {
+            stack: r.allocated_stack,
+            allocated_by: r.allocated_by.clone(),
+            bytes: Some(r.block_bytes / r.blocks.max(1)),
+            offset: None,
+        });
+    }
+    RetainPath(steps)
 }
 
 /// Growth by type between the first and the last census of a recording ("What holds it").
@@ -339,12 +323,6 @@ fn retainers(first: &PyCensus, last: &PyCensus, dt: f64) -> Vec<RetainerGrowth> 
             .then_with(|| a.container.cmp(&b.container))
     });
     out
-}
-
-/// A type grows when it gained at least 20 objects and 5 % of its first count between the
-/// first and the last census.
-pub fn is_growing(first: u64, last: u64) -> bool {
-    last >= first + 20 && (last - first) * 20 >= first
 }
 
 /// Growth by type of a recording's censuses; None with fewer than two (or no time between).

@@ -1,5 +1,5 @@
 //! Growth of the Python heap by type and what holds it (`record --python-heap`,
-//! [`crate::runtimes::python::heap`]) in report.md ("What holds it") and report.json (`python_heap`, described
+//! [`crate::runtimes::python::heap`]) in report.md (its subsection of "What holds it"; its holders are in the section's list) and report.json (`python_heap`, described
 //! in docs/report-json.md).
 
 use std::fmt::Write as _;
@@ -12,8 +12,6 @@ use crate::runtimes::python::heap::{Holder, HolderKind, Holds, RetainerGrowth, T
 
 /// Growing types shown in report.md.
 const MD_TYPES: usize = 12;
-/// Example paths shown in report.md.
-const MD_PATHS: usize = 5;
 
 /// A holder in one line: its pattern, or what it is when it has none.
 pub fn holder_text(h: &Holder) -> String {
@@ -22,18 +20,6 @@ pub fn holder_text(h: &Holder) -> String {
         HolderKind::Nowhere => "referenced from nowhere (no path from any module)".into(),
         HolderKind::Garbage => "an unreachable cycle not collected yet".into(),
     }
-}
-
-/// The example path as arrows: `__main__` (module) → `.bus` (`__main__.EventBus`) → ...
-pub fn path_text(h: &Holder) -> String {
-    h.example
-        .iter()
-        .map(|s| {
-            let e = s.edge.replace('`', "'");
-            if s.type_name.is_empty() { e } else { format!("`{e}` ({})", s.type_name.replace('`', "'")) }
-        })
-        .collect::<Vec<_>>()
-        .join(" → ")
 }
 
 fn signed(x: f64) -> String {
@@ -66,7 +52,7 @@ fn row(md: &mut String, g: &TypeGrowth, per_unit: bool) {
 /// report.md's "What holds it" section (nothing without two censuses).
 pub fn holds_md(md: &mut String, a: &Analysis) {
     let Some(h) = &a.python_holds else { return };
-    let _ = writeln!(md, "## What holds it (Python heap by type)\n");
+    let _ = writeln!(md, "### Python heap by type (--python-heap)\n");
     let units = h.units.map_or(String::new(), |u| format!(", {} units of work", number(u as f64)));
     let _ = writeln!(
         md,
@@ -87,7 +73,6 @@ pub fn holds_md(md: &mut String, a: &Analysis) {
     if !h.notes.is_empty() {
         md.push('\n');
     }
-    retainers_md(md, h);
     let per_unit = h.units.is_some();
     let head = if per_unit { " Per unit |" } else { "" };
     let sep = if per_unit { "---|" } else { "" };
@@ -108,13 +93,14 @@ pub fn holds_md(md: &mut String, a: &Analysis) {
             row(md, g, per_unit);
         }
         md.push('\n');
-        let _ = writeln!(md, "Retaining paths (one object of each growing holder, root first):\n");
-        for g in h.growing.iter().filter(|g| g.holder.as_ref().is_some_and(|x| !x.example.is_empty())).take(MD_PATHS) {
-            let x = g.holder.as_ref().map(path_text).unwrap_or_default();
-            let p = leak_pattern(g).map_or(String::new(), |p| format!(" — pattern: {p}"));
-            let _ = writeln!(md, "- `{}`: {x}{p}", g.name.replace('`', "'"));
+        let patterns: Vec<String> = h
+            .growing
+            .iter()
+            .filter_map(|g| Some(format!("`{}`: {}", g.name.replace('`', "'"), leak_pattern(g)?)))
+            .collect();
+        if !patterns.is_empty() {
+            let _ = writeln!(md, "Patterns of the growing types: {}.\n", patterns.join("; "));
         }
-        md.push('\n');
         let nowhere: Vec<&TypeGrowth> = h
             .growing
             .iter()
@@ -174,7 +160,7 @@ fn growth_json(g: &TypeGrowth) -> Value {
             "count": h.count,
             "bytes": h.bytes,
             "count_per_s": g.holder_count_per_s,
-            "path": h.example,
+            "path": crate::runtimes::python::heap::retain_path(&h.example, None),
             "allocated_by": h.allocated_by,
             "allocated_stack": h.allocated_stack,
         })),
@@ -244,24 +230,7 @@ pub fn retainer_clause(h: &Holds) -> Option<String> {
     ))
 }
 
-/// A retainer's retaining path as typed steps, root first: the root (a module or a live
-/// frame's local), the managed objects each edge leads to, and the native block at the end.
-fn retain_path(r: &RetainerGrowth) -> Value {
-    let mut steps: Vec<Value> = Vec::new();
-    for (k, s) in r.example.iter().enumerate() {
-        let kind = if k == 0 { "root" } else { "managed" };
-        steps.push(json!({"kind": kind, "runtime": "python", "edge": s.edge, "type": s.type_name}));
-    }
-    steps.push(json!({
-        "kind": "native",
-        "bytes": r.last.block_bytes / r.last.blocks.max(1),
-        "allocated_by": r.last.allocated_by,
-        "stack": r.last.allocated_stack,
-    }));
-    Value::Array(steps)
-}
-
-fn retained_json(r: &crate::runtimes::python::heap::Retained) -> Value {
+fn retained_json(r: &crate::retain::Retained) -> Value {
     json!({"native": r.native, "managed": r.managed, "off_heap": r.off_heap, "blocks": r.blocks, "block_bytes": r.block_bytes})
 }
 
@@ -281,45 +250,6 @@ fn retainer_json(r: &RetainerGrowth) -> Value {
         "leak": r.growing && r.bytes_per_s > 0.0,
         "allocated_by": r.last.allocated_by,
         "allocated_stack": r.last.allocated_stack,
-        "retain_path": retain_path(r),
+        "retain_path": crate::runtimes::python::heap::retain_path(&r.example, Some(&r.last)),
     })
-}
-
-/// report.md: the containers that retain native blocks, in the "What holds it" section.
-fn retainers_md(md: &mut String, h: &Holds) {
-    if h.retainers.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        md,
-        "Containers that retain native memory (Python objects and the traced native blocks extension objects \
-         point into, as one graph; retained: what releasing the container alone would free):\n"
-    );
-    let _ = writeln!(md, "| Container | Objects | Retained (native / Python) | Growth | Allocated by |");
-    let _ = writeln!(md, "|---|---|---|---|---|");
-    for r in h.retainers.iter().take(MD_TYPES) {
-        let growth = if r.growing { rate(r.bytes_per_s) } else { "not growing: not a leak".into() };
-        let _ = writeln!(
-            md,
-            "| `{}` (`{}`) | {} → {} | {} / {} | {growth} | {} |",
-            r.container.replace('`', "'"),
-            r.type_name.replace('`', "'"),
-            number(r.count_first as f64),
-            number(r.count_last as f64),
-            bytes(r.last.native),
-            bytes(r.last.managed),
-            r.last.allocated_by.as_deref().map_or("–".into(), functions).replace('|', "\\|"),
-        );
-    }
-    md.push('\n');
-    for r in h.retainers.iter().filter(|r| r.growing).take(MD_PATHS) {
-        let steps: Vec<String> = r
-            .example
-            .iter()
-            .map(|s| format!("`{}` ({})", s.edge.replace('`', "'"), s.type_name.replace('`', "'")))
-            .chain([format!("native block ({})", r.last.allocated_by.as_deref().map_or("?".into(), functions))])
-            .collect();
-        let _ = writeln!(md, "- `{}`: {}", r.container.replace('`', "'"), steps.join(" → "));
-    }
-    md.push('\n');
 }

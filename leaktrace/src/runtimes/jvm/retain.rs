@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use leaktrace_analysis::dominators::{Dominators, GraphBuilder};
-use leaktrace_analysis::runtimes::python::heap::Retained;
+use leaktrace_analysis::retain::Retained;
 use leaktrace_common::SiteKey;
 
 use super::hprof::Graph;

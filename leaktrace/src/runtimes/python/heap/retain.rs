@@ -5,7 +5,8 @@
 //! included. Filled into the holders whose objects own native blocks.
 
 use leaktrace_analysis::dominators::{Dominators, GraphBuilder};
-use leaktrace_analysis::runtimes::python::heap::{HolderKind, PyCensus, Retained};
+use leaktrace_analysis::retain::Retained;
+use leaktrace_analysis::runtimes::python::heap::{HolderKind, PyCensus};
 use leaktrace_common::SiteKey;
 
 use super::census;
